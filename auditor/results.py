@@ -1,0 +1,84 @@
+"""Typed results: every number says which estimator, threat model, variance treatment,
+correction and confidence produced it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = ["Estimator", "VarianceTreatment", "Correction", "EpsilonResult", "Diagnostic"]
+
+
+class Estimator(str, Enum):
+    two_gaussian = "two_gaussian"  # Andrew et al. §3.2 between fitted Gaussians
+    lower_bound = "lower_bound"  # epsilon_lo, Andrew et al. §5.1 (Jeffreys intervals)
+    one_run = "one_run"  # Steinke et al. 2023 Thm 3.1
+    analytic = "analytic"  # dp-accounting
+    sequential = "sequential"  # González et al. 2025 test by betting
+
+
+class VarianceTreatment(str, Enum):
+    fitted = "fitted"  # sigma-hat fitted to the seen canaries
+    null = "null"  # sigma-hat^2 = 1/d (Thm 3.3 limit)
+    not_applicable = "n/a"
+
+
+class Correction(str, Enum):
+    none = "none"  # max over thresholds, no correction (the paper's)
+    bonferroni = "bonferroni"  # over the thresholds / (k+, k-) grid tried
+    split = "split"  # threshold chosen on one half, bound computed on the other
+    not_applicable = "n/a"
+
+
+@dataclass(frozen=True)
+class EpsilonResult:
+    """One epsilon with its provenance. ``epsilon`` may be ``math.inf`` (nothing private) or
+    0.0 (no evidence of leakage); never NaN."""
+
+    epsilon: float
+    estimator: Estimator
+    threat_model: str  # "final_model" | "all_iterates" | "gaussian_mechanism" | accountant name
+    delta: float
+    variance: VarianceTreatment = VarianceTreatment.not_applicable
+    correction: Correction = Correction.not_applicable
+    confidence: float | None = None  # e.g. 0.95 for lower bounds; None for point estimates
+    method: str = ""  # one line a user can read
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.epsilon):
+            raise ValueError("epsilon must not be NaN")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (inf becomes the string "inf")."""
+        out = asdict(self)
+        for key in ("estimator", "variance", "correction"):
+            out[key] = getattr(self, key).value
+        out["epsilon"] = _json_float(self.epsilon)
+        out["details"] = {k: _json_float(v) for k, v in self.details.items()}
+        return out
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A check of the estimators' assumptions, with a plain-language hint."""
+
+    name: str
+    value: float
+    ok: bool
+    hint: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["value"] = _json_float(self.value)
+        out["details"] = {k: _json_float(v) for k, v in self.details.items()}
+        return out
+
+
+def _json_float(value: Any) -> Any:
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value

@@ -1,0 +1,168 @@
+"""Streaming cosine statistics between canaries and model updates.
+
+Per round ``t`` the auditor needs ``cos(c_j, Delta_t)`` for every canary and keeps the running
+maximum over rounds (Andrew et al. Alg. 3); at the end it needs ``cos(c_j, theta_T - theta_0)``
+(Alg. 2) and ``cos(c_j, theta_T)`` (Alg. 2 as literally written). :class:`CosineTracker` does
+this in memory ``O(chunk_size * d + k)`` by regenerating canaries chunk by chunk, or keeps a
+bank of canaries in memory when the caller grants a byte budget (``cache_bytes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from auditor.canaries import canary_vectors
+
+__all__ = ["cosines", "CosineTracker", "TrackerState"]
+
+
+def _as_finite_vector(name: str, value: np.ndarray, dim: int) -> np.ndarray:
+    array = np.asarray(value)
+    if array.ndim != 1 or array.shape[0] != dim:
+        raise ValueError(f"{name} must be a vector of length {dim}, got shape {array.shape}")
+    if not np.issubdtype(array.dtype, np.floating):
+        raise ValueError(f"{name} must be floating point, got dtype {array.dtype}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or Inf")
+    return array.astype(np.float32, copy=False)
+
+
+def cosines(unit_rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """Cosines between unit-norm rows and ``vector`` (0 where ``vector`` is zero), float64."""
+    norm = float(np.sqrt(np.sum(np.square(vector), dtype=np.float64)))
+    if norm == 0.0:
+        return np.zeros(unit_rows.shape[0], dtype=np.float64)
+    return (unit_rows @ vector).astype(np.float64) / norm
+
+
+@dataclass
+class TrackerState:
+    """Everything needed to resume a :class:`CosineTracker` (no canary vectors, no seed)."""
+
+    num_rounds: int
+    max_cosines: np.ndarray  # (k,), -inf before the first round
+    last_cosines: np.ndarray  # (k,), cosines of the latest round
+    final_cosines: np.ndarray | None = None  # (k,), cos(c_j, theta_T - theta_0)
+    final_model_cosines: np.ndarray | None = None  # (k,), cos(c_j, theta_T)
+
+
+class CosineTracker:
+    """Running canary statistics for one audit.
+
+    Parameters
+    ----------
+    seed : int
+        Secret master seed of the audit (kept private; never part of :meth:`state`).
+    num_canaries : int
+        Number of canaries ``k`` (seen and unseen alike; all are tracked).
+    dim : int
+        Model dimension ``d``.
+    chunk_size : int, optional
+        Canaries regenerated at a time when they are not cached.
+    cache_bytes : int, optional
+        Byte budget for keeping canaries in memory between rounds. ``0`` (default) regenerates
+        every chunk each round; a budget of ``k * d * 4`` bytes or more caches all canaries.
+    """
+
+    def __init__(
+        self,
+        seed: int,
+        num_canaries: int,
+        dim: int,
+        *,
+        chunk_size: int = 64,
+        cache_bytes: int = 0,
+        state: TrackerState | None = None,
+    ) -> None:
+        if num_canaries < 1:
+            raise ValueError(f"num_canaries must be >= 1, got {num_canaries}")
+        if dim < 2:
+            raise ValueError(f"dim must be >= 2, got {dim}")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        if cache_bytes < 0:
+            raise ValueError("cache_bytes must be >= 0")
+        self._seed = seed
+        self.num_canaries = int(num_canaries)
+        self.dim = int(dim)
+        self.chunk_size = int(chunk_size)
+        cached = min(self.num_canaries, cache_bytes // (4 * self.dim))
+        self._bank = canary_vectors(seed, np.arange(cached), self.dim) if cached else None
+        self._num_cached = int(cached)
+        if state is None:
+            state = TrackerState(
+                num_rounds=0,
+                max_cosines=np.full(self.num_canaries, -np.inf),
+                last_cosines=np.zeros(self.num_canaries),
+            )
+        elif state.max_cosines.shape != (self.num_canaries,):
+            raise ValueError("state does not match num_canaries")
+        self._state = state
+
+    def __repr__(self) -> str:  # never show the seed
+        return (
+            f"CosineTracker(num_canaries={self.num_canaries}, dim={self.dim}, "
+            f"num_rounds={self._state.num_rounds}, cached={self._num_cached})"
+        )
+
+    # -- core -----------------------------------------------------------------------------
+    def all_cosines(self, vector: np.ndarray) -> np.ndarray:
+        """Cosines of every canary with ``vector`` (shape ``(k,)``, float64)."""
+        vector = _as_finite_vector("vector", vector, self.dim)
+        out = np.empty(self.num_canaries, dtype=np.float64)
+        if self._bank is not None:
+            out[: self._num_cached] = cosines(self._bank, vector)
+        for start in range(self._num_cached, self.num_canaries, self.chunk_size):
+            stop = min(start + self.chunk_size, self.num_canaries)
+            block = canary_vectors(self._seed, np.arange(start, stop), self.dim)
+            out[start:stop] = cosines(block, vector)
+        return out
+
+    def update(self, delta: np.ndarray) -> np.ndarray:
+        """Ingest one round's model delta; return this round's cosines."""
+        round_cosines = self.all_cosines(delta)
+        np.maximum(self._state.max_cosines, round_cosines, out=self._state.max_cosines)
+        self._state.last_cosines = round_cosines
+        self._state.num_rounds += 1
+        return round_cosines
+
+    def finalize(self, final_model: np.ndarray, initial_model: np.ndarray) -> None:
+        """Compute the final-model statistics from ``theta_T`` and ``theta_0``."""
+        final_model = _as_finite_vector("final_model", final_model, self.dim)
+        initial_model = _as_finite_vector("initial_model", initial_model, self.dim)
+        self._state.final_cosines = self.all_cosines(final_model - initial_model)
+        self._state.final_model_cosines = self.all_cosines(final_model)
+
+    # -- accessors ------------------------------------------------------------------------
+    @property
+    def num_rounds(self) -> int:
+        return self._state.num_rounds
+
+    @property
+    def max_cosines(self) -> np.ndarray:
+        return self._state.max_cosines.copy()
+
+    @property
+    def final_cosines(self) -> np.ndarray | None:
+        fc = self._state.final_cosines
+        return None if fc is None else fc.copy()
+
+    @property
+    def final_model_cosines(self) -> np.ndarray | None:
+        fc = self._state.final_model_cosines
+        return None if fc is None else fc.copy()
+
+    def state(self) -> TrackerState:
+        """A copy of the resumable state (contains no seed and no canary vectors)."""
+        s = self._state
+        return TrackerState(
+            num_rounds=s.num_rounds,
+            max_cosines=s.max_cosines.copy(),
+            last_cosines=s.last_cosines.copy(),
+            final_cosines=None if s.final_cosines is None else s.final_cosines.copy(),
+            final_model_cosines=None
+            if s.final_model_cosines is None
+            else s.final_model_cosines.copy(),
+        )

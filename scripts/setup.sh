@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create .venv and install flaudit with the given extras (idempotent: reinstalls only when
+# pyproject.toml changed). Usage: scripts/setup.sh [extras]   e.g. scripts/setup.sh test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS="${1:-}"
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+fi
+STAMP=".venv/.flaudit-installed-${EXTRAS:-base}"
+HASH="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$HASH" ]; then
+  SPEC="."
+  [ -n "$EXTRAS" ] && SPEC=".[${EXTRAS}]"
+  echo "flaudit: installing dependencies into .venv (first run takes about a minute)..."
+  .venv/bin/python -m pip install --quiet -e "$SPEC"
+  echo "$HASH" > "$STAMP"
+fi

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up and run the whole test suite. Installs what the tests need: the project with its
+# test extras in .venv, and Debian's chromium for the dashboard browser test (when root).
+# PostgreSQL tests run when FLAUDIT_TEST_POSTGRES_URL is set (see README); .ci/run sets it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh test
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "flaudit: installing Debian chromium for the browser test..."
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "flaudit: could not install chromium; the browser test will fail"
+  else
+    echo "flaudit: chromium not found and not root; install Debian's 'chromium' package for the browser test"
+  fi
+fi
+export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1
+export FLWR_HOME="${FLWR_HOME:-$(mktemp -d)}"
+exec .venv/bin/python -m pytest "$@"
