@@ -1,0 +1,38 @@
+"""The ``flaudit`` console script. Each subcommand lives in ``auditor/commands/<name>.py`` and
+exposes ``configure(parser)`` and ``main(args) -> int``; they are imported lazily so that
+``flaudit gaussian`` does not pay for importing Flower or FastAPI."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "serve": "Run the audit service (REST API + dashboard).",
+    "run": "Run one audit end to end in the Flower simulation engine and print the estimates.",
+    "gaussian": "Audit the Gaussian mechanism with random canaries (Andrew et al. Alg. 1).",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flaudit",
+        description="Empirical privacy auditing of DP-FedAvg with random canary clients.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help_text in SUBCOMMANDS.items():
+        module = importlib.import_module(f"auditor.commands.{name}")
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.configure(sub_parser)
+        sub_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._module.main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
