@@ -1,0 +1,275 @@
+"""Participation schedules: who is in round ``t``.
+
+One function, :func:`participation_schedule`, picks the cohort of every round for the whole
+client population: real clients *and* seen canaries. Population ids ``0 .. num_clients - 1`` are
+the real clients (stable partition ids); ids ``num_clients .. num_clients + num_seen_canaries - 1``
+are the seen canaries in the order of their canary index.
+
+Real clients follow the participation scheme:
+
+``poisson``
+    each client independently with probability ``q`` in every round (cohort size random).
+``uniform``
+    a fixed-size sample without replacement each round.
+``shuffled``
+    shuffled epochs: a fresh random permutation of the clients per epoch, cut into consecutive
+    cohorts, so each client participates exactly once per (complete) epoch.
+``batch_then_shuffle``
+    the deliberately wrong variant of Annamalai et al. (2024): the clients are cut into cohorts
+    *once*, in index order, and only the order of these fixed cohorts is shuffled each epoch.
+    Every epoch has the same per-client participation counts as ``shuffled``, but the co-members
+    of a client never change. Use it to demonstrate that audits catch such bugs.
+
+Seen canaries are presented in exactly ``canary_repeats`` rounds (Andrew et al. 2023 §5.2): the
+run is split into ``r`` periods of (almost) equal length and each canary joins one uniformly
+random round of each period, the worst case of "a client checks in once per period". In the
+fixed-size schemes a canary takes a cohort slot, so the cohort size (real + canaries) stays the
+calibration size ``m``.
+
+A participation cap limits how many rounds any real client joins over the run; capped clients
+are no longer eligible. Everything is pure numpy, seeded and reproducible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+__all__ = ["Schedule", "participation_schedule", "canary_rounds"]
+
+
+def _name(value: object) -> str:
+    return value.value if isinstance(value, Enum) else str(value)
+
+
+_SCHEMES = ("poisson", "uniform", "shuffled", "batch_then_shuffle")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The cohorts of a run.
+
+    Attributes
+    ----------
+    num_clients : int
+        Real clients ``N`` (population ids ``0 .. N-1``).
+    num_seen_canaries : int
+        Seen canaries (population ids ``N .. N + s - 1``).
+    cohorts : list of numpy.ndarray
+        ``cohorts[t]`` holds the sorted population ids of round ``t + 1`` (int64).
+    """
+
+    num_clients: int
+    num_seen_canaries: int
+    cohorts: list[np.ndarray] = field(repr=False)
+
+    @property
+    def num_rounds(self) -> int:
+        return len(self.cohorts)
+
+    def real_clients(self, t: int) -> np.ndarray:
+        """Partition ids of the real clients in round ``t`` (1-based)."""
+        cohort = self.cohorts[t - 1]
+        return cohort[cohort < self.num_clients]
+
+    def canaries(self, t: int) -> np.ndarray:
+        """Positions (0 .. s-1) in the seen-canary list of the canaries in round ``t``."""
+        cohort = self.cohorts[t - 1]
+        return cohort[cohort >= self.num_clients] - self.num_clients
+
+    def participation_counts(self) -> np.ndarray:
+        """Rounds joined per population id (length ``N + s``)."""
+        total = self.num_clients + self.num_seen_canaries
+        counts = np.zeros(total, dtype=np.int64)
+        for cohort in self.cohorts:
+            counts[cohort] += 1
+        return counts
+
+
+def canary_rounds(
+    num_seen_canaries: int, *, num_rounds: int, repeats: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Rounds (0-based) of each canary: shape ``(s, repeats)``, one round per period.
+
+    Period ``p`` covers rounds ``floor(p T / r) .. floor((p + 1) T / r) - 1``.
+    """
+    if repeats < 1:
+        raise ValueError(f"canary_repeats must be >= 1, got {repeats}")
+    if repeats > num_rounds:
+        raise ValueError(
+            f"canary_repeats ({repeats}) must not exceed num_rounds ({num_rounds})"
+        )
+    bounds = (np.arange(repeats + 1) * num_rounds) // repeats
+    lengths = np.diff(bounds)
+    offsets = np.floor(rng.random((num_seen_canaries, repeats)) * lengths).astype(np.int64)
+    return bounds[:-1] + offsets
+
+
+def participation_schedule(
+    *,
+    num_clients: int,
+    num_seen_canaries: int,
+    num_rounds: int,
+    participation: str = "poisson",
+    clients_per_round: int,
+    sampling_probability: float | None = None,
+    canary_repeats: int = 1,
+    max_participations: int | None = None,
+    seed: int = 0,
+) -> Schedule:
+    """Draw the cohorts of every round for real clients and seen canaries.
+
+    Parameters
+    ----------
+    num_clients : int
+        Real clients ``N >= 0``.
+    num_seen_canaries : int
+        Seen canaries ``s >= 0``.
+    num_rounds : int
+        Rounds ``T >= 1``.
+    participation : {"poisson", "uniform", "shuffled", "batch_then_shuffle"}
+        Scheme for the real clients (see the module docstring). Enum members are accepted.
+    clients_per_round : int
+        Calibration cohort size ``m`` (real clients + canaries) for the fixed-size schemes.
+    sampling_probability : float, optional
+        ``q`` in ``(0, 1]`` for ``poisson``; default ``m / (N + s)``.
+    canary_repeats : int
+        Rounds each seen canary is presented in, ``1 <= r <= T``.
+    max_participations : int, optional
+        Cap on the rounds a real client joins (None: no cap).
+    seed : int
+        Seed of the schedule (not secret; it does not decide which canaries are seen).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ValueError
+        Naming the bad argument.
+    """
+    scheme = _name(participation)
+    if scheme not in _SCHEMES:
+        raise ValueError(f"participation must be one of {_SCHEMES}, got {scheme!r}")
+    if num_clients < 0:
+        raise ValueError(f"num_clients must be >= 0, got {num_clients}")
+    if num_seen_canaries < 0:
+        raise ValueError(f"num_seen_canaries must be >= 0, got {num_seen_canaries}")
+    if num_rounds < 1:
+        raise ValueError(f"num_rounds must be >= 1, got {num_rounds}")
+    if clients_per_round < 1:
+        raise ValueError(f"clients_per_round must be >= 1, got {clients_per_round}")
+    if max_participations is not None and max_participations < 1:
+        raise ValueError(f"max_participations must be >= 1, got {max_participations}")
+    population = num_clients + num_seen_canaries
+    if sampling_probability is None:
+        sampling_probability = min(1.0, clients_per_round / max(population, 1))
+    if not 0.0 < sampling_probability <= 1.0:
+        raise ValueError(f"sampling_probability must be in (0, 1], got {sampling_probability}")
+
+    root = np.random.SeedSequence(entropy=int(seed), spawn_key=(0x5C4ED,))
+    canary_rng, client_rng = (np.random.default_rng(s) for s in root.spawn(2))
+
+    # Seen canaries: exactly r rounds each, one per period.
+    by_round: list[list[int]] = [[] for _ in range(num_rounds)]
+    if num_seen_canaries:
+        rounds = canary_rounds(
+            num_seen_canaries, num_rounds=num_rounds, repeats=canary_repeats, rng=canary_rng
+        )
+        for position, row in enumerate(rounds):
+            for t in row:
+                by_round[int(t)].append(num_clients + position)
+    canaries_per_round = np.array([len(r) for r in by_round], dtype=np.int64)
+
+    # Real clients: the scheme, with slots left over by the canaries in fixed-size schemes.
+    real_slots = np.maximum(clients_per_round - canaries_per_round, 0)
+    if scheme == "poisson":
+        real = _poisson(num_clients, num_rounds, sampling_probability, max_participations, client_rng)
+    elif scheme == "uniform":
+        real = _uniform(num_clients, real_slots, max_participations, client_rng)
+    elif scheme == "shuffled":
+        real = _shuffled(num_clients, real_slots, max_participations, client_rng)
+    else:
+        expected_canaries = num_seen_canaries * canary_repeats / num_rounds
+        batch_size = max(1, int(round(clients_per_round - expected_canaries)))
+        real = _batch_then_shuffle(num_clients, num_rounds, batch_size, max_participations, client_rng)
+
+    cohorts = [
+        np.sort(np.concatenate([real[t], np.asarray(by_round[t], dtype=np.int64)]))
+        for t in range(num_rounds)
+    ]
+    return Schedule(num_clients=num_clients, num_seen_canaries=num_seen_canaries, cohorts=cohorts)
+
+
+def _poisson(
+    n: int, num_rounds: int, q: float, cap: int | None, rng: np.random.Generator
+) -> list[np.ndarray]:
+    counts = np.zeros(n, dtype=np.int32) if cap is not None else None
+    out = []
+    for _ in range(num_rounds):
+        if counts is None:
+            k = rng.binomial(n, q)
+            chosen = rng.choice(n, size=k, replace=False) if k else np.empty(0, np.int64)
+        else:
+            eligible = np.flatnonzero(counts < cap)
+            chosen = eligible[rng.random(eligible.size) < q]
+            counts[chosen] += 1
+        out.append(np.asarray(chosen, dtype=np.int64))
+    return out
+
+
+def _uniform(
+    n: int, slots: np.ndarray, cap: int | None, rng: np.random.Generator
+) -> list[np.ndarray]:
+    counts = np.zeros(n, dtype=np.int32) if cap is not None else None
+    out = []
+    for size in slots:
+        if counts is None:
+            chosen = rng.choice(n, size=min(int(size), n), replace=False)
+        else:
+            eligible = np.flatnonzero(counts < cap)
+            chosen = rng.choice(eligible, size=min(int(size), eligible.size), replace=False)
+            counts[chosen] += 1
+        out.append(np.asarray(chosen, dtype=np.int64))
+    return out
+
+
+def _shuffled(
+    n: int, slots: np.ndarray, cap: int | None, rng: np.random.Generator
+) -> list[np.ndarray]:
+    # Each client once per epoch; an epoch's last cohort may be short (no client spills over
+    # into the next epoch), so complete epochs give exactly one participation per client.
+    out: list[np.ndarray] = []
+    epoch: np.ndarray = np.empty(0, dtype=np.int64)
+    position = 0
+    epochs_started = 0
+    for size in slots:
+        if position >= epoch.size:
+            if n == 0 or (cap is not None and epochs_started >= cap):
+                epoch, position = np.empty(0, dtype=np.int64), 0
+            else:
+                epoch, position = rng.permutation(n).astype(np.int64), 0
+                epochs_started += 1
+        chosen = epoch[position : position + int(size)]
+        position += int(size)
+        out.append(chosen)
+    return out
+
+
+def _batch_then_shuffle(
+    n: int, num_rounds: int, batch_size: int, cap: int | None, rng: np.random.Generator
+) -> list[np.ndarray]:
+    batches = [np.arange(s, min(s + batch_size, n), dtype=np.int64) for s in range(0, n, batch_size)]
+    out: list[np.ndarray] = []
+    epochs = 0
+    while len(out) < num_rounds:
+        if not batches or (cap is not None and epochs >= cap):
+            out.append(np.empty(0, dtype=np.int64))
+            continue
+        for index in rng.permutation(len(batches)):
+            out.append(batches[index])
+        epochs += 1
+    return out[:num_rounds]

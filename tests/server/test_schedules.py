@@ -1,0 +1,127 @@
+"""Participation schedules: the stated counts, reproducibility, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server.schedules import participation_schedule
+
+
+def _schedule(**overrides):
+    options = dict(
+        num_clients=40,
+        num_seen_canaries=10,
+        num_rounds=24,
+        participation="uniform",
+        clients_per_round=8,
+        canary_repeats=1,
+        seed=3,
+    )
+    options.update(overrides)
+    return participation_schedule(**options)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    repeats=st.sampled_from([1, 2, 4, 8]),
+    rounds=st.integers(8, 40),
+    seen=st.integers(0, 30),
+    scheme=st.sampled_from(["poisson", "uniform", "shuffled", "batch_then_shuffle"]),
+    seed=st.integers(0, 2**32),
+)
+def test_each_seen_canary_is_presented_in_exactly_r_rounds_one_per_period(
+    repeats, rounds, seen, scheme, seed
+):
+    schedule = _schedule(
+        num_seen_canaries=seen,
+        num_rounds=rounds,
+        canary_repeats=repeats,
+        participation=scheme,
+        seed=seed,
+    )
+    counts = schedule.participation_counts()[40:]
+    assert np.all(counts == repeats)
+    bounds = (np.arange(repeats + 1) * rounds) // repeats
+    for position in range(seen):
+        rounds_in = [t for t in range(1, rounds + 1) if position in schedule.canaries(t)]
+        periods = np.searchsorted(bounds, np.array(rounds_in) - 1, side="right") - 1
+        assert sorted(periods.tolist()) == list(range(repeats))
+
+
+def test_shuffled_epochs_each_client_exactly_once_per_epoch():
+    n, m = 30, 7
+    schedule = _schedule(num_clients=n, num_seen_canaries=0, participation="shuffled",
+                         clients_per_round=m, num_rounds=50)
+    rounds_per_epoch = -(-n // m)  # last cohort of an epoch is short
+    epochs = 50 // rounds_per_epoch
+    for e in range(epochs):
+        members = np.concatenate(
+            [schedule.real_clients(t) for t in range(e * rounds_per_epoch + 1, (e + 1) * rounds_per_epoch + 1)]
+        )
+        assert np.array_equal(np.sort(members), np.arange(n))
+    assert all(schedule.real_clients(t).size <= m for t in range(1, 51))
+
+
+def test_fixed_size_schemes_keep_cohort_size_m_including_canaries():
+    schedule = _schedule(participation="uniform", num_rounds=20, canary_repeats=2)
+    sizes = [c.size for c in schedule.cohorts]
+    assert sizes == [8] * 20
+    for t in range(1, 21):
+        real = schedule.real_clients(t)
+        assert np.unique(real).size == real.size  # without replacement
+
+
+def test_poisson_rate_within_tolerance():
+    n, q, rounds = 2000, 0.05, 200
+    schedule = _schedule(num_clients=n, num_seen_canaries=0, participation="poisson",
+                         clients_per_round=100, sampling_probability=q, num_rounds=rounds)
+    counts = schedule.participation_counts()
+    expected = n * rounds * q
+    assert abs(counts.sum() - expected) < 5 * np.sqrt(expected * (1 - q))
+    # each client's count ~ Binomial(T, q): its variance, not just its mean
+    assert abs(counts.var() - rounds * q * (1 - q)) < 0.15 * rounds * q * (1 - q)
+
+
+@pytest.mark.parametrize("scheme", ["poisson", "uniform", "shuffled", "batch_then_shuffle"])
+def test_participation_cap_is_respected(scheme):
+    schedule = _schedule(num_clients=20, num_seen_canaries=0, participation=scheme,
+                         clients_per_round=10, sampling_probability=0.6, num_rounds=30,
+                         max_participations=2)
+    counts = schedule.participation_counts()
+    assert counts.max() <= 2
+    assert counts.sum() > 0
+
+
+def test_batch_then_shuffle_keeps_cohorts_fixed_and_shuffled_does_not():
+    kwargs = dict(num_clients=24, num_seen_canaries=0, clients_per_round=6, num_rounds=24)
+    bad = _schedule(participation="batch_then_shuffle", **kwargs)
+    good = _schedule(participation="shuffled", **kwargs)
+    cohort_set = {tuple(c.tolist()) for c in bad.cohorts}
+    assert len(cohort_set) == 4  # the same 4 fixed batches over 6 epochs
+    assert len({tuple(c.tolist()) for c in good.cohorts}) > 4
+    assert np.all(bad.participation_counts() == 6)
+
+
+def test_reproducible_and_seed_dependent():
+    a, b, c = _schedule(seed=1), _schedule(seed=1), _schedule(seed=2)
+    assert all(np.array_equal(x, y) for x, y in zip(a.cohorts, b.cohorts))
+    assert not all(np.array_equal(x, y) for x, y in zip(a.cohorts, c.cohorts))
+
+
+@pytest.mark.parametrize(
+    "overrides, name",
+    [
+        (dict(participation="weekly"), "participation"),
+        (dict(canary_repeats=8, num_rounds=4), "canary_repeats"),
+        (dict(num_rounds=0), "num_rounds"),
+        (dict(clients_per_round=0), "clients_per_round"),
+        (dict(sampling_probability=1.5, participation="poisson"), "sampling_probability"),
+        (dict(max_participations=0), "max_participations"),
+    ],
+)
+def test_bad_arguments_are_named(overrides, name):
+    with pytest.raises(ValueError, match=name):
+        _schedule(**overrides)
