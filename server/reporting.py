@@ -1,0 +1,176 @@
+"""Round reporting: the one path of round data from the ServerApp to the auditor.
+
+:class:`RoundReporter` is the interface (docs/architecture.md). :class:`HttpRoundReporter` PUTs
+raw little-endian float32 to the service's ingest routes; :class:`LocalRoundReporter` feeds an
+in-process :class:`auditor.statistics.CosineTracker` (``flaudit run`` and tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from auditor.statistics import CosineTracker
+
+__all__ = ["RoundMetadata", "RoundReporter", "HttpRoundReporter", "LocalRoundReporter", "ReportingError"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RoundMetadata:
+    """What the auditor gets with each round's delta (no canary identities, no seed)."""
+
+    clip_norm: float
+    cohort_size: int  # real clients that returned an update + canaries inserted
+    num_canaries_inserted: int
+    num_failures: int
+    clipped_fraction: float
+    noise_stddev: float
+    train_loss: float | None = None
+    accuracy: float | None = None
+
+    def as_query(self) -> dict[str, float | int]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@runtime_checkable
+class RoundReporter(Protocol):
+    def report_initial(self, initial_model: np.ndarray) -> None: ...
+
+    def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None: ...
+
+    def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None: ...
+
+
+class ReportingError(RuntimeError):
+    """The auditor rejected or could not receive round data."""
+
+
+def _body(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+
+
+class HttpRoundReporter:
+    """PUT round data to the auditor service's ingest routes.
+
+    Parameters
+    ----------
+    base_url : str
+        Service root, e.g. ``http://127.0.0.1:8000``.
+    audit_id : str
+        Audit id in the routes.
+    run_token : str
+        Bearer token issued to this run (never logged).
+    max_retries : int
+        Retries on connection errors and 5xx responses (exponential backoff).
+    backoff : float
+        First backoff in seconds (doubles each retry).
+    timeout : float
+        Per-request timeout in seconds.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        audit_id: str,
+        run_token: str,
+        *,
+        max_retries: int = 5,
+        backoff: float = 0.5,
+        timeout: float = 60.0,
+        client=None,
+    ) -> None:
+        import httpx
+
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if backoff < 0:
+            raise ValueError(f"backoff must be >= 0, got {backoff}")
+        self.base_url = base_url.rstrip("/")
+        self.audit_id = str(audit_id)
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self._client = client or httpx.Client(timeout=timeout)
+        self._headers = {
+            "Authorization": f"Bearer {run_token}",
+            "Content-Type": "application/octet-stream",
+        }
+
+    def __repr__(self) -> str:  # never show the token
+        return f"HttpRoundReporter(base_url={self.base_url!r}, audit_id={self.audit_id!r})"
+
+    def _put(self, path: str, vector: np.ndarray, params: dict | None = None) -> None:
+        import httpx
+
+        url = f"{self.base_url}/audits/{self.audit_id}/{path}"
+        body = _body(vector)
+        for attempt in range(self.max_retries + 1):
+            try:
+                response = self._client.put(url, content=body, params=params, headers=self._headers)
+            except httpx.TransportError as error:
+                problem = f"{type(error).__name__}"
+            else:
+                if response.status_code < 400:
+                    return
+                if response.status_code < 500:
+                    raise ReportingError(
+                        f"auditor rejected PUT {path}: HTTP {response.status_code} {response.text[:300]}"
+                    )
+                problem = f"HTTP {response.status_code}"
+            if attempt == self.max_retries:
+                raise ReportingError(f"PUT {path} failed after {attempt + 1} attempts ({problem})")
+            wait = self.backoff * (2**attempt)
+            logger.warning("PUT %s failed (%s); retrying in %.1f s", path, problem, wait)
+            time.sleep(wait)
+
+    def report_initial(self, initial_model: np.ndarray) -> None:
+        self._put("initial-model", initial_model)
+
+    def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None:
+        self._put(f"rounds/{int(server_round)}", delta, metadata.as_query())
+
+    def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None:
+        params = {k: float(v) for k, v in metrics.items() if k in ("accuracy", "loss")}
+        self._put("final-model", final_model, params)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@dataclass
+class LocalRoundReporter:
+    """Feeds a :class:`CosineTracker` in this process.
+
+    Parameters
+    ----------
+    tracker : CosineTracker
+        Tracks every canary (seen and unseen) of the audit.
+    """
+
+    tracker: CosineTracker
+    initial_model: np.ndarray | None = field(default=None, repr=False)
+    final_model: np.ndarray | None = field(default=None, repr=False)
+    rounds: list[tuple[int, RoundMetadata]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def report_initial(self, initial_model: np.ndarray) -> None:
+        self.initial_model = np.array(initial_model, dtype=np.float32)
+
+    def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None:
+        expected = len(self.rounds) + 1
+        if server_round != expected:
+            raise ValueError(f"server_round must be {expected}, got {server_round}")
+        self.tracker.update(np.asarray(delta, dtype=np.float32))
+        self.rounds.append((server_round, metadata))
+
+    def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None:
+        if self.initial_model is None:
+            raise ValueError("report_initial must be called before report_final")
+        self.final_model = np.array(final_model, dtype=np.float32)
+        self.tracker.finalize(self.final_model, self.initial_model)
+        self.metrics = dict(metrics)

@@ -1,0 +1,95 @@
+"""Round reporters: HTTP wire format, retries, 4xx; the local tracker path."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+
+from auditor.canaries import canary_vectors, seen_mask
+from auditor.statistics import CosineTracker
+from server.reporting import HttpRoundReporter, LocalRoundReporter, ReportingError, RoundMetadata
+
+META = RoundMetadata(clip_norm=0.5, cohort_size=4, num_canaries_inserted=1, num_failures=0,
+                     clipped_fraction=0.25, noise_stddev=0.5)
+
+
+def _reporter(handler, **kwargs):
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    return HttpRoundReporter("http://auditor", "a1", "tok-123", client=client, backoff=0.0, **kwargs)
+
+
+def test_http_reporter_sends_raw_float32_with_bearer_and_metadata():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    reporter = _reporter(handler)
+    delta = np.array([1.5, -2.0, 3.25], dtype=np.float64)
+    reporter.report_initial(np.zeros(3))
+    reporter.report_round(1, delta, META)
+    reporter.report_final(np.ones(3), {"accuracy": 0.9, "loss": 0.1, "other": 2.0})
+    paths = [r.url.path for r in seen]
+    assert paths == ["/audits/a1/initial-model", "/audits/a1/rounds/1", "/audits/a1/final-model"]
+    assert all(r.method == "PUT" and r.headers["authorization"] == "Bearer tok-123" for r in seen)
+    assert np.array_equal(np.frombuffer(seen[1].content, dtype="<f4"), delta.astype(np.float32))
+    params = dict(seen[1].url.params)
+    assert float(params["clip_norm"]) == 0.5 and int(params["num_canaries_inserted"]) == 1
+    assert "train_loss" not in params
+    assert set(dict(seen[2].url.params)) == {"accuracy", "loss"}
+    assert "tok-123" not in repr(reporter)
+
+
+def test_http_reporter_retries_5xx_and_connection_errors_then_succeeds():
+    calls = {"n": 0}
+
+    def handler(request):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise httpx.ConnectError("refused")
+        if calls["n"] == 2:
+            return httpx.Response(503)
+        return httpx.Response(200)
+
+    _reporter(handler, max_retries=3).report_round(1, np.zeros(2), META)
+    assert calls["n"] == 3
+
+
+def test_http_reporter_gives_up_after_max_retries_and_raises_on_4xx_at_once():
+    calls = {"n": 0}
+
+    def flaky(request):
+        calls["n"] += 1
+        return httpx.Response(500)
+
+    with pytest.raises(ReportingError, match="3 attempts"):
+        _reporter(flaky, max_retries=2).report_round(1, np.zeros(2), META)
+    assert calls["n"] == 3
+
+    calls["n"] = 0
+
+    def reject(request):
+        calls["n"] += 1
+        return httpx.Response(422, text="wrong length")
+
+    with pytest.raises(ReportingError, match="422"):
+        _reporter(reject, max_retries=5).report_round(1, np.zeros(2), META)
+    assert calls["n"] == 1
+
+
+def test_local_reporter_gives_canary_statistics():
+    seed, k, d = 2024, 20, 4000
+    mask = seen_mask(seed, k)
+    directions = canary_vectors(seed, np.arange(k), d)
+    reporter = LocalRoundReporter(CosineTracker(seed, k, d))
+    theta0 = np.zeros(d, dtype=np.float32)
+    reporter.report_initial(theta0)
+    delta = directions[mask].sum(axis=0)  # the seen canaries, no noise
+    reporter.report_round(1, delta, META)
+    reporter.report_final(theta0 + delta, {"accuracy": 1.0})
+    final = reporter.tracker.final_cosines
+    assert final[mask].min() > 0.1 and np.abs(final[~mask]).max() < 0.1
+    with pytest.raises(ValueError, match="server_round"):
+        reporter.report_round(3, delta, META)
