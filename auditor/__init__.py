@@ -2,6 +2,17 @@
 audit service in :mod:`auditor.service`."""
 
 from auditor.canaries import canary_vector, canary_vectors, new_master_seed, seen_mask
+from auditor.estimators import (
+    AuditSummary,
+    Bonferroni,
+    NoCorrection,
+    Split,
+    analytic_epsilon,
+    epsilon_lower_bound,
+    one_run_lower_bound,
+    summarize,
+    two_gaussian_epsilon,
+)
 from auditor.results import Correction, Diagnostic, EpsilonResult, Estimator, VarianceTreatment
 from auditor.statistics import CosineTracker
 
@@ -16,4 +27,14 @@ __all__ = [
     "EpsilonResult",
     "Estimator",
     "VarianceTreatment",
+    # estimators (stable public API: names, positional order and ``.epsilon``)
+    "two_gaussian_epsilon",
+    "epsilon_lower_bound",
+    "one_run_lower_bound",
+    "analytic_epsilon",
+    "summarize",
+    "AuditSummary",
+    "NoCorrection",
+    "Bonferroni",
+    "Split",
 ]

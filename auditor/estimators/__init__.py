@@ -1,0 +1,59 @@
+"""Every epsilon estimator, lower bound, diagnostic and the analytic accounting, as pure
+functions over arrays of canary cosines. See ``docs/estimators.md``."""
+
+from auditor.estimators.analytic import (
+    analytic_epsilon,
+    gaussian_epsilon_for_sigma,
+    gaussian_sigma_for_epsilon,
+)
+from auditor.estimators.diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
+from auditor.estimators.fitted import (
+    all_iterates_estimate,
+    exact_null_epsilon,
+    final_model_epsilon,
+    final_model_estimates,
+)
+from auditor.estimators.lower_bound import (
+    Bonferroni,
+    NoCorrection,
+    Split,
+    epsilon_lower_bound,
+    jeffreys_upper,
+)
+from auditor.estimators.null import null_cdf, null_logsf, null_pdf, null_sf
+from auditor.estimators.one_run import one_run_lower_bound, one_run_p_value
+from auditor.estimators.summary import AuditSummary, Histogram, summarize
+from auditor.estimators.two_gaussian import (
+    gaussian_mechanism_delta,
+    hockey_stick_divergence,
+    two_gaussian_epsilon,
+)
+
+__all__ = [
+    "AuditSummary",
+    "Bonferroni",
+    "Histogram",
+    "NoCorrection",
+    "Split",
+    "all_iterates_estimate",
+    "analytic_epsilon",
+    "anderson_darling",
+    "bootstrap_interval",
+    "epsilon_lower_bound",
+    "exact_null_epsilon",
+    "final_model_epsilon",
+    "final_model_estimates",
+    "gaussian_epsilon_for_sigma",
+    "gaussian_mechanism_delta",
+    "gaussian_sigma_for_epsilon",
+    "hockey_stick_divergence",
+    "jeffreys_upper",
+    "null_cdf",
+    "null_logsf",
+    "null_pdf",
+    "null_sf",
+    "one_run_lower_bound",
+    "one_run_p_value",
+    "summarize",
+    "two_gaussian_epsilon",
+]

@@ -1,0 +1,181 @@
+"""Epsilon estimates from Gaussians fitted to canary cosines (Andrew et al. Alg. 2 and 3)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize, special
+
+from auditor.estimators._validation import check_delta, check_dim, check_scores
+from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logpdf
+from auditor.estimators.two_gaussian import two_gaussian_epsilon
+from auditor.results import EpsilonResult, Estimator, VarianceTreatment
+
+__all__ = [
+    "final_model_epsilon",
+    "final_model_estimates",
+    "all_iterates_estimate",
+    "exact_null_epsilon",
+]
+
+FINAL_MODEL = "final_model"
+ALL_ITERATES = "all_iterates"
+
+
+def _fit(values: np.ndarray) -> tuple[float, float]:
+    """Sample mean and (biased, 1/k) standard deviation as in the paper."""
+    return float(np.mean(values)), float(np.std(values))
+
+
+def exact_null_epsilon(d: int, mu: float, sigma: float, delta: float, *, grid: int = 20001) -> float:
+    """Epsilon between the exact null cosine density (dimension ``d``) and ``N(mu, sigma^2)``.
+
+    Cosines live in ``[-1, 1]``, so the Gaussian alternative is truncated to ``[-1, 1]``.
+    Numerical: both hockey-stick divergences are integrated on a grid over ``[-1, 1]`` (midpoint rule)
+    (refined around ``mu``), then the root in epsilon is bracketed and found with Brent's method
+    on ``log delta(eps)``. Used for ``d < 1000`` where ``N(0, 1/d)`` is a poor approximation of
+    the null.
+    """
+    d = check_dim(d)
+    delta = check_delta(delta)
+    if sigma <= 0:
+        return math.inf
+    fine_lo, fine_hi = max(-1.0, mu - 12 * sigma), min(1.0, mu + 12 * sigma)
+    edges = np.unique(np.concatenate([np.linspace(-1.0, 1.0, grid),
+                                      np.linspace(fine_lo, fine_hi, grid) if fine_hi > fine_lo else []]))
+    x = 0.5 * (edges[:-1] + edges[1:])  # midpoint rule: never evaluates the null at +-1
+    w = np.diff(edges)
+    log_p = null_logpdf(x, d)
+    log_q = -0.5 * ((x - mu) / sigma) ** 2
+    # renormalise both on the grid (truncates the Gaussian; discretisation error cancels)
+    log_p = log_p - special.logsumexp(log_p, b=w)
+    log_q = log_q - special.logsumexp(log_q, b=w)
+    p, q = np.exp(log_p), np.exp(log_q)
+
+    def log_delta(eps: float) -> float:
+        e = math.exp(eps)
+        h1 = float(np.sum(w * np.maximum(p - e * q, 0.0)))
+        h2 = float(np.sum(w * np.maximum(q - e * p, 0.0)))
+        return math.log(max(h1, h2, 1e-300))
+
+    target = math.log(delta)
+    if log_delta(0.0) <= target:
+        return 0.0
+    a, b = 0.0, 1.0
+    while log_delta(b) > target:
+        a, b = b, 2 * b
+        if b > 512:  # e^eps overflows soon after; the supports are effectively disjoint
+            return math.inf
+    return float(optimize.brentq(lambda e: log_delta(e) - target, a, b, xtol=1e-10))
+
+
+def final_model_epsilon(
+    seen, d: int, delta: float, *, variance: VarianceTreatment | str = VarianceTreatment.null
+) -> EpsilonResult:
+    """Final-model epsilon estimate (Andrew et al. Alg. 2).
+
+    Parameters
+    ----------
+    seen : array_like
+        Cosines ``cos(c_j, theta_T - theta_0)`` of the seen canaries (at least 2).
+    d : int
+        Model dimension; the null is ``N(0, 1/d)`` (the exact density when ``d < 1000``, and
+        then the alternative Gaussian is truncated to ``[-1, 1]``).
+    delta : float
+        Target delta.
+    variance : VarianceTreatment or {"null", "fitted"}
+        ``null``: the alternative is ``N(mu_hat, 1/d)`` (Thm 3.3's limit; the default, matches
+        the paper's Table 2). ``fitted``: ``N(mu_hat, sigma_hat^2)``.
+
+    Returns
+    -------
+    EpsilonResult
+        ``details`` holds ``mu_hat``, ``sigma_hat``, ``sigma_alt``, ``num_seen`` and ``null``
+        ("gaussian" or "exact").
+    """
+    seen = check_scores(seen, "seen")
+    d = check_dim(d)
+    delta = check_delta(delta)
+    variance = VarianceTreatment(variance)
+    if variance not in (VarianceTreatment.null, VarianceTreatment.fitted):
+        raise ValueError(f"variance must be 'null' or 'fitted', got {variance.value!r}")
+    if seen.size < 2:
+        raise ValueError("seen must hold at least 2 cosines to fit a Gaussian")
+    mu, sigma_hat = _fit(seen)
+    null_sd = 1.0 / math.sqrt(d)
+    sigma_alt = null_sd if variance is VarianceTreatment.null else sigma_hat
+    exact = d < EXACT_NULL_BELOW_DIM
+    if exact:
+        eps = exact_null_epsilon(d, mu, sigma_alt, delta)
+    else:
+        eps = two_gaussian_epsilon(0.0, null_sd, mu, sigma_alt, delta)
+    null_name = "exact (1-t^2)^((d-3)/2)" if exact else "N(0, 1/d)"
+    alt = "N(mu_hat, 1/d)" if variance is VarianceTreatment.null else "N(mu_hat, sigma_hat^2)"
+    return EpsilonResult(
+        epsilon=eps,
+        estimator=Estimator.two_gaussian,
+        threat_model=FINAL_MODEL,
+        delta=delta,
+        variance=variance,
+        method=f"two-Gaussian epsilon between null {null_name} and {alt} fitted to "
+        f"{seen.size} seen final-model cosines (Andrew et al. Alg. 2)",
+        details={
+            "mu_hat": mu,
+            "sigma_hat": sigma_hat,
+            "sigma_alt": sigma_alt,
+            "null_sigma": null_sd,
+            "num_seen": int(seen.size),
+            "null": "exact" if exact else "gaussian",
+        },
+    )
+
+
+def final_model_estimates(seen, d: int, delta: float) -> list[EpsilonResult]:
+    """Both variance treatments of :func:`final_model_epsilon` (null first: the default)."""
+    return [
+        final_model_epsilon(seen, d, delta, variance=VarianceTreatment.null),
+        final_model_epsilon(seen, d, delta, variance=VarianceTreatment.fitted),
+    ]
+
+
+def all_iterates_estimate(seen, unseen, delta: float) -> EpsilonResult:
+    """All-iterates epsilon estimate (Andrew et al. Alg. 3).
+
+    Gaussians are fitted to the max-over-rounds cosines of the unseen canaries (the null) and
+    of the seen canaries; the result is the two-Gaussian epsilon between them.
+
+    Parameters
+    ----------
+    seen, unseen : array_like
+        Max-over-rounds cosines of the seen and unseen canaries (at least 2 each).
+    delta : float
+        Target delta.
+    """
+    seen = check_scores(seen, "seen")
+    unseen = check_scores(unseen, "unseen")
+    delta = check_delta(delta)
+    if seen.size < 2:
+        raise ValueError("seen must hold at least 2 cosines to fit a Gaussian")
+    if unseen.size < 2:
+        raise ValueError("unseen must hold at least 2 cosines to fit a Gaussian")
+    mu1, s1 = _fit(seen)
+    mu0, s0 = _fit(unseen)
+    eps = two_gaussian_epsilon(mu0, s0, mu1, s1, delta)
+    return EpsilonResult(
+        epsilon=eps,
+        estimator=Estimator.two_gaussian,
+        threat_model=ALL_ITERATES,
+        delta=delta,
+        variance=VarianceTreatment.fitted,
+        method=f"two-Gaussian epsilon between Gaussians fitted to the max-over-rounds cosines of "
+        f"{unseen.size} unseen and {seen.size} seen canaries (Andrew et al. Alg. 3)",
+        details={
+            "mu_unseen": mu0,
+            "sigma_unseen": s0,
+            "mu_seen": mu1,
+            "sigma_seen": s1,
+            "num_seen": int(seen.size),
+            "num_unseen": int(unseen.size),
+        },
+    )

@@ -1,0 +1,51 @@
+"""The null distribution of a canary cosine (Andrew et al. Thm 3.1).
+
+For a canary ``c`` uniform on the unit sphere of R^d and any independent nonzero vector ``v``,
+``tau = <c, v>/||v||`` has density proportional to ``(1 - tau^2)^((d-3)/2)`` on ``[-1, 1]``;
+equivalently ``(1 + tau)/2 ~ Beta((d-1)/2, (d-1)/2)``. Its mean is 0 and its variance exactly
+``1/d``; for large ``d`` it is close to ``N(0, 1/d)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from auditor.estimators._validation import check_dim
+
+__all__ = ["null_logsf", "null_sf", "null_cdf", "null_pdf", "null_logpdf", "EXACT_NULL_BELOW_DIM"]
+
+#: Below this dimension the estimators use the exact null instead of N(0, 1/d).
+EXACT_NULL_BELOW_DIM = 1000
+
+
+def _beta(d: int):
+    a = (check_dim(d) - 1) / 2.0
+    return stats.beta(a, a)
+
+
+def null_sf(tau, d: int) -> np.ndarray:
+    """P[cos > tau] under the exact null in dimension ``d``."""
+    return _beta(d).sf((np.asarray(tau, dtype=np.float64) + 1.0) / 2.0)
+
+
+def null_logsf(tau, d: int) -> np.ndarray:
+    """log P[cos > tau] under the exact null (accurate far in the tail)."""
+    return _beta(d).logsf((np.asarray(tau, dtype=np.float64) + 1.0) / 2.0)
+
+
+def null_cdf(tau, d: int) -> np.ndarray:
+    """P[cos <= tau] under the exact null in dimension ``d``."""
+    return _beta(d).cdf((np.asarray(tau, dtype=np.float64) + 1.0) / 2.0)
+
+
+def null_logpdf(tau, d: int) -> np.ndarray:
+    """log density of the exact null at ``tau`` (``-inf`` outside ``(-1, 1)``)."""
+    tau = np.asarray(tau, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return _beta(d).logpdf((tau + 1.0) / 2.0) - np.log(2.0)
+
+
+def null_pdf(tau, d: int) -> np.ndarray:
+    """Density of the exact null at ``tau``."""
+    return np.exp(null_logpdf(tau, d))

@@ -1,0 +1,261 @@
+"""``summarize``: every estimate, diagnostic and histogram for one audit's canary statistics.
+
+This is what the service and ``flaudit run`` call after every round (max-over-rounds cosines
+only) and at the end (both statistics). It never crashes on degenerate but legal input (few
+canaries, zero variance, everything seen): what cannot be estimated is reported as a
+:class:`~auditor.results.Diagnostic` saying why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from auditor.estimators._validation import (
+    check_confidence,
+    check_delta,
+    check_dim,
+    check_mask,
+    check_scores,
+)
+from auditor.estimators.diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
+from auditor.estimators.fitted import (
+    ALL_ITERATES,
+    FINAL_MODEL,
+    all_iterates_estimate,
+    final_model_epsilon,
+    final_model_estimates,
+)
+from auditor.estimators.lower_bound import Bonferroni, NoCorrection, epsilon_lower_bound
+from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_pdf
+from auditor.estimators.one_run import one_run_lower_bound
+from auditor.results import Diagnostic, EpsilonResult, VarianceTreatment
+
+__all__ = ["AuditSummary", "Histogram", "summarize"]
+
+_THREAT_MODELS = (FINAL_MODEL, ALL_ITERATES)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Seen/unseen cosine counts on shared bins plus the null density at the bin centres (for a
+    plot like Andrew et al. Figure 1). ``null_density`` integrates to ~1 over the bins; scale by
+    ``count * bin width`` to overlay on counts."""
+
+    bin_edges: list[float]
+    seen_counts: list[int]
+    unseen_counts: list[int]
+    null_density: list[float]
+    null: str  # which null: "exact", "N(0, 1/d)" or "fitted to unseen"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bin_edges": self.bin_edges,
+            "seen_counts": self.seen_counts,
+            "unseen_counts": self.unseen_counts,
+            "null_density": self.null_density,
+            "null": self.null,
+        }
+
+
+@dataclass(frozen=True)
+class AuditSummary:
+    """Estimates, diagnostics and histograms of one audit at one point in time."""
+
+    estimates: list[EpsilonResult] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "estimates": [e.to_dict() for e in self.estimates],
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
+            "histograms": {k: h.to_dict() for k, h in self.histograms.items()},
+        }
+
+
+def _histogram(seen: np.ndarray, unseen: np.ndarray, density, null: str, num_bins: int) -> Histogram:
+    pooled = np.concatenate([seen, unseen])
+    lo, hi = float(pooled.min()), float(pooled.max())
+    if hi <= lo:
+        pad = max(abs(lo) * 1e-3, 1e-12)
+        lo, hi = lo - pad, hi + pad
+    edges = np.linspace(lo, hi, num_bins + 1)
+    centres = 0.5 * (edges[:-1] + edges[1:])
+    seen_counts, _ = np.histogram(seen, edges)
+    unseen_counts, _ = np.histogram(unseen, edges)
+    dens = np.nan_to_num(np.asarray(density(centres), dtype=np.float64), nan=0.0, posinf=0.0)
+    return Histogram(
+        bin_edges=edges.tolist(),
+        seen_counts=seen_counts.astype(int).tolist(),
+        unseen_counts=unseen_counts.astype(int).tolist(),
+        null_density=dens.tolist(),
+        null=null,
+    )
+
+
+def _gauss_pdf(mu: float, sd: float):
+    def pdf(x):
+        if sd <= 0:
+            return np.zeros_like(x)
+        return np.exp(-0.5 * ((x - mu) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+
+    return pdf
+
+
+def _skip(name: str, hint: str, **details) -> Diagnostic:
+    return Diagnostic(name=name, value=0.0, ok=False, hint=hint, details=details)
+
+
+def summarize(
+    *,
+    seen,
+    dim: int,
+    delta: float,
+    max_cosines=None,
+    final_cosines=None,
+    threat_models=_THREAT_MODELS,
+    confidence: float = 0.95,
+    bootstrap: int = 0,
+    one_run: bool = False,
+    num_bins: int = 30,
+) -> AuditSummary:
+    """All estimates for one audit's canary statistics.
+
+    Parameters
+    ----------
+    seen : array_like of bool
+        The seen/unseen split (True = inserted), length k.
+    dim : int
+        Model dimension d.
+    delta : float
+        Target delta for every epsilon.
+    max_cosines : array_like, optional
+        Per-canary max over rounds of ``cos(c_j, Delta_t)`` (length k). ``-inf`` everywhere
+        means "no round yet" and is skipped.
+    final_cosines : array_like, optional
+        Per-canary ``cos(c_j, theta_T - theta_0)`` (length k).
+    threat_models : iterable of {"final_model", "all_iterates"}
+        Which threat models to report (each needs its statistic).
+    confidence : float
+        Confidence of the lower bounds.
+    bootstrap : int
+        Bootstrap resamples for the interval on epsilon_est (0: skip; ~200 costs ~0.1 s).
+    one_run : bool
+        Also compute the Steinke et al. one-run bound (~0.1 s per threat model at k = 1000).
+    num_bins : int
+        Histogram bins.
+
+    Returns
+    -------
+    AuditSummary
+    """
+    seen_arr = np.asarray(seen)
+    if seen_arr.ndim != 1 or seen_arr.size == 0:
+        raise ValueError("seen must be a non-empty one-dimensional boolean mask")
+    k = seen_arr.size
+    seen_mask = check_mask(seen_arr, "seen", k, "seen")
+    d = check_dim(dim, "dim")
+    delta = check_delta(delta)
+    confidence = check_confidence(confidence)
+    if isinstance(threat_models, str):
+        threat_models = (threat_models,)
+    tms = []
+    for tm in threat_models:
+        tm = getattr(tm, "value", tm)
+        if tm not in _THREAT_MODELS:
+            raise ValueError(f"threat_models: unknown threat model {tm!r}")
+        tms.append(tm)
+    if not isinstance(bootstrap, int) or bootstrap < 0:
+        raise ValueError(f"bootstrap must be an integer >= 0, got {bootstrap!r}")
+    if not isinstance(num_bins, int) or num_bins < 1:
+        raise ValueError(f"num_bins must be an integer >= 1, got {num_bins!r}")
+
+    final = None
+    if final_cosines is not None:
+        final = check_scores(final_cosines, "final_cosines")
+        if final.size != k:
+            raise ValueError(f"final_cosines has length {final.size} but seen has length {k}")
+    maxc = None
+    if max_cosines is not None:
+        raw = np.asarray(max_cosines, dtype=np.float64)
+        if raw.ndim == 1 and raw.size == k and np.all(raw == -np.inf):
+            maxc = None  # no round ingested yet
+        else:
+            maxc = check_scores(raw, "max_cosines")
+            if maxc.size != k:
+                raise ValueError(f"max_cosines has length {maxc.size} but seen has length {k}")
+
+    estimates: list[EpsilonResult] = []
+    diagnostics: list[Diagnostic] = []
+    histograms: dict[str, Histogram] = {}
+    n_seen, n_unseen = int(seen_mask.sum()), int((~seen_mask).sum())
+
+    if FINAL_MODEL in tms and final is not None:
+        s, u = final[seen_mask], final[~seen_mask]
+        if n_seen >= 2:
+            estimates.extend(final_model_estimates(s, d, delta))
+            for corr in (NoCorrection(), Bonferroni()):
+                estimates.append(
+                    epsilon_lower_bound(s, d=d, delta=delta, confidence=confidence,
+                                        correction=corr, threat_model=FINAL_MODEL)
+                )
+            diagnostics.append(anderson_darling(s, name="seen_final"))
+            if bootstrap:
+                diagnostics.append(
+                    bootstrap_interval(
+                        lambda ss, _u: final_model_epsilon(ss, d, delta).epsilon,
+                        s, None, name="final_model_epsilon", point=estimates[0].epsilon,
+                        num_resamples=bootstrap,
+                    )
+                )
+        else:
+            diagnostics.append(_skip("final_model_skipped",
+                                     f"final model: {n_seen} seen canaries, need at least 2",
+                                     num_seen=n_seen))
+        if n_unseen:
+            diagnostics.append(unseen_vs_null(u, d))
+        if one_run and k >= 2:
+            estimates.append(one_run_lower_bound(final, seen_mask, delta=delta,
+                                                 confidence=confidence, threat_model=FINAL_MODEL))
+        exact = d < EXACT_NULL_BELOW_DIM
+        histograms[FINAL_MODEL] = _histogram(
+            s, u, (lambda x: null_pdf(x, d)) if exact else _gauss_pdf(0.0, 1 / math.sqrt(d)),
+            "exact" if exact else "N(0, 1/d)", num_bins,
+        )
+
+    if ALL_ITERATES in tms and maxc is not None:
+        s, u = maxc[seen_mask], maxc[~seen_mask]
+        if n_seen >= 2 and n_unseen >= 2:
+            estimates.append(all_iterates_estimate(s, u, delta))
+            for corr in (NoCorrection(), Bonferroni()):
+                estimates.append(
+                    epsilon_lower_bound(s, u, delta=delta, confidence=confidence,
+                                        correction=corr, threat_model=ALL_ITERATES)
+                )
+            diagnostics.append(anderson_darling(s, name="seen_max"))
+            diagnostics.append(anderson_darling(u, name="unseen_max"))
+            if bootstrap:
+                diagnostics.append(
+                    bootstrap_interval(
+                        lambda ss, uu: all_iterates_estimate(ss, uu, delta).epsilon,
+                        s, u, name="all_iterates_epsilon",
+                        point=estimates[-3].epsilon, num_resamples=bootstrap,
+                    )
+                )
+        else:
+            diagnostics.append(_skip(
+                "all_iterates_skipped",
+                f"all iterates: {n_seen} seen and {n_unseen} unseen canaries, need at least 2 of each",
+                num_seen=n_seen, num_unseen=n_unseen))
+        if one_run and k >= 2:
+            estimates.append(one_run_lower_bound(maxc, seen_mask, delta=delta,
+                                                 confidence=confidence, threat_model=ALL_ITERATES))
+        if n_unseen:
+            mu, sd = float(np.mean(u)), float(np.std(u))
+            histograms[ALL_ITERATES] = _histogram(s, u, _gauss_pdf(mu, sd), "fitted to unseen",
+                                                  num_bins)
+    return AuditSummary(estimates=estimates, diagnostics=diagnostics, histograms=histograms)

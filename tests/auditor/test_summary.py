@@ -1,0 +1,83 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from auditor.estimators import AuditSummary, summarize
+from auditor.results import Correction, Estimator, VarianceTreatment
+
+
+def _cosines(k=1000, d=10**6, sigma=1.54, seed=0):
+    rng = np.random.default_rng(seed)
+    seen = rng.random(k) < 0.5
+    final = rng.normal(0, 1 / math.sqrt(d), k) + seen / (sigma * math.sqrt(d))
+    maxc = rng.normal(3, 0.4, k) / math.sqrt(d) + seen / (sigma * math.sqrt(d))
+    return seen, final, maxc, d
+
+
+def test_summary_reports_every_estimator_with_provenance():
+    seen, final, maxc, d = _cosines()
+    s = summarize(seen=seen, dim=d, delta=1e-6, max_cosines=maxc, final_cosines=final, one_run=True,
+                  bootstrap=20)
+    assert isinstance(s, AuditSummary)
+    kinds = {(e.threat_model, e.estimator, e.variance, e.correction) for e in s.estimates}
+    assert ("final_model", Estimator.two_gaussian, VarianceTreatment.null, Correction.not_applicable) in kinds
+    assert ("final_model", Estimator.two_gaussian, VarianceTreatment.fitted, Correction.not_applicable) in kinds
+    assert ("final_model", Estimator.lower_bound, VarianceTreatment.not_applicable, Correction.none) in kinds
+    assert ("final_model", Estimator.lower_bound, VarianceTreatment.not_applicable, Correction.bonferroni) in kinds
+    assert any(e.threat_model == "all_iterates" and e.estimator is Estimator.two_gaussian for e in s.estimates)
+    assert any(e.estimator is Estimator.one_run for e in s.estimates)
+    # a signal at the paper's sigma=1.54 (eps=3) must be visible
+    est = next(e for e in s.estimates if e.variance is VarianceTreatment.null)
+    assert 2.0 < est.epsilon < 4.0
+    for e in s.estimates:
+        if e.estimator is Estimator.lower_bound:
+            assert e.confidence == 0.95 and e.epsilon <= est.epsilon + 1.5
+    names = {g.name for g in s.diagnostics}
+    assert {"anderson_darling_seen_final", "unseen_vs_null", "bootstrap_final_model_epsilon"} <= names
+    h = s.histograms["final_model"]
+    assert sum(h.seen_counts) == seen.sum() and sum(h.unseen_counts) == (~seen).sum()
+    assert len(h.bin_edges) == len(h.seen_counts) + 1 == len(h.null_density) + 1
+    json.dumps(s.to_dict())  # JSON-serialisable (inf as "inf")
+
+
+def test_summary_per_round_only_max_cosines_and_no_round_yet():
+    seen, _, maxc, d = _cosines(k=200)
+    s = summarize(seen=seen, dim=d, delta=1e-6, max_cosines=maxc)
+    assert {e.threat_model for e in s.estimates} == {"all_iterates"}
+    empty = summarize(seen=seen, dim=d, delta=1e-6, max_cosines=np.full(200, -np.inf))
+    assert empty.estimates == [] and empty.histograms == {}
+
+
+@pytest.mark.parametrize(
+    "seen,values",
+    [
+        (np.array([True]), np.array([0.1])),  # one canary
+        (np.ones(5, bool), np.zeros(5)),  # all seen, zero variance
+        (np.zeros(5, bool), np.full(5, 0.3)),  # none seen
+        (np.array([True, True, False, False]), np.array([0.2, 0.2, 0.0, 0.0])),  # separated, constant
+    ],
+)
+def test_summary_degenerate_inputs_never_crash_or_nan(seen, values):
+    s = summarize(seen=seen, dim=50, delta=1e-5, max_cosines=values, final_cosines=values,
+                  one_run=True, bootstrap=5)
+    for e in s.estimates:
+        assert not math.isnan(e.epsilon) and e.epsilon >= 0
+    for g in s.diagnostics:
+        assert not math.isnan(g.value)
+    json.dumps(s.to_dict())
+
+
+def test_summary_rejects_bad_input_naming_argument():
+    seen, final, maxc, d = _cosines(k=50)
+    with pytest.raises(ValueError, match="final_cosines"):
+        summarize(seen=seen, dim=d, delta=1e-6, final_cosines=final[:-1])
+    with pytest.raises(ValueError, match="max_cosines"):
+        summarize(seen=seen, dim=d, delta=1e-6, max_cosines=np.where(seen, np.nan, maxc))
+    with pytest.raises(ValueError, match="delta"):
+        summarize(seen=seen, dim=d, delta=1.5, final_cosines=final)
+    with pytest.raises(ValueError, match="dim"):
+        summarize(seen=seen, dim=1, delta=1e-6, final_cosines=final)
+    with pytest.raises(ValueError, match="threat_models"):
+        summarize(seen=seen, dim=d, delta=1e-6, final_cosines=final, threat_models=("nope",))
