@@ -1,0 +1,152 @@
+// Formatting and labelling of the service's JSON (EpsilonResult / Diagnostic dicts).
+
+export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+
+/** JSON epsilon ("inf", number, null) -> number (Infinity allowed) or null. */
+export function epsValue(value) {
+  if (value === "inf" || value === "Infinity") return Infinity;
+  if (value === "-inf") return -Infinity;
+  if (typeof value === "number" && !Number.isNaN(value)) return value;
+  return null;
+}
+
+export function fmtEps(value) {
+  const v = epsValue(value);
+  if (v === null) return "–";
+  if (v === Infinity) return "∞";
+  if (v === 0) return "0";
+  if (Math.abs(v) >= 100) return v.toFixed(0);
+  return v.toPrecision(3);
+}
+
+export function fmtNum(value, digits = 3) {
+  if (value === null || value === undefined || value === "") return "–";
+  if (value === "inf") return "∞";
+  if (typeof value !== "number") return String(value);
+  if (Number.isInteger(value)) return String(value);
+  if (Math.abs(value) > 0 && (Math.abs(value) < 1e-3 || Math.abs(value) >= 1e5)) return value.toExponential(2);
+  return value.toPrecision(digits);
+}
+
+export function fmtDuration(seconds) {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "–";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${s % 60} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+export function fmtTime(iso) {
+  if (!iso) return "–";
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return String(iso);
+  return d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+}
+
+export const STATUS_ICON = {
+  queued: "◷",
+  running: "▶",
+  succeeded: "✓",
+  failed: "✕",
+  cancelled: "■",
+};
+
+const ESTIMATOR_NAME = {
+  two_gaussian: "ε_est",
+  lower_bound: "ε_lo",
+  one_run: "one-run bound",
+  analytic: "analytic ε",
+  sequential: "sequential test",
+};
+
+const ESTIMATOR_LONG = {
+  two_gaussian: "two-Gaussian (Andrew §3.2)",
+  lower_bound: "ε_lo, Jeffreys (Andrew §5.1)",
+  one_run: "one-run (Steinke Thm 3.1)",
+  analytic: "accountant (dp-accounting)",
+  sequential: "test by betting (González)",
+};
+
+export function estimatorLong(estimator) {
+  return ESTIMATOR_LONG[estimator] || estimator;
+}
+
+export function threatLabel(tm) {
+  if (tm === "final_model") return "final model";
+  if (tm === "all_iterates") return "all iterates";
+  return String(tm || "").replace(/_/g, " ");
+}
+
+/** Short human label of one estimate, e.g. "ε_est final model (σ²=1/d)". */
+export function estimateLabel(e) {
+  const name = ESTIMATOR_NAME[e.estimator] || e.estimator;
+  const parts = [name, threatLabel(e.threat_model)];
+  if (e.variance === "null") parts.push("(σ² = 1/d)");
+  else if (e.variance === "fitted") parts.push("(fitted σ)");
+  if (e.correction && e.correction !== "n/a") parts.push(`[${e.correction}]`);
+  return parts.join(" ");
+}
+
+export function seriesKey(e) {
+  return [e.estimator, e.threat_model, e.variance || "n/a", e.correction || "n/a"].join("|");
+}
+
+export function isLowerBound(e) {
+  return e.estimator === "lower_bound" || e.estimator === "one_run";
+}
+
+const VARIANCE_PREF = { null: 0, fitted: 1, "n/a": 2 };
+const CORRECTION_PREF = { bonferroni: 0, split: 1, "n/a": 2, none: 3 };
+
+/** Which series are shown by default: for each (estimator, threat model) the preferred
+ * variance treatment (σ² = 1/d, as the paper's Table 2) and a corrected bound when offered. */
+export function defaultSeries(estimates) {
+  const best = new Map();
+  for (const e of estimates) {
+    if (e.estimator === "analytic" || e.estimator === "sequential") continue;
+    const group = `${e.estimator}|${e.threat_model}`;
+    const rank = (VARIANCE_PREF[e.variance] ?? 5) * 10 + (CORRECTION_PREF[e.correction] ?? 5);
+    const prev = best.get(group);
+    if (!prev || rank < prev.rank) best.set(group, { rank, key: seriesKey(e) });
+  }
+  return new Set([...best.values()].map((v) => v.key));
+}
+
+/** The list item's headline epsilon may be a number, "inf", an EpsilonResult dict or null. */
+export function headline(value) {
+  if (value && typeof value === "object") return { eps: value.epsilon, label: estimateLabel(value) };
+  return { eps: value, label: "" };
+}
+
+/** Lower bounds that exceed an analytic epsilon: evidence of a DP bug or a wrong claim. */
+export function boundViolations(estimates) {
+  const analytic = estimates.filter((e) => e.estimator === "analytic" && epsValue(e.epsilon) !== null);
+  const bounds = estimates.filter((e) => isLowerBound(e) && epsValue(e.epsilon) !== null);
+  const out = [];
+  for (const b of bounds) {
+    const lo = epsValue(b.epsilon);
+    for (const a of analytic) {
+      const hi = epsValue(a.epsilon);
+      if (Number.isFinite(hi) && lo > hi) out.push({ bound: b, analytic: a });
+    }
+  }
+  return out;
+}
+
+const DIAGNOSTIC_HINTS = [
+  [/anderson|ad_|normal|gauss/i, "The cosines do not look Gaussian, so the two-Gaussian ε_est is shaky: trust ε_lo and the one-run bound."],
+  [/null|unseen/i, "Unseen canaries should look like the null N(0, 1/d); if not, the canaries are not independent of the model (a bug in insertion or in the seed)."],
+  [/bootstrap|interval|ci/i, "A wide interval means too few canaries for a stable ε_est: add canaries."],
+];
+
+/** Plain-language hint for a diagnostic: the service's own hint, else a generic one by name. */
+export function diagnosticHint(d) {
+  if (d.hint) return d.hint;
+  for (const [pattern, hint] of DIAGNOSTIC_HINTS) if (pattern.test(d.name)) return hint;
+  return d.ok ? "Looks fine." : "Outside the expected range.";
+}
+
+export function humanize(name) {
+  return String(name || "").replace(/_/g, " ");
+}
