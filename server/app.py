@@ -1,0 +1,372 @@
+"""Flower ServerApp (Message API): DP-FedAvg with random canary clients.
+
+The main loop (:func:`run_audit`)
+
+1. builds the task's initial model ``theta_0`` and reports it;
+2. waits for the SuperNodes and maps their (random) node ids to stable partition ids
+   (sorted node ids; partition ``p`` is trained on node ``p mod #nodes``);
+3. draws the participation schedule for real clients and seen canaries alike
+   (:func:`server.schedules.participation_schedule`);
+4. per round: sends the global model to the scheduled real clients, collects their deltas
+   (clients that fail or time out are dropped and counted), adds ``S(t) c_j`` for each scheduled
+   seen canary, clips, sums, adds noise, takes a server step (:mod:`server.dpfedavg`) and reports
+   ``Delta_t`` with its metadata through the :class:`~server.reporting.RoundReporter`;
+5. evaluates ``theta_T`` and reports it with the accuracy.
+
+Canaries live only here: no client ever receives one.
+
+Two entry points: :func:`make_server_app` (simulation: spec, secret seed and reporter are handed
+over in memory) and the module-level ``app`` (deployment: read from the run config keys
+``flaudit-spec`` (JSON), ``canary-seed``, ``flaudit-audit-id``, ``flaudit-ingest-url``,
+``flaudit-run-token``; ``flaudit-min-nodes``, ``flaudit-round-timeout`` optional).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from auditor.canaries import canary_vector, new_master_seed, seen_mask
+from auditor.spec import AuditSpec
+from server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
+from server.reporting import RoundMetadata, RoundReporter
+from server.schedules import participation_schedule
+
+__all__ = ["AuditRuntime", "run_audit", "make_server_app", "app", "MIN_DIM", "check_dimension"]
+
+logger = logging.getLogger(__name__)
+
+#: Smallest model dimension accepted: below it canaries stop being nearly orthogonal to each
+#: other and to the real updates, and the cosine null N(0, 1/d) is a poor description.
+MIN_DIM = 100
+
+
+def check_dimension(dim: int, num_canaries: int) -> None:
+    """Reject models too small for the cosine null.
+
+    Raises
+    ------
+    ValueError
+        Naming ``task_options`` (where the model size is chosen) and ``num_canaries``.
+    """
+    if dim < MIN_DIM:
+        raise ValueError(
+            f"task_options: the model has d={dim} parameters; the cosine null needs d >= {MIN_DIM}"
+        )
+    if num_canaries > dim:
+        raise ValueError(
+            f"num_canaries ({num_canaries}) must not exceed the model dimension d={dim}"
+        )
+
+
+@dataclass
+class AuditRuntime:
+    """What the main loop needs besides the Grid.
+
+    Attributes
+    ----------
+    spec : AuditSpec
+    canary_seed : int
+        Secret master seed (kept out of ``repr``).
+    reporter : RoundReporter
+    deadline : float, optional
+        ``time.monotonic()`` value after which the audit raises :class:`TimeoutError`.
+    progress : callable, optional
+        ``progress(round, num_rounds)`` after each round.
+    round_timeout : float
+        Seconds to wait for client replies in one round.
+    min_nodes : int
+        SuperNodes to wait for before the first round.
+    noise_seed : int, optional
+        Seed of the DP noise (tests and benchmarks); default: fresh OS entropy.
+    """
+
+    spec: AuditSpec
+    canary_seed: int = field(repr=False)
+    reporter: RoundReporter
+    deadline: float | None = None
+    progress: Callable[[int, int], None] | None = None
+    round_timeout: float = 600.0
+    min_nodes: int = 1
+    noise_seed: int | None = field(default=None, repr=False)
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def _remaining(runtime: AuditRuntime) -> float | None:
+    if runtime.deadline is None:
+        return None
+    return runtime.deadline - time.monotonic()
+
+
+def _check_deadline(runtime: AuditRuntime, what: str) -> None:
+    left = _remaining(runtime)
+    if left is not None and left <= 0:
+        raise TimeoutError(f"audit timed out ({what})")
+
+
+def _wait_for_nodes(grid: Grid, runtime: AuditRuntime) -> list[int]:
+    while True:
+        nodes = sorted(int(n) for n in grid.get_node_ids())
+        if len(nodes) >= runtime.min_nodes:
+            return nodes
+        _check_deadline(runtime, f"waiting for {runtime.min_nodes} SuperNodes, {len(nodes)} connected")
+        time.sleep(0.5)
+
+
+def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
+    """Run one audited DP-FedAvg training; return a summary (no seed, no canary identities)."""
+    from clients.tasks import load_task  # torch: only where the model is needed
+
+    spec = runtime.spec
+    started = time.monotonic()
+    task = load_task(
+        spec.task, num_partitions=spec.num_clients, seed=spec.data_seed, options=spec.task_options
+    )
+    model = task.initial_vector()
+    dim = int(model.shape[0])
+    check_dimension(dim, spec.num_canaries)
+    seen = np.flatnonzero(seen_mask(runtime.canary_seed, spec.num_canaries))
+    schedule = participation_schedule(
+        num_clients=spec.num_clients,
+        num_seen_canaries=int(seen.size),
+        num_rounds=spec.num_rounds,
+        participation=spec.participation,
+        clients_per_round=spec.clients_per_round,
+        sampling_probability=spec.sampling_probability,
+        canary_repeats=spec.canary_repeats,
+        max_participations=spec.max_participations,
+        seed=spec.data_seed,
+    )
+    noise_rng = np.random.default_rng(runtime.noise_seed)
+    optimizer = ServerOptimizer(
+        learning_rate=spec.server_learning_rate, momentum=spec.server_momentum
+    )
+    adaptive = None
+    if spec.adaptive_clipping is not None:
+        ac = spec.adaptive_clipping
+        count_stddev = (
+            ac.clipped_count_stddev
+            if ac.clipped_count_stddev is not None
+            else spec.clients_per_round / 20
+        )
+        adaptive = AdaptiveClipNorm(
+            initial_clip_norm=ac.initial_clip_norm,
+            target_quantile=ac.target_quantile,
+            learning_rate=ac.learning_rate,
+            count_stddev=count_stddev,
+        )
+    # Expected real clients per round: the (data-independent) denominator of the clip count.
+    expected_real = spec.clients_per_round * spec.num_clients / (
+        spec.num_clients + spec.num_canaries / 2
+    )
+    task_options = json.dumps(spec.task_options, sort_keys=True)
+
+    runtime.reporter.report_initial(model)
+    nodes = _wait_for_nodes(grid, runtime)
+    total_failures = 0
+    rounds: list[dict[str, float]] = []
+    for t in range(1, spec.num_rounds + 1):
+        _check_deadline(runtime, f"before round {t}")
+        clip_norm = adaptive.clip_norm if adaptive is not None else float(spec.clip_norm)
+        partitions = schedule.real_clients(t)
+        arrays = ArrayRecord([model])
+        messages = []
+        for p in partitions:
+            config = ConfigRecord(
+                {
+                    "partition-id": int(p),
+                    "num-partitions": spec.num_clients,
+                    "task": spec.task,
+                    "task-options": task_options,
+                    "data-seed": spec.data_seed,
+                    "server-round": t,
+                    "local-epochs": spec.local_epochs,
+                    "learning-rate": spec.client_learning_rate,
+                    "batch-size": spec.batch_size,
+                }
+            )
+            messages.append(
+                Message(
+                    content=RecordDict({"arrays": arrays, "config": config}),
+                    message_type=MessageType.TRAIN,
+                    dst_node_id=nodes[int(p) % len(nodes)],
+                    group_id=str(t),
+                )
+            )
+        updates, losses = [], []
+        if messages:
+            timeout = runtime.round_timeout
+            left = _remaining(runtime)
+            if left is not None:
+                timeout = max(0.0, min(timeout, left))
+            replies = list(grid.send_and_receive(messages, timeout=timeout))
+            for reply in replies:
+                if reply.has_error():
+                    continue
+                try:
+                    delta = reply.content["arrays"].to_numpy_ndarrays()[0]
+                except (KeyError, IndexError):
+                    continue
+                delta = np.asarray(delta, dtype=np.float32).reshape(-1)
+                if delta.shape != (dim,) or not np.all(np.isfinite(delta)):
+                    continue  # a malformed update counts as a failure
+                updates.append(delta)
+                metrics = reply.content.get("metrics")
+                if metrics is not None and "train-loss" in metrics:
+                    losses.append(float(metrics["train-loss"]))
+        failures = len(messages) - len(updates)
+        total_failures += failures
+        _check_deadline(runtime, f"round {t}")
+        canaries = [canary_vector(runtime.canary_seed, int(seen[pos]), dim) for pos in schedule.canaries(t)]
+        aggregate = aggregate_round(
+            client_updates=updates,
+            canary_directions=canaries,
+            clip_norm=clip_norm,
+            noise_multiplier=spec.noise_multiplier,
+            expected_cohort_size=spec.clients_per_round,
+            dim=dim,
+            rng=noise_rng,
+        )
+        model, delta = optimizer.step(model, aggregate.update)
+        metadata = RoundMetadata(
+            clip_norm=clip_norm,
+            cohort_size=len(updates) + len(canaries),
+            num_canaries_inserted=len(canaries),
+            num_failures=failures,
+            clipped_fraction=aggregate.clipped_fraction,
+            noise_stddev=aggregate.noise_stddev,
+            train_loss=float(np.mean(losses)) if losses else None,
+        )
+        runtime.reporter.report_round(t, delta, metadata)
+        rounds.append({"clip_norm": clip_norm, "cohort_size": metadata.cohort_size,
+                       "num_failures": failures})
+        if adaptive is not None:
+            adaptive.update(
+                num_unclipped=len(updates) - aggregate.num_clipped,
+                expected_count=max(expected_real, 1.0),
+                rng=noise_rng,
+            )
+        if runtime.progress is not None:
+            runtime.progress(t, spec.num_rounds)
+
+    import torch
+
+    from clients.tasks import set_model_vector
+
+    torch.set_num_threads(1)
+    net = task.build_model()
+    set_model_vector(net, model)
+    metrics = {k: float(v) for k, v in task.evaluate_fn(net, task.test_data()).items()}
+    runtime.reporter.report_final(model, metrics)
+    runtime.result = {
+        "num_rounds": spec.num_rounds,
+        "dim": dim,
+        "num_canaries": spec.num_canaries,
+        "num_seen_canaries_inserted": int(seen.size),
+        "num_nodes": len(nodes),
+        "num_failures": total_failures,
+        "rounds": rounds,
+        "metrics": metrics,
+        "seconds": time.monotonic() - started,
+    }
+    return runtime.result
+
+
+def make_server_app(runtime: AuditRuntime) -> ServerApp:
+    """A ServerApp bound to ``runtime`` (simulation: the seed stays in process memory)."""
+    server_app = ServerApp()
+
+    @server_app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        run_audit(grid, runtime)
+
+    return server_app
+
+
+def _parse_seed(value: Any) -> int:
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    return int(text, 16) if text.lower().startswith("0x") else int(text)
+
+
+def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
+    """Build the deployment runtime from the Flower run config (see module docstring)."""
+    from server.reporting import HttpRoundReporter
+
+    spec_json = run_config.get("flaudit-spec")
+    spec = AuditSpec.model_validate_json(spec_json) if spec_json else AuditSpec(
+        task="synthetic",
+        num_rounds=int(run_config.get("num-server-rounds", 2)),
+        num_clients=10,
+        clients_per_round=4,
+        num_canaries=20,
+    )
+    if "flaudit-ingest-url" in run_config:
+        reporter: RoundReporter = HttpRoundReporter(
+            str(run_config["flaudit-ingest-url"]),
+            str(run_config["flaudit-audit-id"]),
+            str(run_config["flaudit-run-token"]),
+        )
+        seed = _parse_seed(run_config["canary-seed"])
+    else:  # stand-alone `flwr run` demo: audit in process, nothing leaves the ServerApp
+        seed = new_master_seed()
+        reporter = _LazyLocal(spec, seed)
+    timeout = float(run_config.get("flaudit-round-timeout", 600.0))
+    return AuditRuntime(
+        spec=spec,
+        canary_seed=seed,
+        reporter=reporter,
+        deadline=time.monotonic() + spec.timeout_seconds,
+        round_timeout=timeout,
+        min_nodes=int(run_config.get("flaudit-min-nodes", 1)),
+    )
+
+
+class _LazyLocal:
+    """LocalRoundReporter created at ``report_initial`` (when d is known); logs cosine means."""
+
+    def __init__(self, spec: AuditSpec, seed: int) -> None:
+        self._spec, self._seed, self.inner = spec, seed, None
+
+    def __repr__(self) -> str:
+        return "LocalRoundReporter(stand-alone)"
+
+    def report_initial(self, initial_model: np.ndarray) -> None:
+        from auditor.statistics import CosineTracker
+        from server.reporting import LocalRoundReporter
+
+        tracker = CosineTracker(self._seed, self._spec.num_canaries, int(initial_model.shape[0]))
+        self.inner = LocalRoundReporter(tracker)
+        self.inner.report_initial(initial_model)
+
+    def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None:
+        self.inner.report_round(server_round, delta, metadata)
+        logger.info("round %d: cohort %d, clip norm %.4g", server_round, metadata.cohort_size, metadata.clip_norm)
+
+    def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None:
+        self.inner.report_final(final_model, metrics)
+        mask = seen_mask(self._seed, self._spec.num_canaries)
+        final = self.inner.tracker.final_cosines
+        logger.info(
+            "final model: accuracy %.3f; mean cos(c, theta_T - theta_0) seen %.4g, unseen %.4g",
+            metrics.get("accuracy", math.nan), final[mask].mean(), final[~mask].mean(),
+        )
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Deployment entry point (``flwr run`` against a SuperLink)."""
+    run_audit(grid, runtime_from_run_config(dict(context.run_config)))

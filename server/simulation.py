@@ -1,0 +1,120 @@
+"""Run one audit in Flower's simulation engine (Ray backend).
+
+The ServerApp runs in a thread of this process, so the secret canary seed and the reporter are
+handed over in memory and never logged. Real clients are partitions mapped onto a few virtual
+SuperNodes (``min(num_clients, max_supernodes)``); each message says which partition to train.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from auditor.spec import AuditSpec
+from server.reporting import RoundReporter
+
+__all__ = ["run_simulation_audit", "DEFAULT_MAX_SUPERNODES"]
+
+DEFAULT_MAX_SUPERNODES = 8
+
+
+def run_simulation_audit(
+    spec: AuditSpec,
+    *,
+    canary_seed: int,
+    reporter: RoundReporter,
+    timeout: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    max_supernodes: int = DEFAULT_MAX_SUPERNODES,
+    num_cpus: int | None = None,
+    round_timeout: float = 600.0,
+    noise_seed: int | None = None,
+) -> dict[str, Any]:
+    """Run the audit described by ``spec`` in the simulation engine.
+
+    Parameters
+    ----------
+    spec : AuditSpec
+        The audit.
+    canary_seed : int
+        Secret master seed (in memory only).
+    reporter : RoundReporter
+        Receives theta_0, every Delta_t with metadata, and theta_T.
+    timeout : float, optional
+        Seconds for the whole audit (default ``spec.timeout_seconds``).
+    progress : callable, optional
+        ``progress(round, num_rounds)`` after each round.
+    max_supernodes : int
+        Upper bound on virtual SuperNodes (Ray actors are limited by ``num_cpus`` anyway).
+    num_cpus : int, optional
+        CPUs given to Ray (default: all); each ClientApp uses one.
+    round_timeout : float
+        Seconds to wait for the clients of one round; late clients are dropped and counted.
+    noise_seed : int, optional
+        Seed for the DP noise (reproducible benchmarks); default fresh entropy.
+
+    Returns
+    -------
+    dict
+        Summary: rounds, dimension, failures, final metrics, seconds (no seed, no canaries).
+
+    Raises
+    ------
+    TimeoutError
+        If the audit does not finish within ``timeout``.
+    ValueError
+        Bad arguments (named) or a spec the task cannot satisfy.
+    """
+    from flwr.simulation import run_simulation
+
+    from clients.app import app as client_app
+    from server.app import AuditRuntime, make_server_app
+
+    if timeout is None:
+        timeout = spec.timeout_seconds
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0, got {timeout}")
+    if max_supernodes < 1:
+        raise ValueError(f"max_supernodes must be >= 1, got {max_supernodes}")
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    num_supernodes = min(spec.num_clients, max_supernodes)
+    runtime = AuditRuntime(
+        spec=spec,
+        canary_seed=canary_seed,
+        reporter=reporter,
+        deadline=time.monotonic() + timeout,
+        progress=progress,
+        round_timeout=round_timeout,
+        min_nodes=num_supernodes,
+        noise_seed=noise_seed,
+    )
+    init_args: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if num_cpus is not None:
+        init_args["num_cpus"] = int(num_cpus)
+    backend_config = {
+        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+        "init_args": init_args,
+    }
+    flwr_logger = logging.getLogger("flwr")
+    previous_level = flwr_logger.level
+    flwr_logger.setLevel(logging.WARNING)
+    try:
+        run_simulation(
+            server_app=make_server_app(runtime),
+            client_app=client_app,
+            num_supernodes=num_supernodes,
+            backend_config=backend_config,
+        )
+    finally:
+        flwr_logger.setLevel(previous_level)
+    if not runtime.result:
+        raise RuntimeError("the simulation ended before the audit finished")
+    result = dict(runtime.result)
+    result["num_supernodes"] = num_supernodes
+    return result

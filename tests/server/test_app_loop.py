@@ -1,0 +1,168 @@
+"""The ServerApp main loop against an in-process fake Grid (no Ray): canary insertion,
+failure accounting, what clients receive, timeouts."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, Error, Message, MetricRecord, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from auditor.canaries import canary_vector, seen_mask
+from auditor.spec import AuditSpec
+from auditor.statistics import CosineTracker
+from clients.tasks import load_task
+from server.app import AuditRuntime, check_dimension, run_audit
+from server.reporting import LocalRoundReporter
+from server.schedules import participation_schedule
+
+SEED = 0xC0FFEE
+
+
+class RecordingReporter(LocalRoundReporter):
+    def report_round(self, server_round, delta, metadata):
+        super().report_round(server_round, delta, metadata)
+        self.deltas = getattr(self, "deltas", []) + [np.array(delta)]
+
+
+@pytest.fixture(autouse=True)
+def task_identity():
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+
+
+class FakeGrid:
+    """Nodes 101.. ; ``behaviour(node, msg)`` returns a delta, raises (-> error reply) or None (-> lost)."""
+
+    def __init__(self, nodes, behaviour):
+        self.nodes, self.behaviour, self.sent = nodes, behaviour, []
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for msg in messages:
+            self.sent.append(msg)
+            try:
+                delta = self.behaviour(msg.metadata.dst_node_id, msg)
+            except RuntimeError as error:
+                replies.append(Message(Error(code=1, reason=str(error)), reply_to=msg))
+                continue
+            if delta is None:
+                continue
+            content = RecordDict({"arrays": ArrayRecord([delta]), "metrics": MetricRecord({"train-loss": 1.0})})
+            replies.append(Message(content=content, reply_to=msg))
+        return replies
+
+
+def _spec(**overrides):
+    options = dict(task="synthetic", task_options={"dim": 2000, "test_size": 50}, num_rounds=4,
+                   num_clients=6, clients_per_round=4, participation="uniform", num_canaries=6,
+                   noise_multiplier=0.0, clip_norm=0.5, server_learning_rate=1.0, canary_repeats=2)
+    options.update(overrides)
+    return AuditSpec(**options)
+
+
+def _run(spec, behaviour, nodes=(101, 102, 103), **runtime_kwargs):
+    dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
+    reporter = RecordingReporter(CosineTracker(SEED, spec.num_canaries, dim))
+    grid = FakeGrid(nodes, behaviour)
+    runtime = AuditRuntime(spec=spec, canary_seed=SEED, reporter=reporter, noise_seed=1, **runtime_kwargs)
+    result = run_audit(grid, runtime)
+    return result, reporter, grid
+
+
+def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries():
+    spec = _spec()
+    zero = lambda node, msg: np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+    result, reporter, grid = _run(spec, zero)
+    dim = result["dim"]
+    seen = np.flatnonzero(seen_mask(SEED, spec.num_canaries))
+    schedule = participation_schedule(
+        num_clients=6, num_seen_canaries=seen.size, num_rounds=4, participation="uniform",
+        clients_per_round=4, sampling_probability=spec.sampling_probability, canary_repeats=2, seed=0,
+    )
+    theta = reporter.initial_model.astype(np.float64)
+    for t, (round_number, meta) in enumerate(reporter.rounds, start=1):
+        expected = sum((0.5 * canary_vector(SEED, int(seen[p]), dim).astype(np.float64)
+                        for p in schedule.canaries(t)), np.zeros(dim)) / 4
+        theta += expected
+        assert meta.num_canaries_inserted == schedule.canaries(t).size
+        assert meta.cohort_size == schedule.real_clients(t).size + schedule.canaries(t).size
+    assert np.allclose(reporter.final_model, theta, atol=1e-5)
+    # each seen canary was inserted exactly canary_repeats times in total
+    assert sum(m.num_canaries_inserted for _, m in reporter.rounds) == 2 * seen.size
+    assert 0.0 <= result["metrics"]["accuracy"] <= 1.0
+
+
+def test_clients_receive_the_current_global_model_and_no_canary_information():
+    spec = _spec(noise_multiplier=0.5)
+    models_seen = []
+
+    def record(node, msg):
+        models_seen.append((int(msg.metadata.group_id), msg.content["arrays"].to_numpy_ndarrays()[0].copy()))
+        assert set(msg.content["config"].keys()).isdisjoint({"canary-seed", "canary", "seen"})
+        return np.full_like(models_seen[-1][1], 1e-3)
+
+    _, reporter, _ = _run(spec, record)
+    theta = reporter.initial_model.copy()
+    for t, delta in enumerate(reporter.deltas, start=1):
+        received = [model for rnd, model in models_seen if rnd == t]
+        assert received and all(np.array_equal(model, theta) for model in received)
+        theta = theta + delta
+    assert np.allclose(theta, reporter.final_model, atol=1e-6)
+
+
+def test_failed_and_lost_clients_are_dropped_and_counted():
+    spec = _spec(num_rounds=3)
+
+    def flaky(node, msg):
+        if node == 101:
+            raise RuntimeError("client crashed")
+        if node == 102:
+            return None  # timed out: no reply
+        return np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+
+    result, reporter, grid = _run(spec, flaky)
+    sent_per_round = {}
+    failed_per_round = {}
+    for msg in grid.sent:
+        t = int(msg.metadata.group_id)
+        sent_per_round[t] = sent_per_round.get(t, 0) + 1
+        failed_per_round[t] = failed_per_round.get(t, 0) + (msg.metadata.dst_node_id in (101, 102))
+    for t, meta in reporter.rounds:
+        assert meta.num_failures == failed_per_round.get(t, 0)
+        assert meta.cohort_size == sent_per_round.get(t, 0) - meta.num_failures + meta.num_canaries_inserted
+    assert result["num_failures"] == sum(failed_per_round.values()) > 0
+    assert reporter.final_model is not None  # the audit went on
+
+
+def test_partitions_map_to_sorted_node_ids_stably():
+    spec = _spec(num_rounds=4, canary_repeats=1)
+    routes = []
+
+    def record(node, msg):
+        routes.append((int(msg.content["config"]["partition-id"]), node))
+        return np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+
+    _run(spec, record, nodes=(907, 13, 450))
+    nodes = sorted((907, 13, 450))
+    assert routes and all(node == nodes[p % 3] for p, node in routes)
+
+
+def test_deadline_in_the_past_raises_timeout_error():
+    spec = _spec()
+    with pytest.raises(TimeoutError):
+        _run(spec, lambda n, m: None, deadline=time.monotonic() - 1)
+
+
+def test_dimension_checks_name_the_field():
+    with pytest.raises(ValueError, match="task_options"):
+        check_dimension(50, 10)
+    with pytest.raises(ValueError, match="num_canaries"):
+        check_dimension(500, 600)
