@@ -1,0 +1,118 @@
+"""The FastAPI application of the audit service: ``create_app(settings)``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from .live import LiveAudits
+from .routers import audits, health, ingest
+from .runner import Runner
+from .settings import Settings
+from .store import Store
+
+__all__ = ["create_app", "ReadCache", "STATIC_DIR"]
+
+log = logging.getLogger("flaudit.service")
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+DESCRIPTION = """
+Live empirical privacy auditing of DP-FedAvg on Flower with random canary clients
+(Andrew et al. 2023). Submit an audit with `POST /audits` (API key), poll `GET /audits/{id}`.
+
+Mutating routes need `Authorization: Bearer <API key>` (`FLAUDIT_API_KEY` or
+`FLAUDIT_API_KEY_FILE`). The `ingest` routes are used by the audit's own Flower run with a
+per-run token. Canary seeds are never returned; the seen/unseen split only once an audit ended.
+"""
+
+
+class ReadCache:
+    """Serialized ``GET /audits/{id}`` bodies, dropped whenever the audit changes.
+
+    The service is a single process (the runner and the ingest routes live in it), so every
+    write goes through :meth:`invalidate`.
+    """
+
+    def __init__(self, max_items: int = 256) -> None:
+        self._items: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._max = max_items
+
+    def get(self, audit_id: str) -> bytes | None:
+        return self._items.get(audit_id)
+
+    def put(self, audit_id: str, view: dict) -> bytes:
+        body = json.dumps(view, separators=(",", ":"), allow_nan=False).encode()
+        with self._lock:
+            if len(self._items) >= self._max:
+                self._items.pop(next(iter(self._items)))
+            self._items[audit_id] = body
+        return body
+
+    def invalidate(self, audit_id: str) -> None:
+        with self._lock:
+            self._items.pop(audit_id, None)
+
+
+def create_app(settings: Settings | None = None, *, store: Store | None = None) -> FastAPI:
+    """Build the service.
+
+    Parameters
+    ----------
+    settings : Settings, optional
+        Defaults to :meth:`Settings.from_env`.
+    store : Store, optional
+        Use this store instead of opening ``settings.database_url`` (tests).
+    """
+    settings = settings or Settings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        own_store = store is None
+        app.state.store = store or Store(settings.database_url)
+        app.state.live = LiveAudits(
+            app.state.store, canary_cache_bytes=settings.canary_cache_bytes
+        )
+        failed = app.state.store.fail_interrupted()
+        if failed:
+            log.warning("marked %d audit(s) failed: the service restarted during their run", len(failed))
+        app.state.runner = None
+        if settings.start_runner:
+            app.state.runner = Runner(
+                app.state.store, settings, on_change=app.state.read_cache.invalidate
+            )
+            app.state.runner.start()
+        try:
+            yield
+        finally:
+            if app.state.runner is not None:
+                app.state.runner.stop()
+            if own_store:
+                app.state.store.dispose()
+
+    app = FastAPI(
+        title="flaudit audit service",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.read_cache = ReadCache()
+    app.include_router(audits.router)
+    app.include_router(ingest.router)
+    app.include_router(health.router)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse(url="/ui/", status_code=307)
+
+    app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True, check_dir=False), name="ui")
+    return app

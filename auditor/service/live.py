@@ -1,0 +1,458 @@
+"""Live audit state: turns ingested model vectors into stored statistics and estimates.
+
+This is the one place where round data enters the service (the ingest routes call it). It
+validates nothing about HTTP (the routes do); it regenerates canaries from the secret seed
+(loaded from the database, never logged), updates the per-canary running maxima, recomputes the
+estimates with :func:`auditor.estimators.summarize`, and persists round row, tracker state and
+estimates in one transaction before returning.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from auditor.canaries import seen_mask
+from auditor.spec import AuditSpec, ThreatModel
+from auditor.statistics import CosineTracker
+
+from .store import StaleRound, Store
+
+__all__ = ["IngestError", "LiveAudits", "build_alerts", "headline_epsilon", "to_jsonable"]
+
+log = logging.getLogger("flaudit.service")
+
+#: Above this canaries-per-dimension ratio the canaries interfere (Keinan et al. 2025).
+INTERFERENCE_RATIO = 0.01
+
+
+class IngestError(Exception):
+    """An ingest request that must be refused; ``status_code`` and a message naming the problem."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+
+
+def to_jsonable(value: Any) -> Any:
+    """Numpy scalars/arrays to plain Python; non-finite floats to the strings "inf"/"-inf"/"nan"."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [to_jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if hasattr(value, "value") and hasattr(type(value), "__members__"):  # Enum
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def _as_dicts(items: Any) -> list[dict]:
+    if items is None:
+        return []
+    if hasattr(items, "to_dict") and not isinstance(items, (list, tuple)):
+        items = [items]
+    out = []
+    for item in items:
+        out.append(to_jsonable(item.to_dict() if hasattr(item, "to_dict") else dict(item)))
+    return out
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if value == "inf":
+        return math.inf
+    return None
+
+
+def analytic_results(spec: AuditSpec) -> list[dict]:
+    """Analytic epsilon of the spec's DP-FedAvg from dp-accounting (via the estimators package)."""
+    from auditor.estimators import analytic_epsilon
+
+    results = analytic_epsilon(
+        spec.noise_multiplier,
+        spec.sampling_probability,
+        spec.num_rounds,
+        spec.delta,
+        participations=spec.canary_repeats,
+    )
+    if hasattr(results, "estimates"):
+        results = results.estimates
+    return _as_dicts(results)
+
+
+def summary_parts(
+    *,
+    seen: np.ndarray,
+    dim: int,
+    delta: float,
+    max_cosines: np.ndarray | None,
+    final_cosines: np.ndarray | None,
+    threat_models: list[ThreatModel],
+    final: bool = False,
+) -> tuple[list[dict], list[dict], dict]:
+    """Estimates, diagnostics and histograms from :func:`auditor.estimators.summarize`.
+
+    After every round: the estimators and the one-run bound; at the end also the bootstrap
+    interval. Histograms are returned in the API's shape
+    ``{"bin_edges", "seen", "unseen", "null", "null_kind"}``.
+    """
+    from auditor.estimators import summarize
+
+    summary = summarize(
+        seen=seen,
+        dim=dim,
+        delta=delta,
+        max_cosines=max_cosines,
+        final_cosines=final_cosines,
+        threat_models=[getattr(tm, "value", tm) for tm in threat_models],
+        one_run=True,
+        bootstrap=200 if final else 0,
+    )
+    histograms = {}
+    for key, hist in (summary.histograms or {}).items():
+        raw = hist.to_dict() if hasattr(hist, "to_dict") else dict(hist)
+        histograms[key] = to_jsonable(
+            {
+                "bin_edges": raw.get("bin_edges"),
+                "seen": raw.get("seen_counts", raw.get("seen")),
+                "unseen": raw.get("unseen_counts", raw.get("unseen")),
+                "null": raw.get("null_density", raw.get("null")),
+                "null_kind": raw.get("null") if "null_density" in raw else None,
+            }
+        )
+    return _as_dicts(summary.estimates), _as_dicts(summary.diagnostics), histograms
+
+
+def headline_epsilon(estimates: list[dict]) -> float | None:
+    """The one number the audit list shows: the final-model two-Gaussian estimate with the null
+    variance (the paper's Table 2 variant) if present, else the all-iterates two-Gaussian one."""
+    preferences = [("final_model", "null"), ("final_model", "fitted"), ("all_iterates", "fitted")]
+    for threat_model, variance in preferences:
+        for est in estimates:
+            if (
+                est.get("estimator") == "two_gaussian"
+                and est.get("threat_model") == threat_model
+                and est.get("variance") == variance
+            ):
+                value = _number(est.get("epsilon"))
+                if value is not None and math.isfinite(value):
+                    return value
+    return None
+
+
+def build_alerts(
+    *,
+    spec: AuditSpec,
+    dim: int | None,
+    estimates: list[dict],
+    rounds_stored: int,
+    has_final: bool,
+) -> list[dict]:
+    """Alerts shown with an audit.
+
+    error: a lower bound (``lower_bound`` or ``one_run``) exceeds an analytic epsilon, i.e. the
+    measured leakage is larger than the DP claim allows (a DP bug or a wrong claim; each lower
+    bound still has its confidence level, e.g. 5% false-alarm probability at 95%).
+    warning: ``k/d`` above 1% (canaries interfere, Keinan et al. 2025); final model with fewer
+    rounds than planned.
+    """
+    alerts: list[dict] = []
+    lower = [
+        e for e in estimates
+        if e.get("estimator") in ("lower_bound", "one_run") and _number(e.get("epsilon")) is not None
+    ]
+    analytic = [  # the PLD bounds: Poisson-subsampled and "adversary knows the rounds"
+        e for e in estimates
+        if e.get("estimator") == "analytic"
+        and _number(e.get("epsilon")) is not None
+        and (e.get("details") or {}).get("accountant", "pld") == "pld"
+    ]
+    if lower and analytic:
+        best = max(lower, key=lambda e: _number(e["epsilon"]))
+        lb = _number(best["epsilon"])
+        exceeded = [a for a in analytic if lb > _number(a["epsilon"]) + 1e-9]
+        if exceeded:
+            names = ", ".join(
+                f"{a.get('threat_model')} ε={_number(a['epsilon']):.4g}" for a in exceeded
+            )
+            conf = best.get("confidence")
+            conf_text = f" at {conf:.0%} confidence" if isinstance(conf, (int, float)) else ""
+            alerts.append(
+                {
+                    "level": "error",
+                    "message": (
+                        f"possible DP bug or wrong claim: the {best.get('estimator')} lower bound "
+                        f"ε ≥ {lb:.4g} ({best.get('threat_model')}, correction "
+                        f"{best.get('correction')}){conf_text} exceeds the analytic ε ({names})"
+                    ),
+                }
+            )
+    if dim:
+        ratio = spec.num_canaries / dim
+        if ratio > INTERFERENCE_RATIO:
+            alerts.append(
+                {
+                    "level": "warning",
+                    "message": (
+                        f"k/d = {spec.num_canaries}/{dim} = {ratio:.2%} exceeds "
+                        f"{INTERFERENCE_RATIO:.0%}: canaries are far from orthogonal and interfere "
+                        "(Keinan et al. 2025); estimates may be biased. Use fewer canaries or a "
+                        "larger model."
+                    ),
+                }
+            )
+    if has_final and rounds_stored < spec.num_rounds:
+        alerts.append(
+            {
+                "level": "warning",
+                "message": (
+                    f"the run ended after {rounds_stored} of {spec.num_rounds} rounds; the "
+                    "all-iterates statistics cover only the rounds received"
+                ),
+            }
+        )
+    return alerts
+
+
+class _CanaryCache:
+    """Keeps cosine trackers (with their canary bank) per audit within a byte budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = int(budget)
+        self._items: OrderedDict[str, tuple[CosineTracker, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, audit_id: str, seed: int, num_canaries: int, dim: int) -> CosineTracker:
+        with self._lock:
+            hit = self._items.get(audit_id)
+            if hit is not None and hit[0].dim == dim:
+                self._items.move_to_end(audit_id)
+                return hit[0]
+            used = sum(size for _, size in self._items.values())
+            wanted = num_canaries * dim * 4
+            while self._items and used + wanted > self.budget:
+                _, (_, size) = self._items.popitem(last=False)
+                used -= size
+            allowed = max(0, min(wanted, self.budget - used))
+        tracker = CosineTracker(seed, num_canaries, dim, cache_bytes=allowed)
+        with self._lock:
+            self._items[audit_id] = (tracker, allowed)
+        return tracker
+
+    def forget(self, audit_id: str) -> None:
+        with self._lock:
+            self._items.pop(audit_id, None)
+
+
+class LiveAudits:
+    """Ingest logic shared by the three ingest routes.
+
+    Parameters
+    ----------
+    store : Store
+        The database.
+    canary_cache_bytes : int
+        Memory for canary banks kept between rounds (0: regenerate every round).
+    """
+
+    def __init__(self, store: Store, *, canary_cache_bytes: int = 0) -> None:
+        self.store = store
+        self._cache = _CanaryCache(canary_cache_bytes)
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self.version = 0  # bumped on every write; read caches compare it
+
+    def __repr__(self) -> str:
+        return "LiveAudits()"
+
+    def _lock(self, audit_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(audit_id, threading.Lock())
+
+    def forget(self, audit_id: str) -> None:
+        self._cache.forget(audit_id)
+        with self._locks_guard:
+            self._locks.pop(audit_id, None)
+
+    def _running_audit(self, audit_id: str):
+        audit = self.store.get_audit(audit_id)
+        if audit is None:
+            raise IngestError(404, f"audit {audit_id!r} not found")
+        spec = AuditSpec.model_validate(audit.spec)
+        return audit, spec
+
+    # -- initial model --------------------------------------------------------------------
+    def ingest_initial(self, audit_id: str, model: np.ndarray) -> str:
+        with self._lock(audit_id):
+            audit, spec = self._running_audit(audit_id)
+            existing = self.store.initial_model_bytes(audit_id)
+            if existing is not None:
+                if existing == np.ascontiguousarray(model, "<f4").tobytes():
+                    return "duplicate"
+                raise IngestError(409, "initial model already stored with different values")
+            if audit.status != "running":
+                raise IngestError(409, f"audit is {audit.status}; ingest refused")
+            if model.shape[0] < 2:
+                raise IngestError(422, "initial model: the model vector needs at least 2 values")
+            analytic = analytic_results(spec)
+            alerts = build_alerts(
+                spec=spec, dim=int(model.shape[0]), estimates=analytic, rounds_stored=0,
+                has_final=False,
+            )
+            try:
+                self.store.store_initial_model(
+                    audit_id, model=model, analytic=analytic, estimates=analytic, alerts=alerts
+                )
+            except StaleRound:
+                raise IngestError(409, "initial model already stored") from None
+            self.version += 1
+            return "stored"
+
+    # -- rounds ---------------------------------------------------------------------------
+    def expected_dim(self, audit_id: str) -> int | None:
+        audit = self.store.get_audit(audit_id)
+        if audit is None:
+            raise IngestError(404, f"audit {audit_id!r} not found")
+        return audit.dim
+
+    def ingest_round(self, audit_id: str, t: int, delta: np.ndarray, metadata: dict) -> str:
+        """Store round ``t``. Returns ``"stored"`` or ``"duplicate"`` (same t again: no-op)."""
+        with self._lock(audit_id):
+            audit, spec = self._running_audit(audit_id)
+            if t <= audit.rounds_stored:
+                return "duplicate"
+            if audit.status != "running":
+                raise IngestError(409, f"audit is {audit.status}; ingest refused")
+            if audit.has_final:
+                raise IngestError(409, "final model already stored; no more rounds accepted")
+            if t != audit.rounds_stored + 1:
+                raise IngestError(
+                    409,
+                    f"round {t} is out of order: the next round must be {audit.rounds_stored + 1}",
+                )
+            if t > spec.num_rounds:
+                raise IngestError(
+                    409, f"round {t} exceeds num_rounds={spec.num_rounds} of the audit spec"
+                )
+            secret = self.store.load_secret_state(audit_id)
+            if secret.dim is None:
+                raise IngestError(409, "send the initial model first (PUT .../initial-model)")
+            if delta.shape[0] != secret.dim:
+                raise IngestError(
+                    422,
+                    f"wrong length: expected {secret.dim} float32 values, got {delta.shape[0]}",
+                )
+            k = spec.num_canaries
+            tracker = self._cache.get(audit_id, secret.seed, k, secret.dim)
+            round_cosines = tracker.all_cosines(delta)
+            previous = secret.max_cosines if secret.max_cosines is not None else np.full(k, -np.inf)
+            max_cosines = np.maximum(previous, round_cosines)
+            estimates, diagnostics, histograms = [], [], {}
+            if ThreatModel.all_iterates in spec.threat_models:
+                estimates, diagnostics, histograms = summary_parts(
+                    seen=seen_mask(secret.seed, k),
+                    dim=secret.dim,
+                    delta=spec.delta,
+                    max_cosines=max_cosines,
+                    final_cosines=None,
+                    threat_models=[ThreatModel.all_iterates],
+                )
+            all_estimates = estimates + list(audit.analytic or [])
+            alerts = build_alerts(
+                spec=spec, dim=secret.dim, estimates=all_estimates, rounds_stored=t,
+                has_final=False,
+            )
+            row = {
+                "round": t,
+                "delta_norm": float(np.linalg.norm(delta.astype(np.float64))),
+                "estimates": estimates,
+                **metadata,
+            }
+            try:
+                self.store.store_round(
+                    audit_id,
+                    round_row=row,
+                    max_cosines=max_cosines,
+                    last_cosines=round_cosines,
+                    estimates=all_estimates,
+                    diagnostics=diagnostics,
+                    histograms=histograms,
+                    alerts=alerts,
+                    headline_epsilon=headline_epsilon(all_estimates),
+                )
+            except StaleRound as exc:
+                raise IngestError(409, str(exc)) from None
+            self.version += 1
+            return "stored"
+
+    # -- final model ----------------------------------------------------------------------
+    def ingest_final(self, audit_id: str, model: np.ndarray, metrics: dict) -> str:
+        with self._lock(audit_id):
+            audit, spec = self._running_audit(audit_id)
+            if audit.has_final:
+                return "duplicate"
+            if audit.status != "running":
+                raise IngestError(409, f"audit is {audit.status}; ingest refused")
+            secret = self.store.load_secret_state(audit_id)
+            if secret.initial_model is None:
+                raise IngestError(409, "send the initial model first (PUT .../initial-model)")
+            if model.shape[0] != secret.dim:
+                raise IngestError(
+                    422,
+                    f"wrong length: expected {secret.dim} float32 values, got {model.shape[0]}",
+                )
+            k = spec.num_canaries
+            tracker = self._cache.get(audit_id, secret.seed, k, secret.dim)
+            final_cosines = tracker.all_cosines(
+                (model.astype(np.float64) - secret.initial_model).astype(np.float32)
+            )
+            final_model_cosines = tracker.all_cosines(model)
+            max_cosines = secret.max_cosines if secret.rounds_stored > 0 else None
+            wanted = list(spec.threat_models)
+            if max_cosines is None:
+                wanted = [tm for tm in wanted if tm != ThreatModel.all_iterates]
+            estimates, diagnostics, histograms = [], [], {}
+            if wanted:
+                estimates, diagnostics, histograms = summary_parts(
+                    seen=seen_mask(secret.seed, k),
+                    dim=secret.dim,
+                    delta=spec.delta,
+                    max_cosines=max_cosines if ThreatModel.all_iterates in wanted else None,
+                    final_cosines=final_cosines if ThreatModel.final_model in wanted else None,
+                    threat_models=wanted,
+                    final=True,
+                )
+            all_estimates = estimates + list(audit.analytic or [])
+            alerts = build_alerts(
+                spec=spec, dim=secret.dim, estimates=all_estimates,
+                rounds_stored=secret.rounds_stored, has_final=True,
+            )
+            try:
+                self.store.store_final(
+                    audit_id,
+                    final_cosines=final_cosines,
+                    final_model_cosines=final_model_cosines,
+                    estimates=all_estimates,
+                    diagnostics=diagnostics,
+                    histograms=histograms,
+                    alerts=alerts,
+                    metrics=to_jsonable(metrics),
+                    headline_epsilon=headline_epsilon(all_estimates),
+                )
+            except StaleRound as exc:
+                raise IngestError(409, str(exc)) from None
+            self.version += 1
+            self._cache.forget(audit_id)
+            return "stored"

@@ -1,0 +1,1 @@
+"""API routers grouped by resource: audits, ingest (used by the ServerApp), health."""

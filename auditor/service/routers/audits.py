@@ -1,0 +1,189 @@
+"""Audit resources: submit, list, read, per-round history, per-canary cosines, cancel, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from auditor.canaries import new_master_seed
+from auditor.spec import AuditSpec
+
+from ..auth import read_access, require_api_key
+from ..schemas import (
+    AuditCreated,
+    AuditList,
+    AuditOut,
+    AuditStatus,
+    CosinesOut,
+    RoundList,
+)
+from ..store import ACTIVE_STATUSES, Store
+from ..views import audit_summary_view, audit_view, cosines_csv, cosines_view, round_view
+from .deps import AuditId, get_store
+
+router = APIRouter(prefix="/audits", tags=["audits"])
+
+_NOT_FOUND = {404: {"description": "No audit with this id."}}
+_AUTH = {
+    401: {"description": "Missing or invalid API key."},
+    503: {"description": "No API key configured on the server."},
+}
+
+
+def _get_or_404(store: Store, audit_id: str):
+    audit = store.get_audit(audit_id)
+    if audit is None:
+        raise HTTPException(status_code=404, detail=f"audit {audit_id!r} not found")
+    return audit
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=AuditCreated,
+    dependencies=[Depends(require_api_key)],
+    responses=_AUTH,
+    summary="Submit an audit",
+)
+def create_audit(spec: AuditSpec, request: Request, response: Response) -> AuditCreated:
+    """Validate and store the spec, draw the audit's secret canary seed, and queue the run.
+
+    Returns 201 with the new audit's id; poll `GET /audits/{id}` for progress and estimates.
+    """
+    store: Store = request.app.state.store
+    audit = store.create_audit(
+        name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed()
+    )
+    runner = request.app.state.runner
+    if runner is not None:
+        runner.wake()
+    response.headers["Location"] = f"/audits/{audit.id}"
+    return AuditCreated(id=audit.id, status="queued", links={"self": f"/audits/{audit.id}"})
+
+
+@router.get(
+    "",
+    response_model=AuditList,
+    dependencies=[Depends(read_access)],
+    summary="List audits (newest first)",
+)
+def list_audits(
+    store: Annotated[Store, Depends(get_store)],
+    status: Annotated[AuditStatus | None, Query(description="Only audits with this status.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
+    offset: Annotated[int, Query(ge=0, le=10_000_000, description="Items to skip.")] = 0,
+) -> dict:
+    """Paged list with each audit's status, progress and headline epsilon."""
+    audits, total = store.list_audits(
+        status=status.value if status else None, limit=limit, offset=offset
+    )
+    return {"items": [audit_summary_view(a) for a in audits], "total": total}
+
+
+@router.get(
+    "/{audit_id}",
+    response_model=AuditOut,
+    dependencies=[Depends(read_access)],
+    responses=_NOT_FOUND,
+    summary="Audit status, progress and every current estimate",
+)
+def get_audit(audit_id: AuditId, request: Request) -> Response:
+    """Status (with the reason when failed or cancelled), round t of T with ETA, every current
+    estimate with its method metadata (including the analytic epsilon), diagnostics, alerts,
+    histogram bins for plots and final-model metrics."""
+    cache = request.app.state.read_cache
+    body = cache.get(audit_id)
+    if body is None:
+        audit = _get_or_404(request.app.state.store, audit_id)
+        body = cache.put(audit_id, audit_view(audit))
+    return Response(content=body, media_type="application/json")
+
+
+@router.get(
+    "/{audit_id}/rounds",
+    response_model=RoundList,
+    dependencies=[Depends(read_access)],
+    responses=_NOT_FOUND,
+    summary="Per-round history of metadata and estimates",
+)
+def get_rounds(audit_id: AuditId, store: Annotated[Store, Depends(get_store)]) -> dict:
+    _get_or_404(store, audit_id)
+    return {"items": [round_view(r) for r in store.list_rounds(audit_id)]}
+
+
+@router.get(
+    "/{audit_id}/cosines",
+    response_model=CosinesOut,
+    dependencies=[Depends(read_access)],
+    responses={
+        **_NOT_FOUND,
+        200: {"content": {"text/csv": {}}, "description": "JSON, or CSV with format=csv."},
+    },
+    summary="Per-canary statistics (recompute every estimate from these)",
+)
+def get_cosines(
+    audit_id: AuditId,
+    store: Annotated[Store, Depends(get_store)],
+    format: Annotated[
+        Literal["json", "csv"], Query(description="Response format.")
+    ] = "json",
+):
+    """Per canary j: max over rounds of cos(c_j, Δ_t), the latest round's cosine,
+    cos(c_j, θ_T − θ_0) and cos(c_j, θ_T). The seen/unseen label is published only once the
+    audit has ended; the canary seed never is."""
+    audit = _get_or_404(store, audit_id)
+    view = cosines_view(store, audit)
+    if format == "csv":
+        return PlainTextResponse(
+            cosines_csv(view),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{audit_id}-cosines.csv"'},
+        )
+    return JSONResponse(view)
+
+
+@router.post(
+    "/{audit_id}/cancel",
+    response_model=AuditOut,
+    dependencies=[Depends(require_api_key)],
+    responses={**_NOT_FOUND, **_AUTH, 409: {"description": "The audit has already ended."}},
+    summary="Cancel a queued or running audit",
+)
+def cancel_audit(audit_id: AuditId, request: Request) -> Response:
+    """Stops the Flower run (kills the worker's process group, Ray included); the audit ends
+    `cancelled`; rounds already stored stay readable."""
+    store: Store = request.app.state.store
+    audit = _get_or_404(store, audit_id)
+    if audit.status not in ACTIVE_STATUSES:
+        raise HTTPException(status_code=409, detail=f"audit already ended ({audit.status})")
+    runner = request.app.state.runner
+    if runner is not None:
+        runner.cancel(audit_id)
+    else:
+        store.finish(
+            audit_id, status="cancelled", reason="cancelled by the user", only_if=ACTIVE_STATUSES
+        )
+    request.app.state.read_cache.invalidate(audit_id)
+    audit = _get_or_404(store, audit_id)
+    return JSONResponse(audit_view(audit))
+
+
+@router.delete(
+    "/{audit_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    dependencies=[Depends(require_api_key)],
+    responses={**_NOT_FOUND, **_AUTH},
+    summary="Delete an audit and its stored data (cancels it first if it runs)",
+)
+def delete_audit(audit_id: AuditId, request: Request) -> Response:
+    store: Store = request.app.state.store
+    audit = _get_or_404(store, audit_id)
+    runner = request.app.state.runner
+    if audit.status in ACTIVE_STATUSES and runner is not None:
+        runner.cancel(audit_id, reason="deleted by the user")
+    store.delete_audit(audit_id)
+    request.app.state.live.forget(audit_id)
+    request.app.state.read_cache.invalidate(audit_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,425 @@
+"""Audit runner: one worker process per audit, a concurrency limit, timeouts, cancellation.
+
+Each audit runs in its own process started with multiprocessing's ``spawn`` method. The worker
+makes itself the leader of a new process group (``os.setsid``) and tags its environment with
+``FLAUDIT_AUDIT_WORKER=<audit id>``, which every process it starts (Flower, Ray's raylet, GCS and
+workers) inherits. Cancelling or timing out kills the whole group and then any process still
+carrying the tag, so no Ray process outlives its audit. A watcher thread in the worker kills the
+group when the service process dies (e.g. ``kill -9``).
+
+The worker reports rounds back to this service over HTTP (``server.reporting.HttpRoundReporter``
+-> ingest routes): one data path for the embedded default and the deployment engine alike.
+
+Engines
+-------
+``simulation`` (default): :func:`simulation_worker` runs
+``server.simulation.run_simulation_audit`` in the worker.
+``deployment``: :func:`deployment_worker` starts ``flwr run`` against ``spec.superlink_address``
+with the run config described in docs/architecture.md (the seam a deployment engineer finishes).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from auditor.spec import AuditSpec, Engine
+
+from .settings import Settings
+from .store import Store, as_utc, utcnow
+
+__all__ = ["Runner", "simulation_worker", "deployment_worker", "kill_tagged_processes"]
+
+log = logging.getLogger("flaudit.runner")
+
+WORKER_TAG = "FLAUDIT_AUDIT_WORKER"
+
+
+def scrub(text: str, secret: int) -> str:
+    """Remove the secret seed (decimal and hex forms) from a message."""
+    for form in (str(secret), hex(secret), format(secret, "x"), format(secret, "X")):
+        if len(form) >= 6:
+            text = text.replace(form, "<redacted>")
+    return text
+
+
+def kill_tagged_processes(audit_id: str, *, sig: int = signal.SIGKILL) -> int:
+    """Send ``sig`` to every process whose environment has ``FLAUDIT_AUDIT_WORKER=<audit_id>``.
+
+    Linux only (reads ``/proc``); returns the number of processes signalled.
+    """
+    marker = f"{WORKER_TAG}={audit_id}".encode()
+    count = 0
+    me = os.getpid()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in env:
+            try:
+                os.kill(pid, sig)
+                count += 1
+            except OSError:
+                pass
+    return count
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            try:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+            finally:
+                os._exit(1)
+
+
+def _worker_entry(target: str, payload: dict, conn, parent_pid: int) -> None:
+    """Body of the worker process (spawned)."""
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    os.environ[WORKER_TAG] = payload["audit_id"]
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    seed = int(payload["seed"])
+    try:
+        module_name, _, func_name = target.partition(":")
+        func = getattr(importlib.import_module(module_name), func_name)
+        func(payload)
+        conn.send(("ok", ""))
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - report every failure to the service
+        message = scrub(f"{type(exc).__name__}: {exc}", seed)[:2000]
+        try:
+            conn.send(("error", message))
+        except Exception:
+            pass
+        code = 1
+    finally:
+        conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def simulation_worker(payload: dict) -> None:
+    """Run one audit in Flower's simulation engine, reporting rounds to the service over HTTP."""
+    from server.reporting import HttpRoundReporter
+    from server.simulation import run_simulation_audit
+
+    spec = AuditSpec.model_validate(payload["spec"])
+    reporter = HttpRoundReporter(payload["base_url"], payload["audit_id"], payload["token"])
+    run_simulation_audit(
+        spec,
+        canary_seed=int(payload["seed"]),
+        reporter=reporter,
+        timeout=float(payload["timeout"]),
+        progress=None,
+    )
+
+
+def deployment_run_config(payload: dict) -> dict[str, Any]:
+    """Flower run config for ``flwr run`` against a SuperLink (keys in docs/architecture.md)."""
+    import json
+
+    return {
+        "canary-seed": str(int(payload["seed"])),
+        "audit-id": payload["audit_id"],
+        "ingest-url": payload["base_url"],
+        "ingest-token": payload["token"],
+        "audit-spec": json.dumps(payload["spec"]),
+    }
+
+
+def deployment_worker(payload: dict) -> None:
+    """Run one audit on a SuperLink with ``flwr run`` (deployment engine).
+
+    The run config (with the seed) is written to a private temporary TOML file, never to the
+    command line or a log. The ServerApp reads it and reports to the ingest routes like the
+    simulation does. This seam is not exercised by the service tests.
+    """
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    spec = AuditSpec.model_validate(payload["spec"])
+    config = deployment_run_config(payload)
+    app_dir = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory(prefix="flaudit-run-") as tmp:
+        path = Path(tmp) / "run-config.toml"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            for key, value in config.items():
+                escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
+                fh.write(f'{key} = "{escaped}"\n')
+        cmd = [
+            sys.executable, "-m", "flwr.cli.app", "run", str(app_dir), "local-deployment",
+            "--run-config", str(path),
+            "--federation-config", f'address="{spec.superlink_address}"',
+            "--stream",
+        ]
+        completed = subprocess.run(cmd, timeout=float(payload["timeout"]), check=False)
+        if completed.returncode != 0:
+            raise RuntimeError(f"flwr run exited with code {completed.returncode}")
+
+
+@dataclass
+class _Worker:
+    audit_id: str
+    process: Any
+    conn: Any
+    started: float
+    timeout: float
+    message: tuple[str, str] | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Runner:
+    """Starts queued audits in worker processes and watches them.
+
+    Parameters
+    ----------
+    store : Store
+    settings : Settings
+    on_change : callable, optional
+        Called after the runner changes an audit (for read caches).
+    """
+
+    def __init__(self, store: Store, settings: Settings, *, on_change=None) -> None:
+        self.store = store
+        self.settings = settings
+        self._on_change = on_change or (lambda audit_id: None)
+        self._workers: dict[str, _Worker] = {}
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        import multiprocessing
+
+        self._ctx = multiprocessing.get_context("spawn")
+
+    def __repr__(self) -> str:
+        return f"Runner(workers={len(self._workers)})"
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="flaudit-runner", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop and every worker; audits still running end failed with a reason."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self._lock:
+            workers = list(self._workers.values())
+        for worker in workers:
+            self._kill(worker)
+            audit = self.store.get_audit(worker.audit_id)
+            rounds = audit.rounds_stored if audit else 0
+            self.store.finish(
+                worker.audit_id,
+                status="failed",
+                reason=f"service stopped during the run; {rounds} rounds were stored",
+                only_if=("running",),
+            )
+            self._reaped(worker)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def active(self) -> list[str]:
+        with self._lock:
+            return list(self._workers)
+
+    # -- cancellation ---------------------------------------------------------------------
+    def cancel(self, audit_id: str, *, reason: str = "cancelled by the user") -> bool:
+        """Cancel a queued or running audit; kills its worker process group. False if ended."""
+        changed = self.store.finish(
+            audit_id, status="cancelled", reason=reason, only_if=("queued", "running")
+        )
+        with self._lock:
+            worker = self._workers.get(audit_id)
+        if worker is not None:
+            self._kill(worker)
+            self._reaped(worker)
+        self._on_change(audit_id)
+        self._wake.set()
+        return changed
+
+    # -- internals ------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._reap()
+                self._enforce_timeouts()
+                self._launch_queued()
+            except Exception:  # keep the loop alive; log without secrets
+                log.exception("runner loop error")
+            self._wake.wait(self.settings.runner_poll_seconds)
+            self._wake.clear()
+
+    def _launch_queued(self) -> None:
+        with self._lock:
+            free = self.settings.max_concurrent_audits - len(self._workers)
+        if free <= 0:
+            return
+        for audit_id in self.store.audit_ids_with_status("queued")[:free]:
+            self._launch(audit_id)
+
+    def _launch(self, audit_id: str) -> None:
+        audit = self.store.get_audit(audit_id)
+        if audit is None:
+            return
+        spec = AuditSpec.model_validate(audit.spec)
+        token = secrets.token_urlsafe(32)
+        if not self.store.mark_running(audit_id, run_token=token):
+            return
+        target = (
+            self.settings.deployment_target
+            if spec.engine == Engine.deployment
+            else self.settings.worker_target
+        )
+        payload = {
+            "audit_id": audit_id,
+            "spec": spec.model_dump(mode="json"),
+            "seed": str(self.store.canary_seed(audit_id)),
+            "token": token,
+            "base_url": self.settings.public_url,
+            "timeout": float(spec.timeout_seconds),
+        }
+        receiver, sender = self._ctx.Pipe(duplex=False)
+        process = self._ctx.Process(
+            target=_worker_entry,
+            args=(target, payload, sender, os.getpid()),
+            name=f"flaudit-audit-{audit_id}",
+            daemon=False,
+        )
+        try:
+            process.start()
+        except Exception as exc:
+            self.store.finish(
+                audit_id, status="failed", reason=f"could not start the worker: {type(exc).__name__}",
+                only_if=("running",),
+            )
+            return
+        finally:
+            sender.close()
+            del payload
+        log.info("audit %s started in worker pid %s", audit_id, process.pid)
+        with self._lock:
+            self._workers[audit_id] = _Worker(
+                audit_id, process, receiver, time.monotonic(), float(spec.timeout_seconds)
+            )
+        self._on_change(audit_id)
+
+    def _read_message(self, worker: _Worker) -> None:
+        try:
+            while worker.message is None and worker.conn.poll():
+                worker.message = worker.conn.recv()
+        except (EOFError, OSError):
+            pass
+
+    def _reap(self) -> None:
+        with self._lock:
+            workers = list(self._workers.values())
+        for worker in workers:
+            self._read_message(worker)
+            if worker.process.is_alive():
+                continue
+            worker.process.join(timeout=1)
+            self._read_message(worker)
+            audit = self.store.get_audit(worker.audit_id)
+            if audit is not None and audit.status == "running":
+                if worker.message and worker.message[0] == "error":
+                    reason = f"the run failed: {worker.message[1]}"
+                else:
+                    reason = (
+                        f"the worker exited (code {worker.process.exitcode}) before the final "
+                        "model was reported"
+                    )
+                reason += f"; {audit.rounds_stored} rounds were stored"
+                self.store.finish(worker.audit_id, status="failed", reason=reason, only_if=("running",))
+            # Ray may leave processes behind even after a clean exit: sweep the tag.
+            kill_tagged_processes(worker.audit_id)
+            self._reaped(worker)
+            log.info("audit %s worker exited with code %s", worker.audit_id, worker.process.exitcode)
+
+    def _enforce_timeouts(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            workers = list(self._workers.values())
+        for worker in workers:
+            # the spec's timeout plus a margin for the engine's start-up
+            if now - worker.started > worker.timeout + 30.0:
+                audit = self.store.get_audit(worker.audit_id)
+                rounds = audit.rounds_stored if audit else 0
+                self.store.finish(
+                    worker.audit_id,
+                    status="failed",
+                    reason=(
+                        f"timed out after {worker.timeout:g} s (timeout_seconds); "
+                        f"{rounds} rounds were stored"
+                    ),
+                    only_if=("running",),
+                )
+                self._kill(worker)
+                self._reaped(worker)
+
+    def _kill(self, worker: _Worker) -> None:
+        process = worker.process
+        pid = process.pid
+        if pid is not None and process.is_alive():
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except OSError:
+                process.terminate()
+            process.join(timeout=self.settings.cancel_grace_seconds)
+            if process.is_alive():
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    process.kill()
+                process.join(timeout=5)
+        if pid is not None:
+            try:  # anything left in the group (Ray children)
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        kill_tagged_processes(worker.audit_id)
+
+    def _reaped(self, worker: _Worker) -> None:
+        with self._lock:
+            self._workers.pop(worker.audit_id, None)
+        try:
+            worker.conn.close()
+        except OSError:
+            pass
+        self.store.clear_run_token(worker.audit_id)
+        self._on_change(worker.audit_id)
+        self._wake.set()

@@ -1,0 +1,208 @@
+"""Pydantic schemas of the REST API (request bodies, query models, responses).
+
+The request body of ``POST /audits`` is :class:`auditor.spec.AuditSpec` itself. Nothing here
+has a field for the canary seed or the run token hash: they cannot be serialized by mistake.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from auditor.spec import AuditSpec
+
+__all__ = [
+    "AuditStatus",
+    "Progress",
+    "Alert",
+    "AuditCreated",
+    "AuditOut",
+    "AuditSummary",
+    "AuditList",
+    "RoundOut",
+    "RoundList",
+    "CanaryStat",
+    "CosinesOut",
+    "RoundMetadataQuery",
+    "FinalMetricsQuery",
+    "IngestAck",
+    "Health",
+]
+
+
+class AuditStatus(str, Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+_EPS_EXAMPLE = {
+    "epsilon": 1.93,
+    "estimator": "two_gaussian",
+    "threat_model": "final_model",
+    "delta": 1e-6,
+    "variance": "null",
+    "correction": "n/a",
+    "confidence": None,
+    "method": "epsilon between N(0, 1/d) and N(mu, 1/d) fitted to the seen canaries",
+    "details": {"mu": 0.012, "sigma": 0.01},
+}
+
+
+class Progress(BaseModel):
+    round: int = Field(description="Rounds received so far (t).", examples=[3])
+    num_rounds: int = Field(description="Rounds planned (T).", examples=[20])
+    fraction: float = Field(description="t / T.", examples=[0.15])
+    eta_seconds: float | None = Field(
+        None, description="Estimated seconds until the last round (null before the first).",
+        examples=[42.0],
+    )
+
+
+class Alert(BaseModel):
+    level: Literal["error", "warning", "info"]
+    message: str = Field(examples=["possible DP bug or wrong claim: ..."])
+
+
+class AuditCreated(BaseModel):
+    id: str = Field(description="URL-safe audit id.", examples=["q3Zr1d0xT4mA"])
+    status: AuditStatus = Field(examples=["queued"])
+    links: dict[str, str] = Field(examples=[{"self": "/audits/q3Zr1d0xT4mA"}])
+
+
+class AuditOut(BaseModel):
+    """Everything known about one audit, as the dashboard polls it."""
+
+    id: str
+    name: str
+    status: AuditStatus
+    reason: str | None = Field(None, description="Why the audit failed or was cancelled.")
+    spec: AuditSpec
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    progress: Progress
+    dim: int | None = Field(None, description="Model dimension d (after the initial model).")
+    estimates: list[dict[str, Any]] = Field(
+        description=(
+            "Every current estimate (EpsilonResult.to_dict(): epsilon, estimator, threat_model, "
+            "delta, variance, correction, confidence, method, details), including the analytic "
+            "ones from dp-accounting."
+        ),
+        examples=[[_EPS_EXAMPLE]],
+    )
+    diagnostics: list[dict[str, Any]] = Field(
+        description="Checks of the estimators' assumptions (name, value, ok, hint, details)."
+    )
+    alerts: list[Alert]
+    histograms: dict[str, Any] = Field(
+        description=(
+            "Per threat model: bin_edges and counts of seen/unseen canaries and the null density. "
+            "While the audit runs the seen/unseen counts are merged as 'canaries'."
+        )
+    )
+    metrics: dict[str, Any] = Field(description="Final model metrics, e.g. accuracy, loss.")
+    links: dict[str, str]
+
+
+class AuditSummary(BaseModel):
+    id: str
+    name: str
+    status: AuditStatus
+    progress: Progress
+    headline_epsilon: float | None = Field(
+        None,
+        description=(
+            "The two-Gaussian estimate: final model with null variance if available, else the "
+            "all-iterates one."
+        ),
+    )
+    created_at: datetime
+
+
+class AuditList(BaseModel):
+    items: list[AuditSummary]
+    total: int = Field(description="Audits matching the filter (for paging).")
+
+
+class RoundOut(BaseModel):
+    round: int
+    clip_norm: float
+    cohort_size: int
+    num_canaries_inserted: int
+    num_failures: int
+    clipped_fraction: float | None = None
+    noise_stddev: float | None = None
+    train_loss: float | None = None
+    accuracy: float | None = None
+    delta_norm: float | None = Field(None, description="Euclidean norm of the round's model delta.")
+    received_at: datetime
+    estimates: list[dict[str, Any]] = Field(description="Estimates after this round.")
+
+
+class RoundList(BaseModel):
+    items: list[RoundOut]
+
+
+class CanaryStat(BaseModel):
+    index: int = Field(description="Canary index j.")
+    max_cosine: float | None = Field(
+        None, description="max over rounds of cos(c_j, Δ_t) (all-iterates statistic)."
+    )
+    last_cosine: float | None = Field(None, description="cos(c_j, Δ_t) of the latest round.")
+    final_cosine: float | None = Field(None, description="cos(c_j, θ_T − θ_0) (final model).")
+    final_model_cosine: float | None = Field(
+        None, description="cos(c_j, θ_T), Alg. 2 as literally written."
+    )
+    seen: bool | None = Field(
+        None, description="Whether canary j was inserted; null until the audit has ended."
+    )
+
+
+class CosinesOut(BaseModel):
+    audit_id: str
+    status: AuditStatus
+    dim: int | None
+    delta: float
+    num_rounds: int = Field(description="Rounds covered by max_cosine.")
+    labels_published: bool = Field(description="True once the audit has ended.")
+    items: list[CanaryStat]
+
+
+class RoundMetadataQuery(BaseModel):
+    """Metadata of round t sent as query parameters with the round delta."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    clip_norm: float = Field(gt=0, allow_inf_nan=False, description="S(t).")
+    cohort_size: int = Field(ge=0, description="Real clients that returned an update + canaries.")
+    num_canaries_inserted: int = Field(ge=0)
+    num_failures: int = Field(0, ge=0, description="Clients dropped this round.")
+    clipped_fraction: float | None = Field(None, ge=0, le=1)
+    noise_stddev: float | None = Field(None, ge=0, allow_inf_nan=False)
+    train_loss: float | None = Field(None, allow_inf_nan=False)
+    accuracy: float | None = Field(None, ge=0, le=1)
+
+
+class FinalMetricsQuery(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    accuracy: float | None = Field(None, ge=0, le=1, description="Accuracy of the final model.")
+    loss: float | None = Field(None, allow_inf_nan=False, description="Loss of the final model.")
+
+
+class IngestAck(BaseModel):
+    audit_id: str
+    stored: bool = Field(description="False when the same item was already stored (no-op).")
+    round: int | None = None
+    dim: int | None = None
+
+
+class Health(BaseModel):
+    status: str = Field(examples=["ok"])
+    detail: dict[str, Any] = Field(default_factory=dict)

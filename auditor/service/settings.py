@@ -1,0 +1,111 @@
+"""Service settings: read once from the environment (or passed explicitly in tests).
+
+Environment variables
+---------------------
+``FLAUDIT_DATABASE_URL``
+    SQLAlchemy URL; default ``sqlite:///.flaudit/flaudit.db``. PostgreSQL:
+    ``postgresql+psycopg://user@host:5432/db``.
+``FLAUDIT_API_KEY`` / ``FLAUDIT_API_KEY_FILE``
+    API key(s) for mutating routes. The file may hold several keys, one per line (``#`` comments
+    and blank lines are ignored).
+``FLAUDIT_REQUIRE_KEY_FOR_READS``
+    ``1`` to require an API key on read routes too (default: reads are open).
+``FLAUDIT_MAX_CONCURRENT_AUDITS``
+    Worker processes running at the same time (default 1).
+``FLAUDIT_PUBLIC_URL``
+    Base URL the workers use to reach this service's ingest routes (default
+    ``http://<host>:<port>`` of ``flaudit serve``).
+``FLAUDIT_MAX_BODY_BYTES``
+    Largest ingest body accepted (default 1 GiB); bodies are also limited to ``4 * d``.
+``FLAUDIT_CANARY_CACHE_BYTES``
+    Memory the service may use to keep canaries between rounds (default 256 MiB in total).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+__all__ = ["Settings", "load_api_keys"]
+
+
+def load_api_keys(*, key: str | None = None, key_file: str | None = None) -> tuple[str, ...]:
+    """Collect API keys from a literal key and/or a file with one key per line.
+
+    Raises
+    ------
+    ValueError
+        If ``key_file`` names a file that cannot be read.
+    """
+    keys: list[str] = []
+    if key and key.strip():
+        keys.append(key.strip())
+    if key_file:
+        try:
+            text = Path(key_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"key_file: cannot read FLAUDIT_API_KEY_FILE ({exc.strerror})") from None
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                keys.append(line)
+    return tuple(dict.fromkeys(keys))
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Configuration of one service instance.
+
+    The runner starts worker processes that report rounds back over HTTP to ``public_url``.
+    ``worker_target`` is ``"module:function"`` run in each worker (see
+    :mod:`auditor.service.runner`); tests replace it with a light engine.
+    """
+
+    database_url: str = "sqlite:///.flaudit/flaudit.db"
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    require_key_for_reads: bool = False
+    max_concurrent_audits: int = 1
+    public_url: str = "http://127.0.0.1:8000"
+    max_body_bytes: int = 1 << 30
+    canary_cache_bytes: int = 256 << 20
+    worker_target: str = "auditor.service.runner:simulation_worker"
+    deployment_target: str = "auditor.service.runner:deployment_worker"
+    runner_poll_seconds: float = 0.5
+    start_runner: bool = True
+    cancel_grace_seconds: float = 3.0
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_audits < 1:
+            raise ValueError("max_concurrent_audits must be >= 1")
+        if self.max_body_bytes < 8:
+            raise ValueError("max_body_bytes must be >= 8")
+        if self.canary_cache_bytes < 0:
+            raise ValueError("canary_cache_bytes must be >= 0")
+
+    @classmethod
+    def from_env(cls, **overrides) -> "Settings":
+        """Settings from ``FLAUDIT_*`` environment variables; keyword overrides win."""
+        env = os.environ
+        base = cls(
+            database_url=env.get("FLAUDIT_DATABASE_URL") or cls.database_url,
+            api_keys=load_api_keys(
+                key=env.get("FLAUDIT_API_KEY"), key_file=env.get("FLAUDIT_API_KEY_FILE")
+            ),
+            require_key_for_reads=_env_bool("FLAUDIT_REQUIRE_KEY_FOR_READS", False),
+            max_concurrent_audits=int(env.get("FLAUDIT_MAX_CONCURRENT_AUDITS") or 1),
+            public_url=env.get("FLAUDIT_PUBLIC_URL") or cls.public_url,
+            max_body_bytes=int(env.get("FLAUDIT_MAX_BODY_BYTES") or cls.max_body_bytes),
+            canary_cache_bytes=int(
+                env.get("FLAUDIT_CANARY_CACHE_BYTES") or cls.canary_cache_bytes
+            ),
+            worker_target=env.get("FLAUDIT_WORKER_TARGET") or cls.worker_target,
+        )
+        return replace(base, **overrides)

@@ -1,0 +1,514 @@
+"""Persistence: SQLAlchemy 2 models and the repository functions the routes and runner use.
+
+SQLite (a file) by default, PostgreSQL by URL (``postgresql+psycopg://...``). Numpy arrays
+(per-canary running maxima, final cosines, the initial model) are stored as raw little-endian
+float bytes. The secret canary seed lives in the column ``canary_seed`` that no schema
+serializes; it is loaded only by :meth:`Store.load_secret_state` for the cosine tracker.
+
+Every acknowledged ingest is one transaction: round row, tracker state and estimates are
+committed together before the route replies 2xx.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    delete,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, deferred, mapped_column, sessionmaker
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "ENDED_STATUSES",
+    "Audit",
+    "AuditRound",
+    "Store",
+    "SecretState",
+    "StaleRound",
+    "utcnow",
+    "hash_token",
+    "array_to_bytes",
+    "bytes_to_array",
+]
+
+ACTIVE_STATUSES = ("queued", "running")
+ENDED_STATUSES = ("succeeded", "failed", "cancelled")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """SQLite drops the zone: read naive timestamps back as UTC."""
+    if value is None:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 hex of a run token (only the hash is stored)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def array_to_bytes(array: np.ndarray | None, dtype: str = "<f8") -> bytes | None:
+    if array is None:
+        return None
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
+
+
+def bytes_to_array(data: bytes | None, dtype: str = "<f8") -> np.ndarray | None:
+    if data is None:
+        return None
+    return np.frombuffer(data, dtype=dtype).copy()
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Audit(Base):
+    __tablename__ = "flaudit_audits"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    spec: Mapped[dict] = mapped_column(JSON)
+    # Secret: never part of any schema, log or repr. Decimal string of the 128-bit seed.
+    canary_seed: Mapped[str] = deferred(mapped_column(String(48)))
+    run_token_hash: Mapped[str | None] = deferred(mapped_column(String(64), nullable=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_round_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    dim: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    rounds_stored: Mapped[int] = mapped_column(Integer, default=0)
+    has_final: Mapped[bool] = mapped_column(Boolean, default=False)
+    initial_model: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    max_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    last_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    final_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    final_model_cosines: Mapped[bytes | None] = deferred(
+        mapped_column(LargeBinary, nullable=True)
+    )
+    analytic: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    estimates: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    diagnostics: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    histograms: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    alerts: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    metrics: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    headline_epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    def __repr__(self) -> str:  # never show secrets
+        return f"Audit(id={self.id!r}, status={self.status!r})"
+
+
+class AuditRound(Base):
+    __tablename__ = "flaudit_rounds"
+    __table_args__ = (UniqueConstraint("audit_id", "round", name="uq_flaudit_rounds_audit_round"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    audit_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("flaudit_audits.id", ondelete="CASCADE"), index=True
+    )
+    round: Mapped[int] = mapped_column(Integer)
+    clip_norm: Mapped[float] = mapped_column(Float)
+    cohort_size: Mapped[int] = mapped_column(Integer)
+    num_canaries_inserted: Mapped[int] = mapped_column(Integer)
+    num_failures: Mapped[int] = mapped_column(Integer)
+    clipped_fraction: Mapped[float | None] = mapped_column(Float, nullable=True)
+    noise_stddev: Mapped[float | None] = mapped_column(Float, nullable=True)
+    train_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    delta_norm: Mapped[float | None] = mapped_column(Float, nullable=True)
+    estimates: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+@dataclass
+class SecretState:
+    """What the tracker needs to resume: the seed (secret) and the stored running statistics."""
+
+    seed: int
+    dim: int | None
+    rounds_stored: int
+    has_final: bool
+    max_cosines: np.ndarray | None
+    last_cosines: np.ndarray | None
+    initial_model: np.ndarray | None
+
+    def __repr__(self) -> str:  # never show the seed
+        return f"SecretState(dim={self.dim}, rounds_stored={self.rounds_stored})"
+
+
+class StaleRound(Exception):
+    """Another writer stored this round first (optimistic check failed)."""
+
+
+class Store:
+    """Database access for the service.
+
+    Parameters
+    ----------
+    database_url : str
+        SQLAlchemy URL. ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``.
+    schema : str, optional
+        PostgreSQL schema to use (created if missing; tests use a fresh one per run).
+    """
+
+    def __init__(self, database_url: str, *, schema: str | None = None) -> None:
+        url = make_url(database_url)
+        kwargs: dict[str, Any] = {"future": True}
+        if url.get_backend_name() == "sqlite":
+            db = url.database
+            if db and db != ":memory:":
+                import os
+
+                parent = os.path.dirname(os.path.abspath(db))
+                os.makedirs(parent, exist_ok=True)
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            kwargs["pool_pre_ping"] = True
+            kwargs["pool_size"] = 10
+            kwargs["max_overflow"] = 20
+            if schema:
+                kwargs["connect_args"] = {"options": f"-csearch_path={schema}"}
+        self.engine: Engine = create_engine(url, **kwargs)
+        self.dialect = url.get_backend_name()
+        if self.dialect == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        if schema and self.dialect == "postgresql":
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        Base.metadata.create_all(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def __repr__(self) -> str:
+        return f"Store(dialect={self.dialect!r})"
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions() as session:
+            yield session
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+
+    # -- audits ---------------------------------------------------------------------------
+    def create_audit(self, *, name: str, spec: dict, canary_seed: int) -> Audit:
+        now = utcnow()
+        audit = Audit(
+            id=secrets.token_urlsafe(9),
+            name=name,
+            status="queued",
+            reason=None,
+            spec=spec,
+            canary_seed=str(int(canary_seed)),
+            created_at=now,
+            updated_at=now,
+            rounds_stored=0,
+            has_final=False,
+            estimates=[],
+            diagnostics=[],
+            histograms={},
+            alerts=[],
+            metrics={},
+        )
+        with self.session() as s, s.begin():
+            s.add(audit)
+        return audit
+
+    def get_audit(self, audit_id: str) -> Audit | None:
+        with self.session() as s:
+            return s.get(Audit, audit_id)
+
+    def count_audits(self) -> int:
+        with self.session() as s:
+            return int(s.scalar(select(func.count()).select_from(Audit)) or 0)
+
+    def list_audits(
+        self, *, status: str | None = None, limit: int = 50, offset: int = 0
+    ) -> tuple[list[Audit], int]:
+        with self.session() as s:
+            query = select(Audit)
+            count = select(func.count()).select_from(Audit)
+            if status:
+                query = query.where(Audit.status == status)
+                count = count.where(Audit.status == status)
+            query = query.order_by(Audit.created_at.desc(), Audit.id).limit(limit).offset(offset)
+            return list(s.scalars(query)), int(s.scalar(count) or 0)
+
+    def audit_ids_with_status(self, *statuses: str) -> list[str]:
+        with self.session() as s:
+            rows = s.scalars(
+                select(Audit.id).where(Audit.status.in_(statuses)).order_by(Audit.created_at)
+            )
+            return list(rows)
+
+    def delete_audit(self, audit_id: str) -> bool:
+        with self.session() as s, s.begin():
+            s.execute(delete(AuditRound).where(AuditRound.audit_id == audit_id))
+            result = s.execute(delete(Audit).where(Audit.id == audit_id))
+            return result.rowcount > 0
+
+    def mark_running(self, audit_id: str, *, run_token: str) -> bool:
+        """queued -> running with a fresh run-token hash; False if the audit is no longer queued."""
+        now = utcnow()
+        with self.session() as s, s.begin():
+            result = s.execute(
+                update(Audit)
+                .where(Audit.id == audit_id, Audit.status == "queued")
+                .values(
+                    status="running",
+                    started_at=now,
+                    updated_at=now,
+                    run_token_hash=hash_token(run_token),
+                )
+            )
+            return result.rowcount > 0
+
+    def finish(
+        self, audit_id: str, *, status: str, reason: str | None, only_if: tuple[str, ...]
+    ) -> bool:
+        """Move an audit to an ended status if its status is in ``only_if``."""
+        if status not in ENDED_STATUSES:
+            raise ValueError(f"status must be one of {ENDED_STATUSES}, got {status!r}")
+        now = utcnow()
+        with self.session() as s, s.begin():
+            result = s.execute(
+                update(Audit)
+                .where(Audit.id == audit_id, Audit.status.in_(only_if))
+                .values(
+                    status=status,
+                    reason=reason,
+                    finished_at=now,
+                    updated_at=now,
+                    run_token_hash=None,
+                )
+            )
+            return result.rowcount > 0
+
+    def clear_run_token(self, audit_id: str) -> None:
+        """The run's worker is gone: its token stops being valid."""
+        with self.session() as s, s.begin():
+            s.execute(update(Audit).where(Audit.id == audit_id).values(run_token_hash=None))
+
+    def run_token_hash(self, audit_id: str) -> str | None:
+        with self.session() as s:
+            return s.scalar(select(Audit.run_token_hash).where(Audit.id == audit_id))
+
+    def canary_seed(self, audit_id: str) -> int | None:
+        """The secret seed, for the runner handing it to the Flower run (never log it)."""
+        with self.session() as s:
+            raw = s.scalar(select(Audit.canary_seed).where(Audit.id == audit_id))
+            return None if raw is None else int(raw)
+
+    def load_secret_state(self, audit_id: str) -> SecretState | None:
+        with self.session() as s:
+            row = s.execute(
+                select(
+                    Audit.canary_seed,
+                    Audit.dim,
+                    Audit.rounds_stored,
+                    Audit.has_final,
+                    Audit.max_cosines,
+                    Audit.last_cosines,
+                    Audit.initial_model,
+                ).where(Audit.id == audit_id)
+            ).one_or_none()
+        if row is None:
+            return None
+        return SecretState(
+            seed=int(row.canary_seed),
+            dim=row.dim,
+            rounds_stored=row.rounds_stored,
+            has_final=bool(row.has_final),
+            max_cosines=bytes_to_array(row.max_cosines),
+            last_cosines=bytes_to_array(row.last_cosines),
+            initial_model=bytes_to_array(row.initial_model, "<f4"),
+        )
+
+    def initial_model_bytes(self, audit_id: str) -> bytes | None:
+        with self.session() as s:
+            return s.scalar(select(Audit.initial_model).where(Audit.id == audit_id))
+
+    def cosine_arrays(self, audit_id: str) -> dict[str, np.ndarray | None]:
+        with self.session() as s:
+            row = s.execute(
+                select(
+                    Audit.max_cosines,
+                    Audit.last_cosines,
+                    Audit.final_cosines,
+                    Audit.final_model_cosines,
+                ).where(Audit.id == audit_id)
+            ).one()
+        return {
+            "max_cosines": bytes_to_array(row.max_cosines),
+            "last_cosines": bytes_to_array(row.last_cosines),
+            "final_cosines": bytes_to_array(row.final_cosines),
+            "final_model_cosines": bytes_to_array(row.final_model_cosines),
+        }
+
+    def store_initial_model(
+        self, audit_id: str, *, model: np.ndarray, analytic: list[dict], estimates: list[dict],
+        alerts: list[dict],
+    ) -> None:
+        now = utcnow()
+        with self.session() as s, s.begin():
+            result = s.execute(
+                update(Audit)
+                .where(Audit.id == audit_id, Audit.initial_model.is_(None))
+                .values(
+                    initial_model=array_to_bytes(model, "<f4"),
+                    dim=int(model.shape[0]),
+                    analytic=analytic,
+                    estimates=estimates,
+                    alerts=alerts,
+                    updated_at=now,
+                )
+            )
+            if result.rowcount == 0:
+                raise StaleRound("initial model already stored")
+
+    def store_round(
+        self,
+        audit_id: str,
+        *,
+        round_row: dict,
+        max_cosines: np.ndarray,
+        last_cosines: np.ndarray,
+        estimates: list[dict],
+        diagnostics: list[dict],
+        histograms: dict,
+        alerts: list[dict],
+        headline_epsilon: float | None,
+    ) -> None:
+        """Round row + tracker state + estimates in one transaction (optimistic on the round)."""
+        t = int(round_row["round"])
+        now = utcnow()
+        with self.session() as s, s.begin():
+            result = s.execute(
+                update(Audit)
+                .where(Audit.id == audit_id, Audit.rounds_stored == t - 1, Audit.status == "running")
+                .values(
+                    rounds_stored=t,
+                    max_cosines=array_to_bytes(max_cosines),
+                    last_cosines=array_to_bytes(last_cosines),
+                    estimates=estimates,
+                    diagnostics=diagnostics,
+                    histograms=histograms,
+                    alerts=alerts,
+                    headline_epsilon=headline_epsilon,
+                    updated_at=now,
+                    last_round_at=now,
+                )
+            )
+            if result.rowcount == 0:
+                raise StaleRound(f"round {t} was not the next round or the audit is not running")
+            s.add(AuditRound(audit_id=audit_id, received_at=now, **round_row))
+
+    def store_final(
+        self,
+        audit_id: str,
+        *,
+        final_cosines: np.ndarray,
+        final_model_cosines: np.ndarray,
+        estimates: list[dict],
+        diagnostics: list[dict],
+        histograms: dict,
+        alerts: list[dict],
+        metrics: dict,
+        headline_epsilon: float | None,
+    ) -> None:
+        now = utcnow()
+        with self.session() as s, s.begin():
+            result = s.execute(
+                update(Audit)
+                .where(Audit.id == audit_id, Audit.has_final.is_(False), Audit.status == "running")
+                .values(
+                    has_final=True,
+                    final_cosines=array_to_bytes(final_cosines),
+                    final_model_cosines=array_to_bytes(final_model_cosines),
+                    estimates=estimates,
+                    diagnostics=diagnostics,
+                    histograms=histograms,
+                    alerts=alerts,
+                    metrics=metrics,
+                    headline_epsilon=headline_epsilon,
+                    status="succeeded",
+                    reason=None,
+                    finished_at=now,
+                    updated_at=now,
+                )
+            )
+            if result.rowcount == 0:
+                raise StaleRound("final model already stored or the audit is not running")
+
+    def list_rounds(self, audit_id: str) -> list[AuditRound]:
+        with self.session() as s:
+            return list(
+                s.scalars(
+                    select(AuditRound)
+                    .where(AuditRound.audit_id == audit_id)
+                    .order_by(AuditRound.round)
+                )
+            )
+
+    def get_round(self, audit_id: str, t: int) -> AuditRound | None:
+        with self.session() as s:
+            return s.scalar(
+                select(AuditRound).where(AuditRound.audit_id == audit_id, AuditRound.round == t)
+            )
+
+    def fail_interrupted(self) -> list[str]:
+        """On start-up: audits left ``running`` cannot resume (the simulation engine cannot
+        continue mid-run), so mark them failed, saying how many rounds were stored."""
+        failed = []
+        for audit_id in self.audit_ids_with_status("running"):
+            audit = self.get_audit(audit_id)
+            if audit is None:
+                continue
+            reason = (
+                f"service restarted during the run; {audit.rounds_stored} rounds were stored"
+            )
+            if self.finish(audit_id, status="failed", reason=reason, only_if=("running",)):
+                failed.append(audit_id)
+        return failed
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

@@ -1,0 +1,168 @@
+"""Turn stored rows into the JSON shapes of the API (see docs/api.md).
+
+Until an audit has ended, nothing here reveals the secret seen/unseen split: histogram counts of
+seen and unseen canaries are merged into ``canaries`` and the per-canary ``seen`` label is null.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+import numpy as np
+
+from auditor.canaries import seen_mask
+
+from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc
+
+__all__ = ["audit_view", "audit_summary_view", "round_view", "cosines_view", "cosines_csv"]
+
+
+def _iso(value) -> str | None:
+    value = as_utc(value)
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def progress_view(audit: Audit) -> dict[str, Any]:
+    num_rounds = int(audit.spec.get("num_rounds", 0) or 0)
+    t = int(audit.rounds_stored or 0)
+    eta = None
+    started, last = as_utc(audit.started_at), as_utc(audit.last_round_at)
+    if audit.status == "running" and t > 0 and started is not None and last is not None:
+        per_round = max((last - started).total_seconds(), 0.0) / t
+        eta = round(per_round * max(num_rounds - t, 0), 3)
+    elif audit.status in ENDED_STATUSES:
+        eta = 0.0 if audit.status == "succeeded" else None
+    return {
+        "round": t,
+        "num_rounds": num_rounds,
+        "fraction": (t / num_rounds) if num_rounds else 0.0,
+        "eta_seconds": eta,
+    }
+
+
+def _merge_histograms(histograms: dict, ended: bool) -> dict:
+    if ended or not histograms:
+        return histograms or {}
+    merged = {}
+    for key, hist in histograms.items():
+        if isinstance(hist, dict) and "seen" in hist and "unseen" in hist:
+            hist = dict(hist)
+            seen, unseen = hist.pop("seen"), hist.pop("unseen")
+            try:
+                hist["canaries"] = (np.asarray(seen) + np.asarray(unseen)).tolist()
+            except (TypeError, ValueError):
+                hist["canaries"] = None
+        merged[key] = hist
+    return merged
+
+
+def audit_view(audit: Audit) -> dict[str, Any]:
+    ended = audit.status in ENDED_STATUSES
+    base = f"/audits/{audit.id}"
+    return {
+        "id": audit.id,
+        "name": audit.name,
+        "status": audit.status,
+        "reason": audit.reason,
+        "spec": audit.spec,
+        "created_at": _iso(audit.created_at),
+        "started_at": _iso(audit.started_at),
+        "finished_at": _iso(audit.finished_at),
+        "progress": progress_view(audit),
+        "dim": audit.dim,
+        "estimates": audit.estimates or [],
+        "diagnostics": audit.diagnostics or [],
+        "alerts": audit.alerts or [],
+        "histograms": _merge_histograms(audit.histograms or {}, ended),
+        "metrics": audit.metrics or {},
+        "links": {
+            "self": base,
+            "rounds": f"{base}/rounds",
+            "cosines": f"{base}/cosines",
+            "cancel": f"{base}/cancel",
+        },
+    }
+
+
+def audit_summary_view(audit: Audit) -> dict[str, Any]:
+    headline = audit.headline_epsilon
+    if headline is not None and not math.isfinite(headline):
+        headline = None
+    return {
+        "id": audit.id,
+        "name": audit.name,
+        "status": audit.status,
+        "progress": progress_view(audit),
+        "headline_epsilon": headline,
+        "created_at": _iso(audit.created_at),
+    }
+
+
+def round_view(row: AuditRound) -> dict[str, Any]:
+    return {
+        "round": row.round,
+        "clip_norm": row.clip_norm,
+        "cohort_size": row.cohort_size,
+        "num_canaries_inserted": row.num_canaries_inserted,
+        "num_failures": row.num_failures,
+        "clipped_fraction": row.clipped_fraction,
+        "noise_stddev": row.noise_stddev,
+        "train_loss": row.train_loss,
+        "accuracy": row.accuracy,
+        "delta_norm": row.delta_norm,
+        "received_at": _iso(row.received_at),
+        "estimates": row.estimates or [],
+    }
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def cosines_view(store: Store, audit: Audit) -> dict[str, Any]:
+    ended = audit.status in ENDED_STATUSES
+    arrays = store.cosine_arrays(audit.id)
+    k = int(audit.spec["num_canaries"])
+    labels = None
+    if ended:
+        labels = seen_mask(store.canary_seed(audit.id), k)
+
+    def column(name):
+        values = arrays[name]
+        return [None] * k if values is None else [_finite_or_none(v) for v in values]
+
+    max_c, last_c = column("max_cosines"), column("last_cosines")
+    final_c, final_model_c = column("final_cosines"), column("final_model_cosines")
+    items = [
+        {
+            "index": j,
+            "max_cosine": max_c[j],
+            "last_cosine": last_c[j],
+            "final_cosine": final_c[j],
+            "final_model_cosine": final_model_c[j],
+            "seen": None if labels is None else bool(labels[j]),
+        }
+        for j in range(k)
+    ]
+    return {
+        "audit_id": audit.id,
+        "status": audit.status,
+        "dim": audit.dim,
+        "delta": float(audit.spec["delta"]),
+        "num_rounds": int(audit.rounds_stored or 0),
+        "labels_published": ended,
+        "items": items,
+    }
+
+
+def cosines_csv(view: dict[str, Any]) -> str:
+    out = io.StringIO()
+    fields = ["index", "max_cosine", "last_cosine", "final_cosine", "final_model_cosine", "seen"]
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for item in view["items"]:
+        writer.writerow({k: ("" if item[k] is None else item[k]) for k in fields})
+    return out.getvalue()

@@ -1,0 +1,347 @@
+"""REST API with FastAPI's TestClient: validation, 404, auth, ingest errors, idempotency,
+restart behaviour, and the estimates being consistent with the library."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from auditor.canaries import canary_vectors, seen_mask
+from auditor.estimators import summarize
+from auditor.service.auth import NO_KEY_CONFIGURED
+from auditor.spec import AuditSpec
+
+from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
+from .fake_engine import synthetic_run
+
+
+def _locs(response) -> list[str]:
+    return [".".join(str(p) for p in err["loc"]) for err in response.json()["detail"]]
+
+
+# -- submission and validation ---------------------------------------------------------------
+def test_post_returns_201_with_id_and_get_shows_the_agreed_shape(client):
+    audit_id = submit(client)
+    body = client.get(f"/audits/{audit_id}").json()
+    assert body["id"] == audit_id and body["status"] == "queued"
+    for key in ("name", "reason", "spec", "created_at", "started_at", "finished_at", "progress",
+                "dim", "estimates", "diagnostics", "alerts", "histograms", "metrics", "links"):
+        assert key in body
+    assert body["progress"] == {"round": 0, "num_rounds": 4, "fraction": 0.0, "eta_seconds": None}
+    assert body["links"]["rounds"] == f"/audits/{audit_id}/rounds"
+    assert body["spec"]["num_canaries"] == 20
+    assert "canary_seed" not in str(body)
+
+
+@pytest.mark.parametrize(
+    "patch, field",
+    [
+        ({"num_rounds": 0}, "num_rounds"),
+        ({"delta": 2.0}, "delta"),
+        ({"num_canaries": "many"}, "num_canaries"),
+        ({"canary_repeats": 3}, "canary_repeats"),
+        ({"bogus_option": 1}, "bogus_option"),
+        ({"participation": "random"}, "participation"),
+    ],
+)
+def test_invalid_spec_is_422_naming_the_field_and_nothing_is_stored(client, store, patch, field):
+    response = client.post("/audits", json={**SMALL_SPEC, **patch}, headers=AUTH)
+    assert response.status_code == 422
+    assert any(field in loc for loc in _locs(response)), response.text
+    assert store.count_audits() == 0
+
+
+def test_inconsistent_spec_names_the_problem(client, store):
+    response = client.post("/audits", json={**SMALL_SPEC, "adaptive_clipping": {}}, headers=AUTH)
+    assert response.status_code == 422
+    assert "clip_norm" in response.text
+    assert store.count_audits() == 0
+
+
+def test_unknown_audit_is_404_everywhere(client):
+    for path in ("/audits/nope", "/audits/nope/rounds", "/audits/nope/cosines"):
+        response = client.get(path)
+        assert response.status_code == 404 and "nope" in response.json()["detail"]
+    assert client.post("/audits/nope/cancel", headers=AUTH).status_code == 404
+    assert client.delete("/audits/nope", headers=AUTH).status_code == 404
+
+
+def test_list_pages_and_filters(client, store):
+    ids = [submit(client, {**SMALL_SPEC, "name": f"a{i}"}) for i in range(3)]
+    client.post(f"/audits/{ids[0]}/cancel", headers=AUTH)
+    page = client.get("/audits", params={"limit": 2}).json()
+    assert page["total"] == 3 and len(page["items"]) == 2
+    rest = client.get("/audits", params={"limit": 2, "offset": 2}).json()
+    assert len(rest["items"]) == 1
+    seen_ids = {i["id"] for i in page["items"]} | {i["id"] for i in rest["items"]}
+    assert seen_ids == set(ids)
+    cancelled = client.get("/audits", params={"status": "cancelled"}).json()
+    assert [i["id"] for i in cancelled["items"]] == [ids[0]] and cancelled["total"] == 1
+    assert client.get("/audits", params={"status": "weird"}).status_code == 422
+    assert client.get("/audits", params={"limit": 0}).status_code == 422
+
+
+# -- auth ------------------------------------------------------------------------------------
+def test_mutating_routes_need_the_api_key(client):
+    assert client.post("/audits", json=SMALL_SPEC).status_code == 401
+    bad = client.post("/audits", json=SMALL_SPEC, headers={"Authorization": "Bearer wrong"})
+    assert bad.status_code == 401 and "invalid API key" in bad.text
+    audit_id = submit(client)
+    assert client.post(f"/audits/{audit_id}/cancel").status_code == 401
+    assert client.delete(f"/audits/{audit_id}").status_code == 401
+    assert client.get(f"/audits/{audit_id}").status_code == 200  # reads open by default
+
+
+def test_no_key_configured_refuses_with_instructions(store):
+    with make_client(store, api_keys=()) as c:
+        response = c.post("/audits", json=SMALL_SPEC, headers=AUTH)
+        assert response.status_code == 503
+        assert response.json()["detail"] == NO_KEY_CONFIGURED
+        assert "FLAUDIT_API_KEY" in NO_KEY_CONFIGURED
+    assert store.count_audits() == 0
+
+
+def test_reads_can_require_the_key(store):
+    with make_client(store, require_key_for_reads=True) as c:
+        assert c.get("/audits").status_code == 401
+        assert c.get("/audits", headers=AUTH).status_code == 200
+        assert c.get("/healthz").status_code == 200
+
+
+def test_api_key_file_with_several_keys(tmp_path, monkeypatch):
+    from auditor.service.settings import Settings, load_api_keys
+
+    path = tmp_path / "keys"
+    path.write_text("# comment\nkey-one\n\n key-two \n")
+    assert load_api_keys(key_file=str(path)) == ("key-one", "key-two")
+    monkeypatch.setenv("FLAUDIT_API_KEY", "key-zero")
+    monkeypatch.setenv("FLAUDIT_API_KEY_FILE", str(path))
+    assert Settings.from_env().api_keys == ("key-zero", "key-one", "key-two")
+    assert "key-one" not in repr(Settings.from_env())
+    with pytest.raises(ValueError, match="key_file"):
+        load_api_keys(key_file=str(tmp_path / "missing"))
+
+
+# -- ingest ----------------------------------------------------------------------------------
+def _running(client, store, spec=None):
+    audit_id = submit(client, spec)
+    headers = start_run(store, audit_id)
+    return audit_id, headers
+
+
+def _snapshot(client, store, audit_id):
+    arrays = store.cosine_arrays(audit_id)
+    audit = store.get_audit(audit_id)
+    return (
+        audit.rounds_stored, audit.dim, audit.has_final, len(store.list_rounds(audit_id)),
+        None if arrays["max_cosines"] is None else arrays["max_cosines"].tobytes(),
+    )
+
+
+def test_ingest_rejects_malformed_bodies_and_stores_nothing(client, store):
+    audit_id, headers = _running(client, store)
+    dim = 400
+    base = f"/audits/{audit_id}"
+    assert client.put(f"{base}/initial-model", content=f32(np.zeros(dim)), headers=headers).status_code == 200
+    good = np.full(dim, 0.01)
+    meta = {"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1, "num_failures": 0}
+    before = _snapshot(client, store, audit_id)
+
+    cases = []
+    nan = good.copy(); nan[7] = np.nan
+    cases.append(("nan", f32(nan), {}, 422, "NaN"))
+    inf = good.copy(); inf[3] = np.inf
+    cases.append(("inf", f32(inf), {}, 422, "index 3"))
+    cases.append(("short", f32(good[:-1]), {}, 422, "wrong length"))
+    cases.append(("float64", np.asarray(good, "<f8").tobytes()[: 4 * dim + 2], {}, 413, "limit"))
+    cases.append(("not multiple of 4", f32(good)[:-2], {}, 400, "multiple of 4"))
+    cases.append(("truncated", f32(good)[:100], {"Content-Length": str(4 * dim)}, 400, "truncated"))
+    cases.append(("content type", f32(good), {"Content-Type": "application/json"}, 415, "octet-stream"))
+    cases.append(("oversized", f32(np.zeros(dim + 1)), {}, 413, "exceeds"))
+    cases.append(("empty", b"", {}, 422, "empty"))
+    for name, body, extra, code, needle in cases:
+        response = client.put(f"{base}/rounds/1", params=meta, content=body, headers={**headers, **extra})
+        assert response.status_code == code, (name, response.text)
+        assert needle in response.json()["detail"], (name, response.text)
+    # invalid metadata: 422 naming the field
+    response = client.put(f"{base}/rounds/1", params={**meta, "clip_norm": -1}, content=f32(good), headers=headers)
+    assert response.status_code == 422 and any("clip_norm" in loc for loc in _locs(response))
+    response = client.put(f"{base}/rounds/1", params={k: v for k, v in meta.items() if k != "cohort_size"},
+                          content=f32(good), headers=headers)
+    assert response.status_code == 422 and any("cohort_size" in loc for loc in _locs(response))
+    # wrong token / no token
+    wrong = {**headers, "Authorization": "Bearer not-the-token"}
+    assert client.put(f"{base}/rounds/1", params=meta, content=f32(good), headers=wrong).status_code == 401
+    no_auth = {"Content-Type": "application/octet-stream"}
+    assert client.put(f"{base}/rounds/1", params=meta, content=f32(good), headers=no_auth).status_code == 401
+    # the API key is not a run token
+    api = {**headers, **AUTH}
+    assert client.put(f"{base}/rounds/1", params=meta, content=f32(good), headers=api).status_code == 401
+    # out of order
+    response = client.put(f"{base}/rounds/3", params=meta, content=f32(good), headers=headers)
+    assert response.status_code == 409 and "next round must be 1" in response.json()["detail"]
+    assert _snapshot(client, store, audit_id) == before
+    assert client.get(f"{base}/rounds").json() == {"items": []}
+
+
+def test_round_before_initial_model_is_409(client, store):
+    audit_id, headers = _running(client, store)
+    meta = {"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1}
+    response = client.put(f"/audits/{audit_id}/rounds/1", params=meta, content=f32(np.ones(400)), headers=headers)
+    assert response.status_code == 409 and "initial model" in response.json()["detail"]
+
+
+def test_ingest_for_queued_audit_is_unauthorized(client):
+    audit_id = submit(client)
+    headers = {"Authorization": "Bearer anything", "Content-Type": "application/octet-stream"}
+    response = client.put(f"/audits/{audit_id}/initial-model", content=f32(np.ones(10)), headers=headers)
+    assert response.status_code == 401
+
+
+def _ingest_all(client, store, audit_id, headers, seed, spec, dim):
+    theta0, deltas, meta = synthetic_run(seed, spec, dim, noise_seed=1)
+    base = f"/audits/{audit_id}"
+    r = client.put(f"{base}/initial-model", content=f32(theta0), headers=headers)
+    assert r.status_code == 200 and r.json()["stored"] is True
+    theta = theta0.astype(np.float64)
+    for t, (delta, m) in enumerate(zip(deltas, meta), start=1):
+        r = client.put(f"{base}/rounds/{t}", params=m, content=f32(delta), headers=headers)
+        assert r.status_code == 200 and r.json()["stored"] is True, r.text
+        theta += delta
+    return theta0, deltas, theta.astype(np.float32)
+
+
+def test_rounds_are_idempotent(client, store):
+    spec = AuditSpec.model_validate(SMALL_SPEC)
+    audit_id, headers = _running(client, store)
+    seed = store.canary_seed(audit_id)
+    theta0, deltas, _ = synthetic_run(seed, spec, 400)
+    base = f"/audits/{audit_id}"
+    client.put(f"{base}/initial-model", content=f32(theta0), headers=headers)
+    again = client.put(f"{base}/initial-model", content=f32(theta0), headers=headers)
+    assert again.status_code == 200 and again.json()["stored"] is False
+    other = client.put(f"{base}/initial-model", content=f32(theta0 + 1), headers=headers)
+    assert other.status_code == 409
+    meta = {"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 0}
+    first = client.put(f"{base}/rounds/1", params=meta, content=f32(deltas[0]), headers=headers)
+    snap = _snapshot(client, store, audit_id)
+    second = client.put(f"{base}/rounds/1", params=meta, content=f32(deltas[1]), headers=headers)
+    assert first.json()["stored"] is True and second.status_code == 200
+    assert second.json()["stored"] is False
+    assert _snapshot(client, store, audit_id) == snap
+    assert [r["round"] for r in client.get(f"{base}/rounds").json()["items"]] == [1]
+
+
+def test_live_state_and_final_estimates_match_the_library(client, store):
+    spec = AuditSpec.model_validate(SMALL_SPEC)
+    audit_id, headers = _running(client, store)
+    seed = store.canary_seed(audit_id)
+    dim = 400
+    theta0, deltas, theta_t = _ingest_all(client, store, audit_id, headers, seed, spec, dim)
+
+    running = client.get(f"/audits/{audit_id}").json()
+    assert running["status"] == "running" and running["dim"] == dim
+    assert running["progress"]["round"] == 4 and running["progress"]["fraction"] == 1.0
+    kinds = {(e["estimator"], e["threat_model"]) for e in running["estimates"]}
+    assert ("two_gaussian", "all_iterates") in kinds and ("analytic", "known_rounds") in kinds
+    hist = running["histograms"]["all_iterates"]
+    assert "seen" not in hist and "unseen" not in hist and sum(hist["canaries"]) == 20
+    cos_running = client.get(f"/audits/{audit_id}/cosines").json()
+    assert cos_running["labels_published"] is False
+    assert all(item["seen"] is None for item in cos_running["items"])
+
+    # independent route: cosines straight from the canary vectors
+    canaries = canary_vectors(seed, np.arange(20), dim).astype(np.float64)
+    expected_max = np.max(
+        [canaries @ d.astype(np.float64) / np.linalg.norm(d.astype(np.float64)) for d in deltas], axis=0
+    )
+    got_max = np.array([i["max_cosine"] for i in cos_running["items"]])
+    np.testing.assert_allclose(got_max, expected_max, rtol=1e-5, atol=1e-6)
+    rounds = client.get(f"/audits/{audit_id}/rounds").json()["items"]
+    assert [r["round"] for r in rounds] == [1, 2, 3, 4]
+    assert all(r["estimates"] for r in rounds)
+
+    r = client.put(f"/audits/{audit_id}/final-model", params={"accuracy": 0.75, "loss": 0.4},
+                   content=f32(theta_t), headers=headers)
+    assert r.status_code == 200, r.text
+    done = client.get(f"/audits/{audit_id}").json()
+    assert done["status"] == "succeeded" and done["finished_at"] is not None
+    assert done["metrics"] == {"accuracy": 0.75, "loss": 0.4}
+    assert set(done["histograms"]["final_model"]) >= {"bin_edges", "seen", "unseen", "null"}
+    cos = client.get(f"/audits/{audit_id}/cosines").json()
+    assert cos["labels_published"] is True
+    labels = np.array([i["seen"] for i in cos["items"]])
+    np.testing.assert_array_equal(labels, seen_mask(seed, 20))
+    final = np.array([i["final_cosine"] for i in cos["items"]])
+    diff = theta_t.astype(np.float64) - theta0.astype(np.float64)
+    np.testing.assert_allclose(final, canaries @ diff / np.linalg.norm(diff), rtol=1e-4, atol=1e-5)
+
+    # recompute with the library from the published statistics: same numbers
+    recomputed = summarize(
+        seen=labels, dim=cos["dim"], delta=cos["delta"],
+        max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
+        final_cosines=final, threat_models=["final_model", "all_iterates"], one_run=True,
+    )
+    service = {(e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
+               for e in done["estimates"] if e["estimator"] != "analytic"}
+    for est in recomputed.estimates:
+        key = (est.estimator.value, est.threat_model, est.variance.value, est.correction.value)
+        value = service[key]
+        if math.isinf(est.epsilon):
+            assert value == "inf"
+        else:
+            assert value == pytest.approx(est.epsilon, rel=1e-9, abs=1e-12), key
+    csv_text = client.get(f"/audits/{audit_id}/cosines", params={"format": "csv"}).text
+    assert csv_text.splitlines()[0].startswith("index,max_cosine") and len(csv_text.splitlines()) == 21
+
+    # nothing more after the final model; the same final again is a no-op
+    again = client.put(f"/audits/{audit_id}/final-model", content=f32(theta_t), headers=headers)
+    assert again.status_code == 200 and again.json()["stored"] is False
+
+    # the secret never appears
+    texts = [client.get(p).text for p in (f"/audits/{audit_id}", f"/audits/{audit_id}/rounds",
+             f"/audits/{audit_id}/cosines", "/audits", "/openapi.json")]
+    for text in texts:
+        assert str(seed) not in text and format(seed, "x") not in text.lower()
+
+
+def test_restart_marks_running_audits_failed_with_reason(store):
+    spec = AuditSpec.model_validate(SMALL_SPEC)
+    with make_client(store) as c:
+        audit_id, headers = _running(c, store)
+        queued_id = submit(c)
+        seed = store.canary_seed(audit_id)
+        theta0, deltas, meta = synthetic_run(seed, spec, 400)
+        c.put(f"/audits/{audit_id}/initial-model", content=f32(theta0), headers=headers)
+        for t in (1, 2):
+            c.put(f"/audits/{audit_id}/rounds/{t}", params=meta[t - 1], content=f32(deltas[t - 1]),
+                  headers=headers)
+    with make_client(store) as c:  # a new service process on the same database
+        body = c.get(f"/audits/{audit_id}").json()
+        assert body["status"] == "failed"
+        assert body["reason"] == "service restarted during the run; 2 rounds were stored"
+        assert len(c.get(f"/audits/{audit_id}/rounds").json()["items"]) == 2
+        assert c.get(f"/audits/{queued_id}").json()["status"] == "queued"
+        # the old run's token no longer works
+        r = c.put(f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(deltas[2]), headers=headers)
+        assert r.status_code in (401, 409)
+
+
+def test_cancel_and_delete(client, store):
+    audit_id = submit(client)
+    r = client.post(f"/audits/{audit_id}/cancel", headers=AUTH)
+    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    assert r.json()["reason"] == "cancelled by the user"
+    assert client.post(f"/audits/{audit_id}/cancel", headers=AUTH).status_code == 409
+    assert client.delete(f"/audits/{audit_id}", headers=AUTH).status_code == 204
+    assert client.get(f"/audits/{audit_id}").status_code == 404
+
+
+def test_health_and_root_redirect(client):
+    assert client.get("/healthz").json()["status"] == "ok"
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["detail"]["database"] == "ok"
+    root = client.get("/", follow_redirects=False)
+    assert root.status_code in (302, 307) and root.headers["location"] == "/ui/"
