@@ -13,6 +13,7 @@ from auditor.estimators import (
     summarize,
     two_gaussian_epsilon,
 )
+from auditor.gaussian import GaussianAuditResult, gaussian_mechanism_audit
 from auditor.results import Correction, Diagnostic, EpsilonResult, Estimator, VarianceTreatment
 from auditor.statistics import CosineTracker
 
@@ -29,6 +30,8 @@ __all__ = [
     "VarianceTreatment",
     # estimators (stable public API: names, positional order and ``.epsilon``)
     "two_gaussian_epsilon",
+    "gaussian_mechanism_audit",
+    "GaussianAuditResult",
     "epsilon_lower_bound",
     "one_run_lower_bound",
     "analytic_epsilon",
