@@ -1,0 +1,45 @@
+import numpy as np
+import pytest
+
+from auditor.canaries import canary_vector, canary_vectors, iter_canary_chunks, seen_mask
+from auditor.statistics import CosineTracker
+
+SEED = 123456789012345678901234567890
+
+
+def test_canaries_unit_norm_reproducible_and_chunk_independent():
+    d, k = 1000, 23
+    bank = canary_vectors(SEED, np.arange(k), d)
+    assert bank.dtype == np.float32
+    assert np.allclose(np.linalg.norm(bank.astype(np.float64), axis=1), 1.0, atol=1e-5)
+    assert np.array_equal(canary_vector(SEED, 7, d), bank[7])
+    for chunk in (1, 5, 64):
+        joined = np.concatenate([b for _, b in iter_canary_chunks(SEED, k, d, chunk)])
+        assert np.array_equal(joined, bank)
+    assert not np.array_equal(canary_vector(SEED + 1, 0, d), bank[0])
+    mask = seen_mask(SEED, 4000)
+    assert 0.45 < mask.mean() < 0.55 and np.array_equal(mask, seen_mask(SEED, 4000))
+
+
+def test_tracker_cached_equals_regenerated_and_hides_seed():
+    d, k = 500, 40
+    rng = np.random.default_rng(0)
+    deltas = [rng.normal(size=d).astype(np.float32) for _ in range(3)]
+    plain = CosineTracker(SEED, k, d, chunk_size=7)
+    cached = CosineTracker(SEED, k, d, cache_bytes=k * d * 4)
+    partial = CosineTracker(SEED, k, d, cache_bytes=10 * d * 4, chunk_size=9)
+    for delta in deltas:
+        a, b, c = plain.update(delta), cached.update(delta), partial.update(delta)
+        assert np.allclose(a, b, atol=1e-6) and np.allclose(a, c, atol=1e-6)
+    bank = canary_vectors(SEED, np.arange(k), d).astype(np.float64)
+    expected = np.max([bank @ x / np.linalg.norm(x) for x in deltas], axis=0)
+    assert np.allclose(plain.max_cosines, expected, atol=1e-5)
+    assert str(SEED) not in repr(cached) and str(SEED) not in repr(plain.state())
+
+
+def test_tracker_rejects_bad_vectors():
+    t = CosineTracker(SEED, 4, 10)
+    with pytest.raises(ValueError, match="vector"):
+        t.update(np.ones(9, np.float32))
+    with pytest.raises(ValueError, match="NaN"):
+        t.update(np.full(10, np.nan, np.float32))
