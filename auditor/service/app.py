@@ -62,6 +62,21 @@ class ReadCache:
             self._items.pop(audit_id, None)
 
 
+def _submit_demo(store: Store, path: str) -> None:
+    """``flaudit serve --demo``: submit the example audit if the database has no audit yet."""
+    from auditor.canaries import new_master_seed
+    from auditor.spec import AuditSpec
+
+    if store.count_audits() > 0:
+        log.info("demo: audits exist already; not submitting %s", path)
+        return
+    spec = AuditSpec.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    audit = store.create_audit(
+        name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed()
+    )
+    log.info("demo: submitted %s as audit %s", path, audit.id)
+
+
 def create_app(settings: Settings | None = None, *, store: Store | None = None) -> FastAPI:
     """Build the service.
 
@@ -84,6 +99,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         failed = app.state.store.fail_interrupted()
         if failed:
             log.warning("marked %d audit(s) failed: the service restarted during their run", len(failed))
+        if settings.demo_spec_path:
+            _submit_demo(app.state.store, settings.demo_spec_path)
         app.state.runner = None
         if settings.start_runner:
             app.state.runner = Runner(

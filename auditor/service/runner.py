@@ -14,8 +14,8 @@ Engines
 -------
 ``simulation`` (default): :func:`simulation_worker` runs
 ``server.simulation.run_simulation_audit`` in the worker.
-``deployment``: :func:`deployment_worker` starts ``flwr run`` against ``spec.superlink_address``
-with the run config described in docs/architecture.md (the seam a deployment engineer finishes).
+``deployment``: :func:`deployment_worker` runs the audit's ServerApp on ``spec.superlink_address``
+via :mod:`auditor.service.deployment` (``flwr run`` with the run config of docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -135,49 +135,31 @@ def simulation_worker(payload: dict) -> None:
     )
 
 
-def deployment_run_config(payload: dict) -> dict[str, Any]:
-    """Flower run config for ``flwr run`` against a SuperLink (keys in docs/architecture.md)."""
-    import json
-
-    return {
-        "canary-seed": str(int(payload["seed"])),
-        "audit-id": payload["audit_id"],
-        "ingest-url": payload["base_url"],
-        "ingest-token": payload["token"],
-        "audit-spec": json.dumps(payload["spec"]),
-    }
-
-
 def deployment_worker(payload: dict) -> None:
-    """Run one audit on a SuperLink with ``flwr run`` (deployment engine).
+    """Run one audit on a Flower SuperLink (deployment engine) from the worker process.
 
-    The run config (with the seed) is written to a private temporary TOML file, never to the
-    command line or a log. The ServerApp reads it and reports to the ingest routes like the
-    simulation does. This seam is not exercised by the service tests.
+    Delegates to :func:`auditor.service.deployment.run_deployment_audit`, which submits the run
+    with the seed and run token in a private run-config file, watches it and stops it. SIGTERM
+    (what the runner sends first on cancel or timeout) sets the cancel event, so the run is
+    stopped on the SuperLink (``flwr stop``) within the runner's grace period.
     """
-    import subprocess
-    import tempfile
-    from pathlib import Path
+    from auditor.service.deployment import run_deployment_audit
 
     spec = AuditSpec.model_validate(payload["spec"])
-    config = deployment_run_config(payload)
-    app_dir = Path(__file__).resolve().parents[2]
-    with tempfile.TemporaryDirectory(prefix="flaudit-run-") as tmp:
-        path = Path(tmp) / "run-config.toml"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            for key, value in config.items():
-                escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
-                fh.write(f'{key} = "{escaped}"\n')
-        cmd = [
-            sys.executable, "-m", "flwr.cli.app", "run", str(app_dir), "local-deployment",
-            "--run-config", str(path),
-            "--federation-config", f'address="{spec.superlink_address}"',
-            "--stream",
-        ]
-        completed = subprocess.run(cmd, timeout=float(payload["timeout"]), check=False)
-        if completed.returncode != 0:
-            raise RuntimeError(f"flwr run exited with code {completed.returncode}")
+    cancel = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: cancel.set())
+    result = run_deployment_audit(
+        spec,
+        audit_id=payload["audit_id"],
+        canary_seed=int(payload["seed"]),
+        ingest_url=payload["base_url"],
+        run_token=payload["token"],
+        timeout=float(payload["timeout"]),
+        cancel_event=cancel,
+    )
+    if not result.succeeded:
+        how = "timed out" if result.timed_out else ("cancelled" if result.cancelled else result.state.value)
+        raise RuntimeError(f"Flower run {result.run_id} on the SuperLink ended {how}: {result.details}")
 
 
 @dataclass

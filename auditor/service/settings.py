@@ -81,6 +81,7 @@ class Settings:
     runner_poll_seconds: float = 0.5
     start_runner: bool = True
     cancel_grace_seconds: float = 3.0
+    demo_spec_path: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_concurrent_audits < 1:

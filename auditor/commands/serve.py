@@ -1,0 +1,77 @@
+"""``flaudit serve``: the audit service (REST API + dashboard) with uvicorn.
+
+Heavy imports (FastAPI, uvicorn, SQLAlchemy) happen inside :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEMO_SPEC = Path(__file__).resolve().parents[2] / "examples" / "quick-audit.json"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="Interface to bind (default 127.0.0.1).")
+    parser.add_argument("--port", type=int, default=8000, help="Port (default 8000).")
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="SQLAlchemy URL (default $FLAUDIT_DATABASE_URL or sqlite:///.flaudit/flaudit.db); "
+        "PostgreSQL: postgresql+psycopg://user@host:5432/db",
+    )
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help=f"Submit {DEMO_SPEC.relative_to(DEMO_SPEC.parents[1])} on start-up if no audit exists.",
+    )
+    parser.add_argument(
+        "--max-concurrent-audits",
+        type=int,
+        default=None,
+        help="Audits running at the same time (default $FLAUDIT_MAX_CONCURRENT_AUDITS or 1).",
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def main(args: argparse.Namespace) -> int:
+    import logging
+    import os
+
+    import uvicorn
+
+    from auditor.service.app import create_app
+    from auditor.service.settings import Settings
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    overrides: dict = {}
+    if args.database_url:
+        overrides["database_url"] = args.database_url
+    if args.max_concurrent_audits is not None:
+        overrides["max_concurrent_audits"] = args.max_concurrent_audits
+    if not os.environ.get("FLAUDIT_PUBLIC_URL"):
+        host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+        overrides["public_url"] = f"http://{host}:{args.port}"
+    if args.demo:
+        overrides["demo_spec_path"] = str(DEMO_SPEC)
+    try:
+        settings = Settings.from_env(**overrides)
+    except ValueError as exc:
+        print(f"flaudit serve: {exc}")
+        return 2
+    if not settings.api_keys:
+        logging.getLogger("flaudit.service").warning(
+            "no API key configured: POST /audits, cancel and DELETE answer 503 until you set "
+            "FLAUDIT_API_KEY or FLAUDIT_API_KEY_FILE"
+        )
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        workers=1,
+    )
+    return 0
