@@ -303,6 +303,7 @@ def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
     """Build the deployment runtime from the Flower run config (see module docstring)."""
     from server.reporting import HttpRoundReporter
 
+    run_config = {k: v for k, v in run_config.items() if v != ""}  # "" = not set
     spec_json = run_config.get("flaudit-spec")
     spec = AuditSpec.model_validate_json(spec_json) if spec_json else AuditSpec(
         task="synthetic",
@@ -333,31 +334,30 @@ def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
 
 
 class _LazyLocal:
-    """LocalRoundReporter created at ``report_initial`` (when d is known); logs cosine means."""
+    """Stand-alone demo reporter: a lazily created LocalRoundReporter that logs cosine means."""
 
     def __init__(self, spec: AuditSpec, seed: int) -> None:
-        self._spec, self._seed, self.inner = spec, seed, None
+        from server.reporting import LocalRoundReporter
+
+        self._spec, self._seed = spec, seed
+        self.inner = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries)
 
     def __repr__(self) -> str:
         return "LocalRoundReporter(stand-alone)"
 
     def report_initial(self, initial_model: np.ndarray) -> None:
-        from auditor.statistics import CosineTracker
-        from server.reporting import LocalRoundReporter
-
-        tracker = CosineTracker(self._seed, self._spec.num_canaries, int(initial_model.shape[0]))
-        self.inner = LocalRoundReporter(tracker)
         self.inner.report_initial(initial_model)
 
     def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None:
         self.inner.report_round(server_round, delta, metadata)
-        logger.info("round %d: cohort %d, clip norm %.4g", server_round, metadata.cohort_size, metadata.clip_norm)
+        logger.warning("round %d: cohort %d, clip norm %.4g", server_round, metadata.cohort_size,
+                       metadata.clip_norm)
 
     def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None:
         self.inner.report_final(final_model, metrics)
         mask = seen_mask(self._seed, self._spec.num_canaries)
         final = self.inner.tracker.final_cosines
-        logger.info(
+        logger.warning(
             "final model: accuracy %.3f; mean cos(c, theta_T - theta_0) seen %.4g, unseen %.4g",
             metrics.get("accuracy", math.nan), final[mask].mean(), final[~mask].mean(),
         )

@@ -152,14 +152,27 @@ class LocalRoundReporter:
         Tracks every canary (seen and unseen) of the audit.
     """
 
-    tracker: CosineTracker
+    tracker: CosineTracker | None = None
     initial_model: np.ndarray | None = field(default=None, repr=False)
     final_model: np.ndarray | None = field(default=None, repr=False)
     rounds: list[tuple[int, RoundMetadata]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    _lazy: tuple[int, int] | None = field(default=None, repr=False)
+
+    @classmethod
+    def for_audit(cls, *, canary_seed: int, num_canaries: int) -> "LocalRoundReporter":
+        """A reporter whose tracker is created when ``theta_0`` (hence ``d``) arrives."""
+        if num_canaries < 1:
+            raise ValueError(f"num_canaries must be >= 1, got {num_canaries}")
+        return cls(tracker=None, _lazy=(canary_seed, int(num_canaries)))
 
     def report_initial(self, initial_model: np.ndarray) -> None:
         self.initial_model = np.array(initial_model, dtype=np.float32)
+        if self.tracker is None:
+            if self._lazy is None:
+                raise ValueError("tracker is required (or use LocalRoundReporter.for_audit)")
+            seed, k = self._lazy
+            self.tracker = CosineTracker(seed, k, int(self.initial_model.shape[0]))
 
     def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None:
         expected = len(self.rounds) + 1

@@ -1,0 +1,149 @@
+"""``flaudit run audit.toml``: one audit end to end in Flower's simulation engine.
+
+The TOML file holds :class:`auditor.spec.AuditSpec` fields, either at the top level or in an
+``[audit]`` table (``task_options`` and ``adaptive_clipping`` as sub-tables). A fresh secret
+canary seed is drawn for the run and never printed; rounds are fed to an in-process
+:class:`~auditor.statistics.CosineTracker`; the estimator table is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", type=Path, help="audit TOML file (AuditSpec fields)")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds for the whole run (default: the spec's timeout_seconds)")
+    parser.add_argument("--max-supernodes", type=int, default=8,
+                        help="virtual SuperNodes for the simulation (default 8)")
+    parser.add_argument("--num-cpus", type=int, default=None,
+                        help="CPUs Ray may use (default: all)")
+    parser.add_argument("--bootstrap", type=int, default=0,
+                        help="bootstrap resamples for an interval on epsilon_est (default 0)")
+
+
+def load_spec(path: Path):
+    """Parse ``path`` into an AuditSpec (ValueError naming the problem)."""
+    import tomllib
+
+    from auditor.spec import AuditSpec
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"spec file not found: {path}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path} is not valid TOML: {error}") from None
+    if "audit" in data and isinstance(data["audit"], dict):
+        data = data["audit"]
+    return AuditSpec.model_validate(data)
+
+
+def _fmt(value: float) -> str:
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.4g}"
+
+
+def main(args: argparse.Namespace) -> int:
+    import numpy as np
+    from pydantic import ValidationError
+    from tqdm import tqdm
+
+    from auditor.canaries import new_master_seed, seen_mask
+    from auditor.estimators import analytic_epsilon, summarize
+    from server.reporting import LocalRoundReporter
+    from server.simulation import run_simulation_audit
+
+    try:
+        spec = load_spec(args.spec)
+    except ValidationError as error:
+        print(f"flaudit run: invalid spec {args.spec}:", file=sys.stderr)
+        for item in error.errors():
+            where = ".".join(str(p) for p in item["loc"]) or "spec"
+            print(f"  {where}: {item['msg']}", file=sys.stderr)
+        return 2
+    except ValueError as error:
+        print(f"flaudit run: error: {error}", file=sys.stderr)
+        return 2
+
+    seed = new_master_seed()
+    reporter = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries)
+    bar = tqdm(total=spec.num_rounds, desc=f"audit {spec.name}", unit="round", file=sys.stderr,
+               disable=None)
+
+    def progress(t: int, total: int) -> None:
+        bar.update(t - bar.n)
+
+    try:
+        result = run_simulation_audit(
+            spec, canary_seed=seed, reporter=reporter, timeout=args.timeout, progress=progress,
+            max_supernodes=args.max_supernodes, num_cpus=args.num_cpus,
+        )
+    except TimeoutError as error:
+        print(f"flaudit run: {error}", file=sys.stderr)
+        return 3
+    except ValueError as error:
+        print(f"flaudit run: error: {error}", file=sys.stderr)
+        return 2
+    finally:
+        bar.close()
+
+    tracker = reporter.tracker
+    mask = seen_mask(seed, spec.num_canaries)
+    summary = summarize(
+        seen=mask, dim=tracker.dim, delta=spec.delta, max_cosines=tracker.max_cosines,
+        final_cosines=tracker.final_cosines, threat_models=[t.value for t in spec.threat_models],
+        bootstrap=args.bootstrap,
+    )
+    estimates = list(summary.estimates)
+    q = spec.sampling_probability if spec.participation.value == "poisson" else None
+    if spec.noise_multiplier > 0:
+        estimates += analytic_epsilon(
+            spec.noise_multiplier, q if q is not None else 1.0, spec.num_rounds, spec.delta,
+            participations=spec.canary_repeats, accountants=("rdp",) if q is not None else (),
+        )
+    cos = {
+        "final_seen_mean": float(np.mean(tracker.final_cosines[mask])) if mask.any() else None,
+        "final_unseen_mean": float(np.mean(tracker.final_cosines[~mask])) if (~mask).any() else None,
+        "max_seen_mean": float(np.mean(tracker.max_cosines[mask])) if mask.any() else None,
+        "max_unseen_mean": float(np.mean(tracker.max_cosines[~mask])) if (~mask).any() else None,
+    }
+    if args.json:
+        out = {
+            "spec": spec.model_dump(mode="json"),
+            "run": {k: v for k, v in result.items() if k != "rounds"},
+            "cosines": cos,
+            "estimates": [e.to_dict() for e in estimates],
+            "diagnostics": [d.to_dict() for d in summary.diagnostics],
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+
+    metrics = result["metrics"]
+    print(f"audit {spec.name!r}: task {spec.task}, d={result['dim']}, T={spec.num_rounds}, "
+          f"m={spec.clients_per_round}, z={spec.noise_multiplier:g}, k={spec.num_canaries} canaries "
+          f"({int(mask.sum())} seen, repeats {spec.canary_repeats}), {spec.participation.value} "
+          f"participation, {result['seconds']:.1f} s")
+    print(f"final model: accuracy {metrics.get('accuracy', float('nan')):.4f}, "
+          f"loss {metrics.get('loss', float('nan')):.4f}; clients dropped: {result['num_failures']}")
+    print(f"mean cosines  final: seen {cos['final_seen_mean']}, unseen {cos['final_unseen_mean']}; "
+          f"max over rounds: seen {cos['max_seen_mean']}, unseen {cos['max_unseen_mean']}")
+    head = f"{'epsilon':>9}  {'estimator':<13} {'threat model':<19} {'variance':<8} {'correction':<10} {'conf':>5}  method"
+    print(head)
+    print("-" * len(head))
+    for e in estimates:
+        conf = f"{e.confidence:.2f}" if e.confidence is not None else "-"
+        print(f"{_fmt(e.epsilon):>9}  {e.estimator.value:<13} {e.threat_model:<19} "
+              f"{e.variance.value:<8} {e.correction.value:<10} {conf:>5}  {e.method}")
+    print(f"delta = {spec.delta:g} for every row")
+    bad = [d for d in summary.diagnostics if not d.ok]
+    for d in bad:
+        print(f"note: {d.name}: {d.hint}")
+    return 0

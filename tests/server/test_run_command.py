@@ -1,0 +1,97 @@
+"""`flaudit run`: spec parsing and the printed estimator table, with the simulation replaced by
+an in-process grid that runs the real ClientApp handler (no Ray)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from flwr.app import Error, Message
+from flwr.supercore.task_identity import TaskIdentity
+
+import server.simulation
+from auditor.cli import main as cli_main
+from auditor.commands.run import load_spec
+from clients.app import train
+from server.app import AuditRuntime, run_audit
+
+SPEC = """
+name = "cli-test"
+task = "synthetic"
+num_rounds = 3
+num_clients = 6
+clients_per_round = 4
+participation = "uniform"
+num_canaries = 8
+noise_multiplier = 0.5
+delta = 1e-5
+
+[task_options]
+dim = 3000
+test_size = 100
+"""
+
+
+class InProcessGrid:
+    def get_node_ids(self):
+        return [11, 12]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for msg in messages:
+            try:
+                replies.append(train(msg, None))
+            except Exception as error:  # noqa: BLE001
+                replies.append(Message(Error(code=1, reason=str(error)), reply_to=msg))
+        return replies
+
+
+@pytest.fixture
+def in_process_simulation(monkeypatch):
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    calls = []
+
+    def fake(spec, *, canary_seed, reporter, timeout=None, progress=None, **kwargs):
+        calls.append(canary_seed)
+        runtime = AuditRuntime(spec=spec, canary_seed=canary_seed, reporter=reporter,
+                               progress=progress, deadline=time.monotonic() + 60)
+        return dict(run_audit(InProcessGrid(), runtime))
+
+    monkeypatch.setattr(server.simulation, "run_simulation_audit", fake)
+    yield calls
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+
+
+def test_flaudit_run_prints_estimates_and_never_the_seed(tmp_path, capsys, in_process_simulation):
+    path = tmp_path / "audit.toml"
+    path.write_text(SPEC)
+    assert cli_main(["run", str(path)]) == 0
+    out, err = capsys.readouterr()
+    seed = in_process_simulation[0]
+    assert str(seed) not in out + err and hex(seed)[2:] not in out + err
+    assert "two_gaussian" in out and "final_model" in out and "all_iterates" in out
+    assert "accuracy" in out
+
+    assert cli_main(["run", str(path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    seed = in_process_simulation[1]
+    assert str(seed) not in out + err
+    threat_models = {e["threat_model"] for e in data["estimates"]}
+    assert {"final_model", "all_iterates", "known_rounds"} <= threat_models
+    assert data["run"]["num_rounds"] == 3 and 0 <= data["run"]["metrics"]["accuracy"] <= 1
+
+
+def test_load_spec_accepts_an_audit_table_and_names_bad_fields(tmp_path, capsys):
+    path = tmp_path / "a.toml"
+    path.write_text("[audit]\nnum_rounds = 3\n")
+    assert load_spec(path).num_rounds == 3
+    path.write_text("noise_multiplier = -1\n")
+    assert cli_main(["run", str(path)]) == 2
+    assert "noise_multiplier" in capsys.readouterr().err
+    path.write_text("num_rounds = [\n")
+    assert cli_main(["run", str(path)]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+    assert cli_main(["run", str(tmp_path / "missing.toml")]) == 2
