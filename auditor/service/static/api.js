@@ -42,6 +42,7 @@ export function setStoredKey(key) {
 
 let memoryKey = null;
 let pendingKeyPrompt = null;
+let keyDeclined = false;
 
 function currentKey() {
   return storedKey() || memoryKey;
@@ -54,7 +55,6 @@ export function promptForKey(message) {
   const dialog = document.getElementById("key-dialog");
   const input = document.getElementById("key-input");
   const text = document.getElementById("key-dialog-text");
-  if (message) text.dataset.extra = message;
   const extra = text.querySelector(".extra") || text.appendChild(document.createElement("strong"));
   extra.className = "extra";
   extra.textContent = message ? ` ${message}` : "";
@@ -70,6 +70,7 @@ export function promptForKey(message) {
           setStoredKey(null);
           resolve(null);
         } else if (dialog.returnValue === "ok" && value) {
+          keyDeclined = false;
           setStoredKey(value);
           resolve(value);
         } else {
@@ -124,11 +125,17 @@ export async function request(method, path, { params, json, signal, askKey = tru
       body = JSON.stringify(json);
     }
     const response = await fetch(apiUrl(path, params), { method, headers, body, signal, cache: "no-store" });
-    if (response.status === 401 && askKey && attempt === 0) {
+    // Background reads (polling) do not nag again after the user dismissed the prompt;
+    // a user action (a mutating call or the "API key" button) asks again.
+    const quiet = method === "GET" && keyDeclined;
+    if (response.status === 401 && askKey && attempt === 0 && !quiet) {
       const hadKey = Boolean(key);
       if (hadKey) setStoredKey(null);
       const entered = await promptForKey(hadKey ? "The stored key was rejected." : "");
-      if (!entered) throw new ApiError(401, "An API key is needed for this action.", null);
+      if (!entered) {
+        keyDeclined = true;
+        throw new ApiError(401, "An API key is needed for this action.", null);
+      }
       continue;
     }
     const text = await response.text();

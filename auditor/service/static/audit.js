@@ -319,7 +319,8 @@ export function renderAudit(root, id) {
     let sub = "";
     if (a.status === "queued") text = "Waiting to start";
     else text = `Round ${round} of ${total}`;
-    if (a.status === "running") sub = p.eta_seconds != null ? `about ${fmtDuration(p.eta_seconds)} left` : "estimating time left…";
+    if (a.status === "running" && round === 0) sub = "starting the Flower run…";
+    else if (a.status === "running") sub = p.eta_seconds != null ? `about ${fmtDuration(p.eta_seconds)} left` : "estimating time left…";
     else if (TERMINAL.has(a.status) && a.started_at && a.finished_at) sub = `took ${fmtDuration((new Date(a.finished_at) - new Date(a.started_at)) / 1000)}`;
     fill(
       progressBox,
@@ -390,7 +391,7 @@ export function renderAudit(root, id) {
     return (audit.estimates || [])
       .filter((e) => e.estimator === "analytic" && Number.isFinite(epsValue(e.epsilon)))
       .sort(compareEstimates)
-      .map((e, i) => ({ key: seriesKey(e), label: `analytic ε, ${threatLabel(e.threat_model)}`, shortLabel: `analytic ${fmtEps(e.epsilon)} (${threatLabel(e.threat_model)})`, y: epsValue(e.epsilon), style: REF_STYLES[i % REF_STYLES.length], sample: e }));
+      .map((e, i) => ({ key: seriesKey(e), label: estimateLabel(e), shortLabel: `${estimateLabel(e)} = ${fmtEps(e.epsilon)}`, y: epsValue(e.epsilon), style: REF_STYLES[i % REF_STYLES.length], sample: e }));
   }
 
   function updateLegend() {

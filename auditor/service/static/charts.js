@@ -140,11 +140,18 @@ export function lineChart(container, spec) {
   if (!xTicks.length) xTicks = [x0, x1];
   axes(svg, inner, xs, ys, xTicks, yTicks, { xLabel: spec.xLabel, yLabel: spec.yLabel, xFormat: (t) => String(t) });
 
-  for (const r of spec.refs || []) {
-    if (!Number.isFinite(r.y)) continue;
+  // Reference lines, labelled on the line; labels that would overlap alternate sides or are
+  // left to the legend.
+  const placed = { start: [], end: [] };
+  const refs = (spec.refs || []).filter((r) => Number.isFinite(r.y)).sort((a, b) => b.y - a.y);
+  for (const r of refs) {
     const y = ys(r.y);
     el("line", { x1: inner.left, x2: inner.right, y1: y, y2: y, stroke: r.style.color, "stroke-width": r.style.width || 1.5, "stroke-dasharray": r.style.dash || null, class: "ref-line" }, svg);
-    const t = el("text", { x: inner.left + 8, y: y - 4, "text-anchor": "start", class: "ref-label" }, svg);
+    const side = ["start", "end"].find((s) => placed[s].every((py) => Math.abs(py - y) >= 13));
+    if (!side) continue;
+    placed[side].push(y);
+    const x = side === "start" ? inner.left + 8 : inner.right - 8;
+    const t = el("text", { x, y: y - 4, "text-anchor": side, class: "ref-label" }, svg);
     t.textContent = r.shortLabel || r.label;
   }
 

@@ -85,11 +85,17 @@ export function estimateLabel(e) {
   if (e.variance === "null") parts.push("(σ² = 1/d)");
   else if (e.variance === "fitted") parts.push("(fitted σ)");
   if (e.correction && e.correction !== "n/a") parts.push(`[${e.correction}]`);
+  const accountant = e.details?.accountant;
+  if (accountant && typeof accountant === "string") parts.push(`(${accountant.toUpperCase()})`);
   return parts.join(" ");
 }
 
+/** Identity of a series across rounds: estimator, threat model, variance, correction (and the
+ * accountant for analytic entries, which may share a threat model). */
 export function seriesKey(e) {
-  return [e.estimator, e.threat_model, e.variance || "n/a", e.correction || "n/a"].join("|");
+  const parts = [e.estimator, e.threat_model, e.variance || "n/a", e.correction || "n/a"];
+  if (e.details?.accountant) parts.push(String(e.details.accountant));
+  return parts.join("|");
 }
 
 export function isLowerBound(e) {

@@ -1,0 +1,199 @@
+"""The dashboard in a real browser against the real service: start a small audit from the page,
+watch it live, check the final numbers against the API, screenshot it at desktop and phone width.
+
+Screenshots go to ``test-output/`` (gitignored)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+# Records what the audit page showed, every 100 ms, so the test can tell that the counter
+# advanced and the chart got points *while* the audit was running (not only at the end).
+RECORDER = """
+window.__snapshots = [];
+setInterval(() => {
+  const counter = document.getElementById("round-counter");
+  if (!counter) return;
+  const chart = document.getElementById("eps-chart");
+  const badge = document.querySelector(".badge-slot .badge");
+  const snap = {
+    round: Number(counter.dataset.round),
+    total: Number(counter.dataset.total),
+    points: Number((chart && chart.dataset.points) || 0),
+    status: (badge && badge.dataset.status) || "",
+  };
+  const last = window.__snapshots[window.__snapshots.length - 1];
+  if (!last || last.round !== snap.round || last.points !== snap.points || last.status !== snap.status) {
+    window.__snapshots.push(snap);
+  }
+}, 100);
+"""
+
+SMALL_AUDIT = {
+    "f-name": "e2e dashboard",
+    "f-num_rounds": "6",
+    "f-num_clients": "20",
+    "f-clients_per_round": "5",
+    "f-num_canaries": "20",
+}
+
+
+def _shown_epsilon(text: str) -> float:
+    token = text.strip().split()[0]
+    return math.inf if token == "∞" else float(token)
+
+
+def _api_epsilon(value) -> float:
+    return math.inf if value == "inf" else float(value)
+
+
+def _unexpected_errors(tab, allowed_statuses: set[int]) -> list[str]:
+    """Console errors other than Chromium's "Failed to load resource" lines for responses the
+    test provoked on purpose (the 401 that makes the page ask for the key, a 422)."""
+    pattern = re.compile(r"Failed to load resource: the server responded with a status of (\d+)")
+    out = []
+    for message in tab.console_errors:
+        match = pattern.search(message)
+        if match and int(match.group(1)) in allowed_statuses:
+            continue
+        out.append(message)
+    return out
+
+
+def _enter_key(page, key: str) -> None:
+    expect(page.locator("#key-dialog")).to_be_visible()
+    page.locator("#key-input").fill(key)
+    page.locator("#key-ok").click()
+
+
+@pytest.mark.timeout(240)
+def test_start_an_audit_from_the_page_and_watch_it_live(service, tab, output_dir):
+    page = tab.page
+    page.add_init_script(RECORDER)
+    page.goto(service.url + "/")  # the service redirects / to the dashboard
+    expect(page.locator("#audits-table")).to_be_visible()
+    for field_id, value in SMALL_AUDIT.items():
+        page.locator(f"#{field_id}").fill(value)
+    page.locator("#start-audit").click()
+
+    # The POST gets 401 without a key: the page asks once, keeps it in session storage, retries.
+    _enter_key(page, service.api_key)
+    page.wait_for_url(re.compile(r"#/audits/[^/]+$"))
+    audit_id = page.url.split("#/audits/")[1]
+    assert service.api_key not in page.url
+    assert page.evaluate("sessionStorage.getItem('flaudit.apiKey')") == service.api_key
+    assert page.evaluate("Object.keys(localStorage).length") == 0
+
+    # Live: while running, the round counter advances past 0 and the epsilon chart gets points.
+    page.wait_for_function(
+        "() => window.__snapshots.some(s => s.status === 'running' && s.round > 0 && s.points > 0)",
+        timeout=150_000,
+    )
+    page.wait_for_selector(
+        ".badge-slot .badge[data-status=succeeded], .badge-slot .badge[data-status=failed], "
+        ".badge-slot .badge[data-status=cancelled]",
+        timeout=180_000,
+    )
+    audit = service.client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "succeeded", (audit["reason"], service.log_tail())
+    snapshots = page.evaluate("window.__snapshots")
+    rounds_shown = [s["round"] for s in snapshots]
+    assert rounds_shown == sorted(rounds_shown), "the round counter went backwards"
+    assert any(s["round"] == 0 for s in snapshots), "never saw the audit before its first round"
+    assert rounds_shown[-1] == audit["progress"]["num_rounds"] == 6
+    expect(page.locator("#round-counter")).to_have_text("Round 6 of 6")
+
+    # The final table shows every estimate the API returns, with the same numbers.
+    rows = page.locator("#estimates-table tbody tr")
+    expect(rows).to_have_count(len(audit["estimates"]))
+    shown_estimators = set(rows.evaluate_all("rs => rs.map(r => r.dataset.estimator)"))
+    assert {"two_gaussian", "lower_bound", "one_run", "analytic"} <= shown_estimators
+    shown = sorted(_shown_epsilon(t) for t in page.locator("#estimates-table td.eps-cell").all_inner_texts())
+    expected = sorted(_api_epsilon(e["epsilon"]) for e in audit["estimates"])
+    assert len(shown) == len(expected)
+    for got, want in zip(shown, expected):
+        assert got == want or math.isclose(got, want, rel_tol=6e-3, abs_tol=1e-9), (shown, expected)
+    for label in ("Threat model", "Correction", "Confidence", "Method"):
+        cells = page.locator(f'#estimates-table td[data-label="{label}"]').all_inner_texts()
+        assert len(cells) == len(audit["estimates"]) and all(c.strip() for c in cells), label
+    expect(page.locator("#diagnostics li")).to_have_count(len(audit["diagnostics"]))
+    assert page.locator("#alerts .banner").count() >= len(audit["alerts"])
+
+    # The chart has a line per default series, the analytic reference lines and a text summary.
+    assert page.locator("#eps-chart path").count() > 0
+    assert page.locator("#eps-chart .ref-line").count() == sum(
+        e["estimator"] == "analytic" and e["epsilon"] != "inf" for e in audit["estimates"]
+    )
+    assert page.locator("#eps-chart").get_attribute("aria-label").startswith("Epsilon over rounds. Latest:")
+    # Once ended, the densities show seen and unseen canaries separately, with the null.
+    for tm in audit["spec"]["threat_models"]:
+        card = page.locator(f"section:has(#density-{tm})")
+        expect(card.locator(".legend")).to_contain_text("seen canaries")
+        expect(card.locator(".legend")).to_contain_text("unseen canaries")
+        expect(card.locator(".legend")).to_contain_text("null")
+        assert card.locator("svg path").count() >= 3
+
+    # Keyboard: a legend checkbox toggles its series off and on again.
+    first = page.locator("#eps-legend input[type=checkbox]:checked").first
+    key = first.get_attribute("data-series-key")
+    first.focus()
+    page.keyboard.press("Space")
+    expect(page.locator(f'#eps-legend input[data-series-key="{key}"]')).not_to_be_checked()
+    assert page.locator(f'#eps-chart g.series[data-series="{key}"]').count() == 0
+    page.keyboard.press("Space")
+    expect(page.locator(f'#eps-legend input[data-series-key="{key}"]')).to_be_checked()
+    assert page.locator(f'#eps-chart g.series[data-series="{key}"]').count() == 1
+
+    page.screenshot(path=str(output_dir / "dashboard-audit-1280.png"), full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(400)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 391, "horizontal scroll at phone width"
+    page.screenshot(path=str(output_dir / "dashboard-audit-390.png"), full_page=True)
+
+    page.goto(service.url + "/ui/#/")
+    row = page.locator(f'#audits-table tr[data-audit-id="{audit_id}"]')
+    expect(row.locator(".badge")).to_have_text(re.compile("succeeded"))
+    assert page.evaluate("document.documentElement.scrollWidth") <= 391
+    page.screenshot(path=str(output_dir / "dashboard-list-390.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.screenshot(path=str(output_dir / "dashboard-list-1280.png"), full_page=True)
+
+    # A second mutating call reuses the stored key: no second prompt, no second 401.
+    page.goto(service.url + f"/ui/#/audits/{audit_id}")
+    page.once("dialog", lambda dialog: dialog.accept())  # the confirm() before deleting
+    page.locator("#delete-audit").click()
+    page.wait_for_url(re.compile(r"#/$"))
+    assert service.client.get(f"/audits/{audit_id}").status_code == 404
+    assert [r for r in tab.responses if r[2] == 401] == [
+        ("POST", service.url + "/audits", 401)
+    ], "the key should be asked for exactly once"
+    assert all(service.api_key not in url for _, url, _ in tab.responses)
+    assert _unexpected_errors(tab, {401}) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_bad_pasted_spec_is_refused_with_the_field_named(service, tab):
+    page = tab.page
+    before = service.client.get("/audits").json()["total"]
+    page.goto(service.url + "/ui/#/new")
+    page.locator("#json-details summary").click()
+
+    page.locator("#spec-json").fill("{not json")
+    page.locator("#start-audit").click()
+    expect(page.locator("#form-error")).to_contain_text("not valid JSON")
+    assert not any(method == "POST" for method, _, _ in tab.responses)
+
+    page.locator("#spec-json").fill('{"name": "bad", "num_rounds": 0}')
+    page.locator("#start-audit").click()
+    _enter_key(page, service.api_key)
+    expect(page.locator("#form-error")).to_contain_text("num_rounds")
+    expect(page.locator("#f-num_rounds")).to_have_attribute("aria-invalid", "true")
+    assert page.url.endswith("#/new")
+    assert service.client.get("/audits").json()["total"] == before
+    assert _unexpected_errors(tab, {401, 422}) == []
