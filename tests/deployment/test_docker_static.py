@@ -1,0 +1,256 @@
+"""Static checks of docker/: compose validates, Dockerfiles lint, and the project's own rules.
+
+No Docker engine runs here or in CI, so the images are never built; these tests make sure what a
+user runs with ``docker compose up`` is at least well-formed and follows the rules in
+``docker_policy.py``. Each check is also shown to fail on a bad input, so a passing run means
+something.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from . import docker_policy as policy
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+CHECK = ROOT / "scripts" / "check-docker.sh"
+DOCKERFILES = sorted(p for p in DOCKER.glob("Dockerfile.*") if not p.name.endswith(".dockerignore"))
+
+needs_docker_cli = pytest.mark.skipif(
+    shutil.which("docker") is None, reason="the docker CLI is not installed (CI has it)"
+)
+
+
+def _run_check(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(CHECK), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _compose_model(*files: Path, env_file: Path | None = None) -> dict:
+    """The merged compose model, as ``docker compose config --format json`` prints it."""
+    args = ["json"] + (["--env-file", str(env_file)] if env_file else []) + [str(f) for f in files]
+    result = _run_check(*args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# -- the CI check script ----------------------------------------------------------------------
+
+
+@needs_docker_cli
+def test_check_docker_script_passes():
+    result = _run_check()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "docker/compose.yaml is valid" in result.stdout
+    assert "Dockerfiles pass hadolint" in result.stdout
+
+
+@needs_docker_cli
+def test_compose_config_rejects_a_broken_file(tmp_path):
+    broken = tmp_path / "compose.yaml"
+    broken.write_text("services:\n  web:\n    image: nginx:1.27\n    ports: 8080\n    restrt: always\n")
+    result = _run_check("compose", str(broken))
+    assert result.returncode != 0
+
+
+@needs_docker_cli
+def test_hadolint_rejects_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get install curl\nRUN cd /tmp\n")
+    result = _run_check("lint", str(bad))
+    assert result.returncode != 0
+    assert re.search(r"DL3007|DL3008|DL3003", result.stdout + result.stderr)
+
+
+# -- the project's own Dockerfile rules -------------------------------------------------------
+
+
+def test_there_are_dockerfiles_for_the_service_and_flower():
+    names = {p.name for p in DOCKERFILES}
+    assert {"Dockerfile.service", "Dockerfile.flower"} <= names
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_follows_policy(path):
+    assert policy.check_dockerfile(path.read_text()) == []
+
+
+def test_flower_images_are_the_official_pinned_ones():
+    text = (DOCKER / "Dockerfile.flower").read_text()
+    tag = re.search(r"^ARG FLWR_TAG=(\S+)", text, re.M).group(1)
+    assert tag.startswith("1.41.0")
+    assert "FROM flwr/superlink:${FLWR_TAG} AS superlink" in text
+    assert "FROM flwr/supernode:${FLWR_TAG} AS supernode" in text
+    assert "torch==2.13.0" in (DOCKER / "Dockerfile.service").read_text()
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "rule_fragment"),
+    [
+        ("FROM python\nUSER 1000\nHEALTHCHECK CMD true\n", "no tag"),
+        ("FROM python:latest\nUSER 1000\nHEALTHCHECK CMD true\n", "latest"),
+        ("ARG TAG\nFROM python:${TAG}\nUSER 1000\nHEALTHCHECK CMD true\n", "ARG without a default"),
+        ("FROM python:3.11-slim\nHEALTHCHECK CMD true\n", "no USER"),
+        ("FROM python:3.11-slim\nUSER app\nUSER root\nHEALTHCHECK CMD true\n", "ends as root"),
+        ("FROM python:3.11-slim\nUSER 1000\n", "no HEALTHCHECK"),
+        ("FROM python:3.11-slim\nUSER 1000\nHEALTHCHECK NONE\n", "no HEALTHCHECK"),
+        (
+            "FROM python:3.11-slim\nRUN apt-get update && \\\n    python -m pip install numpy==2.1\n"
+            "USER 1000\nHEALTHCHECK CMD true\n",
+            "--no-cache-dir",
+        ),
+        ("FROM python:3.11-slim\nENV API_KEY=abc\nUSER 1000\nHEALTHCHECK CMD true\n", "secret"),
+        ("FROM python:3.11-slim\nENV DB_PASSWORD hunter2\nUSER 1000\nHEALTHCHECK CMD true\n", "secret"),
+        ("FROM python:3.11-slim\nARG GITHUB_TOKEN=ghp_x\nUSER 1000\nHEALTHCHECK CMD true\n", "secret"),
+    ],
+)
+def test_policy_catches_each_rule(dockerfile, rule_fragment):
+    problems = policy.check_dockerfile(dockerfile)
+    assert any(rule_fragment in p for p in problems), problems
+
+
+def test_policy_accepts_multistage_and_digests():
+    good = (
+        "ARG BASE=3.11-slim\n"
+        "FROM python:${BASE} AS build\nUSER 1000\nHEALTHCHECK CMD true\n"
+        "FROM build AS final\nUSER 1000\nHEALTHCHECK CMD true\n"
+        "FROM python@sha256:" + "a" * 64 + "\nUSER 1000\nHEALTHCHECK CMD true\n"
+        "ENV TOKEN_FILE=\nRUN pip install --no-cache-dir x==1\n"
+    )
+    assert policy.check_dockerfile(good) == []
+
+
+# -- compose: services, secrets, TLS, scaling --------------------------------------------------
+
+
+@needs_docker_cli
+def test_compose_services_have_healthchecks_restart_and_no_literal_secrets():
+    for files in ([DOCKER / "compose.yaml"], [DOCKER / "compose.yaml", DOCKER / "compose.tls.yaml"]):
+        model = _compose_model(*files)
+        assert set(model["services"]) == {"postgres", "flaudit", "superlink", "supernode"}
+        assert policy.compose_services_ok(model) == []
+
+
+def test_compose_policy_catches_problems():
+    model = {
+        "services": {
+            "a": {"image": "nginx", "environment": {"DB_PASSWORD": "x"}},
+            "b": {"image": "nginx:latest", "restart": "no", "healthcheck": {"disable": True}},
+        }
+    }
+    problems = "\n".join(policy.compose_services_ok(model))
+    for fragment in ("a: no healthcheck", "a: no restart", "a: image nginx", "DB_PASSWORD",
+                     "b: no healthcheck", "b: no restart", "b: image nginx:latest"):
+        assert fragment in problems
+
+
+@needs_docker_cli
+def test_compose_topology_postgres_volume_scaling_and_dependencies():
+    model = _compose_model(DOCKER / "compose.yaml", env_file=DOCKER / "example.env")
+    services = model["services"]
+    assert any(v["target"] == "/var/lib/postgresql/data" and v["type"] == "volume"
+               for v in services["postgres"]["volumes"])
+    assert services["flaudit"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert services["supernode"]["depends_on"]["superlink"]["condition"] == "service_healthy"
+    # no fixed container_name or host port on the SuperNodes: `--scale supernode=N` works
+    assert "container_name" not in services["supernode"]
+    assert "ports" not in services["supernode"]
+    assert services["supernode"]["deploy"]["replicas"] == 2
+    assert services["supernode"]["environment"]["FLAUDIT_NUM_PARTITIONS"] == "2"
+    assert "--insecure" in services["superlink"]["command"]
+    assert "--disable-runtime-dependency-installation" in services["superlink"]["command"]
+    # the service reaches the SuperLink's network, and the database on its own network
+    assert set(services["flaudit"]["networks"]) == {"backend", "flower"}
+    assert "backend" not in services["superlink"]["networks"]
+
+
+@needs_docker_cli
+def test_tls_override_switches_every_flower_link_to_tls():
+    model = _compose_model(DOCKER / "compose.yaml", DOCKER / "compose.tls.yaml")
+    services = model["services"]
+    command = services["superlink"]["command"]
+    assert "--insecure" not in command
+    for flag, path in (("--ssl-ca-certfile", "/certs/ca.pem"), ("--ssl-certfile", "/certs/superlink.pem"),
+                       ("--ssl-keyfile", "/certs/superlink.key")):
+        assert command[command.index(flag) + 1] == path
+    assert services["supernode"]["environment"]["FLAUDIT_SUPERLINK_ROOT_CERTIFICATES"] == "/certs/ca.pem"
+    assert services["flaudit"]["environment"]["FLAUDIT_SUPERLINK_ROOT_CERTIFICATES"] == "/certs/ca.pem"
+    assert services["superlink"]["healthcheck"]["test"][-1].startswith("https://")
+
+
+def test_example_env_has_placeholders_only_and_real_env_is_ignored():
+    text = (DOCKER / "example.env").read_text()
+    values = dict(
+        line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+    for key in ("POSTGRES_PASSWORD", "FLAUDIT_API_KEY"):
+        assert values[key].startswith("CHANGE-ME"), key
+    assert "CHANGE-ME" in values["FLAUDIT_DATABASE_URL"]
+    for path in ("docker/.env", "docker/certs/ca.key"):
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0, path
+
+
+# -- helper scripts ---------------------------------------------------------------------------
+
+
+def test_generate_certs_makes_a_chain_the_superlink_can_serve(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    out = tmp_path / "certs"
+    result = subprocess.run(
+        ["bash", str(DOCKER / "generate-certs.sh"), str(out), "superlink.example.org", "10.9.8.7"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    verify = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(out / "ca.pem"), str(out / "superlink.pem")],
+        capture_output=True, text=True,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    sans = subprocess.run(
+        ["openssl", "x509", "-in", str(out / "superlink.pem"), "-noout", "-ext", "subjectAltName"],
+        capture_output=True, text=True,
+    ).stdout
+    for name in ("DNS:superlink", "DNS:localhost", "IP Address:127.0.0.1",
+                 "DNS:superlink.example.org", "IP Address:10.9.8.7"):
+        assert name in sans
+    assert stat.S_IMODE(os.stat(out / "ca.key").st_mode) == 0o600
+
+
+def test_supernode_entrypoint_builds_node_config(tmp_path, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sn_entry", DOCKER / "supernode-entrypoint.py")
+    entry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry)
+
+    monkeypatch.setenv("FLAUDIT_PARTITION_ID", "3")
+    monkeypatch.setenv("FLAUDIT_NUM_PARTITIONS", "4")
+    assert entry.node_config() == "partition-id=3 num-partitions=4"
+
+    monkeypatch.delenv("FLAUDIT_PARTITION_ID")
+    monkeypatch.setattr(entry, "replica_number", lambda: 2)  # flaudit-supernode-2
+    assert entry.node_config() == "partition-id=1 num-partitions=4"
+
+    monkeypatch.setattr(entry, "replica_number", lambda: 5)  # scaled past SUPERNODES
+    with pytest.raises(SystemExit):
+        entry.node_config()
+
+    monkeypatch.setattr(entry, "replica_number", lambda: None)
+    monkeypatch.delenv("FLAUDIT_NUM_PARTITIONS")
+    assert entry.node_config() == ""
