@@ -1,0 +1,113 @@
+"""The SQLAlchemy store on SQLite and (with FLAUDIT_TEST_POSTGRES_URL) PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from auditor.service.store import StaleRound, bytes_to_array, array_to_bytes, hash_token
+
+SPEC = {"num_rounds": 3, "num_canaries": 4, "delta": 1e-5}
+
+
+def _round(t: int) -> dict:
+    return {"round": t, "clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1,
+            "num_failures": 0, "estimates": [{"epsilon": "inf", "estimator": "two_gaussian"}]}
+
+
+def _store_round(store, audit_id, t, max_c=None):
+    max_c = np.arange(4, dtype=float) * t if max_c is None else max_c
+    store.store_round(audit_id, round_row=_round(t), max_cosines=max_c, last_cosines=max_c,
+                      estimates=[], diagnostics=[], histograms={}, alerts=[], headline_epsilon=None)
+
+
+def test_create_get_list_and_secret_stays_out_of_reprs(store):
+    seed = 2**127 + 12345
+    a = store.create_audit(name="a", spec=SPEC, canary_seed=seed)
+    b = store.create_audit(name="b", spec=SPEC, canary_seed=7)
+    got = store.get_audit(a.id)
+    assert got.name == "a" and got.spec == SPEC and got.status == "queued"
+    assert store.canary_seed(a.id) == seed  # 128-bit value survives exactly
+    assert str(seed) not in repr(got) and str(seed) not in repr(store.load_secret_state(a.id))
+    items, total = store.list_audits(limit=1)
+    assert total == 2 and len(items) == 1
+    items, total = store.list_audits(status="queued", limit=10, offset=1)
+    assert total == 2 and len(items) == 1
+    assert {x.id for x in store.list_audits(limit=10)[0]} == {a.id, b.id}
+
+
+def test_rounds_are_stored_once_and_in_order(store):
+    audit = store.create_audit(name="a", spec=SPEC, canary_seed=1)
+    assert store.mark_running(audit.id, run_token="tok")
+    assert store.run_token_hash(audit.id) == hash_token("tok") != "tok"
+    assert not store.mark_running(audit.id, run_token="again")  # only from queued
+    with pytest.raises(StaleRound):
+        _store_round(store, audit.id, 2)  # not the next round
+    _store_round(store, audit.id, 1)
+    with pytest.raises(StaleRound):
+        _store_round(store, audit.id, 1)  # same round again
+    _store_round(store, audit.id, 2, max_c=np.array([0.5, -np.inf, 1e-300, -0.25]))
+    assert [r.round for r in store.list_rounds(audit.id)] == [1, 2]
+    state = store.load_secret_state(audit.id)
+    assert state.rounds_stored == 2
+    np.testing.assert_array_equal(state.max_cosines, [0.5, -np.inf, 1e-300, -0.25])
+    assert store.list_rounds(audit.id)[0].estimates[0]["epsilon"] == "inf"
+
+
+def test_concurrent_writers_store_a_round_exactly_once(store):
+    audit = store.create_audit(name="a", spec=SPEC, canary_seed=1)
+    store.mark_running(audit.id, run_token="tok")
+    outcomes = []
+
+    def write():
+        try:
+            _store_round(store, audit.id, 1)
+            outcomes.append("stored")
+        except StaleRound:
+            outcomes.append("stale")
+        except Exception as exc:  # e.g. a unique-constraint violation also refuses the duplicate
+            outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert outcomes.count("stored") == 1
+    assert len(store.list_rounds(audit.id)) == 1 and store.get_audit(audit.id).rounds_stored == 1
+
+
+def test_finish_only_from_allowed_statuses_and_restart_reason(store):
+    running = store.create_audit(name="r", spec=SPEC, canary_seed=1)
+    queued = store.create_audit(name="q", spec=SPEC, canary_seed=2)
+    store.mark_running(running.id, run_token="tok")
+    _store_round(store, running.id, 1)
+    assert store.fail_interrupted() == [running.id]
+    audit = store.get_audit(running.id)
+    assert audit.status == "failed" and audit.finished_at is not None
+    assert audit.reason == "service restarted during the run; 1 rounds were stored"
+    assert store.run_token_hash(running.id) is None
+    assert store.get_audit(queued.id).status == "queued"
+    assert not store.finish(running.id, status="cancelled", reason="x", only_if=("queued", "running"))
+    with pytest.raises(ValueError, match="status"):
+        store.finish(running.id, status="running", reason=None, only_if=("queued",))
+
+
+def test_delete_removes_rounds(store):
+    audit = store.create_audit(name="a", spec=SPEC, canary_seed=1)
+    store.mark_running(audit.id, run_token="tok")
+    _store_round(store, audit.id, 1)
+    assert store.delete_audit(audit.id)
+    assert store.get_audit(audit.id) is None and store.list_rounds(audit.id) == []
+    assert not store.delete_audit(audit.id)
+
+
+def test_array_bytes_roundtrip():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(size=100), [np.inf, -np.inf, 0.0, -0.0]])
+    np.testing.assert_array_equal(bytes_to_array(array_to_bytes(x)), x)
+    y = rng.normal(size=33).astype(np.float32)
+    assert bytes_to_array(array_to_bytes(y, "<f4"), "<f4").dtype == np.float32
+    assert array_to_bytes(None) is None and bytes_to_array(None) is None
