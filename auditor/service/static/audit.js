@@ -8,6 +8,7 @@ import {
   boundViolations,
   defaultSeries,
   diagnosticHint,
+  diagnosticPurpose,
   epsValue,
   estimateLabel,
   estimatorLong,
@@ -583,7 +584,7 @@ export function renderAudit(root, id) {
           "li",
           { class: `diag ${d.ok ? "ok" : "bad"}` },
           h("span", { class: "diag-icon", "aria-hidden": "true" }, d.ok ? "✓" : "!"),
-          h("div", {}, h("div", { class: "diag-head" }, h("strong", {}, humanize(d.name)), h("span", { class: "diag-state" }, d.ok ? " OK" : " needs attention"), h("span", { class: "muted small" }, ` · value ${fmtNum(epsValue(d.value) ?? d.value)}`)), h("div", { class: "diag-hint" }, diagnosticHint(d))),
+          h("div", {}, h("div", { class: "diag-head" }, h("strong", {}, humanize(d.name)), h("span", { class: "diag-state" }, d.ok ? " OK" : " needs attention"), h("span", { class: "muted small" }, ` · value ${fmtNum(epsValue(d.value) ?? d.value)}`)), h("div", { class: "diag-hint" }, diagnosticHint(d)), diagnosticPurpose(d) ? h("div", { class: "muted small" }, diagnosticPurpose(d)) : null),
         ),
       ),
     );

@@ -214,7 +214,8 @@ export function densityChart(container, spec) {
   yMax = yMax > 0 ? yMax * 1.08 : 1;
   const xs = linear(x0, x1, inner.left, inner.right);
   const ys = linear(0, yMax, inner.bottom, inner.top);
-  const xTicks = niceTicks(x0, x1, Math.min(7, Math.max(3, Math.floor((inner.right - inner.left) / 80))));
+  let xTicks = niceTicks(x0, x1, Math.min(7, Math.max(4, Math.floor((inner.right - inner.left) / 80))));
+  if (xTicks.length < 3) xTicks = niceTicks(x0, x1, 8);
   const yTicks = niceTicks(0, yMax, 4);
   axes(svg, inner, xs, ys, xTicks, yTicks, { xLabel: spec.xLabel, yLabel: "density", yFormat: (t) => (t >= 1000 ? `${(t / 1000).toFixed(t % 1000 ? 1 : 0)}k` : tickLabel(t, yTicks)) });
 

@@ -141,9 +141,15 @@ export function boundViolations(estimates) {
 }
 
 const DIAGNOSTIC_HINTS = [
-  [/anderson|ad_|normal|gauss/i, "The cosines do not look Gaussian, so the two-Gaussian ε_est is shaky: trust ε_lo and the one-run bound."],
+  [/anderson|normal|gauss/i, "The cosines do not look Gaussian, so the two-Gaussian ε_est is shaky: trust ε_lo and the one-run bound."],
   [/null|unseen/i, "Unseen canaries should look like the null N(0, 1/d); if not, the canaries are not independent of the model (a bug in insertion or in the seed)."],
-  [/bootstrap|interval|ci/i, "A wide interval means too few canaries for a stable ε_est: add canaries."],
+  [/bootstrap|interval/i, "A wide interval means too few canaries for a stable ε_est: add canaries."],
+];
+
+const DIAGNOSTIC_PURPOSE = [
+  [/anderson/i, "Checks the Gaussian fit that ε_est relies on (Anderson–Darling, Andrew et al. App. B)."],
+  [/unseen_vs_null|null/i, "Checks that held-out canaries behave like random directions."],
+  [/bootstrap/i, "How much ε_est moves when the canaries are resampled."],
 ];
 
 /** Plain-language hint for a diagnostic: the service's own hint, else a generic one by name. */
@@ -151,6 +157,12 @@ export function diagnosticHint(d) {
   if (d.hint) return d.hint;
   for (const [pattern, hint] of DIAGNOSTIC_HINTS) if (pattern.test(d.name)) return hint;
   return d.ok ? "Looks fine." : "Outside the expected range.";
+}
+
+/** One line on what a diagnostic checks, by its name (empty when unknown). */
+export function diagnosticPurpose(d) {
+  for (const [pattern, text] of DIAGNOSTIC_PURPOSE) if (pattern.test(d.name)) return text;
+  return "";
 }
 
 export function humanize(name) {

@@ -58,7 +58,7 @@ export function renderList(root, { focusForm = false } = {}) {
         "table",
         { class: "audits", id: "audits-table" },
         h("caption", { class: "visually-hidden" }, "All audits, newest first"),
-        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Name"), h("th", { scope: "col" }, "Status"), h("th", { scope: "col" }, "Progress"), h("th", { scope: "col", class: "num" }, "Headline ε"), h("th", { scope: "col" }, "Created"))),
+        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Name"), h("th", { scope: "col" }, "Status"), h("th", { scope: "col" }, "Progress"), h("th", { scope: "col", class: "num", title: "two-Gaussian ε_est, final model with σ² = 1/d (else the next available variant)" }, "Headline ε"), h("th", { scope: "col" }, "Created"))),
         tbody,
       ),
     ),
@@ -138,7 +138,7 @@ const FIELDS = [
   { name: "num_canaries", label: "Canaries k", type: "number", value: 100, min: 2, step: 1, hint: "Seen + unseen." },
   { name: "noise_multiplier", label: "Noise multiplier z", type: "number", value: 1.0, min: 0, step: "any" },
   { name: "clip_norm", label: "Clip norm S", type: "number", value: 1.0, min: 0, step: "any" },
-  { name: "delta", label: "δ", type: "number", value: 1e-6, min: 0, step: "any" },
+  { name: "delta", label: "δ", type: "text", numeric: true, value: "1e-6", hint: "For every ε reported." },
   { name: "participation", label: "Participation", type: "select", value: "poisson", options: ["poisson", "uniform", "shuffled", "batch_then_shuffle"] },
   { name: "canary_repeats", label: "Canary repeats", type: "select", value: "1", options: ["1", "2", "4", "8"], integer: true },
 ];
@@ -159,7 +159,7 @@ function field(f) {
   if (f.type === "select") {
     input = h("select", { id, name: f.name }, f.options.map((o) => h("option", { value: o, selected: o === String(f.value) }, o)));
   } else {
-    input = h("input", { id, name: f.name, type: f.type, value: f.value, min: f.min, step: f.step, list: f.list ? `${id}-list` : null, "aria-describedby": `${id}-msg`, inputmode: f.type === "number" ? "decimal" : null });
+    input = h("input", { id, name: f.name, type: f.type, value: f.value, min: f.min, step: f.step, list: f.list ? `${id}-list` : null, "aria-describedby": `${id}-msg`, inputmode: f.type === "number" || f.numeric ? "decimal" : null, autocomplete: "off" });
   }
   return h(
     "div",
@@ -178,7 +178,7 @@ function specFromForm(form) {
     const raw = input.value.trim();
     if (raw === "") continue;
     let value = raw;
-    if (f.type === "number" || f.integer) {
+    if (f.type === "number" || f.integer || f.numeric) {
       value = Number(raw);
       if (Number.isNaN(value)) value = raw; // let the server name the field
     }
