@@ -107,6 +107,15 @@ def _worker_entry(target: str, payload: dict, conn, parent_pid: int) -> None:
         code = 0
     except BaseException as exc:  # noqa: BLE001 - report every failure to the service
         message = scrub(f"{type(exc).__name__}: {exc}", seed)[:2000]
+        try:  # a traceback helps debugging; the seed is scrubbed from it too
+            import traceback
+
+            sys.stderr.write(
+                f"flaudit worker for audit {payload['audit_id']} failed:\n"
+                + scrub(traceback.format_exc(), seed)
+            )
+        except Exception:
+            pass
         try:
             conn.send(("error", message))
         except Exception:
@@ -358,7 +367,7 @@ class Runner:
             workers = list(self._workers.values())
         for worker in workers:
             # the spec's timeout plus a margin for the engine's start-up
-            if now - worker.started > worker.timeout + 30.0:
+            if now - worker.started > worker.timeout + self.settings.timeout_grace_seconds:
                 audit = self.store.get_audit(worker.audit_id)
                 rounds = audit.rounds_stored if audit else 0
                 self.store.finish(

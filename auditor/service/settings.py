@@ -17,6 +17,9 @@ Environment variables
     ``http://<host>:<port>`` of ``flaudit serve``).
 ``FLAUDIT_MAX_BODY_BYTES``
     Largest ingest body accepted (default 1 GiB); bodies are also limited to ``4 * d``.
+``FLAUDIT_TIMEOUT_GRACE_SECONDS``
+    Seconds the runner waits beyond an audit's ``timeout_seconds`` (engine start-up) before it
+    kills the worker (default 30).
 ``FLAUDIT_CANARY_CACHE_BYTES``
     Memory the service may use to keep canaries between rounds (default 256 MiB in total).
 """
@@ -81,6 +84,7 @@ class Settings:
     runner_poll_seconds: float = 0.5
     start_runner: bool = True
     cancel_grace_seconds: float = 3.0
+    timeout_grace_seconds: float = 30.0
     demo_spec_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -108,5 +112,8 @@ class Settings:
                 env.get("FLAUDIT_CANARY_CACHE_BYTES") or cls.canary_cache_bytes
             ),
             worker_target=env.get("FLAUDIT_WORKER_TARGET") or cls.worker_target,
+            timeout_grace_seconds=float(
+                env.get("FLAUDIT_TIMEOUT_GRACE_SECONDS") or cls.timeout_grace_seconds
+            ),
         )
         return replace(base, **overrides)

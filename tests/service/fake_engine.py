@@ -53,6 +53,7 @@ def worker(payload: dict) -> None:
     spec = AuditSpec.model_validate(payload["spec"])
     dim = int(spec.task_options.get("dim", 500))
     pause = float(spec.task_options.get("round_seconds", 0.0))
+    fail_at = int(spec.task_options.get("fail_at_round", 0))
     theta0, deltas, meta = synthetic_run(int(payload["seed"]), spec, dim)
     base = f"{payload['base_url']}/audits/{payload['audit_id']}"
     headers = {
@@ -75,6 +76,8 @@ def worker(payload: dict) -> None:
         theta = theta0.astype(np.float64)
         for t, (delta, m) in enumerate(zip(deltas, meta), start=1):
             time.sleep(pause)
+            if t == fail_at:  # a careless engine error that even quotes the seed
+                raise RuntimeError(f"synthetic failure at round {t} (seed {payload['seed']})")
             put(f"rounds/{t}", delta, m)
             theta += delta
         put("final-model", theta.astype(np.float32), {"accuracy": 0.5, "loss": 1.0})

@@ -1,0 +1,65 @@
+"""The runner in the real service (subprocess), with the light numpy engine of fake_engine.py:
+concurrency limit, timeout, failure reasons (with the seed scrubbed), cleanup."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from auditor.service.store import Store
+
+from .service_process import ServiceProcess, tagged_processes, wait_for
+
+pytestmark = pytest.mark.slow
+KEY = "runner-key-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+BASE = {
+    "num_rounds": 8, "num_clients": 10, "clients_per_round": 5, "num_canaries": 20,
+    "noise_multiplier": 0.5, "clip_norm": 1.0, "delta": 1e-5,
+    "task_options": {"dim": 1000, "round_seconds": 0.1},
+}
+
+
+@pytest.mark.timeout(150)
+def test_concurrency_limit_timeout_and_failure_reasons(tmp_path):
+    db = f"sqlite:///{tmp_path / 'runner.db'}"
+    env = {"FLAUDIT_WORKER_TARGET": "tests.service.fake_engine:worker",
+           "FLAUDIT_TIMEOUT_GRACE_SECONDS": "0", "FLAUDIT_MAX_CONCURRENT_AUDITS": "1"}
+    service = ServiceProcess(db, tmp_path / "service.log", api_key=KEY, env=env)
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as http:
+            def submit(**patch):
+                r = http.post("/audits", json={**BASE, **patch}, headers=AUTH)
+                assert r.status_code == 201, r.text
+                return r.json()["id"]
+
+            ok = submit(name="ok")
+            slow = submit(name="slow", num_rounds=200, timeout_seconds=1.5)
+            broken = submit(name="broken", task_options={"dim": 1000, "fail_at_round": 3})
+            ids = [ok, slow, broken]
+            max_running = 0
+
+            def all_done():
+                nonlocal max_running
+                items = http.get("/audits").json()["items"]
+                max_running = max(max_running, sum(i["status"] == "running" for i in items))
+                return all(i["status"] not in ("queued", "running") for i in items)
+
+            wait_for(all_done, timeout=120, interval=0.1, what="all audits to end")
+            audits = {i: http.get(f"/audits/{i}").json() for i in ids}
+        assert max_running == 1
+        assert audits[ok]["status"] == "succeeded" and audits[ok]["progress"]["round"] == 8
+        assert audits[slow]["status"] == "failed"
+        assert audits[slow]["reason"].startswith("timed out after 1.5 s")
+        assert audits[broken]["status"] == "failed"
+        reason = audits[broken]["reason"]
+        assert "synthetic failure at round 3" in reason and reason.endswith("2 rounds were stored")
+        store = Store(db)
+        seed = store.canary_seed(broken)
+        store.dispose()
+        assert str(seed) not in reason and "<redacted>" in reason
+        assert str(seed) not in (tmp_path / "service.log").read_text()
+        for audit_id in ids:
+            assert wait_for(lambda: not tagged_processes(audit_id), timeout=10, what="cleanup")
+    finally:
+        service.stop()
