@@ -1,0 +1,212 @@
+"""Deployment engine: a SuperLink and two SuperNodes as subprocesses on 127.0.0.1, a 2-round audit
+submitted with `flwr run`, round data received by a minimal in-test ingest server. Everything
+started here is stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from auditor.canaries import seen_mask
+from auditor.spec import AuditSpec
+from auditor.statistics import CosineTracker
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+SEED = 2**100 + 12345
+TOKEN = "run-token-for-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Ingest:
+    """Records PUTs to /audits/{id}/initial-model, /rounds/{t}, /final-model."""
+
+    def __init__(self, audit_id: str) -> None:
+        self.audit_id = audit_id
+        self.initial = None
+        self.rounds: dict[int, tuple[np.ndarray, dict]] = {}
+        self.final = None
+        self.final_params: dict = {}
+        self.rejected: list[str] = []
+        self.done = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_PUT(self):  # noqa: N802
+                from urllib.parse import parse_qsl, urlsplit
+
+                parts = urlsplit(self.path)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    outer.rejected.append(parts.path)
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                vector = np.frombuffer(body, dtype="<f4").copy()
+                params = dict(parse_qsl(parts.query))
+                prefix = f"/audits/{outer.audit_id}/"
+                path = parts.path[len(prefix):] if parts.path.startswith(prefix) else None
+                if path == "initial-model":
+                    outer.initial = vector
+                elif path is not None and path.startswith("rounds/"):
+                    outer.rounds[int(path.split("/")[1])] = (vector, params)
+                elif path == "final-model":
+                    outer.final, outer.final_params = vector, params
+                    outer.done.set()
+                else:
+                    outer.rejected.append(parts.path)
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def _descendants(pids: set[int], marker: str) -> set[int]:
+    """PIDs of processes started (directly or not) by ours: by parent, or by the unique port
+    marker/--parent-pid in their command line (Flower detaches some helpers)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parent_flag = re.search(r"--parent-pid (\d+)", cmd)
+        if ppid in pids or marker in cmd or (parent_flag and int(parent_flag.group(1)) in pids):
+            found.add(int(entry.name))
+    return found - {os.getpid()}
+
+
+def _stop(procs: list[subprocess.Popen], marker: str) -> None:
+    ours = {p.pid for p in procs}
+    for _ in range(3):  # the tree may grow while we look
+        ours |= _descendants(ours, marker)
+    for pid in sorted(ours, reverse=True):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    time.sleep(1)
+    for pid in _descendants(ours, marker) | ours:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.timeout(300)
+def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    env = dict(os.environ)
+    env.update(FLWR_HOME=str(home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
+               FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+               PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    link_port, node1_port, node2_port = _free_port(), _free_port(), _free_port()
+    marker = f"127.0.0.1:{link_port}"
+    spec = AuditSpec(task="synthetic", task_options={"dim": 3000, "test_size": 200}, num_rounds=2,
+                     num_clients=4, clients_per_round=3, participation="uniform", num_canaries=4,
+                     noise_multiplier=0.1, clip_norm=1.0, canary_repeats=1)
+    ingest = Ingest("audit-42")
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{marker}"\ninsecure = true\n'
+    )
+    run_config = tmp_path / "run-config.toml"
+    run_config.write_text("".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in {
+        "flaudit-spec": spec.model_dump_json(),
+        "canary-seed": str(SEED),
+        "flaudit-audit-id": "audit-42",
+        "flaudit-ingest-url": ingest.url,
+        "flaudit-run-token": TOKEN,
+    }.items()) + "flaudit-min-nodes = 2\nflaudit-round-timeout = 120.0\n")
+    procs: list[subprocess.Popen] = []
+
+    def start(args, name):
+        log = open(tmp_path / f"{name}.log", "wb")
+        procs.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                      cwd=tmp_path, start_new_session=True))
+
+    started = time.monotonic()
+    try:
+        start([str(BIN / "flower-superlink"), "--insecure", "--port", str(link_port),
+               "--disable-runtime-dependency-installation"], "superlink")
+        for i, port in enumerate((node1_port, node2_port)):
+            start([str(BIN / "flower-supernode"), "--insecure", "--superlink", marker,
+                   "--port", str(port)], f"supernode{i}")
+        submitted = None
+        for _ in range(30):  # the SuperLink needs a few seconds to listen
+            time.sleep(2)
+            submitted = subprocess.run(
+                [str(BIN / "flwr"), "run", str(ROOT), "local", "--run-config", str(run_config)],
+                env=env, capture_output=True, text=True, timeout=120,
+            )
+            if submitted.returncode == 0:
+                break
+        assert submitted is not None and submitted.returncode == 0, submitted.stderr[-2000:]
+        finished = ingest.done.wait(timeout=220)
+        logs = {p.name: p.read_text(errors="replace")[-3000:] for p in tmp_path.glob("*.log")}
+        assert finished, f"no final model received; logs: {logs}"
+    finally:
+        _stop(procs, marker)
+        ingest.close()
+    elapsed = time.monotonic() - started
+    print(f"deployment audit took {elapsed:.1f} s")
+
+    for text in (p.read_text(errors="replace") for p in tmp_path.glob("*.log")):
+        assert str(SEED) not in text  # the seed never reaches a log
+    assert not ingest.rejected
+    assert sorted(ingest.rounds) == [1, 2]
+    d = ingest.initial.size
+    assert d > 1000 and ingest.final.size == d
+    total = ingest.initial + sum(v for v, _ in ingest.rounds.values())
+    assert np.allclose(ingest.final, total, atol=1e-5)
+    for _, params in ingest.rounds.values():
+        assert float(params["clip_norm"]) == 1.0
+        assert int(params["num_failures"]) == 0
+        assert int(params["cohort_size"]) >= 1
+    assert 0.0 <= float(ingest.final_params["accuracy"]) <= 1.0
+    inserted = sum(int(p["num_canaries_inserted"]) for _, p in ingest.rounds.values())
+    mask = seen_mask(SEED, spec.num_canaries)
+    assert inserted == int(mask.sum())
+    tracker = CosineTracker(SEED, spec.num_canaries, d)
+    tracker.finalize(ingest.final, ingest.initial)
+    if mask.any() and (~mask).any():
+        assert tracker.final_cosines[mask].min() > tracker.final_cosines[~mask].max()
