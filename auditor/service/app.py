@@ -61,6 +61,15 @@ class ReadCache:
         with self._lock:
             self._items.pop(audit_id, None)
 
+    def refresh(self, store: Store, audit_id: str) -> None:
+        """Rebuild the body right after a write, so pollers never queue on the database."""
+        from .views import audit_view
+
+        self.invalidate(audit_id)
+        audit = store.get_audit(audit_id)
+        if audit is not None:
+            self.put(audit_id, audit_view(audit))
+
 
 def _submit_demo(store: Store, path: str) -> None:
     """``flaudit serve --demo``: submit the example audit if the database has no audit yet."""
@@ -104,7 +113,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.runner = None
         if settings.start_runner:
             app.state.runner = Runner(
-                app.state.store, settings, on_change=app.state.read_cache.invalidate
+                app.state.store,
+                settings,
+                on_change=lambda audit_id: app.state.read_cache.refresh(app.state.store, audit_id),
             )
             app.state.runner.start()
         try:

@@ -55,7 +55,7 @@ def require_api_key(
     _check_key(request, credentials)
 
 
-def read_access(
+async def read_access(
     request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
 ) -> None:
     """Dependency for read routes: open unless ``require_key_for_reads`` is set."""

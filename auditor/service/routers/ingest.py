@@ -101,8 +101,8 @@ async def read_float32_body(request: Request, *, limit: int, what: str) -> np.nd
     return vector
 
 
-def _precheck(request: Request, audit_id: str, *, need_dim: bool):
-    audit = request.app.state.store.get_audit(audit_id)
+async def _precheck(request: Request, audit_id: str, *, need_dim: bool):
+    audit = await run_in_threadpool(request.app.state.store.get_audit, audit_id)
     if audit is None:
         raise _fail(404, f"audit {audit_id!r} not found")
     if need_dim and audit.dim is None:
@@ -111,13 +111,20 @@ def _precheck(request: Request, audit_id: str, *, need_dim: bool):
 
 
 async def _ingest(request: Request, func, *args):
+    audit_id = args[0]
+    cache = request.app.state.read_cache
+    store = request.app.state.store
+
+    def work():
+        try:
+            return func(*args)
+        finally:
+            cache.refresh(store, audit_id)
+
     try:
-        result = await run_in_threadpool(func, *args)
+        return await run_in_threadpool(work)
     except IngestError as exc:
         raise _fail(exc.status_code, exc.message) from None
-    finally:
-        request.app.state.read_cache.invalidate(args[0])
-    return result
 
 
 def _check_length(vector: np.ndarray, dim: int, what: str) -> None:
@@ -137,7 +144,7 @@ def _check_length(vector: np.ndarray, dim: int, what: str) -> None:
     summary="Ingest θ_0 (sets the model dimension d)",
 )
 async def put_initial_model(audit_id: AuditId, request: Request) -> IngestAck:
-    _precheck(request, audit_id, need_dim=False)
+    await _precheck(request, audit_id, need_dim=False)
     settings = request.app.state.settings
     vector = await read_float32_body(request, limit=settings.max_body_bytes, what="initial model")
     result = await _ingest(request, request.app.state.live.ingest_initial, audit_id, vector)
@@ -159,7 +166,7 @@ async def put_round(
 ) -> IngestAck:
     """Idempotent: the same t again is a no-op (200, `stored: false`). t must be the next
     round; later rounds get 409 before the body is read."""
-    audit = _precheck(request, audit_id, need_dim=True)
+    audit = await _precheck(request, audit_id, need_dim=True)
     if t <= audit.rounds_stored:
         return IngestAck(audit_id=audit_id, stored=False, round=t, dim=audit.dim)
     if audit.status != "running":
@@ -195,7 +202,7 @@ async def put_final_model(
     metrics: Annotated[FinalMetricsQuery, Query()],
     request: Request,
 ) -> IngestAck:
-    audit = _precheck(request, audit_id, need_dim=True)
+    audit = await _precheck(request, audit_id, need_dim=True)
     if audit.has_final:
         return IngestAck(audit_id=audit_id, stored=False, dim=audit.dim)
     settings = request.app.state.settings

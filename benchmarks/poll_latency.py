@@ -1,0 +1,140 @@
+"""GET /audits/{id} latency with many concurrent pollers while an audit ingests rounds.
+
+Starts ``flaudit serve`` in a subprocess on a free loopback port (SQLite in a temp dir), submits
+an audit, waits for its first round, then runs N pollers (asyncio + httpx) that each GET the
+audit in a loop for ``--duration`` seconds while rounds keep arriving, and prints p50/p90/p99.
+
+    .venv/bin/python benchmarks/poll_latency.py                      # real Flower simulation
+    .venv/bin/python benchmarks/poll_latency.py --engine fake        # numpy stand-in engine
+
+Target (docs/benchmarks.md): p99 <= 50 ms with 50 pollers on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "bench-key-0123456789"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _poller(client: httpx.AsyncClient, path: str, stop: float, interval: float,
+                  latencies: list[float], errors: list[str]) -> None:
+    while time.perf_counter() < stop:
+        t0 = time.perf_counter()
+        try:
+            r = await client.get(path)
+            if r.status_code != 200:
+                errors.append(str(r.status_code))
+        except httpx.HTTPError as exc:
+            errors.append(type(exc).__name__)
+        latencies.append(time.perf_counter() - t0)
+        if interval:
+            await asyncio.sleep(interval)
+
+
+async def _poll(url: str, audit_id: str, pollers: int, duration: float, interval: float):
+    latencies: list[float] = []
+    errors: list[str] = []
+    limits = httpx.Limits(max_connections=pollers, max_keepalive_connections=pollers)
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+        stop = time.perf_counter() + duration
+        await asyncio.gather(*[
+            _poller(client, f"/audits/{audit_id}", stop, interval, latencies, errors)
+            for _ in range(pollers)
+        ])
+    return np.array(latencies) * 1000.0, errors
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pollers", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=20.0, help="Seconds of polling.")
+    parser.add_argument("--interval", type=float, default=0.1,
+                        help="Pause of each poller between requests (0: back to back).")
+    parser.add_argument("--engine", choices=["simulation", "fake"], default="simulation")
+    parser.add_argument("--spec", default=str(ROOT / "examples" / "quick-audit.json"))
+    args = parser.parse_args()
+
+    spec = json.loads(Path(args.spec).read_text())
+    tmp = Path(tempfile.mkdtemp(prefix="flaudit-bench-"))
+    env = {**os.environ, "FLAUDIT_API_KEY": KEY, "FLWR_TELEMETRY_ENABLED": "0",
+           "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_HOME": str(tmp / "flwr")}
+    if args.engine == "fake":
+        env["FLAUDIT_WORKER_TARGET"] = "tests.service.fake_engine:worker"
+        spec = {**spec, "task": "synthetic",
+                "task_options": {"dim": 25_000, "round_seconds": 0.5}, "num_rounds": 200}
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(tmp / "service.log", "wb")
+    service = subprocess.Popen(
+        [sys.executable, "-m", "auditor.cli", "serve", "--port", str(port),
+         "--database-url", f"sqlite:///{tmp / 'bench.db'}", "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or service.poll() is not None:
+                raise SystemExit("service did not start; see " + str(tmp / "service.log"))
+            time.sleep(0.2)
+        r = httpx.post(f"{url}/audits", json=spec, headers={"Authorization": f"Bearer {KEY}"})
+        r.raise_for_status()
+        audit_id = r.json()["id"]
+        while httpx.get(f"{url}/audits/{audit_id}").json()["progress"]["round"] < 1:
+            time.sleep(0.5)
+        before = httpx.get(f"{url}/audits/{audit_id}").json()["progress"]["round"]
+        load_before = os.getloadavg()[0]
+        ms, errors = asyncio.run(_poll(url, audit_id, args.pollers, args.duration, args.interval))
+        after = httpx.get(f"{url}/audits/{audit_id}").json()
+        rounds = after["progress"]["round"] - before
+        p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+        result = {
+            "engine": args.engine, "pollers": args.pollers, "interval_s": args.interval,
+            "duration_s": args.duration, "requests": int(ms.size), "errors": len(errors),
+            "rounds_ingested_meanwhile": rounds, "status_after": after["status"],
+            "p50_ms": round(float(p50), 2), "p90_ms": round(float(p90), 2),
+            "p99_ms": round(float(p99), 2), "max_ms": round(float(ms.max()), 2),
+            "cpus": os.cpu_count(),
+            "loadavg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        }
+        print(json.dumps(result))
+        print(f"GET /audits/{{id}}: p50 {p50:.1f} ms, p90 {p90:.1f} ms, p99 {p99:.1f} ms over "
+              f"{ms.size} requests from {args.pollers} pollers; {rounds} rounds ingested meanwhile; "
+              f"target p99 <= 50 ms: {'met' if p99 <= 50 else 'NOT met'}")
+        return 0
+    finally:
+        service.send_signal(signal.SIGINT)
+        try:
+            service.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            service.kill()
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
