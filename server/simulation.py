@@ -16,7 +16,7 @@ from typing import Any
 from auditor.spec import AuditSpec
 from server.reporting import RoundReporter
 
-__all__ = ["run_simulation_audit", "DEFAULT_MAX_SUPERNODES"]
+__all__ = ["run_simulation_audit", "run_inprocess_audit", "InProcessGrid", "DEFAULT_MAX_SUPERNODES"]
 
 DEFAULT_MAX_SUPERNODES = 8
 
@@ -118,3 +118,67 @@ def run_simulation_audit(
     result = dict(runtime.result)
     result["num_supernodes"] = num_supernodes
     return result
+
+
+class InProcessGrid:
+    """A Grid stand-in that runs the ClientApp's ``train`` handler in this process, one message at
+    a time. The same ServerApp main loop (:func:`server.app.run_audit`) drives it; there is no
+    Ray, no SuperNode and no isolation, so use it for benchmarks and tests only.
+
+    Parameters
+    ----------
+    num_nodes : int
+        Virtual node ids ``1 .. num_nodes``.
+    """
+
+    def __init__(self, num_nodes: int = 1) -> None:
+        if num_nodes < 1:
+            raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+        self._nodes = list(range(1, num_nodes + 1))
+
+    def get_node_ids(self) -> list[int]:
+        return list(self._nodes)
+
+    def send_and_receive(self, messages, *, timeout: float | None = None):
+        from flwr.app import Error, Message
+
+        from clients.app import train
+
+        replies = []
+        for msg in messages:
+            try:
+                replies.append(train(msg, None))
+            except Exception as error:  # noqa: BLE001 - a failing client is dropped and counted
+                replies.append(Message(Error(code=1, reason=type(error).__name__), reply_to=msg))
+        return replies
+
+
+def run_inprocess_audit(
+    spec: AuditSpec,
+    *,
+    canary_seed: int,
+    reporter: RoundReporter,
+    timeout: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    noise_seed: int | None = None,
+) -> dict[str, Any]:
+    """Run the audit's ServerApp loop against :class:`InProcessGrid` (no Flower runtime).
+
+    Same arguments and result as :func:`run_simulation_audit`; for benchmarks and tests.
+    """
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from server.app import AuditRuntime, run_audit
+
+    if timeout is None:
+        timeout = spec.timeout_seconds
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    if old[1] is None:  # messages need a run identity; set a local one if none is active
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    try:
+        runtime = AuditRuntime(spec=spec, canary_seed=canary_seed, reporter=reporter,
+                               deadline=time.monotonic() + timeout, progress=progress,
+                               noise_seed=noise_seed)
+        return dict(run_audit(InProcessGrid(), runtime))
+    finally:
+        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
