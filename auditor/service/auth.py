@@ -14,6 +14,7 @@ import hmac
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from .routers.deps import AuditId
 from .store import hash_token
 
 __all__ = ["require_api_key", "read_access", "require_run_token"]
@@ -64,7 +65,7 @@ async def read_access(
 
 
 def require_run_token(
-    audit_id: str,
+    audit_id: AuditId,
     request: Request,
     credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
 ) -> None:

@@ -181,12 +181,16 @@ class RoundMetadataQuery(BaseModel):
 
     clip_norm: float = Field(gt=0, allow_inf_nan=False, description="S(t).")
     cohort_size: int = Field(ge=0, description="Real clients that returned an update + canaries.")
-    num_canaries_inserted: int = Field(ge=0)
+    num_canaries_inserted: int = Field(ge=0, description="Seen canaries inserted this round.")
     num_failures: int = Field(0, ge=0, description="Clients dropped this round.")
-    clipped_fraction: float | None = Field(None, ge=0, le=1)
-    noise_stddev: float | None = Field(None, ge=0, allow_inf_nan=False)
-    train_loss: float | None = Field(None, allow_inf_nan=False)
-    accuracy: float | None = Field(None, ge=0, le=1)
+    clipped_fraction: float | None = Field(
+        None, ge=0, le=1, description="Fraction of real client updates that were clipped."
+    )
+    noise_stddev: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="Std of the Gaussian noise on the sum (z*S(t))."
+    )
+    train_loss: float | None = Field(None, allow_inf_nan=False, description="Mean client train loss.")
+    accuracy: float | None = Field(None, ge=0, le=1, description="Model accuracy after the round.")
 
 
 class FinalMetricsQuery(BaseModel):
