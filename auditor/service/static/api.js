@@ -79,6 +79,7 @@ export function promptForKey(message) {
       },
       { once: true },
     );
+    dialog.returnValue = "";
     dialog.showModal();
     input.focus();
   });

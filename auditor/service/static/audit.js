@@ -108,7 +108,7 @@ export function renderAudit(root, id) {
         h("p", { class: "muted small" }, "Estimates and lower bounds after each round; grey reference lines are the analytic ε of the accountant(s). Toggle series with the checkboxes."),
         epsChart,
         epsLegend,
-        h("details", { class: "data-table" }, h("summary", {}, "Show the chart's numbers as a table"), epsTable),
+        h("details", { class: "data-table", ontoggle: (ev) => { if (ev.target.open && audit) drawEpsTable(); } }, h("summary", {}, "Show the chart's numbers as a table"), epsTable),
       ),
       h(
         "div",
@@ -438,13 +438,18 @@ export function renderAudit(root, id) {
       xDomain: [1, Math.max(2, total)],
       xLabel: "round",
       yLabel: "ε",
-      emptyText: audit.status === "queued" ? "Waiting for the run to start" : "Waiting for the first round",
+      emptyText: audit.status === "queued" ? "Waiting for the run to start" : TERMINAL.has(audit.status) ? "No round was completed" : "Waiting for the first round",
     });
     epsChart.dataset.points = String(series.reduce((n, s) => n + s.points.length, 0));
     const summary = series.map((s) => (s.points.length ? `${s.label} ${fmtEps(s.points[s.points.length - 1][1])} at round ${s.points[s.points.length - 1][0]}` : null)).filter(Boolean);
     const refText = refs.map((r) => `${r.label} ${fmtEps(r.y)}`);
     epsChart.setAttribute("aria-label", summary.length || refText.length ? `Epsilon over rounds. Latest: ${[...summary, ...refText].join("; ")}.` : "Epsilon over rounds: no data yet");
-    // The same numbers as a table (for screen readers and for copying).
+    if (epsTable.closest("details").open) drawEpsTable();
+  }
+
+  /** The chart's numbers as a table (for screen readers and for copying); built only while
+   * its <details> is open. */
+  function drawEpsTable() {
     const all = epsSeries();
     const roundsSeen = [...new Set(all.flatMap((s) => s.points.map((p) => p[0])))].sort((x, y) => x - y);
     fill(
@@ -472,7 +477,7 @@ export function renderAudit(root, id) {
     const d = audit.dim;
     const wanted = !audit.spec?.threat_models || audit.spec.threat_models.includes(tm);
     if (!hist || !Array.isArray(hist.bin_edges) || hist.bin_edges.length < 2) {
-      densityChart(container, { bins: [], layers: [], emptyText: wanted ? "No cosines yet" : "Threat model not requested" });
+      densityChart(container, { bins: [], layers: [], emptyText: !wanted ? "Threat model not requested" : TERMINAL.has(audit.status) ? "No cosines" : "No cosines yet" });
       fill(legend);
       note.textContent = "";
       container.setAttribute("aria-label", `Cosine densities, ${threatLabel(tm)}: no data yet`);
@@ -483,7 +488,7 @@ export function renderAudit(root, id) {
     const counts = [];
     if (Array.isArray(hist.seen) || Array.isArray(hist.unseen)) {
       if (Array.isArray(hist.seen)) {
-        layers.push({ label: "seen canaries", values: toDensity(hist.seen, edges), style: { color: PALETTE[1], dash: "", pattern: "hatch", fill: "url(#none)" } });
+        layers.push({ label: "seen canaries", values: toDensity(hist.seen, edges), style: { color: PALETTE[1], dash: "", pattern: "hatch" } });
         counts.push(`${sum(hist.seen)} seen`);
       }
       if (Array.isArray(hist.unseen)) {
@@ -524,7 +529,7 @@ export function renderAudit(root, id) {
     densityChart(container, { bins: edges, layers, curves, xLabel: "cosine" });
     fill(
       legend,
-      layers.map((l) => h("span", { class: "legend-item" }, swatch({ color: l.style.color, dash: l.style.dash, fill: l.style.pattern === "hatch" ? "none" : "none" }), h("span", {}, l.label))),
+      layers.map((l) => h("span", { class: "legend-item" }, swatch({ color: l.style.color, dash: l.style.dash, fill: "none" }), h("span", {}, l.label))),
       curves.map((c) => h("span", { class: "legend-item" }, swatch({ color: "currentColor", dash: c.style.dash }), h("span", {}, c.label))),
     );
     container.setAttribute("aria-label", `Cosine densities, ${threatLabel(tm)}: ${counts.join(", ")}${nullLabel ? `, with ${nullLabel}` : ""}.`);
