@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from auditor.estimators._validation import (
     check_confidence,
@@ -78,7 +78,7 @@ def jeffreys_upper(failures, trials, alpha: float) -> np.ndarray:
     ``Beta(x + 1/2, n - x + 1/2)``, and 1 when ``x = n``."""
     x = np.asarray(failures, dtype=np.float64)
     n = np.asarray(trials, dtype=np.float64)
-    upper = stats.beta.ppf(1.0 - alpha, x + 0.5, n - x + 0.5)
+    upper = special.betaincinv(x + 0.5, np.maximum(n - x, 0.0) + 0.5, 1.0 - alpha)
     return np.where(x >= n, 1.0, upper)
 
 

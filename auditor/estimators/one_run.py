@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from auditor.estimators._validation import (
     check_confidence,
@@ -37,32 +37,37 @@ def one_run_p_value(eps: float, correct: int, guesses: int, m: int, delta: float
     v, r = int(correct), int(guesses)
     if v <= 0:
         return 1.0
+    if v > r:
+        raise ValueError(f"correct ({v}) must be <= guesses ({r})")
     p = 1.0 / (1.0 + math.exp(-eps))
-    tail = float(stats.binom.sf(v - 1, r, p))  # P[Bin >= v]
-    # P[v > W >= v - i] = cdf(v-1) - cdf(v-1-i) for i = 1..m
-    i = np.arange(1, m + 1)
-    cdf = stats.binom.cdf(np.arange(-1, r + 1), r, p)  # cdf[j + 1] = P[W <= j]
-    upper = cdf[min(v - 1, r) + 1]
-    lower_idx = np.clip(v - 1 - i, -1, r) + 1
-    alpha = float(np.max(2.0 / i * (upper - cdf[lower_idx])))
+    tail = float(special.bdtrc(v - 1, r, p))  # P[Bin >= v]
+    if delta == 0:
+        return tail
+    # alpha = max_i (2/i) (cdf(v-1) - cdf(v-1-i)); for i >= v the bracket is cdf(v-1) and 2/i
+    # only shrinks, so i = 1..min(m, v) suffices
+    i = np.arange(1, min(m, v) + 1)
+    upper = float(special.bdtr(v - 1, r, p))
+    lower_j = v - 1 - i
+    lower = np.where(lower_j >= 0, special.bdtr(np.maximum(lower_j, 0), r, p), 0.0)
+    alpha = float(np.max(2.0 / i * (upper - lower)))
     return tail + delta * m * alpha
 
 
-def one_run_epsilon(correct: int, guesses: int, m: int, delta: float, beta: float) -> float:
-    """Largest eps (bisection, 0 if none) with ``one_run_p_value(eps, ...) <= beta``."""
+def one_run_epsilon(
+    correct: int, guesses: int, m: int, delta: float, beta: float, *, tol: float = 1e-4
+) -> float:
+    """Largest eps (bisection to ``tol``, 0 if none) with ``one_run_p_value(eps, ...) <= beta``."""
     if guesses == 0 or one_run_p_value(0.0, correct, guesses, m, delta) > beta:
         return 0.0
     lo, hi = 0.0, _EPS_MAX
     if one_run_p_value(hi, correct, guesses, m, delta) <= beta:
         return hi
-    for _ in range(50):
+    while hi - lo > tol:
         mid = 0.5 * (lo + hi)
         if one_run_p_value(mid, correct, guesses, m, delta) <= beta:
             lo = mid
         else:
             hi = mid
-        if hi - lo < 1e-6:
-            break
     return lo
 
 
@@ -124,6 +129,8 @@ def one_run_lower_bound(
     best: tuple[float, int, int, int] | None = None
     for kp, km in grid:
         correct = int(in_prefix[kp] + out_suffix[km])
+        if best is not None and one_run_p_value(best[0], correct, kp + km, m, delta) > beta:
+            continue  # the p-value grows with eps: this pair cannot beat the best so far
         eps = one_run_epsilon(correct, kp + km, m, delta, beta)
         if best is None or eps > best[0]:
             best = (eps, kp, km, correct)

@@ -10,6 +10,7 @@ from auditor.estimators import (
     final_model_estimates,
     gaussian_sigma_for_epsilon,
     null_cdf,
+    null_logsf,
     null_pdf,
     null_sf,
 )
@@ -81,3 +82,20 @@ def test_bad_input():
         final_model_epsilon([0.1, 0.2], 10, 1e-6, variance="n/a")
     with pytest.raises(ValueError, match="unseen"):
         all_iterates_estimate([0.1, 0.2], [0.1], 1e-6)
+
+
+def test_null_log_tail_is_finite_and_continuous_far_out():
+    from scipy import special
+
+    d = 10**6
+    t = np.linspace(0.02, 0.2, 200)
+    logsf = null_logsf(t, d)
+    assert np.all(np.isfinite(logsf)) and np.all(np.diff(logsf) < 0)
+    # where betaincc is still representable, it agrees with the value we return
+    a = (d - 1) / 2
+    ok = special.betaincc(a, a, (t + 1) / 2) > 1e-280  # the switch point
+    assert ok.any() and (~ok).any()
+    assert np.allclose(logsf[ok], np.log(special.betaincc(a, a, (t[ok] + 1) / 2)), rtol=1e-9)
+    # no jump at the switch to the asymptotic tail
+    i = int(np.argmin(ok)) - 1
+    assert abs((logsf[i + 1] - logsf[i]) - (logsf[i] - logsf[i - 1])) < 1.0
