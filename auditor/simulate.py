@@ -1,0 +1,384 @@
+"""Fast simulated audits (pure numpy, no Flower): DP-FedAvg with canaries, with DP bugs on demand,
+and the Gaussian mechanism with seen and unseen canaries.
+
+Used by ``benchmarks/fidelity`` and ``tests/fidelity`` to check that the audit's numbers mean
+what they say (see ``docs/fidelity.md``).
+
+:func:`simulate_dpfedavg_audit` runs the SAME participation schedule
+(:func:`server.schedules.participation_schedule`) and the SAME aggregation math
+(:func:`server.dpfedavg.aggregate_round`, :class:`server.dpfedavg.ServerOptimizer`) as the Flower
+ServerApp, with real clients replaced by a simple model: client ``i`` in round ``t`` sends
+``S * (a * u + b * g_it / sqrt(d))`` with a fixed unit direction ``u`` shared by every client and
+``g_it ~ N(0, I_d)`` (``a = client_signal``, ``b = client_noise``), which is then clipped to ``S``.
+Every round's model delta goes to a :class:`auditor.statistics.CosineTracker`, exactly as the
+service ingests it. Switches in :class:`DPBug` inject implementation errors.
+
+Nothing here prints or returns a canary seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+import numpy as np
+
+from auditor.canaries import canary_vectors, seen_mask
+from auditor.estimators.null import null_cdf
+from auditor.gaussian import gaussian_mechanism_cosines
+from auditor.statistics import CosineTracker
+from server.dpfedavg import ServerOptimizer, aggregate_round, clip_update
+from server.schedules import participation_schedule
+
+__all__ = [
+    "DPBug",
+    "FedAvgSimulation",
+    "FedAvgAuditResult",
+    "simulate_dpfedavg_audit",
+    "claimed_sampling_probability",
+    "sample_null_cosines",
+    "gaussian_mechanism_scores",
+    "claimed_epsilons",
+    "audit_epsilons",
+    "VALID_LOWER_BOUNDS",
+]
+
+
+class DPBug(str, Enum):
+    """Implementation errors the simulation can inject (``bug_factor`` sets their size)."""
+
+    none = "none"  # the correct DP-FedAvg
+    no_noise = "no_noise"  # the Gaussian noise is never added
+    noise_divided_twice = "noise_divided_twice"  # (sum + noise / m) / m: noise scaled by 1/m twice
+    no_clipping = "no_clipping"  # updates (real and canary) are not clipped; canaries send
+    #                                bug_factor * S (the paper's Proj design sends exactly S)
+    cohort_larger = "cohort_larger"  # bug_factor * m clients join each round; noise and the
+    #                                  accountant still assume the expected cohort m (q = m / N)
+    batch_then_shuffle = "batch_then_shuffle"  # fixed cohorts, shuffled order (Annamalai et al.)
+    extra_participation = "extra_participation"  # clients (and canaries) join bug_factor times
+    #                                              more rounds than the accountant assumes
+
+
+@dataclass(frozen=True)
+class FedAvgSimulation:
+    """Configuration of one simulated DP-FedAvg audit.
+
+    Attributes
+    ----------
+    dim : int
+        Model dimension ``d``.
+    num_clients : int
+        Real clients ``N``.
+    clients_per_round : int
+        Expected cohort ``m`` (noise calibration and the divisor of the noisy sum).
+    num_rounds : int
+        ``T``.
+    num_canaries : int
+        ``k`` (each seen with probability 1/2).
+    canary_repeats : int
+        Rounds each seen canary is presented in (what the accountant is told).
+    participation : str
+        Schedule of the real clients (``poisson``, ``uniform``, ``shuffled``).
+    noise_multiplier : float
+        ``z``.
+    clip_norm : float
+        ``S``.
+    learning_rate, momentum : float
+        Server optimizer.
+    client_signal, client_noise : float
+        Real client update ``S * (a u + b g / sqrt(d))`` before clipping.
+    delta : float
+        Target delta.
+    bug : DPBug
+        Injected error.
+    bug_factor : float
+        Size of the error (cohort factor, participation factor, canary norm factor).
+    """
+
+    dim: int = 10_000
+    num_clients: int = 1000
+    clients_per_round: int = 50
+    num_rounds: int = 10
+    num_canaries: int = 500
+    canary_repeats: int = 1
+    participation: str = "poisson"
+    noise_multiplier: float = 1.0
+    clip_norm: float = 1.0
+    learning_rate: float = 1.0
+    momentum: float = 0.0
+    client_signal: float = 0.5
+    client_noise: float = 1.0
+    delta: float = 1e-5
+    bug: DPBug = DPBug.none
+    bug_factor: float = 4.0
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "num_clients", "clients_per_round", "num_rounds", "num_canaries",
+                     "canary_repeats"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dim < 2:
+            raise ValueError(f"dim must be >= 2, got {self.dim}")
+        if self.num_canaries < 4:
+            raise ValueError(f"num_canaries must be >= 4, got {self.num_canaries}")
+        if not (self.noise_multiplier >= 0 and math.isfinite(self.noise_multiplier)):
+            raise ValueError(f"noise_multiplier must be a finite number >= 0, got {self.noise_multiplier}")
+        if not (self.clip_norm > 0 and math.isfinite(self.clip_norm)):
+            raise ValueError(f"clip_norm must be a finite number > 0, got {self.clip_norm}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if self.client_signal < 0 or self.client_noise < 0:
+            raise ValueError("client_signal and client_noise must be >= 0")
+        if not self.bug_factor >= 1:
+            raise ValueError(f"bug_factor must be >= 1, got {self.bug_factor}")
+        object.__setattr__(self, "bug", DPBug(self.bug))
+
+    def with_(self, **changes) -> "FedAvgSimulation":
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+def claimed_sampling_probability(config: FedAvgSimulation) -> float:
+    """``q`` as the service computes it (``AuditSpec.sampling_probability``): ``m / (N + k/2)``."""
+    return min(1.0, config.clients_per_round / (config.num_clients + config.num_canaries / 2))
+
+
+@dataclass(frozen=True)
+class FedAvgAuditResult:
+    """Canary statistics of one simulated run.
+
+    Attributes
+    ----------
+    final_cosines : numpy.ndarray
+        ``cos(c_j, theta_T - theta_0)`` per canary.
+    max_cosines : numpy.ndarray
+        ``max_t cos(c_j, Delta_t)`` per canary.
+    seen : numpy.ndarray
+        Seen mask.
+    canary_participations : int
+        Rounds each seen canary actually joined.
+    claimed_participations : int
+        Rounds the accountant was told (``canary_repeats``).
+    mean_cohort_size : float
+        Real clients + canaries per round, on average.
+    """
+
+    final_cosines: np.ndarray = field(repr=False)
+    max_cosines: np.ndarray = field(repr=False)
+    seen: np.ndarray = field(repr=False)
+    canary_participations: int
+    claimed_participations: int
+    mean_cohort_size: float
+    dim: int
+
+
+def _client_updates(config: FedAvgSimulation, count: int, direction: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+    d, s = config.dim, config.clip_norm
+    noise = rng.standard_normal((count, d), dtype=np.float32)
+    noise *= np.float32(config.client_noise * s / math.sqrt(d))
+    noise += np.float32(config.client_signal * s) * direction.astype(np.float32)
+    return noise
+
+
+def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAuditResult:
+    """Run one simulated DP-FedAvg training with canaries and return the canary statistics.
+
+    Parameters
+    ----------
+    config : FedAvgSimulation
+        The run (including the injected bug, if any).
+    seed : int
+        Master seed of this run: keys the canaries (as the service's secret seed does), the
+        schedule, the clients and the noise. Never printed.
+
+    Returns
+    -------
+    FedAvgAuditResult
+    """
+    if not isinstance(config, FedAvgSimulation):
+        raise ValueError(f"config must be a FedAvgSimulation, got {type(config).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError("seed must be a non-negative integer")
+    seed = int(seed)
+    bug, d, s_clip, m = config.bug, config.dim, config.clip_norm, config.clients_per_round
+    k = config.num_canaries
+    mask = seen_mask(seed, k)
+    seen_idx = np.flatnonzero(mask)
+    root = np.random.SeedSequence(entropy=seed, spawn_key=(0xF1DE,))
+    sched_seed, client_ss, noise_ss = root.spawn(3)
+    client_rng = np.random.default_rng(client_ss)
+    noise_rng = np.random.default_rng(noise_ss)
+
+    repeats = config.canary_repeats
+    cohort = m
+    participation = config.participation
+    q = claimed_sampling_probability(config)
+    if bug is DPBug.extra_participation:
+        repeats = int(round(config.canary_repeats * config.bug_factor))
+        q = min(1.0, q * config.bug_factor)
+    elif bug is DPBug.cohort_larger:
+        cohort = int(round(m * config.bug_factor))
+        q = min(1.0, q * config.bug_factor)
+    elif bug is DPBug.batch_then_shuffle:
+        participation = "batch_then_shuffle"
+    repeats = min(repeats, config.num_rounds)
+    schedule = participation_schedule(
+        num_clients=config.num_clients,
+        num_seen_canaries=int(seen_idx.size),
+        num_rounds=config.num_rounds,
+        participation=participation,
+        clients_per_round=cohort,
+        sampling_probability=q if participation == "poisson" else None,
+        canary_repeats=repeats,
+        seed=int(sched_seed.generate_state(1)[0]),
+    )
+    seen_vectors = canary_vectors(seed, seen_idx, d)  # the same canaries the tracker regenerates
+    tracker = CosineTracker(seed, k, d, cache_bytes=k * d * 4)
+    direction = client_rng.standard_normal(d)
+    direction /= np.linalg.norm(direction)
+    optimizer = ServerOptimizer(learning_rate=config.learning_rate, momentum=config.momentum)
+    theta0 = np.zeros(d, dtype=np.float32)
+    theta = theta0
+    cohort_sizes = []
+    for t in range(1, config.num_rounds + 1):
+        clients = schedule.real_clients(t)
+        canaries = seen_vectors[schedule.canaries(t)]
+        updates = list(_client_updates(config, clients.size, direction, client_rng))
+        cohort_sizes.append(clients.size + canaries.shape[0])
+        if bug is DPBug.no_clipping:
+            noise_only = aggregate_round(
+                client_updates=[], canary_directions=[], clip_norm=s_clip,
+                noise_multiplier=config.noise_multiplier, expected_cohort_size=m, dim=d,
+                rng=noise_rng,
+            )
+            raw = np.zeros(d)
+            for u in updates:
+                raw += u
+            raw += (config.bug_factor * s_clip) * canaries.astype(np.float64).sum(axis=0)
+            update = noise_only.update + raw / m
+        else:
+            agg = aggregate_round(
+                client_updates=updates,
+                canary_directions=canaries,
+                clip_norm=s_clip,
+                noise_multiplier=0.0 if bug is DPBug.no_noise else config.noise_multiplier,
+                expected_cohort_size=m,
+                dim=d,
+                rng=noise_rng,
+            )
+            update = agg.update
+            if bug is DPBug.noise_divided_twice:
+                signal = agg.clipped_sum / m
+                update = signal + (agg.update - signal) / m
+        theta, delta_t = optimizer.step(theta, update)
+        tracker.update(delta_t)
+    tracker.finalize(theta, theta0)
+    counts = schedule.participation_counts()[schedule.num_clients:]
+    return FedAvgAuditResult(
+        final_cosines=tracker.final_cosines,
+        max_cosines=tracker.max_cosines,
+        seen=mask,
+        canary_participations=int(counts.max()) if counts.size else 0,
+        claimed_participations=config.canary_repeats,
+        mean_cohort_size=float(np.mean(cohort_sizes)),
+        dim=d,
+    )
+
+
+# -- Gaussian mechanism with seen and unseen canaries ---------------------------------------
+
+def sample_null_cosines(d: int, size: int, *, rng: np.random.Generator) -> np.ndarray:
+    """Exact null cosines: ``cos(c, v)`` for ``c`` uniform on the sphere of R^d, any fixed ``v``.
+
+    ``(1 + tau) / 2 ~ Beta((d - 1)/2, (d - 1)/2)`` (Andrew et al. Thm 3.1).
+    """
+    if d < 2:
+        raise ValueError(f"d must be >= 2, got {d}")
+    a = (d - 1) / 2.0
+    return 2.0 * rng.beta(a, a, size=size) - 1.0
+
+
+def gaussian_mechanism_scores(
+    sigma: float, d: int, k: int, *, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One Gaussian-mechanism audit with a random seen/unseen split.
+
+    Each of ``k`` canaries is seen with probability 1/2; the seen ones are all added to the
+    release ``rho = sum_seen c_j + N(0, sigma^2 I_d)`` (sensitivity 1, so the true epsilon is the
+    Gaussian mechanism's at ``sigma``). Seen cosines come from
+    :func:`auditor.gaussian.gaussian_mechanism_cosines` (exact projected simulation); an unseen
+    canary is independent of ``rho``, so its cosine follows the exact null
+    (:func:`sample_null_cosines`).
+
+    Returns
+    -------
+    scores, seen : numpy.ndarray
+        Cosine per canary and the seen mask.
+    """
+    if k < 4:
+        raise ValueError(f"k must be >= 4, got {k}")
+    rng = np.random.default_rng(np.random.SeedSequence(entropy=int(seed), spawn_key=(0x6A55,)))
+    seen = rng.random(k) < 0.5
+    while seen.sum() < 2 or (~seen).sum() < 2:
+        seen = rng.random(k) < 0.5
+    n_seen = int(seen.sum())
+    scores = np.empty(k)
+    scores[seen] = gaussian_mechanism_cosines(sigma, d, n_seen, seed=int(rng.integers(2**62)))
+    scores[~seen] = sample_null_cosines(d, k - n_seen, rng=rng)
+    return scores, seen
+
+
+def null_quantile_check(scores: np.ndarray, d: int) -> float:
+    """Kolmogorov-Smirnov distance between ``scores`` and the exact null (for tests)."""
+    x = np.sort(np.asarray(scores, dtype=np.float64))
+    n = x.size
+    cdf = null_cdf(x, d)
+    return float(max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n)))
+
+
+# -- what the service would report for a simulated run ---------------------------------------
+
+def claimed_epsilons(config: FedAvgSimulation) -> dict[str, float]:
+    """The analytic epsilons the service shows for this configuration (``analytic_results``):
+    dp-accounting for the configured ``z``, ``q = m / (N + k/2)``, ``T`` (Poisson-subsampled, RDP
+    and PLD) and the known-rounds bound (Gaussian mechanism composed ``canary_repeats`` times),
+    the reference Andrew et al. compare against. Keys: ``poisson_rdp``, ``poisson_pld``,
+    ``known_rounds``."""
+    from auditor.estimators.analytic import analytic_epsilon
+
+    results = analytic_epsilon(
+        config.noise_multiplier, claimed_sampling_probability(config), config.num_rounds,
+        config.delta, participations=config.canary_repeats,
+    )
+    out = {}
+    for r in results:
+        key = r.threat_model if r.threat_model == "known_rounds" else f"poisson_{r.details['accountant']}"
+        out[key] = r.epsilon
+    return out
+
+
+def audit_epsilons(result: FedAvgAuditResult, *, delta: float, one_run: bool = True) -> dict[str, float]:
+    """Every estimate :func:`auditor.estimators.summarize` gives for a simulated run, flattened
+    to ``{"<threat model>/<estimator>/<variance or correction>": epsilon}``."""
+    from auditor.estimators.summary import summarize
+
+    summary = summarize(seen=result.seen, dim=result.dim, delta=delta,
+                        max_cosines=result.max_cosines, final_cosines=result.final_cosines,
+                        one_run=one_run)
+    out = {}
+    for e in summary.estimates:
+        label = e.variance.value if e.estimator.value == "two_gaussian" else e.correction.value
+        out[f"{e.threat_model}/{e.estimator.value}/{label}"] = e.epsilon
+    return out
+
+
+#: The bounds valid at their stated confidence (corrected threshold choice, or the one-run bound).
+VALID_LOWER_BOUNDS = (
+    "final_model/lower_bound/bonferroni",
+    "all_iterates/lower_bound/bonferroni",
+    "final_model/one_run/bonferroni",
+    "all_iterates/one_run/bonferroni",
+)

@@ -1,0 +1,85 @@
+"""Interference (Keinan et al. 2025): epsilon-estimate bias as k/d grows, Gaussian mechanism.
+
+All k canaries are inserted into one release rho = sum_j c_j + N(0, sigma^2 I_d) (Andrew et al.
+Alg. 1, exact projected simulation auditor.gaussian.gaussian_mechanism_cosines); the estimate is
+the final-model two-Gaussian epsilon with variance 1/d (Table 2's) and with the fitted variance.
+Bias = mean estimate / analytic epsilon - 1. The "predicted" column is the closed-form route:
+the audit measures the effective noise sigma_eff = sqrt(sigma^2 + k/d)
+(auditor.estimators.interference), so the predicted bias is eps(sigma_eff) / eps(sigma) - 1.
+
+    .venv/bin/python -m benchmarks.fidelity.interference --reps 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from auditor.estimators import final_model_epsilon
+from auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
+from auditor.estimators.interference import effective_noise_multiplier, interference_warning
+from auditor.gaussian import gaussian_mechanism_cosines
+from auditor.results import VarianceTreatment
+from benchmarks.fidelity._common import dump
+
+RATIOS = (0.001, 0.003, 0.01, 0.03, 0.1)
+
+
+def measure(sigma: float, d: int, k: int, delta: float, reps: int, seed: int) -> dict:
+    """Mean/sem of both estimates over ``reps`` simulated audits."""
+    null_var, fitted = [], []
+    for r in range(reps):
+        g = gaussian_mechanism_cosines(sigma, d, k, seed=seed + r)
+        null_var.append(final_model_epsilon(g, d, delta, variance=VarianceTreatment.null).epsilon)
+        fitted.append(final_model_epsilon(g, d, delta, variance=VarianceTreatment.fitted).epsilon)
+    a, b = np.asarray(null_var), np.asarray(fitted)
+    return {"null_mean": float(a.mean()), "null_sem": float(a.std(ddof=1) / np.sqrt(reps)),
+            "fitted_mean": float(b.mean()), "fitted_sem": float(b.std(ddof=1) / np.sqrt(reps))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 10.0, 30.0])
+    p.add_argument("--dims", type=int, nargs="+", default=[20_000, 100_000])
+    p.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS))
+    p.add_argument("--max-k", type=int, default=3000, help="skip cells with more canaries (memory k^2)")
+    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--seed", type=int, default=2025)
+    args = p.parse_args(argv)
+    rows = []
+    print(f"{'eps':>5} {'d':>7} {'k':>5} {'k/d':>6} | {'eps_est(1/d)':>16} {'bias':>7} | "
+          f"{'eps_est(fit)':>16} {'bias':>7} | {'predicted':>9} | warning", flush=True)
+    for i, eps in enumerate(args.epsilons):
+        sigma = gaussian_sigma_for_epsilon(eps, args.delta)
+        analytic = gaussian_epsilon_for_sigma(sigma, args.delta)
+        for d in args.dims:
+            for ratio in args.ratios:
+                k = int(round(ratio * d))
+                if k < 10 or k > args.max_k:
+                    continue
+                t0 = time.perf_counter()
+                m = measure(sigma, d, k, args.delta, args.reps, args.seed * 10**6 + i * 10**5 + k)
+                z_eff = effective_noise_multiplier(k, d, noise_multiplier=sigma)
+                predicted = gaussian_epsilon_for_sigma(z_eff, args.delta) / analytic - 1
+                warn = interference_warning(k, d, noise_multiplier=sigma)
+                warn_plain = interference_warning(k, d)
+                row = {"analytic_epsilon": analytic, "sigma": sigma, "d": d, "k": k, "ratio": k / d,
+                       **m, "bias_null": m["null_mean"] / analytic - 1,
+                       "bias_fitted": m["fitted_mean"] / analytic - 1, "predicted_bias": predicted,
+                       "warns_with_noise": warn is not None, "warns_without_noise": warn_plain is not None,
+                       "seconds": time.perf_counter() - t0}
+                rows.append(row)
+                print(f"{analytic:>5.1f} {d:>7} {k:>5} {k / d:>6.3f} | {m['null_mean']:>8.3f} +- "
+                      f"{m['null_sem']:<5.3f} {row['bias_null']:>+7.1%} | {m['fitted_mean']:>8.3f} +- "
+                      f"{m['fitted_sem']:<5.3f} {row['bias_fitted']:>+7.1%} | {predicted:>+9.1%} | "
+                      f"{'z-aware' if warn else '-'}/{'k/d' if warn_plain else '-'}", flush=True)
+    print(dump({"delta": args.delta, "reps": args.reps, "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
