@@ -147,28 +147,15 @@ def simulation_worker(payload: dict) -> None:
 def deployment_worker(payload: dict) -> None:
     """Run one audit on a Flower SuperLink (deployment engine) from the worker process.
 
-    Delegates to :func:`auditor.service.deployment.run_deployment_audit`, which submits the run
-    with the seed and run token in a private run-config file, watches it and stops it. SIGTERM
-    (what the runner sends first on cancel or timeout) sets the cancel event, so the run is
-    stopped on the SuperLink (``flwr stop``) within the runner's grace period.
+    Delegates to :func:`auditor.service.deployment.deployment_worker`: it submits the run with
+    the seed and run token in a private run-config file, watches it, and turns SIGTERM (what the
+    runner sends first on cancel or timeout) into a stop request on the SuperLink (``flwr stop``)
+    within the runner's grace period. Its errors name the Flower run and the SuperLink's reason,
+    with the seed and the run token redacted.
     """
-    from auditor.service.deployment import run_deployment_audit
+    from auditor.service.deployment import deployment_worker as run_on_superlink
 
-    spec = AuditSpec.model_validate(payload["spec"])
-    cancel = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: cancel.set())
-    result = run_deployment_audit(
-        spec,
-        audit_id=payload["audit_id"],
-        canary_seed=int(payload["seed"]),
-        ingest_url=payload["base_url"],
-        run_token=payload["token"],
-        timeout=float(payload["timeout"]),
-        cancel_event=cancel,
-    )
-    if not result.succeeded:
-        how = "timed out" if result.timed_out else ("cancelled" if result.cancelled else result.state.value)
-        raise RuntimeError(f"Flower run {result.run_id} on the SuperLink ended {how}: {result.details}")
+    run_on_superlink(payload)
 
 
 @dataclass
