@@ -3,12 +3,15 @@ headless chromium driven by Playwright (never a downloaded browser)."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,3 +166,23 @@ def tab(browser):
 def output_dir() -> Path:
     OUTPUT_DIR.mkdir(exist_ok=True)
     return OUTPUT_DIR
+
+
+@pytest.fixture(scope="module")
+def static_url():
+    """The dashboard's static files alone, from a plain HTTP server (no API behind them)."""
+    from auditor.service.app import STATIC_DIR
+
+    class QuietHandler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format, *args):  # noqa: A002 (the stdlib's signature)
+            pass
+
+    handler = functools.partial(QuietHandler, directory=str(STATIC_DIR))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,34 +1,14 @@
 """The dashboard's own small math (null densities, erfc, axis ticks, histogram normalisation,
 labels) checked in the browser against scipy and by invariants. Served by a plain static file
-server: no audit service needed."""
+server (``static_url``): no audit service needed."""
 
 from __future__ import annotations
-
-import functools
-import http.server
-import threading
 
 import numpy as np
 import pytest
 from scipy import special, stats
 
-from auditor.service.app import STATIC_DIR
-
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-
-@pytest.fixture(scope="module")
-def static_url():
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(STATIC_DIR))
-    handler.log_message = lambda *args, **kwargs: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="module")
