@@ -1,0 +1,75 @@
+"""Lower bounds on simulated Gaussian-mechanism audits with known epsilon (fast version of
+benchmarks/fidelity/validity.py): valid modes stay under a loose binomial limit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
+from auditor.estimators.null import null_cdf
+from auditor.simulate import gaussian_mechanism_scores, sample_null_cosines
+from benchmarks.fidelity.validity import BOUNDS, VALID, run_bounds
+
+REPS = 50
+DELTA = 1e-5
+
+
+def _binomial_limit(n: int, rate: float = 0.05, level: float = 1e-3) -> int:
+    """Largest count still consistent with ``rate`` (one-sided exact test at ``level``)."""
+    return int(stats.binom.isf(level, n, rate))
+
+
+def test_sample_null_cosines_matches_exact_null_moments_and_cdf():
+    rng = np.random.default_rng(1)
+    d = 50
+    x = sample_null_cosines(d, 20_000, rng=rng)
+    assert x.var() == pytest.approx(1 / d, rel=0.05)  # Var = 1/d exactly (Thm 3.1)
+    assert abs(x.mean()) < 4 / math.sqrt(d * x.size)
+    for tau in (-0.2, 0.0, 0.15):
+        assert np.mean(x <= tau) == pytest.approx(float(null_cdf(tau, d)), abs=0.015)
+
+
+def test_gaussian_mechanism_scores_seen_shift_matches_closed_form():
+    # seen cosines ~ 1 / sqrt(k_seen + sigma^2 d); unseen are null (mean 0, var 1/d)
+    sigma, d, k = 0.5, 5000, 400
+    seen_means, unseen_vars = [], []
+    for seed in range(10):
+        scores, seen = gaussian_mechanism_scores(sigma, d, k, seed=seed)
+        seen_means.append(scores[seen].mean() * math.sqrt(seen.sum() + sigma**2 * d))
+        unseen_vars.append(scores[~seen].var() * d)
+    assert np.mean(seen_means) == pytest.approx(1.0, rel=0.03)
+    assert np.mean(unseen_vars) == pytest.approx(1.0, rel=0.1)
+
+
+@pytest.mark.parametrize("target", [0.0, 2.0])
+def test_valid_lower_bounds_rarely_exceed_true_epsilon(target):
+    sigma = 1000.0 if target == 0 else gaussian_sigma_for_epsilon(target, DELTA)
+    true_eps = gaussian_epsilon_for_sigma(sigma, DELTA)
+    d, k = 5000, 200
+    exceed = {b: 0 for b in BOUNDS}
+    for r in range(REPS):
+        out = run_bounds(sigma, d, k, DELTA, 10_000 * (1 + int(target)) + r, one_run=(r % 2 == 0))
+        for b, v in out.items():
+            exceed[b] += v > true_eps
+    limit = _binomial_limit(REPS)
+    for b in VALID:
+        n = REPS // 2 if b.startswith("one_run") else REPS
+        assert exceed[b] <= _binomial_limit(n), (b, exceed[b], limit)
+
+
+def test_uncorrected_max_exceeds_the_truth_more_often_than_bonferroni_near_zero_epsilon():
+    # the paper's uncorrected maximum over thresholds is not a valid 95% bound: with no signal
+    # (true epsilon ~ 0) it is positive in a large share of runs (benchmark: 30-50%)
+    d, k, sigma = 5000, 200, 1000.0
+    true_eps = gaussian_epsilon_for_sigma(sigma, DELTA)
+    none = bonf = 0
+    for r in range(40):
+        out = run_bounds(sigma, d, k, DELTA, 777 + r, one_run=False)
+        none += out["exact_null/none"] > true_eps
+        bonf += out["exact_null/bonferroni"] > true_eps
+    assert none > bonf
+    assert none / 40 > 0.05
