@@ -84,6 +84,14 @@ def tagged_processes(audit_id: str) -> list[int]:
     return pids
 
 
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def wait_for(predicate, *, timeout: float, interval: float = 0.5, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -20,7 +20,7 @@ import pytest
 from auditor.estimators import summarize
 from auditor.service.store import Store
 
-from .service_process import ServiceProcess, tagged_processes, wait_for
+from .service_process import ServiceProcess, cmdline, tagged_processes, wait_for
 
 pytestmark = pytest.mark.slow
 KEY = "e2e-key-0123456789"
@@ -111,9 +111,11 @@ def test_cancel_stops_the_flower_run_and_its_ray_processes(tmp_path):
         with httpx.Client(base_url=service.url, timeout=30) as http:
             spec = {**TINY_FLOWER_AUDIT, "name": "to cancel", "num_rounds": 200}
             audit_id = http.post("/audits", json=spec, headers=AUTH).json()["id"]
-            wait_for(lambda: http.get(f"/audits/{audit_id}").json()["progress"]["round"] >= 1,
-                     timeout=180, what="first round")
-            assert len(tagged_processes(audit_id)) >= 2  # the worker and Ray's processes
+            # cancel once Ray runs for this audit (its raylet carries the worker's tag)
+            wait_for(lambda: any("raylet" in cmdline(p) for p in tagged_processes(audit_id)),
+                     timeout=180, interval=0.2, what="Ray to start")
+            time.sleep(3)  # let the run get going (ClientApps being scheduled)
+            assert len(tagged_processes(audit_id)) >= 3  # worker, GCS, raylet, ...
             r = http.post(f"/audits/{audit_id}/cancel", headers=AUTH)
             assert r.status_code == 200 and r.json()["status"] == "cancelled"
             assert wait_for(lambda: not tagged_processes(audit_id), timeout=20, what="processes gone")
