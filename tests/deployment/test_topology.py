@@ -1,0 +1,333 @@
+"""The docker/compose.yaml topology as plain processes on 127.0.0.1 (no Docker engine here).
+
+compose service   ->  here
+----------------      ----------------------------------------------------------------------
+postgres          ->  the server at FLAUDIT_TEST_POSTGRES_URL (a fresh database per test run),
+                      else a throwaway cluster from Debian's initdb/pg_ctl on a free port
+flaudit           ->  ``flaudit serve --database-url postgresql+psycopg://...`` (a subprocess)
+superlink         ->  ``flower-superlink --insecure`` with the compose command's flags
+supernode (x2)    ->  ``docker/supernode-entrypoint.py`` (the image's entry point) running
+                      ``flower-supernode --insecure``, partition ids 0 and 1 via node config
+
+The test creates an audit with ``engine = "deployment"`` through the REST API, polls it to
+``succeeded``, checks that both SuperNodes trained in the run and that the secret canary seed
+is in no response and no log of any of the processes, then stops everything by PID (each
+process is the leader of its own process group, so its Flower children go with it).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+KEY = "topology-key-" + "k" * 20
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+# Two real clients (partition p runs on node p mod 2) in shuffled epochs: every round has
+# m = 8 slots and at most 12 seen canaries over both rounds, so some round has >= 2 real slots
+# and then both clients -- both SuperNodes -- train in it. Each ClientApp message starts a
+# process on its SuperNode, so few real clients keep the test quick.
+TINY_DEPLOYMENT_AUDIT = {
+    "name": "deployment topology test",
+    "task": "synthetic",
+    "task_options": {"dim": 2000, "test_size": 200, "samples_per_client": 20},
+    "num_rounds": 2,
+    "num_clients": 2,
+    "clients_per_round": 8,
+    "participation": "shuffled",
+    "num_canaries": 12,
+    "max_canary_fraction": 0.8,
+    "noise_multiplier": 0.3,
+    "clip_norm": 1.0,
+    "delta": 1e-5,
+    "engine": "deployment",
+    "timeout_seconds": 200,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.3, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def flower_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        FLWR_HOME=str(home),
+        FLWR_TELEMETRY_ENABLED="0",
+        FLWR_DISABLE_UPDATE_CHECK="1",
+        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # flower-superexec, flwr-serverapp
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+class Processes:
+    """Starts processes as leaders of their own process groups; stops them by PID/PGID."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.started: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "ab")
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+        self.started.append((name, proc))
+        return proc
+
+    def log(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def alive(self, name: str) -> bool:
+        return any(n == name and p.poll() is None for n, p in self.started)
+
+    def stop_all(self) -> None:
+        for _, proc in reversed(self.started):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for _, proc in reversed(self.started):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        # the group leader is gone; sweep anything left in its group (Flower's SuperExec children)
+        deadline = time.monotonic() + 10
+        for _, proc in self.started:
+            while time.monotonic() < deadline and _group_alive(proc.pid):
+                time.sleep(0.2)
+            if _group_alive(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # zombies count as gone
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+
+
+@contextmanager
+def postgres_database(tmp_path: Path):
+    """Yield a SQLAlchemy URL of an empty database; drop or stop it afterwards."""
+    from sqlalchemy.engine import make_url
+
+    server_url = os.environ.get("FLAUDIT_TEST_POSTGRES_URL")
+    if server_url:
+        import psycopg
+
+        url = make_url(server_url)
+        name = f"flaudit_topology_{secrets.token_hex(4)}"
+        conninfo = dict(host=url.host or "127.0.0.1", port=url.port or 5432, user=url.username,
+                        password=url.password, dbname=url.database or "postgres", autocommit=True)
+        conninfo = {k: v for k, v in conninfo.items() if v is not None}
+        with psycopg.connect(**conninfo) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield url.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with psycopg.connect(**conninfo) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        return
+
+    initdbs = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not initdbs:
+        pytest.skip("no PostgreSQL: set FLAUDIT_TEST_POSTGRES_URL or install Debian's postgresql")
+    bindir = Path(initdbs[-1]).parent
+    prefix: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root: use the postgres system user
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user for a throwaway cluster")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    data = tmp_path / "pgdata"
+    data.mkdir()
+    if prefix:
+        os.chown(data, pw.pw_uid, pw.pw_gid)
+        os.chmod(tmp_path, 0o755)
+    port = free_port()
+    subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
+                    "--auth=trust"], check=True, capture_output=True, timeout=120)
+    subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l",
+                    str(data / "server.log"), "-o",
+                    f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"],
+                   check=True, capture_output=True, timeout=120)
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
+                       capture_output=True, timeout=60)
+
+
+# -- the test ---------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(420)
+def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
+    from auditor.service.store import Store
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = Processes(logs)
+    bodies: list[str] = []
+    with ExitStack() as stack:
+        database_url = stack.enter_context(postgres_database(tmp_path))
+        stack.callback(procs.stop_all)
+
+        # superlink: the compose command, on a free loopback port
+        link_port = free_port()
+        link_home = tmp_path / "superlink-home"
+        link_home.mkdir()
+        procs.start("superlink", [
+            str(BIN / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
+            "--port", str(link_port), "--isolation", "subprocess",
+            "--disable-runtime-dependency-installation",
+            "--database", str(tmp_path / "superlink.db"),
+        ], flower_env(link_home))
+
+        # flaudit service, pointed at PostgreSQL (compose: FLAUDIT_DATABASE_URL from .env)
+        api_port = free_port()
+        api = f"http://127.0.0.1:{api_port}"
+        service_env = flower_env(tmp_path / "service-flwr-home")
+        service_env.update(FLAUDIT_API_KEY=KEY, FLAUDIT_PUBLIC_URL=api,
+                           FLAUDIT_FLOWER_APP_DIR=str(ROOT))
+        service_env.pop("FLAUDIT_API_KEY_FILE", None)
+        procs.start("flaudit", [
+            str(BIN / "python"), "-m", "auditor.cli", "serve", "--host", "127.0.0.1",
+            "--port", str(api_port), "--database-url", database_url,
+        ], service_env)
+
+        def healthy(url: str) -> bool:
+            try:
+                return httpx.get(url, timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(lambda: healthy(f"http://127.0.0.1:{link_port}/health") or
+                 (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:])),
+                 timeout=60, what="SuperLink /health")
+
+        # two SuperNodes through the image's entry point (partition ids via node config)
+        for i in range(2):
+            home = tmp_path / f"supernode-{i}-home"
+            home.mkdir()
+            env = flower_env(home)
+            env.update(FLAUDIT_SUPERLINK=f"127.0.0.1:{link_port}", FLAUDIT_PARTITION_ID=str(i),
+                       FLAUDIT_NUM_PARTITIONS="2")
+            env.pop("FLAUDIT_SUPERLINK_ROOT_CERTIFICATES", None)
+            procs.start(f"supernode-{i}", [
+                str(BIN / "python"), str(ROOT / "docker" / "supernode-entrypoint.py"),
+                "--port", str(free_port()),
+            ], env)
+
+        wait_for(lambda: healthy(f"{api}/readyz") or
+                 (not procs.alive("flaudit") and pytest.fail(procs.log("flaudit")[-3000:])),
+                 timeout=90, what="service /readyz")
+        wait_for(lambda: all("SuperNode ID" in procs.log(f"supernode-{i}") for i in range(2)),
+                 timeout=60, what="both SuperNodes registered")
+        for i in range(2):
+            assert f"--node-config partition-id={i} num-partitions=2" in procs.log(f"supernode-{i}")
+
+        spec = dict(TINY_DEPLOYMENT_AUDIT, superlink_address=f"127.0.0.1:{link_port}")
+        with httpx.Client(base_url=api, timeout=30) as http:
+            created = http.post("/audits", json=spec, headers=AUTH)
+            assert created.status_code == 201, created.text
+            bodies.append(created.text)
+            audit_id = created.json()["id"]
+
+            def finished():
+                r = http.get(f"/audits/{audit_id}")
+                bodies.append(r.text)
+                body = r.json()
+                return body if body["status"] in ("succeeded", "failed", "cancelled") else None
+
+            audit = wait_for(finished, timeout=240, interval=1.0, what="deployment audit to finish")
+            assert audit["status"] == "succeeded", (
+                audit.get("reason"), procs.log("flaudit")[-3000:], procs.log("superlink")[-3000:]
+            )
+            assert audit["spec"]["engine"] == "deployment"
+            rounds = http.get(f"/audits/{audit_id}/rounds")
+            bodies.append(rounds.text)
+            assert len(rounds.json()["items"]) == spec["num_rounds"]
+            assert audit["estimates"], "no estimates after a finished deployment audit"
+            bodies.append(http.get(f"/audits/{audit_id}/cosines").text)
+
+            # the runner's worker sees the Flower run finish on the SuperLink and exits
+            def worker_done():
+                ready = http.get("/readyz").json()
+                return ready["detail"].get("running_audits") == 0
+
+            wait_for(worker_done, timeout=90, interval=1.0, what="the deployment worker to exit")
+
+        # both SuperNodes took part in the Flower run
+        for i in range(2):
+            assert "[RUN " in procs.log(f"supernode-{i}"), procs.log(f"supernode-{i}")[-2000:]
+
+        store = Store(database_url)
+        seed = store.canary_seed(audit_id)
+        store.dispose()
+        assert seed is not None
+
+        procs.stop_all()
+        for name, proc in procs.started:
+            assert proc.poll() is not None, name
+            assert not _group_alive(proc.pid), name
+
+    texts = bodies + [procs.log(name) for name, _ in procs.started]
+    for form in (str(seed), format(seed, "x"), hex(seed)):
+        for text in texts:
+            assert form not in text
