@@ -131,6 +131,10 @@ class AuditSpec(BaseModel):
                 f"num_canaries: ~{int(expected_seen)} seen canaries exceed max_canary_fraction="
                 f"{self.max_canary_fraction} of the population"
             )
+        if self.canary_repeats > self.num_rounds:
+            raise ValueError(
+                f"canary_repeats ({self.canary_repeats}) must not exceed num_rounds ({self.num_rounds})"
+            )
         if self.engine == Engine.deployment and not self.superlink_address:
             raise ValueError("superlink_address is required when engine is 'deployment'")
         return self

@@ -125,3 +125,13 @@ def test_reproducible_and_seed_dependent():
 def test_bad_arguments_are_named(overrides, name):
     with pytest.raises(ValueError, match=name):
         _schedule(**overrides)
+
+
+def test_audit_spec_rejects_more_canary_repeats_than_rounds():
+    from pydantic import ValidationError
+
+    from auditor.spec import AuditSpec
+
+    with pytest.raises(ValidationError, match="canary_repeats"):
+        AuditSpec(num_rounds=4, canary_repeats=8)
+    assert AuditSpec(num_rounds=8, canary_repeats=8).canary_repeats == 8
