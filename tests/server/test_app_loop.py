@@ -166,3 +166,23 @@ def test_dimension_checks_name_the_field():
         check_dimension(50, 10)
     with pytest.raises(ValueError, match="num_canaries"):
         check_dimension(500, 600)
+
+
+def test_adaptive_clipping_moves_the_clip_norm_by_the_quantile_rule():
+    from auditor.spec import AdaptiveClipping
+
+    spec = _spec(clip_norm=None, num_rounds=4, canary_repeats=1,
+                 adaptive_clipping=AdaptiveClipping(initial_clip_norm=0.1, target_quantile=0.5,
+                                                    learning_rate=0.2, clipped_count_stddev=0.0))
+    rng = np.random.default_rng(5)
+
+    def big(node, msg):  # every update has norm 2 > S: all clipped
+        u = rng.standard_normal(msg.content["arrays"].to_numpy_ndarrays()[0].size).astype(np.float32)
+        return u * (2.0 / np.linalg.norm(u))
+
+    _, reporter, _ = _run(spec, big)
+    norms = [meta.clip_norm for _, meta in reporter.rounds]
+    assert norms[0] == pytest.approx(0.1)
+    for before, after in zip(norms, norms[1:]):
+        assert after == pytest.approx(before * np.exp(0.2 * 0.5))  # unclipped fraction 0
+    assert all(meta.clipped_fraction == 1.0 for _, meta in reporter.rounds if meta.cohort_size > meta.num_canaries_inserted)
