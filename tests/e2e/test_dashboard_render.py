@@ -81,13 +81,20 @@ def _audit(status: str, *, round_: int, alerts=(), reason=None) -> dict:
     }
 
 
-def _serve(tab, audit: dict) -> list[str]:
-    """Answer the API from ``audit``; returns the list of API paths requested."""
+def _serve(tab, audit: dict, *, key: str | None = None, auth_log: list | None = None) -> list[str]:
+    """Answer the API from ``audit``; returns the list of API paths requested. With ``key``,
+    every route answers 401 unless the request carries ``Authorization: Bearer <key>``."""
     requested: list[str] = []
 
     def handle(route):
         path = route.request.url.split("://", 1)[1].split("/", 1)[1].split("?")[0]
         requested.append(path)
+        authorization = route.request.headers.get("authorization")
+        if auth_log is not None:
+            auth_log.append((route.request.url, authorization))
+        if key is not None and authorization != f"Bearer {key}":
+            route.fulfill(status=401, content_type="application/json", body='{"detail": "missing or invalid API key"}')
+            return
         if path == "audits/abc":
             body = audit
         elif path == "audits/abc/rounds":
@@ -150,3 +157,23 @@ def test_failed_audit_shows_the_reason_and_stops_polling(static_url, tab):
     page.wait_for_timeout(3500)
     assert len(requested) == n, "the page kept polling an ended audit"
     assert tab.console_errors == []
+
+
+@pytest.mark.timeout(60)
+def test_reads_that_need_the_key_ask_once_and_keep_it_out_of_urls(static_url, tab):
+    key = "read-key-123"
+    auth_log: list = []
+    _serve(tab, _audit("succeeded", round_=10), key=key, auth_log=auth_log)
+    page = tab.page
+    page.goto(static_url + "index.html#/audits/abc")
+    expect(page.locator("#key-dialog")).to_be_visible()
+    page.locator("#key-input").fill(key)
+    page.keyboard.press("Enter")  # the dialog's form submits with Enter
+    expect(page.locator("#round-counter")).to_have_text("Round 10 of 10")
+    expect(page.locator("#key-button")).to_contain_text("✓")
+    assert page.evaluate("sessionStorage.getItem('flaudit.apiKey')") == key
+    rejected = [url for url, authorization in auth_log if authorization is None]
+    assert len(rejected) == 1, rejected  # asked once; every later call carried the key
+    assert all(authorization == f"Bearer {key}" for _, authorization in auth_log[1:])
+    assert all(key not in url for url, _ in auth_log) and key not in page.url
+    assert [e for e in tab.console_errors if "status of 401" not in e] == []

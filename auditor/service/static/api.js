@@ -38,6 +38,7 @@ export function setStoredKey(key) {
     /* storage disabled: the key lives only until the page reloads */
   }
   memoryKey = key || null;
+  window.dispatchEvent(new CustomEvent("flaudit:key-changed"));
 }
 
 let memoryKey = null;

@@ -40,7 +40,7 @@ function keyButton() {
     refresh();
     if (key) toast("API key stored for this browser tab.");
   });
-  document.getElementById("key-dialog").addEventListener("close", refresh);
+  window.addEventListener("flaudit:key-changed", refresh);
   refresh();
 }
 

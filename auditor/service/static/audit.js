@@ -1,6 +1,6 @@
 // One audit, live: polls GET /audits/{id} (and /rounds) while it runs.
 
-import { api, ApiError } from "./api.js";
+import { api, ApiError, promptForKey } from "./api.js";
 import { DASHES, MARKERS, PALETTE, densityChart, lineChart, nullDensity, swatch, toDensity } from "./charts.js";
 import { h, fill, toast } from "./dom.js";
 import {
@@ -171,8 +171,16 @@ export function renderAudit(root, id) {
   });
   resize.observe(epsChart);
 
+  let inFlight = false;
+
+  /** Poll now unless a poll is already under way (it reschedules itself). */
+  function pollSoon() {
+    if (!inFlight) poll();
+  }
+
   async function poll() {
     clearTimeout(timer);
+    inFlight = true;
     try {
       const next = await api.getAudit(id);
       if (stopped) return;
@@ -203,9 +211,24 @@ export function renderAudit(root, id) {
         fill(root, h("div", { class: "card" }, h("h1", {}, "Audit not found"), h("p", {}, `There is no audit with id ${id}.`), h("a", { href: "#/" }, "← All audits")));
         return;
       }
+      if (err instanceof ApiError && err.status === 401) {
+        // Reads need the key here and the user dismissed the prompt: wait for them.
+        fill(
+          reason,
+          h(
+            "div",
+            { class: "banner banner-warning", role: "status" },
+            "This service needs the API key to show audits. ",
+            h("button", { type: "button", onclick: async () => { if (await promptForKey("")) pollSoon(); } }, "Enter API key"),
+          ),
+        );
+        return;
+      }
       failures += 1;
       fill(reason, h("p", { class: "banner banner-warning", role: "status" }, `Lost contact with the service (${err.message}); retrying…`));
       timer = setTimeout(poll, Math.min(10000, POLL_MS * 2 ** failures));
+    } finally {
+      inFlight = false;
     }
   }
 
@@ -245,7 +268,7 @@ export function renderAudit(root, id) {
               try {
                 await api.cancelAudit(id);
                 toast("Cancel requested.");
-                poll();
+                pollSoon();
               } catch (err) {
                 toast(`Could not cancel: ${err.message}`);
               }
