@@ -437,6 +437,7 @@ def run_deployment_audit(
     root_certificates: str | None = None,
     poll_interval: float = 1.0,
     stop_grace: float = 30.0,
+    unreachable_grace: float = 60.0,
     on_started: Callable[[int], None] | None = None,
     control_factory: Callable[..., SuperLinkControl] | None = None,
 ) -> DeploymentResult:
@@ -460,6 +461,8 @@ def run_deployment_audit(
         Seconds between status polls.
     stop_grace : float
         After a stop request, seconds to wait for the SuperLink to mark the run finished.
+    unreachable_grace : float
+        How long the SuperLink may be unreachable (e.g. restarting) before this gives up.
     on_started : callable, optional
         Called with the Flower run id once the SuperLink accepted the run.
     control_factory : callable, optional
@@ -475,7 +478,8 @@ def run_deployment_audit(
     ValueError
         Naming the bad argument (wrong engine, no address, non-positive timeout or interval).
     DeploymentError
-        If the run could not be started or its status could not be read.
+        If the run could not be started, or its status could not be read for longer than
+        ``unreachable_grace``.
     """
     from auditor.spec import Engine
 
@@ -509,8 +513,20 @@ def run_deployment_audit(
     control = factory(address, root_certificates=root_certificates)
     cancelled = timed_out = False
     try:
+        unreachable_since: float | None = None
+        state, details = RunState.pending, ""
         while True:
-            state, details = control.status(run_id)
+            try:
+                state, details = control.status(run_id)
+                unreachable_since = None
+            except DeploymentError:
+                # A SuperLink restart (compose: restart: unless-stopped, state in a volume) is
+                # survivable; a SuperLink gone for longer than `unreachable_grace` is not.
+                now = time.monotonic()
+                unreachable_since = unreachable_since or now
+                if now - unreachable_since > unreachable_grace:
+                    raise
+                log.warning("audit %s: SuperLink %s unreachable; retrying", audit_id, address)
             if state.finished:
                 break
             if cancel_event is not None and cancel_event.is_set():
@@ -546,13 +562,17 @@ def _wait_until_finished(
 ) -> tuple[RunState, str]:
     """After a stop request: poll until the SuperLink marks the run finished (or give up)."""
     deadline = time.monotonic() + grace
-    state, details = control.status(run_id)
-    while not state.finished and time.monotonic() < deadline:
+    while True:
+        try:
+            state, details = control.status(run_id)
+            last_word = f"SuperLink still reports {state.value}"
+        except DeploymentError:
+            state, details, last_word = RunState.running, "", "SuperLink unreachable"
+        if state.finished:
+            return state, details
+        if time.monotonic() >= deadline:
+            return RunState.stopped, f"stop requested; {last_word}"
         time.sleep(min(poll_interval, 0.5))
-        state, details = control.status(run_id)
-    if not state.finished:
-        return RunState.stopped, f"stop requested; SuperLink still reports {state.value}"
-    return state, details
 
 
 def deployment_worker(payload: dict) -> None:

@@ -311,3 +311,39 @@ def test_worker_returns_quietly_on_success(monkeypatch):
 def test_result_json_has_no_secret_fields():
     result = DeploymentResult(run_id=1, state=RunState.completed)
     assert "seed" not in json.dumps(result.__dict__, default=str)
+
+
+class FlakyControl(FakeControl):
+    """Unreachable for the first ``failures`` polls (a SuperLink restarting)."""
+
+    def __init__(self, states, failures):
+        super().__init__(states)
+        self.failures = failures
+
+    def status(self, run_id):
+        if self.failures > 0:
+            self.failures -= 1
+            raise DeploymentError("cannot read the status: ConnectError")
+        return super().status(run_id)
+
+
+def test_a_superlink_restart_is_survived(fake_start):
+    control = FlakyControl([RunState.running, RunState.completed], failures=3)
+    result = _run(control, unreachable_grace=5.0)
+    assert result.succeeded and control.failures == 0
+
+
+def test_a_superlink_gone_for_good_is_an_error(fake_start):
+    control = FlakyControl([RunState.running], failures=10**6)
+    with pytest.raises(DeploymentError, match="ConnectError"):
+        _run(control, unreachable_grace=0.1)
+    assert control.closed
+
+
+def test_cancel_while_the_superlink_is_unreachable_still_ends(fake_start):
+    control = FlakyControl([RunState.running], failures=10**6)
+    event = threading.Event()
+    event.set()
+    result = _run(control, cancel_event=event, stop_grace=0.2, unreachable_grace=30)
+    assert result.cancelled and result.state is RunState.stopped
+    assert "unreachable" in result.details and control.stopped == [4242]
