@@ -95,3 +95,14 @@ def test_load_spec_accepts_an_audit_table_and_names_bad_fields(tmp_path, capsys)
     assert cli_main(["run", str(path)]) == 2
     assert "not valid TOML" in capsys.readouterr().err
     assert cli_main(["run", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_run_command_module_imports_no_heavy_packages():
+    import subprocess
+    import sys
+
+    code = ("import sys, auditor.commands.run; "
+            "heavy = [m for m in ('flwr', 'torch', 'fastapi', 'ray') if m in sys.modules]; "
+            "print(heavy); sys.exit(1 if heavy else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
