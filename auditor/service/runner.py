@@ -41,6 +41,8 @@ __all__ = ["Runner", "simulation_worker", "deployment_worker", "kill_tagged_proc
 log = logging.getLogger("flaudit.runner")
 
 WORKER_TAG = "FLAUDIT_AUDIT_WORKER"
+#: Workers (and the Flower/Ray processes they start) run at this lower CPU priority.
+WORKER_NICENESS = 10
 
 
 def scrub(text: str, secret: int) -> str:
@@ -97,6 +99,10 @@ def _worker_entry(target: str, payload: dict, conn, parent_pid: int) -> None:
     except OSError:
         pass
     os.environ[WORKER_TAG] = payload["audit_id"]
+    try:  # training is batch work: the API process keeps answering pollers first
+        os.nice(WORKER_NICENESS)
+    except OSError:
+        pass
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     seed = int(payload["seed"])
     try:
