@@ -15,13 +15,19 @@ of runs where the all-iterates point estimate exceeds the claim are reported bes
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import sys
-import time
 
-import numpy as np
+# Runnable by path too; one BLAS thread per process (shared machine). Before numpy is imported.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+import math  # noqa: E402
+import time  # noqa: E402
 
-from auditor.estimators.analytic import analytic_epsilon
+import numpy as np  # noqa: E402
+
+from auditor.estimators.analytic import analytic_epsilon  # noqa: E402
 from auditor.simulate import (
     VALID_LOWER_BOUNDS,
     DPBug,
@@ -31,7 +37,7 @@ from auditor.simulate import (
     claimed_sampling_probability,
     simulate_dpfedavg_audit,
 )
-from benchmarks.fidelity._common import clopper_pearson, dump, fmt
+from benchmarks.fidelity._common import clopper_pearson, dump, fmt  # noqa: E402
 
 CASES = [
     (DPBug.none, 1.0),

@@ -13,17 +13,23 @@ the audit measures the effective noise sigma_eff = sqrt(sigma^2 + k/d)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import time
 
-import numpy as np
+# Runnable by path too; one BLAS thread per process (shared machine). Before numpy is imported.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+import time  # noqa: E402
 
-from auditor.estimators import final_model_epsilon
-from auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
-from auditor.estimators.interference import effective_noise_multiplier, interference_warning
-from auditor.gaussian import gaussian_mechanism_cosines
-from auditor.results import VarianceTreatment
-from benchmarks.fidelity._common import dump
+import numpy as np  # noqa: E402
+
+from auditor.estimators import final_model_epsilon  # noqa: E402
+from auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon  # noqa: E402
+from auditor.estimators.interference import effective_noise_multiplier, interference_warning  # noqa: E402
+from auditor.gaussian import gaussian_mechanism_cosines  # noqa: E402
+from auditor.results import VarianceTreatment  # noqa: E402
+from benchmarks.fidelity._common import dump  # noqa: E402
 
 RATIOS = (0.001, 0.003, 0.01, 0.03, 0.1)
 

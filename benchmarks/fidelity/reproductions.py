@@ -16,16 +16,22 @@ Table 2 (Gaussian mechanism) is ``benchmarks/table2.py``.
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import sys
-import time
 
-import numpy as np
+# Runnable by path too; one BLAS thread per process (shared machine). Before numpy is imported.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+import math  # noqa: E402
+import time  # noqa: E402
 
-from auditor.estimators import final_model_epsilon
-from auditor.estimators.analytic import analytic_epsilon, gaussian_sigma_for_epsilon
-from auditor.simulate import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit
-from benchmarks.fidelity._common import dump, fmt
+import numpy as np  # noqa: E402
+
+from auditor.estimators import final_model_epsilon  # noqa: E402
+from auditor.estimators.analytic import analytic_epsilon, gaussian_sigma_for_epsilon  # noqa: E402
+from auditor.simulate import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit  # noqa: E402
+from benchmarks.fidelity._common import dump, fmt  # noqa: E402
 
 TARGETS = (math.inf, 300.0, 100.0, 30.0)
 
@@ -127,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=20_000)
     p.add_argument("--num-rounds", type=int, default=50)
     p.add_argument("--num-canaries", type=int, default=1000)
-    p.add_argument("--client-signal", type=float, default=0.5)
+    p.add_argument("--clients-per-round", type=int, default=20)
+    p.add_argument("--client-signal", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=34)
     args = p.parse_args(argv)
     base = FedAvgSimulation(dim=args.dim, num_rounds=args.num_rounds, num_canaries=args.num_canaries,
-                            client_signal=args.client_signal)
+                            clients_per_round=args.clients_per_round, client_signal=args.client_signal)
     print(f"config: {base}", flush=True)
     out = {"config": str(base)}
     for name in args.only:

@@ -18,16 +18,22 @@ binomial test does not reject rate <= 5% at 95%.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import time
 
-import numpy as np
+# Runnable by path too; one BLAS thread per process (shared machine). Before numpy is imported.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+import time  # noqa: E402
 
-from auditor.estimators import Bonferroni, NoCorrection, Split, epsilon_lower_bound
-from auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
-from auditor.estimators.one_run import one_run_lower_bound
-from auditor.simulate import gaussian_mechanism_scores
-from benchmarks.fidelity._common import clopper_pearson, dump, rate_consistent_with
+import numpy as np  # noqa: E402
+
+from auditor.estimators import Bonferroni, NoCorrection, Split, epsilon_lower_bound  # noqa: E402
+from auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon  # noqa: E402
+from auditor.estimators.one_run import one_run_lower_bound  # noqa: E402
+from auditor.simulate import gaussian_mechanism_scores  # noqa: E402
+from benchmarks.fidelity._common import clopper_pearson, dump, rate_consistent_with  # noqa: E402
 
 BOUNDS = ("exact_null/none", "exact_null/bonferroni", "exact_null/split",
           "jeffreys/none", "jeffreys/bonferroni", "jeffreys/split", "one_run/bonferroni")
