@@ -8,7 +8,7 @@ import numpy as np
 from scipy import optimize, special
 
 from auditor.estimators._validation import check_delta, check_dim, check_scores
-from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logpdf
+from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logpdf, null_probit
 from auditor.estimators.two_gaussian import two_gaussian_epsilon
 from auditor.results import EpsilonResult, Estimator, VarianceTreatment
 
@@ -34,8 +34,9 @@ def exact_null_epsilon(d: int, mu: float, sigma: float, delta: float, *, grid: i
     Cosines live in ``[-1, 1]``, so the Gaussian alternative is truncated to ``[-1, 1]``.
     Numerical: both hockey-stick divergences are integrated on a grid over ``[-1, 1]`` (midpoint rule)
     (refined around ``mu``), then the root in epsilon is bracketed and found with Brent's method
-    on ``log delta(eps)``. Used for ``d < 1000`` where ``N(0, 1/d)`` is a poor approximation of
-    the null.
+    on ``log delta(eps)``. A literal reading of "exact null vs a Gaussian alternative"; the
+    final-model estimate uses the probit map instead (see :func:`final_model_epsilon`), because a
+    Gaussian alternative's tails near +-1 dominate this number at small ``d``.
     """
     d = check_dim(d)
     delta = check_delta(delta)
@@ -80,8 +81,9 @@ def final_model_epsilon(
     seen : array_like
         Cosines ``cos(c_j, theta_T - theta_0)`` of the seen canaries (at least 2).
     d : int
-        Model dimension; the null is ``N(0, 1/d)`` (the exact density when ``d < 1000``, and
-        then the alternative Gaussian is truncated to ``[-1, 1]``).
+        Model dimension; the null is ``N(0, 1/d)``. When ``d < 1000`` the null is the exact
+        density: cosines are mapped through ``Phi^-1(F_null)`` (the null becomes exactly
+        N(0, 1)) and the alternative is fitted in that scale (unit variance for ``null``).
     delta : float
         Target delta.
     variance : VarianceTreatment or {"null", "fitted"}
@@ -91,8 +93,8 @@ def final_model_epsilon(
     Returns
     -------
     EpsilonResult
-        ``details`` holds ``mu_hat``, ``sigma_hat``, ``sigma_alt``, ``num_seen`` and ``null``
-        ("gaussian" or "exact").
+        ``details`` holds ``mu_hat``, ``sigma_hat``, ``num_seen``, ``null`` ("gaussian" or
+        "exact") and the alternative's scale (``sigma_alt``, or ``*_probit`` for the exact null).
     """
     seen = check_scores(seen, "seen")
     d = check_dim(d)
@@ -104,30 +106,35 @@ def final_model_epsilon(
         raise ValueError("seen must hold at least 2 cosines to fit a Gaussian")
     mu, sigma_hat = _fit(seen)
     null_sd = 1.0 / math.sqrt(d)
-    sigma_alt = null_sd if variance is VarianceTreatment.null else sigma_hat
     exact = d < EXACT_NULL_BELOW_DIM
-    if exact:
-        eps = exact_null_epsilon(d, mu, sigma_alt, delta)
-    else:
-        eps = two_gaussian_epsilon(0.0, null_sd, mu, sigma_alt, delta)
-    null_name = "exact (1-t^2)^((d-3)/2)" if exact else "N(0, 1/d)"
+    details = {"mu_hat": mu, "sigma_hat": sigma_hat, "null_sigma": null_sd,
+               "num_seen": int(seen.size), "null": "exact" if exact else "gaussian"}
     alt = "N(mu_hat, 1/d)" if variance is VarianceTreatment.null else "N(mu_hat, sigma_hat^2)"
+    if exact:
+        # Exact null: map cosines through Phi^-1(F_null), under which the null is exactly
+        # N(0, 1) (epsilon is invariant under the bijection); fit the alternative there.
+        y = null_probit(seen, d)
+        mu_y, sd_y = _fit(y)
+        sd_alt = 1.0 if variance is VarianceTreatment.null else sd_y
+        eps = two_gaussian_epsilon(0.0, 1.0, mu_y, sd_alt, delta)
+        details.update(mu_probit=mu_y, sigma_probit=sd_y, sigma_alt_probit=sd_alt)
+        method = (f"two-Gaussian epsilon after the probit map Phi^-1(F_null) of the exact null "
+                  f"(1-t^2)^((d-3)/2), which becomes N(0, 1); alternative {alt} in that scale "
+                  f"fitted to {seen.size} seen final-model cosines (Andrew et al. Alg. 2, d < 1000)")
+    else:
+        sigma_alt = null_sd if variance is VarianceTreatment.null else sigma_hat
+        eps = two_gaussian_epsilon(0.0, null_sd, mu, sigma_alt, delta)
+        details["sigma_alt"] = sigma_alt
+        method = (f"two-Gaussian epsilon between null N(0, 1/d) and {alt} fitted to "
+                  f"{seen.size} seen final-model cosines (Andrew et al. Alg. 2)")
     return EpsilonResult(
         epsilon=eps,
         estimator=Estimator.two_gaussian,
         threat_model=FINAL_MODEL,
         delta=delta,
         variance=variance,
-        method=f"two-Gaussian epsilon between null {null_name} and {alt} fitted to "
-        f"{seen.size} seen final-model cosines (Andrew et al. Alg. 2)",
-        details={
-            "mu_hat": mu,
-            "sigma_hat": sigma_hat,
-            "sigma_alt": sigma_alt,
-            "null_sigma": null_sd,
-            "num_seen": int(seen.size),
-            "null": "exact" if exact else "gaussian",
-        },
+        method=method,
+        details=details,
     )
 
 

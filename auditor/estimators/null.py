@@ -13,7 +13,7 @@ from scipy import special, stats
 
 from auditor.estimators._validation import check_dim
 
-__all__ = ["null_logsf", "null_sf", "null_cdf", "null_pdf", "null_logpdf", "EXACT_NULL_BELOW_DIM"]
+__all__ = ["null_probit", "null_logsf", "null_sf", "null_cdf", "null_pdf", "null_logpdf", "EXACT_NULL_BELOW_DIM"]
 
 #: Below this dimension the estimators use the exact null instead of N(0, 1/d).
 EXACT_NULL_BELOW_DIM = 1000
@@ -67,3 +67,16 @@ def null_logpdf(tau, d: int) -> np.ndarray:
 def null_pdf(tau, d: int) -> np.ndarray:
     """Density of the exact null at ``tau``."""
     return np.exp(null_logpdf(tau, d))
+
+
+def null_probit(tau, d: int) -> np.ndarray:
+    """Map cosines to ``Phi^-1(F_null(tau))``: exactly N(0, 1) when ``tau`` follows the null.
+
+    A monotone bijection, so the hockey-stick divergence (hence epsilon) between any two
+    distributions of ``tau`` equals that between their images. Computed from log tails
+    (``scipy.special.ndtri_exp``) so both tails stay accurate; ``tau`` is clipped to
+    ``[-1 + 1e-15, 1 - 1e-15]`` so that +-1 map to large finite values.
+    """
+    t = np.clip(np.asarray(tau, dtype=np.float64), -1 + 1e-15, 1 - 1e-15)
+    upper = -special.ndtri_exp(null_logsf(np.abs(t), d))  # >= 0, for |t|
+    return np.where(t >= 0, upper, -upper)
