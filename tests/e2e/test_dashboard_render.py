@@ -132,6 +132,12 @@ def test_running_audit_with_a_violating_bound(static_url, tab):
     expect(page.locator("#diagnostics")).to_contain_text("trust ε_lo")
     # analytic entries with the same threat model family stay apart: two reference lines
     expect(page.locator("#eps-chart .ref-line")).to_have_count(2)
+    # epsilon = inf (the fitted-variance series, off by default) is drawn as an off-chart arrow
+    expect(page.locator("#eps-chart .off-chart")).to_have_count(0)
+    page.locator('#eps-legend input[data-series-key="two_gaussian|final_model|fitted|n/a"]').check()
+    assert page.locator("#eps-chart .off-chart").count() >= 1
+    # zoom on: the 4.2 bound is below 2 x 6.0 and stays on the chart; the axis stops near 12
+    expect(page.locator("#eps-zoom")).to_be_checked()
     # still polling
     n = sum(p == "audits/abc" for p in requested)
     page.wait_for_timeout(3500)

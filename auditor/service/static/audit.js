@@ -64,6 +64,7 @@ export function renderAudit(root, id) {
   const styles = new Map(); // series key -> {color, dash, marker}, stable across polls
   const visible = new Map(); // series key -> boolean chosen by the user or by default
   let legendKeys = "";
+  let zoom = true; // cap the epsilon axis at twice the largest analytic epsilon
 
   // Static skeleton; sections are refilled on each poll so focus and <details> state survive.
   const title = h("h1", { id: "audit-title" }, "Audit");
@@ -108,6 +109,12 @@ export function renderAudit(root, id) {
         h("p", { class: "muted small" }, "Estimates and lower bounds after each round; grey reference lines are the analytic ε of the accountant(s). Toggle series with the checkboxes."),
         epsChart,
         epsLegend,
+        h(
+          "label",
+          { class: "legend-item zoom-toggle" },
+          h("input", { type: "checkbox", id: "eps-zoom", checked: true, onchange: (ev) => { zoom = ev.target.checked; drawCharts(); } }),
+          " Zoom to 2× the analytic ε (larger values and ∞ show as ⬆ at the top edge)",
+        ),
         h("details", { class: "data-table", ontoggle: (ev) => { if (ev.target.open && audit) drawEpsTable(); } }, h("summary", {}, "Show the chart's numbers as a table"), epsTable),
       ),
       h(
@@ -455,9 +462,11 @@ export function renderAudit(root, id) {
     const series = epsSeries().filter((s) => visible.get(s.key));
     const refs = analyticRefs().filter((r) => visible.get(r.key));
     const total = audit.progress?.num_rounds ?? audit.spec?.num_rounds ?? 1;
+    const analyticMax = Math.max(0, ...analyticRefs().map((r) => r.y));
     lineChart(epsChart, {
       series: series.map((s) => ({ ...s, style: styleFor(s.key) })),
       refs,
+      yCap: zoom && analyticMax > 0 ? 2 * analyticMax : null,
       xDomain: [1, Math.max(2, total)],
       xLabel: "round",
       yLabel: "ε",

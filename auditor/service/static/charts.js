@@ -67,6 +67,11 @@ export function marker(parent, shape, x, y, size, color) {
   }
 }
 
+/** A filled up-arrow at the top edge: "this value is off the chart". */
+function arrowUp(parent, x, top, color) {
+  return el("path", { d: `M${x},${top}L${x + 5},${top + 8}H${x + 1.5}V${top + 13}H${x - 1.5}V${top + 8}H${x - 5}Z`, fill: color, stroke: "var(--chart-bg)", "stroke-width": 0.8, class: "marker off-chart" }, parent);
+}
+
 /** A small SVG swatch (line with dash + marker) for legends. */
 export function swatch(style, { width = 34, height = 14 } = {}) {
   const svg = el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, "aria-hidden": "true", focusable: "false", class: "swatch" });
@@ -119,8 +124,10 @@ function axes(svg, inner, xs, ys, xTicks, yTicks, { xLabel, yLabel, xFormat, yFo
  * Line chart.
  * @param {HTMLElement} container
  * @param {{series: {key, label, points: [number, number][], style: {color, dash, marker}}[],
- *          refs: {label, y, style}[], xDomain: [number, number], xLabel, yLabel, emptyText}} spec
- * Infinite y values are drawn at the top edge with an upward arrow marker.
+ *          refs: {label, y, style}[], xDomain: [number, number], xLabel, yLabel, emptyText,
+ *          yCap: number|null}} spec
+ * Infinite y values, and values above ``yCap`` when the data exceed it, are drawn at the top
+ * edge with an upward triangle (their value in the tooltip); lines are clipped to the plot.
  */
 export function lineChart(container, spec) {
   const height = spec.height || 300;
@@ -130,7 +137,9 @@ export function lineChart(container, spec) {
   for (const r of spec.refs || []) if (Number.isFinite(r.y)) finite.push(r.y);
   const hasInf = spec.series.some((s) => s.points.some(([, y]) => y === Infinity));
   let yMax = finite.length ? Math.max(...finite) : 1;
-  yMax = yMax <= 0 ? 1 : yMax * (hasInf ? 1.2 : 1.08);
+  const capped = Number.isFinite(spec.yCap) && spec.yCap > 0 && yMax > spec.yCap;
+  if (capped) yMax = spec.yCap;
+  yMax = yMax <= 0 ? 1 : yMax * (capped ? 1.04 : hasInf ? 1.2 : 1.08);
   const yTicks = niceTicks(0, yMax, 5);
   yMax = Math.max(yMax, yTicks[yTicks.length - 1] ?? yMax);
   const [x0, x1] = spec.xDomain[1] > spec.xDomain[0] ? spec.xDomain : [spec.xDomain[0], spec.xDomain[0] + 1];
@@ -147,7 +156,7 @@ export function lineChart(container, spec) {
   for (const r of refs) {
     const y = ys(r.y);
     el("line", { x1: inner.left, x2: inner.right, y1: y, y2: y, stroke: r.style.color, "stroke-width": r.style.width || 1.5, "stroke-dasharray": r.style.dash || null, class: "ref-line" }, svg);
-    const side = ["start", "end"].find((s) => placed[s].every((py) => Math.abs(py - y) >= 13));
+    const side = ["start", "end"].find((s) => placed[s].every((py) => Math.abs(py - y) >= 15));
     if (!side) continue;
     placed[side].push(y);
     const x = side === "start" ? inner.left + 8 : inner.right - 8;
@@ -155,6 +164,9 @@ export function lineChart(container, spec) {
     t.textContent = r.shortLabel || r.label;
   }
 
+  const clipId = `clip-${Math.random().toString(36).slice(2, 10)}`;
+  const clip = el("clipPath", { id: clipId }, el("defs", {}, svg));
+  el("rect", { x: inner.left, y: inner.top - 4, width: inner.right - inner.left, height: inner.bottom - inner.top + 8 }, clip);
   const markEvery = (n) => Math.max(1, Math.ceil(n / 24));
   for (const s of spec.series) {
     const g = el("g", { class: "series", "data-series": s.key }, svg);
@@ -162,12 +174,13 @@ export function lineChart(container, spec) {
     const mapped = pts.map(([x, y]) => [xs(x), Number.isFinite(y) ? ys(y) : inner.top + 2, y]);
     if (mapped.length > 1) {
       const d = mapped.map(([x, y], i) => `${i ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`).join("");
-      el("path", { d, fill: "none", stroke: s.style.color, "stroke-width": 2, "stroke-dasharray": s.style.dash || null, "stroke-linejoin": "round" }, g);
+      el("path", { d, fill: "none", stroke: s.style.color, "stroke-width": 2, "stroke-dasharray": s.style.dash || null, "stroke-linejoin": "round", "clip-path": `url(#${clipId})` }, g);
     }
     const every = markEvery(mapped.length);
     mapped.forEach(([x, y, raw], i) => {
-      if (i % every !== 0 && i !== mapped.length - 1) return;
-      const m = raw === Infinity ? marker(g, "triangle", x, y + 4, 4, s.style.color) : marker(g, s.style.marker, x, y, 3.5, s.style.color);
+      const above = raw === Infinity || raw > yMax;
+      if (i % every !== 0 && i !== mapped.length - 1 && !above) return;
+      const m = above ? arrowUp(g, x, inner.top, s.style.color) : marker(g, s.style.marker, x, y, 3.5, s.style.color);
       const title = el("title", {}, m);
       title.textContent = `${s.label}: round ${pts[i][0]}, ε = ${raw === Infinity ? "∞" : raw.toPrecision(3)}`;
     });
