@@ -136,7 +136,7 @@ def test_running_audit_with_a_violating_bound(static_url, tab):
     expect(page.locator("#eps-chart .off-chart")).to_have_count(0)
     page.locator('#eps-legend input[data-series-key="two_gaussian|final_model|fitted|n/a"]').check()
     assert page.locator("#eps-chart .off-chart").count() >= 1
-    # zoom on: the 4.2 bound is below 2 x 6.0 and stays on the chart; the axis stops near 12
+    # the zoom to 2x the analytic epsilon is on by default
     expect(page.locator("#eps-zoom")).to_be_checked()
     # still polling
     n = sum(p == "audits/abc" for p in requested)
