@@ -43,6 +43,7 @@ class ReadCache:
 
     def __init__(self, max_items: int = 256) -> None:
         self._items: dict[str, bytes] = {}
+        self._deleted: set[str] = set()
         self._lock = threading.Lock()
         self._max = max_items
 
@@ -52,14 +53,18 @@ class ReadCache:
     def put(self, audit_id: str, view: dict) -> bytes:
         body = json.dumps(view, separators=(",", ":"), allow_nan=False).encode()
         with self._lock:
+            if audit_id in self._deleted:  # a late refresh must not resurrect a deleted audit
+                return body
             if len(self._items) >= self._max:
                 self._items.pop(next(iter(self._items)))
             self._items[audit_id] = body
         return body
 
-    def invalidate(self, audit_id: str) -> None:
+    def invalidate(self, audit_id: str, *, deleted: bool = False) -> None:
         with self._lock:
             self._items.pop(audit_id, None)
+            if deleted:
+                self._deleted.add(audit_id)
 
     def refresh(self, store: Store, audit_id: str) -> None:
         """Rebuild the body right after a write, so pollers never queue on the database."""

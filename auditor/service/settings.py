@@ -10,6 +10,9 @@ Environment variables
     and blank lines are ignored).
 ``FLAUDIT_REQUIRE_KEY_FOR_READS``
     ``1`` to require an API key on read routes too (default: reads are open).
+``FLAUDIT_ALLOW_CUSTOM_TASKS``
+    ``1`` to accept ``task = "module.path:factory"`` in ``POST /audits`` (default: built-in tasks
+    only, since a custom task imports and runs code in the worker).
 ``FLAUDIT_MAX_CONCURRENT_AUDITS``
     Worker processes running at the same time (default 1).
 ``FLAUDIT_PUBLIC_URL``
@@ -86,6 +89,7 @@ class Settings:
     cancel_grace_seconds: float = 3.0
     timeout_grace_seconds: float = 30.0
     demo_spec_path: str | None = None
+    allow_custom_tasks: bool = False
 
     def __post_init__(self) -> None:
         if self.max_concurrent_audits < 1:
@@ -112,6 +116,7 @@ class Settings:
                 env.get("FLAUDIT_CANARY_CACHE_BYTES") or cls.canary_cache_bytes
             ),
             worker_target=env.get("FLAUDIT_WORKER_TARGET") or cls.worker_target,
+            allow_custom_tasks=_env_bool("FLAUDIT_ALLOW_CUSTOM_TASKS", False),
             timeout_grace_seconds=float(
                 env.get("FLAUDIT_TIMEOUT_GRACE_SECONDS") or cls.timeout_grace_seconds
             ),

@@ -60,6 +60,24 @@ def test_inconsistent_spec_names_the_problem(client, store):
     assert store.count_audits() == 0
 
 
+def test_custom_tasks_need_to_be_allowed(client, store):
+    response = client.post("/audits", json={**SMALL_SPEC, "task": "os:system"}, headers=AUTH)
+    assert response.status_code == 422 and "FLAUDIT_ALLOW_CUSTOM_TASKS" in response.text
+    assert any("task" in loc for loc in _locs(response))
+    assert store.count_audits() == 0
+    with make_client(store, allow_custom_tasks=True) as c:
+        assert c.post("/audits", json={**SMALL_SPEC, "task": "mypkg.tasks:make"}, headers=AUTH).status_code == 201
+
+
+def test_deleted_audit_is_not_resurrected_by_a_late_cache_refresh(client, store):
+    audit_id = submit(client)
+    client.get(f"/audits/{audit_id}")
+    cache = client.app.state.read_cache
+    assert client.delete(f"/audits/{audit_id}", headers=AUTH).status_code == 204
+    cache.put(audit_id, {"id": audit_id})  # what a refresh racing with DELETE would do
+    assert client.get(f"/audits/{audit_id}").status_code == 404
+
+
 def test_unknown_audit_is_404_everywhere(client):
     for path in ("/audits/nope", "/audits/nope/rounds", "/audits/nope/cosines"):
         response = client.get(path)

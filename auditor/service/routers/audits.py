@@ -54,6 +54,19 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     Returns 201 with the new audit's id; poll `GET /audits/{id}` for progress and estimates.
     """
     store: Store = request.app.state.store
+    if ":" in spec.task and not request.app.state.settings.allow_custom_tasks:
+        raise HTTPException(
+            status_code=422,
+            detail=[{
+                "loc": ["body", "task"],
+                "msg": (
+                    f"custom task {spec.task!r} refused: this service runs only the built-in "
+                    "tasks (synthetic, digits); set FLAUDIT_ALLOW_CUSTOM_TASKS=1 to allow "
+                    "'module.path:factory' tasks (they run code from the server's Python path)"
+                ),
+                "type": "value_error",
+            }],
+        )
     audit = store.create_audit(
         name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed()
     )
@@ -190,5 +203,5 @@ def delete_audit(audit_id: AuditId, request: Request) -> Response:
         runner.cancel(audit_id, reason="deleted by the user")
     store.delete_audit(audit_id)
     request.app.state.live.forget(audit_id)
-    request.app.state.read_cache.invalidate(audit_id)
+    request.app.state.read_cache.invalidate(audit_id, deleted=True)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
