@@ -197,7 +197,8 @@ def summarize(
     if FINAL_MODEL in tms and final is not None:
         s, u = final[seen_mask], final[~seen_mask]
         if n_seen >= 2:
-            estimates.extend(final_model_estimates(s, d, delta))
+            final_estimates = final_model_estimates(s, d, delta)
+            estimates.extend(final_estimates)
             for corr in (NoCorrection(), Bonferroni()):
                 estimates.append(
                     epsilon_lower_bound(s, d=d, delta=delta, confidence=confidence,
@@ -208,7 +209,7 @@ def summarize(
                 diagnostics.append(
                     bootstrap_interval(
                         lambda ss, _u: final_model_epsilon(ss, d, delta).epsilon,
-                        s, None, name="final_model_epsilon", point=estimates[0].epsilon,
+                        s, None, name="final_model_epsilon", point=final_estimates[0].epsilon,
                         num_resamples=bootstrap,
                     )
                 )
@@ -230,7 +231,8 @@ def summarize(
     if ALL_ITERATES in tms and maxc is not None:
         s, u = maxc[seen_mask], maxc[~seen_mask]
         if n_seen >= 2 and n_unseen >= 2:
-            estimates.append(all_iterates_estimate(s, u, delta))
+            all_iter = all_iterates_estimate(s, u, delta)
+            estimates.append(all_iter)
             for corr in (NoCorrection(), Bonferroni()):
                 estimates.append(
                     epsilon_lower_bound(s, u, delta=delta, confidence=confidence,
@@ -243,7 +245,7 @@ def summarize(
                     bootstrap_interval(
                         lambda ss, uu: all_iterates_estimate(ss, uu, delta).epsilon,
                         s, u, name="all_iterates_epsilon",
-                        point=estimates[-3].epsilon, num_resamples=bootstrap,
+                        point=all_iter.epsilon, num_resamples=bootstrap,
                     )
                 )
         else:
