@@ -170,8 +170,15 @@ def test_start_an_audit_from_the_page_and_watch_it_live(service, tab, output_dir
     page.set_viewport_size({"width": 1280, "height": 800})
     page.screenshot(path=str(output_dir / "dashboard-list-1280.png"), full_page=True)
 
-    # A second mutating call reuses the stored key: no second prompt, no second 401.
+    # The per-canary cosines download: one row per canary, labels published now it has ended.
     page.goto(service.url + f"/ui/#/audits/{audit_id}")
+    with page.expect_download() as download_info:
+        page.locator("#download-cosines").click()
+    lines = download_info.value.path().read_text().strip().splitlines()
+    assert lines[0].split(",")[0] == "index" and "seen" in lines[0].split(",")
+    assert len(lines) == 1 + audit["spec"]["num_canaries"]
+
+    # A second mutating call reuses the stored key: no second prompt, no second 401.
     page.once("dialog", lambda dialog: dialog.accept())  # the confirm() before deleting
     page.locator("#delete-audit").click()
     page.wait_for_url(re.compile(r"#/$"))

@@ -159,6 +159,7 @@ export const api = {
   listAudits: (params, opts) => request("GET", "/audits", { params, ...opts }),
   getAudit: (id, opts) => request("GET", `/audits/${encodeURIComponent(id)}`, opts),
   getRounds: (id, opts) => request("GET", `/audits/${encodeURIComponent(id)}/rounds`, opts),
+  getCosinesCsv: (id) => request("GET", `/audits/${encodeURIComponent(id)}/cosines`, { params: { format: "csv" } }),
   createAudit: (spec) => request("POST", "/audits", { json: spec }),
   cancelAudit: (id) => request("POST", `/audits/${encodeURIComponent(id)}/cancel`),
   deleteAudit: (id) => request("DELETE", `/audits/${encodeURIComponent(id)}`),

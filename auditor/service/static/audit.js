@@ -169,6 +169,12 @@ export function renderAudit(root, id) {
           ),
         ),
         h("details", {}, h("summary", {}, "Spec"), specPre),
+        h(
+          "p",
+          { class: "downloads" },
+          h("button", { type: "button", class: "secondary", id: "download-cosines", onclick: downloadCosines }, "Download per-canary cosines (CSV)"),
+          h("span", { class: "muted small" }, " Every estimate can be recomputed from these; seen/unseen labels are included once the audit has ended."),
+        ),
       ),
     ),
   );
@@ -649,6 +655,20 @@ export function renderAudit(root, id) {
     );
     const text = JSON.stringify(s, null, 2);
     if (specPre.textContent !== text) specPre.textContent = text;
+  }
+
+  async function downloadCosines() {
+    try {
+      const text = await api.getCosinesCsv(id);
+      const url = URL.createObjectURL(new Blob([typeof text === "string" ? text : JSON.stringify(text)], { type: "text/csv" }));
+      const link = h("a", { href: url, download: `${id}-cosines.csv` });
+      document.body.appendChild(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    } catch (err) {
+      toast(`Could not download the cosines: ${err.message}`);
+    }
   }
 
   poll();
