@@ -331,3 +331,65 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
     for form in (str(seed), format(seed, "x"), hex(seed)):
         for text in texts:
             assert form not in text
+
+
+@pytest.mark.timeout(180)
+def test_tls_override_command_serves_supernodes_and_control_api(tmp_path):
+    """The SuperLink command of docker/compose.tls.yaml, with certificates from
+    docker/generate-certs.sh: a SuperNode (image entry point, CA only) registers over TLS, the
+    HTTPS health check passes with the CA, and flaudit's Control API client talks to it."""
+    import yaml
+
+    from auditor.service.deployment import DeploymentError, SuperLinkControl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    certs = tmp_path / "certs"
+    subprocess.run(["bash", str(ROOT / "docker" / "generate-certs.sh"), str(certs)],
+                   check=True, capture_output=True, timeout=120)
+    override = yaml.safe_load((ROOT / "docker" / "compose.tls.yaml").read_text())
+    command = [str(arg).replace("/certs/", f"{certs}/") for arg in override["services"]["superlink"]["command"]]
+    port = free_port()
+    command[command.index("--host") + 1] = "127.0.0.1"
+    command[command.index("--port") + 1] = str(port)
+    command[command.index("--database") + 1] = str(tmp_path / "superlink.db")
+    assert "--insecure" not in command
+
+    procs = Processes(tmp_path)
+    try:
+        home = tmp_path / "link-home"
+        home.mkdir()
+        procs.start("superlink", [str(BIN / "flower-superlink"), *command], flower_env(home))
+        health = [str(BIN / "python"), str(ROOT / "docker" / "healthcheck.py"),
+                  f"https://127.0.0.1:{port}/health"]
+        env = dict(os.environ, HEALTHCHECK_CA_FILE=str(certs / "ca.pem"))
+        wait_for(lambda: subprocess.run(health, env=env, capture_output=True).returncode == 0 or
+                 (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:])),
+                 timeout=60, what="SuperLink HTTPS /health")
+        # without the CA the certificate is not trusted
+        assert subprocess.run(health, capture_output=True).returncode != 0
+
+        node_home = tmp_path / "node-home"
+        node_home.mkdir()
+        node_env = flower_env(node_home)
+        node_env.update(FLAUDIT_SUPERLINK=f"127.0.0.1:{port}", FLAUDIT_PARTITION_ID="0",
+                        FLAUDIT_NUM_PARTITIONS="1",
+                        FLAUDIT_SUPERLINK_ROOT_CERTIFICATES=str(certs / "ca.pem"))
+        procs.start("supernode", [str(BIN / "python"), str(ROOT / "docker" / "supernode-entrypoint.py"),
+                                  "--port", str(free_port())], node_env)
+        wait_for(lambda: "SuperNode ID" in procs.log("supernode"), timeout=60,
+                 what="SuperNode registered over TLS")
+        assert "--insecure" not in procs.log("supernode").splitlines()[0]
+
+        # over TLS with the CA the Control API answers (an HTTP error status: no such run) ...
+        with SuperLinkControl(f"127.0.0.1:{port}", root_certificates=str(certs / "ca.pem")) as control:
+            with pytest.raises(DeploymentError, match="HTTPStatusError"):
+                control.status(12345)
+        # ... while plain HTTP does not even get an HTTP answer from the TLS port
+        with SuperLinkControl(f"127.0.0.1:{port}") as plain:
+            with pytest.raises(DeploymentError, match="RemoteProtocolError|ConnectError|ReadError"):
+                plain.status(12345)
+    finally:
+        procs.stop_all()
+    for name, proc in procs.started:
+        assert proc.poll() is not None and not _group_alive(proc.pid), name
