@@ -428,7 +428,7 @@ export function renderAudit(root, id) {
     return (audit.estimates || [])
       .filter((e) => e.estimator === "analytic" && Number.isFinite(epsValue(e.epsilon)))
       .sort(compareEstimates)
-      .map((e, i) => ({ key: seriesKey(e), label: estimateLabel(e), shortLabel: `${estimateLabel(e)} = ${fmtEps(e.epsilon)}`, y: epsValue(e.epsilon), style: REF_STYLES[i % REF_STYLES.length], sample: e }));
+      .map((e, i) => ({ key: seriesKey(e), label: estimateLabel(e), shortLabel: `${estimateLabel(e)} = ${fmtEps(e.epsilon)}`, tinyLabel: `${threatLabel(e.threat_model).split(" ")[0]}${e.details?.accountant ? ` ${String(e.details.accountant).toUpperCase()}` : ""} ${fmtEps(e.epsilon)}`, y: epsValue(e.epsilon), style: REF_STYLES[i % REF_STYLES.length], sample: e }));
   }
 
   function updateLegend() {

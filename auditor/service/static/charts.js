@@ -161,7 +161,8 @@ export function lineChart(container, spec) {
     placed[side].push(y);
     const x = side === "start" ? inner.left + 8 : inner.right - 8;
     const t = el("text", { x, y: y - 4, "text-anchor": side, class: "ref-label" }, svg);
-    t.textContent = r.shortLabel || r.label;
+    const narrow = inner.right - inner.left < 480;
+    t.textContent = (narrow && r.tinyLabel) || r.shortLabel || r.label;
   }
 
   const clipId = `clip-${Math.random().toString(36).slice(2, 10)}`;
