@@ -1,13 +1,12 @@
 """Analytic (upper-bound) epsilon from ``dp-accounting``: what the DP guarantee promises, to put
-beside the empirical estimates."""
+beside the empirical estimates.
+
+``dp_accounting`` is imported inside the functions: it takes seconds to import and every
+``import auditor`` (the server, the ClientApp, ``flaudit gaussian``) would otherwise pay for it."""
 
 from __future__ import annotations
 
 import math
-
-import dp_accounting
-from dp_accounting.pld import pld_privacy_accountant
-from dp_accounting.rdp import rdp_privacy_accountant
 
 from auditor.estimators._validation import check_delta, check_nonnegative
 from auditor.results import EpsilonResult, Estimator
@@ -21,6 +20,8 @@ __all__ = ["analytic_epsilon", "gaussian_sigma_for_epsilon", "gaussian_epsilon_f
 def gaussian_sigma_for_epsilon(epsilon: float, delta: float) -> float:
     """Noise std of the sensitivity-1 Gaussian mechanism that is exactly (epsilon, delta)-DP
     (Balle & Wang 2018 calibration, via ``dp_accounting.get_sigma_gaussian``)."""
+    import dp_accounting
+
     epsilon = check_nonnegative(epsilon, "epsilon")
     delta = check_delta(delta)
     return float(dp_accounting.get_sigma_gaussian(epsilon, delta))
@@ -28,6 +29,8 @@ def gaussian_sigma_for_epsilon(epsilon: float, delta: float) -> float:
 
 def gaussian_epsilon_for_sigma(sigma: float, delta: float) -> float:
     """Exact epsilon of the sensitivity-1 Gaussian mechanism with noise std ``sigma``."""
+    import dp_accounting
+
     sigma = check_nonnegative(sigma, "sigma")
     delta = check_delta(delta)
     if sigma == 0:
@@ -81,6 +84,10 @@ def analytic_epsilon(
     list of EpsilonResult
         One per accountant (threat model ``poisson_subsampled``) plus ``known_rounds``.
     """
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant
+
     z = check_nonnegative(noise_multiplier, "noise_multiplier")
     q = check_nonnegative(sampling_probability, "sampling_probability")
     if not (0 < q <= 1):
