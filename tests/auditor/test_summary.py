@@ -81,3 +81,27 @@ def test_summary_rejects_bad_input_naming_argument():
         summarize(seen=seen, dim=1, delta=1e-6, final_cosines=final)
     with pytest.raises(ValueError, match="threat_models"):
         summarize(seen=seen, dim=d, delta=1e-6, final_cosines=final, threat_models=("nope",))
+
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_summary_never_crashes_or_returns_nan_on_legal_input(data):
+    k = data.draw(st.integers(1, 25))
+    d = data.draw(st.sampled_from([2, 3, 7, 999, 1000, 10**6]))
+    seen = np.array(data.draw(st.lists(st.booleans(), min_size=k, max_size=k)))
+    cos = st.floats(-1, 1, allow_nan=False)
+    final = np.array(data.draw(st.lists(cos, min_size=k, max_size=k)))
+    maxc = np.array(data.draw(st.lists(cos, min_size=k, max_size=k)))
+    delta = data.draw(st.sampled_from([1e-9, 1e-5, 0.3]))
+    s = summarize(seen=seen, dim=d, delta=delta, max_cosines=maxc, final_cosines=final,
+                  one_run=True, bootstrap=3)
+    for e in s.estimates:
+        assert not math.isnan(e.epsilon) and e.epsilon >= 0
+        assert not any(isinstance(v, float) and math.isnan(v) for v in e.details.values()), e
+    for g in s.diagnostics:
+        assert not math.isnan(g.value)
+    json.dumps(s.to_dict(), allow_nan=False)  # strict JSON: inf appears as the string "inf"
