@@ -32,6 +32,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -228,16 +229,18 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
         database_url = stack.enter_context(postgres_database(tmp_path))
         stack.callback(procs.stop_all)
 
-        # superlink: the compose command, on a free loopback port
+        # superlink: compose.yaml's command, on a free loopback port
+        compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]
         link_port = free_port()
+        link_command = [str(arg) for arg in compose["superlink"]["command"]]
+        link_command[link_command.index("--host") + 1] = "127.0.0.1"
+        link_command[link_command.index("--port") + 1] = str(link_port)
+        link_command[link_command.index("--database") + 1] = str(tmp_path / "superlink.db")
+        assert "--insecure" in link_command
         link_home = tmp_path / "superlink-home"
         link_home.mkdir()
-        procs.start("superlink", [
-            str(BIN / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
-            "--port", str(link_port), "--isolation", "subprocess",
-            "--disable-runtime-dependency-installation",
-            "--database", str(tmp_path / "superlink.db"),
-        ], flower_env(link_home))
+        procs.start("superlink", [str(BIN / "flower-superlink"), *link_command],
+                    flower_env(link_home))
 
         # flaudit service, pointed at PostgreSQL (compose: FLAUDIT_DATABASE_URL from .env)
         api_port = free_port()
@@ -271,7 +274,7 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
             env.pop("FLAUDIT_SUPERLINK_ROOT_CERTIFICATES", None)
             procs.start(f"supernode-{i}", [
                 str(BIN / "python"), str(ROOT / "docker" / "supernode-entrypoint.py"),
-                "--port", str(free_port()),
+                *map(str, compose["supernode"]["command"]), "--port", str(free_port()),
             ], env)
 
         wait_for(lambda: healthy(f"{api}/readyz") or
@@ -338,8 +341,6 @@ def test_tls_override_command_serves_supernodes_and_control_api(tmp_path):
     """The SuperLink command of docker/compose.tls.yaml, with certificates from
     docker/generate-certs.sh: a SuperNode (image entry point, CA only) registers over TLS, the
     HTTPS health check passes with the CA, and flaudit's Control API client talks to it."""
-    import yaml
-
     from auditor.service.deployment import DeploymentError, SuperLinkControl
 
     if shutil.which("openssl") is None:
