@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-rounds", type=int, default=10)
     p.add_argument("--noise-multiplier", type=float, default=2.0)
     p.add_argument("--seed", type=int, default=66)
+    p.add_argument("--cases", nargs="+", default=None,
+                   help="subset of bug:factor cases, e.g. none:1 no_clipping:4 (default: all)")
     args = p.parse_args(argv)
     base = FedAvgSimulation(dim=args.dim, num_canaries=args.num_canaries, num_rounds=args.num_rounds,
                             noise_multiplier=args.noise_multiplier)
@@ -101,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"config: {base}")
     print(f"claimed (service, dp-accounting): known_rounds {claim:.3f}, poisson pld "
           f"{claims['poisson_pld']:.3f}, poisson rdp {claims['poisson_rdp']:.3f}", flush=True)
+    cases = CASES
+    if args.cases:
+        wanted = {(DPBug(c.split(":")[0]), float(c.split(":")[1]) if ":" in c else 1.0) for c in args.cases}
+        cases = [c for c in CASES if c in wanted]
     rows = []
-    for case_index, (bug, factor) in enumerate(CASES):
+    for bug, factor in cases:
+        case_index = CASES.index((bug, factor))
         cfg = base.with_(bug=bug, bug_factor=factor)
         reps = args.null_reps if bug is DPBug.none else args.reps
         truth = true_epsilons(cfg)
