@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -73,23 +74,49 @@ def canary_vector(seed: int, index: int, dim: int) -> np.ndarray:
     dim = _check_dim(dim)
     if index < 0:
         raise ValueError(f"index must be >= 0, got {index}")
-    z = _generator(seed, _CANARY_STREAM, int(index)).standard_normal(dim, dtype=np.float32)
-    norm = np.sqrt(np.sum(np.square(z), dtype=np.float64))
-    z /= np.float32(norm)
-    return z
+    out = np.empty(dim, dtype=np.float32)
+    _fill_canary(seed, int(index), out)
+    return out
 
 
-def canary_vectors(seed: int, indices: Sequence[int] | np.ndarray, dim: int) -> np.ndarray:
-    """Return the canaries ``indices`` stacked as a float32 array of shape ``(len(indices), dim)``."""
+def _fill_canary(seed: int, index: int, out: np.ndarray) -> None:
+    """Write canary ``index`` into the float32 vector ``out`` (no validation, no copy)."""
+    _generator(seed, _CANARY_STREAM, index).standard_normal(out.shape[0], dtype=np.float32, out=out)
+    norm = np.sqrt(np.sum(np.square(out), dtype=np.float64))
+    out /= np.float32(norm)
+
+
+def canary_vectors(
+    seed: int, indices: Sequence[int] | np.ndarray, dim: int, *, workers: int = 1
+) -> np.ndarray:
+    """Return the canaries ``indices`` stacked as a float32 array of shape ``(len(indices), dim)``.
+
+    ``workers > 1`` generates rows in that many threads (numpy's generators release the GIL
+    while filling); the result is identical for any ``workers``.
+    """
+    seed = _check_seed(seed)
+    dim = _check_dim(dim)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-    out = np.empty((indices.size, _check_dim(dim)), dtype=np.float32)
-    for row, index in enumerate(indices):
-        out[row] = canary_vector(seed, int(index), dim)
+    if indices.size and indices.min() < 0:
+        raise ValueError("indices must be >= 0")
+    out = np.empty((indices.size, dim), dtype=np.float32)
+
+    def fill(row: int) -> None:
+        _fill_canary(seed, int(indices[row]), out[row])
+
+    if workers == 1 or indices.size < 2:
+        for row in range(indices.size):
+            fill(row)
+    else:
+        with ThreadPoolExecutor(max_workers=min(workers, indices.size)) as pool:
+            list(pool.map(fill, range(indices.size)))
     return out
 
 
 def iter_canary_chunks(
-    seed: int, num_canaries: int, dim: int, chunk_size: int = 64
+    seed: int, num_canaries: int, dim: int, chunk_size: int = 64, *, workers: int = 1
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(start, block)`` with ``block = canaries[start:start + chunk_size]``.
 
@@ -100,7 +127,7 @@ def iter_canary_chunks(
         raise ValueError("chunk_size must be >= 1")
     for start in range(0, num_canaries, chunk_size):
         stop = min(start + chunk_size, num_canaries)
-        yield start, canary_vectors(seed, np.arange(start, stop), dim)
+        yield start, canary_vectors(seed, np.arange(start, stop), dim, workers=workers)
 
 
 def seen_mask(seed: int, num_canaries: int) -> np.ndarray:

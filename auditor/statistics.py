@@ -64,6 +64,9 @@ class CosineTracker:
     cache_bytes : int, optional
         Byte budget for keeping canaries in memory between rounds. ``0`` (default) regenerates
         every chunk each round; a budget of ``k * d * 4`` bytes or more caches all canaries.
+    workers : int, optional
+        Threads used to generate canaries (bank and regenerated chunks); results do not depend
+        on it. Default 1.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class CosineTracker:
         chunk_size: int = 64,
         cache_bytes: int = 0,
         state: TrackerState | None = None,
+        workers: int = 1,
     ) -> None:
         if num_canaries < 1:
             raise ValueError(f"num_canaries must be >= 1, got {num_canaries}")
@@ -84,12 +88,17 @@ class CosineTracker:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         if cache_bytes < 0:
             raise ValueError("cache_bytes must be >= 0")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        self.workers = workers
         self._seed = seed
         self.num_canaries = int(num_canaries)
         self.dim = int(dim)
         self.chunk_size = int(chunk_size)
         cached = min(self.num_canaries, cache_bytes // (4 * self.dim))
-        self._bank = canary_vectors(seed, np.arange(cached), self.dim) if cached else None
+        self._bank = (
+            canary_vectors(seed, np.arange(cached), self.dim, workers=workers) if cached else None
+        )
         self._num_cached = int(cached)
         if state is None:
             state = TrackerState(
@@ -116,7 +125,7 @@ class CosineTracker:
             out[: self._num_cached] = cosines(self._bank, vector)
         for start in range(self._num_cached, self.num_canaries, self.chunk_size):
             stop = min(start + self.chunk_size, self.num_canaries)
-            block = canary_vectors(self._seed, np.arange(start, stop), self.dim)
+            block = canary_vectors(self._seed, np.arange(start, stop), self.dim, workers=self.workers)
             out[start:stop] = cosines(block, vector)
         return out
 

@@ -19,7 +19,7 @@ import sys
 import time
 
 
-def _child(mode: str, d: int, k: int, rounds: int, chunk: int) -> dict:
+def _child(mode: str, d: int, k: int, rounds: int, chunk: int, workers: int) -> dict:
     import numpy as np
 
     from auditor.canaries import new_master_seed
@@ -31,7 +31,7 @@ def _child(mode: str, d: int, k: int, rounds: int, chunk: int) -> dict:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     cache = k * d * 4 if mode == "cached" else 0
-    tracker = CosineTracker(seed, k, d, chunk_size=chunk, cache_bytes=cache)
+    tracker = CosineTracker(seed, k, d, chunk_size=chunk, cache_bytes=cache, workers=workers)
     setup = time.perf_counter() - start
     times = []
     for delta in deltas:
@@ -44,6 +44,7 @@ def _child(mode: str, d: int, k: int, rounds: int, chunk: int) -> dict:
         "d": d,
         "k": k,
         "chunk_size": chunk,
+        "workers": workers,
         "rounds": rounds,
         "setup_seconds": setup,
         "round_seconds": times,
@@ -61,23 +62,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds timed in cached mode")
     parser.add_argument("--regen-rounds", type=int, default=1, help="rounds timed when regenerating")
     parser.add_argument("--chunk", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="threads generating canaries (bank build and regeneration)")
     parser.add_argument("--modes", default="cached,regenerate")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     d = int(args.d)
     if args.child:
         rounds = args.rounds if args.child == "cached" else args.regen_rounds
-        print(json.dumps(_child(args.child, d, args.k, rounds, args.chunk)))
+        print(json.dumps(_child(args.child, d, args.k, rounds, args.chunk, args.workers)))
         return 0
     results = []
     for mode in args.modes.split(","):
         cmd = [sys.executable, __file__, "--child", mode, "--d", str(d), "--k", str(args.k),
                "--rounds", str(args.rounds), "--regen-rounds", str(args.regen_rounds),
-               "--chunk", str(args.chunk)]
+               "--chunk", str(args.chunk), "--workers", str(args.workers)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         res = json.loads(out.stdout.strip().splitlines()[-1])
         results.append(res)
-        print(f"{mode:>10}: setup {res['setup_seconds']:.1f} s, per round {res['median_round_seconds']:.3f} s "
+        print(f"{mode:>10} (workers={args.workers}): setup {res['setup_seconds']:.1f} s, per round {res['median_round_seconds']:.3f} s "
               f"(rounds {[round(t, 3) for t in res['round_seconds']]}), peak RSS {res['peak_rss_mib']:.0f} MiB",
               flush=True)
     by_mode = {r["mode"]: r for r in results}

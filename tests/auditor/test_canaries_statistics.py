@@ -43,3 +43,19 @@ def test_tracker_rejects_bad_vectors():
         t.update(np.ones(9, np.float32))
     with pytest.raises(ValueError, match="NaN"):
         t.update(np.full(10, np.nan, np.float32))
+
+
+def test_threaded_generation_is_identical():
+    d, k = 3001, 9
+    serial = canary_vectors(SEED, np.arange(k), d)
+    assert np.array_equal(canary_vectors(SEED, np.arange(k), d, workers=3), serial)
+    joined = np.concatenate([b for _, b in iter_canary_chunks(SEED, k, d, 4, workers=2)])
+    assert np.array_equal(joined, serial)
+    delta = np.random.default_rng(1).normal(size=d).astype(np.float32)
+    a = CosineTracker(SEED, k, d, chunk_size=4, workers=2).update(delta)
+    b = CosineTracker(SEED, k, d, cache_bytes=k * d * 4, workers=2).update(delta)
+    assert np.allclose(a, b, atol=1e-6)
+    with pytest.raises(ValueError, match="workers"):
+        canary_vectors(SEED, [0], d, workers=0)
+    with pytest.raises(ValueError, match="workers"):
+        CosineTracker(SEED, k, d, workers=0)
