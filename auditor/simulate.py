@@ -25,7 +25,6 @@ from enum import Enum
 import numpy as np
 
 from auditor.canaries import canary_vectors, seen_mask
-from auditor.estimators.null import null_cdf
 from auditor.gaussian import gaussian_mechanism_cosines
 from auditor.statistics import CosineTracker
 from server.dpfedavg import ServerOptimizer, aggregate_round, clip_update
@@ -329,14 +328,6 @@ def gaussian_mechanism_scores(
     scores[seen] = gaussian_mechanism_cosines(sigma, d, n_seen, seed=int(rng.integers(2**62)))
     scores[~seen] = sample_null_cosines(d, k - n_seen, rng=rng)
     return scores, seen
-
-
-def null_quantile_check(scores: np.ndarray, d: int) -> float:
-    """Kolmogorov-Smirnov distance between ``scores`` and the exact null (for tests)."""
-    x = np.sort(np.asarray(scores, dtype=np.float64))
-    n = x.size
-    cdf = null_cdf(x, d)
-    return float(max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n)))
 
 
 # -- what the service would report for a simulated run ---------------------------------------
