@@ -106,3 +106,10 @@ def test_run_command_module_imports_no_heavy_packages():
             "print(heavy); sys.exit(1 if heavy else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_example_audit_toml_is_a_valid_small_spec():
+    from pathlib import Path
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "audit.toml")
+    assert spec.num_rounds <= 20 and spec.num_clients <= 50 and spec.task == "synthetic"
