@@ -329,6 +329,10 @@ def start_flower_run(
                 capture_output=True,
                 text=True,
                 timeout=timeout,
+                # Own session: a SIGTERM to the worker's process group (cancel) must not kill
+                # `flwr run` between StartRun and printing the run id, or the run could not be
+                # stopped; the worker learns the id and then stops the run itself.
+                start_new_session=True,
             )
         except subprocess.TimeoutExpired:
             raise DeploymentError(
@@ -397,6 +401,28 @@ class SuperLinkControl:
         run = response.run_dict.get(int(run_id))
         if run is None:
             raise DeploymentError(f"SuperLink {self.address} does not know run {run_id}")
+        return self._state_of(run)
+
+    def runs(self) -> dict[int, tuple[RunState, str]]:
+        """Every run the SuperLink knows: ``{run_id: (state, details)}`` (what ``flwr ls`` lists).
+
+        Raises
+        ------
+        DeploymentError
+            If the SuperLink cannot be reached.
+        """
+        from flwr.proto.control_pb2 import ListRunsRequest  # pylint: disable=E0611
+
+        try:
+            response = self._client.ListRuns(ListRunsRequest())
+        except Exception as exc:
+            raise DeploymentError(
+                f"cannot list the runs of SuperLink {self.address}: {type(exc).__name__}"
+            ) from None
+        return {int(run_id): self._state_of(run) for run_id, run in response.run_dict.items()}
+
+    @staticmethod
+    def _state_of(run: Any) -> tuple[RunState, str]:
         status_text = run.status.status
         if run.status.sub_status:
             status_text = f"{status_text}:{run.status.sub_status}"

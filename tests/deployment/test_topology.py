@@ -10,9 +10,10 @@ supernode (x2)    ->  ``docker/supernode-entrypoint.py`` (the image's entry poin
                       ``flower-supernode --insecure``, partition ids 0 and 1 via node config
 
 The test creates an audit with ``engine = "deployment"`` through the REST API, polls it to
-``succeeded``, checks that both SuperNodes trained in the run and that the secret canary seed
-is in no response and no log of any of the processes, then stops everything by PID (each
-process is the leader of its own process group, so its Flower children go with it).
+``succeeded`` and checks that both SuperNodes trained in the run; then it starts a long audit and
+cancels it through the API, and the SuperLink must report that Flower run ``finished:stopped``.
+The secret canary seeds must be in no response and no log of any of the processes. Everything
+is stopped by PID (each process leads its own process group, so its Flower children go too).
 """
 
 from __future__ import annotations
@@ -214,12 +215,25 @@ def postgres_database(tmp_path: Path):
                        capture_output=True, timeout=60)
 
 
+def _stored_seed(database_url: str, audit_id: str) -> int:
+    """The audit's secret seed, read from the database (for the leak scan only)."""
+    from auditor.service.store import Store
+
+    store = Store(database_url)
+    try:
+        seed = store.canary_seed(audit_id)
+    finally:
+        store.dispose()
+    assert seed is not None
+    return int(seed)
+
+
 # -- the test ---------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(420)
 def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
-    from auditor.service.store import Store
+    from auditor.service.deployment import RunState, SuperLinkControl
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -316,14 +330,37 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
 
             wait_for(worker_done, timeout=90, interval=1.0, what="the deployment worker to exit")
 
+            # cancel: the runner's SIGTERM makes the worker stop the Flower run on the SuperLink
+            with SuperLinkControl(f"127.0.0.1:{link_port}") as control:
+                before = set(control.runs())
+                long_spec = dict(spec, name="deployment topology cancel", num_rounds=50)
+                created = http.post("/audits", json=long_spec, headers=AUTH)
+                assert created.status_code == 201, created.text
+                cancel_id = created.json()["id"]
+                new_run = wait_for(lambda: set(control.runs()) - before, timeout=90,
+                                   interval=1.0, what="the second Flower run")
+                (run_id,) = new_run
+                # the ServerApp is up and reporting (so the worker holds the run id)
+                wait_for(lambda: f"PUT /audits/{cancel_id}/initial-model" in procs.log("flaudit"),
+                         timeout=90, interval=0.5, what="the second run's first report")
+                cancelled = http.post(f"/audits/{cancel_id}/cancel", headers=AUTH)
+                assert cancelled.status_code in (200, 202), cancelled.text
+                def run_finished():
+                    state = control.runs()[run_id][0]
+                    return state if state.finished else None
+
+                state = wait_for(run_finished, timeout=60, interval=0.5,
+                                 what="the cancelled run to finish")
+                assert state is RunState.stopped, state
+                assert http.get(f"/audits/{cancel_id}").json()["status"] == "cancelled"
+                seeds = [_stored_seed(database_url, cancel_id)]
+
         # both SuperNodes took part in the Flower run
         for i in range(2):
             assert "[RUN " in procs.log(f"supernode-{i}"), procs.log(f"supernode-{i}")[-2000:]
 
-        store = Store(database_url)
-        seed = store.canary_seed(audit_id)
-        store.dispose()
-        assert seed is not None
+        seed = _stored_seed(database_url, audit_id)
+        seeds.append(seed)
 
         procs.stop_all()
         for name, proc in procs.started:
@@ -331,9 +368,10 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
             assert not _group_alive(proc.pid), name
 
     texts = bodies + [procs.log(name) for name, _ in procs.started]
-    for form in (str(seed), format(seed, "x"), hex(seed)):
-        for text in texts:
-            assert form not in text
+    for secret in seeds:
+        for form in (str(secret), format(secret, "x"), hex(secret)):
+            for text in texts:
+                assert form not in text
 
 
 @pytest.mark.timeout(180)
