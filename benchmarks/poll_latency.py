@@ -116,6 +116,9 @@ def main() -> int:
     parser.add_argument("--client", choices=["raw", "httpx"], default="raw",
                         help="raw: minimal keep-alive HTTP/1.1 client; httpx: httpx.AsyncClient.")
     parser.add_argument("--spec", default=str(ROOT / "examples" / "quick-audit.json"))
+    parser.add_argument("--rounds", type=int, default=200, help="Rounds of the fake engine.")
+    parser.add_argument("--round-seconds", type=float, default=0.5,
+                        help="Pause per round of the fake engine.")
     args = parser.parse_args()
 
     spec = json.loads(Path(args.spec).read_text())
@@ -125,7 +128,8 @@ def main() -> int:
     if args.engine == "fake":
         env["FLAUDIT_WORKER_TARGET"] = "tests.service.fake_engine:worker"
         spec = {**spec, "task": "synthetic",
-                "task_options": {"dim": 25_000, "round_seconds": 0.5}, "num_rounds": 200}
+                "task_options": {"dim": 25_000, "round_seconds": args.round_seconds},
+                "num_rounds": args.rounds}
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp / "service.log", "wb")

@@ -115,6 +115,15 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
             log.warning("marked %d audit(s) failed: the service restarted during their run", len(failed))
         if settings.demo_spec_path:
             _submit_demo(app.state.store, settings.demo_spec_path)
+        # Import the estimators now (not at the first round) and move everything alive after
+        # start-up out of the garbage collector's view: full collections over the ~10^5
+        # start-up objects otherwise stall the event loop for 100s of ms under ingest.
+        import gc
+
+        import auditor.estimators  # noqa: F401
+
+        gc.collect()
+        gc.freeze()
         app.state.runner = None
         if settings.start_runner:
             app.state.runner = Runner(
