@@ -458,7 +458,7 @@ def run_deployment_audit(
     ingest_url: str,
     run_token: str,
     timeout: float | None = None,
-    cancel_event: threading.Event | None = None,
+    cancel_event: "threading.Event | _SignalFlag | None" = None,
     app_dir: str | os.PathLike[str] | None = None,
     root_certificates: str | None = None,
     poll_interval: float = 1.0,
@@ -601,6 +601,27 @@ def _wait_until_finished(
         time.sleep(min(poll_interval, 0.5))
 
 
+class _SignalFlag:
+    """A cancel flag a signal handler may set: no locks (``threading.Event.set`` inside a
+    handler can deadlock when the signal lands while the main thread holds the event's lock).
+    ``wait`` sleeps in short steps, so a set flag is seen within 0.1 s."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self._set and time.monotonic() < deadline:
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        return self._set
+
+
 def deployment_worker(payload: dict) -> None:
     """Runner worker target for ``engine = "deployment"`` (``Settings.deployment_target``).
 
@@ -624,7 +645,7 @@ def deployment_worker(payload: dict) -> None:
     seed = int(payload["seed"])
     token = str(payload["token"])
     redact = _Redactor([str(seed), token])
-    cancel = threading.Event()
+    cancel = _SignalFlag()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: cancel.set())
     try:

@@ -347,3 +347,13 @@ def test_cancel_while_the_superlink_is_unreachable_still_ends(fake_start):
     result = _run(control, cancel_event=event, stop_grace=0.2, unreachable_grace=30)
     assert result.cancelled and result.state is RunState.stopped
     assert "unreachable" in result.details and control.stopped == [4242]
+
+
+def test_signal_flag_wakes_a_wait_and_has_no_lock():
+    flag = dep._SignalFlag()
+    assert not flag.is_set() and flag.wait(0.05) is False
+    threading.Timer(0.1, flag.set).start()
+    t0 = __import__("time").monotonic()
+    assert flag.wait(5) is True
+    assert __import__("time").monotonic() - t0 < 1.0
+    assert not hasattr(flag, "_cond") and not hasattr(flag, "_lock")
