@@ -93,6 +93,9 @@ class FedAvgSimulation:
         Injected error.
     bug_factor : float
         Size of the error (cohort factor, participation factor, canary norm factor).
+    sampling_probability : float, optional
+        Poisson ``q`` of the real clients (and of the claim); default the service's
+        ``m / (N + k/2)``. Fix it to compare runs with different ``k`` at the same cohort.
     """
 
     dim: int = 10_000
@@ -111,6 +114,7 @@ class FedAvgSimulation:
     delta: float = 1e-5
     bug: DPBug = DPBug.none
     bug_factor: float = 4.0
+    sampling_probability: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("dim", "num_clients", "clients_per_round", "num_rounds", "num_canaries",
@@ -132,6 +136,8 @@ class FedAvgSimulation:
             raise ValueError("client_signal and client_noise must be >= 0")
         if not self.bug_factor >= 1:
             raise ValueError(f"bug_factor must be >= 1, got {self.bug_factor}")
+        if self.sampling_probability is not None and not 0 < self.sampling_probability <= 1:
+            raise ValueError(f"sampling_probability must be in (0, 1], got {self.sampling_probability}")
         object.__setattr__(self, "bug", DPBug(self.bug))
 
     def with_(self, **changes) -> "FedAvgSimulation":
@@ -140,7 +146,10 @@ class FedAvgSimulation:
 
 
 def claimed_sampling_probability(config: FedAvgSimulation) -> float:
-    """``q`` as the service computes it (``AuditSpec.sampling_probability``): ``m / (N + k/2)``."""
+    """``q`` as the service computes it (``AuditSpec.sampling_probability``): ``m / (N + k/2)``,
+    unless the configuration fixes ``sampling_probability``."""
+    if config.sampling_probability is not None:
+        return float(config.sampling_probability)
     return min(1.0, config.clients_per_round / (config.num_clients + config.num_canaries / 2))
 
 

@@ -105,15 +105,18 @@ def table5(base: FedAvgSimulation, experiments: int, seed: int) -> list[dict]:
     print(f"{'noise':>7} {'runs/canaries':>13} | " + " ".join(f"{q:>6}" for q in qs), flush=True)
     for i, target in enumerate((300.0, 100.0)):
         z = noise_for(target, base.delta)
+        # same real-client cohort in both arms: fix q at the 1000-canary value (the service's
+        # q = m / (N + k/2) would otherwise give the 100-canary runs more real clients)
+        q = base.clients_per_round / (base.num_clients + 1000 / 2)
+        arm = base.with_(noise_multiplier=z, sampling_probability=q)
         one, ten = [], []
         for e in range(experiments):
             s0 = seed + 10**6 * i + 1000 * e
-            big = simulate_dpfedavg_audit(base.with_(noise_multiplier=z, num_canaries=1000), seed=s0)
+            big = simulate_dpfedavg_audit(arm.with_(num_canaries=1000), seed=s0)
             one.append(final_model_epsilon(big.final_cosines[big.seen], big.dim, base.delta).epsilon)
             pooled = []
             for r in range(10):
-                small = simulate_dpfedavg_audit(base.with_(noise_multiplier=z, num_canaries=100),
-                                                seed=s0 + 1 + r)
+                small = simulate_dpfedavg_audit(arm.with_(num_canaries=100), seed=s0 + 1 + r)
                 pooled.append(small.final_cosines[small.seen])
             ten.append(final_model_epsilon(np.concatenate(pooled), base.dim, base.delta).epsilon)
         for label, values in (("1/1000", one), ("10/100", ten)):

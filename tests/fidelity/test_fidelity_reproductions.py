@@ -39,7 +39,9 @@ def test_final_model_estimate_rises_with_canary_repeats():
 
 def test_one_run_many_canaries_close_to_pooled_runs():
     # Table 5 pattern: 1 run x 200 canaries vs 4 runs x 50 canaries, same pooled size
-    cfg = BASE.with_(noise_multiplier=gaussian_sigma_for_epsilon(100.0, 1e-5))
+    # same q in both arms, so the real-client cohort does not depend on k
+    cfg = BASE.with_(noise_multiplier=gaussian_sigma_for_epsilon(100.0, 1e-5),
+                     sampling_probability=BASE.clients_per_round / (BASE.num_clients + 100))
     big = simulate_dpfedavg_audit(cfg, seed=7)
     one = final_model_epsilon(big.final_cosines[big.seen], big.dim, cfg.delta).epsilon
     pooled = []
@@ -47,4 +49,4 @@ def test_one_run_many_canaries_close_to_pooled_runs():
         small = simulate_dpfedavg_audit(cfg.with_(num_canaries=50), seed=70 + r)
         pooled.append(small.final_cosines[small.seen])
     many = final_model_epsilon(np.concatenate(pooled), cfg.dim, cfg.delta).epsilon
-    assert abs(one - many) < 0.35 * max(one, many)
+    assert abs(one - many) < 0.25 * max(one, many)
