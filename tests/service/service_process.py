@@ -25,7 +25,7 @@ class ServiceProcess:
     """``python -m auditor.cli serve`` with its own log file; ``kill9()`` or ``stop()`` it."""
 
     def __init__(self, database_url: str, log_path: Path, *, api_key: str, port: int | None = None,
-                 env: dict | None = None) -> None:
+                 env: dict | None = None, args: tuple[str, ...] = ()) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -34,7 +34,7 @@ class ServiceProcess:
         self._log = open(log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "auditor.cli", "serve", "--port", str(self.port),
-             "--database-url", database_url],
+             "--database-url", database_url, *args],
             cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
         )
         self._wait_ready()

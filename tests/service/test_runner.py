@@ -63,3 +63,25 @@ def test_concurrency_limit_timeout_and_failure_reasons(tmp_path):
             assert wait_for(lambda: not tagged_processes(audit_id), timeout=10, what="cleanup")
     finally:
         service.stop()
+
+
+@pytest.mark.timeout(120)
+def test_demo_submits_the_example_once(tmp_path):
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    env = {"FLAUDIT_WORKER_TARGET": "tests.service.fake_engine:worker"}
+    for attempt in range(2):  # the second start finds an audit and submits nothing
+        service = ServiceProcess(db, tmp_path / f"service{attempt}.log", api_key=KEY, env=env,
+                                 args=("--demo",))
+        try:
+            with httpx.Client(base_url=service.url, timeout=30) as http:
+                listing = http.get("/audits").json()
+                assert listing["total"] == 1
+                audit_id = listing["items"][0]["id"]
+                audit = wait_for(
+                    lambda: (a := http.get(f"/audits/{audit_id}").json())["status"] != "queued" and a,
+                    timeout=60, what="demo audit to start")
+                assert audit["spec"]["task"] == "digits"
+                wait_for(lambda: http.get(f"/audits/{audit_id}").json()["status"] == "succeeded",
+                         timeout=90, what="demo audit to finish")
+        finally:
+            service.stop()
