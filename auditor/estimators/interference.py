@@ -49,7 +49,7 @@ def effective_noise_multiplier(num_canaries: int, dim: int, *, noise_multiplier:
     z = float(noise_multiplier)
     if not (z >= 0 and math.isfinite(z)):
         raise ValueError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier!r}")
-    return math.sqrt(z * z + k / d)
+    return math.hypot(z, math.sqrt(k / d))  # hypot: no underflow of z * z for tiny z
 
 
 def interference_warning(
