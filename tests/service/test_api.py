@@ -11,6 +11,7 @@ import pytest
 from auditor.canaries import canary_vectors, seen_mask
 from auditor.estimators import summarize
 from auditor.service.auth import NO_KEY_CONFIGURED
+from auditor.service.schemas import AuditList, AuditOut, CosinesOut
 from auditor.spec import AuditSpec
 
 from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
@@ -289,6 +290,11 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     assert done["metrics"] == {"accuracy": 0.75, "loss": 0.4}
     assert set(done["histograms"]["final_model"]) >= {"bin_edges", "seen", "unseen", "null"}
     cos = client.get(f"/audits/{audit_id}/cosines").json()
+    # the routes that return pre-serialized bodies still match their documented schemas
+    AuditOut.model_validate(done)
+    AuditOut.model_validate(running)
+    CosinesOut.model_validate(cos)
+    AuditList.model_validate(client.get("/audits").json())
     assert cos["labels_published"] is True
     labels = np.array([i["seen"] for i in cos["items"]])
     np.testing.assert_array_equal(labels, seen_mask(seed, 20))
