@@ -92,11 +92,24 @@ def _alarm(cfg, seed) -> bool:
     return max(e[b] for b in VALID_LOWER_BOUNDS) > claim
 
 
-def test_no_noise_bug_is_caught_in_every_run_and_correct_runs_raise_no_alarm():
+@pytest.mark.parametrize(("bug", "factor"), [(DPBug.no_noise, 1.0), (DPBug.noise_divided_twice, 1.0),
+                                           (DPBug.no_clipping, 16.0)])
+def test_gross_bugs_are_caught_in_every_run(bug, factor):
     cfg = SMALL.with_(num_canaries=300)
     assert claimed_epsilons(cfg)["known_rounds"] == pytest.approx(2.0, abs=0.1)
-    caught = [_alarm(cfg.with_(bug=DPBug.no_noise), 100 + s) for s in range(3)]
-    assert all(caught)
+    assert all(_alarm(cfg.with_(bug=bug, bug_factor=factor), 100 + s) for s in range(2))
+
+
+def test_schedule_bugs_are_invisible_to_canaries():
+    # A larger real cohort / batch-then-shuffle leave each canary's own privacy unchanged, so the
+    # audit must not be expected to see them (docs/fidelity.md): no alarm either.
+    cfg = SMALL.with_(num_canaries=300)
+    assert not _alarm(cfg.with_(bug=DPBug.cohort_larger), 300)
+    assert not _alarm(cfg.with_(bug=DPBug.batch_then_shuffle), 301)
+
+
+def test_correct_runs_raise_no_alarm():
+    cfg = SMALL.with_(num_canaries=300)
     false_alarms = [_alarm(cfg, 200 + s) for s in range(4)]
     assert sum(false_alarms) <= 1  # valid 95% bounds: P[>= 2 alarms in 4] < 0.02 per bound set
 
