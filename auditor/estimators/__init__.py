@@ -13,6 +13,7 @@ from auditor.estimators.fitted import (
     final_model_epsilon,
     final_model_estimates,
 )
+from auditor.estimators.interference import effective_noise_multiplier, interference_warning
 from auditor.estimators.lower_bound import (
     Bonferroni,
     NoCorrection,
@@ -40,6 +41,7 @@ __all__ = [
     "anderson_darling",
     "bootstrap_interval",
     "epsilon_lower_bound",
+    "effective_noise_multiplier",
     "exact_null_epsilon",
     "final_model_epsilon",
     "final_model_estimates",
@@ -47,6 +49,7 @@ __all__ = [
     "gaussian_mechanism_delta",
     "gaussian_sigma_for_epsilon",
     "hockey_stick_divergence",
+    "interference_warning",
     "jeffreys_upper",
     "null_cdf",
     "null_logsf",

@@ -212,7 +212,7 @@ def epsilon_lower_bound(
             thresholds = np.array([a])
             eps, a, fpr, fnr = _best(used_seen, used_unseen, d, thresholds, alpha, delta)
     label = {
-        Correction.none: "max over all thresholds, uncorrected (the paper's)",
+        Correction.none: "max over all thresholds, uncorrected (the paper's; NOT a valid 95% bound near epsilon 0, see docs/fidelity.md)",
         Correction.bonferroni: "Bonferroni over the thresholds tried",
         Correction.split: f"threshold chosen on a {correction.frac if isinstance(correction, Split) else ''} split",
     }[correction.kind]

@@ -27,32 +27,51 @@ ANALYTIC = [
 ]
 
 
-def test_lower_bound_above_the_analytic_epsilon_is_an_error():
-    alerts = build_alerts(spec=SPEC, dim=10**6, estimates=[_est("lower_bound", 3.0)] + ANALYTIC,
-                          rounds_stored=1, has_final=False)
-    errors = [a for a in alerts if a["level"] == "error"]
-    assert len(errors) == 1 and "possible DP bug or wrong claim" in errors[0]["message"]
-    assert "poisson_subsampled" in errors[0]["message"] and "known_rounds" not in errors[0]["message"]
+def _alerts(estimates, spec=SPEC, dim=10**6):
+    return build_alerts(spec=spec, dim=dim, estimates=estimates + ANALYTIC, rounds_stored=1,
+                        has_final=False)
 
 
-def test_lower_bound_below_every_pld_bound_raises_nothing():
-    # 3.5 < 4 (known rounds); the RDP bound is not compared (PLD is the tighter accountant)
-    ests = [_est("lower_bound", 1.5), _est("one_run", 1.9)] + ANALYTIC
-    assert build_alerts(spec=SPEC, dim=10**6, estimates=ests, rounds_stored=1, has_final=False) == []
-    ests = [_est("one_run", 4.5, "all_iterates")] + ANALYTIC
-    (alert,) = build_alerts(spec=SPEC, dim=10**6, estimates=ests, rounds_stored=1, has_final=False)
-    assert alert["level"] == "error" and "one_run" in alert["message"] and "known_rounds" in alert["message"]
+def test_valid_lower_bound_above_the_known_rounds_bound_is_an_error():
+    (alert,) = _alerts([_est("lower_bound", 5.0, correction="bonferroni")])
+    assert alert["level"] == "error" and "possible DP bug or wrong claim" in alert["message"]
+    assert "known_rounds" in alert["message"]
+    (alert,) = _alerts([_est("one_run", 4.5, "all_iterates", correction="bonferroni")])
+    assert alert["level"] == "error" and "one_run" in alert["message"]
+
+
+def test_valid_lower_bound_above_only_the_poisson_bound_is_a_warning():
+    (alert,) = _alerts([_est("lower_bound", 3.0, correction="split")])
+    assert alert["level"] == "warning" and "poisson_subsampled" in alert["message"]
+    assert "amplification by sampling" in alert["message"]
+
+
+def test_uncorrected_lower_bound_never_raises_an_alarm():
+    # the paper's max over thresholds without correction is not a valid 95% bound
+    assert _alerts([_est("lower_bound", 50.0, correction="none")]) == []
+
+
+def test_lower_bounds_below_every_pld_bound_raise_nothing():
+    # the RDP bound (9.0) is not compared: PLD is the tighter accountant
+    ests = [_est("lower_bound", 1.5, correction="bonferroni"), _est("one_run", 1.9)]
+    assert _alerts(ests) == []
 
 
 def test_estimates_above_analytic_are_not_alerts_unless_they_are_bounds():
-    ests = [_est("two_gaussian", 50.0, variance="fitted", correction="n/a")] + ANALYTIC
-    assert build_alerts(spec=SPEC, dim=10**6, estimates=ests, rounds_stored=1, has_final=False) == []
+    assert _alerts([_est("two_gaussian", 50.0, variance="fitted", correction="n/a")]) == []
 
 
-@pytest.mark.parametrize("dim, warned", [(10_000, False), (9_999, True), (500, True)])
-def test_interference_warning_when_k_over_d_exceeds_one_percent(dim, warned):
+@pytest.mark.parametrize("dim, warned", [(10_000, False), (2_000, False), (1_900, True), (500, True)])
+def test_interference_warning_follows_the_effective_noise(dim, warned):
+    # z = 1, k = 100: warn once sqrt(1 + k/d) inflates the noise by more than 2.5% (k/d > ~5.1%)
     alerts = build_alerts(spec=SPEC, dim=dim, estimates=[], rounds_stored=0, has_final=False)
     assert any(a["level"] == "warning" and "Keinan" in a["message"] for a in alerts) == warned
+
+
+def test_interference_warning_without_noise_uses_a_stricter_ratio():
+    spec = SPEC.model_copy(update={"noise_multiplier": 0.0})
+    alerts = build_alerts(spec=spec, dim=50_000, estimates=[], rounds_stored=0, has_final=False)
+    assert any("Keinan" in a["message"] for a in alerts)  # k/d = 0.2% >= 0.1%
 
 
 def test_short_run_warning():
