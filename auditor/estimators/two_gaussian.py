@@ -22,6 +22,7 @@ __all__ = ["two_gaussian_epsilon", "hockey_stick_divergence", "gaussian_mechanis
 
 _LOG_FLOOR = -1.0e4  # log(delta) floor standing in for log(0) inside the root finder
 _EPS_MAX = 1.0e6  # above this epsilon we report inf
+_SCALE_MIN = 1.0e-100  # standardised scale ratios beyond this are treated as singular
 
 
 def _logsubexp(a: float, b: float) -> float:
@@ -179,6 +180,10 @@ def two_gaussian_epsilon(
     if mu_q == 0 and s_q == 1:
         return 0.0
     if not (math.isfinite(mu_q) and math.isfinite(s_q)) or s_q == 0:
+        return math.inf
+    if not (_SCALE_MIN < s_q < 1 / _SCALE_MIN) or abs(mu_q) > 1 / _SCALE_MIN:
+        # one law is a point mass at the other's scale (or they are disjoint): squaring these
+        # ratios would overflow, and no finite epsilon reaches any delta < 1
         return math.inf
     log_delta = math.log(delta)
 

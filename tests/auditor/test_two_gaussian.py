@@ -122,3 +122,9 @@ def test_returned_epsilon_attains_delta(m0, s0, m1, s1, delta):
         return
     assert hockey_stick_divergence(m0, s0, m1, s1, eps) == pytest.approx(delta, rel=1e-5)
     assert hockey_stick_divergence(m0, s0, m1, s1, eps * 0.99) > delta
+
+
+@pytest.mark.parametrize("mu1, sigma1", [(0.0, 1e-160), (0.0, 1e160), (1e200, 1.0), (1.0, 1e-120)])
+def test_extreme_scale_ratios_are_infinite_not_overflow(mu1, sigma1):
+    # found by the summarize property test: squaring 1/sigma overflowed
+    assert two_gaussian_epsilon(0.0, 1.0, mu1, sigma1, 1e-6) == math.inf
