@@ -97,9 +97,11 @@ def test_labels_and_the_bound_versus_analytic_check(js):
         const lo = {estimator: "lower_bound", threat_model: "final_model", epsilon: 3.2, variance: "n/a", correction: "bonferroni", confidence: 0.95, details: {}};
         const rdp = {estimator: "analytic", threat_model: "poisson_subsampled", epsilon: 2.5, variance: "n/a", correction: "n/a", details: {accountant: "rdp"}};
         const pld = {...rdp, epsilon: 4.0, details: {accountant: "pld"}};
+        const known = {...pld, threat_model: "known_rounds", epsilon: 3.0};
+        const loUncorrected = {...lo, epsilon: 9.0, correction: "none"};
         const inf = {estimator: "two_gaussian", threat_model: "final_model", epsilon: "inf", variance: "null", correction: "n/a", details: {}};
         return {
-          violations: format.boundViolations([lo, rdp, pld, inf]).map((v) => v.analytic.details.accountant),
+          violations: format.boundViolations([lo, loUncorrected, rdp, pld, known, inf]).map((v) => [v.bound.epsilon, v.analytic.threat_model]),
           keysDiffer: format.seriesKey(rdp) !== format.seriesKey(pld),
           infText: format.fmtEps(inf.epsilon),
           infValue: format.epsValue("inf") === Infinity,
@@ -108,7 +110,8 @@ def test_labels_and_the_bound_versus_analytic_check(js):
         };
         """
     )
-    assert out["violations"] == ["rdp"]  # 3.2 > 2.5 but not > 4.0
+    # only the valid bound (3.2 > 3.0 known rounds); not the uncorrected 9.0, not the Poisson claims
+    assert out["violations"] == [[3.2, "known_rounds"]]
     assert out["keysDiffer"] and out["infValue"]
     assert out["infText"] == "∞"
     assert "σ² = 1/d" in out["label"] and "final model" in out["label"]

@@ -67,9 +67,10 @@ def _audit(status: str, *, round_: int, alerts=(), reason=None) -> dict:
             _estimate(math.inf, "two_gaussian", "final_model", variance="fitted"),
             _estimate(1.5, "two_gaussian", "final_model", variance="null"),
             _estimate(4.2, "lower_bound", "final_model", correction="bonferroni", confidence=0.95),
+            _estimate(7.0, "lower_bound", "all_iterates", correction="none", confidence=0.95),
             _estimate(0.3, "one_run", "final_model", correction="bonferroni", confidence=0.95),
             _estimate(3.0, "analytic", "poisson_subsampled", accountant="rdp"),
-            _estimate(6.0, "analytic", "known_rounds", accountant="pld"),
+            _estimate(4.0, "analytic", "known_rounds", accountant="pld"),
         ],
         "diagnostics": [
             {"name": "anderson_darling_seen_final", "value": 2.1, "ok": False, "hint": "", "details": {}},
@@ -116,10 +117,11 @@ def test_running_audit_with_a_violating_bound(static_url, tab):
     page.goto(static_url + "index.html#/audits/abc")
     expect(page.locator("#round-counter")).to_have_text("Round 4 of 10")
     expect(page.locator("#eta")).to_contain_text("12 s left")
-    # No alert from the service, so the page flags the bound itself (4.2 > 3.0 RDP, not > 6.0).
+    # No alert from the service, so the page flags the valid bound itself (4.2 > 4.0 known
+    # rounds); the uncorrected 7.0 is not a valid bound and the Poisson RDP claim is not compared.
     banners = page.locator("#alerts [role=alert]")
     expect(banners).to_have_count(1)
-    expect(banners).to_contain_text("exceeds the analytic ε = 3.00")
+    expect(banners).to_contain_text("exceeds the analytic ε = 4.00")
     expect(page.locator("#estimates-table tr.violation")).to_have_count(1)
     expect(page.locator("#estimates-table tr.violation")).to_have_attribute("data-estimator", "lower_bound")
     # inf is shown as such, never as a number

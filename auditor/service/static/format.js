@@ -125,10 +125,15 @@ export function headline(value) {
   return { eps: value, label: "" };
 }
 
-/** Lower bounds that exceed an analytic epsilon: evidence of a DP bug or a wrong claim. */
+/** Valid lower bounds above the analytic epsilon: evidence of a DP bug or a wrong claim.
+ * The same rule as the service's alerts: the paper's uncorrected ε_lo (correction "none") is not
+ * a 95% bound, and the claim compared against is the "adversary knows the rounds" PLD bound,
+ * which holds whatever the participation schedule. */
 export function boundViolations(estimates) {
-  const analytic = estimates.filter((e) => e.estimator === "analytic" && epsValue(e.epsilon) !== null);
-  const bounds = estimates.filter((e) => isLowerBound(e) && epsValue(e.epsilon) !== null);
+  const analytic = estimates.filter(
+    (e) => e.estimator === "analytic" && e.threat_model === "known_rounds" && (e.details?.accountant ?? "pld") === "pld" && epsValue(e.epsilon) !== null,
+  );
+  const bounds = estimates.filter((e) => isLowerBound(e) && e.correction !== "none" && epsValue(e.epsilon) !== null);
   const out = [];
   for (const b of bounds) {
     const lo = epsValue(b.epsilon);
