@@ -134,7 +134,9 @@ class RoundOut(BaseModel):
     round: int
     clip_norm: float
     cohort_size: int
-    num_canaries_inserted: int
+    num_canaries_inserted: int | None = Field(
+        None, description="Seen canaries inserted this round; null until the audit has ended."
+    )
     num_failures: int
     clipped_fraction: float | None = None
     noise_stddev: float | None = None

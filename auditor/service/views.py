@@ -101,12 +101,14 @@ def audit_summary_view(audit: Audit) -> dict[str, Any]:
     }
 
 
-def round_view(row: AuditRound) -> dict[str, Any]:
+def round_view(row: AuditRound, *, ended: bool) -> dict[str, Any]:
+    """One round's row. The number of seen canaries inserted is withheld (null) until the audit
+    has ended: summed over rounds it would tell how many canaries are seen."""
     return {
         "round": row.round,
         "clip_norm": row.clip_norm,
         "cohort_size": row.cohort_size,
-        "num_canaries_inserted": row.num_canaries_inserted,
+        "num_canaries_inserted": row.num_canaries_inserted if ended else None,
         "num_failures": row.num_failures,
         "clipped_fraction": row.clipped_fraction,
         "noise_stddev": row.noise_stddev,

@@ -281,6 +281,8 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     rounds = client.get(f"/audits/{audit_id}/rounds").json()["items"]
     assert [r["round"] for r in rounds] == [1, 2, 3, 4]
     assert all(r["estimates"] for r in rounds)
+    # how many seen canaries went in is withheld while the audit runs (it would count the seen)
+    assert all(r["num_canaries_inserted"] is None for r in rounds)
 
     r = client.put(f"/audits/{audit_id}/final-model", params={"accuracy": 0.75, "loss": 0.4},
                    content=f32(theta_t), headers=headers)
@@ -296,6 +298,9 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     CosinesOut.model_validate(cos)
     AuditList.model_validate(client.get("/audits").json())
     assert cos["labels_published"] is True
+    published = client.get(f"/audits/{audit_id}/rounds").json()["items"]
+    assert [r["num_canaries_inserted"] for r in published] == [m["num_canaries_inserted"] for m in
+                                                              synthetic_run(seed, spec, dim, noise_seed=1)[2]]
     labels = np.array([i["seen"] for i in cos["items"]])
     np.testing.assert_array_equal(labels, seen_mask(seed, 20))
     final = np.array([i["final_cosine"] for i in cos["items"]])

@@ -20,7 +20,7 @@ from ..schemas import (
     CosinesOut,
     RoundList,
 )
-from ..store import ACTIVE_STATUSES, Store
+from ..store import ACTIVE_STATUSES, ENDED_STATUSES, Store
 from ..views import audit_summary_view, audit_view, cosines_csv, cosines_view, round_view
 from .deps import AuditId, get_store
 
@@ -127,8 +127,9 @@ async def get_audit(audit_id: AuditId, request: Request) -> Response:
     summary="Per-round history of metadata and estimates",
 )
 def get_rounds(audit_id: AuditId, store: Annotated[Store, Depends(get_store)]) -> dict:
-    _get_or_404(store, audit_id)
-    return {"items": [round_view(r) for r in store.list_rounds(audit_id)]}
+    audit = _get_or_404(store, audit_id)
+    ended = audit.status in ENDED_STATUSES
+    return {"items": [round_view(r, ended=ended) for r in store.list_rounds(audit_id)]}
 
 
 @router.get(
