@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from auditor.validation import check_at_least, check_integer_at_least
+
 __all__ = [
     "new_master_seed",
     "canary_vector",
@@ -72,8 +74,7 @@ def canary_vector(seed: int, index: int, dim: int) -> np.ndarray:
     """
     seed = _check_seed(seed)
     dim = _check_dim(dim)
-    if index < 0:
-        raise ValueError(f"index must be >= 0, got {index}")
+    check_at_least(index, "index", 0)
     out = np.empty(dim, dtype=np.float32)
     _fill_canary(seed, int(index), out)
     return out
@@ -96,8 +97,7 @@ def canary_vectors(
     """
     seed = _check_seed(seed)
     dim = _check_dim(dim)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    check_integer_at_least(workers, "workers", 1)
     indices = np.asarray(indices, dtype=np.int64).reshape(-1)
     if indices.size and indices.min() < 0:
         raise ValueError("indices must be >= 0")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from auditor.canaries import canary_vectors
+from auditor.validation import check_at_least, check_integer_at_least
 
 __all__ = ["cosines", "CosineTracker", "TrackerState"]
 
@@ -80,16 +81,12 @@ class CosineTracker:
         state: TrackerState | None = None,
         workers: int = 1,
     ) -> None:
-        if num_canaries < 1:
-            raise ValueError(f"num_canaries must be >= 1, got {num_canaries}")
-        if dim < 2:
-            raise ValueError(f"dim must be >= 2, got {dim}")
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        check_at_least(num_canaries, "num_canaries", 1)
+        check_at_least(dim, "dim", 2)
+        check_at_least(chunk_size, "chunk_size", 1)
         if cache_bytes < 0:
             raise ValueError("cache_bytes must be >= 0")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        check_integer_at_least(workers, "workers", 1)
         self.workers = workers
         self._seed = seed
         self.num_canaries = int(num_canaries)

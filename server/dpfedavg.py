@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from auditor.validation import check_at_least, check_positive
+
 __all__ = [
     "clip_update",
     "canary_update",
@@ -37,8 +39,7 @@ def _norm(vector: np.ndarray) -> float:
 
 def clip_update(update: np.ndarray, clip_norm: float) -> tuple[np.ndarray, float]:
     """Scale ``update`` to norm at most ``clip_norm``; return ``(clipped float64, original norm)``."""
-    if not clip_norm > 0:
-        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+    check_positive(clip_norm, "clip_norm")
     update = np.asarray(update, dtype=np.float64)
     norm = _norm(update)
     if norm > clip_norm:
@@ -52,8 +53,7 @@ def canary_update(direction: np.ndarray, clip_norm: float) -> np.ndarray:
     A canary acts like a client whose (clipped) update has the full clip norm (Proj in
     Andrew et al. Alg. 2).
     """
-    if not clip_norm > 0:
-        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+    check_positive(clip_norm, "clip_norm")
     direction = np.asarray(direction, dtype=np.float64)
     norm = _norm(direction)
     if norm == 0.0:
@@ -129,8 +129,7 @@ def aggregate_round(
         raise ValueError(f"clip_norm must be a finite number > 0, got {clip_norm}")
     if noise_multiplier < 0 or not math.isfinite(noise_multiplier):
         raise ValueError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier}")
-    if expected_cohort_size < 1:
-        raise ValueError(f"expected_cohort_size must be >= 1, got {expected_cohort_size}")
+    check_at_least(expected_cohort_size, "expected_cohort_size", 1)
     total = np.zeros(dim, dtype=np.float64)
     num_clipped = 0
     for index, update in enumerate(client_updates):
@@ -170,8 +169,7 @@ class ServerOptimizer:
     """
 
     def __init__(self, *, learning_rate: float = 1.0, momentum: float = 0.0) -> None:
-        if not learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+        check_positive(learning_rate, "learning_rate")
         if not 0 <= momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
         self.learning_rate = float(learning_rate)
@@ -217,14 +215,11 @@ class AdaptiveClipNorm:
         learning_rate: float = 0.2,
         count_stddev: float = 0.0,
     ) -> None:
-        if not initial_clip_norm > 0:
-            raise ValueError(f"initial_clip_norm must be > 0, got {initial_clip_norm}")
+        check_positive(initial_clip_norm, "initial_clip_norm")
         if not 0 < target_quantile < 1:
             raise ValueError(f"target_quantile must be in (0, 1), got {target_quantile}")
-        if not learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
-        if count_stddev < 0:
-            raise ValueError(f"count_stddev must be >= 0, got {count_stddev}")
+        check_positive(learning_rate, "learning_rate")
+        check_at_least(count_stddev, "count_stddev", 0)
         self.clip_norm = float(initial_clip_norm)
         self.target_quantile = float(target_quantile)
         self.learning_rate = float(learning_rate)

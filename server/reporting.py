@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from auditor.statistics import CosineTracker
+from auditor.validation import check_at_least
 
 __all__ = ["RoundMetadata", "RoundReporter", "HttpRoundReporter", "LocalRoundReporter", "ReportingError"]
 
@@ -87,10 +88,8 @@ class HttpRoundReporter:
     ) -> None:
         import httpx
 
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if backoff < 0:
-            raise ValueError(f"backoff must be >= 0, got {backoff}")
+        check_at_least(max_retries, "max_retries", 0)
+        check_at_least(backoff, "backoff", 0)
         self.base_url = base_url.rstrip("/")
         self.audit_id = str(audit_id)
         self.max_retries = int(max_retries)
@@ -162,8 +161,7 @@ class LocalRoundReporter:
     @classmethod
     def for_audit(cls, *, canary_seed: int, num_canaries: int) -> "LocalRoundReporter":
         """A reporter whose tracker is created when ``theta_0`` (hence ``d``) arrives."""
-        if num_canaries < 1:
-            raise ValueError(f"num_canaries must be >= 1, got {num_canaries}")
+        check_at_least(num_canaries, "num_canaries", 1)
         return cls(tracker=None, _lazy=(canary_seed, int(num_canaries)))
 
     def report_initial(self, initial_model: np.ndarray) -> None:

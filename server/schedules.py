@@ -37,6 +37,8 @@ from enum import Enum
 
 import numpy as np
 
+from auditor.validation import check_at_least
+
 __all__ = ["Schedule", "participation_schedule", "canary_rounds"]
 
 
@@ -95,8 +97,7 @@ def canary_rounds(
 
     Period ``p`` covers rounds ``floor(p T / r) .. floor((p + 1) T / r) - 1``.
     """
-    if repeats < 1:
-        raise ValueError(f"canary_repeats must be >= 1, got {repeats}")
+    check_at_least(repeats, "canary_repeats", 1)
     if repeats > num_rounds:
         raise ValueError(
             f"canary_repeats ({repeats}) must not exceed num_rounds ({num_rounds})"
@@ -154,14 +155,10 @@ def participation_schedule(
     scheme = _name(participation)
     if scheme not in _SCHEMES:
         raise ValueError(f"participation must be one of {_SCHEMES}, got {scheme!r}")
-    if num_clients < 0:
-        raise ValueError(f"num_clients must be >= 0, got {num_clients}")
-    if num_seen_canaries < 0:
-        raise ValueError(f"num_seen_canaries must be >= 0, got {num_seen_canaries}")
-    if num_rounds < 1:
-        raise ValueError(f"num_rounds must be >= 1, got {num_rounds}")
-    if clients_per_round < 1:
-        raise ValueError(f"clients_per_round must be >= 1, got {clients_per_round}")
+    check_at_least(num_clients, "num_clients", 0)
+    check_at_least(num_seen_canaries, "num_seen_canaries", 0)
+    check_at_least(num_rounds, "num_rounds", 1)
+    check_at_least(clients_per_round, "clients_per_round", 1)
     if max_participations is not None and max_participations < 1:
         raise ValueError(f"max_participations must be >= 1, got {max_participations}")
     population = num_clients + num_seen_canaries

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from auditor.spec import AuditSpec
+from auditor.validation import check_at_least, check_positive
 from server.reporting import RoundReporter
 
 __all__ = ["run_simulation_audit", "run_inprocess_audit", "InProcessGrid", "DEFAULT_MAX_SUPERNODES"]
@@ -75,10 +76,8 @@ def run_simulation_audit(
 
     if timeout is None:
         timeout = spec.timeout_seconds
-    if not timeout > 0:
-        raise ValueError(f"timeout must be > 0, got {timeout}")
-    if max_supernodes < 1:
-        raise ValueError(f"max_supernodes must be >= 1, got {max_supernodes}")
+    check_positive(timeout, "timeout")
+    check_at_least(max_supernodes, "max_supernodes", 1)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -132,8 +131,7 @@ class InProcessGrid:
     """
 
     def __init__(self, num_nodes: int = 1) -> None:
-        if num_nodes < 1:
-            raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+        check_at_least(num_nodes, "num_nodes", 1)
         self._nodes = list(range(1, num_nodes + 1))
 
     def get_node_ids(self) -> list[int]:

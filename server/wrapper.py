@@ -37,6 +37,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from auditor.canaries import canary_vector, seen_mask
+from auditor.validation import check_at_least, check_positive
 from server.dpfedavg import canary_update
 from server.reporting import RoundMetadata, RoundReporter
 from server.schedules import canary_rounds
@@ -97,14 +98,10 @@ class CanaryAuditStrategy(Strategy):
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise ValueError(f"strategy must be a flwr Strategy, got {type(strategy).__name__}")
-        if num_canaries < 2:
-            raise ValueError(f"num_canaries must be >= 2, got {num_canaries}")
-        if not clip_norm > 0:
-            raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
-        if num_rounds < 1:
-            raise ValueError(f"num_rounds must be >= 1, got {num_rounds}")
-        if noise_multiplier < 0:
-            raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
+        check_at_least(num_canaries, "num_canaries", 2)
+        check_positive(clip_norm, "clip_norm")
+        check_at_least(num_rounds, "num_rounds", 1)
+        check_at_least(noise_multiplier, "noise_multiplier", 0)
         if not 1 <= canary_repeats <= num_rounds:
             raise ValueError(f"canary_repeats must be in [1, num_rounds], got {canary_repeats}")
         self.strategy = strategy
