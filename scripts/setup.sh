@@ -16,6 +16,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$HASH" ]; then
   SPEC="."
   [ -n "$EXTRAS" ] && SPEC=".[${EXTRAS}]"
   echo "flaudit: installing dependencies into .venv (first run takes about a minute)..."
-  .venv/bin/python -m pip install --quiet -e "$SPEC"
+  # (the filter drops pip's notes about local mirror folders that do not exist on this machine)
+  .venv/bin/python -m pip install --quiet -e "$SPEC" 2>&1 | { grep -v "^WARNING: Location" || true; }
   echo "$HASH" > "$STAMP"
 fi
