@@ -23,6 +23,11 @@ from auditor.estimators.lower_bound import (
 )
 from auditor.estimators.null import null_cdf, null_logsf, null_pdf, null_sf
 from auditor.estimators.one_run import one_run_lower_bound, one_run_p_value
+from auditor.estimators.sequential import (
+    SequentialDPTest,
+    mmd_threshold,
+    sequential_epsilon_lower_bound,
+)
 from auditor.estimators.summary import AuditSummary, Histogram, summarize
 from auditor.estimators.two_gaussian import (
     gaussian_mechanism_delta,
@@ -35,6 +40,7 @@ __all__ = [
     "Bonferroni",
     "Histogram",
     "NoCorrection",
+    "SequentialDPTest",
     "Split",
     "all_iterates_estimate",
     "analytic_epsilon",
@@ -51,12 +57,14 @@ __all__ = [
     "hockey_stick_divergence",
     "interference_warning",
     "jeffreys_upper",
+    "mmd_threshold",
     "null_cdf",
     "null_logsf",
     "null_pdf",
     "null_sf",
     "one_run_lower_bound",
     "one_run_p_value",
+    "sequential_epsilon_lower_bound",
     "summarize",
     "two_gaussian_epsilon",
 ]
