@@ -39,6 +39,21 @@ class IngestError(Exception):
         self.message = message
 
 
+_SEND_INITIAL_MODEL_FIRST = "send the initial model first (PUT .../initial-model)"
+
+
+def _require_running(audit) -> None:
+    """Ingest is only for running audits (409 otherwise)."""
+    if audit.status != "running":
+        raise IngestError(409, f"audit is {audit.status}; ingest refused")
+
+
+def _require_length(vector: np.ndarray, dim: int) -> None:
+    """A round delta or final model must have the initial model's length ``d`` (422 otherwise)."""
+    if vector.shape[0] != dim:
+        raise IngestError(422, f"wrong length: expected {dim} float32 values, got {vector.shape[0]}")
+
+
 def to_jsonable(value: Any) -> Any:
     """Numpy scalars/arrays to plain Python; non-finite floats to the strings "inf"/"-inf"/"nan"."""
     if isinstance(value, dict):
@@ -300,10 +315,14 @@ class LiveAudits:
         with self._locks_guard:
             self._locks.pop(audit_id, None)
 
-    def _running_audit(self, audit_id: str):
+    def _audit(self, audit_id: str):
         audit = self.store.get_audit(audit_id)
         if audit is None:
             raise IngestError(404, f"audit {audit_id!r} not found")
+        return audit
+
+    def _running_audit(self, audit_id: str):
+        audit = self._audit(audit_id)
         spec = AuditSpec.model_validate(audit.spec)
         return audit, spec
 
@@ -316,8 +335,7 @@ class LiveAudits:
                 if existing == np.ascontiguousarray(model, "<f4").tobytes():
                     return "duplicate"
                 raise IngestError(409, "initial model already stored with different values")
-            if audit.status != "running":
-                raise IngestError(409, f"audit is {audit.status}; ingest refused")
+            _require_running(audit)
             if model.shape[0] < 2:
                 raise IngestError(422, "initial model: the model vector needs at least 2 values")
             analytic = analytic_results(spec)
@@ -336,10 +354,7 @@ class LiveAudits:
 
     # -- rounds ---------------------------------------------------------------------------
     def expected_dim(self, audit_id: str) -> int | None:
-        audit = self.store.get_audit(audit_id)
-        if audit is None:
-            raise IngestError(404, f"audit {audit_id!r} not found")
-        return audit.dim
+        return self._audit(audit_id).dim
 
     def ingest_round(self, audit_id: str, t: int, delta: np.ndarray, metadata: dict) -> str:
         """Store round ``t``. Returns ``"stored"`` or ``"duplicate"`` (same t again: no-op)."""
@@ -347,8 +362,7 @@ class LiveAudits:
             audit, spec = self._running_audit(audit_id)
             if t <= audit.rounds_stored:
                 return "duplicate"
-            if audit.status != "running":
-                raise IngestError(409, f"audit is {audit.status}; ingest refused")
+            _require_running(audit)
             if audit.has_final:
                 raise IngestError(409, "final model already stored; no more rounds accepted")
             if t != audit.rounds_stored + 1:
@@ -362,12 +376,8 @@ class LiveAudits:
                 )
             secret = self.store.load_secret_state(audit_id)
             if secret.dim is None:
-                raise IngestError(409, "send the initial model first (PUT .../initial-model)")
-            if delta.shape[0] != secret.dim:
-                raise IngestError(
-                    422,
-                    f"wrong length: expected {secret.dim} float32 values, got {delta.shape[0]}",
-                )
+                raise IngestError(409, _SEND_INITIAL_MODEL_FIRST)
+            _require_length(delta, secret.dim)
             k = spec.num_canaries
             tracker = self._cache.get(audit_id, secret.seed, k, secret.dim)
             round_cosines = tracker.all_cosines(delta)
@@ -417,16 +427,11 @@ class LiveAudits:
             audit, spec = self._running_audit(audit_id)
             if audit.has_final:
                 return "duplicate"
-            if audit.status != "running":
-                raise IngestError(409, f"audit is {audit.status}; ingest refused")
+            _require_running(audit)
             secret = self.store.load_secret_state(audit_id)
             if secret.initial_model is None:
-                raise IngestError(409, "send the initial model first (PUT .../initial-model)")
-            if model.shape[0] != secret.dim:
-                raise IngestError(
-                    422,
-                    f"wrong length: expected {secret.dim} float32 values, got {model.shape[0]}",
-                )
+                raise IngestError(409, _SEND_INITIAL_MODEL_FIRST)
+            _require_length(model, secret.dim)
             k = spec.num_canaries
             tracker = self._cache.get(audit_id, secret.seed, k, secret.dim)
             final_cosines = tracker.all_cosines(

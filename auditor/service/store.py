@@ -285,17 +285,13 @@ class Store:
         """queued -> running with a fresh run-token hash; False if the audit is no longer queued."""
         now = utcnow()
         with self.session() as s, s.begin():
-            result = s.execute(
-                update(Audit)
-                .where(Audit.id == audit_id, Audit.status == "queued")
-                .values(
-                    status="running",
-                    started_at=now,
-                    updated_at=now,
-                    run_token_hash=hash_token(run_token),
-                )
+            return _update_audit_if(
+                s, audit_id, Audit.status == "queued",
+                status="running",
+                started_at=now,
+                updated_at=now,
+                run_token_hash=hash_token(run_token),
             )
-            return result.rowcount > 0
 
     def finish(
         self, audit_id: str, *, status: str, reason: str | None, only_if: tuple[str, ...]
@@ -305,18 +301,14 @@ class Store:
             raise ValueError(f"status must be one of {ENDED_STATUSES}, got {status!r}")
         now = utcnow()
         with self.session() as s, s.begin():
-            result = s.execute(
-                update(Audit)
-                .where(Audit.id == audit_id, Audit.status.in_(only_if))
-                .values(
-                    status=status,
-                    reason=reason,
-                    finished_at=now,
-                    updated_at=now,
-                    run_token_hash=None,
-                )
+            return _update_audit_if(
+                s, audit_id, Audit.status.in_(only_if),
+                status=status,
+                reason=reason,
+                finished_at=now,
+                updated_at=now,
+                run_token_hash=None,
             )
-            return result.rowcount > 0
 
     def clear_run_token(self, audit_id: str) -> None:
         """The run's worker is gone: its token stops being valid."""
@@ -385,19 +377,15 @@ class Store:
     ) -> None:
         now = utcnow()
         with self.session() as s, s.begin():
-            result = s.execute(
-                update(Audit)
-                .where(Audit.id == audit_id, Audit.initial_model.is_(None))
-                .values(
-                    initial_model=array_to_bytes(model, "<f4"),
-                    dim=int(model.shape[0]),
-                    analytic=analytic,
-                    estimates=estimates,
-                    alerts=alerts,
-                    updated_at=now,
-                )
-            )
-            if result.rowcount == 0:
+            if not _update_audit_if(
+                s, audit_id, Audit.initial_model.is_(None),
+                initial_model=array_to_bytes(model, "<f4"),
+                dim=int(model.shape[0]),
+                analytic=analytic,
+                estimates=estimates,
+                alerts=alerts,
+                updated_at=now,
+            ):
                 raise StaleRound("initial model already stored")
 
     def store_round(
@@ -417,23 +405,19 @@ class Store:
         t = int(round_row["round"])
         now = utcnow()
         with self.session() as s, s.begin():
-            result = s.execute(
-                update(Audit)
-                .where(Audit.id == audit_id, Audit.rounds_stored == t - 1, Audit.status == "running")
-                .values(
-                    rounds_stored=t,
-                    max_cosines=array_to_bytes(max_cosines),
-                    last_cosines=array_to_bytes(last_cosines),
-                    estimates=estimates,
-                    diagnostics=diagnostics,
-                    histograms=histograms,
-                    alerts=alerts,
-                    headline_epsilon=headline_epsilon,
-                    updated_at=now,
-                    last_round_at=now,
-                )
-            )
-            if result.rowcount == 0:
+            if not _update_audit_if(
+                s, audit_id, Audit.rounds_stored == t - 1, Audit.status == "running",
+                rounds_stored=t,
+                max_cosines=array_to_bytes(max_cosines),
+                last_cosines=array_to_bytes(last_cosines),
+                estimates=estimates,
+                diagnostics=diagnostics,
+                histograms=histograms,
+                alerts=alerts,
+                headline_epsilon=headline_epsilon,
+                updated_at=now,
+                last_round_at=now,
+            ):
                 raise StaleRound(f"round {t} was not the next round or the audit is not running")
             s.add(AuditRound(audit_id=audit_id, received_at=now, **round_row))
 
@@ -452,26 +436,22 @@ class Store:
     ) -> None:
         now = utcnow()
         with self.session() as s, s.begin():
-            result = s.execute(
-                update(Audit)
-                .where(Audit.id == audit_id, Audit.has_final.is_(False), Audit.status == "running")
-                .values(
-                    has_final=True,
-                    final_cosines=array_to_bytes(final_cosines),
-                    final_model_cosines=array_to_bytes(final_model_cosines),
-                    estimates=estimates,
-                    diagnostics=diagnostics,
-                    histograms=histograms,
-                    alerts=alerts,
-                    metrics=metrics,
-                    headline_epsilon=headline_epsilon,
-                    status="succeeded",
-                    reason=None,
-                    finished_at=now,
-                    updated_at=now,
-                )
-            )
-            if result.rowcount == 0:
+            if not _update_audit_if(
+                s, audit_id, Audit.has_final.is_(False), Audit.status == "running",
+                has_final=True,
+                final_cosines=array_to_bytes(final_cosines),
+                final_model_cosines=array_to_bytes(final_model_cosines),
+                estimates=estimates,
+                diagnostics=diagnostics,
+                histograms=histograms,
+                alerts=alerts,
+                metrics=metrics,
+                headline_epsilon=headline_epsilon,
+                status="succeeded",
+                reason=None,
+                finished_at=now,
+                updated_at=now,
+            ):
                 raise StaleRound("final model already stored or the audit is not running")
 
     def list_rounds(self, audit_id: str) -> list[AuditRound]:
@@ -504,6 +484,14 @@ class Store:
             if self.finish(audit_id, status="failed", reason=reason, only_if=("running",)):
                 failed.append(audit_id)
         return failed
+
+
+def _update_audit_if(session: Session, audit_id: str, *conditions, **values) -> bool:
+    """``UPDATE`` audit ``audit_id`` with ``values`` where all ``conditions`` hold (optimistic
+    concurrency: the conditions are checked by the database in the same statement); whether the
+    row was updated."""
+    result = session.execute(update(Audit).where(Audit.id == audit_id, *conditions).values(**values))
+    return result.rowcount > 0
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -136,6 +136,15 @@ def _check_length(vector: np.ndarray, dim: int, what: str) -> None:
         )
 
 
+async def _read_vector(request: Request, dim: int, what: str) -> np.ndarray:
+    """The body as ``d`` float32 values: read at most ``4 d`` bytes (or the body limit), 422 if it
+    is not exactly ``d`` values."""
+    limit = min(4 * dim, request.app.state.settings.max_body_bytes)
+    vector = await read_float32_body(request, limit=limit, what=what)
+    _check_length(vector, dim, what)
+    return vector
+
+
 @router.put(
     "/{audit_id}/initial-model",
     response_model=IngestAck,
@@ -175,10 +184,7 @@ async def put_round(
         raise _fail(
             409, f"round {t} is out of order: the next round must be {audit.rounds_stored + 1}"
         )
-    settings = request.app.state.settings
-    limit = min(4 * audit.dim, settings.max_body_bytes)
-    vector = await read_float32_body(request, limit=limit, what=f"round {t} delta")
-    _check_length(vector, audit.dim, f"round {t} delta")
+    vector = await _read_vector(request, audit.dim, f"round {t} delta")
     result = await _ingest(
         request,
         request.app.state.live.ingest_round,
@@ -205,10 +211,7 @@ async def put_final_model(
     audit = await _precheck(request, audit_id, need_dim=True)
     if audit.has_final:
         return IngestAck(audit_id=audit_id, stored=False, dim=audit.dim)
-    settings = request.app.state.settings
-    limit = min(4 * audit.dim, settings.max_body_bytes)
-    vector = await read_float32_body(request, limit=limit, what="final model")
-    _check_length(vector, audit.dim, "final model")
+    vector = await _read_vector(request, audit.dim, "final model")
     values = {k: v for k, v in metrics.model_dump().items() if v is not None}
     result = await _ingest(request, request.app.state.live.ingest_final, audit_id, vector, values)
     return IngestAck(audit_id=audit_id, stored=result == "stored", dim=audit.dim)
