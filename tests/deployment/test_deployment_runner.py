@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import threading
 import tomllib
 
@@ -25,6 +24,7 @@ from auditor.service.deployment import (
     run_deployment_audit,
 )
 from auditor.spec import AuditSpec
+from tests.processes import free_port
 
 SEED = 2**127 + 123456789  # wider than any TOML integer
 TOKEN = "run-token-" + "q" * 30
@@ -234,17 +234,12 @@ def test_run_deployment_audit_rejects_bad_arguments(fake_start, kwargs, name):
 # -- secrets stay out of errors ---------------------------------------------------------------
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_flwr_run_against_no_superlink_fails_without_leaking_secrets():
     config = build_run_config(_spec(), audit_id="a1", canary_seed=SEED,
                               ingest_url="http://svc:8000", run_token=TOKEN)
+    # a free port: nothing listens there
     with pytest.raises(DeploymentError) as info:
-        dep.start_flower_run(address=f"127.0.0.1:{_closed_port()}", run_config=config, timeout=60)
+        dep.start_flower_run(address=f"127.0.0.1:{free_port()}", run_config=config, timeout=60)
     message = str(info.value)
     assert "flwr run" in message
     assert str(SEED) not in message and TOKEN not in message

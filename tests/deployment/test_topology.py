@@ -23,11 +23,7 @@ import os
 import pwd
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -35,8 +31,11 @@ import httpx
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+from tests.processes import (
+    BIN, ROOT, Processes, flower_env, free_port, group_alive, http_ok, wait_for,
+    wait_for_audit,
+)
+
 KEY = "topology-key-" + "k" * 20
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
@@ -62,101 +61,6 @@ TINY_DEPLOYMENT_AUDIT = {
     "engine": "deployment",
     "timeout_seconds": 200,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, *, timeout: float, interval: float = 0.3, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
-
-
-def flower_env(home: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        FLWR_HOME=str(home),
-        FLWR_TELEMETRY_ENABLED="0",
-        FLWR_DISABLE_UPDATE_CHECK="1",
-        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # flower-superexec, flwr-serverapp
-        PYTHONPATH=str(ROOT),
-    )
-    return env
-
-
-class Processes:
-    """Starts processes as leaders of their own process groups; stops them by PID/PGID."""
-
-    def __init__(self, log_dir: Path):
-        self.log_dir = log_dir
-        self.started: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}.log", "ab")
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        log.close()
-        self.started.append((name, proc))
-        return proc
-
-    def log(self, name: str) -> str:
-        path = self.log_dir / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def alive(self, name: str) -> bool:
-        return any(n == name and p.poll() is None for n, p in self.started)
-
-    def stop_all(self) -> None:
-        for _, proc in reversed(self.started):
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for _, proc in reversed(self.started):
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        # the group leader is gone; sweep anything left in its group (Flower's SuperExec children)
-        deadline = time.monotonic() + 10
-        for _, proc in self.started:
-            while time.monotonic() < deadline and _group_alive(proc.pid):
-                time.sleep(0.2)
-            if _group_alive(proc.pid):
-                os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # zombies count as gone
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
@@ -268,15 +172,9 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
             "--port", str(api_port), "--database-url", database_url,
         ], service_env)
 
-        def healthy(url: str) -> bool:
-            try:
-                return httpx.get(url, timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(lambda: healthy(f"http://127.0.0.1:{link_port}/health") or
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{link_port}/health") or
                  (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:])),
-                 timeout=60, what="SuperLink /health")
+                 timeout=60, interval=0.3, what="SuperLink /health")
 
         # two SuperNodes through the image's entry point (partition ids via node config)
         for i in range(2):
@@ -291,11 +189,11 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
                 *map(str, compose["supernode"]["command"]), "--port", str(free_port()),
             ], env)
 
-        wait_for(lambda: healthy(f"{api}/readyz") or
+        wait_for(lambda: http_ok(f"{api}/readyz") or
                  (not procs.alive("flaudit") and pytest.fail(procs.log("flaudit")[-3000:])),
-                 timeout=90, what="service /readyz")
+                 timeout=90, interval=0.3, what="service /readyz")
         wait_for(lambda: all("SuperNode ID" in procs.log(f"supernode-{i}") for i in range(2)),
-                 timeout=60, what="both SuperNodes registered")
+                 timeout=60, interval=0.3, what="both SuperNodes registered")
         for i in range(2):
             assert f"--node-config partition-id={i} num-partitions=2" in procs.log(f"supernode-{i}")
 
@@ -306,13 +204,8 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
             bodies.append(created.text)
             audit_id = created.json()["id"]
 
-            def finished():
-                r = http.get(f"/audits/{audit_id}")
-                bodies.append(r.text)
-                body = r.json()
-                return body if body["status"] in ("succeeded", "failed", "cancelled") else None
-
-            audit = wait_for(finished, timeout=240, interval=1.0, what="deployment audit to finish")
+            audit = wait_for_audit(http, audit_id, timeout=240, bodies=bodies,
+                                   what="deployment audit to finish")
             assert audit["status"] == "succeeded", (
                 audit.get("reason"), procs.log("flaudit")[-3000:], procs.log("superlink")[-3000:]
             )
@@ -365,7 +258,7 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
         procs.stop_all()
         for name, proc in procs.started:
             assert proc.poll() is not None, name
-            assert not _group_alive(proc.pid), name
+            assert not group_alive(proc.pid), name
 
     texts = bodies + [procs.log(name) for name, _ in procs.started]
     for secret in seeds:
@@ -404,7 +297,7 @@ def test_tls_override_command_serves_supernodes_and_control_api(tmp_path):
         env = dict(os.environ, HEALTHCHECK_CA_FILE=str(certs / "ca.pem"))
         wait_for(lambda: subprocess.run(health, env=env, capture_output=True).returncode == 0 or
                  (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:])),
-                 timeout=60, what="SuperLink HTTPS /health")
+                 timeout=60, interval=0.3, what="SuperLink HTTPS /health")
         # without the CA the certificate is not trusted
         assert subprocess.run(health, capture_output=True).returncode != 0
 
@@ -416,7 +309,7 @@ def test_tls_override_command_serves_supernodes_and_control_api(tmp_path):
                         FLAUDIT_SUPERLINK_ROOT_CERTIFICATES=str(certs / "ca.pem"))
         procs.start("supernode", [str(BIN / "python"), str(ROOT / "docker" / "supernode-entrypoint.py"),
                                   "--port", str(free_port())], node_env)
-        wait_for(lambda: "SuperNode ID" in procs.log("supernode"), timeout=60,
+        wait_for(lambda: "SuperNode ID" in procs.log("supernode"), timeout=60, interval=0.3,
                  what="SuperNode registered over TLS")
         assert "--insecure" not in procs.log("supernode").splitlines()[0]
 
@@ -431,4 +324,4 @@ def test_tls_override_command_serves_supernodes_and_control_api(tmp_path):
     finally:
         procs.stop_all()
     for name, proc in procs.started:
-        assert proc.poll() is not None and not _group_alive(proc.pid), name
+        assert proc.poll() is not None and not group_alive(proc.pid), name

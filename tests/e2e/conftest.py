@@ -8,17 +8,17 @@ import http.server
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.processes import ProcessExited, free_port, stop_process, wait_for_http
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT_DIR = REPO / "test-output"
@@ -34,12 +34,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 API_KEY = "e2e-dashboard-key"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Service:
@@ -65,7 +59,7 @@ def service(tmp_path_factory) -> Service:
     """The real service (``auditor.service.app:create_app``) on a free port with a temporary
     SQLite database and ``FLAUDIT_API_KEY`` set; stopped (runner included) at the end."""
     tmp = tmp_path_factory.mktemp("dashboard-service")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
@@ -93,28 +87,16 @@ def service(tmp_path_factory) -> Service:
     )
     svc = Service(url, API_KEY, log_path)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the service exited with {proc.returncode}:\n{svc.log_tail()}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the service did not answer /healthz within 60 s:\n{svc.log_tail()}")
-            time.sleep(0.3)
+        try:
+            wait_for_http(f"{url}/healthz", process=proc, timeout=60, interval=0.3,
+                          log_tail=svc.log_tail)
+        except (ProcessExited, TimeoutError) as exc:
+            pytest.fail(f"the service did not answer /healthz: {exc}")
         yield svc
     finally:
         svc.client.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # graceful: the runner stops its workers
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        # SIGTERM is graceful: the runner stops its workers
+        stop_process(proc, sig=signal.SIGTERM, timeout=20, kill_group=True)
         log_file.close()
 
 

@@ -8,9 +8,7 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,19 +20,12 @@ import pytest
 from auditor.canaries import seen_mask
 from auditor.spec import AuditSpec
 from auditor.statistics import CosineTracker
+from tests.processes import BIN, ROOT, Processes, flower_env, free_port
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 SEED = 2**100 + 12345
 TOKEN = "run-token-for-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Ingest:
@@ -136,11 +127,8 @@ def _stop(procs: list[subprocess.Popen], marker: str) -> None:
 def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
     home = tmp_path / "flwr-home"
     home.mkdir()
-    env = dict(os.environ)
-    env.update(FLWR_HOME=str(home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
-               FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
-               PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
-    link_port, node1_port, node2_port = _free_port(), _free_port(), _free_port()
+    env = flower_env(home, project_on_path=False)
+    link_port, node1_port, node2_port = free_port(), free_port(), free_port()
     marker = f"127.0.0.1:{link_port}"
     spec = AuditSpec(task="synthetic", task_options={"dim": 3000, "test_size": 200}, num_rounds=2,
                      num_clients=4, clients_per_round=3, participation="uniform", num_canaries=4,
@@ -157,20 +145,15 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
         "flaudit-ingest-url": ingest.url,
         "flaudit-run-token": TOKEN,
     }.items()) + "flaudit-min-nodes = 2\nflaudit-round-timeout = 120.0\n")
-    procs: list[subprocess.Popen] = []
-
-    def start(args, name):
-        log = open(tmp_path / f"{name}.log", "wb")
-        procs.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      cwd=tmp_path, start_new_session=True))
+    procs = Processes(tmp_path, cwd=tmp_path)
 
     started = time.monotonic()
     try:
-        start([str(BIN / "flower-superlink"), "--insecure", "--port", str(link_port),
-               "--disable-runtime-dependency-installation"], "superlink")
+        procs.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--port",
+                                  str(link_port), "--disable-runtime-dependency-installation"], env)
         for i, port in enumerate((node1_port, node2_port)):
-            start([str(BIN / "flower-supernode"), "--insecure", "--superlink", marker,
-                   "--port", str(port)], f"supernode{i}")
+            procs.start(f"supernode{i}", [str(BIN / "flower-supernode"), "--insecure",
+                                          "--superlink", marker, "--port", str(port)], env)
         submitted = None
         for _ in range(30):  # the SuperLink needs a few seconds to listen
             time.sleep(2)
@@ -185,7 +168,7 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
         logs = {p.name: p.read_text(errors="replace")[-3000:] for p in tmp_path.glob("*.log")}
         assert finished, f"no final model received; logs: {logs}"
     finally:
-        _stop(procs, marker)
+        _stop([proc for _, proc in procs.started], marker)
         ingest.close()
     elapsed = time.monotonic() - started
     print(f"deployment audit took {elapsed:.1f} s")

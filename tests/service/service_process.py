@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.processes import ROOT, free_port, stop_process, wait_for_http
 
 
 class ServiceProcess:
@@ -40,17 +30,9 @@ class ServiceProcess:
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"service exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError("service did not become ready")
+        # ProcessExited (a RuntimeError) if the service dies first, TimeoutError if it hangs
+        wait_for_http(f"{self.url}/readyz", process=self.process, timeout=timeout,
+                      interval=0.2, log_tail=lambda: self.log_path.read_text()[-2000:])
 
     def kill9(self) -> None:
         os.kill(self.process.pid, signal.SIGKILL)
@@ -58,13 +40,7 @@ class ServiceProcess:
         self._log.close()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process, sig=signal.SIGINT, timeout=30)
         self._log.close()
 
 
@@ -90,13 +66,3 @@ def cmdline(pid: int) -> str:
             return fh.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def wait_for(predicate, *, timeout: float, interval: float = 0.5, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")

@@ -19,8 +19,9 @@ import pytest
 
 from auditor.estimators import summarize
 from auditor.service.store import Store
+from tests.processes import wait_for, wait_for_audit
 
-from .service_process import ServiceProcess, cmdline, tagged_processes, wait_for
+from .service_process import ServiceProcess, cmdline, tagged_processes
 
 pytestmark = pytest.mark.slow
 KEY = "e2e-key-0123456789"
@@ -59,12 +60,7 @@ def test_real_simulation_audit_end_to_end_with_secret_scan(tmp_path):
             bodies.append(created.text)
             audit_id = created.json()["id"]
 
-            def finished():
-                r = http.get(f"/audits/{audit_id}")
-                bodies.append(r.text)
-                return r.json() if r.json()["status"] in ("succeeded", "failed", "cancelled") else None
-
-            audit = wait_for(finished, timeout=240, interval=1.0, what="audit to finish")
+            audit = wait_for_audit(http, audit_id, timeout=240, bodies=bodies)
             assert audit["status"] == "succeeded", (audit["reason"], log.read_text()[-3000:])
             assert audit["progress"]["round"] == 3 and audit["metrics"]["accuracy"] >= 0
             cos_response = http.get(f"/audits/{audit_id}/cosines")

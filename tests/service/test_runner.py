@@ -7,8 +7,9 @@ import httpx
 import pytest
 
 from auditor.service.store import Store
+from tests.processes import wait_for
 
-from .service_process import ServiceProcess, tagged_processes, wait_for
+from .service_process import ServiceProcess, tagged_processes
 
 pytestmark = pytest.mark.slow
 KEY = "runner-key-0123456789"
