@@ -8,7 +8,6 @@ import time
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, Error, Message, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from auditor.canaries import canary_vector, seen_mask
 from auditor.spec import AuditSpec
@@ -27,12 +26,7 @@ class RecordingReporter(LocalRoundReporter):
         self.deltas = getattr(self, "deltas", []) + [np.array(delta)]
 
 
-@pytest.fixture(autouse=True)
-def task_identity():
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/server/conftest.py
 
 
 class FakeGrid:

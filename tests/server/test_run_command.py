@@ -8,7 +8,6 @@ import time
 
 import pytest
 from flwr.app import Error, Message
-from flwr.supercore.task_identity import TaskIdentity
 
 import server.simulation
 from auditor.cli import main as cli_main
@@ -48,9 +47,7 @@ class InProcessGrid:
 
 
 @pytest.fixture
-def in_process_simulation(monkeypatch):
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+def in_process_simulation(monkeypatch, flower_task_identity):
     calls = []
 
     def fake(spec, *, canary_seed, reporter, timeout=None, progress=None, **kwargs):
@@ -60,8 +57,7 @@ def in_process_simulation(monkeypatch):
         return dict(run_audit(InProcessGrid(), runtime))
 
     monkeypatch.setattr(server.simulation, "run_simulation_audit", fake)
-    yield calls
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+    return calls
 
 
 def test_flaudit_run_prints_estimates_and_never_the_seed(tmp_path, capsys, in_process_simulation):

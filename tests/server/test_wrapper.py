@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
-from flwr.supercore.task_identity import TaskIdentity
 
 from auditor.canaries import canary_vector, seen_mask
 from server.reporting import LocalRoundReporter
@@ -18,12 +17,7 @@ K = 10
 S = 0.5
 
 
-@pytest.fixture(autouse=True)
-def task_identity():
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/server/conftest.py
 
 
 class Grid3:
