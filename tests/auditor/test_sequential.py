@@ -293,3 +293,17 @@ def test_lower_bound_zero_without_leakage():
     result = sequential_epsilon_lower_bound(rng.normal(size=300), rng.normal(size=300), delta=DELTA, grid=[0.0, 1.0])
     assert result.epsilon == 0.0
     assert result.details["stopping_time"] is None
+
+
+def test_simulated_canaries_fed_as_seen_unseen_pairs():
+    # how docs/estimators.md feeds it: seen vs unseen canary cosines of a simulated Gaussian mechanism
+    from auditor.simulate import gaussian_mechanism_scores
+
+    calibrated = gaussian_sigma_for_epsilon(1.0, DELTA)
+    for seed in range(5):
+        for sigma, eps, should_reject in [(0.5, 0.5, True), (calibrated, 1.0, False)]:
+            scores, seen = gaussian_mechanism_scores(sigma, 20000, 600, seed=seed)
+            n = min(seen.sum(), (~seen).sum())
+            test = SequentialDPTest(eps, DELTA)
+            test.update_many(scores[seen][:n], scores[~seen][:n])
+            assert test.rejected is should_reject
