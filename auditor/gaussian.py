@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from auditor.canaries import iter_canary_chunks
-from auditor.estimators._validation import check_delta, check_dim, check_nonnegative
+from auditor.estimators._validation import (
+    check_delta, check_dim, check_gaussian_variance, check_nonnegative,
+)
 from auditor.estimators.analytic import gaussian_epsilon_for_sigma
 from auditor.estimators.fitted import final_model_epsilon
 from auditor.estimators.lower_bound import epsilon_lower_bound
@@ -155,9 +157,7 @@ def gaussian_mechanism_audit(
     sigma = check_nonnegative(sigma, "sigma")
     d = check_dim(d)
     delta = check_delta(delta)
-    variance = VarianceTreatment(variance)
-    if variance not in (VarianceTreatment.null, VarianceTreatment.fitted):
-        raise ValueError(f"variance must be 'null' or 'fitted', got {variance.value!r}")
+    variance = check_gaussian_variance(variance)
     g = gaussian_mechanism_cosines(sigma, d, k, seed=seed, method=method)
     est_null = final_model_epsilon(g, d, delta, variance=VarianceTreatment.null)
     est_fitted = final_model_epsilon(g, d, delta, variance=VarianceTreatment.fitted)

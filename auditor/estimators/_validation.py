@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from auditor.results import VarianceTreatment
+
 
 def check_delta(delta: float, name: str = "delta") -> float:
     try:
@@ -19,6 +21,14 @@ def check_delta(delta: float, name: str = "delta") -> float:
 
 def check_confidence(confidence: float) -> float:
     return check_delta(confidence, "confidence")
+
+
+def check_gaussian_variance(variance: VarianceTreatment | str) -> VarianceTreatment:
+    """``variance`` as a :class:`VarianceTreatment` that fits a Gaussian: ``null`` or ``fitted``."""
+    variance = VarianceTreatment(variance)
+    if variance not in (VarianceTreatment.null, VarianceTreatment.fitted):
+        raise ValueError(f"variance must be 'null' or 'fitted', got {variance.value!r}")
+    return variance
 
 
 def check_finite(value: float, name: str) -> float:

@@ -7,7 +7,9 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from auditor.estimators._validation import check_delta, check_dim, check_scores
+from auditor.estimators._validation import (
+    check_delta, check_dim, check_gaussian_variance, check_scores,
+)
 from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logpdf, null_probit
 from auditor.estimators.two_gaussian import two_gaussian_epsilon
 from auditor.results import EpsilonResult, Estimator, VarianceTreatment
@@ -99,9 +101,7 @@ def final_model_epsilon(
     seen = check_scores(seen, "seen")
     d = check_dim(d)
     delta = check_delta(delta)
-    variance = VarianceTreatment(variance)
-    if variance not in (VarianceTreatment.null, VarianceTreatment.fitted):
-        raise ValueError(f"variance must be 'null' or 'fitted', got {variance.value!r}")
+    variance = check_gaussian_variance(variance)
     if seen.size < 2:
         raise ValueError("seen must hold at least 2 cosines to fit a Gaussian")
     mu, sigma_hat = _fit(seen)
