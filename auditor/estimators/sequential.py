@@ -122,6 +122,12 @@ def _as_points(values, name: str) -> np.ndarray:
     return array
 
 
+def _sq_dists(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distances between the rows of ``a`` and ``b`` (no (n, m, dim) temporary)."""
+    out = np.sum(a * a, axis=1)[:, None] + np.sum(b * b, axis=1)[None, :] - 2.0 * (a @ b.T)
+    return np.maximum(out, 0.0)
+
+
 def median_bandwidth(xs, ys) -> float:
     """Median heuristic: median Euclidean distance between distinct points of ``xs`` and ``ys``
     pooled (1.0 if all points coincide).
@@ -138,8 +144,7 @@ def median_bandwidth(xs, ys) -> float:
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"xs and ys must have the same dimension, got {x.shape[1]} and {y.shape[1]}")
     pooled = np.vstack([x, y])
-    diff = pooled[:, None, :] - pooled[None, :, :]
-    dist = np.sqrt(np.sum(diff * diff, axis=-1))[np.triu_indices(pooled.shape[0], k=1)]
+    dist = np.sqrt(_sq_dists(pooled, pooled))[np.triu_indices(pooled.shape[0], k=1)]
     dist = dist[dist > 0]
     return float(np.median(dist)) if dist.size else 1.0
 
@@ -335,16 +340,11 @@ class SequentialDPTest:
             raise ValueError(f"{name} has dimension {array.size}, expected {self._dim}")
         return array
 
-    def _k(self, points: np.ndarray, z: np.ndarray) -> np.ndarray:
-        diff = points - z
-        return np.exp(-np.sum(diff * diff, axis=-1) / (2.0 * self._bandwidth**2))
-
     def _exact_norm_sq(self) -> float:
         n = self._count
         pts = np.vstack([self._px[:n], self._py[:n]])
         w = np.concatenate([self._coef[:n], -self._coef[:n]])
-        diff = pts[:, None, :] - pts[None, :, :]
-        gram = np.exp(-np.sum(diff * diff, axis=-1) / (2.0 * self._bandwidth**2))
+        gram = np.exp(-_sq_dists(pts, pts) / (2.0 * self._bandwidth**2))
         return max(0.0, float(w @ gram @ w))
 
     def _project(self) -> None:

@@ -307,3 +307,14 @@ def test_simulated_canaries_fed_as_seen_unseen_pairs():
             test = SequentialDPTest(eps, DELTA)
             test.update_many(scores[seen][:n], scores[~seen][:n])
             assert test.rejected is should_reject
+
+
+def test_median_bandwidth_matches_brute_force_for_vectors():
+    from auditor.estimators.sequential import median_bandwidth
+
+    rng = np.random.default_rng(1212)
+    xs, ys = rng.normal(size=(15, 4)), rng.normal(1.0, 2.0, size=(15, 4))
+    pooled = np.vstack([xs, ys])
+    brute = [np.linalg.norm(pooled[i] - pooled[j]) for i in range(30) for j in range(i + 1, 30)]
+    assert median_bandwidth(xs, ys) == pytest.approx(np.median(brute), rel=1e-9)
+    assert median_bandwidth([1.0, 1.0], [1.0]) == 1.0  # all points equal
