@@ -8,6 +8,8 @@ import json
 import math
 import sys
 
+from auditor.commands._table import print_table
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -37,6 +39,13 @@ def _delta(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"--delta must be in (0, 1), got {text!r}")
     return value
+
+
+def _row_line(r: dict) -> str:
+    n, f, lo = r["epsilon_est_null_variance"], r["epsilon_est_fitted_variance"], r["epsilon_lo"]
+    return (f"{r['sigma']:>8.4g} {r['analytic_epsilon']:>12.3f} "
+            f"{n['mean']:>10.3f} ± {n['std']:<6.3f} {f['mean']:>12.3f} ± {f['std']:<6.3f} "
+            f"{lo['mean']:>6.3f} ± {lo['std']:<4.2f}")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -104,13 +113,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"Gaussian mechanism audit (Andrew et al. Alg. 1): d={args.d:g}, k={args.k}, "
           f"delta={args.delta:g}, {args.runs} runs per row, method={args.method}")
     head = f"{'sigma':>8} {'analytic eps':>12} {'eps_est (var 1/d)':>19} {'eps_est (fitted var)':>21} {'eps_lo 95%':>13}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        n, f, lo = r["epsilon_est_null_variance"], r["epsilon_est_fitted_variance"], r["epsilon_lo"]
-        print(f"{r['sigma']:>8.4g} {r['analytic_epsilon']:>12.3f} "
-              f"{n['mean']:>10.3f} ± {n['std']:<6.3f} {f['mean']:>12.3f} ± {f['std']:<6.3f} "
-              f"{lo['mean']:>6.3f} ± {lo['std']:<4.2f}")
+    print_table(head, (_row_line(r) for r in rows))
     hv = "var 1/d" if args.variance == "null" else "fitted var"
     print(f"headline: eps_est ({hv}); mean ± std over runs; eps_lo uses the exact null CDF, "
           "uncorrected max over thresholds")

@@ -14,6 +14,8 @@ import math
 import sys
 from pathlib import Path
 
+from auditor.commands._table import print_table
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path, help="audit TOML file (AuditSpec fields)")
@@ -49,6 +51,12 @@ def _fmt(value: float) -> str:
     if math.isinf(value):
         return "inf"
     return f"{value:.4g}"
+
+
+def _estimate_line(e) -> str:
+    conf = f"{e.confidence:.2f}" if e.confidence is not None else "-"
+    return (f"{_fmt(e.epsilon):>9}  {e.estimator.value:<13} {e.threat_model:<19} "
+            f"{e.variance.value:<8} {e.correction.value:<10} {conf:>5}  {e.method}")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -136,12 +144,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"mean cosines  final: seen {cos['final_seen_mean']}, unseen {cos['final_unseen_mean']}; "
           f"max over rounds: seen {cos['max_seen_mean']}, unseen {cos['max_unseen_mean']}")
     head = f"{'epsilon':>9}  {'estimator':<13} {'threat model':<19} {'variance':<8} {'correction':<10} {'conf':>5}  method"
-    print(head)
-    print("-" * len(head))
-    for e in estimates:
-        conf = f"{e.confidence:.2f}" if e.confidence is not None else "-"
-        print(f"{_fmt(e.epsilon):>9}  {e.estimator.value:<13} {e.threat_model:<19} "
-              f"{e.variance.value:<8} {e.correction.value:<10} {conf:>5}  {e.method}")
+    print_table(head, (_estimate_line(e) for e in estimates))
     print(f"delta = {spec.delta:g} for every row")
     bad = [d for d in summary.diagnostics if not d.ok]
     for d in bad:
