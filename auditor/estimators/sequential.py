@@ -74,6 +74,12 @@ def _check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     return value
 
 
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def mmd_threshold(epsilon: float, delta: float, *, kernel_bound: float = math.sqrt(2.0)) -> float:
     """Largest MMD that (epsilon, delta)-DP allows: ``c (e^eps - 1 + 2 delta) / (e^eps + 1)``.
 
@@ -198,12 +204,8 @@ class SequentialDPTest:
             self._bandwidth: float | None = h
         else:
             self._bandwidth = None
-        if isinstance(calibration, bool) or int(calibration) != calibration or calibration < 2:
-            raise ValueError(f"calibration must be an integer >= 2, got {calibration!r}")
-        if isinstance(max_terms, bool) or int(max_terms) != max_terms or max_terms < 1:
-            raise ValueError(f"max_terms must be an integer >= 1, got {max_terms!r}")
-        self.calibration = int(calibration)
-        self.max_terms = int(max_terms)
+        self.calibration = _check_int(calibration, "calibration", 2)
+        self.max_terms = _check_int(max_terms, "max_terms", 1)
         self.tau = mmd_threshold(self.epsilon, self.delta)
         self._scale = 2.0 + self.tau  # sup |payoff|
         self._log_threshold = math.log(1.0 / self.alpha)

@@ -222,6 +222,8 @@ def test_deterministic():
         ({"epsilon": 1.0, "delta": DELTA, "bandwidth": float("inf")}, "bandwidth"),
         ({"epsilon": 1.0, "delta": DELTA, "calibration": 1}, "calibration"),
         ({"epsilon": 1.0, "delta": DELTA, "max_terms": 0}, "max_terms"),
+        ({"epsilon": 1.0, "delta": DELTA, "max_terms": "many"}, "max_terms"),
+        ({"epsilon": 1.0, "delta": DELTA, "calibration": 2.5}, "calibration"),
     ],
 )
 def test_constructor_validation_names_argument(kwargs, name):
