@@ -164,6 +164,10 @@ class CanaryAuditStrategy(Strategy):
         })
         return Message(content=content, reply_to=self._template)
 
+    def _reply_weight(self, reply: Message) -> float:
+        metrics = next(iter(reply.content.metric_records.values()), None)
+        return float(metrics.get(self.weight_key, 1.0)) if metrics is not None else 1.0
+
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -176,8 +180,16 @@ class CanaryAuditStrategy(Strategy):
             for reply in valid:
                 update = _record_vector(next(iter(reply.content.array_records.values()))) - current
                 num_clipped += int(np.linalg.norm(update.astype(np.float64)) > self.clip_norm)
-            metrics = next(iter(valid[0].content.metric_records.values()), None)
-            weight = float(metrics.get(self.weight_key, 1.0)) if metrics is not None else 1.0
+            weights = {self._reply_weight(reply) for reply in valid}
+            if len(weights) > 1:
+                raise ValueError(
+                    f"replies of round {server_round} carry different '{self.weight_key}' values "
+                    f"({sorted(weights)}): DP-FedAvg averages clipped updates with uniform weights "
+                    "(weighting by example count breaks the DP guarantee, and canaries could not "
+                    f"be aggregated like clients); report the same '{self.weight_key}' from "
+                    "every client"
+                )
+            (weight,) = weights
             for j in self._by_round.get(server_round, []):
                 direction = canary_vector(self._seed, j, current.size)
                 model = (current + canary_update(direction, self.clip_norm)).astype(np.float32)

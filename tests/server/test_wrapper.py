@@ -79,6 +79,23 @@ def test_canaries_enter_the_average_like_clipped_clients_and_rounds_are_reported
     assert final[mask].min() > np.abs(final[~mask]).max()
 
 
+def test_unequal_client_weights_are_refused():
+    """DP-FedAvg needs uniform weights; example-count weighting would also make canaries weigh
+    differently from the clients they stand beside."""
+    reporter = LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=K)
+    strategy = _wrapped(reporter)
+    arrays = ArrayRecord([np.zeros(4, np.float32)])
+    messages = list(strategy.configure_train(1, arrays, ConfigRecord({}), Grid3()))
+    replies = [
+        Message(content=RecordDict({"arrays": ArrayRecord([np.full(4, 0.01 * (i + 1), np.float32)]),
+                                    "metrics": MetricRecord({"num-examples": n})}), reply_to=msg)
+        for i, (msg, n) in enumerate(zip(messages, [10, 10, 30]))
+    ]
+    with pytest.raises(ValueError, match="num-examples.*uniform weights"):
+        strategy.aggregate_train(1, replies)
+    assert reporter.rounds == []  # nothing reported for the refused round
+
+
 def test_bad_arguments_are_named():
     reporter = LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=K)
     inner = FedAvg()
