@@ -54,8 +54,17 @@ class AdaptiveClipping(BaseModel):
     target_quantile: float = Field(0.5, gt=0, lt=1, description="Target fraction of unclipped updates.")
     learning_rate: float = Field(0.2, gt=0, description="Geometric update rate of the clip norm.")
     clipped_count_stddev: float | None = Field(
-        None, ge=0, description="Noise std of the clipped count; default cohort/20."
+        None,
+        gt=0,
+        description="Noise std of the clipped count; default clients_per_round/20. It is a "
+        "second Gaussian query on each client and is included in the analytic epsilon.",
     )
+
+    def count_stddev(self, clients_per_round: int) -> float:
+        """The clipped-count noise std in use: the configured one or ``clients_per_round / 20``."""
+        if self.clipped_count_stddev is not None:
+            return float(self.clipped_count_stddev)
+        return clients_per_round / 20
 
 
 class AuditSpec(BaseModel):
@@ -138,6 +147,22 @@ class AuditSpec(BaseModel):
         if self.engine == Engine.deployment and not self.superlink_address:
             raise ValueError("superlink_address is required when engine is 'deployment'")
         return self
+
+    @property
+    def accounted_noise_multiplier(self) -> float:
+        """The noise multiplier of the whole round as one Gaussian mechanism.
+
+        With fixed clipping it is ``noise_multiplier``. With adaptive clipping each client also
+        contributes a bit (update clipped or not; sensitivity 1) to a count noised with std
+        ``sigma_b``, a second Gaussian query; the two compose to a Gaussian mechanism with
+        ``z_total = (z^-2 + sigma_b^-2)^(-1/2)`` (Andrew et al. 2021), which is what the
+        analytic epsilon must use. ``0`` means no noise (epsilon is infinite).
+        """
+        z = self.noise_multiplier
+        if self.adaptive_clipping is None or z == 0:
+            return z
+        sigma_b = self.adaptive_clipping.count_stddev(self.clients_per_round)
+        return (z**-2 + sigma_b**-2) ** -0.5
 
     @property
     def sampling_probability(self) -> float:

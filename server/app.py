@@ -153,11 +153,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     adaptive = None
     if spec.adaptive_clipping is not None:
         ac = spec.adaptive_clipping
-        count_stddev = (
-            ac.clipped_count_stddev
-            if ac.clipped_count_stddev is not None
-            else spec.clients_per_round / 20
-        )
+        count_stddev = ac.count_stddev(spec.clients_per_round)
         adaptive = AdaptiveClipNorm(
             initial_clip_norm=ac.initial_clip_norm,
             target_quantile=ac.target_quantile,

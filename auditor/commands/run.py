@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from auditor.canaries import new_master_seed, seen_mask
-    from auditor.estimators import analytic_epsilon, summarize
+    from auditor.estimators import audit_analytic_epsilon, summarize
     from server.reporting import LocalRoundReporter
     from server.simulation import run_simulation_audit
 
@@ -111,12 +111,7 @@ def main(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap,
     )
     estimates = list(summary.estimates)
-    q = spec.sampling_probability if spec.participation.value == "poisson" else None
-    if spec.noise_multiplier > 0:
-        estimates += analytic_epsilon(
-            spec.noise_multiplier, q if q is not None else 1.0, spec.num_rounds, spec.delta,
-            participations=spec.canary_repeats, accountants=("rdp",) if q is not None else (),
-        )
+    estimates += audit_analytic_epsilon(spec)
     cos = {
         "final_seen_mean": float(np.mean(tracker.final_cosines[mask])) if mask.any() else None,
         "final_unseen_mean": float(np.mean(tracker.final_cosines[~mask])) if (~mask).any() else None,

@@ -3,6 +3,7 @@ functions over arrays of canary cosines. See ``docs/estimators.md``."""
 
 from auditor.estimators.analytic import (
     analytic_epsilon,
+    audit_analytic_epsilon,
     gaussian_epsilon_for_sigma,
     gaussian_sigma_for_epsilon,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "Split",
     "all_iterates_estimate",
     "analytic_epsilon",
+    "audit_analytic_epsilon",
     "anderson_darling",
     "bootstrap_interval",
     "epsilon_lower_bound",

@@ -150,3 +150,22 @@ def analytic_epsilon(
             )
         )
     return out
+
+
+def audit_analytic_epsilon(spec) -> list[EpsilonResult]:
+    """The analytic epsilons reported for an audit (:class:`auditor.spec.AuditSpec`): one place
+    for the service, ``flaudit run`` and the fidelity benchmarks.
+
+    dp-accounting for the round's accounted noise multiplier (``spec.accounted_noise_multiplier``:
+    the configured ``z``, combined with the clipped-count query under adaptive clipping),
+    ``q = spec.sampling_probability`` and ``T = spec.num_rounds``: the Poisson-subsampled bound
+    (RDP and PLD), which is the claim under Poisson participation, and the bound for an adversary
+    who knows the canary's ``spec.canary_repeats`` rounds, which holds for any schedule.
+    """
+    return analytic_epsilon(
+        spec.accounted_noise_multiplier,
+        spec.sampling_probability,
+        spec.num_rounds,
+        spec.delta,
+        participations=spec.canary_repeats,
+    )

@@ -92,18 +92,9 @@ def _number(value: Any) -> float | None:
 
 def analytic_results(spec: AuditSpec) -> list[dict]:
     """Analytic epsilon of the spec's DP-FedAvg from dp-accounting (via the estimators package)."""
-    from auditor.estimators import analytic_epsilon
+    from auditor.estimators import audit_analytic_epsilon
 
-    results = analytic_epsilon(
-        spec.noise_multiplier,
-        spec.sampling_probability,
-        spec.num_rounds,
-        spec.delta,
-        participations=spec.canary_repeats,
-    )
-    if hasattr(results, "estimates"):
-        results = results.estimates
-    return _as_dicts(results)
+    return _as_dicts(audit_analytic_epsilon(spec))
 
 
 def summary_parts(

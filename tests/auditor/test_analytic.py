@@ -61,3 +61,37 @@ def test_calibration_round_trip():
 def test_bad_input(kwargs, name):
     with pytest.raises(ValueError, match=name):
         analytic_epsilon(**kwargs)
+
+
+def test_adaptive_clipping_count_query_is_accounted():
+    """With adaptive clipping the noised clipped count is a second Gaussian query: the analytic
+    epsilon of the audit uses z_total = (z^-2 + sigma_b^-2)^-1/2 and so exceeds the fixed-clip one."""
+    from auditor.estimators import audit_analytic_epsilon
+    from auditor.spec import AdaptiveClipping, AuditSpec
+
+    fixed = AuditSpec(noise_multiplier=1.0, clients_per_round=40, num_rounds=10)
+    adaptive = fixed.model_copy(update={
+        "clip_norm": None, "adaptive_clipping": AdaptiveClipping(clipped_count_stddev=2.0)})
+    assert fixed.accounted_noise_multiplier == 1.0
+    assert adaptive.accounted_noise_multiplier == pytest.approx((1 + 0.25) ** -0.5)
+    # default sigma_b = clients_per_round / 20 = 2: the same
+    default = fixed.model_copy(update={"clip_norm": None, "adaptive_clipping": AdaptiveClipping()})
+    assert default.accounted_noise_multiplier == pytest.approx(adaptive.accounted_noise_multiplier)
+    eps_fixed = {(r.threat_model, r.details.get("accountant")): r.epsilon for r in audit_analytic_epsilon(fixed)}
+    eps_adapt = {(r.threat_model, r.details.get("accountant")): r.epsilon for r in audit_analytic_epsilon(adaptive)}
+    assert eps_fixed.keys() == eps_adapt.keys() and len(eps_fixed) == 3
+    for key in eps_fixed:
+        assert eps_adapt[key] > eps_fixed[key]
+    # the same as calling the accountant with the combined multiplier directly
+    direct = analytic_epsilon(adaptive.accounted_noise_multiplier, adaptive.sampling_probability, 10,
+                              adaptive.delta, participations=1)
+    assert sorted(r.epsilon for r in direct) == sorted(eps_adapt.values())
+
+
+def test_an_unnoised_clipped_count_is_refused():
+    from pydantic import ValidationError
+
+    from auditor.spec import AdaptiveClipping
+
+    with pytest.raises(ValidationError, match="clipped_count_stddev"):
+        AdaptiveClipping(clipped_count_stddev=0.0)
