@@ -292,7 +292,13 @@ def _parse_seed(value: Any) -> int:
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    return int(text, 16) if text.lower().startswith("0x") else int(text)
+    try:
+        return int(text, 16) if text.lower().startswith("0x") else int(text)
+    except ValueError:
+        # never echo the value: it is (a malformed copy of) the secret
+        raise ValueError(
+            "run config 'canary-seed' must be a decimal or 0x-hex integer"
+        ) from None
 
 
 def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:

@@ -180,3 +180,13 @@ def test_adaptive_clipping_moves_the_clip_norm_by_the_quantile_rule():
     for before, after in zip(norms, norms[1:]):
         assert after == pytest.approx(before * np.exp(0.2 * 0.5))  # unclipped fraction 0
     assert all(meta.clipped_fraction == 1.0 for _, meta in reporter.rounds if meta.cohort_size > meta.num_canaries_inserted)
+
+
+def test_a_malformed_canary_seed_is_refused_without_echoing_it():
+    from server.app import _parse_seed
+
+    assert _parse_seed("0x1F") == 31 and _parse_seed(" 42 ") == 42 and _parse_seed(7) == 7
+    with pytest.raises(ValueError, match="canary-seed") as info:
+        _parse_seed("12345secret6789")
+    assert "12345secret6789" not in str(info.value) and info.value.__cause__ is None
+    assert info.value.__suppress_context__
