@@ -57,16 +57,6 @@ _ONS_RATE = 2.0 / (2.0 - math.log(3.0))  # Cutkosky & Orabona's ONS constant for
 _LAMBDA_MAX = 0.5
 
 
-def _check_alpha(alpha: float) -> float:
-    try:
-        value = float(alpha)
-    except (TypeError, ValueError):
-        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}") from None
-    if not (0.0 < value < 1.0):
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    return value
-
-
 def _check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     value = check_finite(epsilon, name)
     if value < 0:
@@ -196,7 +186,7 @@ class SequentialDPTest:
     ) -> None:
         self.epsilon = _check_epsilon(epsilon)
         self.delta = check_delta(delta)
-        self.alpha = _check_alpha(alpha)
+        self.alpha = check_delta(alpha, "alpha")
         if bandwidth is not None:
             h = check_finite(bandwidth, "bandwidth")
             if h <= 0:
@@ -482,7 +472,7 @@ def sequential_epsilon_lower_bound(
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"xs and ys must have the same dimension, got {x.shape[1]} and {y.shape[1]}")
     delta = check_delta(delta)
-    alpha = _check_alpha(alpha)
+    alpha = check_delta(alpha, "alpha")
     eps_grid = default_epsilon_grid() if grid is None else np.asarray(grid, dtype=np.float64).reshape(-1)
     if eps_grid.size == 0:
         raise ValueError("grid must not be empty")
