@@ -7,7 +7,17 @@ EXTRAS="${1:-}"
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+  if ! "$PY" -m venv .venv >/dev/null 2>&1; then
+    # Debian/Ubuntu ship venv separately; install it when we may, else say what is missing
+    rm -rf .venv
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    else
+      echo "flaudit: '$PY -m venv' failed; install your distribution's python3-venv package" >&2
+      exit 1
+    fi
+    "$PY" -m venv .venv
+  fi
   .venv/bin/python -m pip install --quiet --upgrade pip
 fi
 STAMP=".venv/.flaudit-installed-${EXTRAS:-base}"
