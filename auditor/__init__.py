@@ -14,6 +14,7 @@ from auditor.estimators import (
     two_gaussian_epsilon,
 )
 from auditor.gaussian import GaussianAuditResult, gaussian_mechanism_audit
+from auditor.known_rounds import KnownRoundsState, KnownRoundsStatistic
 from auditor.results import Correction, Diagnostic, EpsilonResult, Estimator, VarianceTreatment
 from auditor.statistics import CosineTracker
 
@@ -23,6 +24,8 @@ __all__ = [
     "new_master_seed",
     "seen_mask",
     "CosineTracker",
+    "KnownRoundsStatistic",
+    "KnownRoundsState",
     "Correction",
     "Diagnostic",
     "EpsilonResult",
