@@ -17,6 +17,8 @@ class Estimator(str, Enum):
     one_run = "one_run"  # Steinke et al. 2023 Thm 3.1
     analytic = "analytic"  # dp-accounting
     sequential = "sequential"  # González et al. 2025 test by betting
+    gdp_lower_bound = "gdp_lower_bound"  # mu_lo from threshold tests, read as epsilon at delta
+    fdp_one_run = "fdp_one_run"  # Mahloujifar, Melis & Chaudhuri 2025 guessing game, GDP curves
 
 
 class VarianceTreatment(str, Enum):

@@ -14,12 +14,27 @@ from auditor.estimators.fitted import (
     final_model_epsilon,
     final_model_estimates,
 )
+from auditor.estimators.gdp import (
+    ClaimTestResult,
+    EpsilonDeltaCurveClaim,
+    GaussianDPClaim,
+    GaussianDPResult,
+    NoDPClaim,
+    audit_claims,
+    claim_test,
+    fdp_one_run_lower_bound,
+    fdp_one_run_p_value,
+    gdp_epsilon,
+    gdp_lower_bound,
+    poisson_subsampled_claim,
+)
 from auditor.estimators.interference import effective_noise_multiplier, interference_warning
 from auditor.estimators.lower_bound import (
     Bonferroni,
     NoCorrection,
     Split,
     epsilon_lower_bound,
+    clopper_pearson_upper,
     jeffreys_upper,
 )
 from auditor.estimators.null import null_cdf, null_logsf, null_pdf, null_sf
@@ -38,6 +53,19 @@ from auditor.estimators.two_gaussian import (
 
 __all__ = [
     "AuditSummary",
+    "ClaimTestResult",
+    "EpsilonDeltaCurveClaim",
+    "GaussianDPClaim",
+    "GaussianDPResult",
+    "NoDPClaim",
+    "audit_claims",
+    "claim_test",
+    "clopper_pearson_upper",
+    "fdp_one_run_lower_bound",
+    "fdp_one_run_p_value",
+    "gdp_epsilon",
+    "gdp_lower_bound",
+    "poisson_subsampled_claim",
     "Bonferroni",
     "Histogram",
     "NoCorrection",

@@ -30,7 +30,16 @@ from auditor.estimators._validation import (
 from auditor.estimators.null import null_logsf
 from auditor.results import Correction, EpsilonResult, Estimator
 
-__all__ = ["NoCorrection", "Bonferroni", "Split", "epsilon_lower_bound", "jeffreys_upper"]
+__all__ = [
+    "NoCorrection",
+    "Bonferroni",
+    "Split",
+    "epsilon_lower_bound",
+    "jeffreys_upper",
+    "clopper_pearson_upper",
+    "search_thresholds",
+    "threshold_counts",
+]
 
 
 @dataclass(frozen=True)
@@ -91,25 +100,44 @@ def _eps_at(log_fpr: np.ndarray, log_fnr: np.ndarray, delta: float) -> np.ndarra
     return np.maximum(np.maximum(one, two), 0.0)
 
 
+def clopper_pearson_upper(failures, trials, alpha: float) -> np.ndarray:
+    """One-sided upper Clopper-Pearson bound on a binomial rate: the ``1 - alpha`` quantile of
+    ``Beta(x + 1, n - x)``, and 1 when ``x = n``. Exactly conservative (coverage >= 1 - alpha
+    for every rate), unlike :func:`jeffreys_upper`."""
+    x = np.asarray(failures, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+    upper = special.betaincinv(x + 1.0, np.maximum(n - x, 1.0), 1.0 - alpha)
+    return np.where(x >= n, 1.0, upper)
+
+
+def threshold_counts(
+    seen: np.ndarray, unseen: np.ndarray | None, thresholds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """False negatives (seen ``<= a``) and false positives (unseen ``> a``, None without unseen)
+    of the test "seen when the score exceeds ``a``", at every threshold ``a``."""
+    below = np.searchsorted(np.sort(seen), thresholds, side="right")
+    if unseen is None:
+        return below, None
+    return below, unseen.size - np.searchsorted(np.sort(unseen), thresholds, side="right")
+
+
 def _bounds(
     seen: np.ndarray,
     unseen: np.ndarray | None,
     d: int | None,
     thresholds: np.ndarray,
     alpha: float,
+    upper=jeffreys_upper,
 ) -> tuple[np.ndarray, np.ndarray]:
     """log FPR and log FNR upper bounds at every threshold, simultaneously at level alpha."""
-    seen_sorted = np.sort(seen)
-    below = np.searchsorted(seen_sorted, thresholds, side="right")  # seen <= a: false negatives
+    below, above = threshold_counts(seen, unseen, thresholds)
     if unseen is None:
-        fnr = jeffreys_upper(below, seen.size, alpha)
+        fnr = upper(below, seen.size, alpha)
         log_fpr = null_logsf(thresholds, d)
     else:
-        unseen_sorted = np.sort(unseen)
-        above = unseen.size - np.searchsorted(unseen_sorted, thresholds, side="right")
-        fnr = jeffreys_upper(below, seen.size, alpha / 2)  # union bound over the two rates
+        fnr = upper(below, seen.size, alpha / 2)  # union bound over the two rates
         with np.errstate(divide="ignore"):
-            log_fpr = np.log(jeffreys_upper(above, unseen.size, alpha / 2))
+            log_fpr = np.log(upper(above, unseen.size, alpha / 2))
     with np.errstate(divide="ignore"):
         return log_fpr, np.log(fnr)
 
@@ -119,13 +147,84 @@ def _candidate_thresholds(seen: np.ndarray, unseen: np.ndarray | None) -> np.nda
     return np.unique(pooled)
 
 
-def _best(
-    seen, unseen, d, thresholds, alpha, delta
-) -> tuple[float, float, float, float]:
-    log_fpr, log_fnr = _bounds(seen, unseen, d, thresholds, alpha)
-    eps = _eps_at(log_fpr, log_fnr, delta)
-    i = int(np.argmax(eps))
-    return float(eps[i]), float(thresholds[i]), float(np.exp(log_fpr[i])), float(np.exp(log_fnr[i]))
+@dataclass(frozen=True)
+class ThresholdChoice:
+    """Outcome of :func:`search_thresholds`: the best value of an objective and where it was."""
+
+    value: float
+    index: int  # into the evaluated thresholds (-1 when none)
+    threshold: float  # nan when none
+    thresholds: np.ndarray  # the thresholds the final value was computed over
+    seen: np.ndarray  # the canaries the final value was computed on
+    unseen: np.ndarray | None
+    note: str | None = None
+
+
+def search_thresholds(
+    seen: np.ndarray,
+    unseen: np.ndarray | None,
+    *,
+    correction: CorrectionStrategy,
+    evaluate,
+    empty_value: float,
+) -> ThresholdChoice:
+    """The threshold machinery shared by every threshold-test bound (epsilon_lo, mu_lo, the
+    claim test): candidate thresholds and multiplicity from ``correction``.
+
+    ``evaluate(seen, unseen, thresholds, multiplicity)`` returns one value per threshold
+    (higher is better) computed at level ``alpha / multiplicity``. :class:`NoCorrection` tries
+    every distinct score at multiplicity 1 (not valid); :class:`Bonferroni` tries
+    ``num_thresholds`` quantiles of the seen scores at multiplicity ``num_thresholds`` (the
+    quantiles of the seen scores do not invalidate the bound on their FNR: at the ``j``-th
+    order statistic the true FNR is ``Beta(j, n - j + 1)``, stochastically below the upper
+    bounds' ``Beta(j + 1/2, ...)`` or ``Beta(j + 1, ...)``); :class:`Split` picks the best
+    threshold on a random ``frac`` of the canaries and evaluates it on the rest.
+    """
+    if isinstance(correction, NoCorrection):
+        thresholds = _candidate_thresholds(seen, unseen)
+        values = evaluate(seen, unseen, thresholds, 1)
+    elif isinstance(correction, Bonferroni):
+        q = (np.arange(correction.num_thresholds) + 0.5) / correction.num_thresholds
+        thresholds = np.unique(np.quantile(seen, q))
+        values = evaluate(seen, unseen, thresholds, correction.num_thresholds)
+    else:
+        rng = np.random.default_rng(correction.seed)
+        pick_seen = rng.random(seen.size) < correction.frac
+        pick_unseen = None if unseen is None else rng.random(unseen.size) < correction.frac
+        sel_seen, used_seen = seen[pick_seen], seen[~pick_seen]
+        if unseen is None:
+            sel_unseen = used_unseen = None
+        else:
+            sel_unseen, used_unseen = unseen[pick_unseen], unseen[~pick_unseen]
+        if sel_seen.size == 0 or used_seen.size == 0 or (
+            unseen is not None and (sel_unseen.size == 0 or used_unseen.size == 0)
+        ):
+            return ThresholdChoice(empty_value, -1, math.nan, np.empty(0), used_seen, used_unseen,
+                                   "too few canaries to split")
+        cand = _candidate_thresholds(sel_seen, sel_unseen)
+        chosen = cand[int(np.argmax(evaluate(sel_seen, sel_unseen, cand, 1)))]
+        thresholds = np.array([chosen])
+        values = evaluate(used_seen, used_unseen, thresholds, 1)
+        seen, unseen = used_seen, used_unseen
+    i = int(np.argmax(values))
+    return ThresholdChoice(float(values[i]), i, float(thresholds[i]), thresholds, seen, unseen)
+
+
+def check_threshold_inputs(seen, unseen, d, correction):
+    """Validated ``(seen, unseen, d)`` for a threshold-test bound; ``d`` is required without
+    ``unseen`` (exact null FPR). Raises ``ValueError`` naming the argument."""
+    seen = check_scores(seen, "seen")
+    if unseen is None:
+        if d is None:
+            raise ValueError("d is required when unseen is not given (exact null FPR)")
+        d = check_dim(d)
+    else:
+        unseen = check_scores(unseen, "unseen")
+        if d is not None:
+            d = check_dim(d)
+    if not isinstance(correction, (NoCorrection, Bonferroni, Split)):
+        raise ValueError(f"correction must be NoCorrection(), Bonferroni() or Split(), got {correction!r}")
+    return seen, unseen, d
 
 
 def epsilon_lower_bound(
@@ -164,53 +263,30 @@ def epsilon_lower_bound(
         ``details``: ``threshold``, ``fpr_upper``, ``fnr_upper``, ``num_thresholds``,
         ``num_seen``, ``num_unseen`` and ``fpr`` ("exact null" or "jeffreys").
     """
-    seen = check_scores(seen, "seen")
-    if unseen is None:
-        if d is None:
-            raise ValueError("d is required when unseen is not given (exact null FPR)")
-        d = check_dim(d)
-    else:
-        unseen = check_scores(unseen, "unseen")
-        if d is not None:
-            d = check_dim(d)
+    seen, unseen, d = check_threshold_inputs(seen, unseen, d, correction)
     delta = check_delta(delta)
     confidence = check_confidence(confidence)
-    if not isinstance(correction, (NoCorrection, Bonferroni, Split)):
-        raise ValueError(f"correction must be NoCorrection(), Bonferroni() or Split(), got {correction!r}")
     alpha = 1.0 - confidence
     if threat_model is None:
         threat_model = "final_model" if unseen is None else "all_iterates"
     details: dict = {}
 
-    if isinstance(correction, NoCorrection):
-        thresholds = _candidate_thresholds(seen, unseen)
-        eps, a, fpr, fnr = _best(seen, unseen, d, thresholds, alpha, delta)
-        used_seen, used_unseen = seen, unseen
-    elif isinstance(correction, Bonferroni):
-        q = (np.arange(correction.num_thresholds) + 0.5) / correction.num_thresholds
-        thresholds = np.unique(np.quantile(seen, q))
-        eps, a, fpr, fnr = _best(seen, unseen, d, thresholds, alpha / correction.num_thresholds, delta)
-        used_seen, used_unseen = seen, unseen
+    def evaluate(s_, u_, thresholds, multiplicity):
+        log_fpr, log_fnr = _bounds(s_, u_, d, thresholds, alpha / multiplicity)
+        return _eps_at(log_fpr, log_fnr, delta)
+
+    choice = search_thresholds(seen, unseen, correction=correction, evaluate=evaluate,
+                               empty_value=0.0)
+    eps, a, thresholds = choice.value, choice.threshold, choice.thresholds
+    used_seen, used_unseen = choice.seen, choice.unseen
+    fpr = fnr = 1.0
+    if choice.note:
+        details["note"] = choice.note
     else:
-        rng = np.random.default_rng(correction.seed)
-        pick_seen = rng.random(seen.size) < correction.frac
-        pick_unseen = None if unseen is None else rng.random(unseen.size) < correction.frac
-        sel_seen, used_seen = seen[pick_seen], seen[~pick_seen]
-        if unseen is None:
-            sel_unseen = used_unseen = None
-        else:
-            sel_unseen, used_unseen = unseen[pick_unseen], unseen[~pick_unseen]
-        if sel_seen.size == 0 or used_seen.size == 0 or (
-            unseen is not None and (sel_unseen.size == 0 or used_unseen.size == 0)
-        ):
-            eps, a, fpr, fnr = 0.0, math.nan, 1.0, 1.0
-            details["note"] = "too few canaries to split"
-            thresholds = np.empty(0)
-        else:
-            cand = _candidate_thresholds(sel_seen, sel_unseen)
-            _, a, _, _ = _best(sel_seen, sel_unseen, d, cand, alpha, delta)
-            thresholds = np.array([a])
-            eps, a, fpr, fnr = _best(used_seen, used_unseen, d, thresholds, alpha, delta)
+        multiplicity = correction.num_thresholds if isinstance(correction, Bonferroni) else 1
+        log_fpr, log_fnr = _bounds(used_seen, used_unseen, d, thresholds[[choice.index]],
+                                   alpha / multiplicity)
+        fpr, fnr = float(np.exp(log_fpr[0])), float(np.exp(log_fnr[0]))
     label = {
         Correction.none: "max over all thresholds, uncorrected (the paper's; NOT a valid 95% bound near epsilon 0, see docs/fidelity.md)",
         Correction.bonferroni: "Bonferroni over the thresholds tried",
