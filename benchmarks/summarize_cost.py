@@ -19,6 +19,9 @@ CALLS = [
     ("end: both statistics", dict(max=True, final=True)),
     ("end: both + one-run", dict(max=True, final=True, one_run=True)),
     ("end: both + one-run + bootstrap=200", dict(max=True, final=True, one_run=True, bootstrap=200)),
+    ("per round + known-rounds scores + claim tests (GDP, Poisson)", dict(max=True, known=True)),
+    ("per round + known-rounds + claims + one_run", dict(max=True, known=True, one_run=True)),
+    ("end: all statistics + claims + one-run", dict(max=True, final=True, known=True, one_run=True)),
 ]
 
 
@@ -27,7 +30,8 @@ def _inputs(d: int, k: int):
     seen = rng.random(k) < 0.5
     final = rng.normal(0, d**-0.5, k) + seen / (1.54 * d**0.5)
     maxc = rng.normal(3, 1, k) / d**0.5 + seen * 0.5 / d**0.5
-    return seen, final, maxc
+    known = rng.normal(0, 1, k) + seen * 1.0
+    return seen, final, maxc, known
 
 
 def main() -> None:
@@ -36,9 +40,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     dims = (10**6, 500)
+    from auditor.estimators.gdp import audit_claims
+    from auditor.spec import AuditSpec
+
+    claims = audit_claims(AuditSpec(num_canaries=args.k, num_clients=10 * args.k))
     rows = {name: [] for name, _ in CALLS}
     for d in dims:
-        seen, final, maxc = _inputs(d, args.k)
+        seen, final, maxc, known = _inputs(d, args.k)
         summarize(seen=seen, dim=d, delta=1e-6, max_cosines=maxc)  # warm imports
         for name, opts in CALLS:
             best = float("inf")
@@ -48,6 +56,8 @@ def main() -> None:
                     seen=seen, dim=d, delta=1e-6, max_cosines=maxc,
                     final_cosines=final if opts.get("final") else None,
                     one_run=opts.get("one_run", False), bootstrap=opts.get("bootstrap", 0),
+                    known_rounds_scores=known if opts.get("known") else None,
+                    claims=claims if opts.get("known") else None,
                 )
                 best = min(best, time.perf_counter() - t0)
             rows[name].append(best)

@@ -1,6 +1,13 @@
 """Every epsilon estimator, lower bound, diagnostic and the analytic accounting, as pure
 functions over arrays of canary cosines. See ``docs/estimators.md``."""
 
+from auditor.estimators.alarm import (
+    ALARM_ALPHA,
+    AlarmDecision,
+    alarm_guarantee,
+    decide_alarm,
+    look_level,
+)
 from auditor.estimators.analytic import (
     analytic_epsilon,
     audit_analytic_epsilon,
@@ -52,6 +59,11 @@ from auditor.estimators.two_gaussian import (
 )
 
 __all__ = [
+    "ALARM_ALPHA",
+    "AlarmDecision",
+    "alarm_guarantee",
+    "decide_alarm",
+    "look_level",
     "AuditSummary",
     "ClaimTestResult",
     "EpsilonDeltaCurveClaim",

@@ -29,6 +29,13 @@ from auditor.estimators.fitted import (
     final_model_epsilon,
     final_model_estimates,
 )
+from auditor.estimators.gdp import (
+    KNOWN_ROUNDS,
+    ClaimTestResult,
+    claim_test,
+    fdp_one_run_lower_bound,
+    gdp_lower_bound,
+)
 from auditor.estimators.lower_bound import Bonferroni, NoCorrection, epsilon_lower_bound
 from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_pdf
 from auditor.estimators.one_run import one_run_lower_bound
@@ -68,12 +75,14 @@ class AuditSummary:
     estimates: list[EpsilonResult] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     histograms: dict[str, Histogram] = field(default_factory=dict)
+    claim_tests: list[ClaimTestResult] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "estimates": [e.to_dict() for e in self.estimates],
             "diagnostics": [d.to_dict() for d in self.diagnostics],
             "histograms": {k: h.to_dict() for k, h in self.histograms.items()},
+            "claim_tests": [t.to_dict() for t in self.claim_tests],
         }
 
 
@@ -122,6 +131,8 @@ def summarize(
     bootstrap: int = 0,
     one_run: bool = False,
     num_bins: int = 30,
+    known_rounds_scores=None,
+    claims=None,
 ) -> AuditSummary:
     """All estimates for one audit's canary statistics.
 
@@ -148,6 +159,21 @@ def summarize(
         Also compute the Steinke et al. one-run bound (~0.1 s per threat model at k = 1000).
     num_bins : int
         Histogram bins.
+    known_rounds_scores : array_like, optional
+        (k,) known-rounds scores (:class:`auditor.known_rounds.KnownRoundsStatistic`); NaN for
+        canaries not yet counted in any round (left out). Adds the known-rounds Gaussian-DP
+        lower bound (threat model ``known_rounds``) and, with ``claims``, its claim tests.
+    claims : list, optional
+        The audit's trade-off claims (:func:`auditor.estimators.gdp.audit_claims`). Each claim
+        is tested (:func:`auditor.estimators.gdp.claim_test`, Bonferroni thresholds) on the
+        statistics its adversary may use: the ``known_rounds`` claim on the known-rounds scores
+        and on the final-model cosines (exact null); the ``poisson_subsampled`` claim on the
+        final-model cosines and the max-over-rounds cosines. Results in ``claim_tests`` (feed
+        them to :func:`auditor.estimators.alarm.decide_alarm`).
+
+    Every available statistic also gets the valid Gaussian-DP lower bound
+    (:func:`auditor.estimators.gdp.gdp_lower_bound`, Bonferroni) and, with ``one_run``, the
+    one-run f-DP bound (with the known-rounds claim's p-value when ``claims`` are given).
 
     Returns
     -------
@@ -189,6 +215,16 @@ def summarize(
             if maxc.size != k:
                 raise ValueError(f"max_cosines has length {maxc.size} but seen has length {k}")
 
+    known = None
+    if known_rounds_scores is not None:
+        known = np.asarray(known_rounds_scores, dtype=np.float64)
+        if known.shape != (k,):
+            raise ValueError(f"known_rounds_scores must have shape ({k},), got {known.shape}")
+        if np.any(np.isinf(known)):
+            raise ValueError("known_rounds_scores contains Inf")
+    claims = list(claims) if claims is not None else []
+    known_claim = next((c for c in claims if c.threat_model == KNOWN_ROUNDS), None)
+    claim_tests: list[ClaimTestResult] = []
     estimates: list[EpsilonResult] = []
     diagnostics: list[Diagnostic] = []
     histograms: dict[str, Histogram] = {}
@@ -204,6 +240,11 @@ def summarize(
                     epsilon_lower_bound(s, d=d, delta=delta, confidence=confidence,
                                         correction=corr, threat_model=FINAL_MODEL)
                 )
+            estimates.append(gdp_lower_bound(s, d=d, delta=delta, confidence=confidence,
+                                             threat_model=FINAL_MODEL))
+            claim_tests.extend(
+                claim_test(s, claim=c, d=d, threat_model=FINAL_MODEL) for c in claims
+            )
             diagnostics.append(anderson_darling(s, name="seen_final"))
             if bootstrap:
                 diagnostics.append(
@@ -222,6 +263,9 @@ def summarize(
         if one_run and k >= 2:
             estimates.append(one_run_lower_bound(final, seen_mask, delta=delta,
                                                  confidence=confidence, threat_model=FINAL_MODEL))
+            estimates.append(fdp_one_run_lower_bound(final, seen_mask, delta=delta,
+                                                     confidence=confidence, claim=known_claim,
+                                                     threat_model=FINAL_MODEL))
         exact = d < EXACT_NULL_BELOW_DIM
         histograms[FINAL_MODEL] = _histogram(
             s, u, (lambda x: null_pdf(x, d)) if exact else _gauss_pdf(0.0, 1 / math.sqrt(d)),
@@ -238,6 +282,12 @@ def summarize(
                     epsilon_lower_bound(s, u, delta=delta, confidence=confidence,
                                         correction=corr, threat_model=ALL_ITERATES)
                 )
+            estimates.append(gdp_lower_bound(s, u, delta=delta, confidence=confidence,
+                                             threat_model=ALL_ITERATES))
+            claim_tests.extend(
+                claim_test(s, u, claim=c, threat_model=ALL_ITERATES)
+                for c in claims if c.threat_model != KNOWN_ROUNDS
+            )
             diagnostics.append(anderson_darling(s, name="seen_max"))
             diagnostics.append(anderson_darling(u, name="unseen_max"))
             if bootstrap:
@@ -260,4 +310,21 @@ def summarize(
             mu, sd = float(np.mean(u)), float(np.std(u))
             histograms[ALL_ITERATES] = _histogram(s, u, _gauss_pdf(mu, sd), "fitted to unseen",
                                                   num_bins)
-    return AuditSummary(estimates=estimates, diagnostics=diagnostics, histograms=histograms)
+
+    if known is not None:
+        scored = np.isfinite(known)
+        s, u = known[seen_mask & scored], known[~seen_mask & scored]
+        if s.size >= 2 and u.size >= 2:
+            estimates.append(gdp_lower_bound(s, u, delta=delta, confidence=confidence,
+                                             threat_model=KNOWN_ROUNDS))
+            claim_tests.extend(
+                claim_test(s, u, claim=c, threat_model=KNOWN_ROUNDS)
+                for c in claims if c.threat_model == KNOWN_ROUNDS
+            )
+        else:
+            diagnostics.append(_skip(
+                "known_rounds_skipped",
+                f"known rounds: {s.size} seen and {u.size} unseen canaries scored so far, need at "
+                "least 2 of each", num_seen=int(s.size), num_unseen=int(u.size)))
+    return AuditSummary(estimates=estimates, diagnostics=diagnostics, histograms=histograms,
+                        claim_tests=claim_tests)
