@@ -27,7 +27,7 @@ from auditor.estimators._validation import (
     check_dim,
     check_scores,
 )
-from auditor.estimators.null import null_logsf
+from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logsf
 from auditor.results import Correction, EpsilonResult, Estimator
 
 __all__ = [
@@ -46,8 +46,20 @@ __all__ = [
 class NoCorrection:
     """The paper's choice: the maximum over every threshold, no multiplicity correction.
 
-    Optimistic: the maximum of many 95% bounds is not a 95% bound."""
+    Optimistic: the maximum of many 95% bounds is not a 95% bound.
 
+    Parameters
+    ----------
+    paper_exact : bool
+        ``False`` (default): a cosine above the threshold is a positive (seen <= a counts as a
+        false negative) and, with unseen canaries, each rate gets ``alpha / 2`` (union bound).
+        ``True``: the rule of the authors' code (``one_shot_epe``'s
+        ``optimal_epsilon_lower_bound``), used by :func:`epsilon_lower_bound`: a cosine at or
+        above the threshold is a positive, each rate gets the full ``alpha``, and the exact
+        null is replaced by ``N(0, 1/d)`` from ``d >= 1000`` on. For reproducing the paper.
+    """
+
+    paper_exact: bool = False
     kind = Correction.none
 
 
@@ -111,14 +123,17 @@ def clopper_pearson_upper(failures, trials, alpha: float) -> np.ndarray:
 
 
 def threshold_counts(
-    seen: np.ndarray, unseen: np.ndarray | None, thresholds: np.ndarray
+    seen: np.ndarray, unseen: np.ndarray | None, thresholds: np.ndarray, *,
+    inclusive: bool = False,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """False negatives (seen ``<= a``) and false positives (unseen ``> a``, None without unseen)
-    of the test "seen when the score exceeds ``a``", at every threshold ``a``."""
-    below = np.searchsorted(np.sort(seen), thresholds, side="right")
+    of the test "seen when the score exceeds ``a``", at every threshold ``a``. ``inclusive``:
+    the test "seen when the score is at least ``a``" (seen ``< a``, unseen ``>= a``)."""
+    side = "left" if inclusive else "right"
+    below = np.searchsorted(np.sort(seen), thresholds, side=side)
     if unseen is None:
         return below, None
-    return below, unseen.size - np.searchsorted(np.sort(unseen), thresholds, side="right")
+    return below, unseen.size - np.searchsorted(np.sort(unseen), thresholds, side=side)
 
 
 def _bounds(
@@ -128,16 +143,22 @@ def _bounds(
     thresholds: np.ndarray,
     alpha: float,
     upper=jeffreys_upper,
+    paper_exact: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """log FPR and log FNR upper bounds at every threshold, simultaneously at level alpha."""
-    below, above = threshold_counts(seen, unseen, thresholds)
+    """log FPR and log FNR upper bounds at every threshold, simultaneously at level alpha
+    (``paper_exact``: the authors' rule, see :class:`NoCorrection`)."""
+    below, above = threshold_counts(seen, unseen, thresholds, inclusive=paper_exact)
     if unseen is None:
         fnr = upper(below, seen.size, alpha)
-        log_fpr = null_logsf(thresholds, d)
+        if paper_exact and d >= EXACT_NULL_BELOW_DIM:
+            log_fpr = special.log_ndtr(-thresholds * math.sqrt(d))
+        else:
+            log_fpr = null_logsf(thresholds, d)
     else:
-        fnr = upper(below, seen.size, alpha / 2)  # union bound over the two rates
+        rate_alpha = alpha if paper_exact else alpha / 2  # union bound over the two rates
+        fnr = upper(below, seen.size, rate_alpha)
         with np.errstate(divide="ignore"):
-            log_fpr = np.log(upper(above, unseen.size, alpha / 2))
+            log_fpr = np.log(upper(above, unseen.size, rate_alpha))
     with np.errstate(divide="ignore"):
         return log_fpr, np.log(fnr)
 
@@ -270,9 +291,11 @@ def epsilon_lower_bound(
     if threat_model is None:
         threat_model = "final_model" if unseen is None else "all_iterates"
     details: dict = {}
+    paper_exact = isinstance(correction, NoCorrection) and correction.paper_exact
 
     def evaluate(s_, u_, thresholds, multiplicity):
-        log_fpr, log_fnr = _bounds(s_, u_, d, thresholds, alpha / multiplicity)
+        log_fpr, log_fnr = _bounds(s_, u_, d, thresholds, alpha / multiplicity,
+                                   paper_exact=paper_exact)
         return _eps_at(log_fpr, log_fnr, delta)
 
     choice = search_thresholds(seen, unseen, correction=correction, evaluate=evaluate,
@@ -285,10 +308,11 @@ def epsilon_lower_bound(
     else:
         multiplicity = correction.num_thresholds if isinstance(correction, Bonferroni) else 1
         log_fpr, log_fnr = _bounds(used_seen, used_unseen, d, thresholds[[choice.index]],
-                                   alpha / multiplicity)
+                                   alpha / multiplicity, paper_exact=paper_exact)
         fpr, fnr = float(np.exp(log_fpr[0])), float(np.exp(log_fnr[0]))
     label = {
-        Correction.none: "max over all thresholds, uncorrected (the paper's; NOT a valid 95% bound near epsilon 0, see docs/fidelity.md)",
+        Correction.none: "max over all thresholds, uncorrected (the paper's; NOT a valid 95% bound near epsilon 0, see docs/fidelity.md)"
+        + ("; the authors' rule: cos >= a is a positive, alpha for each rate" if paper_exact else ""),
         Correction.bonferroni: "Bonferroni over the thresholds tried",
         Correction.split: f"threshold chosen on a {correction.frac if isinstance(correction, Split) else ''} split",
     }[correction.kind]
@@ -301,6 +325,8 @@ def epsilon_lower_bound(
         num_unseen=None if used_unseen is None else int(used_unseen.size),
         fpr="exact null" if unseen is None else "jeffreys",
     )
+    if paper_exact:
+        details["rule"] = "paper_exact"
     return EpsilonResult(
         epsilon=float(eps),
         estimator=Estimator.lower_bound,

@@ -114,3 +114,62 @@ def test_bad_input():
 def test_split_with_too_few_canaries_is_defined():
     r = epsilon_lower_bound([0.5], d=10, delta=1e-6, correction=Split(0.5, 0))
     assert r.epsilon == 0.0 and r.correction is Correction.split
+
+
+# -- NoCorrection(paper_exact=True): the rule of the authors' code ---------------------------
+# Regression cases of the authors' test (google-research/federated, one_shot_epe's
+# empirical_privacy_estimation_lib_test.py): seed 0xBAD5EED, 100 seen cosines ~ N(sigma, sigma^2)
+# (and 100 unseen ~ N(0, sigma^2) drawn next from the same generator), alpha = delta = 1e-2.
+# The expected values are the ones written in that test file, not numbers printed by our code.
+_AUTHORS_SEED = 0xBAD5EED
+_PAPER = NoCorrection(paper_exact=True)
+
+
+def test_paper_exact_reproduces_the_authors_seen_unseen_regression():
+    rng = np.random.default_rng(_AUTHORS_SEED)
+    seen = rng.normal(loc=1.0, scale=1.0, size=100)
+    unseen = rng.normal(loc=0.0, scale=1.0, size=100)
+    result = epsilon_lower_bound(seen, unseen, delta=1e-2, confidence=0.99, correction=_PAPER)
+    assert result.epsilon == pytest.approx(0.6839449, abs=1e-6)
+    assert result.details["rule"] == "paper_exact" and "authors' rule" in result.method
+
+
+@pytest.mark.parametrize("d, expected", [(200, 1.394838), (2000, 1.3880321)])
+def test_paper_exact_reproduces_the_authors_closed_form_null_regression(d, expected):
+    sigma = d**-0.5
+    seen = np.random.default_rng(_AUTHORS_SEED).normal(loc=sigma, scale=sigma, size=100)
+    result = epsilon_lower_bound(seen, d=d, delta=1e-2, confidence=0.99, correction=_PAPER)
+    assert result.epsilon == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_default_rule_differs_from_the_authors_and_is_more_conservative():
+    rng = np.random.default_rng(_AUTHORS_SEED)
+    seen, unseen = rng.normal(1.0, 1.0, 100), rng.normal(0.0, 1.0, 100)
+    ours = epsilon_lower_bound(seen, unseen, delta=1e-2, confidence=0.99).epsilon
+    assert ours < 0.6839449 - 0.05
+    assert NoCorrection() == NoCorrection(paper_exact=False)
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 2**32 - 1), st.floats(0.0, 3.0), st.sampled_from([None, 50, 500]))
+def test_paper_exact_is_never_below_the_default(seed, shift, d):
+    """alpha per rate instead of alpha/2, and seen == a no longer a false negative: each
+    threshold's bound can only grow (below d = 1000 both use the exact null)."""
+    rng = np.random.default_rng(seed)
+    if d is None:
+        seen, unseen = rng.normal(shift, 1.0, 40).round(1), rng.normal(0.0, 1.0, 40).round(1)
+        kwargs = {}
+    else:
+        seen, unseen, kwargs = rng.normal(shift, 1.0, 40).round(1) * d**-0.5, None, {"d": d}
+    default = epsilon_lower_bound(seen, unseen, delta=1e-3, **kwargs).epsilon
+    paper = epsilon_lower_bound(seen, unseen, delta=1e-3, correction=_PAPER, **kwargs).epsilon
+    assert paper >= default - 1e-12
+
+
+def test_paper_exact_is_invariant_to_an_affine_map_of_the_scores():
+    rng = np.random.default_rng(3)
+    seen, unseen = rng.normal(1.0, 0.5, 100), rng.normal(0.0, 0.5, 100)
+    one = epsilon_lower_bound(seen, unseen, delta=1e-5, correction=_PAPER).epsilon
+    two = epsilon_lower_bound(seen * 2.71828 + 3.14159, unseen * 2.71828 + 3.14159,
+                              delta=1e-5, correction=_PAPER).epsilon
+    assert one == pytest.approx(two, rel=1e-9) and one > 0

@@ -4,6 +4,7 @@ compose service   ->  here
 ----------------      ----------------------------------------------------------------------
 postgres          ->  the server at FLAUDIT_TEST_POSTGRES_URL (a fresh database per test run),
                       else a throwaway cluster from Debian's initdb/pg_ctl on a free port
+                      (skipped, with initdb's or pg_ctl's message, when none can be started)
 flaudit           ->  ``flaudit serve --database-url postgresql+psycopg://...`` (a subprocess)
 superlink         ->  ``flower-superlink --insecure`` with the compose command's flags
 supernode (x2)    ->  ``docker/supernode-entrypoint.py`` (the image's entry point) running
@@ -24,6 +25,7 @@ import pwd
 import secrets
 import shutil
 import subprocess
+import tempfile
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -67,7 +69,7 @@ TINY_DEPLOYMENT_AUDIT = {
 
 
 @contextmanager
-def postgres_database(tmp_path: Path):
+def postgres_database():
     """Yield a SQLAlchemy URL of an empty database; drop or stop it afterwards."""
     from sqlalchemy.engine import make_url
 
@@ -89,6 +91,27 @@ def postgres_database(tmp_path: Path):
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         return
 
+    with private_cluster() as url:
+        yield url
+
+
+def _run_or_skip(command: list[str], what: str, *, log: Path | None = None) -> None:
+    """Run a PostgreSQL tool; if it fails, skip the test with the tool's stderr (and log)."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip()
+        if log is not None and log.exists():
+            detail += "\n" + log.read_text(errors="replace")[-2000:]
+        pytest.skip(f"no PostgreSQL server for this test: {what} exited with {done.returncode}: "
+                    f"{detail} (set FLAUDIT_TEST_POSTGRES_URL to use a running server)")
+
+
+@contextmanager
+def private_cluster():
+    """A throwaway cluster from Debian's initdb/pg_ctl on a free port, in a fresh directory
+    under the system temp dir (as root: owned by the ``postgres`` user, who runs the cluster --
+    pytest's own temp dirs are 0700 and unreachable for that user). Skips with the reason when
+    no cluster can be started."""
     initdbs = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     if not initdbs:
         pytest.skip("no PostgreSQL: set FLAUDIT_TEST_POSTGRES_URL or install Debian's postgresql")
@@ -99,24 +122,28 @@ def postgres_database(tmp_path: Path):
             pw = pwd.getpwnam("postgres")
         except KeyError:
             pytest.skip("running as root and there is no 'postgres' user for a throwaway cluster")
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root and there is no runuser to start a cluster as 'postgres'")
         prefix = ["runuser", "-u", "postgres", "--"]
-    data = tmp_path / "pgdata"
-    data.mkdir()
-    if prefix:
-        os.chown(data, pw.pw_uid, pw.pw_gid)
-        os.chmod(tmp_path, 0o755)
-    port = free_port()
-    subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                    "--auth=trust"], check=True, capture_output=True, timeout=120)
-    subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l",
-                    str(data / "server.log"), "-o",
-                    f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"],
-                   check=True, capture_output=True, timeout=120)
+    base = Path(tempfile.mkdtemp(prefix="flaudit-pg-"))
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+        if prefix:
+            os.chown(base, pw.pw_uid, pw.pw_gid)
+        data = base / "pgdata"
+        log = base / "server.log"
+        port = free_port()
+        _run_or_skip([*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
+                      "--auth=trust"], "initdb")
+        _run_or_skip([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(log),
+                      "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1", "start"],
+                     "pg_ctl start", log=log)
+        try:
+            yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+        finally:
+            subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast",
+                            "stop"], capture_output=True, timeout=60)
     finally:
-        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
-                       capture_output=True, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _stored_seed(database_url: str, audit_id: str) -> int:
@@ -144,7 +171,7 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
     procs = Processes(logs)
     bodies: list[str] = []
     with ExitStack() as stack:
-        database_url = stack.enter_context(postgres_database(tmp_path))
+        database_url = stack.enter_context(postgres_database())
         stack.callback(procs.stop_all)
 
         # superlink: compose.yaml's command, on a free loopback port
