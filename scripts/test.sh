@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run the whole test suite. Installs what the tests need: the project with its
 # test extras in .venv, and Debian's chromium for the dashboard browser test (when root).
-# PostgreSQL tests run when FLAUDIT_TEST_POSTGRES_URL is set (see README); .ci/run sets it.
+# PostgreSQL tests run when FLAUDIT_TEST_POSTGRES_URL is set (see README); .ci/run sets it. The
+# topology test otherwise starts a private cluster with Debian's initdb, or skips saying why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
