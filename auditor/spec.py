@@ -5,10 +5,12 @@ the error, before any training starts.
 
 from __future__ import annotations
 
+import math
+import re
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 __all__ = [
     "AdaptiveClipping",
@@ -17,11 +19,123 @@ __all__ = [
     "Participation",
     "ThreatModel",
     "MAX_CANARY_FRACTION",
+    "MAX_INTEGER",
+    "MAX_MODEL_DIM",
+    "BUILTIN_TASK_NAMES",
 ]
 
 #: Seen canaries may be at most this fraction of the client population (real + seen canaries)
 #: unless the spec raises ``max_canary_fraction``.
 MAX_CANARY_FRACTION = 0.5
+
+#: Largest magnitude of any integer in a spec (JavaScript's ``Number.MAX_SAFE_INTEGER``), so every
+#: value survives the dashboard and any JSON client unchanged.
+MAX_INTEGER = 2**53 - 1
+#: Largest model dimension d a built-in task may have: a float32 vector of d values must fit the
+#: service's default ingest body limit (1 GiB).
+MAX_MODEL_DIM = 2**28
+#: ``task_options``: at most this many keys, identifier-like keys, short string values.
+MAX_TASK_OPTIONS = 32
+MAX_OPTION_STRING = 1000
+#: The built-in tasks of ``clients/tasks.py`` (``BUILTIN_TASKS`` there; a test keeps them equal).
+BUILTIN_TASK_NAMES = ("synthetic", "digits")
+
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_CUSTOM_TASK = re.compile(rf"{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}")
+_OPTION_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_HOST_PORT = re.compile(
+    r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):(?P<port>[0-9]{1,5})"
+)
+
+
+def _check_clean(value: Any, where: str) -> None:
+    """The rule every spec value obeys: finite floats, integers within :data:`MAX_INTEGER`,
+    strings without NUL or lone surrogates (neither can be stored in PostgreSQL or encoded as
+    UTF-8), checked through dicts and lists. Nested models check themselves."""
+    if value is None or isinstance(value, (bool, Enum, BaseModel)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} must be a finite number, got {value!r}")
+    elif isinstance(value, int):
+        if abs(value) > MAX_INTEGER:
+            raise ValueError(f"{where} must be at most {MAX_INTEGER} in magnitude")
+    elif isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(f"{where} must not contain NUL characters")
+        if any("\ud800" <= ch <= "\udfff" for ch in value):
+            raise ValueError(f"{where} must be valid Unicode (it contains a lone surrogate)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_clean(key, f"{where} key")
+            _check_clean(item, f"{where}.{key}")
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for index, item in enumerate(value):
+            _check_clean(item, f"{where}[{index}]")
+
+
+class SpecModel(BaseModel):
+    """Base of every spec model: unknown fields refused, NaN/Infinity refused at parse time, and
+    :func:`_check_clean` applied to every field, including fields added later."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _every_value_clean(cls, value: Any, info: ValidationInfo) -> Any:
+        _check_clean(value, info.field_name or "value")
+        return value
+
+
+#: Options of the built-in tasks: type and inclusive bounds (floats: exclusive lower bound 0).
+_BUILTIN_TASK_OPTIONS: dict[str, dict[str, tuple[type, float, float]]] = {
+    "synthetic": {
+        "dim": (int, 1, MAX_MODEL_DIM),
+        "alpha": (float, 0, 1e6),
+        "samples_per_client": (int, 1, 100_000),
+        "hidden": (int, 1, MAX_MODEL_DIM),
+        "features": (int, 1, 100_000),
+        "classes": (int, 2, 10_000),
+        "test_size": (int, 1, 1_000_000),
+    },
+    "digits": {"alpha": (float, 0, 1e6), "hidden": (int, 1, 100_000)},
+}
+
+
+def builtin_model_dim(task: str, options: dict[str, Any]) -> int:
+    """Parameters d of the MLP a built-in task builds with ``options`` (as ``clients/tasks.py``)."""
+    if task == "digits":
+        hidden = int(options.get("hidden", 256))
+        return 64 * hidden + hidden + hidden * hidden + hidden + 10 * hidden + 10
+    features = int(options.get("features", 32))
+    classes = int(options.get("classes", 10))
+    hidden = options.get("hidden")
+    if hidden is None:
+        hidden = max(1, round((int(options.get("dim", 10_000)) - classes) / (features + 1 + classes)))
+    hidden = int(hidden)
+    return features * hidden + hidden + hidden * classes + classes
+
+
+def _check_builtin_options(task: str, options: dict[str, Any]) -> None:
+    known = _BUILTIN_TASK_OPTIONS[task]
+    for key, value in options.items():
+        if key not in known:
+            raise ValueError(
+                f"task_options.{key} is not an option of task {task!r} (options: {', '.join(known)})"
+            )
+        kind, low, high = known[key]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or (kind is int and not isinstance(value, int)):
+            raise ValueError(f"task_options.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+        if not ((low < value) if kind is float else (low <= value)) or value > high:
+            lower = f"> {low}" if kind is float else f">= {low}"
+            raise ValueError(f"task_options.{key} must be {lower} and <= {high}, got {value!r}")
+    dim = builtin_model_dim(task, options)
+    if dim > MAX_MODEL_DIM:
+        raise ValueError(
+            f"task_options: the model of task {task!r} would have {dim} parameters; the service "
+            f"runs at most {MAX_MODEL_DIM}"
+        )
 
 
 class ThreatModel(str, Enum):
@@ -45,17 +159,16 @@ class Engine(str, Enum):
     deployment = "deployment"  # a Flower SuperLink with SuperNodes (Deployment Engine)
 
 
-class AdaptiveClipping(BaseModel):
+class AdaptiveClipping(SpecModel):
     """Adaptive clipping by quantile tracking with a noised clipped-count (Andrew et al. 2021)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    initial_clip_norm: float = Field(0.1, gt=0, description="S(0).")
+    initial_clip_norm: float = Field(0.1, gt=0, le=1e6, description="S(0).")
     target_quantile: float = Field(0.5, gt=0, lt=1, description="Target fraction of unclipped updates.")
-    learning_rate: float = Field(0.2, gt=0, description="Geometric update rate of the clip norm.")
+    learning_rate: float = Field(0.2, gt=0, le=10, description="Geometric update rate of the clip norm.")
     clipped_count_stddev: float | None = Field(
         None,
         gt=0,
+        le=1e9,
         description="Noise std of the clipped count; default clients_per_round/20. It is a "
         "second Gaussian query on each client and is included in the analytic epsilon.",
     )
@@ -67,10 +180,13 @@ class AdaptiveClipping(BaseModel):
         return clients_per_round / 20
 
 
-class AuditSpec(BaseModel):
-    """One audit: a DP-FedAvg training run with canary clients, and what to estimate."""
+class AuditSpec(SpecModel):
+    """One audit: a DP-FedAvg training run with canary clients, and what to estimate.
 
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+    Every field obeys one rule (:class:`SpecModel`): floats finite, integers at most
+    :data:`MAX_INTEGER` in magnitude, strings without NUL or lone surrogates, unknown fields
+    refused; errors name the field.
+    """
 
     name: str = Field("audit", max_length=200, description="Free-text label.")
     task: str = Field(
@@ -89,11 +205,12 @@ class AuditSpec(BaseModel):
     clients_per_round: int = Field(
         10,
         ge=1,
+        le=10_000_000,
         description="Expected cohort size m (real + canaries) used in the noise calibration.",
     )
     participation: Participation = Field(Participation.poisson)
     max_participations: int | None = Field(
-        None, ge=1, description="Cap on participations per client over the run (None: no cap)."
+        None, ge=1, le=100_000, description="Cap on participations per client over the run (None: no cap)."
     )
     num_canaries: int = Field(100, ge=2, le=1_000_000, description="Canaries k (seen + unseen).")
     canary_repeats: Literal[1, 2, 4, 8] = Field(
@@ -105,14 +222,14 @@ class AuditSpec(BaseModel):
         le=1,
         description="Largest allowed share of seen canaries in the client population.",
     )
-    clip_norm: float | None = Field(1.0, gt=0, description="Fixed clip norm S; null with adaptive.")
+    clip_norm: float | None = Field(1.0, gt=0, le=1e6, description="Fixed clip norm S; null with adaptive.")
     adaptive_clipping: AdaptiveClipping | None = None
-    noise_multiplier: float = Field(1.0, ge=0, description="z: noise std is z * S(t) on the sum.")
-    server_learning_rate: float = Field(1.0, gt=0, description="eta.")
+    noise_multiplier: float = Field(1.0, ge=0, le=1e6, description="z: noise std is z * S(t) on the sum.")
+    server_learning_rate: float = Field(1.0, gt=0, le=1e3, description="eta.")
     server_momentum: float = Field(0.0, ge=0, lt=1)
     local_epochs: int = Field(1, ge=1, le=100)
-    client_learning_rate: float = Field(0.1, gt=0)
-    batch_size: int = Field(32, ge=1)
+    client_learning_rate: float = Field(0.1, gt=0, le=1e3)
+    batch_size: int = Field(32, ge=1, le=1_000_000)
     delta: float = Field(1e-6, gt=0, lt=1, description="delta for every epsilon reported.")
     threat_models: list[ThreatModel] = Field(
         default_factory=lambda: [ThreatModel.final_model, ThreatModel.all_iterates], min_length=1
@@ -121,8 +238,47 @@ class AuditSpec(BaseModel):
     superlink_address: str | None = Field(
         None, description="host:port of the SuperLink control API (engine = deployment)."
     )
-    data_seed: int = Field(0, ge=0, description="Seed for data partitioning and schedules (not secret).")
+    data_seed: int = Field(0, ge=0, le=MAX_INTEGER, description="Seed for data partitioning and schedules (not secret).")
     timeout_seconds: float = Field(3600, gt=0, le=7 * 24 * 3600)
+
+    @field_validator("task")
+    @classmethod
+    def _check_task(cls, task: str) -> str:
+        if task not in BUILTIN_TASK_NAMES and not _CUSTOM_TASK.fullmatch(task):
+            raise ValueError(
+                f"task must be a built-in task ({', '.join(BUILTIN_TASK_NAMES)}) or "
+                f"'module.path:factory', got {task!r}"
+            )
+        return task
+
+    @field_validator("task_options")
+    @classmethod
+    def _check_task_options(cls, options: dict, info: ValidationInfo) -> dict:
+        if len(options) > MAX_TASK_OPTIONS:
+            raise ValueError(f"task_options has {len(options)} keys; at most {MAX_TASK_OPTIONS}")
+        for key, value in options.items():
+            if not _OPTION_KEY.fullmatch(key):
+                raise ValueError(
+                    f"task_options key {key[:80]!r} must be an identifier of at most 64 characters"
+                )
+            if isinstance(value, str) and len(value) > MAX_OPTION_STRING:
+                raise ValueError(f"task_options.{key} is longer than {MAX_OPTION_STRING} characters")
+        task = info.data.get("task")
+        if task in BUILTIN_TASK_NAMES:
+            _check_builtin_options(task, options)
+        return options
+
+    @field_validator("superlink_address")
+    @classmethod
+    def _check_address(cls, address: str | None) -> str | None:
+        if address is None:
+            return None
+        match = _HOST_PORT.fullmatch(address)
+        if match is None or not 1 <= int(match["port"]) <= 65535:
+            raise ValueError(
+                f"superlink_address must be host:port (port 1-65535), got {address[:100]!r}"
+            )
+        return address
 
     @model_validator(mode="after")
     def _check_consistency(self) -> "AuditSpec":

@@ -9,6 +9,7 @@ bank of canaries in memory when the caller grants a byte budget (``cache_bytes``
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,22 @@ def _as_finite_vector(name: str, value: np.ndarray, dim: int) -> np.ndarray:
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} contains NaN or Inf")
     return array.astype(np.float32, copy=False)
+
+
+def _rescaled(vector: np.ndarray) -> np.ndarray:
+    """``vector`` times a power of two that brings its largest entry near 1 when it is far from 1.
+
+    Cosines do not depend on scale, and a power of two is exact; without it a finite float32
+    vector of values near 3e38 overflows the float32 dot products (and tiny values underflow).
+    """
+    vector = np.asarray(vector)
+    if vector.size == 0 or not np.issubdtype(vector.dtype, np.floating):
+        return vector
+    peak = float(np.max(np.abs(vector)))
+    if not math.isfinite(peak) or peak == 0.0:
+        return vector
+    exponent = math.frexp(peak)[1]
+    return np.ldexp(vector, -exponent) if abs(exponent) > 32 else vector
 
 
 def cosines(unit_rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
@@ -116,7 +133,7 @@ class CosineTracker:
     # -- core -----------------------------------------------------------------------------
     def all_cosines(self, vector: np.ndarray) -> np.ndarray:
         """Cosines of every canary with ``vector`` (shape ``(k,)``, float64)."""
-        vector = _as_finite_vector("vector", vector, self.dim)
+        vector = _as_finite_vector("vector", _rescaled(vector), self.dim)
         out = np.empty(self.num_canaries, dtype=np.float64)
         if self._bank is not None:
             out[: self._num_cached] = cosines(self._bank, vector)
@@ -138,7 +155,7 @@ class CosineTracker:
         """Compute the final-model statistics from ``theta_T`` and ``theta_0``."""
         final_model = _as_finite_vector("final_model", final_model, self.dim)
         initial_model = _as_finite_vector("initial_model", initial_model, self.dim)
-        self._state.final_cosines = self.all_cosines(final_model - initial_model)
+        self._state.final_cosines = self.all_cosines(final_model.astype(np.float64) - initial_model)
         self._state.final_model_cosines = self.all_cosines(final_model)
 
     # -- accessors ------------------------------------------------------------------------

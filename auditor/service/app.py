@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI
-from fastapi.responses import RedirectResponse
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from .limits import RequestLimits
 from .live import LiveAudits
 from .routers import audits, health, ingest
 from .runner import Runner
@@ -74,6 +78,25 @@ class ReadCache:
         audit = store.get_audit(audit_id)
         if audit is not None:
             self.put(audit_id, audit_view(audit))
+
+
+def json_safe(value):
+    """``value`` with what JSON cannot carry made printable: NaN/Infinity as strings, lone
+    surrogates escaped (a validation error echoes the offending input back)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {json_safe(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 body, rendered even when the input held NaN, Infinity or lone surrogates."""
+    return JSONResponse(status_code=422, content={"detail": json_safe(jsonable_encoder(exc.errors()))})
 
 
 def _submit_demo(store: Store, path: str) -> None:
@@ -148,6 +171,13 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     )
     app.state.settings = settings
     app.state.read_cache = ReadCache()
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_middleware(
+        RequestLimits,
+        max_json_body_bytes=settings.max_json_body_bytes,
+        max_ingest_body_bytes=settings.max_body_bytes,
+        body_timeout_seconds=settings.body_timeout_seconds,
+    )
     app.include_router(audits.router)
     app.include_router(ingest.router)
     app.include_router(health.router)

@@ -426,7 +426,7 @@ class LiveAudits:
             k = spec.num_canaries
             tracker = self._cache.get(audit_id, secret.seed, k, secret.dim)
             final_cosines = tracker.all_cosines(
-                (model.astype(np.float64) - secret.initial_model).astype(np.float32)
+                model.astype(np.float64) - secret.initial_model  # float64: no overflow
             )
             final_model_cosines = tracker.all_cosines(model)
             max_cosines = secret.max_cosines if secret.rounds_stored > 0 else None

@@ -173,7 +173,14 @@ class CosinesOut(BaseModel):
     delta: float
     num_rounds: int = Field(description="Rounds covered by max_cosine.")
     labels_published: bool = Field(description="True once the audit has ended.")
+    total: int = Field(description="Number of canaries k.")
+    offset: int = Field(description="Index of the first canary in this page.")
+    limit: int = Field(description="Page size asked for.")
     items: list[CanaryStat]
+
+
+#: Largest cohort or client count an ingest request may report (the spec allows 10^7 clients).
+MAX_COHORT = 100_000_000
 
 
 class RoundMetadataQuery(BaseModel):
@@ -181,17 +188,17 @@ class RoundMetadataQuery(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    clip_norm: float = Field(gt=0, allow_inf_nan=False, description="S(t).")
-    cohort_size: int = Field(ge=0, description="Real clients that returned an update + canaries.")
-    num_canaries_inserted: int = Field(ge=0, description="Seen canaries inserted this round.")
-    num_failures: int = Field(0, ge=0, description="Clients dropped this round.")
+    clip_norm: float = Field(gt=0, le=1e30, allow_inf_nan=False, description="S(t).")
+    cohort_size: int = Field(ge=0, le=MAX_COHORT, description="Real clients that returned an update + canaries.")
+    num_canaries_inserted: int = Field(ge=0, le=MAX_COHORT, description="Seen canaries inserted this round.")
+    num_failures: int = Field(0, ge=0, le=MAX_COHORT, description="Clients dropped this round.")
     clipped_fraction: float | None = Field(
         None, ge=0, le=1, description="Fraction of real client updates that were clipped."
     )
     noise_stddev: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="Std of the Gaussian noise on the sum (z*S(t))."
+        None, ge=0, le=1e30, allow_inf_nan=False, description="Std of the Gaussian noise on the sum (z*S(t))."
     )
-    train_loss: float | None = Field(None, allow_inf_nan=False, description="Mean client train loss.")
+    train_loss: float | None = Field(None, ge=-1e30, le=1e30, allow_inf_nan=False, description="Mean client train loss.")
     accuracy: float | None = Field(None, ge=0, le=1, description="Model accuracy after the round.")
 
 
@@ -199,7 +206,7 @@ class FinalMetricsQuery(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     accuracy: float | None = Field(None, ge=0, le=1, description="Accuracy of the final model.")
-    loss: float | None = Field(None, allow_inf_nan=False, description="Loss of the final model.")
+    loss: float | None = Field(None, ge=-1e30, le=1e30, allow_inf_nan=False, description="Loss of the final model.")
 
 
 class IngestAck(BaseModel):

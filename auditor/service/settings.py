@@ -20,6 +20,10 @@ Environment variables
     ``http://<host>:<port>`` of ``flaudit serve``).
 ``FLAUDIT_MAX_BODY_BYTES``
     Largest ingest body accepted (default 1 GiB); bodies are also limited to ``4 * d``.
+``FLAUDIT_MAX_JSON_BODY_BYTES``
+    Largest body on every other route (default 64 KiB), refused before authentication.
+``FLAUDIT_BODY_TIMEOUT_SECONDS``
+    Time allowed to receive a request body, from its first byte (default 60).
 ``FLAUDIT_TIMEOUT_GRACE_SECONDS``
     Seconds the runner waits beyond an audit's ``timeout_seconds`` (engine start-up) before it
     kills the worker (default 30).
@@ -81,6 +85,8 @@ class Settings:
     max_concurrent_audits: int = 1
     public_url: str = "http://127.0.0.1:8000"
     max_body_bytes: int = 1 << 30
+    max_json_body_bytes: int = 64 << 10
+    body_timeout_seconds: float = 60.0
     canary_cache_bytes: int = 256 << 20
     worker_target: str = "auditor.service.runner:simulation_worker"
     deployment_target: str = "auditor.service.runner:deployment_worker"
@@ -96,6 +102,10 @@ class Settings:
             raise ValueError("max_concurrent_audits must be >= 1")
         if self.max_body_bytes < 8:
             raise ValueError("max_body_bytes must be >= 8")
+        if self.max_json_body_bytes < 1024:
+            raise ValueError("max_json_body_bytes must be >= 1024")
+        if not self.body_timeout_seconds > 0:
+            raise ValueError("body_timeout_seconds must be > 0")
         if self.canary_cache_bytes < 0:
             raise ValueError("canary_cache_bytes must be >= 0")
 
@@ -112,6 +122,12 @@ class Settings:
             max_concurrent_audits=int(env.get("FLAUDIT_MAX_CONCURRENT_AUDITS") or 1),
             public_url=env.get("FLAUDIT_PUBLIC_URL") or cls.public_url,
             max_body_bytes=int(env.get("FLAUDIT_MAX_BODY_BYTES") or cls.max_body_bytes),
+            max_json_body_bytes=int(
+                env.get("FLAUDIT_MAX_JSON_BODY_BYTES") or cls.max_json_body_bytes
+            ),
+            body_timeout_seconds=float(
+                env.get("FLAUDIT_BODY_TIMEOUT_SECONDS") or cls.body_timeout_seconds
+            ),
             canary_cache_bytes=int(
                 env.get("FLAUDIT_CANARY_CACHE_BYTES") or cls.canary_cache_bytes
             ),

@@ -124,31 +124,29 @@ def _finite_or_none(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def cosines_view(store: Store, audit: Audit) -> dict[str, Any]:
-    ended = audit.status in ENDED_STATUSES
+_COSINE_FIELDS = ["index", "max_cosine", "last_cosine", "final_cosine", "final_model_cosine", "seen"]
+
+
+def _cosine_items(store: Store, audit: Audit, start: int, stop: int):
+    """Per-canary rows ``start <= j < stop`` (the label only once the audit has ended)."""
     arrays = store.cosine_arrays(audit.id)
     k = int(audit.spec["num_canaries"])
-    labels = None
-    if ended:
-        labels = seen_mask(store.canary_seed(audit.id), k)
+    labels = seen_mask(store.canary_seed(audit.id), k) if audit.status in ENDED_STATUSES else None
+    columns = {
+        name: arrays[f"{name}s"] for name in _COSINE_FIELDS[1:5]
+    }
+    for j in range(start, min(stop, k)):
+        item = {"index": j}
+        for name, values in columns.items():
+            item[name] = None if values is None else _finite_or_none(values[j])
+        item["seen"] = None if labels is None else bool(labels[j])
+        yield item
 
-    def column(name):
-        values = arrays[name]
-        return [None] * k if values is None else [_finite_or_none(v) for v in values]
 
-    max_c, last_c = column("max_cosines"), column("last_cosines")
-    final_c, final_model_c = column("final_cosines"), column("final_model_cosines")
-    items = [
-        {
-            "index": j,
-            "max_cosine": max_c[j],
-            "last_cosine": last_c[j],
-            "final_cosine": final_c[j],
-            "final_model_cosine": final_model_c[j],
-            "seen": None if labels is None else bool(labels[j]),
-        }
-        for j in range(k)
-    ]
+def cosines_view(store: Store, audit: Audit, *, limit: int, offset: int = 0) -> dict[str, Any]:
+    """One page of the per-canary statistics: canaries ``offset`` to ``offset + limit - 1``."""
+    ended = audit.status in ENDED_STATUSES
+    k = int(audit.spec["num_canaries"])
     return {
         "audit_id": audit.id,
         "status": audit.status,
@@ -156,15 +154,24 @@ def cosines_view(store: Store, audit: Audit) -> dict[str, Any]:
         "delta": float(audit.spec["delta"]),
         "num_rounds": int(audit.rounds_stored or 0),
         "labels_published": ended,
-        "items": items,
+        "total": k,
+        "offset": offset,
+        "limit": limit,
+        "items": list(_cosine_items(store, audit, offset, offset + limit)),
     }
 
 
-def cosines_csv(view: dict[str, Any]) -> str:
+def cosines_csv(store: Store, audit: Audit, *, chunk: int = 10_000):
+    """The per-canary statistics of every canary as CSV text, yielded ``chunk`` rows at a time."""
+    k = int(audit.spec["num_canaries"])
     out = io.StringIO()
-    fields = ["index", "max_cosine", "last_cosine", "final_cosine", "final_model_cosine", "seen"]
-    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=_COSINE_FIELDS, lineterminator="\n")
     writer.writeheader()
-    for item in view["items"]:
-        writer.writerow({k: ("" if item[k] is None else item[k]) for k in fields})
-    return out.getvalue()
+    rows = _cosine_items(store, audit, 0, k)
+    for j, item in enumerate(rows, start=1):
+        writer.writerow({key: ("" if item[key] is None else item[key]) for key in _COSINE_FIELDS})
+        if j % chunk == 0:
+            yield out.getvalue()
+            out.seek(0)
+            out.truncate()
+    yield out.getvalue()

@@ -59,3 +59,18 @@ def test_threaded_generation_is_identical():
         canary_vectors(SEED, [0], d, workers=0)
     with pytest.raises(ValueError, match="workers"):
         CosineTracker(SEED, k, d, workers=0)
+
+
+@pytest.mark.parametrize("exponent", [100, 127, -100, -140])
+def test_cosines_do_not_depend_on_scale_even_near_float32_limits(exponent):
+    """A finite float32 vector near 3e38 (or tiny) has the cosines of its direction."""
+    rng = np.random.default_rng(3)
+    direction = np.sign(rng.standard_normal(64)).astype(np.float32)
+    scaled = np.ldexp(direction, exponent).astype(np.float32)
+    assert np.all(np.isfinite(scaled)) and np.all(scaled != 0)
+    tracker = CosineTracker(seed=11, num_canaries=8, dim=64)
+    expected = tracker.all_cosines(direction)
+    np.testing.assert_allclose(tracker.all_cosines(scaled), expected, rtol=1e-6, atol=1e-7)
+    initial = np.zeros(64, dtype=np.float32)
+    tracker.finalize(scaled, -scaled if exponent > 0 else initial)
+    np.testing.assert_allclose(tracker.state().final_cosines, expected, rtol=1e-6, atol=1e-7)

@@ -67,7 +67,7 @@ def test_custom_tasks_need_to_be_allowed(client, store):
     assert any("task" in loc for loc in _locs(response))
     assert store.count_audits() == 0
     with make_client(store, allow_custom_tasks=True) as c:
-        assert c.post("/audits", json={**SMALL_SPEC, "task": "mypkg.tasks:make"}, headers=AUTH).status_code == 201
+        assert c.post("/audits", json={**SMALL_SPEC, "task": "clients.tasks:synthetic_task"}, headers=AUTH).status_code == 201
 
 
 def test_deleted_audit_is_not_resurrected_by_a_late_cache_refresh(client, store):

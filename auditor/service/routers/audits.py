@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
-from fastapi.responses import JSONResponse, PlainTextResponse
-from starlette.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from auditor.canaries import new_master_seed
 from auditor.spec import AuditSpec
@@ -26,6 +27,9 @@ from .deps import AuditId, get_store
 
 router = APIRouter(prefix="/audits", tags=["audits"])
 
+#: Largest page of ``GET /audits/{id}/cosines`` in JSON (bounded response size and memory).
+MAX_COSINES_PAGE = 10_000
+
 _NOT_FOUND = {404: {"description": "No audit with this id."}}
 _AUTH = {
     401: {"description": "Missing or invalid API key."},
@@ -38,6 +42,32 @@ def _get_or_404(store: Store, audit_id: str):
     if audit is None:
         raise HTTPException(status_code=404, detail=f"audit {audit_id!r} not found")
     return audit
+
+
+def _task_error(message: str) -> HTTPException:
+    return HTTPException(
+        status_code=422,
+        detail=[{"loc": ["body", "task"], "msg": message, "type": "value_error"}],
+    )
+
+
+def _check_custom_task(task: str, *, allowed: bool) -> None:
+    """Refuse a ``module.path:factory`` task unless allowed and its top-level package exists.
+
+    Only the top-level package is looked up (``importlib.util.find_spec`` on it runs no code);
+    the module itself is imported by the worker, never by the service process.
+    """
+    if not allowed:
+        raise _task_error(
+            f"custom task {task!r} refused: this service runs only the built-in "
+            "tasks (synthetic, digits); set FLAUDIT_ALLOW_CUSTOM_TASKS=1 to allow "
+            "'module.path:factory' tasks (they run code from the server's Python path)"
+        )
+    package = task.split(":", 1)[0].split(".", 1)[0]
+    if importlib.util.find_spec(package) is None:
+        raise _task_error(
+            f"custom task {task!r}: no package {package!r} on the service's Python path"
+        )
 
 
 @router.post(
@@ -54,19 +84,8 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     Returns 201 with the new audit's id; poll `GET /audits/{id}` for progress and estimates.
     """
     store: Store = request.app.state.store
-    if ":" in spec.task and not request.app.state.settings.allow_custom_tasks:
-        raise HTTPException(
-            status_code=422,
-            detail=[{
-                "loc": ["body", "task"],
-                "msg": (
-                    f"custom task {spec.task!r} refused: this service runs only the built-in "
-                    "tasks (synthetic, digits); set FLAUDIT_ALLOW_CUSTOM_TASKS=1 to allow "
-                    "'module.path:factory' tasks (they run code from the server's Python path)"
-                ),
-                "type": "value_error",
-            }],
-        )
+    if ":" in spec.task:
+        _check_custom_task(spec.task, allowed=request.app.state.settings.allow_custom_tasks)
     audit = store.create_audit(
         name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed()
     )
@@ -148,19 +167,23 @@ def get_cosines(
     format: Annotated[
         Literal["json", "csv"], Query(description="Response format.")
     ] = "json",
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_COSINES_PAGE, description="JSON page size (canaries per page).")
+    ] = MAX_COSINES_PAGE,
+    offset: Annotated[int, Query(ge=0, le=10_000_000, description="First canary index (JSON).")] = 0,
 ):
     """Per canary j: max over rounds of cos(c_j, Δ_t), the latest round's cosine,
     cos(c_j, θ_T − θ_0) and cos(c_j, θ_T). The seen/unseen label is published only once the
-    audit has ended; the canary seed never is."""
+    audit has ended; the canary seed never is. JSON comes in pages of at most
+    10000 canaries (`limit`, `offset`; `total` is k); CSV streams every canary."""
     audit = _get_or_404(store, audit_id)
-    view = cosines_view(store, audit)
     if format == "csv":
-        return PlainTextResponse(
-            cosines_csv(view),
+        return StreamingResponse(
+            iterate_in_threadpool(cosines_csv(store, audit)),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{audit_id}-cosines.csv"'},
         )
-    return JSONResponse(view)
+    return JSONResponse(cosines_view(store, audit, limit=limit, offset=offset))
 
 
 @router.post(
