@@ -26,9 +26,10 @@ import numpy as np
 
 from auditor.canaries import canary_vectors, seen_mask
 from auditor.gaussian import gaussian_mechanism_cosines
+from auditor.known_rounds import KnownRoundsStatistic
 from auditor.statistics import CosineTracker
-from server.dpfedavg import ServerOptimizer, aggregate_round, clip_update
-from server.schedules import participation_schedule
+from server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round, clip_update
+from server.schedules import canary_rounds, participation_schedule
 
 __all__ = [
     "DPBug",
@@ -39,6 +40,7 @@ __all__ = [
     "sample_null_cosines",
     "gaussian_mechanism_scores",
     "claimed_epsilons",
+    "simulation_claims",
     "audit_epsilons",
     "VALID_LOWER_BOUNDS",
 ]
@@ -49,6 +51,7 @@ class DPBug(str, Enum):
 
     none = "none"  # the correct DP-FedAvg
     no_noise = "no_noise"  # the Gaussian noise is never added
+    noise_scale = "noise_scale"  # the noise std is multiplied by bug_factor (0.5: half the noise)
     noise_divided_twice = "noise_divided_twice"  # (sum + noise / m) / m: noise scaled by 1/m twice
     no_clipping = "no_clipping"  # updates (real and canary) are not clipped; canaries send
     #                                bug_factor * S (the paper's Proj design sends exactly S)
@@ -92,10 +95,17 @@ class FedAvgSimulation:
     bug : DPBug
         Injected error.
     bug_factor : float
-        Size of the error (cohort factor, participation factor, canary norm factor).
+        Size of the error (cohort factor, participation factor, canary norm factor; for
+        ``noise_scale`` the factor on the noise std, e.g. 0.5).
     sampling_probability : float, optional
         Poisson ``q`` of the real clients (and of the claim); default the service's
         ``m / (N + k/2)``. Fix it to compare runs with different ``k`` at the same cohort.
+    adaptive_clipping : bool
+        Track the clip norm by quantile (:class:`server.dpfedavg.AdaptiveClipNorm`, starting at
+        ``clip_norm``, target quantile 0.5, rate 0.2) with a noised count of std
+        ``clipped_count_stddev`` (default ``m / 20``, as the service).
+    clipped_count_stddev : float, optional
+        See ``adaptive_clipping``.
     """
 
     dim: int = 10_000
@@ -115,6 +125,8 @@ class FedAvgSimulation:
     bug: DPBug = DPBug.none
     bug_factor: float = 4.0
     sampling_probability: float | None = None
+    adaptive_clipping: bool = False
+    clipped_count_stddev: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("dim", "num_clients", "clients_per_round", "num_rounds", "num_canaries",
@@ -134,7 +146,10 @@ class FedAvgSimulation:
             raise ValueError(f"delta must be in (0, 1), got {self.delta}")
         if self.client_signal < 0 or self.client_noise < 0:
             raise ValueError("client_signal and client_noise must be >= 0")
-        if not self.bug_factor >= 1:
+        if DPBug(self.bug) is DPBug.noise_scale:
+            if not (0 < self.bug_factor and math.isfinite(self.bug_factor)):
+                raise ValueError(f"bug_factor must be > 0 for noise_scale, got {self.bug_factor}")
+        elif not self.bug_factor >= 1:
             raise ValueError(f"bug_factor must be >= 1, got {self.bug_factor}")
         if self.sampling_probability is not None and not 0 < self.sampling_probability <= 1:
             raise ValueError(f"sampling_probability must be in (0, 1], got {self.sampling_probability}")
@@ -143,6 +158,21 @@ class FedAvgSimulation:
     def with_(self, **changes) -> "FedAvgSimulation":
         """A copy with some fields changed."""
         return replace(self, **changes)
+
+    def count_stddev(self) -> float:
+        """Noise std of the clipped count under adaptive clipping (default ``m / 20``)."""
+        if self.clipped_count_stddev is not None:
+            return float(self.clipped_count_stddev)
+        return self.clients_per_round / 20
+
+    @property
+    def accounted_noise_multiplier(self) -> float:
+        """``z``, or ``z_total = (z^-2 + sigma_b^-2)^-1/2`` under adaptive clipping (as
+        :attr:`auditor.spec.AuditSpec.accounted_noise_multiplier`)."""
+        z = self.noise_multiplier
+        if not self.adaptive_clipping or z == 0:
+            return z
+        return (z**-2 + self.count_stddev() ** -2) ** -0.5
 
 
 def claimed_sampling_probability(config: FedAvgSimulation) -> float:
@@ -165,6 +195,12 @@ class FedAvgAuditResult:
         ``max_t cos(c_j, Delta_t)`` per canary.
     seen : numpy.ndarray
         Seen mask.
+    known_rounds_scores : numpy.ndarray
+        (k,) known-rounds scores at the end (:class:`auditor.known_rounds.KnownRoundsStatistic`
+        on the released aggregates ``rho_bar_t``; NaN for a canary never counted).
+    known_rounds_history, max_cosines_history : numpy.ndarray
+        (T, k): the known-rounds scores and running max cosines after each round, for alarms
+        evaluated at every look.
     canary_participations : int
         Rounds each seen canary actually joined.
     claimed_participations : int
@@ -180,6 +216,9 @@ class FedAvgAuditResult:
     claimed_participations: int
     mean_cohort_size: float
     dim: int
+    known_rounds_scores: np.ndarray = field(default=None, repr=False)
+    known_rounds_history: np.ndarray = field(default=None, repr=False)
+    max_cosines_history: np.ndarray = field(default=None, repr=False)
 
 
 def _client_updates(config: FedAvgSimulation, count: int, direction: np.ndarray,
@@ -245,6 +284,20 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
     )
     seen_vectors = canary_vectors(seed, seen_idx, d)  # the same canaries the tracker regenerates
     tracker = CosineTracker(seed, k, d, cache_bytes=k * d * 4)
+    # unseen canaries get rounds by the same rule as the claimed schedule (never inserted)
+    unseen_idx = np.flatnonzero(~mask)
+    unseen_rounds = canary_rounds(
+        unseen_idx.size, num_rounds=config.num_rounds,
+        repeats=min(config.canary_repeats, config.num_rounds),
+        rng=np.random.default_rng(sched_seed.spawn(1)[0]),
+    )
+    known = KnownRoundsStatistic(k)
+    known_history = np.empty((config.num_rounds, k))
+    max_history = np.empty((config.num_rounds, k))
+    clipper = (
+        AdaptiveClipNorm(initial_clip_norm=s_clip, count_stddev=config.count_stddev())
+        if config.adaptive_clipping else None
+    )
     direction = client_rng.standard_normal(d)
     direction /= np.linalg.norm(direction)
     optimizer = ServerOptimizer(learning_rate=config.learning_rate, momentum=config.momentum)
@@ -252,8 +305,11 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
     theta = theta0
     cohort_sizes = []
     for t in range(1, config.num_rounds + 1):
+        if clipper is not None:
+            s_clip = clipper.clip_norm
         clients = schedule.real_clients(t)
-        canaries = seen_vectors[schedule.canaries(t)]
+        inserted = schedule.canaries(t)
+        canaries = seen_vectors[inserted]
         updates = list(_client_updates(config, clients.size, direction, client_rng))
         cohort_sizes.append(clients.size + canaries.shape[0])
         if bug is DPBug.no_clipping:
@@ -272,7 +328,11 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
                 client_updates=updates,
                 canary_directions=canaries,
                 clip_norm=s_clip,
-                noise_multiplier=0.0 if bug is DPBug.no_noise else config.noise_multiplier,
+                noise_multiplier=(
+                    0.0 if bug is DPBug.no_noise
+                    else config.noise_multiplier * config.bug_factor if bug is DPBug.noise_scale
+                    else config.noise_multiplier
+                ),
                 expected_cohort_size=m,
                 dim=d,
                 rng=noise_rng,
@@ -281,8 +341,19 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
             if bug is DPBug.noise_divided_twice:
                 signal = agg.clipped_sum / m
                 update = signal + (agg.update - signal) / m
+            if clipper is not None:
+                clipper.update(num_unclipped=len(updates) - agg.num_clipped,
+                               expected_count=max(m - seen_idx.size * repeats / config.num_rounds, 1.0),
+                               rng=noise_rng)
+        # the released aggregate rho_bar_t (before the server optimizer) feeds the known rounds
+        participants = np.zeros(k, dtype=bool)
+        participants[seen_idx[inserted]] = True
+        participants[unseen_idx[np.any(unseen_rounds == t - 1, axis=1)]] = True
+        known.update(tracker.all_cosines(update.astype(np.float32)), participants, ~mask)
+        known_history[t - 1] = known.scores
         theta, delta_t = optimizer.step(theta, update)
         tracker.update(delta_t)
+        max_history[t - 1] = tracker.max_cosines
     tracker.finalize(theta, theta0)
     counts = schedule.participation_counts()[schedule.num_clients:]
     return FedAvgAuditResult(
@@ -293,7 +364,28 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         claimed_participations=config.canary_repeats,
         mean_cohort_size=float(np.mean(cohort_sizes)),
         dim=d,
+        known_rounds_scores=known.scores,
+        known_rounds_history=known_history,
+        max_cosines_history=max_history,
     )
+
+
+def simulation_claims(config: FedAvgSimulation) -> list:
+    """The trade-off claims the service would test for this configuration
+    (:func:`auditor.estimators.gdp.audit_claims` on the honest settings: a bug is never known
+    to the claim): known-rounds Gaussian DP ``sqrt(canary_repeats) / z_total`` and, under
+    Poisson participation, the Poisson-subsampled curve with ``q`` as the service computes it."""
+    from types import SimpleNamespace
+
+    from auditor.estimators.gdp import audit_claims
+
+    return audit_claims(SimpleNamespace(
+        accounted_noise_multiplier=config.accounted_noise_multiplier,
+        canary_repeats=config.canary_repeats,
+        participation=config.participation,
+        sampling_probability=claimed_sampling_probability(config),
+        num_rounds=config.num_rounds,
+    ))
 
 
 # -- Gaussian mechanism with seen and unseen canaries ---------------------------------------
