@@ -12,6 +12,7 @@ SUBCOMMANDS = {
     "serve": "Run the audit service (REST API + dashboard).",
     "run": "Run one audit end to end in the Flower simulation engine and print the estimates.",
     "gaussian": "Audit the Gaussian mechanism with random canaries (Andrew et al. Alg. 1).",
+    "attach": "Create an audit for your own Flower app and print the environment it needs.",
 }
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 __all__ = [
     "AdaptiveClipping",
+    "AuditClaim",
     "AuditSpec",
     "Engine",
     "Participation",
@@ -157,6 +158,7 @@ class Participation(str, Enum):
 class Engine(str, Enum):
     simulation = "simulation"  # Flower simulation engine (Ray) in a worker process
     deployment = "deployment"  # a Flower SuperLink with SuperNodes (Deployment Engine)
+    external = "external"  # the user's own Flower app, started by the user (docs/flower.md)
 
 
 class AdaptiveClipping(SpecModel):
@@ -324,3 +326,43 @@ class AuditSpec(SpecModel):
     def sampling_probability(self) -> float:
         """q = m / N with N = real clients + expected seen canaries (Poisson participation)."""
         return min(1.0, self.clients_per_round / (self.num_clients + self.num_canaries / 2))
+
+
+class AuditClaim(BaseModel):
+    """The DP claim of a run flaudit does not start (``engine = "external"``).
+
+    The user's ServerApp declares it once, read from its Flower DP strategy and run config
+    (:class:`server.wrapper.CanaryAuditStrategy`), so the analytic epsilon and every alarm use
+    the settings the run really has. :meth:`apply` merges it into the audit's spec.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    noise_multiplier: float = Field(
+        ge=0, allow_inf_nan=False, description="z of the Flower DP strategy (update noise)."
+    )
+    clip_norm: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="Fixed clipping norm S; null with adaptive."
+    )
+    adaptive_clipping: AdaptiveClipping | None = None
+    num_rounds: int = Field(ge=1, le=100_000, description="num_rounds given to strategy.start.")
+    num_clients: int = Field(ge=1, le=10_000_000, description="SuperNodes (real clients).")
+    clients_per_round: int = Field(ge=1, description="Nodes sampled per round (num_sampled_clients).")
+    participation: Participation = Field(
+        Participation.uniform,
+        description="How the strategy samples nodes (Flower's FedAvg: uniform without replacement).",
+    )
+    strategy: str = Field("", max_length=200, description="The wrapped strategy, for the record.")
+
+    def apply(self, spec: AuditSpec) -> AuditSpec:
+        """``spec`` with the claimed settings (validated again as a whole).
+
+        Raises
+        ------
+        pydantic.ValidationError
+            If the merged spec is inconsistent (e.g. more seen canaries than
+            ``max_canary_fraction`` allows for ``num_clients``).
+        """
+        values = spec.model_dump()
+        values.update(self.model_dump(exclude={"strategy"}))
+        return AuditSpec.model_validate(values)

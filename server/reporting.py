@@ -103,29 +103,52 @@ class HttpRoundReporter:
     def __repr__(self) -> str:  # never show the token
         return f"HttpRoundReporter(base_url={self.base_url!r}, audit_id={self.audit_id!r})"
 
-    def _put(self, path: str, vector: np.ndarray, params: dict | None = None) -> None:
+    def _request(self, method: str, path: str, **kwargs):
+        """One call to ``/audits/{id}/{path}`` with retries on connection errors and 5xx."""
         import httpx
 
         url = f"{self.base_url}/audits/{self.audit_id}/{path}"
-        body = _body(vector)
+        headers = dict(self._headers, **kwargs.pop("headers", {}))
         for attempt in range(self.max_retries + 1):
             try:
-                response = self._client.put(url, content=body, params=params, headers=self._headers)
+                response = self._client.request(method, url, headers=headers, **kwargs)
             except httpx.TransportError as error:
                 problem = f"{type(error).__name__}"
             else:
                 if response.status_code < 400:
-                    return
+                    return response
                 if response.status_code < 500:
                     raise ReportingError(
-                        f"auditor rejected PUT {path}: HTTP {response.status_code} {response.text[:300]}"
+                        f"auditor rejected {method} {path}: HTTP {response.status_code} "
+                        f"{response.text[:300]}"
                     )
                 problem = f"HTTP {response.status_code}"
             if attempt == self.max_retries:
-                raise ReportingError(f"PUT {path} failed after {attempt + 1} attempts ({problem})")
+                raise ReportingError(
+                    f"{method} {path} failed after {attempt + 1} attempts ({problem})"
+                )
             wait = self.backoff * (2**attempt)
-            logger.warning("PUT %s failed (%s); retrying in %.1f s", path, problem, wait)
+            logger.warning("%s %s failed (%s); retrying in %.1f s", method, path, problem, wait)
             time.sleep(wait)
+
+    def _put(self, path: str, vector: np.ndarray, params: dict | None = None) -> None:
+        self._request("PUT", path, content=_body(vector), params=params)
+
+    def declare_claim(self, claim: dict) -> None:
+        """Send the run's DP claim (``engine = "external"`` audits; idempotent)."""
+        self._request(
+            "PUT", "claim", json=claim, headers={"Content-Type": "application/json"}
+        )
+
+    def round_canaries(self, server_round: int) -> np.ndarray:
+        """The unit canary vectors the service schedules for ``server_round``: float32 ``(c, d)``."""
+        response = self._request(
+            "GET", f"rounds/{int(server_round)}/canaries",
+            headers={"Accept": "application/octet-stream"},
+        )
+        count = int(response.headers["X-Canary-Count"])
+        dim = int(response.headers["X-Canary-Dim"])
+        return np.frombuffer(response.content, dtype="<f4").reshape(count, dim)
 
     def report_initial(self, initial_model: np.ndarray) -> None:
         self._put("initial-model", initial_model)

@@ -39,7 +39,7 @@ import numpy as np
 
 from auditor.validation import check_at_least
 
-__all__ = ["Schedule", "participation_schedule", "canary_rounds"]
+__all__ = ["Schedule", "participation_schedule", "canary_rounds", "canary_schedule"]
 
 
 def _name(value: object) -> str:
@@ -108,6 +108,50 @@ def canary_rounds(
     return bounds[:-1] + offsets
 
 
+def _schedule_rngs(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+    """The canary and the real-client generators of a schedule seed (independent streams)."""
+    root = np.random.SeedSequence(entropy=int(seed), spawn_key=(0x5C4ED,))
+    canary_rng, client_rng = (np.random.default_rng(s) for s in root.spawn(2))
+    return canary_rng, client_rng
+
+
+def _canary_positions(
+    num_seen_canaries: int, *, num_rounds: int, canary_repeats: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    by_round: list[list[int]] = [[] for _ in range(num_rounds)]
+    if num_seen_canaries:
+        rounds = canary_rounds(
+            num_seen_canaries, num_rounds=num_rounds, repeats=canary_repeats, rng=rng
+        )
+        for position, row in enumerate(rounds):
+            for t in row:
+                by_round[int(t)].append(position)
+    return [np.asarray(r, dtype=np.int64) for r in by_round]
+
+
+def canary_schedule(
+    num_seen_canaries: int, *, num_rounds: int, canary_repeats: int = 1, seed: int = 0
+) -> list[np.ndarray]:
+    """Seen-canary positions (0 .. s-1) of every round, as :func:`participation_schedule` draws them.
+
+    ``canary_schedule(s, ...)[t - 1]`` equals ``participation_schedule(..., seed=seed).canaries(t)``
+    for any real-client scheme: the canary stream does not depend on the clients. The service
+    uses it to serve the canaries of a run it does not start (``engine = "external"``), so
+    built-in and external audits insert canaries by the same rule.
+
+    Raises
+    ------
+    ValueError
+        Naming the bad argument.
+    """
+    check_at_least(num_seen_canaries, "num_seen_canaries", 0)
+    check_at_least(num_rounds, "num_rounds", 1)
+    canary_rng, _ = _schedule_rngs(seed)
+    return _canary_positions(
+        num_seen_canaries, num_rounds=num_rounds, canary_repeats=canary_repeats, rng=canary_rng
+    )
+
+
 def participation_schedule(
     *,
     num_clients: int,
@@ -167,18 +211,15 @@ def participation_schedule(
     if not 0.0 < sampling_probability <= 1.0:
         raise ValueError(f"sampling_probability must be in (0, 1], got {sampling_probability}")
 
-    root = np.random.SeedSequence(entropy=int(seed), spawn_key=(0x5C4ED,))
-    canary_rng, client_rng = (np.random.default_rng(s) for s in root.spawn(2))
+    canary_rng, client_rng = _schedule_rngs(seed)
 
     # Seen canaries: exactly r rounds each, one per period.
-    by_round: list[list[int]] = [[] for _ in range(num_rounds)]
-    if num_seen_canaries:
-        rounds = canary_rounds(
-            num_seen_canaries, num_rounds=num_rounds, repeats=canary_repeats, rng=canary_rng
+    by_round = [
+        list(num_clients + positions)
+        for positions in _canary_positions(
+            num_seen_canaries, num_rounds=num_rounds, canary_repeats=canary_repeats, rng=canary_rng
         )
-        for position, row in enumerate(rounds):
-            for t in row:
-                by_round[int(t)].append(num_clients + position)
+    ]
     canaries_per_round = np.array([len(r) for r in by_round], dtype=np.int64)
 
     # Real clients: the scheme, with slots left over by the canaries in fixed-size schemes.

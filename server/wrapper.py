@@ -1,34 +1,45 @@
 """Bring your own Flower app: a strategy wrapper that inserts canary clients and reports rounds.
 
 In the spirit of Flower's ``DifferentialPrivacyServerSideFixedClipping``: wrap your (DP) strategy
-and keep everything else. Each scheduled seen canary becomes one extra *reply* in
-``aggregate_train``: a model ``theta_{t-1} + S c_j`` carrying the same example-count weight as the
-real replies, so the inner strategy clips, averages and noises it exactly like a client. After
-aggregation the wrapper reports ``Delta_t`` (and ``theta_0`` / ``theta_T``) to a
-:class:`~server.reporting.RoundReporter`.
+and keep everything else. The two lines a Flower app adds (docs/flower.md)::
 
-Use it around a server-side-clipping DP strategy, outermost::
+    from server.wrapper import CanaryAuditStrategy
+    strategy = CanaryAuditStrategy.from_env(strategy)   # after building your DP strategy
 
-    inner = DifferentialPrivacyServerSideFixedClipping(FedAvg(...), noise_multiplier=z,
-                                                       clipping_norm=S, num_sampled_clients=m)
-    strategy = CanaryAuditStrategy(inner, reporter=reporter, canary_seed=seed, num_canaries=k,
-                                   clip_norm=S, noise_multiplier=z, num_rounds=T)
+``from_env`` reads ``FLAUDIT_AUDIT_ID``, ``FLAUDIT_URL`` and ``FLAUDIT_RUN_TOKEN`` (printed once
+by ``flaudit attach`` / ``POST /audits`` with ``"engine": "external"``). The canary seed never
+reaches the app: before aggregating round ``t`` the wrapper fetches that round's canary vectors
+from the service, which schedules them by the same rule as its built-in audits.
 
-Notes
------
-* Replies must carry model parameters (as Flower's FedAvg expects), not deltas.
-* The real clients are sampled by your strategy; only the canaries follow
-  :func:`server.schedules.canary_rounds` (``canary_repeats`` rounds each, one per period). Count
-  the expected canaries per round in ``num_sampled_clients`` of a strict (accounted) inner
-  strategy, which refuses a reply count other than the one it sampled.
-* Flower's FedAvg weights replies by example count: the wrapper gives each canary the weight of
-  the first real reply; DP needs equal weights anyway.
+What the wrapper does
+---------------------
+* At ``start``: reads the DP claim from the wrapped strategy (noise multiplier, fixed or
+  adaptive clipping, ``num_sampled_clients``), the number of SuperNodes and ``num_rounds``, and
+  declares it to the service, so the analytic epsilon and every alarm use the real settings.
+* Each scheduled seen canary ``c_j`` becomes one extra *reply* in ``aggregate_train``: a model
+  ``theta_{t-1} + S(t) c_j`` with the same weight and the same metric keys as the real replies
+  (each value the weighted mean of the real replies', so weighted metric averages are
+  unchanged), so the inner strategy clips, averages and noises it exactly like a client.
+* After aggregation it reports ``Delta_t``; after ``start`` returns, the final model with the
+  final round's accuracy and loss.
+
+Limits (each refused up front with what to change)
+--------------------------------------------------
+* Legacy ``flwr.server.strategy`` strategies: use the Message-API class of the same name in
+  ``flwr.serverapp.strategy``.
+* Flower's accounted DP (``accountant=...``) checks the reply count against
+  ``num_sampled_clients``; canaries change it every round. Drop ``accountant=``: the service
+  computes the analytic epsilon (dp-accounting, RDP and PLD) for the same settings.
+* DP-FedAvg needs uniform client weights: replies of one round with different
+  ``weighted_by_key`` values are refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from logging import INFO
+import os
+from collections.abc import Iterable, Mapping
+from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -36,18 +47,168 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from auditor.canaries import canary_vector, seen_mask
+from auditor.canaries import canary_vectors, seen_mask
 from auditor.validation import check_at_least, check_positive
 from server.dpfedavg import canary_update
 from server.reporting import RoundMetadata, RoundReporter
-from server.schedules import canary_rounds
+from server.schedules import canary_schedule
 from server.vectors import flatten, unflatten
 
-__all__ = ["CanaryAuditStrategy"]
+__all__ = ["CanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
+           "ENV_RUN_TOKEN"]
+
+ENV_AUDIT_ID = "FLAUDIT_AUDIT_ID"
+ENV_URL = "FLAUDIT_URL"
+ENV_RUN_TOKEN = "FLAUDIT_RUN_TOKEN"
+#: Run-config keys equivalent to the environment variables (declare them in
+#: ``[tool.flwr.app.config]`` with empty defaults to pass them with ``flwr run --run-config``).
+RUN_CONFIG_KEYS = {ENV_AUDIT_ID: "flaudit-audit-id", ENV_URL: "flaudit-ingest-url",
+                   ENV_RUN_TOKEN: "flaudit-run-token"}
 
 
 def _record_vector(record: ArrayRecord) -> np.ndarray:
     return flatten(record.to_numpy_ndarrays())
+
+
+# -- the claim, read from Flower's strategies ----------------------------------------------------
+def _chain(strategy: Any) -> list[Any]:
+    """The strategy and every strategy it wraps (``.strategy``), outermost first."""
+    chain = [strategy]
+    while True:
+        inner = getattr(chain[-1], "strategy", None)
+        if inner is None or any(inner is s for s in chain):
+            return chain
+        chain.append(inner)
+
+
+def _refuse_legacy(strategy: Any) -> None:
+    for item in _chain(strategy):
+        module = type(item).__module__
+        if module.startswith("flwr.server.strategy"):
+            name = type(item).__name__
+            raise ValueError(
+                f"strategy: {name} is a legacy flwr.server.strategy strategy (ServerApp with "
+                f"ServerConfig); CanaryAuditStrategy wraps Message-API strategies: use "
+                f"flwr.serverapp.strategy.{name} and start it with strategy.start(grid=..., "
+                "initial_arrays=..., num_rounds=...)"
+            )
+    if not isinstance(strategy, Strategy):
+        raise ValueError(
+            f"strategy must be a flwr.serverapp.strategy.Strategy, got {type(strategy).__name__}"
+        )
+
+
+def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[str, Any]:
+    """The DP claim of a Flower strategy chain, as ``auditor.spec.AuditClaim`` fields.
+
+    Reads Flower's Message-API DP wrappers (server- or client-side, fixed or adaptive clipping):
+    ``noise_multiplier``, ``clipping_norm`` (or the adaptive parameters) and
+    ``num_sampled_clients``. Without a DP wrapper the claim is "no noise" and the clip norm must
+    be given (``clip_norm=`` of :class:`CanaryAuditStrategy`).
+
+    Raises
+    ------
+    ValueError
+        For a legacy strategy, an accountant-enabled DP strategy, or no clipping norm, saying
+        what to change.
+    """
+    from flwr.serverapp.strategy import (
+        DifferentialPrivacyClientSideAdaptiveClipping,
+        DifferentialPrivacyClientSideFixedClipping,
+        DifferentialPrivacyServerSideAdaptiveClipping,
+        DifferentialPrivacyServerSideFixedClipping,
+    )
+
+    _refuse_legacy(strategy)
+    fixed = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacyClientSideFixedClipping)
+    adaptive = (
+        DifferentialPrivacyServerSideAdaptiveClipping,
+        DifferentialPrivacyClientSideAdaptiveClipping,
+    )
+    claim: dict[str, Any] = {"num_rounds": int(num_rounds), "participation": "uniform"}
+    chain = _chain(strategy)
+    dp = next((s for s in chain if isinstance(s, fixed + adaptive)), None)
+    base = chain[-1]
+    nodes = max(int(num_nodes), int(getattr(base, "min_available_nodes", 1) or 1))
+    claim["num_clients"] = nodes
+    claim["strategy"] = " > ".join(type(s).__name__ for s in chain)[:200]
+    if dp is None:
+        fraction = float(getattr(base, "fraction_train", 1.0))
+        claim["clients_per_round"] = max(
+            1, int(getattr(base, "min_train_nodes", 1)), int(fraction * nodes)
+        )
+        claim["noise_multiplier"] = 0.0
+        return claim
+    if getattr(dp, "accountant", None) is not None:
+        raise ValueError(
+            f"strategy: {type(dp).__name__}(accountant=...) checks every round's reply count "
+            "against num_sampled_clients, and the canaries change it each round; remove "
+            "accountant= (the audit reports the analytic epsilon from dp-accounting, RDP and "
+            "PLD, for the same noise multiplier, sampling and rounds)"
+        )
+    claim["clients_per_round"] = int(dp.num_sampled_clients)
+    claim["noise_multiplier"] = float(dp.noise_multiplier)
+    if isinstance(dp, fixed):
+        claim["clip_norm"] = float(dp.clipping_norm)
+    else:
+        claim["adaptive_clipping"] = {
+            "initial_clip_norm": float(dp.clipping_norm),
+            "target_quantile": float(dp.target_clipped_quantile),
+            "learning_rate": float(dp.clip_norm_lr),
+            "clipped_count_stddev": float(dp.clipped_count_stddev) or None,
+        }
+    return claim
+
+
+def _current_clip_norm(strategy: Strategy) -> float | None:
+    for item in _chain(strategy):
+        norm = getattr(item, "clipping_norm", None)
+        if norm is not None:
+            return float(norm)
+    return None
+
+
+def _weight_key(strategy: Strategy) -> str:
+    return str(getattr(_chain(strategy)[-1], "weighted_by_key", "num-examples"))
+
+
+# -- canaries --------------------------------------------------------------------------------
+class LocalCanaries:
+    """Canaries generated in this process from a seed (tests, ``flaudit run``-style local use).
+
+    The same rule as the service's external audits (:func:`auditor.service.external.round_canaries`):
+    the seen set from the seed, ``canary_repeats`` rounds per seen canary from ``data_seed``.
+    The seed never appears in ``repr``.
+    """
+
+    def __init__(self, canary_seed: int, *, num_canaries: int, num_rounds: int,
+                 canary_repeats: int = 1, data_seed: int = 0) -> None:
+        check_at_least(num_canaries, "num_canaries", 2)
+        check_at_least(num_rounds, "num_rounds", 1)
+        if not 1 <= canary_repeats <= num_rounds:
+            raise ValueError(f"canary_repeats must be in [1, num_rounds], got {canary_repeats}")
+        self._seed = int(canary_seed)
+        seen = np.flatnonzero(seen_mask(self._seed, int(num_canaries)))
+        positions = canary_schedule(int(seen.size), num_rounds=int(num_rounds),
+                                    canary_repeats=int(canary_repeats), seed=int(data_seed))
+        self.by_round = {t + 1: np.sort(seen[p]) for t, p in enumerate(positions)}
+
+    def __repr__(self) -> str:
+        return f"LocalCanaries(num_rounds={len(self.by_round)})"
+
+    def round_canaries(self, server_round: int, dim: int) -> np.ndarray:
+        return canary_vectors(self._seed, self.by_round.get(server_round, np.empty(0, int)), dim)
+
+
+def _mean_value(values: list[Any], weights: np.ndarray) -> Any:
+    """The weighted mean of one metric over the real replies, in the metric's own type."""
+    if isinstance(values[0], (list, tuple)):
+        array = np.average(np.asarray(values, dtype=np.float64), axis=0, weights=weights)
+        return [int(round(v)) for v in array] if isinstance(values[0][0], int) else array.tolist()
+    mean = float(np.average(np.asarray(values, dtype=np.float64), weights=weights))
+    if isinstance(values[0], bool):
+        return mean >= 0.5
+    return int(round(mean)) if isinstance(values[0], int) else mean
 
 
 class CanaryAuditStrategy(Strategy):
@@ -56,30 +217,23 @@ class CanaryAuditStrategy(Strategy):
     Parameters
     ----------
     strategy : flwr.serverapp.strategy.Strategy
-        The strategy to audit (clips, aggregates and adds noise).
+        The strategy to audit (clips, aggregates and adds noise), e.g. Flower's
+        ``DifferentialPrivacyServerSideFixedClipping(FedAvg(...), ...)``.
     reporter : RoundReporter
-        Where theta_0, Delta_t and theta_T go.
-    canary_seed : int
-        Secret master seed (never logged or shown in ``repr``).
-    num_canaries : int
-        Canaries ``k >= 2`` (about half are seen).
-    clip_norm : float
-        ``S`` of the inner strategy; canary updates have exactly this norm.
-    num_rounds : int
-        Rounds ``T`` of the run (the canary schedule and the final report need it).
-    noise_multiplier : float
-        ``z`` of the inner strategy (reported as metadata only).
-    canary_repeats : int
-        Rounds each seen canary is presented in.
-    schedule_seed : int
-        Seed of the canary schedule (not secret).
-    weight_key : str
-        Metric key the inner strategy weights replies by.
+        Where the claim, theta_0, Delta_t and theta_T go. For an external audit an
+        :class:`~server.reporting.HttpRoundReporter`, which also serves the round's canaries.
+    canaries : object, optional
+        Has ``round_canaries(server_round, dim)`` returning unit vectors ``(c, dim)``; default:
+        the reporter's ``round_canaries(server_round)`` (the service schedules them).
+    clip_norm : float, optional
+        Clip norm for a strategy without a Flower DP wrapper (read from the wrapper otherwise).
+    num_rounds : int, optional
+        Rounds ``T`` when you drive the strategy yourself instead of ``start(num_rounds=...)``.
 
     Raises
     ------
     ValueError
-        Naming the bad argument.
+        Naming the bad argument, or saying what to change in the wrapped strategy.
     """
 
     def __init__(
@@ -87,86 +241,171 @@ class CanaryAuditStrategy(Strategy):
         strategy: Strategy,
         *,
         reporter: RoundReporter,
-        canary_seed: int,
-        num_canaries: int,
-        clip_norm: float,
-        num_rounds: int,
-        noise_multiplier: float = 0.0,
-        canary_repeats: int = 1,
-        schedule_seed: int = 0,
-        weight_key: str = "num-examples",
+        canaries: Any = None,
+        clip_norm: float | None = None,
+        num_rounds: int | None = None,
     ) -> None:
-        if not isinstance(strategy, Strategy):
-            raise ValueError(f"strategy must be a flwr Strategy, got {type(strategy).__name__}")
-        check_at_least(num_canaries, "num_canaries", 2)
-        check_positive(clip_norm, "clip_norm")
-        check_at_least(num_rounds, "num_rounds", 1)
-        check_at_least(noise_multiplier, "noise_multiplier", 0)
-        if not 1 <= canary_repeats <= num_rounds:
-            raise ValueError(f"canary_repeats must be in [1, num_rounds], got {canary_repeats}")
+        _refuse_legacy(strategy)
+        read_claim(strategy, num_rounds=1, num_nodes=1)  # refuses accountants before any run
+        if clip_norm is not None:
+            check_positive(clip_norm, "clip_norm")
+        if clip_norm is None and _current_clip_norm(strategy) is None:
+            raise ValueError(
+                "clip_norm: the wrapped strategy has no Flower DP wrapper to read the clipping "
+                "norm from; wrap it in DifferentialPrivacyServerSideFixedClipping (or another "
+                "flwr.serverapp.strategy DP wrapper), or pass clip_norm= for your own clipping"
+            )
+        if num_rounds is not None:
+            check_at_least(num_rounds, "num_rounds", 1)
         self.strategy = strategy
         self.reporter = reporter
-        self._seed = canary_seed
-        self.num_canaries = int(num_canaries)
-        self.clip_norm = float(clip_norm)
-        self.num_rounds = int(num_rounds)
-        self.noise_multiplier = float(noise_multiplier)
-        self.canary_repeats = int(canary_repeats)
-        self.weight_key = weight_key
-        self._seen = np.flatnonzero(seen_mask(canary_seed, self.num_canaries))
-        rounds = canary_rounds(
-            self._seen.size,
-            num_rounds=self.num_rounds,
-            repeats=self.canary_repeats,
-            rng=np.random.default_rng(np.random.SeedSequence(int(schedule_seed), spawn_key=(0xCA,))),
-        )
-        self._by_round: dict[int, list[int]] = {}
-        for position, row in enumerate(rounds):
-            for t in row:
-                self._by_round.setdefault(int(t) + 1, []).append(int(self._seen[position]))
+        self._canaries = canaries
+        self._clip_norm = None if clip_norm is None else float(clip_norm)
+        self.num_rounds = None if num_rounds is None else int(num_rounds)
+        self.weight_key = _weight_key(strategy)
         self._current: ArrayRecord | None = None
         self._template: Message | None = None
         self._initial_reported = False
         self._final_reported = False
+        self._in_start = False
+        self._final: np.ndarray | None = None
+        self._claimed = False
+
+    @classmethod
+    def from_env(
+        cls, strategy: Strategy, *, run_config: Mapping[str, Any] | None = None, **options: Any
+    ) -> "CanaryAuditStrategy":
+        """Attach ``strategy`` to the audit named by ``FLAUDIT_AUDIT_ID``, ``FLAUDIT_URL`` and
+        ``FLAUDIT_RUN_TOKEN`` (or the run-config keys ``flaudit-audit-id``, ``flaudit-ingest-url``,
+        ``flaudit-run-token``; the environment wins).
+
+        Raises
+        ------
+        ValueError
+            Naming the missing variable.
+        """
+        from server.reporting import HttpRoundReporter
+
+        values = {}
+        for env, key in RUN_CONFIG_KEYS.items():
+            value = os.environ.get(env) or str((run_config or {}).get(key, "") or "")
+            if not value:
+                raise ValueError(
+                    f"{env} is not set (nor the run-config key {key!r}): print the lines with "
+                    "`flaudit attach` (or POST /audits with \"engine\": \"external\") and export "
+                    "them where the ServerApp runs (the SuperLink's environment)"
+                )
+            values[env] = value
+        reporter = HttpRoundReporter(values[ENV_URL], values[ENV_AUDIT_ID], values[ENV_RUN_TOKEN])
+        return cls(strategy, reporter=reporter, **options)
 
     def __repr__(self) -> str:
-        return f"CanaryAuditStrategy({self.strategy!r}, num_canaries={self.num_canaries})"
+        return f"CanaryAuditStrategy({self.strategy!r})"
 
     def summary(self) -> None:
-        log(INFO, "\t├──> Canary audit: %d canaries, repeats %d, clip norm %s",
-            self.num_canaries, self.canary_repeats, self.clip_norm)
+        log(INFO, "\t├──> Canary audit: canaries from %s", type(self._canaries or self.reporter).__name__)
         self.strategy.summary()
 
-    def canaries_in_round(self, server_round: int) -> int:
-        """How many seen canaries are inserted in ``server_round`` (no identities)."""
-        return len(self._by_round.get(server_round, []))
+    @property
+    def clip_norm(self) -> float:
+        """``S(t)`` now: the wrapped DP strategy's current clipping norm (adaptive changes it)."""
+        norm = _current_clip_norm(self.strategy)
+        return float(norm if norm is not None else self._clip_norm)
+
+    # -- claim and run -------------------------------------------------------------------
+    def declare(self, grid: Grid, num_rounds: int) -> dict[str, Any]:
+        """Read the claim (strategy, SuperNodes, ``num_rounds``) and send it to the service."""
+        claim = read_claim(self.strategy, num_rounds=num_rounds,
+                           num_nodes=len(list(grid.get_node_ids())))
+        if "clip_norm" not in claim and "adaptive_clipping" not in claim:
+            claim["clip_norm"] = self._clip_norm
+        declare = getattr(self.reporter, "declare_claim", None)
+        if declare is not None:
+            declare(claim)
+        self.num_rounds = int(num_rounds)
+        self._claimed = True
+        log(INFO, "flaudit: claim declared: noise multiplier %s, %s, %d of %d nodes per round, "
+            "%d rounds", claim["noise_multiplier"],
+            f"clip norm {claim['clip_norm']}" if "clip_norm" in claim else "adaptive clipping",
+            claim["clients_per_round"], claim["num_clients"], num_rounds)
+        return claim
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, *args: Any,
+              **kwargs: Any):
+        """Declare the claim, report theta_0, run Flower's loop, then report theta_T with the
+        final round's accuracy and loss (from ``evaluate_fn`` or the clients' evaluation)."""
+        self.declare(grid, num_rounds)
+        self._report_initial(initial_arrays)
+        self._in_start = True
+        try:
+            result = super().start(grid, initial_arrays, num_rounds, *args, **kwargs)
+        finally:
+            self._in_start = False
+        if self._final is not None and not self._final_reported:
+            self.reporter.report_final(self._final, _final_metrics(result, num_rounds))
+            self._final_reported = True
+        return result
+
+    def _report_initial(self, arrays: ArrayRecord) -> None:
+        if not self._initial_reported:
+            self.reporter.report_initial(_record_vector(arrays))
+            self._initial_reported = True
 
     # -- training ------------------------------------------------------------------------
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        if not self._claimed and self.num_rounds is not None:
+            self.declare(grid, self.num_rounds)
         self._current = arrays
-        if not self._initial_reported:
-            self.reporter.report_initial(_record_vector(arrays))
-            self._initial_reported = True
+        self._report_initial(arrays)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._template = messages[0] if messages else None
         return messages
 
-    def _canary_reply(self, vector: np.ndarray, like: Message, weight: float) -> Message:
+    def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
+        if self._canaries is not None:
+            block = self._canaries.round_canaries(server_round, dim)
+        else:
+            block = self.reporter.round_canaries(server_round)
+        block = np.asarray(block, dtype=np.float32).reshape(-1, dim)
+        return block
+
+    def _canary_metrics(self, valid: list[Message], weight: float) -> RecordDict:
+        """MetricRecords with the real replies' names and keys; each value the weighted mean."""
+        weights = np.asarray([self._reply_weight(r) for r in valid], dtype=np.float64)
+        records: dict[str, MetricRecord] = {}
+        for name, first in valid[0].content.metric_records.items():
+            values: dict[str, Any] = {}
+            for key in first.keys():
+                if key == self.weight_key:
+                    values[key] = type(first[key])(weight)
+                    continue
+                column = [r.content.metric_records[name][key] for r in valid
+                          if name in r.content.metric_records
+                          and key in r.content.metric_records[name]]
+                if len(column) == len(valid):
+                    values[key] = _mean_value(column, weights)
+            records[name] = MetricRecord(values)
+        if not records:
+            records["metrics"] = MetricRecord({self.weight_key: weight})
+        return records
+
+    def _canary_reply(self, vector: np.ndarray, like: Message, metrics: dict) -> Message:
         name, record = next(iter(like.content.array_records.items()))
-        shapes = [a.shape for a in record.to_numpy_ndarrays()]
-        dtypes = [a.dtype for a in record.to_numpy_ndarrays()]
-        arrays = unflatten(vector, shapes, dtypes=dtypes)
+        arrays_np = record.to_numpy_ndarrays()
+        arrays = unflatten(vector, [a.shape for a in arrays_np], dtypes=[a.dtype for a in arrays_np])
         content = RecordDict({
             name: ArrayRecord({k: Array(np.asarray(a)) for k, a in zip(record.keys(), arrays)}),
-            "metrics": MetricRecord({self.weight_key: weight}),
+            **metrics,
         })
         return Message(content=content, reply_to=self._template)
 
     def _reply_weight(self, reply: Message) -> float:
-        metrics = next(iter(reply.content.metric_records.values()), None)
-        return float(metrics.get(self.weight_key, 1.0)) if metrics is not None else 1.0
+        for metrics in reply.content.metric_records.values():
+            if self.weight_key in metrics:
+                return float(metrics[self.weight_key])
+        return 1.0
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -176,10 +415,11 @@ class CanaryAuditStrategy(Strategy):
         current = _record_vector(self._current) if self._current is not None else None
         inserted = 0
         num_clipped = 0
+        clip_norm = self.clip_norm
         if current is not None and valid and self._template is not None:
             for reply in valid:
                 update = _record_vector(next(iter(reply.content.array_records.values()))) - current
-                num_clipped += int(np.linalg.norm(update.astype(np.float64)) > self.clip_norm)
+                num_clipped += int(np.linalg.norm(update.astype(np.float64)) > clip_norm)
             weights = {self._reply_weight(reply) for reply in valid}
             if len(weights) > 1:
                 raise ValueError(
@@ -190,30 +430,35 @@ class CanaryAuditStrategy(Strategy):
                     "every client"
                 )
             (weight,) = weights
-            for j in self._by_round.get(server_round, []):
-                direction = canary_vector(self._seed, j, current.size)
-                model = (current + canary_update(direction, self.clip_norm)).astype(np.float32)
-                replies.append(self._canary_reply(model, valid[0], weight))
+            metrics = self._canary_metrics(valid, weight)
+            for direction in self._round_canaries(server_round, current.size):
+                model = (current + canary_update(direction, clip_norm)).astype(np.float32)
+                replies.append(self._canary_reply(model, valid[0], metrics))
                 inserted += 1
-        arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        elif current is not None and not valid:
+            log(WARNING, "flaudit: round %s has no valid reply; no canary inserted", server_round)
+        arrays, metrics_out = self.strategy.aggregate_train(server_round, replies)
         if arrays is not None and current is not None:
             new = _record_vector(arrays)
             self.reporter.report_round(
                 server_round,
                 new - current,
                 RoundMetadata(
-                    clip_norm=self.clip_norm,
+                    clip_norm=clip_norm,
                     cohort_size=len(valid) + inserted,
                     num_canaries_inserted=inserted,
                     num_failures=len(replies) - inserted - len(valid),
                     clipped_fraction=num_clipped / len(valid) if valid else 0.0,
-                    noise_stddev=self.noise_multiplier * self.clip_norm,
+                    noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
+                    train_loss=_metric(metrics_out, "loss"),
                 ),
             )
-            if server_round == self.num_rounds and not self._final_reported:
-                self.reporter.report_final(new, {})
-                self._final_reported = True
-        return arrays, metrics
+            if server_round == self.num_rounds:
+                self._final = new
+                if not self._in_start and not self._final_reported:
+                    self.reporter.report_final(new, {})
+                    self._final_reported = True
+        return arrays, metrics_out
 
     # -- evaluation: unchanged -----------------------------------------------------------
     def configure_evaluate(
@@ -223,3 +468,32 @@ class CanaryAuditStrategy(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def _noise_multiplier(strategy: Strategy) -> float:
+    for item in _chain(strategy):
+        z = getattr(item, "noise_multiplier", None)
+        if z is not None:
+            return float(z)
+    return 0.0
+
+
+def _metric(record: Mapping[str, Any] | None, word: str) -> float | None:
+    """The first scalar metric whose key contains ``word`` (``loss``, ``acc``)."""
+    for key, value in (record or {}).items():
+        if word in key.lower() and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value) if np.isfinite(value) else None
+    return None
+
+
+def _final_metrics(result: Any, num_rounds: int) -> dict[str, float]:
+    """Accuracy and loss of the final model: the ServerApp's ``evaluate_fn`` if it ran, else the
+    clients' aggregated evaluation of the last round."""
+    out: dict[str, float] = {}
+    for source in ("evaluate_metrics_serverapp", "evaluate_metrics_clientapp"):
+        record = getattr(result, source, {}).get(num_rounds)
+        for name, word in (("accuracy", "acc"), ("loss", "loss")):
+            value = _metric(record, word)
+            if name not in out and value is not None and (name != "accuracy" or 0 <= value <= 1):
+                out[name] = value
+    return out

@@ -4,7 +4,8 @@
   ``POST /audits/{id}/cancel``, ``DELETE /audits/{id}``) and, when the setting
   ``require_key_for_reads`` is on, the read routes too.
 * Per-audit run tokens guard the ingest routes. A run token is issued to one run only when its
-  worker starts; the database keeps only its SHA-256 hash.
+  worker starts, or, for ``engine = "external"``, once in the ``POST /audits`` response (rotated
+  with ``POST /audits/{id}/run-token``); the database keeps only its SHA-256 hash.
 """
 
 from __future__ import annotations

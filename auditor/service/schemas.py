@@ -19,6 +19,8 @@ __all__ = [
     "Progress",
     "Alert",
     "AuditCreated",
+    "RunTokenOut",
+    "ClaimAck",
     "AuditOut",
     "AuditSummary",
     "AuditList",
@@ -73,6 +75,31 @@ class AuditCreated(BaseModel):
     id: str = Field(description="URL-safe audit id.", examples=["q3Zr1d0xT4mA"])
     status: AuditStatus = Field(examples=["queued"])
     links: dict[str, str] = Field(examples=[{"self": "/audits/q3Zr1d0xT4mA"}])
+    environment: dict[str, str] | None = Field(
+        None,
+        description=(
+            "engine 'external' only, returned once: what your ServerApp needs "
+            "(FLAUDIT_AUDIT_ID, FLAUDIT_URL, FLAUDIT_RUN_TOKEN), for "
+            "CanaryAuditStrategy.from_env. The run token is stored only as a hash: if it "
+            "leaks, rotate it with POST /audits/{id}/run-token. The canary seed never leaves "
+            "the service."
+        ),
+    )
+
+
+class RunTokenOut(BaseModel):
+    """A fresh run token for an external audit (returned once; the previous one is revoked)."""
+
+    id: str
+    environment: dict[str, str] = Field(
+        description="FLAUDIT_AUDIT_ID, FLAUDIT_URL and the new FLAUDIT_RUN_TOKEN."
+    )
+
+
+class ClaimAck(BaseModel):
+    audit_id: str
+    stored: bool = Field(description="False when the same claim was already declared (no-op).")
+    spec: AuditSpec = Field(description="The audit's spec completed with the claim.")
 
 
 class AuditOut(BaseModel):

@@ -57,6 +57,14 @@ __all__ = [
 
 ACTIVE_STATUSES = ("queued", "running")
 ENDED_STATUSES = ("succeeded", "failed", "cancelled")
+#: The alert of an external audit until its ServerApp declared the claim.
+WAITING_FOR_SERVERAPP = {
+    "level": "info",
+    "message": (
+        "waiting for the ServerApp: start your Flower app with the environment printed at "
+        "creation (CanaryAuditStrategy.from_env); no claim declared yet"
+    ),
+}
 
 
 def utcnow() -> datetime:
@@ -225,15 +233,21 @@ class Store:
             conn.exec_driver_sql("SELECT 1")
 
     # -- audits ---------------------------------------------------------------------------
-    def create_audit(self, *, name: str, spec: dict, canary_seed: int) -> Audit:
+    def create_audit(
+        self, *, name: str, spec: dict, canary_seed: int, run_token: str | None = None
+    ) -> Audit:
+        """A new audit, ``queued`` for the runner; with ``run_token`` it is an audit of a run
+        flaudit does not start: ``running`` at once, ingest open to that token, ``started_at``
+        unset until the ServerApp declares its claim (:meth:`declare_claim`)."""
         now = utcnow()
         audit = Audit(
             id=secrets.token_urlsafe(9),
             name=name,
-            status="queued",
+            status="queued" if run_token is None else "running",
             reason=None,
             spec=spec,
             canary_seed=str(int(canary_seed)),
+            run_token_hash=None if run_token is None else hash_token(run_token),
             created_at=now,
             updated_at=now,
             rounds_stored=0,
@@ -241,7 +255,7 @@ class Store:
             estimates=[],
             diagnostics=[],
             histograms={},
-            alerts=[],
+            alerts=[] if run_token is None else [WAITING_FOR_SERVERAPP],
             metrics={},
         )
         with self.session() as s, s.begin():
@@ -291,6 +305,29 @@ class Store:
                 started_at=now,
                 updated_at=now,
                 run_token_hash=hash_token(run_token),
+            )
+
+    def declare_claim(self, audit_id: str, *, spec: dict) -> bool:
+        """Store the spec completed by the ServerApp's claim and mark the run started; False if
+        the audit is not running or its claim was declared already."""
+        now = utcnow()
+        with self.session() as s, s.begin():
+            return _update_audit_if(
+                s, audit_id, Audit.status == "running", Audit.started_at.is_(None),
+                spec=spec,
+                started_at=now,
+                updated_at=now,
+                alerts=[],
+            )
+
+    def rotate_run_token(self, audit_id: str, *, run_token: str) -> bool:
+        """Replace the run token of a running audit (the old one stops working at once)."""
+        now = utcnow()
+        with self.session() as s, s.begin():
+            return _update_audit_if(
+                s, audit_id, Audit.status == "running", Audit.run_token_hash.is_not(None),
+                run_token_hash=hash_token(run_token),
+                updated_at=now,
             )
 
     def finish(
@@ -472,12 +509,13 @@ class Store:
 
     def fail_interrupted(self) -> list[str]:
         """On start-up: audits left ``running`` cannot resume (the simulation engine cannot
-        continue mid-run), so mark them failed, saying how many rounds were stored."""
+        continue mid-run), so mark them failed, saying how many rounds were stored. Audits of
+        runs flaudit does not start (``engine = "external"``) stay running."""
         failed = []
         for audit_id in self.audit_ids_with_status("running"):
             audit = self.get_audit(audit_id)
-            if audit is None:
-                continue
+            if audit is None or audit.spec.get("engine") == "external":
+                continue  # the user's own run goes on without us: it may keep reporting
             reason = (
                 f"service restarted during the run; {audit.rounds_stored} rounds were stored"
             )

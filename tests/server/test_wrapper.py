@@ -1,16 +1,23 @@
-"""CanaryAuditStrategy around Flower's own DP wrapper + FedAvg (no Ray): canaries are averaged
-like clipped clients, every round is reported, the seed stays private."""
+"""CanaryAuditStrategy around Flower's own DP wrappers + FedAvg (no Ray): canaries are averaged
+like clipped clients, carry the real replies' metric keys, every round is reported, the claim is
+read from the strategy, and strategies it cannot audit are refused with what to change."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyClientSideFixedClipping,
+    DifferentialPrivacyServerSideAdaptiveClipping,
+    DifferentialPrivacyServerSideFixedClipping,
+    FedAvg,
+)
 
 from auditor.canaries import canary_vector, seen_mask
+from auditor.spec import AuditClaim, AuditSpec
 from server.reporting import LocalRoundReporter
-from server.wrapper import CanaryAuditStrategy
+from server.wrapper import CanaryAuditStrategy, LocalCanaries, read_claim
 
 SEED = 77777
 K = 10
@@ -25,13 +32,34 @@ class Grid3:
         return [1, 2, 3]
 
 
-def _wrapped(reporter, *, rounds=4, repeats=2):
-    inner = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=3,
+class ClaimRecorder(LocalRoundReporter):
+    claims: list
+
+    def declare_claim(self, claim):
+        self.claims = [*getattr(self, "claims", []), claim]
+
+
+def _dp(noise=0.0, fedavg=None):
+    return DifferentialPrivacyServerSideFixedClipping(
+        fedavg or FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
+        noise_multiplier=noise, clipping_norm=S, num_sampled_clients=3,
     )
-    return CanaryAuditStrategy(inner, reporter=reporter, canary_seed=SEED, num_canaries=K,
-                               clip_norm=S, num_rounds=rounds, canary_repeats=repeats)
+
+
+def _wrapped(reporter, *, rounds=4, repeats=2, inner=None):
+    canaries = LocalCanaries(SEED, num_canaries=K, num_rounds=rounds, canary_repeats=repeats)
+    return CanaryAuditStrategy(inner or _dp(), reporter=reporter, canaries=canaries,
+                               num_rounds=rounds), canaries
+
+
+def _replies(messages, current, updates, metrics):
+    out = []
+    for msg, u, m in zip(messages, updates, metrics):
+        vec = current + u
+        parts = [vec[:600].reshape(20, 30), vec[600:]]
+        content = RecordDict({"arrays": ArrayRecord(parts), "metrics": MetricRecord(m)})
+        out.append(Message(content=content, reply_to=msg))
+    return out
 
 
 def test_canaries_enter_the_average_like_clipped_clients_and_rounds_are_reported():
@@ -39,9 +67,9 @@ def test_canaries_enter_the_average_like_clipped_clients_and_rounds_are_reported
     rng = np.random.default_rng(0)
     model = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     dim = sum(int(np.prod(s)) for s in shapes)
-    reporter = LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=K)
-    strategy = _wrapped(reporter)
-    assert str(SEED) not in repr(strategy)
+    reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)
+    strategy, canaries = _wrapped(reporter)
+    assert str(SEED) not in repr(strategy) and str(SEED) not in repr(canaries)
     arrays = ArrayRecord(model)
     seen = np.flatnonzero(seen_mask(SEED, K))
     total_inserted = 0
@@ -53,37 +81,51 @@ def test_canaries_enter_the_average_like_clipped_clients_and_rounds_are_reported
         for _ in messages:  # below the clip norm: they pass unchanged (and are non-zero)
             u = rng.standard_normal(dim).astype(np.float32)
             updates.append(u * (0.1 * S / np.linalg.norm(u)))
-        replies = []
-        for msg, u in zip(messages, updates):
-            vec = current + u
-            parts = [vec[:600].reshape(20, 30), vec[600:]]
-            content = RecordDict({"arrays": ArrayRecord(parts), "metrics": MetricRecord({"num-examples": 10})})
-            replies.append(Message(content=content, reply_to=msg))
-        c = strategy.canaries_in_round(t)
-        new_arrays, _ = strategy.aggregate_train(t, replies)
+        # the quickstart's metrics: an extra key beside the weight (Flower's FedAvg requires
+        # every reply to carry the same keys)
+        replies = _replies(messages, current, updates,
+                           [{"num-examples": 10, "train_loss": 1.0 + i} for i in range(3)])
+        c = len(canaries.by_round[t])
+        new_arrays, metrics = strategy.aggregate_train(t, replies)
+        assert metrics["train_loss"] == pytest.approx(2.0)  # the real clients' mean, unchanged
         new = np.concatenate([a.ravel() for a in new_arrays.to_numpy_ndarrays()])
         meta = reporter.rounds[-1][1]
         assert meta.num_canaries_inserted == c and meta.cohort_size == 3 + c
         assert meta.clipped_fraction == 0.0 and meta.num_failures == 0
+        assert meta.train_loss == pytest.approx(2.0)
         expected_canaries = sum((S * canary_vector(SEED, j, dim).astype(np.float64)
-                                 for j in strategy._by_round.get(t, [])), np.zeros(dim))
+                                 for j in canaries.by_round[t]), np.zeros(dim))
         canary_part = (new.astype(np.float64) - current) * (3 + c) - np.sum(updates, axis=0)
         assert np.allclose(canary_part, expected_canaries, atol=2e-5)
-        assert set(strategy._by_round.get(t, [])) <= set(seen.tolist())
+        assert set(canaries.by_round[t].tolist()) <= set(seen.tolist())
         total_inserted += c
         arrays = new_arrays
     assert total_inserted == 2 * seen.size
-    assert reporter.final_model is not None  # reported after round 4
+    assert reporter.claims[0]["clip_norm"] == S and reporter.claims[0]["num_rounds"] == 4
+    assert reporter.final_model is not None  # reported after round 4 (no start(): at once)
     final = reporter.tracker.final_cosines
     mask = seen_mask(SEED, K)
     assert final[mask].min() > np.abs(final[~mask]).max()
+
+
+def test_local_canaries_follow_the_built_in_schedule():
+    """The wrapper's canaries of round t are the built-in ServerApp's (same schedule rule)."""
+    from server.schedules import participation_schedule
+
+    canaries = LocalCanaries(SEED, num_canaries=40, num_rounds=6, canary_repeats=2, data_seed=3)
+    seen = np.flatnonzero(seen_mask(SEED, 40))
+    schedule = participation_schedule(num_clients=50, num_seen_canaries=seen.size, num_rounds=6,
+                                      participation="uniform", clients_per_round=10,
+                                      canary_repeats=2, seed=3)
+    for t in range(1, 7):
+        assert canaries.by_round[t].tolist() == sorted(seen[schedule.canaries(t)].tolist())
 
 
 def test_unequal_client_weights_are_refused():
     """DP-FedAvg needs uniform weights; example-count weighting would also make canaries weigh
     differently from the clients they stand beside."""
     reporter = LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=K)
-    strategy = _wrapped(reporter)
+    strategy, _ = _wrapped(reporter)
     arrays = ArrayRecord([np.zeros(4, np.float32)])
     messages = list(strategy.configure_train(1, arrays, ConfigRecord({}), Grid3()))
     replies = [
@@ -96,13 +138,54 @@ def test_unequal_client_weights_are_refused():
     assert reporter.rounds == []  # nothing reported for the refused round
 
 
-def test_bad_arguments_are_named():
+def test_the_claim_is_read_from_flowers_dp_wrappers_and_completes_the_spec():
+    fixed = read_claim(_dp(noise=1.3), num_rounds=5, num_nodes=4)
+    assert fixed["noise_multiplier"] == 1.3 and fixed["clip_norm"] == S
+    assert fixed["clients_per_round"] == 3 and fixed["num_clients"] == 4
+    client = DifferentialPrivacyClientSideFixedClipping(FedAvg(), noise_multiplier=0.7,
+                                                        clipping_norm=2.0, num_sampled_clients=2)
+    assert read_claim(client, num_rounds=2, num_nodes=2)["clip_norm"] == 2.0
+    adaptive = DifferentialPrivacyServerSideAdaptiveClipping(
+        FedAvg(), noise_multiplier=1.0, num_sampled_clients=2, clipped_count_stddev=1.0
+    )
+    claim = read_claim(adaptive, num_rounds=3, num_nodes=2)
+    assert "clip_norm" not in claim
+    assert claim["adaptive_clipping"]["initial_clip_norm"] == adaptive.clipping_norm
+    spec = AuditClaim.model_validate(claim).apply(
+        AuditSpec(num_canaries=4, clip_norm=1.0, max_canary_fraction=1.0)
+    )
+    assert spec.clip_norm is None and spec.num_rounds == 3
+    assert spec.accounted_noise_multiplier < adaptive.noise_multiplier  # the count costs too
+    plain = read_claim(FedAvg(fraction_train=0.5, min_train_nodes=1), num_rounds=2, num_nodes=10)
+    assert plain["noise_multiplier"] == 0.0 and plain["clients_per_round"] == 5
+
+
+def test_strategies_it_cannot_audit_are_refused_with_what_to_change():
+    from flwr.server.strategy import DifferentialPrivacyClientSideFixedClipping as Legacy
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+    from flwr.supercore.privacy_accounting import (
+        NeighboringRelation,
+        PrivacyConfig,
+        SamplingMethod,
+    )
+    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
     reporter = LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=K)
-    inner = FedAvg()
+    legacy = Legacy(LegacyFedAvg(), noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=2)
+    with pytest.raises(ValueError, match="flwr.serverapp.strategy.DifferentialPrivacyClientSide"):
+        CanaryAuditStrategy(legacy, reporter=reporter)
     with pytest.raises(ValueError, match="clip_norm"):
-        CanaryAuditStrategy(inner, reporter=reporter, canary_seed=SEED, num_canaries=K, clip_norm=0, num_rounds=2)
-    with pytest.raises(ValueError, match="canary_repeats"):
-        CanaryAuditStrategy(inner, reporter=reporter, canary_seed=SEED, num_canaries=K, clip_norm=1,
-                            num_rounds=2, canary_repeats=4)
-    with pytest.raises(ValueError, match="strategy"):
-        CanaryAuditStrategy(object(), reporter=reporter, canary_seed=SEED, num_canaries=K, clip_norm=1, num_rounds=2)
+        CanaryAuditStrategy(FedAvg(), reporter=reporter)
+    with pytest.raises(ValueError, match="clip_norm"):
+        CanaryAuditStrategy(_dp(), reporter=reporter, clip_norm=0)
+    accountant = RdpAccountant(PrivacyConfig(
+        target_delta=1e-5, population_size=2,
+        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+        sampling_method=SamplingMethod.NO_AMPLIFICATION,
+    ))
+    accounted = DifferentialPrivacyServerSideFixedClipping(
+        FedAvg(), noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=2,
+        accountant=accountant,
+    )
+    with pytest.raises(ValueError, match="remove accountant="):
+        CanaryAuditStrategy(accounted, reporter=reporter)

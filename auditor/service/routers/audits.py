@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import secrets
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
@@ -10,9 +11,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from auditor.canaries import new_master_seed
-from auditor.spec import AuditSpec
+from auditor.spec import AuditSpec, Engine
 
 from ..auth import read_access, require_api_key
+from ..external import attach_environment
 from ..schemas import (
     AuditCreated,
     AuditList,
@@ -20,6 +22,7 @@ from ..schemas import (
     AuditStatus,
     CosinesOut,
     RoundList,
+    RunTokenOut,
 )
 from ..store import ACTIVE_STATUSES, ENDED_STATUSES, Store
 from ..views import audit_summary_view, audit_view, cosines_csv, cosines_view, round_view
@@ -82,10 +85,34 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     """Validate and store the spec, draw the audit's secret canary seed, and queue the run.
 
     Returns 201 with the new audit's id; poll `GET /audits/{id}` for progress and estimates.
+
+    With `"engine": "external"` flaudit starts nothing: the audit waits for your own Flower
+    ServerApp, and the response carries, once, the `environment` it needs (audit id, ingest
+    URL, run token) for `CanaryAuditStrategy.from_env` (docs/flower.md). The app declares its
+    DP claim (noise multiplier, clipping, sampling, rounds) itself.
     """
     store: Store = request.app.state.store
     if ":" in spec.task:
         _check_custom_task(spec.task, allowed=request.app.state.settings.allow_custom_tasks)
+    if spec.engine == Engine.external:
+        # A run flaudit does not start: the user's ServerApp attaches with a run token; the
+        # seed stays here (the app fetches each round's canary vectors instead).
+        token = secrets.token_urlsafe(32)
+        audit = store.create_audit(
+            name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed(),
+            run_token=token,
+        )
+        response.headers["Location"] = f"/audits/{audit.id}"
+        return AuditCreated(
+            id=audit.id,
+            status="running",
+            links={"self": f"/audits/{audit.id}"},
+            environment=attach_environment(
+                audit_id=audit.id,
+                ingest_url=request.app.state.settings.public_url,
+                run_token=token,
+            ),
+        )
     audit = store.create_audit(
         name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed()
     )
@@ -94,6 +121,42 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
         runner.wake()
     response.headers["Location"] = f"/audits/{audit.id}"
     return AuditCreated(id=audit.id, status="queued", links={"self": f"/audits/{audit.id}"})
+
+
+@router.post(
+    "/{audit_id}/run-token",
+    response_model=RunTokenOut,
+    dependencies=[Depends(require_api_key)],
+    responses={
+        **_NOT_FOUND,
+        **_AUTH,
+        409: {"description": "Not a running audit of engine 'external'."},
+    },
+    summary="Rotate the run token of an external audit (revokes the old one)",
+)
+def rotate_run_token(audit_id: AuditId, request: Request) -> RunTokenOut:
+    """For a leaked run token: the old token stops working at once; the new one is returned
+    only in this response (the service keeps its hash). Restart or reconfigure your ServerApp
+    with the new environment; rounds already stored stay."""
+    store: Store = request.app.state.store
+    audit = _get_or_404(store, audit_id)
+    if audit.spec.get("engine") != Engine.external.value or audit.status != "running":
+        raise HTTPException(
+            status_code=409,
+            detail=(
+                "only a running audit of engine 'external' has a run token you hold; "
+                f"this one is {audit.status} with engine {audit.spec.get('engine')!r}"
+            ),
+        )
+    token = secrets.token_urlsafe(32)
+    if not store.rotate_run_token(audit_id, run_token=token):
+        raise HTTPException(status_code=409, detail="the audit ended meanwhile")
+    return RunTokenOut(
+        id=audit_id,
+        environment=attach_environment(
+            audit_id=audit_id, ingest_url=request.app.state.settings.public_url, run_token=token
+        ),
+    )
 
 
 @router.get(

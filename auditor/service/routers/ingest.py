@@ -10,13 +10,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
+from auditor.spec import AuditClaim, AuditSpec, Engine
+
 from ..auth import require_run_token
+from ..external import round_canaries, round_canary_vectors
 from ..live import IngestError
-from ..schemas import FinalMetricsQuery, IngestAck, RoundMetadataQuery
+from ..schemas import ClaimAck, FinalMetricsQuery, IngestAck, RoundMetadataQuery
 from .deps import AuditId
 
 router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)])
@@ -101,10 +105,19 @@ async def read_float32_body(request: Request, *, limit: int, what: str) -> np.nd
     return vector
 
 
+_DECLARE_CLAIM_FIRST = "declare the claim first (PUT /audits/{id}/claim; CanaryAuditStrategy does)"
+
+
+def _is_external(audit) -> bool:
+    return audit.spec.get("engine") == Engine.external.value
+
+
 async def _precheck(request: Request, audit_id: str, *, need_dim: bool):
     audit = await run_in_threadpool(request.app.state.store.get_audit, audit_id)
     if audit is None:
         raise _fail(404, f"audit {audit_id!r} not found")
+    if _is_external(audit) and audit.started_at is None and audit.status == "running":
+        raise _fail(409, _DECLARE_CLAIM_FIRST)
     if need_dim and audit.dim is None:
         raise _fail(409, "send the initial model first (PUT /audits/{id}/initial-model)")
     return audit
@@ -184,6 +197,8 @@ async def put_round(
         raise _fail(
             409, f"round {t} is out of order: the next round must be {audit.rounds_stored + 1}"
         )
+    if _is_external(audit):
+        await run_in_threadpool(_check_inserted, request, audit, t, metadata.num_canaries_inserted)
     vector = await _read_vector(request, audit.dim, f"round {t} delta")
     result = await _ingest(
         request,
@@ -215,3 +230,107 @@ async def put_final_model(
     values = {k: v for k, v in metrics.model_dump().items() if v is not None}
     result = await _ingest(request, request.app.state.live.ingest_final, audit_id, vector, values)
     return IngestAck(audit_id=audit_id, stored=result == "stored", dim=audit.dim)
+
+
+def _check_inserted(request: Request, audit, t: int, inserted: int) -> None:
+    """An external run must insert exactly the canaries the service served for round ``t``."""
+    spec = AuditSpec.model_validate(audit.spec)
+    seed = request.app.state.store.canary_seed(audit.id)
+    if t > spec.num_rounds:
+        raise _fail(409, f"round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+    served = int(round_canaries(seed, spec, t).size)
+    del seed
+    if inserted != served:
+        raise _fail(
+            422,
+            f"num_canaries_inserted: round {t} must insert the {served} canaries served by "
+            f"GET /audits/{{id}}/rounds/{t}/canaries, got {inserted}",
+        )
+
+
+@router.put(
+    "/{audit_id}/claim",
+    response_model=ClaimAck,
+    responses={
+        401: _ERRORS[401],
+        404: _ERRORS[404],
+        409: {"description": "Not an external audit, not running, or a different claim stored."},
+        422: {"description": "A claim field is invalid, or the completed spec is inconsistent."},
+    },
+    summary="Declare the DP claim of an external run (its ServerApp does, once)",
+)
+def put_claim(audit_id: AuditId, claim: AuditClaim, request: Request) -> ClaimAck:
+    """The settings of the run as its Flower strategy has them (noise multiplier, clipping,
+    sampling, rounds). They complete the audit's spec, so the analytic epsilon and every alarm
+    use them. Idempotent: the same claim again is a no-op; a different one is refused (409)."""
+    store = request.app.state.store
+    audit = store.get_audit(audit_id)
+    if audit is None:
+        raise _fail(404, f"audit {audit_id!r} not found")
+    if not _is_external(audit):
+        raise _fail(409, "only an audit with engine 'external' takes a claim from its ServerApp")
+    try:
+        spec = claim.apply(AuditSpec.model_validate(audit.spec))
+    except ValidationError as exc:
+        raise HTTPException(
+            status_code=422,
+            detail=[
+                {"loc": ["body", *map(str, e["loc"])], "msg": e["msg"], "type": e["type"]}
+                for e in exc.errors(include_url=False, include_context=False)
+            ],
+        ) from None
+    wanted = spec.model_dump(mode="json")
+    if audit.started_at is not None:
+        if audit.spec == wanted:
+            return ClaimAck(audit_id=audit_id, stored=False, spec=spec)
+        raise _fail(409, "a different claim was declared for this audit already")
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; claim refused")
+    if not store.declare_claim(audit_id, spec=wanted):
+        raise _fail(409, "the claim was declared meanwhile, or the audit ended")
+    request.app.state.read_cache.invalidate(audit_id)
+    return ClaimAck(audit_id=audit_id, stored=True, spec=spec)
+
+
+@router.get(
+    "/{audit_id}/rounds/{t}/canaries",
+    responses={
+        200: {
+            "content": {"application/octet-stream": {}},
+            "description": (
+                "Raw little-endian float32 of shape (c, d): the unit vectors of the seen "
+                "canaries to insert in round t (headers X-Canary-Count, X-Canary-Dim)."
+            ),
+        },
+        401: _ERRORS[401],
+        404: _ERRORS[404],
+        409: {"description": "No claim or initial model yet, not external, or not running."},
+        422: {"description": "t outside 1..num_rounds."},
+    },
+    summary="The canary vectors an external run inserts in round t",
+)
+async def get_round_canaries(
+    audit_id: AuditId,
+    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    request: Request,
+) -> Response:
+    """What the ServerApp's wrapper adds to round t, scaled to that round's clip norm: the
+    service schedules the canaries (same rule as built-in audits) and keeps the seed."""
+    audit = await _precheck(request, audit_id, need_dim=True)
+    if not _is_external(audit):
+        raise _fail(409, "canaries are served only to audits with engine 'external'")
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; no canaries served")
+    spec = AuditSpec.model_validate(audit.spec)
+    if t > spec.num_rounds:
+        raise _fail(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+
+    def vectors() -> np.ndarray:
+        return round_canary_vectors(request.app.state.store.canary_seed(audit_id), spec, t, audit.dim)
+
+    block = await run_in_threadpool(vectors)
+    return Response(
+        content=np.ascontiguousarray(block, dtype="<f4").tobytes(),
+        media_type="application/octet-stream",
+        headers={"X-Canary-Count": str(block.shape[0]), "X-Canary-Dim": str(audit.dim)},
+    )

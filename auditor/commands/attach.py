@@ -1,0 +1,79 @@
+"""``flaudit attach``: create an audit for your own Flower app and print its environment.
+
+Creates an audit with ``"engine": "external"`` on a running service (``POST /audits``) and
+prints, once, the lines your ServerApp needs (``CanaryAuditStrategy.from_env``)::
+
+    eval "$(flaudit attach --url http://127.0.0.1:8000 --canaries 64)"
+    flower-superlink --insecure ...        # the ServerApp inherits the SuperLink's environment
+
+``--rotate AUDIT_ID`` revokes a leaked run token and prints the new lines. The API key comes
+from ``FLAUDIT_API_KEY`` or ``--api-key-file`` (first line) and is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("FLAUDIT_URL", "http://127.0.0.1:8000"),
+                        help="Service root (default $FLAUDIT_URL or http://127.0.0.1:8000).")
+    parser.add_argument("--api-key-file", help="File whose first line is the API key "
+                        "(default: $FLAUDIT_API_KEY).")
+    parser.add_argument("--name", default="my flower app", help="Label of the audit.")
+    parser.add_argument("--canaries", type=int, default=100, help="Canaries k (about half seen).")
+    parser.add_argument("--repeats", type=int, default=1, choices=(1, 2, 4, 8),
+                        help="Rounds each seen canary is inserted in.")
+    parser.add_argument("--delta", type=float, default=1e-5, help="delta of every epsilon.")
+    parser.add_argument("--max-canary-fraction", type=float, default=None,
+                        help="Largest share of seen canaries in the population (small "
+                        "federations need more than the default 0.5).")
+    parser.add_argument("--rotate", metavar="AUDIT_ID",
+                        help="Rotate the run token of this audit instead of creating one.")
+    parser.add_argument("--format", choices=("sh", "dotenv", "json"), default="sh",
+                        help="sh: export lines (eval them); dotenv: KEY=value; json.")
+
+
+def _api_key(args: argparse.Namespace) -> str:
+    if args.api_key_file:
+        with open(args.api_key_file, encoding="utf-8") as handle:
+            return handle.readline().strip()
+    key = os.environ.get("FLAUDIT_API_KEY", "").strip()
+    if not key:
+        raise SystemExit("flaudit attach: set FLAUDIT_API_KEY or pass --api-key-file")
+    return key
+
+
+def main(args: argparse.Namespace) -> int:
+    import json
+
+    import httpx
+
+    headers = {"Authorization": f"Bearer {_api_key(args)}"}
+    base = args.url.rstrip("/")
+    if args.rotate:
+        response = httpx.post(f"{base}/audits/{args.rotate}/run-token", headers=headers, timeout=30)
+    else:
+        body = {"name": args.name, "engine": "external", "num_canaries": args.canaries,
+                "canary_repeats": args.repeats, "delta": args.delta}
+        if args.max_canary_fraction is not None:
+            body["max_canary_fraction"] = args.max_canary_fraction
+        response = httpx.post(f"{base}/audits", json=body, headers=headers, timeout=30)
+    if response.status_code >= 400:
+        print(f"flaudit attach: HTTP {response.status_code}: {response.text[:500]}", file=sys.stderr)
+        return 1
+    env = response.json()["environment"]
+    if args.format == "json":
+        print(json.dumps(env))
+    else:
+        prefix = "export " if args.format == "sh" else ""
+        for key, value in env.items():
+            print(f"{prefix}{key}={shlex.quote(value)}")
+    print(f"flaudit: audit {env['FLAUDIT_AUDIT_ID']} waits for your ServerApp; these lines are "
+          "shown once (rotate a leaked token with `flaudit attach --rotate "
+          f"{env['FLAUDIT_AUDIT_ID']}`); follow it at {base}/audits/{env['FLAUDIT_AUDIT_ID']}",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,65 @@
+"""Audits of a run flaudit does not start (``engine = "external"``): the user's own Flower app.
+
+The secret canary seed never leaves the service. The app's :class:`server.wrapper.CanaryAuditStrategy`
+holds only the audit id, the ingest URL and a run token; it
+
+1. declares its DP claim (``PUT /audits/{id}/claim``), read from the wrapped Flower strategy;
+2. reports ``theta_0`` as for any audit (sets ``d``);
+3. before aggregating round ``t``, fetches the round's canary vectors
+   (``GET /audits/{id}/rounds/{t}/canaries``): the seen canaries that :func:`round_canaries`
+   schedules for ``t``, by the same rule as a built-in audit
+   (:func:`server.schedules.canary_schedule`, ``canary_repeats`` rounds each, seeded by
+   ``data_seed``);
+4. reports ``Delta_t`` and the final model as for any audit.
+
+Who was inserted in round ``t`` is therefore a function of the stored spec and seed
+(:func:`round_canaries`), for built-in and external audits alike: nothing extra is stored.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from auditor.canaries import canary_vectors, seen_mask
+from auditor.spec import AuditSpec
+
+__all__ = ["round_canaries", "round_canary_vectors", "attach_environment"]
+
+
+def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
+    """Indices ``j`` of the seen canaries inserted in round ``t`` (1-based), ascending.
+
+    The same rule as the built-in ServerApp: the seen set from the secret seed, each seen canary
+    in ``canary_repeats`` rounds (one per period) drawn from ``data_seed``.
+
+    Raises
+    ------
+    ValueError
+        If ``t`` is not in ``1 .. num_rounds``.
+    """
+    from server.schedules import canary_schedule
+
+    if not 1 <= t <= spec.num_rounds:
+        raise ValueError(f"round must be in 1..{spec.num_rounds}, got {t}")
+    seen = np.flatnonzero(seen_mask(seed, spec.num_canaries))
+    positions = canary_schedule(
+        int(seen.size),
+        num_rounds=spec.num_rounds,
+        canary_repeats=spec.canary_repeats,
+        seed=spec.data_seed,
+    )[t - 1]
+    return np.sort(seen[positions])
+
+
+def round_canary_vectors(seed: int, spec: AuditSpec, t: int, dim: int) -> np.ndarray:
+    """The unit canary vectors of round ``t``, float32 of shape ``(c, dim)`` (rows ascending j)."""
+    return canary_vectors(seed, round_canaries(seed, spec, t), dim)
+
+
+def attach_environment(*, audit_id: str, ingest_url: str, run_token: str) -> dict[str, str]:
+    """The environment lines a ServerApp needs to attach (``CanaryAuditStrategy.from_env``)."""
+    return {
+        "FLAUDIT_AUDIT_ID": audit_id,
+        "FLAUDIT_URL": ingest_url.rstrip("/"),
+        "FLAUDIT_RUN_TOKEN": run_token,
+    }

@@ -1,0 +1,204 @@
+"""Bring your own Flower app, end to end: Flower's own quickstart-pytorch app (its data loading
+replaced by synthetic tensors), changed only by the lines docs/flower.md shows, runs on a
+SuperLink with two SuperNodes on loopback against a running ``flaudit serve``; the audits it
+attaches to succeed with estimates, and the one whose app disables the noise shows it.
+
+``flwr new`` of Flower 1.41 downloads its templates from the Flower Hub, so the app is the
+unmodified copy in ``tests/integration/flower_quickstart`` (see its ORIGIN.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.processes import BIN, ROOT, Processes, flower_env, free_port, wait_for, wait_for_audit
+from tests.service.service_process import ServiceProcess
+
+pytestmark = pytest.mark.slow
+
+TEMPLATE = Path(__file__).parent / "flower_quickstart"
+API_KEY = "byo-app-key-" + "k" * 12
+NUM_CANARIES = 48
+
+SYNTHETIC_DATA = '''
+
+def _synthetic(n, seed):
+    """Synthetic CIFAR-shaped data (the test runs offline): 3x32x32 images, 10 classes."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 10, (n,), generator=g)
+    images = torch.randn(n, 3, 32, 32, generator=g) + labels.view(-1, 1, 1, 1) / 5
+    return [{"img": images[i], "label": labels[i]} for i in range(n)]
+
+
+def load_data(partition_id: int, num_partitions: int, batch_size: int):
+    data = _synthetic(80, partition_id)
+    return (DataLoader(data[:64], batch_size=batch_size, shuffle=True),
+            DataLoader(data[64:], batch_size=batch_size))
+
+
+def load_centralized_dataset():
+    return DataLoader(_synthetic(64, 999), batch_size=128)
+'''
+
+
+def documented_blocks() -> dict[str, list[str]]:
+    """The code blocks docs/flower.md marks with ``<!-- flaudit-byo: NAME -->``."""
+    text = (ROOT / "docs" / "flower.md").read_text()
+    blocks = {}
+    for match in re.finditer(r"<!-- flaudit-byo: ([^>]+?) -->\n```\w*\n(.*?)```", text, re.S):
+        blocks[match.group(1)] = match.group(2).rstrip("\n").split("\n")
+    return blocks
+
+
+def _insert_after(text: str, anchor: str, lines: list[str]) -> str:
+    assert anchor in text, f"the quickstart no longer has {anchor!r}"
+    return text.replace(anchor, anchor + "\n" + "\n".join(lines), 1)
+
+
+def make_app(dest: Path, *, extra_client_metric: bool) -> int:
+    """Copy Flower's quickstart, make its data synthetic, apply the documented lines; return how
+    many lines the documentation adds."""
+    shutil.copytree(TEMPLATE, dest, ignore=shutil.ignore_patterns("ORIGIN.md", "__pycache__"))
+    pkg = dest / "pytorchexample"
+    task = (pkg / "task.py").read_text()
+    task = re.sub(r"^(from datasets|from flwr_datasets|from torchvision|pytorch_transforms =).*\n",
+                  "", task, flags=re.M)
+    (pkg / "task.py").write_text(task + SYNTHETIC_DATA)  # later definitions win
+
+    blocks = documented_blocks()
+    server = (pkg / "server_app.py").read_text()
+    server = _insert_after(server, "from flwr.serverapp.strategy import FedAvg",
+                           blocks["server_app imports"])
+    server = _insert_after(server, "    strategy = FedAvg(fraction_evaluate=fraction_evaluate)",
+                           blocks["server_app strategy"])
+    (pkg / "server_app.py").write_text(server)
+    pyproject = (dest / "pyproject.toml").read_text()
+    (dest / "pyproject.toml").write_text(
+        _insert_after(pyproject, "[tool.flwr.app.config]", blocks["pyproject config"])
+    )
+    if extra_client_metric:  # an app that reports more than the quickstart does
+        client = (pkg / "client_app.py").read_text()
+        client = _insert_after(client, '        "train_loss": train_loss,',
+                               ['        "num-batches": len(trainloader),',
+                                '        "train_lr": float(msg.content["config"]["lr"]),'])
+        (pkg / "client_app.py").write_text(client)
+    return sum(len(lines) for lines in blocks.values())
+
+
+def _run_config(path: Path, values: dict) -> Path:
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()))
+    return path
+
+
+@pytest.mark.timeout(420)
+def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    env = flower_env(home, project_on_path=True)
+    for key in ("FLAUDIT_AUDIT_ID", "FLAUDIT_URL", "FLAUDIT_RUN_TOKEN"):
+        env.pop(key, None)
+    link_port = free_port()
+    marker = f"127.0.0.1:{link_port}"
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{marker}"\ninsecure = true\n'
+    )
+    service_port = free_port()
+    service = ServiceProcess(
+        f"sqlite:///{tmp_path / 'flaudit.db'}", tmp_path / "service.log", api_key=API_KEY,
+        port=service_port, env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"},
+    )
+    procs = Processes(tmp_path, cwd=tmp_path)
+    bodies: list[str] = []
+    cases = {  # name: (noise multiplier, extra client metric)
+        "noised": (5.0, True),
+        "noise disabled": (0.0, False),
+    }
+    audits, secrets = {}, []
+    started = time.monotonic()
+    try:
+        procs.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--port",
+                                  str(link_port), "--disable-runtime-dependency-installation"], env)
+        for i in range(2):
+            procs.start(f"supernode{i}", [
+                str(BIN / "flower-supernode"), "--insecure", "--superlink", marker,
+                "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions=2",
+            ], env)
+        http = httpx.Client(base_url=service.url, timeout=30)
+        for name, (noise, extra) in cases.items():
+            app = tmp_path / f"app-{name.replace(' ', '-')}"
+            added = make_app(app, extra_client_metric=extra)
+            assert added <= 15  # the documented change stays small
+            attach = subprocess.run(
+                [str(BIN / "flaudit"), "attach", "--url", service.url, "--canaries",
+                 str(NUM_CANARIES), "--max-canary-fraction", "1.0", "--name", name,
+                 "--format", "json"],
+                env={**env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True,
+                timeout=60,
+            )
+            assert attach.returncode == 0, attach.stderr
+            lines = json.loads(attach.stdout)
+            secrets.append(lines["FLAUDIT_RUN_TOKEN"])
+            run_config = _run_config(tmp_path / f"{app.name}.toml", {
+                "noise-multiplier": noise, "clipping-norm": 1.0, "num-sampled-clients": 2,
+                "num-server-rounds": 2, "fraction-evaluate": 0.0,  # evaluate_fn only: faster
+                "flaudit-audit-id": lines["FLAUDIT_AUDIT_ID"],
+                "flaudit-ingest-url": lines["FLAUDIT_URL"],
+                "flaudit-run-token": lines["FLAUDIT_RUN_TOKEN"],
+            })
+
+            def submit():
+                done = subprocess.run(
+                    [str(BIN / "flwr"), "run", str(app), "local", "--run-config", str(run_config)],
+                    env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                )
+                return done if done.returncode == 0 else None
+
+            wait_for(submit, timeout=90, interval=2, what="the SuperLink to accept the run")
+            audits[name] = wait_for_audit(http, lines["FLAUDIT_AUDIT_ID"], timeout=240,
+                                          bodies=bodies, what=f"the {name} audit")
+    finally:
+        procs.stop_all()
+        service.stop()
+    print(f"two audited quickstart runs took {time.monotonic() - started:.1f} s")
+    logs = {p.name: p.read_text(errors="replace")[-3000:] for p in tmp_path.glob("*.log")}
+
+    headline = {}
+    for name, audit in audits.items():
+        assert audit["status"] == "succeeded", (audit["reason"], logs)
+        noise = cases[name][0]
+        assert audit["spec"]["noise_multiplier"] == noise  # the claim came from the app
+        assert audit["spec"]["clip_norm"] == 1.0 and audit["spec"]["num_rounds"] == 2
+        assert audit["spec"]["num_clients"] == 2 and audit["spec"]["clients_per_round"] == 2
+        assert audit["dim"] == 62006  # the quickstart's CNN, unchanged
+        assert 0 <= audit["metrics"]["accuracy"] <= 1 and math.isfinite(audit["metrics"]["loss"])
+        estimates = audit["estimates"]
+        assert any(e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"
+                   for e in estimates)
+        analytic = [e for e in estimates if e["estimator"] == "analytic"]
+        assert analytic
+        if noise == 0:
+            assert all(e["epsilon"] == "inf" for e in analytic)
+            valid = [e for e in estimates if e["estimator"] == "lower_bound"
+                     and e["threat_model"] == "final_model" and e["correction"] == "bonferroni"]
+            assert valid and valid[0]["epsilon"] > 10  # a valid 95% bound, far above any DP
+        else:
+            assert all(isinstance(e["epsilon"], float) for e in analytic)
+        headline[name] = audit["headline_epsilon"] if "headline_epsilon" in audit else next(
+            e["epsilon"] for e in estimates
+            if e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"
+            and e["variance"] == "null"
+        )
+    # noise disabled in the app: the canaries stand out; z = 5 hides them
+    assert headline["noise disabled"] > 5 * max(headline["noised"], 0.2), headline
+    for text in [*bodies, *(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))]:
+        for secret in secrets:  # the run tokens reach no log and no response after creation
+            assert secret not in text
