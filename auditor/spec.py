@@ -328,15 +328,13 @@ class AuditSpec(SpecModel):
         return min(1.0, self.clients_per_round / (self.num_clients + self.num_canaries / 2))
 
 
-class AuditClaim(BaseModel):
+class AuditClaim(SpecModel):
     """The DP claim of a run flaudit does not start (``engine = "external"``).
 
     The user's ServerApp declares it once, read from its Flower DP strategy and run config
     (:class:`server.wrapper.CanaryAuditStrategy`), so the analytic epsilon and every alarm use
     the settings the run really has. :meth:`apply` merges it into the audit's spec.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     noise_multiplier: float = Field(
         ge=0, allow_inf_nan=False, description="z of the Flower DP strategy (update noise)."
