@@ -25,6 +25,7 @@ one function computing an audit's claims, :func:`audit_claims`.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -252,7 +253,6 @@ def poisson_subsampled_claim(
     Gaussian (``z``, ``q``) composed ``num_rounds`` times, from dp-accounting's privacy loss
     distribution (pessimistic discretisation, so every ``delta(eps)`` is an upper bound and the
     curve a valid lower envelope). ``noise_multiplier = 0`` gives :class:`NoDPClaim`."""
-    from dp_accounting.pld import privacy_loss_distribution
 
     z = check_nonnegative(noise_multiplier, "noise_multiplier")
     q = check_nonnegative(sampling_probability, "sampling_probability")
@@ -262,16 +262,27 @@ def poisson_subsampled_claim(
         raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
     if z == 0:
         return NoDPClaim(threat_model=POISSON_SUBSAMPLED)
+    return _poisson_curve(z, q, int(num_rounds), float(value_discretization_interval),
+                          int(num_epsilons))
+
+
+@functools.lru_cache(maxsize=32)
+def _poisson_curve(z: float, q: float, num_rounds: int, value_discretization_interval: float,
+                   num_epsilons: int) -> EpsilonDeltaCurveClaim:
+    """The PLD computation behind :func:`poisson_subsampled_claim`, cached (claims are
+    immutable; the service asks for the same audit's claims after every round)."""
+    from dp_accounting.pld import privacy_loss_distribution
+
     pld = privacy_loss_distribution.from_gaussian_mechanism(
         z, sampling_prob=q, value_discretization_interval=value_discretization_interval
-    ).self_compose(int(num_rounds))
+    ).self_compose(num_rounds)
     eps_max = max(float(pld.get_epsilon_for_delta(1e-12)), 1e-3)
     epsilons = np.linspace(0.0, eps_max, num_epsilons)
     deltas = np.minimum(np.asarray(pld.get_delta_for_epsilon(epsilons), dtype=np.float64), 1.0)
     return EpsilonDeltaCurveClaim(
         tuple(epsilons), tuple(deltas), threat_model=POISSON_SUBSAMPLED,
         description=f"dp-accounting PLD: Poisson-subsampled Gaussian (z={z:g}, q={q:g}) composed "
-        f"over {int(num_rounds)} rounds, as a trade-off curve from delta(eps) on {num_epsilons} "
+        f"over {num_rounds} rounds, as a trade-off curve from delta(eps) on {num_epsilons} "
         "epsilons",
     )
 
