@@ -1,7 +1,9 @@
 """flaudit's auditor: canaries, cosine statistics and epsilon estimators (pure math), plus the
 audit service in :mod:`auditor.service`."""
 
-from auditor.canaries import canary_vector, canary_vectors, new_master_seed, seen_mask
+from auditor.canaries import (
+    CanaryFamily, canary_vector, canary_vectors, new_master_seed, resolve_canary_family, seen_mask,
+)
 from auditor.estimators import (
     AuditSummary,
     Bonferroni,
@@ -23,6 +25,8 @@ from auditor.results import Correction, Diagnostic, EpsilonResult, Estimator, Va
 from auditor.statistics import CosineTracker
 
 __all__ = [
+    "CanaryFamily",
+    "resolve_canary_family",
     "canary_vector",
     "canary_vectors",
     "new_master_seed",

@@ -2,8 +2,16 @@
 
 ``k`` canaries ``c_j`` uniform on the unit sphere of R^d are all added to the sum and the release
 is ``rho = sum_j c_j + N(0, sigma^2 I_d)``. The statistic of canary ``j`` is
-``g_j = <c_j, rho> / ||rho||``; a Gaussian fitted to the ``g_j`` is compared with the null
-``N(0, 1/d)`` by the two-Gaussian epsilon. Two ways to simulate the release:
+``g_j = <c_j, rho> / ||rho||`` (the null-standardized cosine for the orthogonal family,
+:func:`auditor.statistics.null_standardized_cosines`); a Gaussian fitted to the ``g_j`` is
+compared with the null ``N(0, 1/d)`` by the two-Gaussian epsilon.
+
+Orthogonal family (the default where ``k <= d``): in the canaries' own coordinates the release
+is ``y_j = 1 + sigma u_j`` on the ``k`` canary columns and ``sigma u_i`` on the ``d - k`` others,
+so ``g_j = y_j / (sqrt(d) s)`` with ``d s^2 / sigma^2 ~ d/(d-k) chi2(d - k)``, simulated exactly
+in ``O(k)`` (``projected``) or through the transform (``canaries``).
+
+Gaussian (iid) family, two ways to simulate the release:
 
 ``projected`` (default; exact in distribution, O(k^2) memory and time)
     Write the canaries' Gaussian matrix ``X`` (k x d) as ``L Q`` (Bartlett decomposition): ``L``
@@ -26,7 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from auditor.canaries import iter_canary_chunks
+from auditor.canaries import (
+    CanaryFamily, OrthogonalCanaries, iter_canary_chunks, resolve_canary_family,
+)
 from auditor.estimators._validation import (
     check_delta, check_dim, check_gaussian_variance, check_nonnegative,
 )
@@ -34,6 +44,7 @@ from auditor.estimators.analytic import gaussian_epsilon_for_sigma
 from auditor.estimators.fitted import final_model_epsilon
 from auditor.estimators.lower_bound import epsilon_lower_bound
 from auditor.results import EpsilonResult, VarianceTreatment
+from auditor.statistics import null_standardized_cosines
 
 __all__ = ["GaussianAuditResult", "gaussian_mechanism_audit", "gaussian_mechanism_cosines"]
 
@@ -84,37 +95,63 @@ def _projected_cosines(sigma: float, d: int, k: int, rng: np.random.Generator) -
     return (units @ rho) / math.sqrt(norm_sq)
 
 
+def _projected_orthogonal(sigma: float, d: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    y = 1.0 + sigma * rng.standard_normal(k)
+    if d == k or sigma == 0:  # no energy outside the canaries: plain cosines
+        return np.clip(y / np.linalg.norm(y), -1.0, 1.0)
+    null_energy = sigma**2 * float(rng.chisquare(d - k)) / (d - k)
+    return np.clip(y / math.sqrt(d * null_energy), -1.0, 1.0)
+
+
 def _materialised_cosines(
-    sigma: float, d: int, k: int, seed: int, rng: np.random.Generator, chunk_size: int
+    sigma: float, d: int, k: int, seed: int, rng: np.random.Generator, chunk_size: int,
+    family: CanaryFamily,
 ) -> np.ndarray:
     rho = np.zeros(d, dtype=np.float64)
-    for _, block in iter_canary_chunks(seed, k, d, chunk_size):
+    for _, block in iter_canary_chunks(seed, k, d, chunk_size, family=family):
         rho += block.sum(axis=0, dtype=np.float64)
     rho += sigma * rng.standard_normal(d)
+    if family is CanaryFamily.orthogonal:
+        canaries = OrthogonalCanaries(seed, d)
+        positions = canaries.positions(np.arange(k))
+        return null_standardized_cosines(canaries.transpose_apply(rho), positions, positions)
     out = np.empty(k)
     norm = float(np.linalg.norm(rho))
     rho32 = rho.astype(np.float32)
-    for start, block in iter_canary_chunks(seed, k, d, chunk_size):
+    for start, block in iter_canary_chunks(seed, k, d, chunk_size, family=family):
         out[start : start + block.shape[0]] = (block @ rho32).astype(np.float64) / norm
     return out
 
 
 def gaussian_mechanism_cosines(
-    sigma: float, d: int, k: int, *, seed: int, method: str = "projected", chunk_size: int = 64
+    sigma: float,
+    d: int,
+    k: int,
+    *,
+    seed: int,
+    method: str = "projected",
+    chunk_size: int = 64,
+    family: CanaryFamily | str | None = None,
 ) -> np.ndarray:
-    """The ``k`` canary cosines ``<c_j, rho>/||rho||`` of one simulated release (see module doc)."""
+    """The ``k`` canary cosines ``<c_j, rho>/||rho||`` of one simulated release (see module doc).
+
+    ``family=None`` applies the default rule (orthogonal where ``k <= d``).
+    """
     sigma = check_nonnegative(sigma, "sigma")
     d = check_dim(d)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2:
         raise ValueError(f"k must be an integer >= 2, got {k!r}")
     if method not in ("projected", "canaries"):
         raise ValueError(f"method must be 'projected' or 'canaries', got {method!r}")
+    family = resolve_canary_family(family, num_canaries=int(k), dim=d)
+    rng = np.random.default_rng(np.random.SeedSequence(entropy=int(seed), spawn_key=(7,)))
+    if method == "projected" and family is CanaryFamily.orthogonal:
+        return _projected_orthogonal(sigma, d, int(k), rng)
     if method == "projected" and k >= d:
         method = "canaries"  # the projection needs k < d
-    rng = np.random.default_rng(np.random.SeedSequence(entropy=int(seed), spawn_key=(7,)))
     if method == "projected":
         return _projected_cosines(sigma, d, int(k), rng)
-    return _materialised_cosines(sigma, d, int(k), int(seed), rng, chunk_size)
+    return _materialised_cosines(sigma, d, int(k), int(seed), rng, chunk_size, family)
 
 
 def gaussian_mechanism_audit(
@@ -127,6 +164,7 @@ def gaussian_mechanism_audit(
     variance: VarianceTreatment | str = VarianceTreatment.null,
     method: str = "projected",
     confidence: float = 0.95,
+    family: CanaryFamily | str | None = None,
 ) -> GaussianAuditResult:
     """Audit the sensitivity-1 Gaussian mechanism with ``k`` random canaries (Andrew et al. Alg. 1).
 
@@ -149,6 +187,8 @@ def gaussian_mechanism_audit(
         Exact low-dimensional simulation (fast) or materialised canaries (slow).
     confidence : float
         Confidence of ``epsilon_lo``.
+    family : CanaryFamily or str, optional
+        Canary family; ``None``: orthogonal where ``k <= d``, else gaussian.
 
     Returns
     -------
@@ -158,7 +198,7 @@ def gaussian_mechanism_audit(
     d = check_dim(d)
     delta = check_delta(delta)
     variance = check_gaussian_variance(variance)
-    g = gaussian_mechanism_cosines(sigma, d, k, seed=seed, method=method)
+    g = gaussian_mechanism_cosines(sigma, d, k, seed=seed, method=method, family=family)
     est_null = final_model_epsilon(g, d, delta, variance=VarianceTreatment.null)
     est_fitted = final_model_epsilon(g, d, delta, variance=VarianceTreatment.fitted)
     lo = epsilon_lower_bound(g, d=d, delta=delta, confidence=confidence,

@@ -24,7 +24,7 @@ from enum import Enum
 
 import numpy as np
 
-from auditor.canaries import canary_vectors, seen_mask
+from auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
 from auditor.gaussian import gaussian_mechanism_cosines
 from auditor.known_rounds import KnownRoundsStatistic
 from auditor.statistics import CosineTracker
@@ -106,6 +106,8 @@ class FedAvgSimulation:
         ``clipped_count_stddev`` (default ``m / 20``, as the service).
     clipped_count_stddev : float, optional
         See ``adaptive_clipping``.
+    canary_family : CanaryFamily, optional
+        Canary family (as the spec's ``canary_family``); ``None``: orthogonal where ``k <= d``.
     """
 
     dim: int = 10_000
@@ -127,6 +129,7 @@ class FedAvgSimulation:
     sampling_probability: float | None = None
     adaptive_clipping: bool = False
     clipped_count_stddev: float | None = None
+    canary_family: CanaryFamily | None = None
 
     def __post_init__(self) -> None:
         for name in ("dim", "num_clients", "clients_per_round", "num_rounds", "num_canaries",
@@ -154,6 +157,8 @@ class FedAvgSimulation:
         if self.sampling_probability is not None and not 0 < self.sampling_probability <= 1:
             raise ValueError(f"sampling_probability must be in (0, 1], got {self.sampling_probability}")
         object.__setattr__(self, "bug", DPBug(self.bug))
+        if self.canary_family is not None:
+            object.__setattr__(self, "canary_family", CanaryFamily(self.canary_family))
 
     def with_(self, **changes) -> "FedAvgSimulation":
         """A copy with some fields changed."""
@@ -282,8 +287,10 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         canary_repeats=repeats,
         seed=int(sched_seed.generate_state(1)[0]),
     )
-    seen_vectors = canary_vectors(seed, seen_idx, d)  # the same canaries the tracker regenerates
-    tracker = CosineTracker(seed, k, d, cache_bytes=k * d * 4)
+    family = resolve_canary_family(config.canary_family, num_canaries=k, dim=d)
+    # the same canaries the tracker regenerates
+    seen_vectors = canary_vectors(seed, seen_idx, d, family=family)
+    tracker = CosineTracker(seed, k, d, family=family, cache_bytes=k * d * 4)
     # unseen canaries get rounds by the same rule as the claimed schedule (never inserted)
     unseen_idx = np.flatnonzero(~mask)
     unseen_rounds = canary_rounds(
@@ -402,16 +409,21 @@ def sample_null_cosines(d: int, size: int, *, rng: np.random.Generator) -> np.nd
 
 
 def gaussian_mechanism_scores(
-    sigma: float, d: int, k: int, *, seed: int
+    sigma: float, d: int, k: int, *, seed: int, family: CanaryFamily | str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """One Gaussian-mechanism audit with a random seen/unseen split.
 
     Each of ``k`` canaries is seen with probability 1/2; the seen ones are all added to the
     release ``rho = sum_seen c_j + N(0, sigma^2 I_d)`` (sensitivity 1, so the true epsilon is the
-    Gaussian mechanism's at ``sigma``). Seen cosines come from
-    :func:`auditor.gaussian.gaussian_mechanism_cosines` (exact projected simulation); an unseen
-    canary is independent of ``rho``, so its cosine follows the exact null
-    (:func:`sample_null_cosines`).
+    Gaussian mechanism's at ``sigma``).
+
+    ``gaussian`` family: seen cosines come from :func:`auditor.gaussian.gaussian_mechanism_cosines`
+    (exact projected simulation); an unseen canary is independent of ``rho``, so its cosine
+    follows the exact null (:func:`sample_null_cosines`). ``orthogonal`` family (the default
+    where ``k <= d``): in the canaries' coordinates ``rho`` is ``1 + sigma u_j`` (seen),
+    ``sigma u_j`` (unseen) and ``sigma u_i`` on the ``d - k`` unused columns; the statistic is
+    the tracker's null-standardized cosine (:func:`auditor.statistics.null_standardized_cosines`),
+    simulated exactly in ``O(k)``.
 
     Returns
     -------
@@ -420,13 +432,22 @@ def gaussian_mechanism_scores(
     """
     if k < 4:
         raise ValueError(f"k must be >= 4, got {k}")
+    family = resolve_canary_family(family, num_canaries=int(k), dim=int(d))
     rng = np.random.default_rng(np.random.SeedSequence(entropy=int(seed), spawn_key=(0x6A55,)))
     seen = rng.random(k) < 0.5
     while seen.sum() < 2 or (~seen).sum() < 2:
         seen = rng.random(k) < 0.5
     n_seen = int(seen.sum())
     scores = np.empty(k)
-    scores[seen] = gaussian_mechanism_cosines(sigma, d, n_seen, seed=int(rng.integers(2**62)))
+    if family is CanaryFamily.orthogonal:
+        y = sigma * rng.standard_normal(k) + seen
+        null_energy = (float(np.sum(y[~seen] ** 2)) + sigma**2 * float(rng.chisquare(d - k))
+                       if d > k else float(np.sum(y[~seen] ** 2))) / (d - n_seen)
+        scale = math.sqrt(d * null_energy) if null_energy > 0 else float(np.linalg.norm(y))
+        return np.clip(y / scale, -1.0, 1.0), seen
+    scores[seen] = gaussian_mechanism_cosines(
+        sigma, d, n_seen, seed=int(rng.integers(2**62)), family=family
+    )
     scores[~seen] = sample_null_cosines(d, k - n_seen, rng=rng)
     return scores, seen
 

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from auditor.canaries import CanaryFamily
+
 __all__ = [
     "AdaptiveClipping",
     "AuditClaim",
@@ -215,6 +217,14 @@ class AuditSpec(SpecModel):
         None, ge=1, le=100_000, description="Cap on participations per client over the run (None: no cap)."
     )
     num_canaries: int = Field(100, ge=2, le=1_000_000, description="Canaries k (seen + unseen).")
+    canary_family: CanaryFamily | None = Field(
+        None,
+        description="How canaries are drawn: `orthogonal` (columns of a secret random sign + DCT "
+        "orthogonal transform: no canary-canary interference, all k cosines in one fast transform "
+        "per round; needs num_canaries <= d) or `gaussian` (iid uniform on the sphere, Andrew et "
+        "al. 2024). null: orthogonal where num_canaries <= d, else gaussian (d is known when the "
+        "run starts).",
+    )
     canary_repeats: Literal[1, 2, 4, 8] = Field(
         1, description="Rounds each seen canary is presented in (Andrew et al. §5.2)."
     )

@@ -3,8 +3,21 @@
 Per round ``t`` the auditor needs ``cos(c_j, Delta_t)`` for every canary and keeps the running
 maximum over rounds (Andrew et al. Alg. 3); at the end it needs ``cos(c_j, theta_T - theta_0)``
 (Alg. 2) and ``cos(c_j, theta_T)`` (Alg. 2 as literally written). :class:`CosineTracker` does
-this in memory ``O(chunk_size * d + k)`` by regenerating canaries chunk by chunk, or keeps a
-bank of canaries in memory when the caller grants a byte budget (``cache_bytes``).
+this for either canary family (:class:`auditor.canaries.CanaryFamily`):
+
+- ``orthogonal``: all ``k`` cosines are coordinates of one fast transform ``R^T v``: two DCTs
+  per vector whatever ``k``, memory ``O(d + k)``. The cosines are *null-standardized*: divided
+  by the empirical null scale ``sqrt(d) * s`` instead of ``||v||``, where ``s^2`` is the mean
+  square of the coordinates of ``R^T v`` outside the seen canaries (the ``d - k_seen``
+  directions orthogonal to every seen canary: unseen canaries and unused columns). Without
+  it the seen canaries' own energy in ``||v||`` shrinks every cosine by
+  ``sqrt(1 - canary energy / ||v||^2)`` and the estimate measures the effective noise
+  ``sqrt(sigma^2 + k/d)`` (the interference of Keinan et al. through the normalisation); with
+  it an unseen canary's statistic is ``N(0, 1/d)`` up to ``O(1/d)`` and a seen canary's mean is
+  its signal over the *non-canary* part of ``v`` (docs/estimators.md);
+- ``gaussian``: canaries regenerated chunk by chunk (memory ``O(chunk_size * d + k)``, ``k d``
+  normal draws per vector), or a bank kept in memory when the caller grants a byte budget
+  (``cache_bytes``).
 """
 
 from __future__ import annotations
@@ -14,10 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from auditor.canaries import canary_vectors
+from auditor.canaries import (
+    CanaryFamily, OrthogonalCanaries, canary_vectors, resolve_canary_family, seen_mask,
+)
 from auditor.validation import check_at_least, check_integer_at_least
 
-__all__ = ["cosines", "CosineTracker", "TrackerState"]
+__all__ = ["cosines", "null_standardized_cosines", "CosineTracker", "TrackerState"]
 
 
 def _as_finite_vector(name: str, value: np.ndarray, dim: int) -> np.ndarray:
@@ -47,12 +62,38 @@ def _rescaled(vector: np.ndarray) -> np.ndarray:
     return np.ldexp(vector, -exponent) if abs(exponent) > 32 else vector
 
 
+def _norm(vector: np.ndarray) -> float:
+    return float(np.sqrt(np.sum(np.square(vector), dtype=np.float64)))
+
+
 def cosines(unit_rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """Cosines between unit-norm rows and ``vector`` (0 where ``vector`` is zero), float64."""
-    norm = float(np.sqrt(np.sum(np.square(vector), dtype=np.float64)))
+    norm = _norm(vector)
     if norm == 0.0:
         return np.zeros(unit_rows.shape[0], dtype=np.float64)
     return (unit_rows @ vector).astype(np.float64) / norm
+
+
+def null_standardized_cosines(
+    projected: np.ndarray, positions: np.ndarray, seen_positions: np.ndarray
+) -> np.ndarray:
+    """Orthogonal family: the canaries' statistic from ``y = R^T v`` (float64, in ``[-1, 1]``).
+
+    ``y[positions] / (sqrt(d) s)`` with ``s^2`` the mean square of ``y`` outside
+    ``seen_positions``: the energy of ``v`` orthogonal to every seen canary per remaining
+    dimension (module docstring). Plain cosines ``y[positions] / ||y||`` when that energy is
+    nil (``v`` inside the seen canaries' span, or every coordinate seen); zeros for ``v = 0``.
+    """
+    dim = projected.shape[0]
+    dots = projected[positions].astype(np.float64)
+    total = _norm(projected) ** 2
+    if total == 0.0:
+        return np.zeros(dots.shape[0], dtype=np.float64)
+    seen_energy = float(np.sum(np.square(projected[seen_positions], dtype=np.float64)))
+    rest = dim - seen_positions.size
+    null_energy = (total - seen_energy) / rest if rest else 0.0
+    scale = np.sqrt(dim * null_energy) if null_energy > 1e-12 * total else np.sqrt(total)
+    return np.clip(dots / scale, -1.0, 1.0)
 
 
 @dataclass
@@ -77,14 +118,18 @@ class CosineTracker:
         Number of canaries ``k`` (seen and unseen alike; all are tracked).
     dim : int
         Model dimension ``d``.
+    family : CanaryFamily or str, optional
+        The canary family; ``None`` (default) applies :func:`auditor.canaries.resolve_canary_family`
+        (orthogonal where ``k <= d``). Must be the family the canaries were inserted with.
     chunk_size : int, optional
-        Canaries regenerated at a time when they are not cached.
+        Gaussian family: canaries regenerated at a time when they are not cached.
     cache_bytes : int, optional
-        Byte budget for keeping canaries in memory between rounds. ``0`` (default) regenerates
-        every chunk each round; a budget of ``k * d * 4`` bytes or more caches all canaries.
+        Gaussian family: byte budget for keeping canaries in memory between rounds. ``0``
+        (default) regenerates every chunk each round; ``k * d * 4`` bytes or more caches all.
+        The orthogonal family ignores it (it never holds canaries: ``12 d`` bytes of signs).
     workers : int, optional
-        Threads used to generate canaries (bank and regenerated chunks); results do not depend
-        on it. Default 1.
+        Threads generating gaussian canaries (default 1) or running the orthogonal family's
+        transforms (default 2); results do not depend on it.
     """
 
     def __init__(
@@ -93,27 +138,40 @@ class CosineTracker:
         num_canaries: int,
         dim: int,
         *,
+        family: CanaryFamily | str | None = None,
         chunk_size: int = 64,
         cache_bytes: int = 0,
         state: TrackerState | None = None,
-        workers: int = 1,
+        workers: int | None = None,
     ) -> None:
         check_at_least(num_canaries, "num_canaries", 1)
         check_at_least(dim, "dim", 2)
         check_at_least(chunk_size, "chunk_size", 1)
         if cache_bytes < 0:
             raise ValueError("cache_bytes must be >= 0")
-        check_integer_at_least(workers, "workers", 1)
-        self.workers = workers
-        self._seed = seed
+        if workers is not None:
+            check_integer_at_least(workers, "workers", 1)
         self.num_canaries = int(num_canaries)
         self.dim = int(dim)
+        self.family = resolve_canary_family(family, num_canaries=self.num_canaries, dim=self.dim)
         self.chunk_size = int(chunk_size)
-        cached = min(self.num_canaries, cache_bytes // (4 * self.dim))
-        self._bank = (
-            canary_vectors(seed, np.arange(cached), self.dim, workers=workers) if cached else None
-        )
-        self._num_cached = int(cached)
+        self._bank = None
+        self._num_cached = 0
+        self._orthogonal = None
+        if self.family is CanaryFamily.orthogonal:
+            self._orthogonal = OrthogonalCanaries(seed, self.dim, workers=workers)
+            self._positions = self._orthogonal.positions(np.arange(self.num_canaries))
+            self._seen_positions = self._positions[seen_mask(seed, self.num_canaries)]
+            self.workers = self._orthogonal.workers
+        else:
+            self.workers = 1 if workers is None else int(workers)
+            self._seed = seed
+            cached = min(self.num_canaries, cache_bytes // (4 * self.dim))
+            if cached:
+                self._bank = canary_vectors(
+                    seed, np.arange(cached), self.dim, family=self.family, workers=self.workers
+                )
+            self._num_cached = int(cached)
         if state is None:
             state = TrackerState(
                 num_rounds=0,
@@ -127,19 +185,31 @@ class CosineTracker:
     def __repr__(self) -> str:  # never show the seed
         return (
             f"CosineTracker(num_canaries={self.num_canaries}, dim={self.dim}, "
-            f"num_rounds={self._state.num_rounds}, cached={self._num_cached})"
+            f"family={self.family.value}, num_rounds={self._state.num_rounds}, "
+            f"cached={self._num_cached})"
         )
 
     # -- core -----------------------------------------------------------------------------
     def all_cosines(self, vector: np.ndarray) -> np.ndarray:
-        """Cosines of every canary with ``vector`` (shape ``(k,)``, float64)."""
+        """Cosines of every canary with ``vector`` (shape ``(k,)``, float64).
+
+        Orthogonal family: null-standardized cosines (module docstring), clipped to ``[-1, 1]``;
+        plain cosines when ``vector`` lies in the span of the seen canaries.
+        """
         vector = _as_finite_vector("vector", _rescaled(vector), self.dim)
+        if self._orthogonal is not None:
+            return null_standardized_cosines(
+                self._orthogonal.transpose_apply(vector), self._positions, self._seen_positions
+            )
         out = np.empty(self.num_canaries, dtype=np.float64)
         if self._bank is not None:
             out[: self._num_cached] = cosines(self._bank, vector)
         for start in range(self._num_cached, self.num_canaries, self.chunk_size):
             stop = min(start + self.chunk_size, self.num_canaries)
-            block = canary_vectors(self._seed, np.arange(start, stop), self.dim, workers=self.workers)
+            block = canary_vectors(
+                self._seed, np.arange(start, stop), self.dim, family=self.family,
+                workers=self.workers,
+            )
             out[start:stop] = cosines(block, vector)
         return out
 

@@ -31,7 +31,9 @@ def _child(mode: str, d: int, k: int, rounds: int, chunk: int, workers: int) -> 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     cache = k * d * 4 if mode == "cached" else 0
-    tracker = CosineTracker(seed, k, d, chunk_size=chunk, cache_bytes=cache, workers=workers)
+    tracker = CosineTracker(
+        seed, k, d, family="gaussian", chunk_size=chunk, cache_bytes=cache, workers=workers
+    )
     setup = time.perf_counter() - start
     times = []
     for delta in deltas:

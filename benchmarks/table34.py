@@ -62,7 +62,9 @@ def run_one(args, z: float, repeats: int, run: int) -> dict:
         timeout_seconds=3600,
     )
     seed = 10_000 * run + 17  # benchmark seeds are not secret
-    reporter = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries)
+    reporter = LocalRoundReporter.for_audit(
+        canary_seed=seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family
+    )
     started = time.monotonic()
     if args.engine == "simulation":
         from server.simulation import run_simulation_audit

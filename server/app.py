@@ -35,7 +35,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from auditor.canaries import canary_vector, new_master_seed, seen_mask
+from auditor.canaries import canary_vectors, new_master_seed, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec
 from server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
 from server.reporting import RoundMetadata, RoundReporter
@@ -134,6 +134,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     model = task.initial_vector()
     dim = int(model.shape[0])
     check_dimension(dim, spec.num_canaries)
+    family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
     seen = np.flatnonzero(seen_mask(runtime.canary_seed, spec.num_canaries))
     schedule = participation_schedule(
         num_clients=spec.num_clients,
@@ -222,7 +223,9 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         failures = len(messages) - len(updates)
         total_failures += failures
         _check_deadline(runtime, f"round {t}")
-        canaries = [canary_vector(runtime.canary_seed, int(seen[pos]), dim) for pos in schedule.canaries(t)]
+        canaries = canary_vectors(
+            runtime.canary_seed, seen[schedule.canaries(t)], dim, family=family
+        )
         aggregate = aggregate_round(
             client_updates=updates,
             canary_directions=canaries,
@@ -267,6 +270,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         "num_rounds": spec.num_rounds,
         "dim": dim,
         "num_canaries": spec.num_canaries,
+        "canary_family": family.value,
         "num_seen_canaries_inserted": int(seen.size),
         "num_nodes": len(nodes),
         "num_failures": total_failures,
@@ -342,7 +346,9 @@ class _LazyLocal:
         from server.reporting import LocalRoundReporter
 
         self._spec, self._seed = spec, seed
-        self.inner = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries)
+        self.inner = LocalRoundReporter.for_audit(
+            canary_seed=seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family
+        )
 
     def __repr__(self) -> str:
         return "LocalRoundReporter(stand-alone)"

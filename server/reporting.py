@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from auditor.canaries import CanaryFamily
 from auditor.statistics import CosineTracker
 from auditor.validation import check_at_least
 
@@ -179,21 +180,32 @@ class LocalRoundReporter:
     final_model: np.ndarray | None = field(default=None, repr=False)
     rounds: list[tuple[int, RoundMetadata]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
-    _lazy: tuple[int, int] | None = field(default=None, repr=False)
+    _lazy: tuple[int, int, CanaryFamily | None] | None = field(default=None, repr=False)
 
     @classmethod
-    def for_audit(cls, *, canary_seed: int, num_canaries: int) -> "LocalRoundReporter":
-        """A reporter whose tracker is created when ``theta_0`` (hence ``d``) arrives."""
+    def for_audit(
+        cls,
+        *,
+        canary_seed: int,
+        num_canaries: int,
+        canary_family: CanaryFamily | str | None = None,
+    ) -> "LocalRoundReporter":
+        """A reporter whose tracker is created when ``theta_0`` (hence ``d``) arrives.
+
+        ``canary_family`` is the spec's (``None``: the default rule of
+        :func:`auditor.canaries.resolve_canary_family`, as the ServerApp applies it).
+        """
         check_at_least(num_canaries, "num_canaries", 1)
-        return cls(tracker=None, _lazy=(canary_seed, int(num_canaries)))
+        family = None if canary_family is None else CanaryFamily(canary_family)
+        return cls(tracker=None, _lazy=(canary_seed, int(num_canaries), family))
 
     def report_initial(self, initial_model: np.ndarray) -> None:
         self.initial_model = np.array(initial_model, dtype=np.float32)
         if self.tracker is None:
             if self._lazy is None:
                 raise ValueError("tracker is required (or use LocalRoundReporter.for_audit)")
-            seed, k = self._lazy
-            self.tracker = CosineTracker(seed, k, int(self.initial_model.shape[0]))
+            seed, k, family = self._lazy
+            self.tracker = CosineTracker(seed, k, int(self.initial_model.shape[0]), family=family)
 
     def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None:
         expected = len(self.rounds) + 1

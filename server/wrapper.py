@@ -47,7 +47,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from auditor.canaries import canary_vectors, seen_mask
+from auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
 from auditor.validation import check_at_least, check_positive
 from server.dpfedavg import canary_update
 from server.reporting import RoundMetadata, RoundReporter
@@ -177,17 +177,22 @@ class LocalCanaries:
     """Canaries generated in this process from a seed (tests, ``flaudit run``-style local use).
 
     The same rule as the service's external audits (:func:`auditor.service.external.round_canaries`):
-    the seen set from the seed, ``canary_repeats`` rounds per seen canary from ``data_seed``.
-    The seed never appears in ``repr``.
+    the seen set from the seed, ``canary_repeats`` rounds per seen canary from ``data_seed``,
+    the family from ``canary_family`` by :func:`auditor.canaries.resolve_canary_family` once the
+    model size is known (``None``: orthogonal where ``num_canaries <= d``). The seed never
+    appears in ``repr``.
     """
 
     def __init__(self, canary_seed: int, *, num_canaries: int, num_rounds: int,
-                 canary_repeats: int = 1, data_seed: int = 0) -> None:
+                 canary_repeats: int = 1, data_seed: int = 0,
+                 canary_family: CanaryFamily | str | None = None) -> None:
         check_at_least(num_canaries, "num_canaries", 2)
         check_at_least(num_rounds, "num_rounds", 1)
         if not 1 <= canary_repeats <= num_rounds:
             raise ValueError(f"canary_repeats must be in [1, num_rounds], got {canary_repeats}")
         self._seed = int(canary_seed)
+        self.num_canaries = int(num_canaries)
+        self.canary_family = None if canary_family is None else CanaryFamily(canary_family)
         seen = np.flatnonzero(seen_mask(self._seed, int(num_canaries)))
         positions = canary_schedule(int(seen.size), num_rounds=int(num_rounds),
                                     canary_repeats=int(canary_repeats), seed=int(data_seed))
@@ -197,7 +202,11 @@ class LocalCanaries:
         return f"LocalCanaries(num_rounds={len(self.by_round)})"
 
     def round_canaries(self, server_round: int, dim: int) -> np.ndarray:
-        return canary_vectors(self._seed, self.by_round.get(server_round, np.empty(0, int)), dim)
+        family = resolve_canary_family(
+            self.canary_family, num_canaries=self.num_canaries, dim=int(dim)
+        )
+        scheduled = self.by_round.get(server_round, np.empty(0, int))
+        return canary_vectors(self._seed, scheduled, dim, family=family)
 
 
 def _mean_value(values: list[Any], weights: np.ndarray) -> Any:

@@ -82,7 +82,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
     seed = new_master_seed()
-    reporter = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries)
+    reporter = LocalRoundReporter.for_audit(
+        canary_seed=seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family
+    )
     bar = tqdm(total=spec.num_rounds, desc=f"audit {spec.name}", unit="round", file=sys.stderr,
                disable=None)
 

@@ -7,11 +7,19 @@ the Gaussian mechanism ``rho = sum_j c_j + N(0, sigma^2 I_d)`` the seen cosines 
 biased low by ``eps(sigma_eff) / eps(sigma) - 1``; it matters when ``k/d`` is not small against
 ``sigma^2`` (low noise, many canaries, small models). ``benchmarks/fidelity/interference.py``
 measures the bias and ``docs/fidelity.md`` records the numbers behind the thresholds here.
+
+All of this is about the ``gaussian`` (iid) canary family. The ``orthogonal`` family
+(:mod:`auditor.canaries`) has no canary-canary interference: its canaries are exactly
+orthonormal and its statistic is standardized by the empirical null scale (the part of the
+update orthogonal to every seen canary, :mod:`auditor.statistics`), so the effective noise is
+the configured one at any ``k <= d``.
 """
 
 from __future__ import annotations
 
 import math
+
+from auditor.canaries import CanaryFamily
 
 __all__ = [
     "effective_noise_multiplier",
@@ -35,9 +43,16 @@ def _check_count(value, name: str, minimum: int) -> int:
     return value
 
 
-def effective_noise_multiplier(num_canaries: int, dim: int, *, noise_multiplier: float) -> float:
+def effective_noise_multiplier(
+    num_canaries: int,
+    dim: int,
+    *,
+    noise_multiplier: float,
+    family: CanaryFamily | str = CanaryFamily.gaussian,
+) -> float:
     """``sqrt(z^2 + k/d)``: the noise multiplier the canary audit effectively measures when
-    ``num_canaries`` canaries share one release of dimension ``dim``.
+    ``num_canaries`` iid (``gaussian``) canaries share one release of dimension ``dim``; ``z``
+    itself for the ``orthogonal`` family (no interference).
 
     Raises
     ------
@@ -49,7 +64,16 @@ def effective_noise_multiplier(num_canaries: int, dim: int, *, noise_multiplier:
     z = float(noise_multiplier)
     if not (z >= 0 and math.isfinite(z)):
         raise ValueError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier!r}")
-    return math.hypot(z, math.sqrt(k / d))  # hypot: no underflow of z * z for tiny z
+    if _check_family(family) is CanaryFamily.orthogonal:
+        return z
+    return math.hypot(z, math.sqrt(k / d))
+
+
+def _check_family(family: CanaryFamily | str) -> CanaryFamily:
+    try:
+        return CanaryFamily(family)
+    except ValueError:
+        raise ValueError(f"family must be 'orthogonal' or 'gaussian', got {family!r}") from None  # hypot: no underflow of z * z for tiny z
 
 
 def interference_warning(
@@ -57,6 +81,7 @@ def interference_warning(
     dim: int,
     *,
     noise_multiplier: float | None = None,
+    family: CanaryFamily | str = CanaryFamily.gaussian,
     ratio_threshold: float = INTERFERENCE_RATIO_THRESHOLD,
     noise_tolerance: float = INTERFERENCE_NOISE_TOLERANCE,
 ) -> str | None:
@@ -74,6 +99,10 @@ def interference_warning(
         (:func:`effective_noise_multiplier`): it warns when ``sqrt(z^2 + k/d) / z - 1`` exceeds
         ``noise_tolerance`` (always when ``z = 0`` and ``k/d >= ratio_threshold / 10``). When
         omitted, it warns when ``k/d >= ratio_threshold``.
+    family : CanaryFamily or str
+        The audit's canary family. ``orthogonal``: no warning for any ``k <= d`` (exactly
+        orthonormal canaries do not interfere); ``k > d`` cannot be orthogonal and is refused
+        before an audit starts. Default ``gaussian``, the conservative reading.
     ratio_threshold : float
         ``k/d`` threshold without a noise multiplier (default 1%).
     noise_tolerance : float
@@ -95,9 +124,12 @@ def interference_warning(
         raise ValueError(f"ratio_threshold must be a finite number > 0, got {ratio_threshold!r}")
     if not (noise_tolerance > 0 and math.isfinite(noise_tolerance)):
         raise ValueError(f"noise_tolerance must be a finite number > 0, got {noise_tolerance!r}")
+    if _check_family(family) is CanaryFamily.orthogonal:
+        return None
     ratio = k / d
-    advice = (f"use at most {max(1, int(ratio_threshold * d))} canaries for this model size, "
-              "or read the estimate as a lower value than the truth")
+    advice = (f"use the orthogonal canary family (canary_family = \"orthogonal\", no interference "
+              f"for any k <= d), or at most {max(1, int(ratio_threshold * d))} canaries for this "
+              "model size, or read the estimate as a lower value than the truth")
     if noise_multiplier is None:
         if ratio < ratio_threshold:
             return None
@@ -117,6 +149,7 @@ def interference_warning(
         return None
     return (f"{k} canaries for a model of dimension {d} (k/d = {ratio:.2%}) at noise multiplier "
             f"{z:g}: the other canaries act as extra noise (effective noise multiplier {z_eff:.3g}, "
-            f"+{inflation:.1%}), so epsilon estimates are biased low; use at most "
-            f"{max(1, int(d * z * z * ((1 + noise_tolerance) ** 2 - 1)))} canaries or read the "
+            f"+{inflation:.1%}), so epsilon estimates are biased low; use the orthogonal canary "
+            f"family (no interference for any k <= d), or at most "
+            f"{max(1, int(d * z * z * ((1 + noise_tolerance) ** 2 - 1)))} canaries, or read the "
             "estimate as a lower value than the truth")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from auditor.canaries import canary_vectors, seen_mask
+from auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec
 
 __all__ = ["round_canaries", "round_canary_vectors", "attach_environment"]
@@ -52,8 +52,10 @@ def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
 
 
 def round_canary_vectors(seed: int, spec: AuditSpec, t: int, dim: int) -> np.ndarray:
-    """The unit canary vectors of round ``t``, float32 of shape ``(c, dim)`` (rows ascending j)."""
-    return canary_vectors(seed, round_canaries(seed, spec, t), dim)
+    """The unit canary vectors of round ``t``, float32 of shape ``(c, dim)`` (rows ascending j),
+    of the audit's canary family (resolved from the spec, ``k`` and ``d`` as the tracker does)."""
+    family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
+    return canary_vectors(seed, round_canaries(seed, spec, t), dim, family=family)
 
 
 def attach_environment(*, audit_id: str, ingest_url: str, run_token: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from auditor.canaries import seen_mask
+from auditor.canaries import CanaryFamily, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec, ThreatModel
 from auditor.statistics import CosineTracker
 
@@ -228,8 +228,11 @@ def build_alerts(
     if dim and dim >= 2:
         from auditor.estimators import interference_warning
 
+        family = resolve_canary_family(
+            spec.canary_family, num_canaries=spec.num_canaries, dim=int(dim)
+        )
         message = interference_warning(
-            spec.num_canaries, int(dim), noise_multiplier=spec.noise_multiplier
+            spec.num_canaries, int(dim), noise_multiplier=spec.noise_multiplier, family=family
         )
         if message:
             alerts.append({"level": "warning", "message": f"{message} (Keinan et al. 2025)"})
@@ -247,26 +250,34 @@ def build_alerts(
 
 
 class _CanaryCache:
-    """Keeps cosine trackers (with their canary bank) per audit within a byte budget."""
+    """Keeps cosine trackers per audit within a byte budget.
+
+    A gaussian-family tracker holds a bank of up to ``k d`` float32 canaries (what the budget
+    allows; the rest is regenerated every round); an orthogonal-family one needs only its
+    ``12 d`` bytes of signs, whatever the budget.
+    """
 
     def __init__(self, budget: int) -> None:
         self.budget = int(budget)
         self._items: OrderedDict[str, tuple[CosineTracker, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, audit_id: str, seed: int, num_canaries: int, dim: int) -> CosineTracker:
+    def get(
+        self, audit_id: str, seed: int, num_canaries: int, dim: int, family: CanaryFamily
+    ) -> CosineTracker:
         with self._lock:
             hit = self._items.get(audit_id)
             if hit is not None and hit[0].dim == dim:
                 self._items.move_to_end(audit_id)
                 return hit[0]
             used = sum(size for _, size in self._items.values())
-            wanted = num_canaries * dim * 4
+            orthogonal = family is CanaryFamily.orthogonal
+            wanted = 12 * dim if orthogonal else num_canaries * dim * 4
             while self._items and used + wanted > self.budget:
                 _, (_, size) = self._items.popitem(last=False)
                 used -= size
-            allowed = max(0, min(wanted, self.budget - used))
-        tracker = CosineTracker(seed, num_canaries, dim, cache_bytes=allowed)
+            allowed = wanted if orthogonal else max(0, min(wanted, self.budget - used))
+        tracker = CosineTracker(seed, num_canaries, dim, family=family, cache_bytes=allowed)
         with self._lock:
             self._items[audit_id] = (tracker, allowed)
         return tracker
@@ -312,6 +323,11 @@ class LiveAudits:
             raise IngestError(404, f"audit {audit_id!r} not found")
         return audit
 
+    @staticmethod
+    def _family(spec: AuditSpec, dim: int) -> CanaryFamily:
+        """The audit's canary family (the ServerApp resolves it the same way)."""
+        return resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
+
     def _running_audit(self, audit_id: str):
         audit = self._audit(audit_id)
         spec = AuditSpec.model_validate(audit.spec)
@@ -329,6 +345,12 @@ class LiveAudits:
             _require_running(audit)
             if model.shape[0] < 2:
                 raise IngestError(422, "initial model: the model vector needs at least 2 values")
+            try:
+                resolve_canary_family(
+                    spec.canary_family, num_canaries=spec.num_canaries, dim=int(model.shape[0])
+                )
+            except ValueError as error:
+                raise IngestError(422, f"initial model: {error}") from None
             analytic = analytic_results(spec)
             alerts = build_alerts(
                 spec=spec, dim=int(model.shape[0]), estimates=analytic, rounds_stored=0,
@@ -370,7 +392,8 @@ class LiveAudits:
                 raise IngestError(409, _SEND_INITIAL_MODEL_FIRST)
             _require_length(delta, secret.dim)
             k = spec.num_canaries
-            tracker = self._cache.get(audit_id, secret.seed, k, secret.dim)
+            family = self._family(spec, secret.dim)
+            tracker = self._cache.get(audit_id, secret.seed, k, secret.dim, family)
             round_cosines = tracker.all_cosines(delta)
             previous = secret.max_cosines if secret.max_cosines is not None else np.full(k, -np.inf)
             max_cosines = np.maximum(previous, round_cosines)
@@ -424,7 +447,8 @@ class LiveAudits:
                 raise IngestError(409, _SEND_INITIAL_MODEL_FIRST)
             _require_length(model, secret.dim)
             k = spec.num_canaries
-            tracker = self._cache.get(audit_id, secret.seed, k, secret.dim)
+            family = self._family(spec, secret.dim)
+            tracker = self._cache.get(audit_id, secret.seed, k, secret.dim, family)
             final_cosines = tracker.all_cosines(
                 model.astype(np.float64) - secret.initial_model  # float64: no overflow
             )

@@ -17,9 +17,12 @@ from auditor.gaussian import gaussian_mechanism_cosines
 DELTA = 1e-5
 
 
-def _mean_estimate(sigma, d, k, reps, seed):
-    return float(np.mean([final_model_epsilon(gaussian_mechanism_cosines(sigma, d, k, seed=seed + r),
-                                              d, DELTA).epsilon for r in range(reps)]))
+def _mean_estimate(sigma, d, k, reps, seed, family="gaussian"):
+    return float(np.mean([
+        final_model_epsilon(gaussian_mechanism_cosines(sigma, d, k, seed=seed + r, family=family),
+                            d, DELTA).epsilon
+        for r in range(reps)
+    ]))
 
 
 def test_bias_grows_with_k_over_d_and_matches_effective_noise():
@@ -32,6 +35,16 @@ def test_bias_grows_with_k_over_d_and_matches_effective_noise():
             effective_noise_multiplier(k, d, noise_multiplier=sigma), DELTA)
         assert value == pytest.approx(predicted, rel=0.1), k
     assert estimates[500] < 0.6 * 30.0  # strongly biased at k/d = 10%, low noise
+
+
+@pytest.mark.parametrize("k", [150, 500, 2500])  # k/d = 3%, 10%, 50%
+def test_orthogonal_canaries_do_not_interfere(k):
+    sigma = gaussian_sigma_for_epsilon(30.0, DELTA)
+    d = 5000
+    estimate = _mean_estimate(sigma, d, k, 6, 100 * k, family="orthogonal")
+    assert estimate == pytest.approx(30.0, rel=0.05)
+    assert effective_noise_multiplier(k, d, noise_multiplier=sigma, family="orthogonal") == sigma
+    assert interference_warning(k, d, noise_multiplier=sigma, family="orthogonal") is None
 
 
 def test_warning_thresholds():

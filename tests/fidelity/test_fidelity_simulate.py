@@ -50,17 +50,20 @@ def test_unseen_canaries_follow_the_exact_null():
     assert seen.mean() > 5 / math.sqrt(cfg.dim * seen.size)
 
 
-def test_seen_final_cosine_matches_closed_form():
+@pytest.mark.parametrize("family", ["gaussian", "orthogonal"])
+def test_seen_final_cosine_matches_closed_form(family):
     # No shared client direction: the final model is (1/m)(sum_j r S c_j + real clipped updates
     # + T noise draws), nearly orthogonal pieces, so cos(c_j, theta_T - theta_0) for a seen canary
-    # is ~ r / sqrt(r^2 k_seen + n_real + T z^2 d) (S = 1).
+    # is ~ r / sqrt(r^2 k_seen + n_real + T z^2 d) (S = 1). The orthogonal family's statistic
+    # is standardized by the energy outside the seen canaries: ~ r / sqrt(n_real + T z^2 d).
     for repeats in (1, 2):
         cfg = SMALL.with_(client_signal=0.0, client_noise=2.0, noise_multiplier=0.3,
-                          canary_repeats=repeats)
+                          canary_repeats=repeats, canary_family=family)
         res = simulate_dpfedavg_audit(cfg, seed=5 + repeats)
         k_seen = int(res.seen.sum())
         n_real = res.mean_cohort_size * cfg.num_rounds - k_seen * repeats
-        predicted = repeats / math.sqrt(repeats**2 * k_seen + n_real
+        canary_energy = repeats**2 * k_seen if family == "gaussian" else 0
+        predicted = repeats / math.sqrt(canary_energy + n_real
                                         + cfg.num_rounds * cfg.noise_multiplier**2 * cfg.dim)
         measured = float(np.mean(res.final_cosines[res.seen]))
         assert measured == pytest.approx(predicted, rel=0.08)

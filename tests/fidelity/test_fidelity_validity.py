@@ -33,13 +33,16 @@ def test_sample_null_cosines_matches_exact_null_moments_and_cdf():
         assert np.mean(x <= tau) == pytest.approx(float(null_cdf(tau, d)), abs=0.015)
 
 
-def test_gaussian_mechanism_scores_seen_shift_matches_closed_form():
-    # seen cosines ~ 1 / sqrt(k_seen + sigma^2 d); unseen are null (mean 0, var 1/d)
+@pytest.mark.parametrize("family", ["gaussian", "orthogonal"])
+def test_gaussian_mechanism_scores_seen_shift_matches_closed_form(family):
+    # gaussian: seen cosines ~ 1 / sqrt(k_seen + sigma^2 d) (the other canaries count in the
+    # norm); orthogonal (null-standardized): 1 / (sigma sqrt(d)). Unseen: mean 0, var 1/d.
     sigma, d, k = 0.5, 5000, 400
     seen_means, unseen_vars = [], []
     for seed in range(10):
-        scores, seen = gaussian_mechanism_scores(sigma, d, k, seed=seed)
-        seen_means.append(scores[seen].mean() * math.sqrt(seen.sum() + sigma**2 * d))
+        scores, seen = gaussian_mechanism_scores(sigma, d, k, seed=seed, family=family)
+        scale = sigma**2 * d + (seen.sum() if family == "gaussian" else 0)
+        seen_means.append(scores[seen].mean() * math.sqrt(scale))
         unseen_vars.append(scores[~seen].var() * d)
     assert np.mean(seen_means) == pytest.approx(1.0, rel=0.03)
     assert np.mean(unseen_vars) == pytest.approx(1.0, rel=0.1)

@@ -189,7 +189,7 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
     inserted = sum(int(p["num_canaries_inserted"]) for _, p in ingest.rounds.values())
     mask = seen_mask(SEED, spec.num_canaries)
     assert inserted == int(mask.sum())
-    tracker = CosineTracker(SEED, spec.num_canaries, d)
+    tracker = CosineTracker(SEED, spec.num_canaries, d, family=spec.canary_family)
     tracker.finalize(ingest.final, ingest.initial)
     if mask.any() and (~mask).any():
         assert tracker.final_cosines[mask].min() > tracker.final_cosines[~mask].max()

@@ -30,7 +30,7 @@ def _spec(**overrides):
 def test_simulation_audit_gives_final_and_all_iterate_statistics():
     spec = _spec()
     dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
-    reporter = LocalRoundReporter(CosineTracker(SEED, spec.num_canaries, dim))
+    reporter = LocalRoundReporter(CosineTracker(SEED, spec.num_canaries, dim, family=spec.canary_family))
     ticks = []
     started = time.monotonic()
     result = run_simulation_audit(spec, canary_seed=SEED, reporter=reporter, timeout=200,
@@ -58,6 +58,6 @@ def test_simulation_audit_gives_final_and_all_iterate_statistics():
 def test_simulation_audit_raises_timeout_error():
     spec = _spec(num_rounds=50)
     dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
-    reporter = LocalRoundReporter(CosineTracker(SEED, spec.num_canaries, dim))
+    reporter = LocalRoundReporter(CosineTracker(SEED, spec.num_canaries, dim, family=spec.canary_family))
     with pytest.raises(TimeoutError):
         run_simulation_audit(spec, canary_seed=SEED, reporter=reporter, timeout=4, max_supernodes=2)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, Error, Message, MetricRecord, RecordDict
 
-from auditor.canaries import canary_vector, seen_mask
+from auditor.canaries import canary_vector, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec
 from auditor.statistics import CosineTracker
 from clients.tasks import load_task
@@ -64,18 +64,24 @@ def _spec(**overrides):
 
 def _run(spec, behaviour, nodes=(101, 102, 103), **runtime_kwargs):
     dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
-    reporter = RecordingReporter(CosineTracker(SEED, spec.num_canaries, dim))
+    reporter = RecordingReporter(
+        CosineTracker(SEED, spec.num_canaries, dim, family=spec.canary_family)
+    )
     grid = FakeGrid(nodes, behaviour)
     runtime = AuditRuntime(spec=spec, canary_seed=SEED, reporter=reporter, noise_seed=1, **runtime_kwargs)
     result = run_audit(grid, runtime)
     return result, reporter, grid
 
 
-def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries():
-    spec = _spec()
+@pytest.mark.parametrize("canary_family", [None, "gaussian"])
+def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries(canary_family):
+    spec = _spec(canary_family=canary_family)
     zero = lambda node, msg: np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
     result, reporter, grid = _run(spec, zero)
     dim = result["dim"]
+    family = resolve_canary_family(canary_family, num_canaries=spec.num_canaries, dim=dim)
+    assert result["canary_family"] == family.value == (canary_family or "orthogonal")
+    assert reporter.tracker.family is family
     seen = np.flatnonzero(seen_mask(SEED, spec.num_canaries))
     schedule = participation_schedule(
         num_clients=6, num_seen_canaries=seen.size, num_rounds=4, participation="uniform",
@@ -83,7 +89,7 @@ def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries
     )
     theta = reporter.initial_model.astype(np.float64)
     for t, (round_number, meta) in enumerate(reporter.rounds, start=1):
-        expected = sum((0.5 * canary_vector(SEED, int(seen[p]), dim).astype(np.float64)
+        expected = sum((0.5 * canary_vector(SEED, int(seen[p]), dim, family=family).astype(np.float64)
                         for p in schedule.canaries(t)), np.zeros(dim)) / 4
         theta += expected
         assert meta.num_canaries_inserted == schedule.canaries(t).size

@@ -21,7 +21,7 @@ from server.vectors import flatten, unflatten
 @settings(max_examples=40, deadline=None)
 @given(clip=st.floats(1e-3, 1e3), index=st.integers(0, 10_000), dim=st.integers(2, 5000))
 def test_canary_update_has_norm_exactly_clip_norm(clip, index, dim):
-    direction = canary_vectors(12345, [index], dim)[0]
+    direction = canary_vectors(12345, [index], dim, family="gaussian")[0]
     update = canary_update(direction, clip)
     assert np.linalg.norm(update) == pytest.approx(clip, rel=1e-12)
     # same direction as the canary
@@ -43,9 +43,10 @@ def test_clip_update_bounds_norm_and_keeps_direction(scale, clip, seed):
         assert np.allclose(clipped / np.linalg.norm(clipped), update / norm)
 
 
-def test_zero_noise_no_clients_aggregate_is_sum_of_scheduled_canaries():
+@pytest.mark.parametrize("family", ["orthogonal", "gaussian"])
+def test_zero_noise_no_clients_aggregate_is_sum_of_scheduled_canaries(family):
     dim, clip, m = 300, 0.7, 5
-    directions = canary_vectors(99, [3, 8, 21], dim)
+    directions = canary_vectors(99, [3, 8, 21], dim, family=family)
     result = aggregate_round(
         client_updates=[], canary_directions=directions, clip_norm=clip,
         noise_multiplier=0.0, expected_cohort_size=m, dim=dim, rng=np.random.default_rng(0),

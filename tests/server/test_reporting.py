@@ -82,8 +82,8 @@ def test_http_reporter_gives_up_after_max_retries_and_raises_on_4xx_at_once():
 def test_local_reporter_gives_canary_statistics():
     seed, k, d = 2024, 20, 4000
     mask = seen_mask(seed, k)
-    directions = canary_vectors(seed, np.arange(k), d)
-    reporter = LocalRoundReporter(CosineTracker(seed, k, d))
+    directions = canary_vectors(seed, np.arange(k), d, family="orthogonal")
+    reporter = LocalRoundReporter(CosineTracker(seed, k, d))  # default family: orthogonal
     theta0 = np.zeros(d, dtype=np.float32)
     reporter.report_initial(theta0)
     delta = directions[mask].sum(axis=0)  # the seen canaries, no noise

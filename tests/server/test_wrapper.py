@@ -14,7 +14,7 @@ from flwr.serverapp.strategy import (
     FedAvg,
 )
 
-from auditor.canaries import canary_vector, seen_mask
+from auditor.canaries import canary_vector, resolve_canary_family, seen_mask
 from auditor.spec import AuditClaim, AuditSpec
 from server.reporting import LocalRoundReporter
 from server.wrapper import CanaryAuditStrategy, LocalCanaries, read_claim
@@ -93,7 +93,8 @@ def test_canaries_enter_the_average_like_clipped_clients_and_rounds_are_reported
         assert meta.num_canaries_inserted == c and meta.cohort_size == 3 + c
         assert meta.clipped_fraction == 0.0 and meta.num_failures == 0
         assert meta.train_loss == pytest.approx(2.0)
-        expected_canaries = sum((S * canary_vector(SEED, j, dim).astype(np.float64)
+        family = resolve_canary_family(None, num_canaries=K, dim=dim)
+        expected_canaries = sum((S * canary_vector(SEED, j, dim, family=family).astype(np.float64)
                                  for j in canaries.by_round[t]), np.zeros(dim))
         canary_part = (new.astype(np.float64) - current) * (3 + c) - np.sum(updates, axis=0)
         assert np.allclose(canary_part, expected_canaries, atol=2e-5)

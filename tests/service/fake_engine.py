@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from auditor.canaries import canary_vectors, seen_mask
+from auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec
 
 
@@ -23,7 +23,8 @@ def synthetic_run(seed: int, spec: AuditSpec, dim: int, *, noise_seed: int = 0):
     rng = np.random.default_rng(noise_seed)
     k, rounds = spec.num_canaries, spec.num_rounds
     seen = seen_mask(seed, k)
-    canaries = canary_vectors(seed, np.arange(k), dim)
+    family = resolve_canary_family(spec.canary_family, num_canaries=k, dim=dim)
+    canaries = canary_vectors(seed, np.arange(k), dim, family=family)
     round_of = rng.integers(0, rounds, size=k)
     clip = spec.clip_norm or 1.0
     m = spec.clients_per_round

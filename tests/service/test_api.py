@@ -8,11 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from auditor.canaries import canary_vectors, seen_mask
+from auditor.canaries import seen_mask
 from auditor.estimators import summarize
 from auditor.service.auth import NO_KEY_CONFIGURED
 from auditor.service.schemas import AuditList, AuditOut, CosinesOut
 from auditor.spec import AuditSpec
+from tests.canary_reference import expected_statistics
 
 from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
 from .fake_engine import synthetic_run
@@ -272,9 +273,8 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     assert all(item["seen"] is None for item in cos_running["items"])
 
     # independent route: cosines straight from the canary vectors
-    canaries = canary_vectors(seed, np.arange(20), dim).astype(np.float64)
     expected_max = np.max(
-        [canaries @ d.astype(np.float64) / np.linalg.norm(d.astype(np.float64)) for d in deltas], axis=0
+        [expected_statistics(seed, 20, d, family=spec.canary_family) for d in deltas], axis=0
     )
     got_max = np.array([i["max_cosine"] for i in cos_running["items"]])
     np.testing.assert_allclose(got_max, expected_max, rtol=1e-5, atol=1e-6)
@@ -304,8 +304,9 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     labels = np.array([i["seen"] for i in cos["items"]])
     np.testing.assert_array_equal(labels, seen_mask(seed, 20))
     final = np.array([i["final_cosine"] for i in cos["items"]])
-    diff = theta_t.astype(np.float64) - theta0.astype(np.float64)
-    np.testing.assert_allclose(final, canaries @ diff / np.linalg.norm(diff), rtol=1e-4, atol=1e-5)
+    diff = (theta_t.astype(np.float64) - theta0.astype(np.float64)).astype(np.float32)
+    expected_final = expected_statistics(seed, 20, diff, family=spec.canary_family)
+    np.testing.assert_allclose(final, expected_final, rtol=1e-4, atol=1e-5)
 
     # recompute with the library from the published statistics: same numbers
     recomputed = summarize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from auditor.canaries import canary_vectors, seen_mask
+from auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
 from auditor.service.external import round_canaries
 from auditor.spec import AuditSpec
 from server.schedules import participation_schedule
@@ -77,7 +77,8 @@ def test_external_audit_end_to_end_without_the_seed_leaving_the_service(client, 
         block = np.frombuffer(response.content, "<f4").reshape(count, DIM)
         expected = np.flatnonzero(seen)[schedule.canaries(t)]  # the built-in rule
         assert sorted(round_canaries(seed, spec, t).tolist()) == sorted(expected.tolist())
-        np.testing.assert_array_equal(block, canary_vectors(seed, np.sort(expected), DIM))
+        family = resolve_canary_family(spec.canary_family, num_canaries=16, dim=DIM)
+        np.testing.assert_array_equal(block, canary_vectors(seed, np.sort(expected), DIM, family=family))
         delta = 0.5 * block.sum(axis=0) / (3 + count) + 0.001 * rng.standard_normal(DIM)
         meta = {"clip_norm": 0.5, "cohort_size": 3 + count, "num_failures": 0}
         wrong = _put(client, f"/audits/{audit_id}/rounds/{t}", delta, token,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+from auditor.canaries import CanaryFamily
 from auditor.service.live import build_alerts, headline_epsilon, to_jsonable
 from auditor.spec import AuditSpec
 
@@ -63,13 +64,17 @@ def test_estimates_above_analytic_are_not_alerts_unless_they_are_bounds():
 
 @pytest.mark.parametrize("dim, warned", [(10_000, False), (2_000, False), (1_900, True), (500, True)])
 def test_interference_warning_follows_the_effective_noise(dim, warned):
-    # z = 1, k = 100: warn once sqrt(1 + k/d) inflates the noise by more than 2.5% (k/d > ~5.1%)
-    alerts = build_alerts(spec=SPEC, dim=dim, estimates=[], rounds_stored=0, has_final=False)
+    # gaussian canaries, z = 1, k = 100: warn once sqrt(1 + k/d) inflates the noise by more
+    # than 2.5% (k/d > ~5.1%); orthogonal canaries (the default here) never interfere
+    spec = SPEC.model_copy(update={"canary_family": CanaryFamily.gaussian})
+    alerts = build_alerts(spec=spec, dim=dim, estimates=[], rounds_stored=0, has_final=False)
     assert any(a["level"] == "warning" and "Keinan" in a["message"] for a in alerts) == warned
+    alerts = build_alerts(spec=SPEC, dim=dim, estimates=[], rounds_stored=0, has_final=False)
+    assert not any("Keinan" in a["message"] for a in alerts)
 
 
 def test_interference_warning_without_noise_uses_a_stricter_ratio():
-    spec = SPEC.model_copy(update={"noise_multiplier": 0.0})
+    spec = SPEC.model_copy(update={"noise_multiplier": 0.0, "canary_family": CanaryFamily.gaussian})
     alerts = build_alerts(spec=spec, dim=50_000, estimates=[], rounds_stored=0, has_final=False)
     assert any("Keinan" in a["message"] for a in alerts)  # k/d = 0.2% >= 0.1%
 
