@@ -127,7 +127,8 @@ def main() -> int:
            "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_HOME": str(tmp / "flwr")}
     if args.engine == "fake":
         env["FLAUDIT_WORKER_TARGET"] = "tests.service.fake_engine:worker"
-        spec = {**spec, "task": "synthetic",
+        env["FLAUDIT_ALLOW_CUSTOM_TASKS"] = "1"  # the fake engine's task name is a custom task
+        spec = {**spec, "task": "tests.service.fake_engine:task",
                 "task_options": {"dim": 25_000, "round_seconds": args.round_seconds},
                 "num_rounds": args.rounds}
     port = _free_port()

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import threading
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -41,18 +42,22 @@ per-run token. Canary seeds are never returned; the seen/unseen split only once 
 class ReadCache:
     """Serialized ``GET /audits/{id}`` bodies, dropped whenever the audit changes.
 
-    The service is a single process (the runner and the ingest routes live in it), so every
-    write goes through :meth:`invalidate`.
+    Every write of this process goes through :meth:`invalidate`; writes of another service
+    instance on the same database are seen once an entry is ``max_age`` seconds old.
     """
 
-    def __init__(self, max_items: int = 256) -> None:
-        self._items: dict[str, bytes] = {}
+    def __init__(self, max_items: int = 256, *, max_age: float = 1.0) -> None:
+        self._items: dict[str, tuple[float, bytes]] = {}
         self._deleted: set[str] = set()
         self._lock = threading.Lock()
         self._max = max_items
+        self._max_age = max_age
 
     def get(self, audit_id: str) -> bytes | None:
-        return self._items.get(audit_id)
+        item = self._items.get(audit_id)
+        if item is None or time.monotonic() - item[0] > self._max_age:
+            return None
+        return item[1]
 
     def put(self, audit_id: str, view: dict) -> bytes:
         body = json.dumps(view, separators=(",", ":"), allow_nan=False).encode()
@@ -61,7 +66,7 @@ class ReadCache:
                 return body
             if len(self._items) >= self._max:
                 self._items.pop(next(iter(self._items)))
-            self._items[audit_id] = body
+            self._items[audit_id] = (time.monotonic(), body)
         return body
 
     def invalidate(self, audit_id: str, *, deleted: bool = False) -> None:
@@ -133,9 +138,12 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.live = LiveAudits(
             app.state.store, canary_cache_bytes=settings.canary_cache_bytes
         )
-        failed = app.state.store.fail_interrupted()
+        failed = app.state.store.fail_interrupted(lease_seconds=settings.lease_seconds)
         if failed:
-            log.warning("marked %d audit(s) failed: the service restarted during their run", len(failed))
+            log.warning(
+                "marked %d audit(s) failed: their service instance stopped during the run",
+                len(failed),
+            )
         if settings.demo_spec_path:
             _submit_demo(app.state.store, settings.demo_spec_path)
         # Import the estimators now (not at the first round) and move everything alive after

@@ -195,6 +195,7 @@ class Runner:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._next_heartbeat = 0.0
         import multiprocessing
 
         self._ctx = multiprocessing.get_context("spawn")
@@ -262,6 +263,7 @@ class Runner:
             try:
                 self._reap()
                 self._enforce_timeouts()
+                self._keep_leases()
                 self._launch_queued()
             except Exception:  # keep the loop alive; log without secrets
                 log.exception("runner loop error")
@@ -282,7 +284,9 @@ class Runner:
             return
         spec = AuditSpec.model_validate(audit.spec)
         token = secrets.token_urlsafe(32)
-        if not self.store.mark_running(audit_id, run_token=token):
+        if not self.store.mark_running(
+            audit_id, run_token=token, owner=self.settings.instance_id
+        ):
             return
         target = (
             self.settings.deployment_target
@@ -321,6 +325,27 @@ class Runner:
                 audit_id, process, receiver, time.monotonic(), float(spec.timeout_seconds)
             )
         self._on_change(audit_id)
+
+    def _keep_leases(self) -> None:
+        """Every third of the lease: renew this instance's lease on its running audits, stop
+        workers whose audit ended elsewhere (e.g. cancelled through another instance), and fail
+        running audits whose owner's lease expired (that instance died with its workers)."""
+        now = time.monotonic()
+        if now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + self.settings.lease_seconds / 3
+        with self._lock:
+            owned = list(self._workers)
+        for audit_id in self.store.heartbeat(self.settings.instance_id, owned):
+            with self._lock:
+                worker = self._workers.get(audit_id)
+            if worker is not None:
+                log.info("audit %s ended outside this instance; stopping its worker", audit_id)
+                self._kill(worker)
+                self._reaped(worker)
+        for audit_id in self.store.fail_interrupted(lease_seconds=self.settings.lease_seconds):
+            log.warning("audit %s failed: its service instance stopped renewing its lease", audit_id)
+            self._on_change(audit_id)
 
     def _read_message(self, worker: _Worker) -> None:
         try:

@@ -27,6 +27,11 @@ Environment variables
 ``FLAUDIT_TIMEOUT_GRACE_SECONDS``
     Seconds the runner waits beyond an audit's ``timeout_seconds`` (engine start-up) before it
     kills the worker (default 30).
+``FLAUDIT_LEASE_SECONDS``
+    A running audit's owner lease (default 30): the instance running it renews it every third
+    of this; another instance fails the audit only after the lease expired.
+``FLAUDIT_INSTANCE_ID``
+    Name of this instance in the leases (default ``<hostname>:<pid>:<random>``).
 ``FLAUDIT_CANARY_CACHE_BYTES``
     Memory the service may use to keep canaries between rounds (default 256 MiB in total).
 """
@@ -34,6 +39,8 @@ Environment variables
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -61,6 +68,11 @@ def load_api_keys(*, key: str | None = None, key_file: str | None = None) -> tup
             if line and not line.startswith("#"):
                 keys.append(line)
     return tuple(dict.fromkeys(keys))
+
+
+def default_instance_id() -> str:
+    """``<hostname>:<pid>:<random>``: unique per service process, readable in the database."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -96,6 +108,8 @@ class Settings:
     timeout_grace_seconds: float = 30.0
     demo_spec_path: str | None = None
     allow_custom_tasks: bool = False
+    lease_seconds: float = 30.0
+    instance_id: str = field(default_factory=lambda: default_instance_id())
 
     def __post_init__(self) -> None:
         if self.max_concurrent_audits < 1:
@@ -106,6 +120,10 @@ class Settings:
             raise ValueError("max_json_body_bytes must be >= 1024")
         if not self.body_timeout_seconds > 0:
             raise ValueError("body_timeout_seconds must be > 0")
+        if not self.lease_seconds > 0:
+            raise ValueError("lease_seconds must be > 0")
+        if not 1 <= len(self.instance_id) <= 64:
+            raise ValueError("instance_id must have 1 to 64 characters")
         if self.canary_cache_bytes < 0:
             raise ValueError("canary_cache_bytes must be >= 0")
 
@@ -133,6 +151,8 @@ class Settings:
             ),
             worker_target=env.get("FLAUDIT_WORKER_TARGET") or cls.worker_target,
             allow_custom_tasks=_env_bool("FLAUDIT_ALLOW_CUSTOM_TASKS", False),
+            lease_seconds=float(env.get("FLAUDIT_LEASE_SECONDS") or cls.lease_seconds),
+            instance_id=env.get("FLAUDIT_INSTANCE_ID") or default_instance_id(),
             timeout_grace_seconds=float(
                 env.get("FLAUDIT_TIMEOUT_GRACE_SECONDS") or cls.timeout_grace_seconds
             ),

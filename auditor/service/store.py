@@ -7,6 +7,11 @@ serializes; it is loaded only by :meth:`Store.load_secret_state` for the cosine 
 
 Every acknowledged ingest is one transaction: round row, tracker state and estimates are
 committed together before the route replies 2xx.
+
+Running audits carry an owner lease: the id of the service instance whose runner started the
+worker (``owner_id``) and that instance's last heartbeat (``owner_heartbeat_at``). Restart
+recovery fails only running audits whose lease expired, so several instances can share one
+database. Columns added after the first release are added on start-up (:func:`_add_columns`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import hashlib
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -35,6 +40,8 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    inspect,
+    or_,
     select,
     update,
 )
@@ -110,6 +117,11 @@ class Audit(Base):
     # Secret: never part of any schema, log or repr. Decimal string of the 128-bit seed.
     canary_seed: Mapped[str] = deferred(mapped_column(String(48)))
     run_token_hash: Mapped[str | None] = deferred(mapped_column(String(64), nullable=True))
+    # Owner lease of a running audit: the instance that runs its worker and its last heartbeat.
+    owner_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    owner_heartbeat_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -215,6 +227,7 @@ class Store:
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         Base.metadata.create_all(self.engine)
+        _add_columns(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def __repr__(self) -> str:
@@ -295,8 +308,9 @@ class Store:
             result = s.execute(delete(Audit).where(Audit.id == audit_id))
             return result.rowcount > 0
 
-    def mark_running(self, audit_id: str, *, run_token: str) -> bool:
-        """queued -> running with a fresh run-token hash; False if the audit is no longer queued."""
+    def mark_running(self, audit_id: str, *, run_token: str, owner: str | None = None) -> bool:
+        """queued -> running with a fresh run-token hash, owned by instance ``owner`` (its lease
+        starts now); False if the audit is no longer queued."""
         now = utcnow()
         with self.session() as s, s.begin():
             return _update_audit_if(
@@ -305,6 +319,8 @@ class Store:
                 started_at=now,
                 updated_at=now,
                 run_token_hash=hash_token(run_token),
+                owner_id=owner,
+                owner_heartbeat_at=now if owner else None,
             )
 
     def declare_claim(self, audit_id: str, *, spec: dict) -> bool:
@@ -329,6 +345,26 @@ class Store:
                 run_token_hash=hash_token(run_token),
                 updated_at=now,
             )
+
+    def heartbeat(self, owner: str, audit_ids: list[str]) -> list[str]:
+        """Renew ``owner``'s lease on its running audits; return those no longer running."""
+        if not audit_ids:
+            return []
+        now = utcnow()
+        with self.session() as s, s.begin():
+            s.execute(
+                update(Audit)
+                .where(Audit.id.in_(audit_ids), Audit.owner_id == owner, Audit.status == "running")
+                .values(owner_heartbeat_at=now)
+            )
+            running = set(
+                s.scalars(
+                    select(Audit.id).where(
+                        Audit.id.in_(audit_ids), Audit.owner_id == owner, Audit.status == "running"
+                    )
+                )
+            )
+        return [audit_id for audit_id in audit_ids if audit_id not in running]
 
     def finish(
         self, audit_id: str, *, status: str, reason: str | None, only_if: tuple[str, ...]
@@ -507,20 +543,39 @@ class Store:
                 select(AuditRound).where(AuditRound.audit_id == audit_id, AuditRound.round == t)
             )
 
-    def fail_interrupted(self) -> list[str]:
-        """On start-up: audits left ``running`` cannot resume (the simulation engine cannot
-        continue mid-run), so mark them failed, saying how many rounds were stored. Audits of
-        runs flaudit does not start (``engine = "external"``) stay running."""
+    def fail_interrupted(self, *, lease_seconds: float = 0.0) -> list[str]:
+        """Fail running audits whose owner is gone: no owner, or no heartbeat for more than
+        ``lease_seconds``. Their worker died with its service (a simulation cannot resume
+        mid-run); the reason says how many rounds were stored. Audits of live instances, and
+        audits of runs flaudit does not start (``engine = "external"``), are left alone."""
+        expired = utcnow() - timedelta(seconds=lease_seconds)
         failed = []
-        for audit_id in self.audit_ids_with_status("running"):
+        with self.session() as s:
+            orphans = list(
+                s.scalars(
+                    select(Audit.id).where(
+                        Audit.status == "running",
+                        or_(Audit.owner_heartbeat_at.is_(None), Audit.owner_heartbeat_at < expired),
+                    )
+                )
+            )
+        for audit_id in orphans:
             audit = self.get_audit(audit_id)
             if audit is None or audit.spec.get("engine") == "external":
                 continue  # the user's own run goes on without us: it may keep reporting
             reason = (
                 f"service restarted during the run; {audit.rounds_stored} rounds were stored"
             )
-            if self.finish(audit_id, status="failed", reason=reason, only_if=("running",)):
-                failed.append(audit_id)
+            lease_held = Audit.owner_heartbeat_at.is_not(None) & (
+                Audit.owner_heartbeat_at >= expired
+            )
+            with self.session() as s, s.begin():  # re-checked: a heartbeat may have come in
+                if _update_audit_if(
+                    s, audit_id, Audit.status == "running", ~lease_held,
+                    status="failed", reason=reason, finished_at=utcnow(), updated_at=utcnow(),
+                    run_token_hash=None,
+                ):
+                    failed.append(audit_id)
         return failed
 
 
@@ -530,6 +585,20 @@ def _update_audit_if(session: Session, audit_id: str, *conditions, **values) -> 
     row was updated."""
     result = session.execute(update(Audit).where(Audit.id == audit_id, *conditions).values(**values))
     return result.rowcount > 0
+
+
+def _add_columns(engine: Engine) -> None:
+    """Additive migration: columns of :class:`Audit` missing from an older table are added
+    (nullable, no default), so a database created by an earlier version keeps working."""
+    table = Audit.__table__
+    present = {column["name"] for column in inspect(engine).get_columns(table.name)}
+    missing = [column for column in table.columns if column.name not in present]
+    if not missing:
+        return
+    with engine.begin() as conn:
+        for column in missing:
+            kind = column.type.compile(dialect=engine.dialect)
+            conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -17,6 +17,20 @@ import numpy as np
 from auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec
 
+#: The spec's ``task`` for audits run by this engine (a custom task, so its ``task_options`` are
+#: free; the service needs ``FLAUDIT_ALLOW_CUSTOM_TASKS=1``, see :data:`FAKE_ENV`).
+FAKE_TASK = "tests.service.fake_engine:task"
+#: Service environment that runs audits with this engine.
+FAKE_ENV = {
+    "FLAUDIT_WORKER_TARGET": "tests.service.fake_engine:worker",
+    "FLAUDIT_ALLOW_CUSTOM_TASKS": "1",
+}
+
+
+def task(**options):
+    """Named by :data:`FAKE_TASK`; never called (the fake worker builds no Flower task)."""
+    raise NotImplementedError("the fake engine builds no task")
+
 
 def synthetic_run(seed: int, spec: AuditSpec, dim: int, *, noise_seed: int = 0):
     """Return ``(theta_0, [delta_1..delta_T], metadata list)`` of a Gaussian-mechanism run."""

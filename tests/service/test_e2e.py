@@ -21,6 +21,7 @@ from auditor.estimators import summarize
 from auditor.service.store import Store
 from tests.processes import wait_for, wait_for_audit
 
+from .fake_engine import FAKE_ENV, FAKE_TASK
 from .service_process import ServiceProcess, cmdline, tagged_processes
 
 pytestmark = pytest.mark.slow
@@ -128,9 +129,8 @@ def test_cancel_stops_the_flower_run_and_its_ray_processes(tmp_path):
 def test_kill9_mid_audit_loses_no_acknowledged_round(tmp_path):
     db = f"sqlite:///{tmp_path / 'crash.db'}"
     acks = tmp_path / "acks.jsonl"
-    env = {"FLAUDIT_WORKER_TARGET": "tests.service.fake_engine:worker",
-           "FLAUDIT_TEST_ACK_LOG": str(acks)}
-    spec = {**TINY_FLOWER_AUDIT, "name": "crash", "num_rounds": 40,
+    env = {**FAKE_ENV, "FLAUDIT_TEST_ACK_LOG": str(acks), "FLAUDIT_LEASE_SECONDS": "3"}
+    spec = {**TINY_FLOWER_AUDIT, "name": "crash", "num_rounds": 40, "task": FAKE_TASK,
             "task_options": {"dim": 2000, "round_seconds": 0.15}}
     service = ServiceProcess(db, tmp_path / "service.log", api_key=KEY, env=env)
     with httpx.Client(base_url=service.url, timeout=30) as http:
@@ -152,6 +152,9 @@ def test_kill9_mid_audit_loses_no_acknowledged_round(tmp_path):
     service = ServiceProcess(db, tmp_path / "service2.log", api_key=KEY, env=env)
     try:
         with httpx.Client(base_url=service.url, timeout=30) as http:
+            # failed once the dead instance's lease (3 s) has expired
+            wait_for(lambda: http.get(f"/audits/{audit_id}").json()["status"] != "running",
+                     timeout=20, interval=0.2, what="the orphaned audit to fail")
             audit = http.get(f"/audits/{audit_id}").json()
             stored = [r["round"] for r in http.get(f"/audits/{audit_id}/rounds").json()["items"]]
         assert set(acked_rounds()) <= set(stored)  # nothing acknowledged was lost

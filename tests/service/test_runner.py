@@ -9,6 +9,7 @@ import pytest
 from auditor.service.store import Store
 from tests.processes import wait_for
 
+from .fake_engine import FAKE_ENV, FAKE_TASK
 from .service_process import ServiceProcess, tagged_processes
 
 pytestmark = pytest.mark.slow
@@ -17,15 +18,14 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 BASE = {
     "num_rounds": 8, "num_clients": 10, "clients_per_round": 5, "num_canaries": 20,
     "noise_multiplier": 0.5, "clip_norm": 1.0, "delta": 1e-5,
-    "task_options": {"dim": 1000, "round_seconds": 0.1},
+    "task": FAKE_TASK, "task_options": {"dim": 1000, "round_seconds": 0.1},
 }
 
 
 @pytest.mark.timeout(150)
 def test_concurrency_limit_timeout_and_failure_reasons(tmp_path):
     db = f"sqlite:///{tmp_path / 'runner.db'}"
-    env = {"FLAUDIT_WORKER_TARGET": "tests.service.fake_engine:worker",
-           "FLAUDIT_TIMEOUT_GRACE_SECONDS": "0", "FLAUDIT_MAX_CONCURRENT_AUDITS": "1"}
+    env = {**FAKE_ENV, "FLAUDIT_TIMEOUT_GRACE_SECONDS": "0", "FLAUDIT_MAX_CONCURRENT_AUDITS": "1"}
     service = ServiceProcess(db, tmp_path / "service.log", api_key=KEY, env=env)
     try:
         with httpx.Client(base_url=service.url, timeout=30) as http:
@@ -69,7 +69,7 @@ def test_concurrency_limit_timeout_and_failure_reasons(tmp_path):
 @pytest.mark.timeout(120)
 def test_demo_submits_the_example_once(tmp_path):
     db = f"sqlite:///{tmp_path / 'demo.db'}"
-    env = {"FLAUDIT_WORKER_TARGET": "tests.service.fake_engine:worker"}
+    env = dict(FAKE_ENV)
     for attempt in range(2):  # the second start finds an audit and submits nothing
         service = ServiceProcess(db, tmp_path / f"service{attempt}.log", api_key=KEY, env=env,
                                  args=("--demo",))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -111,3 +112,45 @@ def test_array_bytes_roundtrip():
     y = rng.normal(size=33).astype(np.float32)
     assert bytes_to_array(array_to_bytes(y, "<f4"), "<f4").dtype == np.float32
     assert array_to_bytes(None) is None and bytes_to_array(None) is None
+
+
+def test_owner_lease_decides_which_running_audits_restart_recovery_fails(store):
+    live = store.create_audit(name="live", spec=SPEC, canary_seed=1)
+    dead = store.create_audit(name="dead", spec=SPEC, canary_seed=2)
+    ownerless = store.create_audit(name="ownerless", spec=SPEC, canary_seed=3)
+    assert store.mark_running(live.id, run_token="a", owner="instance-a")
+    assert store.mark_running(dead.id, run_token="b", owner="instance-b")
+    assert store.mark_running(ownerless.id, run_token="c")
+    # instance-a renews its lease; instance-b's lease is 0 s old too, so with a long lease
+    # nothing with an owner is failed
+    assert store.heartbeat("instance-a", [live.id]) == []
+    assert store.fail_interrupted(lease_seconds=60) == [ownerless.id]
+    time.sleep(0.3)
+    assert store.heartbeat("instance-a", [live.id]) == []
+    assert store.fail_interrupted(lease_seconds=0.2) == [dead.id]  # b stopped renewing
+    assert store.get_audit(live.id).status == "running"
+    assert store.get_audit(dead.id).status == "failed" and store.run_token_hash(dead.id) is None
+    # an audit that ended elsewhere is reported back to its owner's heartbeat
+    assert store.finish(live.id, status="cancelled", reason="x", only_if=("running",))
+    assert store.heartbeat("instance-a", [live.id]) == [live.id]
+    # another instance's heartbeat does not renew a lease it does not hold
+    assert store.heartbeat("instance-c", [dead.id]) == [dead.id]
+
+
+def test_columns_added_later_are_added_to_an_old_table(tmp_path):
+    from sqlalchemy import create_engine, inspect
+
+    from auditor.service.store import Store
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:  # the table as the first release created it (abridged)
+        conn.exec_driver_sql(
+            "CREATE TABLE flaudit_audits (id VARCHAR(32) PRIMARY KEY, name VARCHAR(200), "
+            "status VARCHAR(16), spec JSON, canary_seed VARCHAR(48))"
+        )
+    store = Store(url)
+    columns = {c["name"] for c in inspect(engine).get_columns("flaudit_audits")}
+    assert {"owner_id", "owner_heartbeat_at", "run_token_hash"} <= columns
+    store.dispose()
+    engine.dispose()
