@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from enum import Enum
 
 import numpy as np
 
+from auditor.bugs import DPBug
 from auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
 from auditor.gaussian import gaussian_mechanism_cosines
 from auditor.known_rounds import KnownRoundsStatistic
@@ -44,22 +44,6 @@ __all__ = [
     "audit_epsilons",
     "VALID_LOWER_BOUNDS",
 ]
-
-
-class DPBug(str, Enum):
-    """Implementation errors the simulation can inject (``bug_factor`` sets their size)."""
-
-    none = "none"  # the correct DP-FedAvg
-    no_noise = "no_noise"  # the Gaussian noise is never added
-    noise_scale = "noise_scale"  # the noise std is multiplied by bug_factor (0.5: half the noise)
-    noise_divided_twice = "noise_divided_twice"  # (sum + noise / m) / m: noise scaled by 1/m twice
-    no_clipping = "no_clipping"  # updates (real and canary) are not clipped; canaries send
-    #                                bug_factor * S (the paper's Proj design sends exactly S)
-    cohort_larger = "cohort_larger"  # bug_factor * m clients join each round; noise and the
-    #                                  accountant still assume the expected cohort m (q = m / N)
-    batch_then_shuffle = "batch_then_shuffle"  # fixed cohorts, shuffled order (Annamalai et al.)
-    extra_participation = "extra_participation"  # clients (and canaries) join bug_factor times
-    #                                              more rounds than the accountant assumes
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from auditor.bugs import DPBug, InjectedBug
 from auditor.canaries import CanaryFamily
 
 __all__ = [
@@ -252,6 +253,12 @@ class AuditSpec(SpecModel):
     )
     data_seed: int = Field(0, ge=0, le=MAX_INTEGER, description="Seed for data partitioning and schedules (not secret).")
     timeout_seconds: float = Field(3600, gt=0, le=7 * 24 * 3600)
+    inject_bug: InjectedBug | None = Field(
+        None,
+        description="Testing only: run DP-FedAvg with this deliberate DP bug, which the claim "
+        "(analytic epsilon, alarms) does not know about. The service accepts it only when the "
+        "operator sets FLAUDIT_ALLOW_BUG_INJECTION=1.",
+    )
 
     @field_validator("task")
     @classmethod
@@ -312,6 +319,18 @@ class AuditSpec(SpecModel):
             raise ValueError(
                 f"canary_repeats ({self.canary_repeats}) must not exceed num_rounds ({self.num_rounds})"
             )
+        bug = self.inject_bug
+        if bug is not None and self.engine == Engine.external:
+            raise ValueError(
+                "inject_bug: only audits flaudit runs can have a deliberate bug (engine "
+                "simulation or deployment), not an external Flower app"
+            )
+        if bug is not None and bug.kind is DPBug.extra_participation:
+            if self.canary_repeats * bug.factor > self.num_rounds:
+                raise ValueError(
+                    f"inject_bug: extra_participation={bug.factor:g} needs canary_repeats * "
+                    f"factor <= num_rounds ({self.num_rounds})"
+                )
         if self.engine == Engine.deployment and not self.superlink_address:
             raise ValueError("superlink_address is required when engine is 'deployment'")
         return self

@@ -10,7 +10,10 @@ The main loop (:func:`run_audit`)
 4. per round: sends the global model to the scheduled real clients, collects their deltas
    (clients that fail or time out are dropped and counted), adds ``S(t) c_j`` for each scheduled
    seen canary, clips, sums, adds noise, takes a server step (:mod:`server.dpfedavg`) and reports
-   ``Delta_t`` with its metadata through the :class:`~server.reporting.RoundReporter`;
+   the released noisy aggregate ``rho_bar_t = (rho + noise) / m`` (not ``theta_t - theta_{t-1}``,
+   which mixes rounds under server momentum) with its metadata and the round's canary
+   participants (seen canaries inserted + unseen canaries' drawn rounds, one merged list)
+   through the :class:`~server.reporting.RoundReporter`;
 5. evaluates ``theta_T`` and reports it with the accuracy.
 
 Canaries live only here: no client ever receives one.
@@ -35,11 +38,12 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from auditor.bugs import DPBug
 from auditor.canaries import canary_vectors, new_master_seed, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec
 from server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
 from server.reporting import RoundMetadata, RoundReporter
-from server.schedules import participation_schedule
+from server.schedules import canary_participants, participation_schedule, unseen_canary_rounds
 
 __all__ = ["AuditRuntime", "run_audit", "make_server_app", "app", "MIN_DIM", "check_dimension"]
 
@@ -135,7 +139,14 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     dim = int(model.shape[0])
     check_dimension(dim, spec.num_canaries)
     family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
-    seen = np.flatnonzero(seen_mask(runtime.canary_seed, spec.num_canaries))
+    mask = seen_mask(runtime.canary_seed, spec.num_canaries)
+    seen, unseen = np.flatnonzero(mask), np.flatnonzero(~mask)
+    bug = spec.inject_bug
+    repeats = spec.canary_repeats
+    if bug is not None:
+        logger.warning("bug injected: %s (testing only; the claim does not know about it)", bug.label)
+        if bug.kind is DPBug.extra_participation:
+            repeats = int(spec.canary_repeats * bug.factor)
     schedule = participation_schedule(
         num_clients=spec.num_clients,
         num_seen_canaries=int(seen.size),
@@ -143,9 +154,16 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         participation=spec.participation,
         clients_per_round=spec.clients_per_round,
         sampling_probability=spec.sampling_probability,
-        canary_repeats=spec.canary_repeats,
+        canary_repeats=repeats,
         max_participations=spec.max_participations,
         seed=spec.data_seed,
+    )
+    participants = canary_participants(
+        seen_by_round=[seen[schedule.canaries(t)] for t in range(1, spec.num_rounds + 1)],
+        unseen_indices=unseen,
+        unseen_rounds=unseen_canary_rounds(
+            int(unseen.size), num_rounds=spec.num_rounds, repeats=repeats, seed=spec.data_seed
+        ),
     )
     noise_rng = np.random.default_rng(runtime.noise_seed)
     optimizer = ServerOptimizer(
@@ -234,8 +252,9 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
             expected_cohort_size=spec.clients_per_round,
             dim=dim,
             rng=noise_rng,
+            bug=bug,
         )
-        model, delta = optimizer.step(model, aggregate.update)
+        model, _ = optimizer.step(model, aggregate.update)
         metadata = RoundMetadata(
             clip_norm=clip_norm,
             cohort_size=len(updates) + len(canaries),
@@ -244,8 +263,9 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
             clipped_fraction=aggregate.clipped_fraction,
             noise_stddev=aggregate.noise_stddev,
             train_loss=float(np.mean(losses)) if losses else None,
+            participants=tuple(int(j) for j in participants[t - 1]),
         )
-        runtime.reporter.report_round(t, delta, metadata)
+        runtime.reporter.report_round(t, aggregate.update.astype(np.float32), metadata)
         rounds.append({"clip_norm": clip_norm, "cohort_size": metadata.cohort_size,
                        "num_failures": failures})
         if adaptive is not None:
@@ -277,6 +297,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         "rounds": rounds,
         "metrics": metrics,
         "seconds": time.monotonic() - started,
+        "inject_bug": bug.label if bug is not None else None,
     }
     return runtime.result
 
@@ -356,8 +377,8 @@ class _LazyLocal:
     def report_initial(self, initial_model: np.ndarray) -> None:
         self.inner.report_initial(initial_model)
 
-    def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None:
-        self.inner.report_round(server_round, delta, metadata)
+    def report_round(self, server_round: int, update: np.ndarray, metadata: RoundMetadata) -> None:
+        self.inner.report_round(server_round, update, metadata)
         logger.warning("round %d: cohort %d, clip norm %.4g", server_round, metadata.cohort_size,
                        metadata.clip_norm)
 

@@ -11,6 +11,11 @@ Round ``t`` with clip norm ``S(t)``, noise multiplier ``z`` and calibration coho
 number of updates that arrived, so the sensitivity of ``update`` is ``S(t) / m`` whatever the
 participation. Adaptive clipping follows Andrew et al. (2021): the server tracks the
 ``target_quantile`` of the update norms geometrically, from a noised count of unclipped updates.
+
+``update`` is the *released* noisy aggregate: the one vector of the round that the DP guarantee
+covers, and what the server reports to the auditor for the per-round cosines (the server
+optimizer's ``Delta_t`` mixes rounds under momentum). A deliberate bug
+(:class:`auditor.bugs.InjectedBug`, testing only) changes the noise or the clipping here.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from auditor.bugs import DPBug, InjectedBug
 from auditor.validation import check_at_least, check_positive
 
 __all__ = [
@@ -68,11 +74,13 @@ class RoundAggregate:
     Attributes
     ----------
     update : numpy.ndarray
-        ``(rho + noise) / m`` (float64) — what the server optimizer consumes.
+        ``(rho + noise) / m`` (float64): the released aggregate, what the server optimizer
+        consumes and what the auditor's per-round cosines are computed on.
     clipped_sum : numpy.ndarray
         ``rho`` without noise (float64; for tests and diagnostics, never reported).
     noise_stddev : float
-        ``z * S(t)`` (per coordinate, on the sum).
+        ``z * S(t)`` (per coordinate, on the sum): what the implementation claims, also when an
+        injected bug changes the noise actually added.
     num_clients, num_canaries : int
         Real updates and canaries that went into ``rho``.
     num_clipped : int
@@ -100,6 +108,7 @@ def aggregate_round(
     expected_cohort_size: int,
     dim: int,
     rng: np.random.Generator,
+    bug: InjectedBug | None = None,
 ) -> RoundAggregate:
     """Clip, add canaries, sum, add Gaussian noise, divide by ``m``.
 
@@ -119,6 +128,11 @@ def aggregate_round(
         Model dimension ``d``.
     rng : numpy.random.Generator
         Source of the DP noise.
+    bug : InjectedBug, optional
+        Testing only: ``no_noise``, ``noise_scale`` (noise std times ``factor``),
+        ``noise_divided_twice`` (noise std divided by ``m`` once more) or ``no_clipping`` (real
+        updates not clipped, canaries of norm ``factor * S(t)``). Other kinds act elsewhere
+        (``extra_participation``: the schedule) and leave the aggregation alone.
 
     Raises
     ------
@@ -130,6 +144,7 @@ def aggregate_round(
     if noise_multiplier < 0 or not math.isfinite(noise_multiplier):
         raise ValueError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier}")
     check_at_least(expected_cohort_size, "expected_cohort_size", 1)
+    kind = bug.kind if bug is not None else DPBug.none
     total = np.zeros(dim, dtype=np.float64)
     num_clipped = 0
     for index, update in enumerate(client_updates):
@@ -140,13 +155,21 @@ def aggregate_round(
             raise ValueError(f"client_updates[{index}] contains NaN or Inf")
         clipped, norm = clip_update(update, clip_norm)
         num_clipped += int(norm > clip_norm)
-        total += clipped
+        total += np.asarray(update, dtype=np.float64) if kind is DPBug.no_clipping else clipped
+    canary_norm = clip_norm * bug.factor if kind is DPBug.no_clipping else clip_norm
     num_canaries = 0
     for direction in canary_directions:
-        total += canary_update(direction, clip_norm)
+        total += canary_update(direction, canary_norm)
         num_canaries += 1
     stddev = float(noise_multiplier * clip_norm)
-    noisy = total + stddev * rng.standard_normal(dim) if stddev > 0 else total.copy()
+    added = stddev
+    if kind is DPBug.no_noise:
+        added = 0.0
+    elif kind is DPBug.noise_scale:
+        added = stddev * bug.factor
+    elif kind is DPBug.noise_divided_twice:
+        added = stddev / expected_cohort_size
+    noisy = total + added * rng.standard_normal(dim) if added > 0 else total.copy()
     return RoundAggregate(
         update=noisy / expected_cohort_size,
         clipped_sum=total,

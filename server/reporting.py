@@ -1,8 +1,12 @@
 """Round reporting: the one path of round data from the ServerApp to the auditor.
 
-:class:`RoundReporter` is the interface (docs/architecture.md). :class:`HttpRoundReporter` PUTs
-raw little-endian float32 to the service's ingest routes; :class:`LocalRoundReporter` feeds an
-in-process :class:`auditor.statistics.CosineTracker` (``flaudit run`` and tests).
+:class:`RoundReporter` is the interface (docs/architecture.md). Per round it carries the released
+aggregate ``rho_bar_t`` (the noisy average DP-FedAvg releases, before the server optimizer; a
+wrapper that sees only the new model sends the delta of the aggregated model) with its
+:class:`RoundMetadata`, including the round's canary participants. :class:`HttpRoundReporter`
+PUTs raw little-endian float32 (then int32 participant indices) to the service's ingest routes;
+:class:`LocalRoundReporter` feeds an in-process :class:`auditor.statistics.CosineTracker` and the
+known-rounds statistic (``flaudit run`` and tests).
 """
 
 from __future__ import annotations
@@ -14,18 +18,32 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from auditor.canaries import CanaryFamily
+from auditor.canaries import CanaryFamily, seen_mask
+from auditor.known_rounds import KnownRoundsStatistic
 from auditor.statistics import CosineTracker
 from auditor.validation import check_at_least
 
-__all__ = ["RoundMetadata", "RoundReporter", "HttpRoundReporter", "LocalRoundReporter", "ReportingError"]
+__all__ = [
+    "RoundMetadata",
+    "RoundReporter",
+    "HttpRoundReporter",
+    "LocalRoundReporter",
+    "ReportingError",
+    "participant_mask",
+]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RoundMetadata:
-    """What the auditor gets with each round's delta (no canary identities, no seed)."""
+    """What the auditor gets with each round's released aggregate (no seed).
+
+    ``participants`` are the canary indices "in" the round: the seen canaries inserted and the
+    unseen canaries whose rounds (drawn by the same schedule, never inserted) include it, merged
+    and sorted (:func:`server.schedules.canary_participants`). The list does not reveal which
+    canaries are seen, but it is secret data all the same: kept out of ``repr`` and of the query.
+    """
 
     clip_norm: float
     cohort_size: int  # real clients that returned an update + canaries inserted
@@ -35,26 +53,58 @@ class RoundMetadata:
     noise_stddev: float
     train_loss: float | None = None
     accuracy: float | None = None
+    participants: tuple[int, ...] | None = field(default=None, repr=False)
 
     def as_query(self) -> dict[str, float | int]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """Query parameters of the ingest route (``num_participants`` instead of the list)."""
+        query = {k: v for k, v in asdict(self).items() if v is not None and k != "participants"}
+        if self.participants is not None:
+            query["num_participants"] = len(self.participants)
+        return query
 
 
 @runtime_checkable
 class RoundReporter(Protocol):
     def report_initial(self, initial_model: np.ndarray) -> None: ...
 
-    def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None: ...
+    def report_round(self, server_round: int, update: np.ndarray, metadata: RoundMetadata) -> None: ...
 
     def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None: ...
+
+
+def participant_mask(participants, num_canaries: int) -> np.ndarray:
+    """Boolean mask of length ``num_canaries`` from a list of participant indices.
+
+    Raises
+    ------
+    ValueError
+        Naming ``participants`` for a negative, out-of-range or repeated index.
+    """
+    indices = np.asarray(participants, dtype=np.int64).reshape(-1)
+    if indices.size:
+        if indices.min() < 0:
+            raise ValueError(f"participants: negative canary index {int(indices.min())}")
+        if indices.max() >= num_canaries:
+            raise ValueError(
+                f"participants: canary index {int(indices.max())} out of range (k={num_canaries})"
+            )
+        if np.unique(indices).size != indices.size:
+            raise ValueError("participants: a canary index is listed twice")
+    mask = np.zeros(num_canaries, dtype=bool)
+    mask[indices] = True
+    return mask
 
 
 class ReportingError(RuntimeError):
     """The auditor rejected or could not receive round data."""
 
 
-def _body(vector: np.ndarray) -> bytes:
-    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+def _body(vector: np.ndarray, participants: tuple[int, ...] | None = None) -> bytes:
+    """``d`` little-endian float32 values, then (rounds) the participant indices as int32."""
+    body = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+    if participants:
+        body += np.asarray(participants, dtype="<i4").tobytes()
+    return body
 
 
 class HttpRoundReporter:
@@ -132,8 +182,11 @@ class HttpRoundReporter:
             logger.warning("%s %s failed (%s); retrying in %.1f s", method, path, problem, wait)
             time.sleep(wait)
 
-    def _put(self, path: str, vector: np.ndarray, params: dict | None = None) -> None:
-        self._request("PUT", path, content=_body(vector), params=params)
+    def _put(
+        self, path: str, vector: np.ndarray, params: dict | None = None,
+        participants: tuple[int, ...] | None = None,
+    ) -> None:
+        self._request("PUT", path, content=_body(vector, participants), params=params)
 
     def declare_claim(self, claim: dict) -> None:
         """Send the run's DP claim (``engine = "external"`` audits; idempotent)."""
@@ -154,8 +207,8 @@ class HttpRoundReporter:
     def report_initial(self, initial_model: np.ndarray) -> None:
         self._put("initial-model", initial_model)
 
-    def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None:
-        self._put(f"rounds/{int(server_round)}", delta, metadata.as_query())
+    def report_round(self, server_round: int, update: np.ndarray, metadata: RoundMetadata) -> None:
+        self._put(f"rounds/{int(server_round)}", update, metadata.as_query(), metadata.participants)
 
     def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None:
         params = {k: float(v) for k, v in metrics.items() if k in ("accuracy", "loss")}
@@ -167,15 +220,20 @@ class HttpRoundReporter:
 
 @dataclass
 class LocalRoundReporter:
-    """Feeds a :class:`CosineTracker` in this process.
+    """Feeds a :class:`CosineTracker` and the known-rounds statistic in this process.
 
     Parameters
     ----------
     tracker : CosineTracker
         Tracks every canary (seen and unseen) of the audit.
+    null_mask : numpy.ndarray of bool, optional
+        The unseen canaries. With it, rounds that carry participants also update
+        :attr:`known_rounds` (:meth:`for_audit` sets it from the seed).
     """
 
     tracker: CosineTracker | None = None
+    null_mask: np.ndarray | None = field(default=None, repr=False)
+    known_rounds: KnownRoundsStatistic | None = field(default=None, repr=False)
     initial_model: np.ndarray | None = field(default=None, repr=False)
     final_model: np.ndarray | None = field(default=None, repr=False)
     rounds: list[tuple[int, RoundMetadata]] = field(default_factory=list)
@@ -197,7 +255,8 @@ class LocalRoundReporter:
         """
         check_at_least(num_canaries, "num_canaries", 1)
         family = None if canary_family is None else CanaryFamily(canary_family)
-        return cls(tracker=None, _lazy=(canary_seed, int(num_canaries), family))
+        return cls(tracker=None, null_mask=~seen_mask(canary_seed, int(num_canaries)),
+                   _lazy=(canary_seed, int(num_canaries), family))
 
     def report_initial(self, initial_model: np.ndarray) -> None:
         self.initial_model = np.array(initial_model, dtype=np.float32)
@@ -207,11 +266,18 @@ class LocalRoundReporter:
             seed, k, family = self._lazy
             self.tracker = CosineTracker(seed, k, int(self.initial_model.shape[0]), family=family)
 
-    def report_round(self, server_round: int, delta: np.ndarray, metadata: RoundMetadata) -> None:
+    def report_round(self, server_round: int, update: np.ndarray, metadata: RoundMetadata) -> None:
         expected = len(self.rounds) + 1
         if server_round != expected:
             raise ValueError(f"server_round must be {expected}, got {server_round}")
-        self.tracker.update(np.asarray(delta, dtype=np.float32))
+        round_cosines = self.tracker.update(np.asarray(update, dtype=np.float32))
+        if self.null_mask is not None and metadata.participants is not None:
+            k = self.tracker.num_canaries
+            if self.known_rounds is None:
+                self.known_rounds = KnownRoundsStatistic(k)
+            self.known_rounds.update(
+                round_cosines, participant_mask(metadata.participants, k), self.null_mask
+            )
         self.rounds.append((server_round, metadata))
 
     def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None:

@@ -28,6 +28,11 @@ calibration size ``m``.
 
 A participation cap limits how many rounds any real client joins over the run; capped clients
 are no longer eligible. Everything is pure numpy, seeded and reproducible.
+
+Unseen canaries are never inserted, but the known-rounds statistic needs rounds for them too:
+:func:`unseen_canary_rounds` draws them with the same rule (:func:`canary_rounds`) from a stream
+of their own, and :func:`canary_participants` merges them with the seen canaries' real rounds
+into one list of canary indices per round, which does not tell the two apart.
 """
 
 from __future__ import annotations
@@ -39,7 +44,14 @@ import numpy as np
 
 from auditor.validation import check_at_least
 
-__all__ = ["Schedule", "participation_schedule", "canary_rounds", "canary_schedule"]
+__all__ = [
+    "Schedule",
+    "participation_schedule",
+    "canary_rounds",
+    "canary_schedule",
+    "unseen_canary_rounds",
+    "canary_participants",
+]
 
 
 def _name(value: object) -> str:
@@ -150,6 +162,54 @@ def canary_schedule(
     return _canary_positions(
         num_seen_canaries, num_rounds=num_rounds, canary_repeats=canary_repeats, rng=canary_rng
     )
+
+
+def unseen_canary_rounds(
+    num_unseen_canaries: int, *, num_rounds: int, repeats: int, seed: int
+) -> np.ndarray:
+    """Rounds (0-based) of the unseen canaries, drawn exactly like the seen canaries' rounds
+    (:func:`canary_rounds`, one per period) from their own stream; they are never inserted.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(num_unseen_canaries, repeats)``.
+    """
+    check_at_least(num_unseen_canaries, "num_unseen_canaries", 0)
+    rng = np.random.default_rng(np.random.SeedSequence(entropy=int(seed), spawn_key=(0x5C4ED, 0x0B5E)))
+    return canary_rounds(num_unseen_canaries, num_rounds=num_rounds, repeats=repeats, rng=rng)
+
+
+def canary_participants(
+    *,
+    seen_by_round: list[np.ndarray],
+    unseen_indices: np.ndarray,
+    unseen_rounds: np.ndarray,
+) -> list[np.ndarray]:
+    """Canary indices "in" each round: seen canaries inserted there and unseen canaries whose
+    drawn rounds include it, merged and sorted (the list alone does not reveal which is which).
+
+    Parameters
+    ----------
+    seen_by_round : list of numpy.ndarray
+        ``seen_by_round[t]``: indices of the seen canaries inserted in round ``t + 1``.
+    unseen_indices : numpy.ndarray
+        Canary indices of the unseen canaries.
+    unseen_rounds : numpy.ndarray
+        Their rounds (0-based), shape ``(len(unseen_indices), r)`` (:func:`unseen_canary_rounds`).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One sorted int64 array per round.
+    """
+    unseen_indices = np.asarray(unseen_indices, dtype=np.int64)
+    unseen_rounds = np.asarray(unseen_rounds, dtype=np.int64).reshape(unseen_indices.size, -1)
+    out = []
+    for t, seen in enumerate(seen_by_round):
+        virtual = unseen_indices[np.any(unseen_rounds == t, axis=1)]
+        out.append(np.sort(np.concatenate([np.asarray(seen, dtype=np.int64), virtual])))
+    return out
 
 
 def participation_schedule(

@@ -21,7 +21,12 @@ What the wrapper does
   (each value the weighted mean of the real replies', so weighted metric averages are
   unchanged), so the inner strategy clips, averages and noises it exactly like a client.
 * After aggregation it reports ``Delta_t``; after ``start`` returns, the final model with the
-  final round's accuracy and loss.
+  final round's accuracy and loss. A strategy wrapper sees only the new global model, so the
+  round's vector is the delta of the aggregated model ``theta_t - theta_{t-1}``: the released
+  noisy average when the inner strategy applies it directly (FedAvg, server learning rate 1),
+  but a server optimizer with momentum inside the inner strategy mixes earlier rounds into it,
+  which weakens the per-round statistics (the final-model statistic is unaffected). The
+  service derives the round's canary participants itself (it scheduled the canaries).
 
 Limits (each refused up front with what to change)
 --------------------------------------------------

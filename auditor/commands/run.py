@@ -2,8 +2,11 @@
 
 The TOML file holds :class:`auditor.spec.AuditSpec` fields, either at the top level or in an
 ``[audit]`` table (``task_options`` and ``adaptive_clipping`` as sub-tables). A fresh secret
-canary seed is drawn for the run and never printed; rounds are fed to an in-process
-:class:`~auditor.statistics.CosineTracker`; the estimator table is printed at the end.
+canary seed is drawn for the run and never printed; rounds (the released update of each round
+and its canary participants) are fed to an in-process :class:`~auditor.statistics.CosineTracker`
+and the known-rounds statistic; the estimator table, the DP alarm and its guarantee are printed
+at the end. ``--inject-bug`` runs DP-FedAvg with a deliberate DP bug that the claim (analytic
+epsilon, alarm) does not know about, to watch the alarm fire.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="CPUs Ray may use (default: all)")
     parser.add_argument("--bootstrap", type=int, default=0,
                         help="bootstrap resamples for an interval on epsilon_est (default 0)")
+    parser.add_argument("--inject-bug", default=None, metavar="BUG[=FACTOR]",
+                        help="testing only: run with a deliberate DP bug the claim does not know "
+                             "about: noise_scale=0.5, no_noise, noise_divided_twice, "
+                             "no_clipping[=4], extra_participation[=4]")
 
 
 def load_spec(path: Path):
@@ -81,6 +88,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"flaudit run: error: {error}", file=sys.stderr)
         return 2
 
+    if args.inject_bug is not None:
+        from auditor.bugs import InjectedBug
+
+        try:
+            bug = InjectedBug.parse(args.inject_bug)
+            spec = type(spec).model_validate({**spec.model_dump(), "inject_bug": bug})
+        except ValueError as error:
+            print(f"flaudit run: --inject-bug: {error}", file=sys.stderr)
+            return 2
+
     seed = new_master_seed()
     reporter = LocalRoundReporter.for_audit(
         canary_seed=seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family
@@ -105,15 +122,28 @@ def main(args: argparse.Namespace) -> int:
     finally:
         bar.close()
 
+    from auditor.estimators.gdp import audit_claims
+    from auditor.service.live import alarm_guarantee, bug_label, build_alerts, decide, num_looks
+
     tracker = reporter.tracker
     mask = seen_mask(seed, spec.num_canaries)
+    scores = reporter.known_rounds.scores if reporter.known_rounds is not None else None
     summary = summarize(
         seen=mask, dim=tracker.dim, delta=spec.delta, max_cosines=tracker.max_cosines,
         final_cosines=tracker.final_cosines, threat_models=[t.value for t in spec.threat_models],
         bootstrap=args.bootstrap, one_run=True,  # the same estimates the service reports
+        known_rounds_scores=scores, claims=audit_claims(spec),
     )
     estimates = list(summary.estimates)
     estimates += audit_analytic_epsilon(spec)
+    # one look, the final one: it spends only the final look's share of the level
+    alarm = decide(spec, summary.claim_tests, look=num_looks(spec))
+    alerts = build_alerts(
+        spec=spec, dim=tracker.dim, estimates=[e.to_dict() for e in estimates],
+        rounds_stored=len(reporter.rounds), has_final=True, alarm=alarm,
+    )
+    guarantee = alarm_guarantee(spec)
+    bug = bug_label(spec)
     cos = {
         "final_seen_mean": float(np.mean(tracker.final_cosines[mask])) if mask.any() else None,
         "final_unseen_mean": float(np.mean(tracker.final_cosines[~mask])) if (~mask).any() else None,
@@ -127,6 +157,10 @@ def main(args: argparse.Namespace) -> int:
             "cosines": cos,
             "estimates": [e.to_dict() for e in estimates],
             "diagnostics": [d.to_dict() for d in summary.diagnostics],
+            "alerts": alerts,
+            "alarm": alarm.to_dict(),
+            "alarm_guarantee": guarantee,
+            "bug_injected": bug,
         }
         print(json.dumps(out, indent=2))
         return 0
@@ -146,4 +180,11 @@ def main(args: argparse.Namespace) -> int:
     bad = [d for d in summary.diagnostics if not d.ok]
     for d in bad:
         print(f"note: {d.name}: {d.hint}")
+    if bug:
+        print(bug)
+    for alert in alerts:
+        print(f"{alert['level'].upper()}: {alert['message']}")
+    if alarm.status == "ok":
+        print("DP alarm: none (no claim test rejected)")
+    print(f"alarm guarantee: {guarantee}")
     return 0

@@ -23,7 +23,7 @@ import numpy as np
 from auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec
 
-__all__ = ["round_canaries", "round_canary_vectors", "attach_environment"]
+__all__ = ["round_canaries", "round_participants", "round_canary_vectors", "attach_environment"]
 
 
 def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
@@ -49,6 +49,21 @@ def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
         seed=spec.data_seed,
     )[t - 1]
     return np.sort(seen[positions])
+
+
+def round_participants(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
+    """Canary indices "in" round ``t`` for the known-rounds statistic, ascending: the seen
+    canaries inserted (:func:`round_canaries`) and the unseen canaries whose rounds, drawn by
+    the same rule (:func:`server.schedules.unseen_canary_rounds`), include ``t`` -- what the
+    built-in ServerApp reports with each round.
+    """
+    from server.schedules import unseen_canary_rounds
+
+    unseen = np.flatnonzero(~seen_mask(seed, spec.num_canaries))
+    rounds = unseen_canary_rounds(int(unseen.size), num_rounds=spec.num_rounds,
+                                  repeats=spec.canary_repeats, seed=spec.data_seed)
+    virtual = unseen[np.any(rounds == t - 1, axis=1)]
+    return np.sort(np.concatenate([round_canaries(seed, spec, t), virtual]))
 
 
 def round_canary_vectors(seed: int, spec: AuditSpec, t: int, dim: int) -> np.ndarray:

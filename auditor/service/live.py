@@ -2,9 +2,12 @@
 
 This is the one place where round data enters the service (the ingest routes call it). It
 validates nothing about HTTP (the routes do); it regenerates canaries from the secret seed
-(loaded from the database, never logged), updates the per-canary running maxima, recomputes the
-estimates with :func:`auditor.estimators.summarize`, and persists round row, tracker state and
-estimates in one transaction before returning.
+(loaded from the database, never logged), updates the per-canary running maxima and the
+known-rounds statistic (:class:`auditor.known_rounds.KnownRoundsStatistic`, fed with the round's
+cosines on the released update, its participants and the unseen canaries as the null),
+recomputes the estimates with :func:`auditor.estimators.summarize` and the alarm, and persists
+round row, participants, tracker state, known-rounds state and estimates in one transaction
+before returning.
 """
 
 from __future__ import annotations
@@ -17,13 +20,27 @@ from typing import Any
 
 import numpy as np
 
+from auditor.bugs import InjectedBug
 from auditor.canaries import CanaryFamily, resolve_canary_family, seen_mask
-from auditor.spec import AuditSpec, ThreatModel
+from auditor.estimators.gdp import audit_claims
+from auditor.known_rounds import KnownRoundsStatistic
+from auditor.spec import AuditSpec, Engine, ThreatModel
 from auditor.statistics import CosineTracker
 
+from .external import round_participants
 from .store import StaleRound, Store
 
-__all__ = ["IngestError", "LiveAudits", "build_alerts", "headline_epsilon", "to_jsonable"]
+__all__ = [
+    "IngestError",
+    "LiveAudits",
+    "alarm_guarantee",
+    "bug_label",
+    "build_alerts",
+    "decide",
+    "num_looks",
+    "headline_epsilon",
+    "to_jsonable",
+]
 
 log = logging.getLogger("flaudit.service")
 
@@ -106,12 +123,16 @@ def summary_parts(
     final_cosines: np.ndarray | None,
     threat_models: list[ThreatModel],
     final: bool = False,
-) -> tuple[list[dict], list[dict], dict]:
-    """Estimates, diagnostics and histograms from :func:`auditor.estimators.summarize`.
+    known_rounds_scores: np.ndarray | None = None,
+    claims: list | None = None,
+) -> tuple[list[dict], list[dict], dict, list]:
+    """Estimates, diagnostics, histograms and claim tests from
+    :func:`auditor.estimators.summarize`.
 
     After every round: the estimators and the one-run bound; at the end also the bootstrap
     interval. Histograms are returned in the API's shape
-    ``{"bin_edges", "seen", "unseen", "null", "null_kind"}``.
+    ``{"bin_edges", "seen", "unseen", "null", "null_kind"}``; the claim tests
+    (``ClaimTestResult``) feed :func:`decide`.
     """
     from auditor.estimators import summarize
 
@@ -124,6 +145,8 @@ def summary_parts(
         threat_models=[getattr(tm, "value", tm) for tm in threat_models],
         one_run=True,
         bootstrap=200 if final else 0,
+        known_rounds_scores=known_rounds_scores,
+        claims=claims,
     )
     histograms = {}
     for key, hist in (summary.histograms or {}).items():
@@ -137,7 +160,41 @@ def summary_parts(
                 "null_kind": raw.get("null") if "null_density" in raw else None,
             }
         )
-    return _as_dicts(summary.estimates), _as_dicts(summary.diagnostics), histograms
+    return (_as_dicts(summary.estimates), _as_dicts(summary.diagnostics), histograms,
+            list(summary.claim_tests))
+
+
+def bug_label(spec: AuditSpec | dict) -> str | None:
+    """``"bug injected: noise_scale=0.5 (...)"`` for a spec with ``inject_bug``, else None."""
+    raw = spec.inject_bug if isinstance(spec, AuditSpec) else (spec or {}).get("inject_bug")
+    if raw is None:
+        return None
+    bug = raw if isinstance(raw, InjectedBug) else InjectedBug.model_validate(raw)
+    return f"bug injected: {bug.label} (testing only; the claim does not know about it)"
+
+
+def num_looks(spec: AuditSpec) -> int:
+    """Looks of the DP alarm, declared in advance: after every round and at the end."""
+    return spec.num_rounds + 1
+
+
+def alarm_guarantee(spec: AuditSpec | dict) -> str:
+    """One sentence: what the DP alarm guarantees for this spec, or "No DP claim: ..."."""
+    from auditor.estimators.alarm import alarm_guarantee as guarantee
+    from auditor.estimators.gdp import audit_claims
+
+    spec = spec if isinstance(spec, AuditSpec) else AuditSpec.model_validate(spec)
+    return guarantee(audit_claims(spec), num_looks=num_looks(spec))
+
+
+def decide(spec: AuditSpec, claim_tests: list, *, look: int):
+    """The alarm (:func:`auditor.estimators.alarm.decide_alarm`) at ``look`` of
+    :func:`num_looks` over this look's claim tests."""
+    from auditor.estimators.alarm import decide_alarm
+    from auditor.estimators.gdp import audit_claims
+
+    return decide_alarm(claim_tests, look=look, num_looks=num_looks(spec),
+                        claims=audit_claims(spec))
 
 
 def headline_epsilon(estimates: list[dict]) -> float | None:
@@ -157,6 +214,29 @@ def headline_epsilon(estimates: list[dict]) -> float | None:
     return None
 
 
+def _alarm_alert(alarm) -> dict | None:
+    """The error/warning/info alert of an alarm decision (None when it is ``ok``)."""
+    if alarm.status == "no_dp_claim":
+        return {"level": "info", "message": alarm.guarantee}
+    if alarm.status not in ("error", "warning"):
+        return None
+    tests = "; ".join(
+        f"{t.get('threat_model')} scores vs the {(t.get('claim') or {}).get('threat_model')} "
+        f"claim ({(t.get('claim') or {}).get('description') or (t.get('claim') or {}).get('kind')}):"
+        f" p = {t['p_value']:.2g}"
+        for t in alarm.rejected
+    )
+    level = f"<= {alarm.level_per_test:.2g} at look {alarm.look} of {alarm.num_looks}"
+    if alarm.status == "error":
+        message = (f"possible DP bug or wrong claim: the known-rounds claim is rejected ({tests}; "
+                   f"{level})")
+    else:
+        message = (f"amplification by sampling looks violated: the Poisson-subsampled claim is "
+                   f"rejected ({tests}; {level}); check that clients and canaries are sampled by "
+                   "Poisson with the accountant's rate")
+    return {"level": alarm.status, "message": message}
+
+
 def build_alerts(
     *,
     spec: AuditSpec,
@@ -164,67 +244,28 @@ def build_alerts(
     estimates: list[dict],
     rounds_stored: int,
     has_final: bool,
+    alarm=None,
 ) -> list[dict]:
     """Alerts shown with an audit.
 
-    Only *valid* lower bounds raise alarms: ``lower_bound`` with a Bonferroni or split
-    correction, and ``one_run`` (Bonferroni over its grid). The paper's uncorrected
-    ``lower_bound`` is not a 95% bound (docs/fidelity.md: it exceeds a true epsilon near 0 in up
-    to half of the runs), so it never raises one.
+    The DP alarm (``alarm``: an :class:`auditor.estimators.alarm.AlarmDecision` from
+    :func:`decide`): **error** when a known-rounds Gaussian-DP claim test rejects (a claim that
+    holds whatever the participation schedule, so a DP bug or a wrong claim), **warning** when
+    only the Poisson-subsampled claim is rejected, **info** "No DP claim" for a spec with noise
+    multiplier 0. Its false-alarm probability over all looks and tests is stated by
+    :func:`alarm_guarantee`. Epsilon lower bounds above an analytic epsilon are reported as
+    estimates, never as alarms (each keeps only its own per-look confidence).
 
-    error: a valid lower bound exceeds the "adversary knows the rounds" PLD bound -- a claim that
-    holds whatever the participation schedule, so exceeding it means a DP bug or a wrong claim
-    (each bound keeps its own 5% false-alarm probability at 95% confidence).
-    warning: a valid lower bound exceeds only the Poisson-subsampled PLD bound: amplification by
-    sampling looks violated (canaries not sampled like clients, a schedule that is not Poisson,
-    or a participation bug). Also: ``k/d`` in the interference zone
+    Other warnings: ``k/d`` in the interference zone
     (:func:`auditor.estimators.interference_warning`), and a run that ended early.
     """
     alerts: list[dict] = []
-    lower = [
-        e for e in estimates
-        if (
-            (e.get("estimator") == "lower_bound" and e.get("correction") in ("bonferroni", "split"))
-            or e.get("estimator") == "one_run"
-        )
-        and _number(e.get("epsilon")) is not None
-    ]
-    pld = {
-        e.get("threat_model"): _number(e.get("epsilon"))
-        for e in estimates
-        if e.get("estimator") == "analytic"
-        and _number(e.get("epsilon")) is not None
-        and (e.get("details") or {}).get("accountant", "pld") == "pld"
-    }
-    if lower and pld:
-        best = max(lower, key=lambda e: _number(e["epsilon"]))
-        lb = _number(best["epsilon"])
-        conf = best.get("confidence")
-        conf_text = f" at {conf:.0%} confidence" if isinstance(conf, (int, float)) else ""
-        bound_text = (
-            f"the {best.get('estimator')} lower bound ε ≥ {lb:.4g} ({best.get('threat_model')}, "
-            f"correction {best.get('correction')}){conf_text}"
-        )
-        known = pld.get("known_rounds")
-        poisson = pld.get("poisson_subsampled")
-        if known is not None and lb > known + 1e-9:
-            alerts.append({
-                "level": "error",
-                "message": (
-                    f"possible DP bug or wrong claim: {bound_text} exceeds the analytic ε of the "
-                    f"Gaussian mechanism over the canary's rounds (known_rounds ε={known:.4g})"
-                ),
-            })
-        elif poisson is not None and lb > poisson + 1e-9:
-            alerts.append({
-                "level": "warning",
-                "message": (
-                    f"{bound_text} exceeds the Poisson-subsampled analytic ε "
-                    f"(poisson_subsampled ε={poisson:.4g}): amplification by sampling looks "
-                    "violated; check that clients and canaries are sampled by Poisson with the "
-                    "accountant's rate"
-                ),
-            })
+    if alarm is None and spec.accounted_noise_multiplier == 0:
+        alerts.append({"level": "info", "message": alarm_guarantee(spec)})
+    elif alarm is not None:
+        alert = _alarm_alert(alarm)
+        if alert is not None:
+            alerts.append(alert)
     if dim and dim >= 2:
         from auditor.estimators import interference_warning
 
@@ -369,8 +410,14 @@ class LiveAudits:
     def expected_dim(self, audit_id: str) -> int | None:
         return self._audit(audit_id).dim
 
-    def ingest_round(self, audit_id: str, t: int, delta: np.ndarray, metadata: dict) -> str:
-        """Store round ``t``. Returns ``"stored"`` or ``"duplicate"`` (same t again: no-op)."""
+    def ingest_round(
+        self, audit_id: str, t: int, update: np.ndarray, metadata: dict,
+        participants: np.ndarray | None = None,
+    ) -> str:
+        """Store round ``t``: its released update ``rho_bar_t`` and (optionally) its canary
+        participants (indices, already checked to be distinct and in ``[0, k)``). An audit
+        reports participants on every round or on none (409 otherwise). Returns ``"stored"`` or
+        ``"duplicate"`` (same t again: no-op)."""
         with self._lock(audit_id):
             audit, spec = self._running_audit(audit_id)
             if t <= audit.rounds_stored:
@@ -390,31 +437,52 @@ class LiveAudits:
             secret = self.store.load_secret_state(audit_id)
             if secret.dim is None:
                 raise IngestError(409, _SEND_INITIAL_MODEL_FIRST)
-            _require_length(delta, secret.dim)
+            _require_length(update, secret.dim)
+            if participants is None and spec.engine == Engine.external:
+                # the service scheduled this run's canaries: it knows the round's participants
+                participants = round_participants(secret.seed, spec, t)
+            had_participants = secret.known_rounds is not None
+            if t > 1 and had_participants != (participants is not None):
+                raise IngestError(
+                    409,
+                    "participants: earlier rounds of this audit were sent "
+                    + ("with" if had_participants else "without")
+                    + " participants (num_participants); send every round the same way",
+                )
             k = spec.num_canaries
             family = self._family(spec, secret.dim)
             tracker = self._cache.get(audit_id, secret.seed, k, secret.dim, family)
-            round_cosines = tracker.all_cosines(delta)
+            round_cosines = tracker.all_cosines(update)
             previous = secret.max_cosines if secret.max_cosines is not None else np.full(k, -np.inf)
             max_cosines = np.maximum(previous, round_cosines)
-            estimates, diagnostics, histograms = [], [], {}
+            seen = seen_mask(secret.seed, k)
+            known_rounds = None
+            if participants is not None:
+                statistic = KnownRoundsStatistic(k, state=secret.known_rounds)
+                mask = np.zeros(k, dtype=bool)
+                mask[participants] = True
+                statistic.update(round_cosines, mask, ~seen)
+                known_rounds = statistic
+            estimates, diagnostics, histograms, tests = [], [], {}, []
             if ThreatModel.all_iterates in spec.threat_models:
-                estimates, diagnostics, histograms = summary_parts(
-                    seen=seen_mask(secret.seed, k),
+                estimates, diagnostics, histograms, tests = summary_parts(
+                    seen=seen,
                     dim=secret.dim,
                     delta=spec.delta,
                     max_cosines=max_cosines,
                     final_cosines=None,
                     threat_models=[ThreatModel.all_iterates],
+                    known_rounds_scores=None if known_rounds is None else known_rounds.scores,
+                    claims=audit_claims(spec),
                 )
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(
                 spec=spec, dim=secret.dim, estimates=all_estimates, rounds_stored=t,
-                has_final=False,
+                has_final=False, alarm=decide(spec, tests, look=t),
             )
             row = {
                 "round": t,
-                "delta_norm": float(np.linalg.norm(delta.astype(np.float64))),
+                "delta_norm": float(np.linalg.norm(update.astype(np.float64))),
                 "estimates": estimates,
                 **metadata,
             }
@@ -429,6 +497,8 @@ class LiveAudits:
                     histograms=histograms,
                     alerts=alerts,
                     headline_epsilon=headline_epsilon(all_estimates),
+                    known_rounds=None if known_rounds is None else known_rounds.state(),
+                    participants=participants,
                 )
             except StaleRound as exc:
                 raise IngestError(409, str(exc)) from None
@@ -457,21 +527,28 @@ class LiveAudits:
             wanted = list(spec.threat_models)
             if max_cosines is None:
                 wanted = [tm for tm in wanted if tm != ThreatModel.all_iterates]
-            estimates, diagnostics, histograms = [], [], {}
+            seen = seen_mask(secret.seed, k)
+            scores = None
+            if secret.known_rounds is not None and ThreatModel.all_iterates in wanted:
+                scores = KnownRoundsStatistic(k, state=secret.known_rounds).scores
+            estimates, diagnostics, histograms, tests = [], [], {}, []
             if wanted:
-                estimates, diagnostics, histograms = summary_parts(
-                    seen=seen_mask(secret.seed, k),
+                estimates, diagnostics, histograms, tests = summary_parts(
+                    seen=seen,
                     dim=secret.dim,
                     delta=spec.delta,
                     max_cosines=max_cosines if ThreatModel.all_iterates in wanted else None,
                     final_cosines=final_cosines if ThreatModel.final_model in wanted else None,
                     threat_models=wanted,
                     final=True,
+                    known_rounds_scores=scores,
+                    claims=audit_claims(spec),
                 )
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(
                 spec=spec, dim=secret.dim, estimates=all_estimates,
                 rounds_stored=secret.rounds_stored, has_final=True,
+                alarm=decide(spec, tests, look=num_looks(spec)),
             )
             try:
                 self.store.store_final(

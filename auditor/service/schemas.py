@@ -127,6 +127,23 @@ class AuditOut(BaseModel):
         description="Checks of the estimators' assumptions (name, value, ok, hint, details)."
     )
     alerts: list[Alert]
+    alarm_guarantee: str = Field(
+        description=(
+            "One sentence stating what the DP alarm guarantees (its false-alarm probability over "
+            "every look and test it combines), or that the spec makes no DP claim (noise "
+            "multiplier 0), so no DP alarm can fire."
+        ),
+        examples=["If the implementation satisfies its claim, the error alarm fires with "
+                  "probability at most 5% over all looks ..."],
+    )
+    bug_injected: str | None = Field(
+        None,
+        description=(
+            "'bug injected: <kind>[=<factor>]' when the run had a deliberate DP bug (spec field "
+            "inject_bug; testing only, the claim does not know about it); null otherwise."
+        ),
+        examples=["bug injected: noise_scale=0.5"],
+    )
     histograms: dict[str, Any] = Field(
         description=(
             "Per threat model: bin_edges and counts of seen/unseen canaries and the null density. "
@@ -169,7 +186,11 @@ class RoundOut(BaseModel):
     noise_stddev: float | None = None
     train_loss: float | None = None
     accuracy: float | None = None
-    delta_norm: float | None = Field(None, description="Euclidean norm of the round's model delta.")
+    update_norm: float | None = Field(
+        None,
+        description="Euclidean norm of the round's released update rho_bar_t (the vector ingested "
+        "for round t: the noisy aggregate before the server optimizer).",
+    )
     received_at: datetime
     estimates: list[dict[str, Any]] = Field(description="Estimates after this round.")
 
@@ -211,7 +232,7 @@ MAX_COHORT = 100_000_000
 
 
 class RoundMetadataQuery(BaseModel):
-    """Metadata of round t sent as query parameters with the round delta."""
+    """Metadata of round t sent as query parameters with the round's released update."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -227,6 +248,17 @@ class RoundMetadataQuery(BaseModel):
     )
     train_loss: float | None = Field(None, ge=-1e30, le=1e30, allow_inf_nan=False, description="Mean client train loss.")
     accuracy: float | None = Field(None, ge=0, le=1, description="Model accuracy after the round.")
+    num_participants: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description=(
+            "Number of canary indices appended to the body as little-endian int32 after the d "
+            "float32 values: the round's participants (seen canaries inserted and unseen canaries "
+            "whose drawn rounds include t, merged). Omit it on every round of an audit that "
+            "reports no participants (then no known-rounds statistic)."
+        ),
+    )
 
 
 class FinalMetricsQuery(BaseModel):

@@ -13,6 +13,9 @@ Environment variables
 ``FLAUDIT_ALLOW_CUSTOM_TASKS``
     ``1`` to accept ``task = "module.path:factory"`` in ``POST /audits`` (default: built-in tasks
     only, since a custom task imports and runs code in the worker).
+``FLAUDIT_ALLOW_BUG_INJECTION``
+    ``1`` to accept the spec field ``inject_bug`` in ``POST /audits``: the run then has a
+    deliberate DP bug (testing only; the audit is marked "bug injected"). Default: refused.
 ``FLAUDIT_MAX_CONCURRENT_AUDITS``
     Worker processes running at the same time (default 1).
 ``FLAUDIT_PUBLIC_URL``
@@ -110,6 +113,7 @@ class Settings:
     allow_custom_tasks: bool = False
     lease_seconds: float = 30.0
     instance_id: str = field(default_factory=lambda: default_instance_id())
+    allow_bug_injection: bool = False
 
     def __post_init__(self) -> None:
         if self.max_concurrent_audits < 1:
@@ -153,6 +157,7 @@ class Settings:
             allow_custom_tasks=_env_bool("FLAUDIT_ALLOW_CUSTOM_TASKS", False),
             lease_seconds=float(env.get("FLAUDIT_LEASE_SECONDS") or cls.lease_seconds),
             instance_id=env.get("FLAUDIT_INSTANCE_ID") or default_instance_id(),
+            allow_bug_injection=_env_bool("FLAUDIT_ALLOW_BUG_INJECTION", False),
             timeout_grace_seconds=float(
                 env.get("FLAUDIT_TIMEOUT_GRACE_SECONDS") or cls.timeout_grace_seconds
             ),

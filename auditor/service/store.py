@@ -48,6 +48,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, deferred, mapped_column, sessionmaker
 
+from auditor.known_rounds import KnownRoundsState
+
 __all__ = [
     "ACTIVE_STATUSES",
     "ENDED_STATUSES",
@@ -137,6 +139,8 @@ class Audit(Base):
     final_model_cosines: Mapped[bytes | None] = deferred(
         mapped_column(LargeBinary, nullable=True)
     )
+    # Known-rounds statistic (auditor.known_rounds.KnownRoundsState): sums <f8 then counts <i8.
+    known_rounds_state: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
     analytic: Mapped[list | None] = mapped_column(JSON, nullable=True)
     estimates: Mapped[list | None] = mapped_column(JSON, nullable=True)
     diagnostics: Mapped[list | None] = mapped_column(JSON, nullable=True)
@@ -166,7 +170,9 @@ class AuditRound(Base):
     noise_stddev: Mapped[float | None] = mapped_column(Float, nullable=True)
     train_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
     accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
-    delta_norm: Mapped[float | None] = mapped_column(Float, nullable=True)
+    delta_norm: Mapped[float | None] = mapped_column(Float, nullable=True)  # API: update_norm
+    # Secret until the audit ended (never served): the round's canary participants, <i4.
+    participants: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
     estimates: Mapped[list | None] = mapped_column(JSON, nullable=True)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -182,6 +188,7 @@ class SecretState:
     max_cosines: np.ndarray | None
     last_cosines: np.ndarray | None
     initial_model: np.ndarray | None
+    known_rounds: KnownRoundsState | None = None
 
     def __repr__(self) -> str:  # never show the seed
         return f"SecretState(dim={self.dim}, rounds_stored={self.rounds_stored})"
@@ -409,6 +416,7 @@ class Store:
                     Audit.max_cosines,
                     Audit.last_cosines,
                     Audit.initial_model,
+                    Audit.known_rounds_state,
                 ).where(Audit.id == audit_id)
             ).one_or_none()
         if row is None:
@@ -421,6 +429,7 @@ class Store:
             max_cosines=bytes_to_array(row.max_cosines),
             last_cosines=bytes_to_array(row.last_cosines),
             initial_model=bytes_to_array(row.initial_model, "<f4"),
+            known_rounds=known_rounds_from_bytes(row.known_rounds_state, row.rounds_stored),
         )
 
     def initial_model_bytes(self, audit_id: str) -> bytes | None:
@@ -473,9 +482,15 @@ class Store:
         histograms: dict,
         alerts: list[dict],
         headline_epsilon: float | None,
+        known_rounds: KnownRoundsState | None = None,
+        participants: np.ndarray | None = None,
     ) -> None:
-        """Round row + tracker state + estimates in one transaction (optimistic on the round)."""
+        """Round row + tracker state (cosine maxima, known-rounds statistic) + estimates in one
+        transaction (optimistic on the round)."""
         t = int(round_row["round"])
+        extra = {}
+        if known_rounds is not None:
+            extra["known_rounds_state"] = known_rounds_to_bytes(known_rounds)
         now = utcnow()
         with self.session() as s, s.begin():
             if not _update_audit_if(
@@ -490,9 +505,13 @@ class Store:
                 headline_epsilon=headline_epsilon,
                 updated_at=now,
                 last_round_at=now,
+                **extra,
             ):
                 raise StaleRound(f"round {t} was not the next round or the audit is not running")
-            s.add(AuditRound(audit_id=audit_id, received_at=now, **round_row))
+            s.add(AuditRound(
+                audit_id=audit_id, received_at=now,
+                participants=array_to_bytes(participants, "<i4"), **round_row,
+            ))
 
     def store_final(
         self,
@@ -577,6 +596,22 @@ class Store:
                 ):
                     failed.append(audit_id)
         return failed
+
+
+def known_rounds_to_bytes(state: KnownRoundsState) -> bytes:
+    """``sums`` (<f8) then ``counts`` (<i8); ``num_rounds`` is the audit's ``rounds_stored``."""
+    return array_to_bytes(state.sums, "<f8") + array_to_bytes(state.counts, "<i8")
+
+
+def known_rounds_from_bytes(data: bytes | None, num_rounds: int) -> KnownRoundsState | None:
+    if data is None:
+        return None
+    half = len(data) // 2
+    return KnownRoundsState(
+        sums=bytes_to_array(data[:half], "<f8"),
+        counts=bytes_to_array(data[half:], "<i8"),
+        num_rounds=int(num_rounds),
+    )
 
 
 def _update_audit_if(session: Session, audit_id: str, *conditions, **values) -> bool:

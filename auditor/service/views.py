@@ -15,6 +15,7 @@ import numpy as np
 
 from auditor.canaries import seen_mask
 
+from .live import alarm_guarantee, bug_label
 from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc
 
 __all__ = ["audit_view", "audit_summary_view", "round_view", "cosines_view", "cosines_csv"]
@@ -76,6 +77,8 @@ def audit_view(audit: Audit) -> dict[str, Any]:
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],
         "alerts": audit.alerts or [],
+        "alarm_guarantee": alarm_guarantee(audit.spec),
+        "bug_injected": bug_label(audit.spec),
         "histograms": _merge_histograms(audit.histograms or {}, ended),
         "metrics": audit.metrics or {},
         "links": {
@@ -114,7 +117,7 @@ def round_view(row: AuditRound, *, ended: bool) -> dict[str, Any]:
         "noise_stddev": row.noise_stddev,
         "train_loss": row.train_loss,
         "accuracy": row.accuracy,
-        "delta_norm": row.delta_norm,
+        "update_norm": row.delta_norm,
         "received_at": _iso(row.received_at),
         "estimates": row.estimates or [],
     }

@@ -196,3 +196,43 @@ def test_a_malformed_canary_seed_is_refused_without_echoing_it():
         _parse_seed("12345secret6789")
     assert "12345secret6789" not in str(info.value) and info.value.__cause__ is None
     assert info.value.__suppress_context__
+
+
+def test_rounds_report_the_released_aggregate_and_participants_with_momentum():
+    # with server momentum the model delta mixes rounds; the reported vector is the released
+    # (rho + noise) / m of the round itself
+    spec = _spec(noise_multiplier=0.5, server_momentum=0.9)
+    small = lambda node, msg: np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
+    _, reporter, _ = _run(spec, small)
+    velocity = np.zeros_like(reporter.initial_model, dtype=np.float64)
+    theta = reporter.initial_model.astype(np.float64)
+    for update in reporter.deltas:
+        velocity = 0.9 * velocity + update
+        theta += velocity
+    assert np.allclose(theta, reporter.final_model, atol=1e-5)
+    assert not np.allclose(reporter.final_model - reporter.initial_model, sum(reporter.deltas))
+
+    mask = seen_mask(SEED, spec.num_canaries)
+    seen = np.flatnonzero(mask)
+    schedule = participation_schedule(
+        num_clients=6, num_seen_canaries=seen.size, num_rounds=4, participation="uniform",
+        clients_per_round=4, sampling_probability=spec.sampling_probability, canary_repeats=2, seed=0,
+    )
+    counts = np.zeros(spec.num_canaries, dtype=int)
+    for t, (_, meta) in enumerate(reporter.rounds, start=1):
+        part = np.array(meta.participants, dtype=int)
+        assert np.array_equal(part, np.unique(part))
+        # the seen participants are exactly the canaries inserted this round
+        assert sorted(part[mask[part]]) == sorted(seen[schedule.canaries(t)])
+        counts[part] += 1
+    assert np.all(counts == spec.canary_repeats)  # seen and unseen alike
+
+
+def test_extra_participation_bug_inserts_canaries_more_often_than_claimed():
+    spec = _spec(num_rounds=4, canary_repeats=1,
+                 inject_bug={"kind": "extra_participation", "factor": 4})
+    zero = lambda node, msg: np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+    result, reporter, _ = _run(spec, zero)
+    seen = int(seen_mask(SEED, spec.num_canaries).sum())
+    assert sum(m.num_canaries_inserted for _, m in reporter.rounds) == 4 * seen
+    assert result["inject_bug"] == "extra_participation=4"

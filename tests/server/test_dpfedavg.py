@@ -131,3 +131,36 @@ def test_flatten_unflatten_roundtrip():
     assert all(np.array_equal(a, b) for a, b in zip(arrays, back))
     with pytest.raises(ValueError, match="shapes"):
         unflatten(vector, [(2, 2)])
+
+
+@pytest.mark.parametrize(
+    "bug, factor, noise_ratio",
+    [("no_noise", None, 0.0), ("noise_scale", 0.5, 0.5), ("noise_scale", 3.0, 3.0),
+     ("noise_divided_twice", None, 0.1)],
+)
+def test_injected_noise_bugs_change_the_noise_actually_added(bug, factor, noise_ratio):
+    from auditor.bugs import InjectedBug
+
+    dim, clip, z, m = 200_000, 0.5, 1.3, 10
+    result = aggregate_round(
+        client_updates=[], canary_directions=np.empty((0, dim)), clip_norm=clip,
+        noise_multiplier=z, expected_cohort_size=m, dim=dim, rng=np.random.default_rng(7),
+        bug=InjectedBug(kind=bug, factor=factor),
+    )
+    assert result.update.std() == pytest.approx(noise_ratio * z * clip / m, rel=0.01, abs=1e-12)
+    assert result.noise_stddev == pytest.approx(z * clip)  # what the implementation claims
+
+
+def test_injected_no_clipping_keeps_client_norms_and_sends_large_canaries():
+    from auditor.bugs import InjectedBug
+
+    dim = 4
+    big = np.array([3.0, 4.0, 0.0, 0.0])
+    canary = np.array([[0.0, 0.0, 0.0, 2.0]])
+    result = aggregate_round(
+        client_updates=[big], canary_directions=canary, clip_norm=1.0, noise_multiplier=0.0,
+        expected_cohort_size=2, dim=dim, rng=np.random.default_rng(0),
+        bug=InjectedBug(kind="no_clipping", factor=4),
+    )
+    assert np.allclose(result.clipped_sum, [3.0, 4.0, 0.0, 4.0])
+    assert result.num_clipped == 1  # still counted as over the clip norm

@@ -93,3 +93,45 @@ def test_local_reporter_gives_canary_statistics():
     assert final[mask].min() > 0.1 and np.abs(final[~mask]).max() < 0.1
     with pytest.raises(ValueError, match="server_round"):
         reporter.report_round(3, delta, META)
+
+
+def test_local_reporter_feeds_the_known_rounds_statistic_from_participants():
+    from auditor.known_rounds import KnownRoundsStatistic
+    from server.reporting import participant_mask
+
+    seed, k, d = 77, 40, 3000
+    mask = seen_mask(seed, k)
+    directions = canary_vectors(seed, np.arange(k), d, family="orthogonal").astype(np.float64)
+    reporter = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=k)
+    reporter.report_initial(np.zeros(d, dtype=np.float32))
+    rng = np.random.default_rng(0)
+    expected = KnownRoundsStatistic(k)
+    for t in (1, 2):
+        part = np.flatnonzero(rng.random(k) < 0.5)
+        inside = np.zeros(k, dtype=bool)
+        inside[part] = True
+        update = (directions[inside & mask].sum(axis=0) + rng.normal(scale=0.5, size=d)) / 4
+        meta = RoundMetadata(0.5, 4, int((inside & mask).sum()), 0, 0.0, 0.5,
+                             participants=tuple(int(j) for j in part))
+        reporter.report_round(t, update.astype(np.float32), meta)
+        u = update.astype(np.float32).astype(np.float64)
+        expected.update(directions @ u / np.linalg.norm(u), inside, ~mask)
+    np.testing.assert_allclose(reporter.known_rounds.scores, expected.scores, rtol=1e-5,
+                               equal_nan=True)
+    for bad, words in (([-1], "negative"), ([k], "out of range"), ([2, 2], "twice")):
+        with pytest.raises(ValueError, match=f"participants: .*{words}"):
+            participant_mask(bad, k)
+
+
+def test_http_reporter_appends_participants_as_int32_and_counts_them_in_the_query():
+    seen = {}
+
+    def handler(request):
+        seen["body"], seen["params"] = request.content, dict(request.url.params)
+        return httpx.Response(200, json={})
+
+    meta = RoundMetadata(0.5, 4, 1, 0, 0.25, 0.5, participants=(2, 9))
+    _reporter(handler).report_round(1, np.array([1.0, 2.0], dtype=np.float32), meta)
+    assert seen["params"]["num_participants"] == "2" and "participants" not in seen["params"]
+    assert seen["body"][:8] == np.array([1, 2], "<f4").tobytes()
+    assert np.frombuffer(seen["body"][8:], "<i4").tolist() == [2, 9]

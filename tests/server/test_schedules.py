@@ -135,3 +135,23 @@ def test_audit_spec_rejects_more_canary_repeats_than_rounds():
     with pytest.raises(ValidationError, match="canary_repeats"):
         AuditSpec(num_rounds=4, canary_repeats=8)
     assert AuditSpec(num_rounds=8, canary_repeats=8).canary_repeats == 8
+
+
+def test_unseen_canaries_get_rounds_by_the_same_rule_and_participants_merge_both():
+    from server.schedules import canary_participants, unseen_canary_rounds
+
+    rounds = unseen_canary_rounds(500, num_rounds=12, repeats=3, seed=4)
+    # one round per period, exactly as canary_rounds draws them for the seen canaries
+    assert rounds.shape == (500, 3)
+    assert np.all(rounds[:, 0] < 4) and np.all((4 <= rounds[:, 1]) & (rounds[:, 1] < 8))
+    assert np.all(rounds[:, 2] >= 8)
+    # roughly uniform within a period (each of 4 rounds ~125 of 500; binomial sd ~9.7)
+    counts = np.bincount(rounds[:, 0], minlength=4)
+    assert np.all(np.abs(counts - 125) < 45)
+    assert np.array_equal(rounds, unseen_canary_rounds(500, num_rounds=12, repeats=3, seed=4))
+
+    seen_by_round = [np.array([5, 1]), np.array([], dtype=np.int64), np.array([3])]
+    unseen = np.array([0, 2, 4])
+    merged = canary_participants(seen_by_round=seen_by_round, unseen_indices=unseen,
+                                 unseen_rounds=np.array([[1], [0], [1]]))
+    assert [m.tolist() for m in merged] == [[1, 2, 5], [0, 4], [3]]

@@ -94,6 +94,18 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     store: Store = request.app.state.store
     if ":" in spec.task:
         _check_custom_task(spec.task, allowed=request.app.state.settings.allow_custom_tasks)
+    if spec.inject_bug is not None and not request.app.state.settings.allow_bug_injection:
+        raise HTTPException(
+            status_code=422,
+            detail=[{
+                "loc": ["body", "inject_bug"],
+                "msg": (
+                    "inject_bug refused: a deliberate DP bug is a testing feature the operator "
+                    "must allow with FLAUDIT_ALLOW_BUG_INJECTION=1"
+                ),
+                "type": "value_error",
+            }],
+        )
     if spec.engine == Engine.external:
         # A run flaudit does not start: the user's ServerApp attaches with a run token; the
         # seed stays here (the app fetches each round's canary vectors instead).

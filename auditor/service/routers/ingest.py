@@ -1,6 +1,7 @@
 """Ingest routes used by the ServerApp's ``HttpRoundReporter`` (docs/architecture.md).
 
-Bodies are raw little-endian float32 vectors (``Content-Type: application/octet-stream``).
+Bodies are raw little-endian float32 vectors (``Content-Type: application/octet-stream``); a
+round's body may append its ``num_participants`` canary indices as little-endian int32.
 Oversized bodies are refused from ``Content-Length`` before reading, and reading stops as soon
 as a streamed body passes the limit. Every 2xx means the data is committed to the database.
 """
@@ -33,7 +34,11 @@ _BODY = {
                 "schema": {"type": "string", "format": "binary"},
             }
         },
-        "description": "Raw little-endian float32 vector of length d.",
+        "description": (
+            "Raw little-endian float32 vector of length d. Rounds: the released update ρ̄_t, "
+            "followed by num_participants little-endian int32 canary indices when that query "
+            "parameter is set."
+        ),
     }
 }
 _ERRORS = {
@@ -53,6 +58,11 @@ def _fail(code: int, message: str) -> HTTPException:
 
 async def read_float32_body(request: Request, *, limit: int, what: str) -> np.ndarray:
     """Read a raw float32 body of at most ``limit`` bytes and check it value by value."""
+    return _float32_values(await _read_body(request, limit=limit, what=what), what)
+
+
+async def _read_body(request: Request, *, limit: int, what: str) -> bytes:
+    """The raw octet-stream body (at most ``limit`` bytes, not empty)."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/octet-stream":
         raise _fail(
@@ -87,13 +97,18 @@ async def read_float32_body(request: Request, *, limit: int, what: str) -> np.nd
         )
     if total == 0:
         raise _fail(422, f"{what}: empty body; expected raw little-endian float32 values")
+    return b"".join(chunks)
+
+
+def _float32_values(data: bytes, what: str) -> np.ndarray:
+    total = len(data)
     if total % 4:
         raise _fail(
             400,
             f"{what}: body length {total} bytes is not a multiple of 4; expected raw "
             "little-endian float32 values (wrong dtype or truncated body)",
         )
-    vector = np.frombuffer(b"".join(chunks), dtype="<f4")
+    vector = np.frombuffer(data, dtype="<f4")
     bad = np.flatnonzero(~np.isfinite(vector))
     if bad.size:
         kinds = "NaN" if np.isnan(vector[bad[0]]) else "Inf"
@@ -158,6 +173,48 @@ async def _read_vector(request: Request, dim: int, what: str) -> np.ndarray:
     return vector
 
 
+def _participant_indices(data: bytes, num_canaries: int) -> np.ndarray:
+    """The appended int32 indices, checked: each in ``[0, k)``, none twice (422 naming
+    ``participants`` otherwise)."""
+    indices = np.frombuffer(data, dtype="<i4").astype(np.int64)
+    if indices.size:
+        if indices.min() < 0:
+            raise _fail(422, f"participants: negative canary index {int(indices.min())}")
+        if indices.max() >= num_canaries:
+            raise _fail(
+                422,
+                f"participants: canary index {int(indices.max())} out of range "
+                f"(num_canaries={num_canaries})",
+            )
+        if np.unique(indices).size != indices.size:
+            raise _fail(422, "participants: a canary index is listed twice")
+    return indices
+
+
+async def _read_round_body(
+    request: Request, dim: int, num_participants: int | None, num_canaries: int, what: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``d`` float32 values, then ``num_participants`` int32 canary indices (if given)."""
+    if num_participants is None:
+        return await _read_vector(request, dim, what), None
+    if num_participants > num_canaries:
+        raise _fail(
+            422,
+            f"num_participants: {num_participants} exceeds num_canaries={num_canaries}",
+        )
+    expected = 4 * (dim + num_participants)
+    limit = min(expected, request.app.state.settings.max_body_bytes)
+    data = await _read_body(request, limit=limit, what=what)
+    if len(data) != expected:
+        raise _fail(
+            422,
+            f"{what}: wrong length: expected {dim} float32 values and num_participants="
+            f"{num_participants} int32 indices ({expected} bytes), got {len(data)} bytes",
+        )
+    vector = _float32_values(data[: 4 * dim], what)
+    return vector, _participant_indices(data[4 * dim :], num_canaries)
+
+
 @router.put(
     "/{audit_id}/initial-model",
     response_model=IngestAck,
@@ -178,7 +235,7 @@ async def put_initial_model(audit_id: AuditId, request: Request) -> IngestAck:
     response_model=IngestAck,
     responses=_ERRORS,
     openapi_extra=_BODY,
-    summary="Ingest round t's model delta Δ_t with its metadata",
+    summary="Ingest round t's released update ρ̄_t, its metadata and canary participants",
 )
 async def put_round(
     audit_id: AuditId,
@@ -199,14 +256,18 @@ async def put_round(
         )
     if _is_external(audit):
         await run_in_threadpool(_check_inserted, request, audit, t, metadata.num_canaries_inserted)
-    vector = await _read_vector(request, audit.dim, f"round {t} delta")
+    vector, participants = await _read_round_body(
+        request, audit.dim, metadata.num_participants, int(audit.spec["num_canaries"]),
+        f"round {t} update",
+    )
     result = await _ingest(
         request,
         request.app.state.live.ingest_round,
         audit_id,
         t,
         vector,
-        metadata.model_dump(),
+        metadata.model_dump(exclude={"num_participants"}),
+        participants,
     )
     return IngestAck(audit_id=audit_id, stored=result == "stored", round=t, dim=audit.dim)
 
