@@ -50,7 +50,12 @@ def _histogram(merged: bool) -> dict:
     return out
 
 
-def _audit(status: str, *, round_: int, alerts=(), reason=None) -> dict:
+GUARANTEE = ("If the DP implementation satisfies its claims (1-Gaussian DP ...), an alarm (error "
+             "or warning) fires with probability at most 5% over all 11 looks ...")
+
+
+def _audit(status: str, *, round_: int, alerts=(), reason=None, guarantee=GUARANTEE,
+           bug=None) -> dict:
     ended = status in ("succeeded", "failed", "cancelled")
     return {
         "id": "abc",
@@ -76,6 +81,8 @@ def _audit(status: str, *, round_: int, alerts=(), reason=None) -> dict:
             {"name": "anderson_darling_seen_final", "value": 2.1, "ok": False, "hint": "", "details": {}},
         ],
         "alerts": list(alerts),
+        "alarm_guarantee": guarantee,
+        "bug_injected": bug,
         "histograms": {"final_model": _histogram(not ended), "all_iterates": _histogram(not ended)},
         "metrics": {},
         "links": {"rounds": "/audits/abc/rounds", "cosines": "/audits/abc/cosines"},
@@ -117,11 +124,13 @@ def test_running_audit_with_a_violating_bound(static_url, tab):
     page.goto(static_url + "index.html#/audits/abc")
     expect(page.locator("#round-counter")).to_have_text("Round 4 of 10")
     expect(page.locator("#eta")).to_contain_text("12 s left")
-    # No alert from the service, so the page flags the valid bound itself (4.2 > 4.0 known
-    # rounds); the uncorrected 7.0 is not a valid bound and the Poisson RDP claim is not compared.
-    banners = page.locator("#alerts [role=alert]")
-    expect(banners).to_have_count(1)
-    expect(banners).to_contain_text("exceeds the analytic ε = 4.00")
+    # No alert from the service: the page raises none of its own (the alarm is the service's
+    # claim tests, with one guarantee over all looks), but highlights the valid bound above the
+    # known-rounds epsilon (4.2 > 4.0; the uncorrected 7.0 is not a valid bound) in the table,
+    # and states the alarm's guarantee.
+    expect(page.locator("#alerts [role=alert]")).to_have_count(0)
+    expect(page.locator("#alarm-guarantee")).to_contain_text("at most 5% over all 11 looks")
+    expect(page.locator("#bug-injected")).to_have_count(0)
     expect(page.locator("#estimates-table tr.violation")).to_have_count(1)
     expect(page.locator("#estimates-table tr.violation")).to_have_attribute("data-estimator", "lower_bound")
     # inf is shown as such, never as a number
@@ -157,6 +166,7 @@ def test_failed_audit_shows_the_reason_and_stops_polling(static_url, tab):
     expect(page.locator(".badge-slot .badge")).to_have_attribute("data-status", "failed")
     # the service's alert is shown once, not doubled by the page's own check
     expect(page.locator("#alerts .banner")).to_have_count(1)
+    expect(page.locator("#alerts [role=alert]")).to_contain_text(alert["message"])
     expect(page.locator("#alerts")).to_contain_text(alert["message"])
     legend = page.locator("section:has(#density-all_iterates) .legend")
     expect(legend).to_contain_text("unseen canaries")
@@ -185,3 +195,19 @@ def test_reads_that_need_the_key_ask_once_and_keep_it_out_of_urls(static_url, ta
     assert all(authorization == f"Bearer {key}" for _, authorization in auth_log[1:])
     assert all(key not in url for url, _ in auth_log) and key not in page.url
     assert [e for e in tab.console_errors if "status of 401" not in e] == []
+
+
+@pytest.mark.timeout(60)
+def test_no_dp_claim_and_an_injected_bug_are_said_plainly(static_url, tab):
+    no_claim = ("No DP claim: the audit's noise multiplier is 0, so there is no privacy claim to "
+                "test and no DP alarm can fire.")
+    _serve(tab, _audit("running", round_=2, alerts=[{"level": "info", "message": no_claim}],
+                       guarantee=no_claim,
+                       bug="bug injected: noise_scale=0.5 (testing only; the claim does not know "
+                           "about it)"))
+    page = tab.page
+    page.goto(static_url + "index.html#/audits/abc")
+    expect(page.locator("#bug-injected")).to_contain_text("bug injected: noise_scale=0.5")
+    expect(page.locator("#alarm-guarantee")).to_contain_text("No DP claim.")
+    expect(page.locator("#alarm-guarantee")).to_contain_text("no DP alarm can fire")
+    assert tab.console_errors == []

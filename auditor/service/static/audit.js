@@ -316,27 +316,27 @@ export function renderAudit(root, id) {
     }
   }
 
+  // The DP alarm is the service's (claim tests with one false-alarm guarantee over all looks):
+  // its alerts are shown as sent, with the guarantee sentence under them. Lower bounds above an
+  // analytic ε are only highlighted in the estimates table (per-look, outside the guarantee).
   function renderAlerts(a) {
     const items = Array.isArray(a.alerts) ? [...a.alerts] : [];
-    if (!items.some((x) => x.level === "error")) {
-      for (const v of boundViolations(a.estimates || [])) {
-        items.push({
-          level: "error",
-          message: `${estimateLabel(v.bound)} = ${fmtEps(v.bound.epsilon)} exceeds the analytic ε = ${fmtEps(v.analytic.epsilon)} (${threatLabel(v.analytic.threat_model)}): a DP bug or a wrong privacy claim.`,
-        });
-      }
-    }
-    const sig = JSON.stringify(items);
+    const sig = JSON.stringify([items, a.bug_injected, a.alarm_guarantee]);
     if (alerts.dataset.sig === sig) return;
     alerts.dataset.sig = sig;
-    fill(
-      alerts,
-      items.map((x) => {
-        const level = ["error", "warning", "info"].includes(x.level) ? x.level : "info";
-        const word = { error: "Alert", warning: "Warning", info: "Note" }[level];
-        return h("div", { class: `banner banner-${level}`, role: level === "error" ? "alert" : "status" }, h("strong", {}, h("span", { "aria-hidden": "true" }, level === "error" ? "⚠ " : level === "warning" ? "! " : "i "), `${word}: `), x.message);
-      }),
-    );
+    const banners = items.map((x) => {
+      const level = ["error", "warning", "info"].includes(x.level) ? x.level : "info";
+      const word = { error: "Alert", warning: "Warning", info: "Note" }[level];
+      return h("div", { class: `banner banner-${level}`, role: level === "error" ? "alert" : "status" }, h("strong", {}, h("span", { "aria-hidden": "true" }, level === "error" ? "⚠ " : level === "warning" ? "! " : "i "), `${word}: `), x.message);
+    });
+    if (a.bug_injected) {
+      banners.unshift(h("div", { class: "banner banner-warning", role: "status", id: "bug-injected" }, h("strong", {}, h("span", { "aria-hidden": "true" }, "! "), "Testing: "), a.bug_injected));
+    }
+    if (a.alarm_guarantee) {
+      const noClaim = /^no dp claim/i.test(a.alarm_guarantee);
+      banners.push(h("p", { class: noClaim ? "banner banner-info" : "muted small", id: "alarm-guarantee" }, h("strong", {}, noClaim ? "No DP claim. " : "Alarm guarantee: "), noClaim ? a.alarm_guarantee.replace(/^no dp claim:\s*/i, "") : a.alarm_guarantee));
+    }
+    fill(alerts, banners);
   }
 
   function renderReason(a) {

@@ -125,10 +125,10 @@ export function headline(value) {
   return { eps: value, label: "" };
 }
 
-/** Valid lower bounds above the analytic epsilon: evidence of a DP bug or a wrong claim.
- * The same rule as the service's alerts: the paper's uncorrected ε_lo (correction "none") is not
- * a 95% bound, and the claim compared against is the "adversary knows the rounds" PLD bound,
- * which holds whatever the participation schedule. */
+/** Valid lower bounds above the analytic epsilon, highlighted in the estimates table (the
+ * paper's uncorrected ε_lo, correction "none", is not a 95% bound; the claim compared against is
+ * the "adversary knows the rounds" PLD bound). Not an alarm: each bound keeps only its own
+ * per-look confidence; the service's alerts (claim tests over all looks) are the alarm. */
 export function boundViolations(estimates) {
   const analytic = estimates.filter(
     (e) => e.estimator === "analytic" && e.threat_model === "known_rounds" && (e.details?.accountant ?? "pld") === "pld" && epsValue(e.epsilon) !== null,
