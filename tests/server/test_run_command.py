@@ -128,3 +128,24 @@ def test_example_audit_toml_is_a_valid_small_spec():
 
     spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "audit.toml")
     assert spec.num_rounds <= 20 and spec.num_clients <= 50 and spec.task == "synthetic"
+
+
+def test_flaudit_run_prints_the_alarm_with_its_guarantee_and_marks_injected_bugs(
+    tmp_path, capsys, in_process_simulation
+):
+    path = tmp_path / "audit.toml"
+    path.write_text(SPEC)
+    assert cli_main(["run", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "alarm guarantee: If the DP implementation satisfies its claims" in out
+    assert "at most 5% over all 4 looks" in out and "bug injected" not in out
+
+    assert cli_main(["run", str(path), "--inject-bug", "no_noise", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["bug_injected"].startswith("bug injected: no_noise")
+    assert data["spec"]["noise_multiplier"] == 0.5  # the claim keeps the honest spec
+    assert data["alarm"]["num_looks"] == 4 and data["alarm"]["look"] == 4
+
+    for bad in ("cohort_larger", "noise_scale=x", "extra_participation=8"):
+        assert cli_main(["run", str(path), "--inject-bug", bad]) == 2
+        assert "--inject-bug" in capsys.readouterr().err
