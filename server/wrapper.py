@@ -49,10 +49,12 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
+from flwr.supercore.differential_privacy import KEY_NORM_BIT
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
+from auditor.service.external import RUN_CONFIG_KEYS
 from auditor.validation import check_at_least, check_positive
 from server.dpfedavg import canary_update
 from server.reporting import RoundMetadata, RoundReporter
@@ -65,10 +67,6 @@ __all__ = ["CanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID",
 ENV_AUDIT_ID = "FLAUDIT_AUDIT_ID"
 ENV_URL = "FLAUDIT_URL"
 ENV_RUN_TOKEN = "FLAUDIT_RUN_TOKEN"
-#: Run-config keys equivalent to the environment variables (declare them in
-#: ``[tool.flwr.app.config]`` with empty defaults to pass them with ``flwr run --run-config``).
-RUN_CONFIG_KEYS = {ENV_AUDIT_ID: "flaudit-audit-id", ENV_URL: "flaudit-ingest-url",
-                   ENV_RUN_TOKEN: "flaudit-run-token"}
 
 
 def _record_vector(record: ArrayRecord) -> np.ndarray:
@@ -394,6 +392,9 @@ class CanaryAuditStrategy(Strategy):
             for key in first.keys():
                 if key == self.weight_key:
                     values[key] = type(first[key])(weight)
+                    continue
+                if key == KEY_NORM_BIT:  # adaptiveclipping_mod's bit: a canary has norm S(t),
+                    values[key] = type(first[key])(0)  # so it is not clipped
                     continue
                 column = [r.content.metric_records[name][key] for r in valid
                           if name in r.content.metric_records

@@ -33,8 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "federations need more than the default 0.5).")
     parser.add_argument("--rotate", metavar="AUDIT_ID",
                         help="Rotate the run token of this audit instead of creating one.")
-    parser.add_argument("--format", choices=("sh", "dotenv", "json"), default="sh",
-                        help="sh: export lines (eval them); dotenv: KEY=value; json.")
+    parser.add_argument("--format", choices=("sh", "dotenv", "json", "run-config"), default="sh",
+                        help="sh: export lines (eval them); dotenv: KEY=value; json; run-config: "
+                        "a TOML file for `flwr run --run-config` (flaudit-audit-id = ...).")
 
 
 def _api_key(args: argparse.Namespace) -> str:
@@ -68,6 +69,11 @@ def main(args: argparse.Namespace) -> int:
     env = response.json()["environment"]
     if args.format == "json":
         print(json.dumps(env))
+    elif args.format == "run-config":
+        from auditor.service.external import RUN_CONFIG_KEYS
+
+        for key, value in env.items():
+            print(f"{RUN_CONFIG_KEYS[key]} = {json.dumps(value)}")
     else:
         prefix = "export " if args.format == "sh" else ""
         for key, value in env.items():

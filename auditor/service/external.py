@@ -23,7 +23,18 @@ import numpy as np
 from auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec
 
-__all__ = ["round_canaries", "round_participants", "round_canary_vectors", "attach_environment"]
+__all__ = [
+    "round_canaries", "round_participants", "round_canary_vectors", "attach_environment",
+    "RUN_CONFIG_KEYS",
+]
+
+#: The environment variables a ServerApp attaches with, and the equivalent Flower run-config keys
+#: (``flwr run --run-config``; declared in the app's ``[tool.flwr.app.config]``).
+RUN_CONFIG_KEYS = {
+    "FLAUDIT_AUDIT_ID": "flaudit-audit-id",
+    "FLAUDIT_URL": "flaudit-ingest-url",
+    "FLAUDIT_RUN_TOKEN": "flaudit-run-token",
+}
 
 
 def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:

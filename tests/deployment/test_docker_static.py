@@ -90,12 +90,39 @@ def test_dockerfile_follows_policy(path):
     assert policy.check_dockerfile(path.read_text()) == []
 
 
-def test_flower_images_are_the_official_pinned_ones():
+def _published_python_versions() -> list[str]:
+    """The Python versions the pinned flwr supports (its wheel's classifiers): Flower publishes
+    flwr/supernode and flwr/superexec for each of them and flwr/superlink for the latest only
+    (framework/dev/build-docker-image-matrix.py in Flower's repository)."""
+    from importlib.metadata import metadata
+
+    found = [c.rsplit(":: ", 1)[1] for c in metadata("flwr").get_all("Classifier")
+             if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    return sorted(found, key=lambda v: int(v.split(".")[1]))
+
+
+def test_flower_images_are_the_official_pinned_ones_with_tags_that_exist():
+    from importlib.metadata import version
+
     text = (DOCKER / "Dockerfile.flower").read_text()
-    tag = re.search(r"^ARG FLWR_TAG=(\S+)", text, re.M).group(1)
-    assert tag.startswith("1.41.0")
-    assert "FROM flwr/superlink:${FLWR_TAG} AS superlink" in text
+    tags = dict(re.findall(r"^ARG (FLWR_TAG|SUPERLINK_TAG)=(\S+)", text, re.M))
+    flwr = version("flwr")
+    pythons = _published_python_versions()
+    project_python = re.search(r'requires-python = ">=(3\.\d+)', (ROOT / "pyproject.toml").read_text())
+    # the app-running images: the project's Python, on Ubuntu (published for every version)
+    assert project_python.group(1) in pythons
+    assert tags["FLWR_TAG"] == f"{flwr}-py{project_python.group(1)}-ubuntu24.04"
+    # the SuperLink image exists only for the latest Python Flower supports
+    assert tags["SUPERLINK_TAG"] == f"{flwr}-py{pythons[-1]}-ubuntu24.04"
+    assert "FROM flwr/superlink:${SUPERLINK_TAG} AS superlink" in text
+    assert "FROM flwr/superexec:${FLWR_TAG} AS serverapp" in text
     assert "FROM flwr/supernode:${FLWR_TAG} AS supernode" in text
+    # the SuperLink stage installs no project code: it runs none (process isolation)
+    superlink_stage = text.split("AS superlink", 1)[1].split("\nFROM ", 1)[0]
+    assert "pip install" not in superlink_stage and '"--isolation", "process"' in superlink_stage
+    compose = (DOCKER / "compose.yaml").read_text()
+    for name, tag in tags.items():
+        assert f"{name}: {tag}" in compose  # compose builds with the same tags
     assert "torch==2.13.0" in (DOCKER / "Dockerfile.service").read_text()
 
 
@@ -142,7 +169,7 @@ def test_policy_accepts_multistage_and_digests():
 def test_compose_services_have_healthchecks_restart_and_no_literal_secrets():
     for files in ([DOCKER / "compose.yaml"], [DOCKER / "compose.yaml", DOCKER / "compose.tls.yaml"]):
         model = _compose_model(*files)
-        assert set(model["services"]) == {"postgres", "flaudit", "superlink", "supernode"}
+        assert set(model["services"]) == {"postgres", "flaudit", "superlink", "serverapp", "supernode"}
         assert policy.compose_services_ok(model) == []
 
 
@@ -174,6 +201,13 @@ def test_compose_topology_postgres_volume_scaling_and_dependencies():
     assert services["supernode"]["environment"]["FLAUDIT_NUM_PARTITIONS"] == "2"
     assert "--insecure" in services["superlink"]["command"]
     assert "--disable-runtime-dependency-installation" in services["superlink"]["command"]
+    # ServerApps run in the serverapp executor, not in the SuperLink (its image has no app code)
+    link = services["superlink"]["command"]
+    assert link[link.index("--isolation") + 1] == "process"
+    assert services["serverapp"]["depends_on"]["superlink"]["condition"] == "service_healthy"
+    executor = services["serverapp"]["command"]
+    assert executor[executor.index("--runtime-api-address") + 1] == "superlink:9093"
+    assert set(services["serverapp"]["networks"]) == {"flower"}
     # the service reaches the SuperLink's network, and the database on its own network
     assert set(services["flaudit"]["networks"]) == {"backend", "flower"}
     assert "backend" not in services["superlink"]["networks"]
@@ -191,6 +225,9 @@ def test_tls_override_switches_every_flower_link_to_tls():
     assert services["supernode"]["environment"]["FLAUDIT_SUPERLINK_ROOT_CERTIFICATES"] == "/certs/ca.pem"
     assert services["flaudit"]["environment"]["FLAUDIT_SUPERLINK_ROOT_CERTIFICATES"] == "/certs/ca.pem"
     assert services["superlink"]["healthcheck"]["test"][-1].startswith("https://")
+    executor = services["serverapp"]["command"]
+    assert "--insecure" not in executor
+    assert executor[executor.index("--root-certificates") + 1] == "/certs/ca.pem"
 
 
 def test_example_env_has_placeholders_only_and_real_env_is_ignored():

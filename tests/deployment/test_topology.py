@@ -7,6 +7,7 @@ postgres          ->  the server at FLAUDIT_TEST_POSTGRES_URL (a fresh database 
                       (skipped, with initdb's or pg_ctl's message, when none can be started)
 flaudit           ->  ``flaudit serve --database-url postgresql+psycopg://...`` (a subprocess)
 superlink         ->  ``flower-superlink --insecure`` with the compose command's flags
+serverapp         ->  ``flower-superexec`` with the compose command's flags (runs the ServerApps)
 supernode (x2)    ->  ``docker/supernode-entrypoint.py`` (the image's entry point) running
                       ``flower-supernode --insecure``, partition ids 0 and 1 via node config
 
@@ -186,6 +187,13 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
         link_home.mkdir()
         procs.start("superlink", [str(BIN / "flower-superlink"), *link_command],
                     flower_env(link_home))
+        # serverapp: the executor that runs the ServerApps (compose: --isolation process)
+        executor = [str(arg) for arg in compose["serverapp"]["command"]]
+        executor[executor.index("--runtime-api-address") + 1] = f"127.0.0.1:{link_port}"
+        executor_home = tmp_path / "serverapp-home"
+        executor_home.mkdir()
+        procs.start("serverapp", [str(BIN / "flower-superexec"), *executor],
+                    flower_env(executor_home))
 
         # flaudit service, pointed at PostgreSQL (compose: FLAUDIT_DATABASE_URL from .env)
         api_port = free_port()
@@ -234,7 +242,8 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
             audit = wait_for_audit(http, audit_id, timeout=240, bodies=bodies,
                                    what="deployment audit to finish")
             assert audit["status"] == "succeeded", (
-                audit.get("reason"), procs.log("flaudit")[-3000:], procs.log("superlink")[-3000:]
+                audit.get("reason"), procs.log("flaudit")[-3000:], procs.log("superlink")[-3000:],
+                procs.log("serverapp")[-3000:],
             )
             assert audit["spec"]["engine"] == "deployment"
             rounds = http.get(f"/audits/{audit_id}/rounds")

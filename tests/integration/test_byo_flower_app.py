@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
 import httpx
@@ -140,19 +141,18 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
             attach = subprocess.run(
                 [str(BIN / "flaudit"), "attach", "--url", service.url, "--canaries",
                  str(NUM_CANARIES), "--max-canary-fraction", "1.0", "--name", name,
-                 "--format", "json"],
+                 "--format", "run-config"],
                 env={**env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True,
                 timeout=60,
             )
             assert attach.returncode == 0, attach.stderr
-            lines = json.loads(attach.stdout)
-            secrets.append(lines["FLAUDIT_RUN_TOKEN"])
+            lines = tomllib.loads(attach.stdout)  # flaudit-audit-id = "...", ...
+            assert set(lines) == {"flaudit-audit-id", "flaudit-ingest-url", "flaudit-run-token"}
+            secrets.append(lines["flaudit-run-token"])
             run_config = _run_config(tmp_path / f"{app.name}.toml", {
                 "noise-multiplier": noise, "clipping-norm": 1.0, "num-sampled-clients": 2,
                 "num-server-rounds": 2, "fraction-evaluate": 0.0,  # evaluate_fn only: faster
-                "flaudit-audit-id": lines["FLAUDIT_AUDIT_ID"],
-                "flaudit-ingest-url": lines["FLAUDIT_URL"],
-                "flaudit-run-token": lines["FLAUDIT_RUN_TOKEN"],
+                **lines,
             })
 
             def submit():
@@ -163,7 +163,7 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
                 return done if done.returncode == 0 else None
 
             wait_for(submit, timeout=90, interval=2, what="the SuperLink to accept the run")
-            audits[name] = wait_for_audit(http, lines["FLAUDIT_AUDIT_ID"], timeout=240,
+            audits[name] = wait_for_audit(http, lines["flaudit-audit-id"], timeout=240,
                                           bodies=bodies, what=f"the {name} audit")
     finally:
         procs.stop_all()

@@ -190,3 +190,37 @@ def test_strategies_it_cannot_audit_are_refused_with_what_to_change():
     )
     with pytest.raises(ValueError, match="remove accountant="):
         CanaryAuditStrategy(accounted, reporter=reporter)
+
+
+def test_client_side_adaptive_clipping_aggregates_canaries_with_the_norm_bit():
+    """Flower's client-side adaptive wrapper requires KEY_NORM_BIT in every reply; a canary has
+    norm S(t) exactly, so its bit says "not clipped"."""
+    from flwr.serverapp.strategy import DifferentialPrivacyClientSideAdaptiveClipping
+    from flwr.supercore.differential_privacy import KEY_NORM_BIT
+
+    seen_bits = []
+
+    class Spy(FedAvg):
+        def aggregate_train(self, server_round, replies):
+            replies = list(replies)
+            seen_bits.extend(next(iter(r.content.metric_records.values()))[KEY_NORM_BIT]
+                             for r in replies)
+            return super().aggregate_train(server_round, replies)
+
+    inner = DifferentialPrivacyClientSideAdaptiveClipping(
+        Spy(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
+        noise_multiplier=0.0, num_sampled_clients=3, initial_clipping_norm=S,
+    )
+    reporter = LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=K)
+    strategy, canaries = _wrapped(reporter, rounds=2, repeats=1, inner=inner)
+    assert "adaptive_clipping" in read_claim(inner, num_rounds=2, num_nodes=3)
+    model = np.random.default_rng(2).standard_normal(630).astype(np.float32)
+    arrays = ArrayRecord([model[:600].reshape(20, 30), model[600:]])
+    messages = list(strategy.configure_train(1, arrays, ConfigRecord({}), Grid3()))
+    updates = [np.full(630, 0.001 * (i + 1), np.float32) for i in range(3)]
+    replies = _replies(messages, model, updates,
+                       [{"num-examples": 5, KEY_NORM_BIT: 1} for _ in range(3)])
+    new_arrays, _ = strategy.aggregate_train(1, replies)
+    c = len(canaries.by_round[1])
+    assert new_arrays is not None and reporter.rounds[-1][1].num_canaries_inserted == c
+    assert seen_bits == [1, 1, 1] + [0] * c
