@@ -55,14 +55,20 @@ def main(args: argparse.Namespace) -> int:
 
     headers = {"Authorization": f"Bearer {_api_key(args)}"}
     base = args.url.rstrip("/")
-    if args.rotate:
-        response = httpx.post(f"{base}/audits/{args.rotate}/run-token", headers=headers, timeout=30)
-    else:
-        body = {"name": args.name, "engine": "external", "num_canaries": args.canaries,
-                "canary_repeats": args.repeats, "delta": args.delta}
-        if args.max_canary_fraction is not None:
-            body["max_canary_fraction"] = args.max_canary_fraction
-        response = httpx.post(f"{base}/audits", json=body, headers=headers, timeout=30)
+    try:
+        if args.rotate:
+            response = httpx.post(f"{base}/audits/{args.rotate}/run-token", headers=headers,
+                                  timeout=30)
+        else:
+            body = {"name": args.name, "engine": "external", "num_canaries": args.canaries,
+                    "canary_repeats": args.repeats, "delta": args.delta}
+            if args.max_canary_fraction is not None:
+                body["max_canary_fraction"] = args.max_canary_fraction
+            response = httpx.post(f"{base}/audits", json=body, headers=headers, timeout=30)
+    except httpx.HTTPError as error:
+        print(f"flaudit attach: cannot reach the service at {base} ({type(error).__name__}); "
+              "is `flaudit serve` running there?", file=sys.stderr)
+        return 1
     if response.status_code >= 400:
         print(f"flaudit attach: HTTP {response.status_code}: {response.text[:500]}", file=sys.stderr)
         return 1
