@@ -187,9 +187,10 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
         assert analytic
         if noise == 0:
             assert all(e["epsilon"] == "inf" for e in analytic)
-            valid = [e for e in estimates if e["estimator"] == "lower_bound"
-                     and e["threat_model"] == "final_model" and e["correction"] == "bonferroni"]
-            assert valid and valid[0]["epsilon"] > 10  # a valid 95% bound, far above any DP
+            # a valid (Bonferroni) bound: every guess of the one-run game is right
+            one_run = [e for e in estimates if e["estimator"] == "one_run"
+                       and e["threat_model"] == "final_model"]
+            assert one_run and one_run[0]["epsilon"] > 1
         else:
             assert all(isinstance(e["epsilon"], float) for e in analytic)
         headline[name] = audit["headline_epsilon"] if "headline_epsilon" in audit else next(
@@ -198,7 +199,7 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
             and e["variance"] == "null"
         )
     # noise disabled in the app: the canaries stand out; z = 5 hides them
-    assert headline["noise disabled"] > 5 * max(headline["noised"], 0.2), headline
+    assert headline["noise disabled"] > 10 * max(headline["noised"], 0.2), headline
     for text in [*bodies, *(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))]:
         for secret in secrets:  # the run tokens reach no log and no response after creation
             assert secret not in text
