@@ -187,6 +187,7 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
         assert analytic
         if noise == 0:
             assert all(e["epsilon"] == "inf" for e in analytic)
+            assert audit["alarm_guarantee"].startswith("No DP claim")  # the claim says so
             # a valid (Bonferroni) bound: every guess of the one-run game is right
             one_run = [e for e in estimates if e["estimator"] == "one_run"
                        and e["threat_model"] == "final_model"]
