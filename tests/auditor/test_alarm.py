@@ -29,13 +29,24 @@ def _test(p, threat_model="known_rounds"):
 
 def test_error_warning_ok_and_union_over_tests():
     level = look_level(3, 11) / 2
-    assert decide_alarm([_test(level * 0.9), _test(1.0, "poisson_subsampled")], look=3,
-                        num_looks=11).status == "error"
-    assert decide_alarm([_test(1.0), _test(level * 0.9, "poisson_subsampled")], look=3,
-                        num_looks=11).status == "warning"
+    both = dict(look=3, num_looks=11, poisson_warning=True)
+    assert decide_alarm([_test(level * 0.9), _test(1.0, "poisson_subsampled")], **both).status == "error"
+    assert decide_alarm([_test(1.0), _test(level * 0.9, "poisson_subsampled")], **both).status == "warning"
     # just above the per-test level: nothing fires (the level is split over the two tests)
-    ok = decide_alarm([_test(level * 1.1), _test(1.0, "poisson_subsampled")], look=3, num_looks=11)
+    ok = decide_alarm([_test(level * 1.1), _test(1.0, "poisson_subsampled")], **both)
     assert ok.status == "ok" and ok.level_per_test == pytest.approx(level)
+
+
+def test_poisson_claim_is_reported_not_alarming_by_default():
+    """Canaries in fixed periods are not Poisson clients: by default only the known-rounds
+    claim alarms, and it gets the whole look's level."""
+    level = look_level(3, 11)
+    tests = [_test(level * 0.9), _test(0.0, "poisson_subsampled")]
+    decision = decide_alarm(tests, look=3, num_looks=11)
+    assert decision.status == "error" and decision.level_per_test == pytest.approx(level)
+    assert [t["claim"]["threat_model"] for t in decision.rejected] == ["known_rounds"]
+    assert decide_alarm([_test(1.0), _test(0.0, "poisson_subsampled")], look=3,
+                        num_looks=11).status == "ok"
 
 
 def test_no_dp_claim():
@@ -51,6 +62,9 @@ def test_guarantee_sentence_names_claim_looks_and_level():
     spec = AuditSpec(noise_multiplier=1.0, canary_repeats=4, num_canaries=20, num_rounds=20)
     text = alarm_guarantee(audit_claims(spec), num_looks=21)
     assert "2-Gaussian DP" in text and "21 looks" in text and "5%" in text
+    assert "error alarm" in text and "Poisson" not in text
+    assert "Poisson-subsampled" in alarm_guarantee(audit_claims(spec), num_looks=21,
+                                                   poisson_warning=True)
 
 
 def test_false_alarm_rate_over_every_look_on_the_claim():
