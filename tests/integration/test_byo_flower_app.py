@@ -155,7 +155,7 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
                 **lines,
             })
 
-            def submit():
+            def submit(app=app, run_config=run_config):
                 done = subprocess.run(
                     [str(BIN / "flwr"), "run", str(app), "local", "--run-config", str(run_config)],
                     env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
@@ -163,8 +163,10 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
                 return done if done.returncode == 0 else None
 
             wait_for(submit, timeout=90, interval=2, what="the SuperLink to accept the run")
-            audits[name] = wait_for_audit(http, lines["flaudit-audit-id"], timeout=240,
-                                          bodies=bodies, what=f"the {name} audit")
+            audits[name] = lines["flaudit-audit-id"]
+        for name, audit_id in audits.items():  # the two runs train side by side
+            audits[name] = wait_for_audit(http, audit_id, timeout=300, bodies=bodies,
+                                          what=f"the {name} audit")
     finally:
         procs.stop_all()
         service.stop()
