@@ -196,6 +196,8 @@ class FedAvgAuditResult:
         Rounds the accountant was told (``canary_repeats``).
     mean_cohort_size : float
         Real clients + canaries per round, on average.
+    num_rounds : int, optional
+        Rounds the max-over-rounds cosines cover.
     """
 
     final_cosines: np.ndarray = field(repr=False)
@@ -208,6 +210,7 @@ class FedAvgAuditResult:
     known_rounds_scores: np.ndarray = field(default=None, repr=False)
     known_rounds_history: np.ndarray = field(default=None, repr=False)
     max_cosines_history: np.ndarray = field(default=None, repr=False)
+    num_rounds: int | None = None
 
 
 def _client_updates(config: FedAvgSimulation, count: int, direction: np.ndarray,
@@ -358,6 +361,7 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         known_rounds_scores=known.scores,
         known_rounds_history=known_history,
         max_cosines_history=max_history,
+        num_rounds=config.num_rounds,
     )
 
 
@@ -464,7 +468,7 @@ def audit_epsilons(result: FedAvgAuditResult, *, delta: float, one_run: bool = T
 
     summary = summarize(seen=result.seen, dim=result.dim, delta=delta,
                         max_cosines=result.max_cosines, final_cosines=result.final_cosines,
-                        one_run=one_run)
+                        one_run=one_run, num_rounds=result.num_rounds)
     out = {}
     for e in summary.estimates:
         label = e.variance.value if e.estimator.value == "two_gaussian" else e.correction.value

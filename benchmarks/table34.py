@@ -77,7 +77,8 @@ def run_one(args, z: float, repeats: int, run: int) -> dict:
         result = run_inprocess_audit(spec, canary_seed=seed, reporter=reporter, noise_seed=run)
     tracker = reporter.tracker
     summary = summarize(seen=seen_mask(seed, spec.num_canaries), dim=tracker.dim, delta=spec.delta,
-                        max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines)
+                        max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
+                        num_rounds=tracker.num_rounds)
     est = summary.estimates
     return {
         "z": z,

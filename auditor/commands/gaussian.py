@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 
 from auditor.commands._table import print_table
 
@@ -43,9 +44,9 @@ def _delta(text: str) -> float:
 
 def _row_line(r: dict) -> str:
     n, f, lo = r["epsilon_est_null_variance"], r["epsilon_est_fitted_variance"], r["epsilon_lo"]
-    return (f"{r['sigma']:>8.4g} {r['analytic_epsilon']:>12.3f} "
-            f"{n['mean']:>10.3f} ± {n['std']:<6.3f} {f['mean']:>12.3f} ± {f['std']:<6.3f} "
-            f"{lo['mean']:>6.3f} ± {lo['std']:<4.2f}")
+    return (f"{r['sigma']:>8.4g} {r['analytic_epsilon']:>12.4g} "
+            f"{n['mean']:>10.4g} ± {n['std']:<6.3g} {f['mean']:>12.4g} ± {f['std']:<6.3g} "
+            f"{lo['mean']:>6.4g} ± {lo['std']:<4.2g}")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -110,11 +111,12 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(meta, indent=2))
         return 0
-    print(f"Gaussian mechanism audit (Andrew et al. Alg. 1): d={args.d:g}, k={args.k}, "
-          f"delta={args.delta:g}, {args.runs} runs per row, method={args.method}")
+    print(textwrap.fill(f"Gaussian mechanism audit (Andrew et al. Alg. 1): d={args.d:g}, "
+                        f"k={args.k}, delta={args.delta:g}, {args.runs} runs per row, "
+                        f"method={args.method}", width=100))
     head = f"{'sigma':>8} {'analytic eps':>12} {'eps_est (var 1/d)':>19} {'eps_est (fitted var)':>21} {'eps_lo 95%':>13}"
     print_table(head, (_row_line(r) for r in rows))
     hv = "var 1/d" if args.variance == "null" else "fitted var"
-    print(f"headline: eps_est ({hv}); mean ± std over runs; eps_lo uses the exact null CDF, "
-          "uncorrected max over thresholds")
+    print(textwrap.fill(f"headline: eps_est ({hv}); mean ± std over runs; eps_lo uses the exact "
+                        "null CDF, uncorrected max over thresholds", width=100))
     return 0

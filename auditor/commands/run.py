@@ -15,9 +15,10 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 from pathlib import Path
 
-from auditor.commands._table import print_table
+from auditor.commands._table import fmt_number, print_table
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,25 +55,52 @@ def load_spec(path: Path):
     return AuditSpec.model_validate(data)
 
 
-def _fmt(value: float) -> str:
-    if math.isinf(value):
-        return "inf"
-    return f"{value:.4g}"
+#: Printed under the table when a point estimate exceeds the tightest analytic epsilon.
+ABOVE_CLAIM_NOTE = (
+    "* above the tightest analytic epsilon ({claim}): a point estimate from Gaussians fitted to "
+    "the canaries, not a bound and not a sign of a DP bug (few canaries or unequal fitted "
+    "variances inflate it; --bootstrap 200 shows its spread). Only the DP alarm (its claim tests "
+    "and the valid lower bounds) can indicate a bug."
+)
 
 
-def _estimate_line(e) -> str:
+def _estimate_line(e, note: int, claim: float | None) -> str:
+    """One row (at most 85 columns): the method goes to note ``[note]`` under the table."""
     conf = f"{e.confidence:.2f}" if e.confidence is not None else "-"
-    return (f"{_fmt(e.epsilon):>9}  {e.estimator.value:<13} {e.threat_model:<19} "
-            f"{e.variance.value:<8} {e.correction.value:<10} {conf:>5}  {e.method}")
+    above = (claim is not None and e.estimator.value == "two_gaussian"
+             and e.epsilon > claim)
+    value = fmt_number(e.epsilon) + ("*" if above else " ")
+    return (f"{value:>10} {e.estimator.value:<15} {e.threat_model:<19} "
+            f"{e.variance.value:<8} {e.correction.value:<10} {conf:>5}  [{note}]")
+
+
+def print_estimates(estimates) -> None:
+    """The estimator table within 100 columns, its notes (methods) and the above-claim note."""
+    analytic = [e.epsilon for e in estimates if e.estimator.value == "analytic"
+                and math.isfinite(e.epsilon)]
+    claim = min(analytic) if analytic else None
+    methods: list[str] = []
+    rows = []
+    for e in estimates:
+        if e.method not in methods:
+            methods.append(e.method)
+        rows.append(_estimate_line(e, methods.index(e.method) + 1, claim))
+    head = (f"{'epsilon':>10} {'estimator':<15} {'threat model':<19} {'variance':<8} "
+            f"{'correction':<10} {'conf':>5}  note")
+    print_table(head, rows)
+    for i, method in enumerate(methods, start=1):
+        print(textwrap.fill(method, width=100, initial_indent=f"[{i}] ", subsequent_indent="    "))
+    if any(line.split()[0].endswith("*") for line in rows):
+        print(textwrap.fill(ABOVE_CLAIM_NOTE.format(claim=fmt_number(claim)), width=100))
 
 
 def main(args: argparse.Namespace) -> int:
     import numpy as np
     from pydantic import ValidationError
-    from tqdm import tqdm
 
     from auditor.canaries import new_master_seed, seen_mask
     from auditor.estimators import audit_analytic_epsilon, summarize
+    from auditor.commands._progress import RoundProgress
     from server.reporting import LocalRoundReporter
     from server.simulation import run_simulation_audit
 
@@ -102,25 +130,19 @@ def main(args: argparse.Namespace) -> int:
     reporter = LocalRoundReporter.for_audit(
         canary_seed=seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family
     )
-    bar = tqdm(total=spec.num_rounds, desc=f"audit {spec.name}", unit="round", file=sys.stderr,
-               disable=None)
-
-    def progress(t: int, total: int) -> None:
-        bar.update(t - bar.n)
-
     try:
-        result = run_simulation_audit(
-            spec, canary_seed=seed, reporter=reporter, timeout=args.timeout, progress=progress,
-            max_supernodes=args.max_supernodes, num_cpus=args.num_cpus,
-        )
+        with RoundProgress(spec.num_rounds, name=f"audit {spec.name!r}") as bar:
+            result = run_simulation_audit(
+                spec, canary_seed=seed, reporter=reporter, timeout=args.timeout,
+                progress=lambda t, total: bar.update(t),
+                max_supernodes=args.max_supernodes, num_cpus=args.num_cpus,
+            )
     except TimeoutError as error:
         print(f"flaudit run: {error}", file=sys.stderr)
         return 3
     except ValueError as error:
         print(f"flaudit run: error: {error}", file=sys.stderr)
         return 2
-    finally:
-        bar.close()
 
     from auditor.estimators.gdp import audit_claims
     from auditor.service.live import alarm_guarantee, bug_label, build_alerts, decide, num_looks
@@ -133,6 +155,7 @@ def main(args: argparse.Namespace) -> int:
         final_cosines=tracker.final_cosines, threat_models=[t.value for t in spec.threat_models],
         bootstrap=args.bootstrap, one_run=True,  # the same estimates the service reports
         known_rounds_scores=scores, claims=audit_claims(spec),
+        num_rounds=tracker.num_rounds,
     )
     estimates = list(summary.estimates)
     estimates += audit_analytic_epsilon(spec)
@@ -166,25 +189,28 @@ def main(args: argparse.Namespace) -> int:
         return 0
 
     metrics = result["metrics"]
-    print(f"audit {spec.name!r}: task {spec.task}, d={result['dim']}, T={spec.num_rounds}, "
-          f"m={spec.clients_per_round}, z={spec.noise_multiplier:g}, k={spec.num_canaries} canaries "
-          f"({int(mask.sum())} seen, repeats {spec.canary_repeats}), {spec.participation.value} "
-          f"participation, {result['seconds']:.1f} s")
+    print(textwrap.fill(
+        f"audit {spec.name!r}: task {spec.task}, d={result['dim']}, T={spec.num_rounds}, "
+        f"m={spec.clients_per_round}, z={spec.noise_multiplier:g}, k={spec.num_canaries} canaries "
+        f"({int(mask.sum())} seen, repeats {spec.canary_repeats}), {spec.participation.value} "
+        f"participation, {result['seconds']:.1f} s", width=100, subsequent_indent="  "))
     print(f"final model: accuracy {metrics.get('accuracy', float('nan')):.4f}, "
           f"loss {metrics.get('loss', float('nan')):.4f}; clients dropped: {result['num_failures']}")
-    print(f"mean cosines  final: seen {cos['final_seen_mean']}, unseen {cos['final_unseen_mean']}; "
-          f"max over rounds: seen {cos['max_seen_mean']}, unseen {cos['max_unseen_mean']}")
-    head = f"{'epsilon':>9}  {'estimator':<13} {'threat model':<19} {'variance':<8} {'correction':<10} {'conf':>5}  method"
-    print_table(head, (_estimate_line(e) for e in estimates))
+    print(f"mean cosines, final model: seen {fmt_number(cos['final_seen_mean'])}, unseen "
+          f"{fmt_number(cos['final_unseen_mean'])}")
+    print(f"mean cosines, max over rounds: seen {fmt_number(cos['max_seen_mean'])}, unseen "
+          f"{fmt_number(cos['max_unseen_mean'])}")
+    print_estimates(estimates)
     print(f"delta = {spec.delta:g} for every row")
     bad = [d for d in summary.diagnostics if not d.ok]
     for d in bad:
-        print(f"note: {d.name}: {d.hint}")
+        print(textwrap.fill(f"note: {d.name}: {d.hint}", width=100, subsequent_indent="  "))
     if bug:
-        print(bug)
+        print(textwrap.fill(str(bug), width=100, subsequent_indent="  "))
     for alert in alerts:
-        print(f"{alert['level'].upper()}: {alert['message']}")
+        print(textwrap.fill(f"{alert['level'].upper()}: {alert['message']}", width=100,
+                            subsequent_indent="  "))
     if alarm.status == "ok":
         print("DP alarm: none (no claim test rejected)")
-    print(f"alarm guarantee: {guarantee}")
+    print(textwrap.fill(f"alarm guarantee: {guarantee}", width=100, subsequent_indent="  "))
     return 0

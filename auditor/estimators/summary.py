@@ -133,6 +133,7 @@ def summarize(
     num_bins: int = 30,
     known_rounds_scores=None,
     claims=None,
+    num_rounds: int | None = None,
 ) -> AuditSummary:
     """All estimates for one audit's canary statistics.
 
@@ -170,6 +171,10 @@ def summarize(
         and on the final-model cosines (exact null); the ``poisson_subsampled`` claim on the
         final-model cosines and the max-over-rounds cosines. Results in ``claim_tests`` (feed
         them to :func:`auditor.estimators.alarm.decide_alarm`).
+    num_rounds : int, optional
+        Rounds the max-over-rounds cosines cover. With it, the all-iterates estimate fits its
+        Gaussians after the max-of-T null map (:func:`auditor.estimators.fitted.max_null_probit`);
+        without it, to the raw maxima (the paper's recipe, which overshoots).
 
     Every available statistic also gets the valid Gaussian-DP lower bound
     (:func:`auditor.estimators.gdp.gdp_lower_bound`, Bonferroni) and, with ``one_run``, the
@@ -275,7 +280,7 @@ def summarize(
     if ALL_ITERATES in tms and maxc is not None:
         s, u = maxc[seen_mask], maxc[~seen_mask]
         if n_seen >= 2 and n_unseen >= 2:
-            all_iter = all_iterates_estimate(s, u, delta)
+            all_iter = all_iterates_estimate(s, u, delta, num_rounds=num_rounds, d=d)
             estimates.append(all_iter)
             for corr in (NoCorrection(), Bonferroni()):
                 estimates.append(
@@ -293,7 +298,8 @@ def summarize(
             if bootstrap:
                 diagnostics.append(
                     bootstrap_interval(
-                        lambda ss, uu: all_iterates_estimate(ss, uu, delta).epsilon,
+                        lambda ss, uu: all_iterates_estimate(ss, uu, delta, num_rounds=num_rounds,
+                                                              d=d).epsilon,
                         s, u, name="all_iterates_epsilon",
                         point=all_iter.epsilon, num_resamples=bootstrap,
                     )

@@ -82,7 +82,7 @@ class ReadCache:
         self.invalidate(audit_id)
         audit = store.get_audit(audit_id)
         if audit is not None:
-            self.put(audit_id, audit_view(audit))
+            self.put(audit_id, audit_view(audit, round_times=store.round_times(audit_id)))
 
 
 def json_safe(value):

@@ -125,6 +125,7 @@ def summary_parts(
     final: bool = False,
     known_rounds_scores: np.ndarray | None = None,
     claims: list | None = None,
+    num_rounds: int | None = None,
 ) -> tuple[list[dict], list[dict], dict, list]:
     """Estimates, diagnostics, histograms and claim tests from
     :func:`auditor.estimators.summarize`.
@@ -147,6 +148,7 @@ def summary_parts(
         bootstrap=200 if final else 0,
         known_rounds_scores=known_rounds_scores,
         claims=claims,
+        num_rounds=num_rounds,
     )
     histograms = {}
     for key, hist in (summary.histograms or {}).items():
@@ -474,6 +476,7 @@ class LiveAudits:
                     threat_models=[ThreatModel.all_iterates],
                     known_rounds_scores=None if known_rounds is None else known_rounds.scores,
                     claims=audit_claims(spec),
+                    num_rounds=t,
                 )
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(
@@ -543,6 +546,7 @@ class LiveAudits:
                     final=True,
                     known_rounds_scores=scores,
                     claims=audit_claims(spec),
+                    num_rounds=secret.rounds_stored,
                 )
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(

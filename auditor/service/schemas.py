@@ -61,7 +61,9 @@ class Progress(BaseModel):
     num_rounds: int = Field(description="Rounds planned (T).", examples=[20])
     fraction: float = Field(description="t / T.", examples=[0.15])
     eta_seconds: float | None = Field(
-        None, description="Estimated seconds until the last round (null before the first).",
+        None,
+        description="Estimated seconds until the last round: median time between rounds since "
+        "round 1 times rounds left (start-up not counted; null until two rounds arrived).",
         examples=[42.0],
     )
 

@@ -556,6 +556,15 @@ class Store:
                 )
             )
 
+    def round_times(self, audit_id: str) -> list[datetime]:
+        """When each stored round arrived, in round order (for the ETA)."""
+        with self.session() as s:
+            return list(s.scalars(
+                select(AuditRound.received_at)
+                .where(AuditRound.audit_id == audit_id)
+                .order_by(AuditRound.round)
+            ))
+
     def get_round(self, audit_id: str, t: int) -> AuditRound | None:
         with self.session() as s:
             return s.scalar(

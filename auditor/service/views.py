@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from auditor.canaries import seen_mask
+from auditor.progress import eta_seconds
 
 from .live import alarm_guarantee, bug_label
 from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc
@@ -26,14 +27,15 @@ def _iso(value) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
-def progress_view(audit: Audit) -> dict[str, Any]:
+def progress_view(audit: Audit, round_times=None) -> dict[str, Any]:
+    """Round t of T and the ETA from the times rounds 1..t arrived (``round_times``; without
+    them, as in the audit list, no ETA): the Flower/Ray start-up is not round time."""
     num_rounds = int(audit.spec.get("num_rounds", 0) or 0)
     t = int(audit.rounds_stored or 0)
     eta = None
-    started, last = as_utc(audit.started_at), as_utc(audit.last_round_at)
-    if audit.status == "running" and t > 0 and started is not None and last is not None:
-        per_round = max((last - started).total_seconds(), 0.0) / t
-        eta = round(per_round * max(num_rounds - t, 0), 3)
+    if audit.status == "running" and round_times is not None and len(round_times) == t > 0:
+        eta = eta_seconds([as_utc(at).timestamp() for at in round_times], num_rounds)
+        eta = None if eta is None else round(eta, 3)
     elif audit.status in ENDED_STATUSES:
         eta = 0.0 if audit.status == "succeeded" else None
     return {
@@ -60,7 +62,7 @@ def _merge_histograms(histograms: dict, ended: bool) -> dict:
     return merged
 
 
-def audit_view(audit: Audit) -> dict[str, Any]:
+def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
     ended = audit.status in ENDED_STATUSES
     base = f"/audits/{audit.id}"
     return {
@@ -72,7 +74,7 @@ def audit_view(audit: Audit) -> dict[str, Any]:
         "created_at": _iso(audit.created_at),
         "started_at": _iso(audit.started_at),
         "finished_at": _iso(audit.finished_at),
-        "progress": progress_view(audit),
+        "progress": progress_view(audit, round_times),
         "dim": audit.dim,
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],

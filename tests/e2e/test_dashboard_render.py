@@ -185,6 +185,7 @@ def test_reads_that_need_the_key_ask_once_and_keep_it_out_of_urls(static_url, ta
     page = tab.page
     page.goto(static_url + "index.html#/audits/abc")
     expect(page.locator("#key-dialog")).to_be_visible()
+    expect(page.locator("#key-dialog")).to_contain_text(".flaudit/api-key")  # where the key is
     page.locator("#key-input").fill(key)
     page.keyboard.press("Enter")  # the dialog's form submits with Enter
     expect(page.locator("#round-counter")).to_have_text("Round 10 of 10")
@@ -210,4 +211,38 @@ def test_no_dp_claim_and_an_injected_bug_are_said_plainly(static_url, tab):
     expect(page.locator("#bug-injected")).to_contain_text("bug injected: noise_scale=0.5")
     expect(page.locator("#alarm-guarantee")).to_contain_text("No DP claim.")
     expect(page.locator("#alarm-guarantee")).to_contain_text("no DP alarm can fire")
+    assert tab.console_errors == []
+
+
+@pytest.mark.timeout(60)
+def test_an_estimate_above_the_claim_says_why_and_the_bootstrap_shows_an_interval(static_url, tab):
+    """A point estimate (ε_est) above the tightest analytic ε on a correct run: the tile and the
+    table say on screen that it is an estimate, not a bound, and no alarm is raised; the
+    bootstrap diagnostic shows its interval, not a bare width that reads like an ε."""
+    audit = _audit("succeeded", round_=10)
+    audit["estimates"] = [
+        _estimate(1.5, "two_gaussian", "final_model", variance="null"),
+        _estimate(10.7, "two_gaussian", "all_iterates", variance="fitted"),
+        _estimate(0.4, "lower_bound", "all_iterates", correction="bonferroni", confidence=0.95),
+        _estimate(3.08, "analytic", "known_rounds", accountant="pld"),
+    ]
+    audit["diagnostics"] = [{
+        "name": "bootstrap_all_iterates_epsilon", "value": 14.2, "ok": False,
+        "hint": "", "details": {"lower": 1.2, "upper": 15.4, "confidence": 0.95},
+    }]
+    _serve(tab, audit)
+    page = tab.page
+    page.goto(static_url + "index.html#/audits/abc")
+    tile = page.locator(".tile", has_text="ε_est, all iterates")
+    expect(tile).to_contain_text("10.7")
+    expect(tile).to_contain_text("not a bound and not a sign of a DP bug")
+    final_tile = page.locator(".tile", has_text="ε_est, final model")
+    expect(final_tile).not_to_contain_text("not a bound")  # 1.5 is below the claim
+    row = page.locator("#estimates-table tr", has_text="10.7")
+    expect(row.locator(".above-claim")).to_contain_text("above the analytic ε")
+    expect(page.locator("#estimates-table .above-claim")).to_have_count(1)
+    expect(page.locator("#alerts [role=alert]")).to_have_count(0)
+    diagnostics = page.locator("#diagnostics")
+    expect(diagnostics).to_contain_text("95% interval [1.20, 15.4]")
+    expect(diagnostics).not_to_contain_text("value 14.2")
     assert tab.console_errors == []

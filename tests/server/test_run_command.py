@@ -4,6 +4,7 @@ an in-process grid that runs the real ClientApp handler (no Ray)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -84,6 +85,13 @@ def test_flaudit_run_prints_estimates_and_never_the_seed(tmp_path, capsys, in_pr
     assert str(seed) not in out + err and hex(seed)[2:] not in out + err
     assert "two_gaussian" in out and "final_model" in out and "all_iterates" in out
     assert "accuracy" in out
+    # a table a terminal can show: 100 columns, numbers to 4 significant digits
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    assert not re.search(r"[1-9]\d*\.\d{5,}|0\.0*[1-9]\d{5,}", out), out  # no raw floats
+    # stderr is not a terminal here: one progress line per round, ETA from the rounds
+    progress = [line for line in err.splitlines() if "round " in line and "/3" in line]
+    assert [line.split("round ")[1].split(",")[0] for line in progress] == ["1/3", "2/3", "3/3"]
+    assert progress[-1].endswith("ETA 0 s") and "\r" not in err
 
     assert cli_main(["run", str(path), "--json"]) == 0
     out, err = capsys.readouterr()

@@ -313,6 +313,7 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
         seen=labels, dim=cos["dim"], delta=cos["delta"],
         max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
         final_cosines=final, threat_models=["final_model", "all_iterates"], one_run=True,
+        num_rounds=cos["num_rounds"],
     )
     service = {(e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
                for e in done["estimates"] if e["estimator"] != "analytic"}
@@ -375,3 +376,35 @@ def test_health_and_root_redirect(client):
     assert ready.status_code == 200 and ready.json()["detail"]["database"] == "ok"
     root = client.get("/", follow_redirects=False)
     assert root.status_code in (302, 307) and root.headers["location"] == "/ui/"
+
+
+def test_eta_counts_round_times_not_the_start_up(client, store):
+    """A run whose Flower/Ray start-up took ten minutes, then quick rounds: the ETA follows the
+    rounds (the old mean over (last round - start) / t predicted minutes)."""
+    import time
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from auditor.service.store import Audit, utcnow
+
+    audit_id, headers = _running(client, store)
+    with store.session() as s, s.begin():
+        s.execute(update(Audit).where(Audit.id == audit_id)
+                  .values(started_at=utcnow() - timedelta(minutes=10)))
+    base = f"/audits/{audit_id}"
+    assert client.put(f"{base}/initial-model", content=f32(np.zeros(400)), headers=headers).status_code == 200
+    meta = {"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1, "num_failures": 0}
+    rng = np.random.default_rng(0)
+    etas = []
+    for t in (1, 2, 3):
+        if t > 1:
+            time.sleep(0.2)
+        response = client.put(f"{base}/rounds/{t}", params=meta, content=f32(rng.normal(size=400)),
+                              headers=headers)
+        assert response.status_code == 200, response.text
+        etas.append(client.get(base).json()["progress"]["eta_seconds"])
+    assert etas[0] is None  # one round: no interval measured yet
+    assert 0.1 < etas[1] < 20 and 0.1 < etas[2] < 10  # 2 and 1 rounds left at ~0.2 s each
+    listed = client.get("/audits").json()["items"][0]["progress"]
+    assert listed["round"] == 3 and listed["eta_seconds"] is None

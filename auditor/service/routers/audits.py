@@ -206,8 +206,9 @@ async def get_audit(audit_id: AuditId, request: Request) -> Response:
     if body is None:
 
         def load() -> bytes:
-            audit = _get_or_404(request.app.state.store, audit_id)
-            return cache.put(audit_id, audit_view(audit))
+            store = request.app.state.store
+            audit = _get_or_404(store, audit_id)
+            return cache.put(audit_id, audit_view(audit, round_times=store.round_times(audit_id)))
 
         body = await run_in_threadpool(load)
     return Response(content=body, media_type="application/json")

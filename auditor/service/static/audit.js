@@ -4,12 +4,15 @@ import { api, ApiError, promptForKey } from "./api.js";
 import { DASHES, MARKERS, PALETTE, densityChart, lineChart, nullDensity, swatch, toDensity } from "./charts.js";
 import { h, fill, toast } from "./dom.js";
 import {
+  ABOVE_CLAIM_NOTE,
   TERMINAL,
   boundViolations,
   defaultSeries,
   diagnosticHint,
   diagnosticPurpose,
+  diagnosticValue,
   epsValue,
+  estimateAboveClaim,
   estimateLabel,
   estimatorLong,
   fmtDuration,
@@ -382,10 +385,15 @@ export function renderAudit(root, id) {
     const tile = (label, e, note) =>
       h("div", { class: "tile" }, h("div", { class: "tile-label" }, label), h("div", { class: "tile-value" }, e ? fmtEps(e.epsilon) : "–"), h("div", { class: "tile-note muted small" }, e ? note(e) : "not yet"));
     const m = a.metrics || {};
+    // an estimate above the claim says on screen why it is not an alarm
+    const estNote = (e) => {
+      const variance = e.variance === "null" ? "σ² = 1/d" : `${e.variance} σ`;
+      return estimateAboveClaim(e, est) ? h("span", { class: "above-claim" }, `${variance}; ${ABOVE_CLAIM_NOTE}`) : variance;
+    };
     fill(
       tiles,
-      tile("ε_est, final model", estFinal, (e) => (e.variance === "null" ? "σ² = 1/d" : `${e.variance} σ`)),
-      tile("ε_est, all iterates", estAll, (e) => (e.variance === "null" ? "σ² = 1/d" : `${e.variance} σ`)),
+      tile("ε_est, final model", estFinal, estNote),
+      tile("ε_est, all iterates", estAll, estNote),
       tile("Largest valid lower bound", bestBound, (e) => `${estimateLabel(e)}${e.confidence ? `, ${Math.round(e.confidence * 100)}%` : ""}`),
       tile("Analytic ε (tightest)", analytic[0], (e) => threatLabel(e.threat_model)),
       h(
@@ -609,7 +617,9 @@ export function renderAudit(root, id) {
           h("td", { "data-label": "Correction" }, e.correction || "n/a"),
           h("td", { class: "num", "data-label": "Confidence" }, e.confidence != null ? `${fmtNum(e.confidence * 100, 3)}%` : "point estimate"),
           h("td", { class: "num", "data-label": "δ" }, fmtNum(e.delta)),
-          h("td", { class: "method", "data-label": "Method" }, e.method || "", details ? h("div", { class: "muted small" }, details) : null),
+          h("td", { class: "method", "data-label": "Method" },
+            estimateAboveClaim(e, est) ? h("div", { class: "above-claim" }, `ε ${ABOVE_CLAIM_NOTE}`) : null,
+            e.method || "", details ? h("div", { class: "muted small" }, details) : null),
         );
       }),
     );
@@ -628,7 +638,7 @@ export function renderAudit(root, id) {
           "li",
           { class: `diag ${d.ok ? "ok" : "bad"}` },
           h("span", { class: "diag-icon", "aria-hidden": "true" }, d.ok ? "✓" : "!"),
-          h("div", {}, h("div", { class: "diag-head" }, h("strong", {}, humanize(d.name)), h("span", { class: "diag-state" }, d.ok ? " OK" : " needs attention"), h("span", { class: "muted small" }, ` · value ${fmtNum(epsValue(d.value) ?? d.value)}`)), h("div", { class: "diag-hint" }, diagnosticHint(d)), diagnosticPurpose(d) ? h("div", { class: "muted small" }, diagnosticPurpose(d)) : null),
+          h("div", {}, h("div", { class: "diag-head" }, h("strong", {}, humanize(d.name)), h("span", { class: "diag-state" }, d.ok ? " OK" : " needs attention"), h("span", { class: "muted small" }, ` · ${diagnosticValue(d)}`)), h("div", { class: "diag-hint" }, diagnosticHint(d)), diagnosticPurpose(d) ? h("div", { class: "muted small" }, diagnosticPurpose(d)) : null),
         ),
       ),
     );
