@@ -6,6 +6,13 @@ cd "$(dirname "$0")/.."
 EXTRAS="${1:-}"
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
+# pip, quietly: without its notes about local mirror folders that do not exist on this machine
+# ("WARNING: Location ... is ignored") and without setuptools' generic warning about editable
+# installs (the project's packages are meant to be imported from this checkout)
+pip_quiet() {
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip "$@" 2>&1 \
+    | { grep -v "^WARNING: Location" || true; }
+}
 if [ ! -x .venv/bin/python ]; then
   if ! "$PY" -m venv .venv >/dev/null 2>&1; then
     # Debian/Ubuntu ship venv separately; install it when we may, else say what is missing
@@ -18,15 +25,14 @@ if [ ! -x .venv/bin/python ]; then
     fi
     "$PY" -m venv .venv
   fi
-  .venv/bin/python -m pip install --quiet --upgrade pip
+  pip_quiet install --quiet --upgrade pip
 fi
 STAMP=".venv/.flaudit-installed-${EXTRAS:-base}"
 HASH="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$HASH" ]; then
   SPEC="."
   [ -n "$EXTRAS" ] && SPEC=".[${EXTRAS}]"
-  echo "flaudit: installing dependencies into .venv (first run takes about a minute)..."
-  # (the filter drops pip's notes about local mirror folders that do not exist on this machine)
-  .venv/bin/python -m pip install --quiet -e "$SPEC" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  echo "flaudit: installing dependencies into .venv (the first time: 2-6 minutes)..."
+  pip_quiet install --quiet -e "$SPEC"
   echo "$HASH" > "$STAMP"
 fi

@@ -31,7 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Audits running at the same time (default $FLAUDIT_MAX_CONCURRENT_AUDITS or 1).",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                        help="log level of the service and uvicorn (default info)")
 
 
 def main(args: argparse.Namespace) -> int:

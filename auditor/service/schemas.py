@@ -207,9 +207,13 @@ class CanaryStat(BaseModel):
         None, description="max over rounds of cos(c_j, Δ_t) (all-iterates statistic)."
     )
     last_cosine: float | None = Field(None, description="cos(c_j, Δ_t) of the latest round.")
-    final_cosine: float | None = Field(None, description="cos(c_j, θ_T − θ_0) (final model).")
+    final_cosine: float | None = Field(
+        None, description="cos(c_j, θ_T − θ_0): the final model's change from the initial model; "
+        "the final-model statistic every final-model estimate uses.",
+    )
     final_model_cosine: float | None = Field(
-        None, description="cos(c_j, θ_T), Alg. 2 as literally written."
+        None, description="cos(c_j, θ_T), Alg. 2 as literally written (θ_0 not subtracted); "
+        "for comparison only, no estimate uses it.",
     )
     seen: bool | None = Field(
         None, description="Whether canary j was inserted; null until the audit has ended."

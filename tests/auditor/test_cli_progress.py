@@ -51,7 +51,8 @@ def test_tty_bar_keeps_flower_log_records_on_their_own_lines():
     assert handler.stream is not stream and "DEPRECATED" not in handler.stream.getvalue()
     # the record is written after the bar's line was cleared, then the bar is redrawn
     before, after = text.split("DEPRECATED FEATURE: run_simulation", 1)
-    assert before.endswith("\r\033[K") and after.startswith("\n\r")
+    assert "\r\033[K" in before and "round" not in before.rsplit("\r\033[K", 1)[1]
+    assert after.startswith("\n")
     for line in text.replace("\r\033[K", "\n").replace("\r", "\n").splitlines():
         assert len(line) <= 100
         assert not ("DEPRECATED" in line and "round" in line)
@@ -64,3 +65,16 @@ def test_number_and_duration_formats():
     assert fmt_number(None) == "-"
     assert fmt_seconds(None) == "?" and fmt_seconds(65) == "1 min 05 s"
     assert fmt_seconds(3 * 3600 + 120) == "3 h 02 min"
+
+
+def test_every_option_of_every_subcommand_has_help():
+    import argparse
+
+    from auditor.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [f"{name} {opt}" for name, p in sub.choices.items() for a in p._actions
+               for opt in a.option_strings[:1] if not a.help and opt != "-h"]
+    assert missing == []
+    assert "log level" in sub.choices["serve"].format_help()
