@@ -144,7 +144,7 @@ def test_flaudit_run_prints_the_alarm_with_its_guarantee_and_marks_injected_bugs
     path = tmp_path / "audit.toml"
     path.write_text(SPEC)
     assert cli_main(["run", str(path)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the sentence is wrapped at 100 columns
     assert "alarm guarantee: If the DP implementation satisfies its claims" in out
     assert "at most 5% over all 4 looks" in out and "bug injected" not in out
 
