@@ -206,7 +206,13 @@ def search_thresholds(
         values = evaluate(seen, unseen, thresholds, 1)
     elif isinstance(correction, Bonferroni):
         q = (np.arange(correction.num_thresholds) + 0.5) / correction.num_thresholds
-        thresholds = np.unique(np.quantile(seen, q))
+        # Just below each quantile, so the test "score > a" counts a seen score equal to the
+        # quantile as a positive: with ties (e.g. every seen score at the cosine's maximum 1.0
+        # in a run without noise) a threshold AT the tied value would count every seen canary
+        # as a false negative. Still valid: a seen count below the j-th order statistic is at
+        # most j - 1, whose true rate is Beta(j, n - j + 1) (left limits for ties), which the
+        # upper bounds' Beta(x + 1/2, ...) / Beta(x + 1, ...) at x = j - 1 cover.
+        thresholds = np.unique(np.nextafter(np.quantile(seen, q), -np.inf))
         values = evaluate(seen, unseen, thresholds, correction.num_thresholds)
     else:
         rng = np.random.default_rng(correction.seed)

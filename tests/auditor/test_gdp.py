@@ -195,3 +195,13 @@ def test_epsilon_delta_curve_claim_checks_input():
         EpsilonDeltaCurveClaim((), ())
     with pytest.raises(ValueError, match="mu"):
         GaussianDPClaim(-1.0)
+
+
+def test_tied_seen_scores_still_refute_the_claim():
+    """Every seen score tied at the maximum (no noise): mu_lo is large and the claim test rejects."""
+    rng = np.random.default_rng(1)
+    seen, unseen = np.ones(500), rng.normal(0.0, 0.01, 500)
+    result = gdp_lower_bound(seen, unseen, delta=1e-5, correction=Bonferroni())
+    assert result.mu > 3.0
+    test = claim_test(seen, unseen, claim=GaussianDPClaim(1.0), correction=Bonferroni())
+    assert test.p_value < 1e-6

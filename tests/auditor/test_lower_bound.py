@@ -173,3 +173,15 @@ def test_paper_exact_is_invariant_to_an_affine_map_of_the_scores():
     two = epsilon_lower_bound(seen * 2.71828 + 3.14159, unseen * 2.71828 + 3.14159,
                               delta=1e-5, correction=_PAPER).epsilon
     assert one == pytest.approx(two, rel=1e-9) and one > 0
+
+
+def test_tied_seen_scores_are_not_all_false_negatives():
+    """A run without noise can put every seen score at the same value (a cosine of exactly 1.0):
+    the Bonferroni thresholds must still count those canaries as positives."""
+    rng = np.random.default_rng(0)
+    seen = np.ones(500)
+    unseen = rng.normal(0.0, 0.01, 500)
+    bound = epsilon_lower_bound(seen, unseen, delta=1e-5, correction=Bonferroni())
+    assert bound.epsilon > 3.0
+    final = epsilon_lower_bound(seen, d=10_000, delta=1e-5, correction=Bonferroni())
+    assert final.epsilon > 3.0
