@@ -13,6 +13,8 @@ SUBCOMMANDS = {
     "run": "Run one audit end to end in the Flower simulation engine and print the estimates.",
     "gaussian": "Audit the Gaussian mechanism with random canaries (Andrew et al. Alg. 1).",
     "attach": "Create an audit for your own Flower app and print the environment it needs.",
+    "generate-secret-key": "Print a new key for FLAUDIT_SECRET_KEY (encrypts canary seeds at rest).",
+    "rotate-secret-key": "Re-encrypt every stored canary seed with a new secret key.",
 }
 
 
@@ -23,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
-        module = importlib.import_module(f"auditor.commands.{name}")
+        module = importlib.import_module(f"auditor.commands.{name.replace('-', '_')}")
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         module.configure(sub_parser)
         sub_parser.set_defaults(_module=module)

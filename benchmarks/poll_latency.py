@@ -31,6 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 KEY = "bench-key-0123456789"
 
 
+def _new_secret_key() -> str:
+    from auditor.service.sealing import generate_secret_key
+
+    return generate_secret_key()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -124,6 +130,7 @@ def main() -> int:
     spec = json.loads(Path(args.spec).read_text())
     tmp = Path(tempfile.mkdtemp(prefix="flaudit-bench-"))
     env = {**os.environ, "FLAUDIT_API_KEY": KEY, "FLWR_TELEMETRY_ENABLED": "0",
+           "FLAUDIT_SECRET_KEY": os.environ.get("FLAUDIT_SECRET_KEY") or _new_secret_key(),
            "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_HOME": str(tmp / "flwr")}
     if args.engine == "fake":
         env["FLAUDIT_WORKER_TARGET"] = "tests.service.fake_engine:worker"

@@ -15,5 +15,12 @@ if [ -z "${FLAUDIT_API_KEY:-}" ] && [ -z "${FLAUDIT_API_KEY_FILE:-}" ]; then
   export FLAUDIT_API_KEY_FILE="$PWD/.flaudit/api-key"
   echo "flaudit: API key for mutating routes is in .flaudit/api-key"
 fi
+if [ -z "${FLAUDIT_SECRET_KEY:-}" ] && [ -z "${FLAUDIT_SECRET_KEY_FILE:-}" ]; then
+  if [ ! -f .flaudit/secret-key ]; then
+    (umask 077 && .venv/bin/flaudit generate-secret-key > .flaudit/secret-key)
+  fi
+  export FLAUDIT_SECRET_KEY_FILE="$PWD/.flaudit/secret-key"
+  echo "flaudit: the key that encrypts canary seeds at rest is in .flaudit/secret-key (back it up)"
+fi
 exec .venv/bin/flaudit serve --host 127.0.0.1 --port "${PORT:-8000}" \
   --database-url "${FLAUDIT_DATABASE_URL:-sqlite:///.flaudit/flaudit.db}" --demo "$@"

@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+#: ``FLAUDIT_SECRET_KEY`` of every service the tests start (encrypts canary seeds at rest).
+TEST_SECRET_KEY = "nVH1c9oe4asChAQaFR-G63pk5txEHOG3WAKT9r9j5O8="
 BIN = Path(sys.executable).parent
 
 

@@ -60,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
         overrides["demo_spec_path"] = str(DEMO_SPEC)
     try:
         settings = Settings.from_env(**overrides)
+        settings.seed_cipher()  # a missing or invalid secret key stops here, with how to fix it
     except ValueError as exc:
         print(f"flaudit serve: {exc}")
         return 2

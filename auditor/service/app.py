@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from .headers import SecurityHeaders
 from .limits import RequestLimits
 from .live import LiveAudits
 from .routers import audits, health, ingest
@@ -134,7 +135,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         own_store = store is None
-        app.state.store = store or Store(settings.database_url)
+        app.state.store = store or Store(settings.database_url, cipher=settings.seed_cipher())
         app.state.live = LiveAudits(
             app.state.store, canary_cache_bytes=settings.canary_cache_bytes
         )
@@ -186,6 +187,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         max_ingest_body_bytes=settings.max_body_bytes,
         body_timeout_seconds=settings.body_timeout_seconds,
     )
+    app.add_middleware(SecurityHeaders)  # outermost: also on the limits' own 413/408 answers
     app.include_router(audits.router)
     app.include_router(ingest.router)
     app.include_router(health.router)

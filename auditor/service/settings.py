@@ -8,6 +8,10 @@ Environment variables
 ``FLAUDIT_API_KEY`` / ``FLAUDIT_API_KEY_FILE``
     API key(s) for mutating routes. The file may hold several keys, one per line (``#`` comments
     and blank lines are ignored).
+``FLAUDIT_SECRET_KEY`` / ``FLAUDIT_SECRET_KEY_FILE``
+    Required: the key(s) that encrypt the canary seeds at rest (``flaudit generate-secret-key``).
+    The file may hold several, one per line: the first encrypts, all decrypt (rotation: see
+    ``flaudit rotate-secret-key``).
 ``FLAUDIT_REQUIRE_KEY_FOR_READS``
     ``1`` to require an API key on read routes too (default: reads are open).
 ``FLAUDIT_ALLOW_CUSTOM_TASKS``
@@ -50,7 +54,9 @@ from pathlib import Path
 __all__ = ["Settings", "load_api_keys"]
 
 
-def load_api_keys(*, key: str | None = None, key_file: str | None = None) -> tuple[str, ...]:
+def load_api_keys(
+    *, key: str | None = None, key_file: str | None = None, variable: str = "FLAUDIT_API_KEY_FILE"
+) -> tuple[str, ...]:
     """Collect API keys from a literal key and/or a file with one key per line.
 
     Raises
@@ -65,7 +71,7 @@ def load_api_keys(*, key: str | None = None, key_file: str | None = None) -> tup
         try:
             text = Path(key_file).read_text(encoding="utf-8")
         except OSError as exc:
-            raise ValueError(f"key_file: cannot read FLAUDIT_API_KEY_FILE ({exc.strerror})") from None
+            raise ValueError(f"key_file: cannot read {variable} ({exc.strerror})") from None
         for line in text.splitlines():
             line = line.strip()
             if line and not line.startswith("#"):
@@ -96,6 +102,7 @@ class Settings:
 
     database_url: str = "sqlite:///.flaudit/flaudit.db"
     api_keys: tuple[str, ...] = field(default=(), repr=False)
+    secret_keys: tuple[str, ...] = field(default=(), repr=False)
     require_key_for_reads: bool = False
     max_concurrent_audits: int = 1
     public_url: str = "http://127.0.0.1:8000"
@@ -131,6 +138,18 @@ class Settings:
         if self.canary_cache_bytes < 0:
             raise ValueError("canary_cache_bytes must be >= 0")
 
+    def seed_cipher(self):
+        """The :class:`~auditor.service.sealing.SeedCipher` of ``secret_keys``.
+
+        Raises
+        ------
+        SecretKeyError
+            No secret key configured, or a key that is not valid.
+        """
+        from .sealing import SeedCipher
+
+        return SeedCipher(self.secret_keys)
+
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
         """Settings from ``FLAUDIT_*`` environment variables; keyword overrides win."""
@@ -139,6 +158,11 @@ class Settings:
             database_url=env.get("FLAUDIT_DATABASE_URL") or cls.database_url,
             api_keys=load_api_keys(
                 key=env.get("FLAUDIT_API_KEY"), key_file=env.get("FLAUDIT_API_KEY_FILE")
+            ),
+            secret_keys=load_api_keys(
+                key=env.get("FLAUDIT_SECRET_KEY"),
+                key_file=env.get("FLAUDIT_SECRET_KEY_FILE"),
+                variable="FLAUDIT_SECRET_KEY_FILE",
             ),
             require_key_for_reads=_env_bool("FLAUDIT_REQUIRE_KEY_FOR_READS", False),
             max_concurrent_audits=int(env.get("FLAUDIT_MAX_CONCURRENT_AUDITS") or 1),

@@ -50,6 +50,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, deferred, mapped_co
 
 from auditor.known_rounds import KnownRoundsState
 
+from .sealing import NO_SECRET_KEY, SecretKeyError, SeedCipher, is_sealed, open_unsealed
+
 __all__ = [
     "ACTIVE_STATUSES",
     "ENDED_STATUSES",
@@ -116,8 +118,10 @@ class Audit(Base):
     status: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     spec: Mapped[dict] = mapped_column(JSON)
-    # Secret: never part of any schema, log or repr. Decimal string of the 128-bit seed.
-    canary_seed: Mapped[str] = deferred(mapped_column(String(48)))
+    # Secret: never part of any schema, log or repr. The 128-bit seed encrypted with the
+    # service's secret key (``fernet:<token>``, see sealing.py); a plain decimal string only in
+    # stores opened without a cipher (tests, library use).
+    canary_seed: Mapped[str] = deferred(mapped_column(Text))
     run_token_hash: Mapped[str | None] = deferred(mapped_column(String(64), nullable=True))
     # Owner lease of a running audit: the instance that runs its worker and its last heartbeat.
     owner_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -209,9 +213,13 @@ class Store:
         PostgreSQL schema to use (created if missing; tests use a fresh one per run).
     """
 
-    def __init__(self, database_url: str, *, schema: str | None = None) -> None:
+    def __init__(
+        self, database_url: str, *, schema: str | None = None, cipher: SeedCipher | None = None
+    ) -> None:
         url = make_url(database_url)
-        kwargs: dict[str, Any] = {"future": True}
+        # hide_parameters: a failing statement's log and exception never show bound values
+        # (the canary seed, run-token hashes)
+        kwargs: dict[str, Any] = {"future": True, "hide_parameters": True}
         if url.get_backend_name() == "sqlite":
             db = url.database
             if db and db != ":memory:":
@@ -236,6 +244,9 @@ class Store:
         Base.metadata.create_all(self.engine)
         _add_columns(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.cipher = cipher
+        if cipher is not None:
+            self.reseal_seeds(only_plain=True)
 
     def __repr__(self) -> str:
         return f"Store(dialect={self.dialect!r})"
@@ -266,7 +277,7 @@ class Store:
             status="queued" if run_token is None else "running",
             reason=None,
             spec=spec,
-            canary_seed=str(int(canary_seed)),
+            canary_seed=self._seal(canary_seed),
             run_token_hash=None if run_token is None else hash_token(run_token),
             created_at=now,
             updated_at=now,
@@ -353,6 +364,32 @@ class Store:
                 updated_at=now,
             )
 
+    # -- the secret seed at rest ----------------------------------------------------------
+    def _seal(self, seed: int) -> str:
+        return str(int(seed)) if self.cipher is None else self.cipher.seal(seed)
+
+    def _open(self, stored: str) -> int:
+        return open_unsealed(stored) if self.cipher is None else self.cipher.open(stored)
+
+    def reseal_seeds(self, *, only_plain: bool = False) -> int:
+        """Encrypt every stored seed with the cipher's first key, in one transaction (key
+        rotation), or with ``only_plain`` only the seeds stored without encryption; returns the
+        number of seeds rewritten."""
+        if self.cipher is None:
+            raise SecretKeyError(NO_SECRET_KEY)
+        count = 0
+        with self.session() as s, s.begin():
+            for audit_id, stored in s.execute(select(Audit.id, Audit.canary_seed)).all():
+                if only_plain and is_sealed(stored):
+                    continue
+                s.execute(
+                    update(Audit)
+                    .where(Audit.id == audit_id)
+                    .values(canary_seed=self.cipher.reseal(stored))
+                )
+                count += 1
+        return count
+
     def heartbeat(self, owner: str, audit_ids: list[str]) -> list[str]:
         """Renew ``owner``'s lease on its running audits; return those no longer running."""
         if not audit_ids:
@@ -403,7 +440,7 @@ class Store:
         """The secret seed, for the runner handing it to the Flower run (never log it)."""
         with self.session() as s:
             raw = s.scalar(select(Audit.canary_seed).where(Audit.id == audit_id))
-            return None if raw is None else int(raw)
+            return None if raw is None else self._open(raw)
 
     def load_secret_state(self, audit_id: str) -> SecretState | None:
         with self.session() as s:
@@ -422,7 +459,7 @@ class Store:
         if row is None:
             return None
         return SecretState(
-            seed=int(row.canary_seed),
+            seed=self._open(row.canary_seed),
             dim=row.dim,
             rounds_stored=row.rounds_stored,
             has_final=bool(row.has_final),
@@ -543,6 +580,7 @@ class Store:
                 reason=None,
                 finished_at=now,
                 updated_at=now,
+                run_token_hash=None,  # the run has ended: its token stops working
             ):
                 raise StaleRound("final model already stored or the audit is not running")
 
@@ -635,14 +673,18 @@ def _add_columns(engine: Engine) -> None:
     """Additive migration: columns of :class:`Audit` missing from an older table are added
     (nullable, no default), so a database created by an earlier version keeps working."""
     table = Audit.__table__
-    present = {column["name"] for column in inspect(engine).get_columns(table.name)}
+    present = {column["name"]: column for column in inspect(engine).get_columns(table.name)}
     missing = [column for column in table.columns if column.name not in present]
-    if not missing:
+    seed_type = present.get("canary_seed", {}).get("type")
+    widen = engine.dialect.name == "postgresql" and getattr(seed_type, "length", None) is not None
+    if not missing and not widen:
         return
     with engine.begin() as conn:
         for column in missing:
             kind = column.type.compile(dialect=engine.dialect)
             conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+        if widen:  # VARCHAR(48) of the first release: an encrypted seed needs ~150 characters
+            conn.exec_driver_sql(f"ALTER TABLE {table.name} ALTER COLUMN canary_seed TYPE TEXT")
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -235,7 +235,7 @@ def test_example_env_has_placeholders_only_and_real_env_is_ignored():
     values = dict(
         line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
     )
-    for key in ("POSTGRES_PASSWORD", "FLAUDIT_API_KEY"):
+    for key in ("POSTGRES_PASSWORD", "FLAUDIT_API_KEY", "FLAUDIT_SECRET_KEY"):
         assert values[key].startswith("CHANGE-ME"), key
     assert "CHANGE-ME" in values["FLAUDIT_DATABASE_URL"]
     for path in ("docker/.env", "docker/certs/ca.key"):

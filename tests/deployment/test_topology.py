@@ -35,8 +35,8 @@ import pytest
 import yaml
 
 from tests.processes import (
-    BIN, ROOT, Processes, flower_env, free_port, group_alive, http_ok, wait_for,
-    wait_for_audit,
+    BIN, ROOT, TEST_SECRET_KEY, Processes, flower_env, free_port, group_alive, http_ok,
+    wait_for, wait_for_audit,
 )
 
 KEY = "topology-key-" + "k" * 20
@@ -149,9 +149,10 @@ def private_cluster():
 
 def _stored_seed(database_url: str, audit_id: str) -> int:
     """The audit's secret seed, read from the database (for the leak scan only)."""
+    from auditor.service.sealing import SeedCipher
     from auditor.service.store import Store
 
-    store = Store(database_url)
+    store = Store(database_url, cipher=SeedCipher([TEST_SECRET_KEY]))
     try:
         seed = store.canary_seed(audit_id)
     finally:
@@ -199,7 +200,8 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
         api_port = free_port()
         api = f"http://127.0.0.1:{api_port}"
         service_env = flower_env(tmp_path / "service-flwr-home")
-        service_env.update(FLAUDIT_API_KEY=KEY, FLAUDIT_PUBLIC_URL=api,
+        service_env.update(FLAUDIT_API_KEY=KEY, FLAUDIT_SECRET_KEY=TEST_SECRET_KEY,
+                           FLAUDIT_PUBLIC_URL=api,
                            FLAUDIT_FLOWER_APP_DIR=str(ROOT))
         service_env.pop("FLAUDIT_API_KEY_FILE", None)
         procs.start("flaudit", [

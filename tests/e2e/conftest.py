@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.processes import ProcessExited, free_port, stop_process, wait_for_http
+from tests.processes import TEST_SECRET_KEY, ProcessExited, free_port, stop_process, wait_for_http
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT_DIR = REPO / "test-output"
@@ -65,6 +65,7 @@ def service(tmp_path_factory) -> Service:
         **os.environ,
         "FLAUDIT_DATABASE_URL": f"sqlite:///{tmp / 'flaudit.db'}",
         "FLAUDIT_API_KEY": API_KEY,
+        "FLAUDIT_SECRET_KEY": TEST_SECRET_KEY,
         "FLAUDIT_PUBLIC_URL": url,
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_UPDATE_CHECK": "1",

@@ -11,8 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from auditor.service.app import create_app
+from auditor.service.sealing import SeedCipher
 from auditor.service.settings import Settings
 from auditor.service.store import Store
+from tests.processes import TEST_SECRET_KEY
 
 API_KEY = "test-key-" + "x" * 16
 POSTGRES_URL = os.environ.get("FLAUDIT_TEST_POSTGRES_URL")
@@ -29,11 +31,15 @@ BACKENDS = [
 ]
 
 
+CIPHER = SeedCipher([TEST_SECRET_KEY])
+
+
 def _make_store(kind: str, tmp_path):
+    """A store as the service opens it: seeds encrypted with the test secret key."""
     if kind == "sqlite":
-        return Store(f"sqlite:///{tmp_path / 'flaudit.db'}"), None
+        return Store(f"sqlite:///{tmp_path / 'flaudit.db'}", cipher=CIPHER), None
     schema = "flaudit_test_" + secrets.token_hex(6)
-    return Store(POSTGRES_URL, schema=schema), schema
+    return Store(POSTGRES_URL, schema=schema, cipher=CIPHER), schema
 
 
 def _drop(store: Store, schema: str | None) -> None:
@@ -52,13 +58,14 @@ def store(request, tmp_path):
 
 @pytest.fixture
 def sqlite_store(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'flaudit.db'}")
+    store = Store(f"sqlite:///{tmp_path / 'flaudit.db'}", cipher=CIPHER)
     yield store
     store.dispose()
 
 
 def make_client(store: Store, **overrides) -> TestClient:
-    options = {"api_keys": (API_KEY,), "start_runner": False, **overrides}
+    options = {"api_keys": (API_KEY,), "secret_keys": (TEST_SECRET_KEY,), "start_runner": False,
+               **overrides}
     settings = Settings(database_url="sqlite://", **options)  # the store is passed in
     return TestClient(create_app(settings, store=store))
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.processes import ROOT, free_port, stop_process, wait_for_http
+from tests.processes import ROOT, TEST_SECRET_KEY, free_port, stop_process, wait_for_http
 
 
 class ServiceProcess:
@@ -19,8 +19,10 @@ class ServiceProcess:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        full_env = {**os.environ, "FLAUDIT_API_KEY": api_key, **(env or {})}
+        full_env = {**os.environ, "FLAUDIT_API_KEY": api_key,
+                    "FLAUDIT_SECRET_KEY": TEST_SECRET_KEY, **(env or {})}
         full_env.pop("FLAUDIT_API_KEY_FILE", None)
+        full_env.pop("FLAUDIT_SECRET_KEY_FILE", None)
         self._log = open(log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "auditor.cli", "serve", "--port", str(self.port),

@@ -327,9 +327,10 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     csv_text = client.get(f"/audits/{audit_id}/cosines", params={"format": "csv"}).text
     assert csv_text.splitlines()[0].startswith("index,max_cosine") and len(csv_text.splitlines()) == 21
 
-    # nothing more after the final model; the same final again is a no-op
+    # nothing more after the final model: the run token is revoked when the audit ends
     again = client.put(f"/audits/{audit_id}/final-model", content=f32(theta_t), headers=headers)
-    assert again.status_code == 200 and again.json()["stored"] is False
+    assert again.status_code == 401
+    assert client.get(f"/audits/{audit_id}").json()["finished_at"] == done["finished_at"]
 
     # the secret never appears
     texts = [client.get(p).text for p in (f"/audits/{audit_id}", f"/audits/{audit_id}/rounds",

@@ -21,6 +21,7 @@ from auditor.estimators import summarize
 from auditor.service.store import Store
 from tests.processes import wait_for, wait_for_audit
 
+from .conftest import CIPHER
 from .fake_engine import FAKE_ENV, FAKE_TASK
 from .service_process import ServiceProcess, cmdline, tagged_processes
 
@@ -90,11 +91,14 @@ def test_real_simulation_audit_end_to_end_with_secret_scan(tmp_path):
     finally:
         service.stop()
 
-    store = Store(db)
+    store = Store(db, cipher=CIPHER)
     seed = store.canary_seed(audit_id)
     store.dispose()
     assert seed is not None and seed > 2**64  # a real 128-bit secret
-    texts = bodies + [log.read_text(errors="replace")]
+    # the database alone does not reveal the seed (encrypted at rest): scan its files too
+    db_files = [p.read_bytes().decode("latin-1") for p in tmp_path.glob("e2e.db*")]
+    assert db_files
+    texts = bodies + [log.read_text(errors="replace")] + db_files
     for form in _seed_forms(seed):
         for text in texts:
             assert form not in text

@@ -100,9 +100,9 @@ def test_external_audit_end_to_end_without_the_seed_leaving_the_service(client, 
     for path in (f"/audits/{audit_id}", f"/audits/{audit_id}/rounds", f"/audits/{audit_id}/cosines"):
         text = client.get(path).text
         assert not any(form in text for form in secret_forms)
-    # ended: no canaries are served any more (the token only gets idempotent no-ops)
-    assert client.get(f"/audits/{audit_id}/rounds/1/canaries", headers=token).status_code == 409
-    assert _put(client, f"/audits/{audit_id}/final-model", theta, token).json()["stored"] is False
+    # ended: the run token is revoked, so no canaries are served and nothing more is stored
+    assert client.get(f"/audits/{audit_id}/rounds/1/canaries", headers=token).status_code == 401
+    assert _put(client, f"/audits/{audit_id}/final-model", theta, token).status_code == 401
 
 
 def test_a_leaked_run_token_is_rotated_with_the_api_key(client, store):

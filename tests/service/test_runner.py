@@ -9,6 +9,7 @@ import pytest
 from auditor.service.store import Store
 from tests.processes import wait_for
 
+from .conftest import CIPHER
 from .fake_engine import FAKE_ENV, FAKE_TASK
 from .service_process import ServiceProcess, tagged_processes
 
@@ -55,7 +56,7 @@ def test_concurrency_limit_timeout_and_failure_reasons(tmp_path):
         assert audits[broken]["status"] == "failed"
         reason = audits[broken]["reason"]
         assert "synthetic failure at round 3" in reason and reason.endswith("2 rounds were stored")
-        store = Store(db)
+        store = Store(db, cipher=CIPHER)
         seed = store.canary_seed(broken)
         store.dispose()
         assert str(seed) not in reason and "<redacted>" in reason
