@@ -153,3 +153,17 @@ def test_rotate_secret_key_command_reencrypts_every_seed(tmp_path):
     again = Store(url, cipher=SeedCipher([new_key]))
     assert {a: again.canary_seed(a) for a in seeds} == seeds
     again.dispose()
+
+
+def test_serve_refuses_to_start_without_a_secret_key(tmp_path, monkeypatch, capsys):
+    from auditor.cli import main
+
+    for name in ("FLAUDIT_SECRET_KEY", "FLAUDIT_SECRET_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["serve", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    out = capsys.readouterr().out
+    assert "FLAUDIT_SECRET_KEY" in out and "generate-secret-key" in out
+    monkeypatch.setenv("FLAUDIT_SECRET_KEY", "not-a-key")
+    assert main(["serve", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    assert "not a valid key" in capsys.readouterr().out
+    assert not (tmp_path / "x.db").exists()  # stopped before touching the database
