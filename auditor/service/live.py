@@ -257,7 +257,8 @@ def build_alerts(
     The DP alarm (``alarm``: an :class:`auditor.estimators.alarm.AlarmDecision` from
     :func:`decide`): **error** when a known-rounds Gaussian-DP claim test rejects (a claim that
     holds whatever the participation schedule, so a DP bug or a wrong claim), **warning** when
-    only the Poisson-subsampled claim is rejected, **info** "No DP claim" for a spec with noise
+    only a Poisson-subsampled claim is rejected (only if :func:`decide` is told to alarm on
+    it; by default those tests are reported, not alarming), **info** "No DP claim" for a spec with noise
     multiplier 0. Its false-alarm probability over all looks and tests is stated by
     :func:`alarm_guarantee`. Epsilon lower bounds above an analytic epsilon are reported as
     estimates, never as alarms (each keeps only its own per-look confidence).
