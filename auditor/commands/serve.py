@@ -75,5 +75,9 @@ def main(args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         workers=1,
+        # request heads are bounded by h11 (16 KiB) and idle keep-alive connections closed after
+        # 5 s; bodies are bounded in size and read time by auditor/service/limits.py
+        h11_max_incomplete_event_size=16 * 1024,
+        timeout_keep_alive=5,
     )
     return 0
