@@ -226,19 +226,19 @@ def _alarm_alert(alarm) -> dict | None:
         return {"level": "info", "message": alarm.guarantee}
     if alarm.status not in ("error", "warning"):
         return None
-    tests = "; ".join(
-        f"{t.get('threat_model')} scores vs the {(t.get('claim') or {}).get('threat_model')} "
-        f"claim ({(t.get('claim') or {}).get('description') or (t.get('claim') or {}).get('kind')}):"
-        f" p = {t['p_value']:.2g}"
-        for t in alarm.rejected
-    )
-    level = f"<= {alarm.level_per_test:.2g} at look {alarm.look} of {alarm.num_looks}"
+    kind = "known_rounds" if alarm.status == "error" else "poisson_subsampled"
+    rejected = [t for t in alarm.rejected if (t.get("claim") or {}).get("threat_model") == kind]
+    claim = (rejected[0].get("claim") or {}) if rejected else {}
+    by = " and ".join(f"the {t.get('threat_model')} scores (p = {t['p_value']:.2g})"
+                      for t in rejected)
+    what = claim.get("description") or claim.get("kind") or kind
+    level = f"each <= {alarm.level_per_test:.2g} at look {alarm.look} of {alarm.num_looks}"
     if alarm.status == "error":
-        message = (f"possible DP bug or wrong claim: the known-rounds claim is rejected ({tests}; "
-                   f"{level})")
+        message = (f"possible DP bug or wrong claim: the known-rounds claim ({what}) is rejected "
+                   f"by {by}, {level}")
     else:
         message = (f"amplification by sampling looks violated: the Poisson-subsampled claim is "
-                   f"rejected ({tests}; {level}); check that clients and canaries are sampled by "
+                   f"rejected by {by}, {level}; check that clients and canaries are sampled by "
                    "Poisson with the accountant's rate")
     return {"level": alarm.status, "message": message}
 
