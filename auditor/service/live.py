@@ -335,6 +335,42 @@ class _CanaryCache:
             self._items.pop(audit_id, None)
 
 
+class _ModelChange:
+    """``theta_t - theta_0`` rebuilt from the released updates with the ServerApp's optimizer
+    step (``server.dpfedavg.ServerOptimizer``: heavy-ball momentum; the learning rate does not
+    change the direction, so it is left out). Kept in memory between rounds: after a restart
+    the final-model estimate waits for the final model."""
+
+    def __init__(self, dim: int, momentum: float) -> None:
+        self.momentum = float(momentum)
+        self.velocity = np.zeros(dim)
+        self.total = np.zeros(dim)
+        self.rounds = 0
+
+    def add(self, update: np.ndarray) -> None:
+        self.velocity = self.momentum * self.velocity + update.astype(np.float64)
+        self.total += self.velocity
+        self.rounds += 1
+
+
+def final_model_so_far(
+    cosines: np.ndarray, seen: np.ndarray, *, dim: int, delta: float, t: int, num_rounds: int
+) -> list[dict]:
+    """The final-model estimates on ``cos(c_j, theta_t - theta_0)``: the same statistic and
+    estimators as at the end, on the model so far, labelled ``so_far`` (details) and in the
+    method; the final model's own values replace them at the end."""
+    from auditor.estimators import final_model_estimates
+
+    if int(seen.sum()) < 2:
+        return []
+    out = _as_dicts(final_model_estimates(cosines[seen], dim, delta))
+    for e in out:
+        e["details"].update(so_far=True, round=t)
+        e["method"] = (f"so far (round {t} of {num_rounds}, theta_t - theta_0 standing in for "
+                       f"the final model): {e['method']}")
+    return out
+
+
 class LiveAudits:
     """Ingest logic shared by the three ingest routes.
 
@@ -349,6 +385,7 @@ class LiveAudits:
     def __init__(self, store: Store, *, canary_cache_bytes: int = 0) -> None:
         self.store = store
         self._cache = _CanaryCache(canary_cache_bytes)
+        self._so_far: dict[str, _ModelChange] = {}  # theta_t - theta_0 of running audits
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.version = 0  # bumped on every write; read caches compare it
@@ -362,6 +399,7 @@ class LiveAudits:
 
     def forget(self, audit_id: str) -> None:
         self._cache.forget(audit_id)
+        self._so_far.pop(audit_id, None)
         with self._locks_guard:
             self._locks.pop(audit_id, None)
 
@@ -483,6 +521,17 @@ class LiveAudits:
                     claims=audit_claims(spec),
                     num_rounds=t,
                 )
+            change = self._so_far.pop(audit_id, None)
+            if t == 1:
+                change = _ModelChange(secret.dim, spec.server_momentum)
+            if change is not None and change.rounds == t - 1:
+                change.add(update)
+                self._so_far[audit_id] = change
+                if ThreatModel.final_model in spec.threat_models:
+                    estimates = estimates + final_model_so_far(
+                        tracker.all_cosines(change.total.astype(np.float32)), seen,
+                        dim=secret.dim, delta=spec.delta, t=t, num_rounds=spec.num_rounds,
+                    )
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(
                 spec=spec, dim=secret.dim, estimates=all_estimates, rounds_stored=t,
@@ -575,4 +624,5 @@ class LiveAudits:
                 raise IngestError(409, str(exc)) from None
             self.version += 1
             self._cache.forget(audit_id)
+            self._so_far.pop(audit_id, None)
             return "stored"

@@ -409,3 +409,41 @@ def test_eta_counts_round_times_not_the_start_up(client, store):
     assert 0.1 < etas[1] < 20 and 0.1 < etas[2] < 10  # 2 and 1 rounds left at ~0.2 s each
     listed = client.get("/audits").json()["items"][0]["progress"]
     assert listed["round"] == 3 and listed["eta_seconds"] is None
+
+
+def test_final_model_estimate_is_live_every_round_on_theta_t_minus_theta_0(client, store):
+    """After each round the final-model estimates are computed on cos(c_j, theta_t - theta_0),
+    labelled "so far", with the same estimator as at the end; the final model replaces them."""
+    from auditor.estimators import final_model_estimates
+
+    spec = AuditSpec.model_validate(SMALL_SPEC)
+    audit_id, headers = _running(client, store)
+    seed = store.canary_seed(audit_id)
+    dim = 400
+    theta0, deltas, meta = synthetic_run(seed, spec, dim)
+    base = f"/audits/{audit_id}"
+    assert client.put(f"{base}/initial-model", content=f32(theta0), headers=headers).status_code == 200
+    seen = seen_mask(seed, spec.num_canaries)
+    for t, (delta, m) in enumerate(zip(deltas, meta), start=1):
+        params = {k: v for k, v in m.items() if v is not None}
+        assert client.put(f"{base}/rounds/{t}", params=params, content=f32(delta),
+                          headers=headers).status_code == 200
+        body = client.get(base).json()
+        so_far = [e for e in body["estimates"]
+                  if e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"]
+        assert len(so_far) == 2, body["estimates"]
+        assert all(e["details"]["so_far"] is True and e["details"]["round"] == t for e in so_far)
+        assert all(e["method"].startswith(f"so far (round {t} of 4") for e in so_far)
+        # independent route: the statistic straight from the canary vectors and the summed deltas
+        change = np.sum([d.astype(np.float64) for d in deltas[:t]], axis=0).astype(np.float32)
+        expected = final_model_estimates(
+            expected_statistics(seed, 20, change, family=spec.canary_family)[seen], dim,
+            spec.delta)
+        for got, want in zip(so_far, expected):
+            assert got["variance"] == want.variance.value
+            assert got["epsilon"] == pytest.approx(want.epsilon, rel=1e-4, abs=1e-6)
+    theta_t = theta0 + np.sum(deltas, axis=0)
+    assert client.put(f"{base}/final-model", content=f32(theta_t), headers=headers).status_code == 200
+    final = [e for e in client.get(base).json()["estimates"]
+             if e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"]
+    assert len(final) == 2 and not any(e["details"].get("so_far") for e in final)

@@ -387,7 +387,8 @@ export function renderAudit(root, id) {
     const m = a.metrics || {};
     // an estimate above the claim says on screen why it is not an alarm
     const estNote = (e) => {
-      const variance = e.variance === "null" ? "σ² = 1/d" : `${e.variance} σ`;
+      const soFar = e.details?.so_far ? `, so far: θ_t − θ_0 after round ${e.details.round}` : "";
+      const variance = (e.variance === "null" ? "σ² = 1/d" : `${e.variance} σ`) + soFar;
       return estimateAboveClaim(e, est) ? h("span", { class: "above-claim" }, `${variance}; ${ABOVE_CLAIM_NOTE}`) : variance;
     };
     fill(
