@@ -10,8 +10,10 @@ known_rounds_scores, claims)``, and at the end with the final-model cosines too.
 
 Columns (share of runs):
 
-* ``error`` / ``any alarm``: the new alarm at any look (error: the known-rounds claim rejected;
-  any: error or warning), alpha = 5% over all looks and tests;
+* ``error``: the alarm as shipped (:func:`decide_alarm` defaults: the known-rounds claim tests,
+  alpha = 5% over all looks and tests) fires at any look;
+* ``poisson_warning``: with ``poisson_warning=True`` (the Poisson-subsampled claim's tests
+  alarming too, as warnings, sharing the level) a warning or error fires at any look;
 * ``mu_lo > mu``: the known-rounds Gaussian-DP lower bound (end) above the claimed mu;
 * ``f-DP 1-run``: the one-run f-DP audit's p-value for the known-rounds claim <= 5% (end);
 * ``ε_lo > claim`` / ``Steinke > claim``: today's valid bounds (eps_lo Bonferroni for final
@@ -63,7 +65,7 @@ ROWS = [
     ("4× participations", dict(bug=DPBug.extra_participation, bug_factor=4.0)),
 ]
 
-COLUMNS = ["error", "any_alarm", "error_final_only", "mu_lo", "fdp_one_run", "eps_lo", "steinke",
+COLUMNS = ["error", "poisson_warning", "error_final_only", "mu_lo", "fdp_one_run", "eps_lo", "steinke",
            "sequential"]
 
 
@@ -71,17 +73,21 @@ def one_run(config: FedAvgSimulation, claims, eps_claim: float, seed: int) -> di
     result = simulate_dpfedavg_audit(config, seed=seed)
     looks = config.num_rounds + 1
     seen, d, delta = result.seen, result.dim, config.delta
-    statuses = []
+    statuses, with_poisson = [], []
     for t in range(1, config.num_rounds + 1):
         summary = summarize(seen=seen, dim=d, delta=delta, threat_models=("all_iterates",),
                             max_cosines=result.max_cosines_history[t - 1],
                             known_rounds_scores=result.known_rounds_history[t - 1], claims=claims)
         statuses.append(decide_alarm(summary.claim_tests, look=t, num_looks=looks).status)
+        with_poisson.append(decide_alarm(summary.claim_tests, look=t, num_looks=looks,
+                                         poisson_warning=True).status)
     final = summarize(seen=seen, dim=d, delta=delta, max_cosines=result.max_cosines,
                       final_cosines=result.final_cosines,
                       known_rounds_scores=result.known_rounds_scores, claims=claims, one_run=True)
     final_status = decide_alarm(final.claim_tests, look=looks, num_looks=looks).status
     statuses.append(final_status)
+    with_poisson.append(decide_alarm(final.claim_tests, look=looks, num_looks=looks,
+                                     poisson_warning=True).status)
     est = {(e.threat_model, e.estimator.value, e.correction.value): e for e in final.estimates}
     mu_claim = claims[0].mu
     valid_eps_lo = [est[(tm, "lower_bound", "bonferroni")].epsilon
@@ -95,7 +101,7 @@ def one_run(config: FedAvgSimulation, claims, eps_claim: float, seed: int) -> di
     seq.update_many(s[:n, None], u[:n, None])
     return {
         "error": "error" in statuses,
-        "any_alarm": any(x in ("error", "warning") for x in statuses),
+        "poisson_warning": any(x in ("error", "warning") for x in with_poisson),
         "error_final_only": final_status == "error",
         "mu_lo": bool(known is not None and known.mu > mu_claim),
         "fdp_one_run": bool(fdp is not None and fdp.details.get("claim_p_value", 1.0) <= 0.05),
