@@ -47,6 +47,7 @@ __all__ = [
     "resolve_canary_family",
     "canary_vector",
     "canary_vectors",
+    "canary_sum",
     "iter_canary_chunks",
     "seen_mask",
 ]
@@ -250,6 +251,22 @@ class OrthogonalCanaries:
         """``<c_j, v>`` for the canaries at ``positions`` (from :meth:`positions`), float64."""
         return self.transpose_apply(vector)[positions].astype(np.float64)
 
+    def sum_of(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """``sum_j c_j`` over ``indices``, float64: ``R (sum_j s1 e_{pi(j)})``.
+
+        One float64 transform whatever the number of canaries (``O(d log d)``); each canary
+        enters with norm 1 to float64 precision.
+        """
+        positions = self.positions(indices)
+        x = np.zeros(self.dim, dtype=np.float64)
+        np.add.at(x, positions, self._signs[0][positions])  # a repeated index counts twice
+        if positions.size:
+            x = scipy.fft.dct(x, type=2, norm="ortho", overwrite_x=True, workers=self.workers)
+            x *= self._signs[1]
+            x = scipy.fft.dct(x, type=2, norm="ortho", overwrite_x=True, workers=self.workers)
+            x *= self._signs[2]
+        return x
+
     def vectors(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Canaries ``indices`` as rows, float32 ``(len(indices), d)``: ``R e_{pi(j)}``."""
         positions = self.positions(indices)
@@ -333,6 +350,36 @@ def canary_vectors(
     if family is CanaryFamily.orthogonal:
         return OrthogonalCanaries(seed, dim, workers=workers).vectors(indices)
     return _gaussian_vectors(seed, indices, dim, workers)
+
+
+def canary_sum(
+    seed: int,
+    indices: Sequence[int] | np.ndarray,
+    dim: int,
+    *,
+    family: CanaryFamily | str,
+    workers: int = 1,
+) -> np.ndarray:
+    """``sum_j c_j`` over the canaries ``indices`` of ``family`` (a repeated index counts as
+    often as it appears), float64 ``(dim,)``.
+
+    What a round adds for its scheduled seen canaries (times the clip norm): one fast transform
+    for the orthogonal family whatever their number; the gaussian family generates each
+    canary (in chunks of 64) and renormalises it in float64. Each canary enters with norm 1 to
+    float64 precision.
+    """
+    seed = _check_seed(seed)
+    dim = _check_dim(dim)
+    family = _check_family(family)
+    indices = _check_indices(indices)
+    if family is CanaryFamily.orthogonal:
+        return OrthogonalCanaries(seed, dim, workers=workers).sum_of(indices)
+    total = np.zeros(dim, dtype=np.float64)
+    for start in range(0, indices.size, 64):
+        block = _gaussian_vectors(seed, indices[start : start + 64], dim, workers)
+        for row in block.astype(np.float64):
+            total += row / np.linalg.norm(row)
+    return total
 
 
 def iter_canary_chunks(

@@ -39,7 +39,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, R
 from flwr.serverapp import Grid, ServerApp
 
 from auditor.bugs import DPBug
-from auditor.canaries import canary_vectors, new_master_seed, resolve_canary_family, seen_mask
+from auditor.canaries import canary_sum, new_master_seed, resolve_canary_family, seen_mask
 from auditor.spec import AuditSpec
 from server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
 from server.reporting import RoundMetadata, RoundReporter
@@ -241,12 +241,12 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         failures = len(messages) - len(updates)
         total_failures += failures
         _check_deadline(runtime, f"round {t}")
-        canaries = canary_vectors(
-            runtime.canary_seed, seen[schedule.canaries(t)], dim, family=family
-        )
+        scheduled = seen[schedule.canaries(t)]
         aggregate = aggregate_round(
             client_updates=updates,
-            canary_directions=canaries,
+            canary_directions=[],
+            canary_sum=canary_sum(runtime.canary_seed, scheduled, dim, family=family),
+            num_summed_canaries=int(scheduled.size),
             clip_norm=clip_norm,
             noise_multiplier=spec.noise_multiplier,
             expected_cohort_size=spec.clients_per_round,
@@ -257,8 +257,8 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         model, _ = optimizer.step(model, aggregate.update)
         metadata = RoundMetadata(
             clip_norm=clip_norm,
-            cohort_size=len(updates) + len(canaries),
-            num_canaries_inserted=len(canaries),
+            cohort_size=len(updates) + int(scheduled.size),
+            num_canaries_inserted=int(scheduled.size),
             num_failures=failures,
             clipped_fraction=aggregate.clipped_fraction,
             noise_stddev=aggregate.noise_stddev,

@@ -109,6 +109,8 @@ def aggregate_round(
     dim: int,
     rng: np.random.Generator,
     bug: InjectedBug | None = None,
+    canary_sum: np.ndarray | None = None,
+    num_summed_canaries: int = 0,
 ) -> RoundAggregate:
     """Clip, add canaries, sum, add Gaussian noise, divide by ``m``.
 
@@ -118,6 +120,12 @@ def aggregate_round(
         Real clients' model deltas (length ``dim`` each).
     canary_directions : array of shape (c, dim) or sequence of vectors
         Unit directions of the seen canaries scheduled this round.
+    canary_sum : numpy.ndarray, optional
+        Alternatively (or in addition), the sum of ``num_summed_canaries`` unit canary
+        directions (:func:`auditor.canaries.canary_sum`: one fast transform for the orthogonal
+        family); added times ``S(t)``, as that many clipped canary updates.
+    num_summed_canaries : int
+        How many canaries ``canary_sum`` holds.
     clip_norm : float
         ``S(t) > 0``.
     noise_multiplier : float
@@ -158,6 +166,13 @@ def aggregate_round(
         total += np.asarray(update, dtype=np.float64) if kind is DPBug.no_clipping else clipped
     canary_norm = clip_norm * bug.factor if kind is DPBug.no_clipping else clip_norm
     num_canaries = 0
+    if canary_sum is not None:
+        canary_sum = np.asarray(canary_sum, dtype=np.float64)
+        if canary_sum.shape != (dim,):
+            raise ValueError(f"canary_sum has shape {canary_sum.shape}, expected ({dim},)")
+        check_at_least(num_summed_canaries, "num_summed_canaries", 0)
+        total += canary_norm * canary_sum
+        num_canaries += int(num_summed_canaries)
     for direction in canary_directions:
         total += canary_update(direction, canary_norm)
         num_canaries += 1

@@ -5,8 +5,8 @@ import pytest
 from scipy import stats
 
 from auditor.canaries import (
-    CanaryFamily, OrthogonalCanaries, canary_vector, canary_vectors, resolve_canary_family,
-    seen_mask,
+    CanaryFamily, OrthogonalCanaries, canary_sum, canary_vector, canary_vectors,
+    resolve_canary_family, seen_mask,
 )
 from auditor.spec import AuditSpec
 from auditor.statistics import CosineTracker
@@ -139,3 +139,17 @@ def test_seed_never_in_repr():
     family = OrthogonalCanaries(SEED, 50)
     for text in (repr(tracker), repr(tracker.state()), repr(family), str(family)):
         assert str(SEED) not in text and hex(SEED)[2:] not in text
+
+
+@pytest.mark.parametrize("family", list(CanaryFamily))
+def test_canary_sum_is_the_sum_of_the_vectors(family):
+    d, indices = 777, [3, 50, 9, 700]
+    vectors = canary_vectors(SEED, indices, d, family=family).astype(np.float64)
+    total = canary_sum(SEED, indices, d, family=family)
+    assert total.dtype == np.float64
+    assert np.allclose(total, vectors.sum(axis=0), atol=1e-6)
+    assert np.array_equal(canary_sum(SEED, [], d, family=family), np.zeros(d))
+    assert np.allclose(canary_sum(SEED, [3, 3], d, family=family), 2 * vectors[0], atol=1e-6)
+    if family is ORTHOGONAL:  # each canary enters with norm 1 to float64 precision
+        one = canary_sum(SEED, [50], d, family=family)
+        assert abs(np.linalg.norm(one) - 1) < 1e-12

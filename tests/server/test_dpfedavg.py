@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from auditor.canaries import canary_vectors
+from auditor.canaries import canary_sum, canary_vectors
 from server.dpfedavg import (
     AdaptiveClipNorm,
     ServerOptimizer,
@@ -54,6 +54,12 @@ def test_zero_noise_no_clients_aggregate_is_sum_of_scheduled_canaries(family):
     expected = clip * directions.astype(np.float64).sum(axis=0)
     assert np.allclose(result.clipped_sum, expected, atol=1e-6)
     assert np.allclose(result.update, expected / m, atol=1e-7)
+    summed = aggregate_round(
+        client_updates=[], canary_directions=[], clip_norm=clip, noise_multiplier=0.0,
+        expected_cohort_size=m, dim=dim, rng=np.random.default_rng(0),
+        canary_sum=canary_sum(99, [3, 8, 21], dim, family=family), num_summed_canaries=3,
+    )
+    assert summed.num_canaries == 3 and np.allclose(summed.clipped_sum, expected, atol=1e-6)
     assert result.num_canaries == 3 and result.num_clients == 0 and result.noise_stddev == 0.0
 
 
