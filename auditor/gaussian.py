@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from auditor.canaries import (
-    CanaryFamily, OrthogonalCanaries, iter_canary_chunks, resolve_canary_family,
+    CanaryFamily, OrthogonalCanaries, canary_sum, iter_canary_chunks, resolve_canary_family,
 )
 from auditor.estimators._validation import (
     check_delta, check_dim, check_gaussian_variance, check_nonnegative,
@@ -107,14 +107,15 @@ def _materialised_cosines(
     sigma: float, d: int, k: int, seed: int, rng: np.random.Generator, chunk_size: int,
     family: CanaryFamily,
 ) -> np.ndarray:
+    if family is CanaryFamily.orthogonal:  # the sum of all k canaries is one transform
+        rho = canary_sum(seed, np.arange(k), d, family=family) + sigma * rng.standard_normal(d)
+        canaries = OrthogonalCanaries(seed, d)
+        positions = canaries.positions(np.arange(k))
+        return null_standardized_cosines(canaries.transpose_apply(rho), positions, positions)
     rho = np.zeros(d, dtype=np.float64)
     for _, block in iter_canary_chunks(seed, k, d, chunk_size, family=family):
         rho += block.sum(axis=0, dtype=np.float64)
     rho += sigma * rng.standard_normal(d)
-    if family is CanaryFamily.orthogonal:
-        canaries = OrthogonalCanaries(seed, d)
-        positions = canaries.positions(np.arange(k))
-        return null_standardized_cosines(canaries.transpose_apply(rho), positions, positions)
     out = np.empty(k)
     norm = float(np.linalg.norm(rho))
     rho32 = rho.astype(np.float32)

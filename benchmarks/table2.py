@@ -39,13 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=1000)
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=2023)
+    parser.add_argument("--family", choices=["orthogonal", "gaussian"], default=None,
+                        help="canary family (default: the audit default, orthogonal where k <= d)")
     args = parser.parse_args(argv)
     d = int(args.d)
     rows = []
     for i, eps in enumerate((1.0, 3.0, 10.0)):
         sigma = gaussian_sigma_for_epsilon(eps, args.delta)
         t0 = time.perf_counter()
-        res = [gaussian_mechanism_audit(sigma, d, args.k, args.delta, seed=args.seed + 10**6 * i + r)
+        res = [gaussian_mechanism_audit(sigma, d, args.k, args.delta, family=args.family,
+                                        seed=args.seed + 10**6 * i + r)
                for r in range(args.runs)]
         secs = (time.perf_counter() - t0) / args.runs
         row = {
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.materialised_runs:
             t0 = time.perf_counter()
             mat = [gaussian_mechanism_audit(sigma, d, args.k, args.delta, method="canaries",
+                                            family=args.family,
                                             seed=args.seed + 10**6 * i + 500_000 + r)
                    for r in range(args.materialised_runs)]
             row["materialised_null_variance"] = _stats([r.epsilon_null_variance for r in mat])
@@ -78,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{row['materialised_null_variance']['mean']:.3f} / {row['materialised_fitted_variance']['mean']:.3f}"
                  if args.materialised_runs else ""),
               flush=True)
-    print(json.dumps({"d": d, "k": args.k, "delta": args.delta, "runs": args.runs, "rows": rows}))
+    print(json.dumps({"d": d, "k": args.k, "delta": args.delta, "runs": args.runs,
+                      "family": args.family or "default", "rows": rows}))
     return 0
 
 

@@ -1,0 +1,163 @@
+"""Benchmark: what the audit adds to a full Flower round (simulation engine, Ray).
+
+The same task and run (synthetic task, d >= 1M, same data and noise seeds) through the ServerApp
+main loop (:func:`server.app.run_audit` in :func:`server.simulation.run_simulation_audit`):
+
+* ``on``: the audit as ``flaudit run`` runs it -- seen canaries added to each round (one
+  :func:`auditor.canaries.canary_sum`) and every round scored by a
+  :class:`~server.reporting.LocalRoundReporter` (its :class:`~auditor.statistics.CosineTracker`);
+* ``off``: plain DP-FedAvg, no auditor: no canary is seen (the seen/unseen split is replaced by
+  all-unseen *in this benchmark process only*, so nothing is inserted) and the reporter drops
+  every vector.
+
+Per-round wall time is taken between consecutive rounds (round 1 also carries Ray's warm-up and
+is left out); runs alternate ``on``/``off`` to share the box's load evenly. Two overheads:
+A/B = median round time on / off - 1 (at the mercy of the box's load between runs), and
+instrumented = the audit's own work inside the ``on`` rounds (the ``canary_sum`` call and the
+reporter's tracker update, timed in place) over the rest of those rounds.
+
+    .venv/bin/python benchmarks/flower_overhead.py                 # d = 1M, 4 rounds, 2 pairs
+    .venv/bin/python benchmarks/flower_overhead.py --dim 200000 --pairs 1 --rounds 3   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+
+class _Dropping:
+    """A RoundReporter that drops everything (the run without an auditor)."""
+
+    def report_initial(self, initial_model) -> None: ...
+
+    def report_round(self, server_round, delta, metadata) -> None: ...
+
+    def report_final(self, final_model, metrics) -> None: ...
+
+
+class _Stamped:
+    """Wraps a reporter; records when each round's delta arrives and how long scoring took."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.stamps, self.scoring = inner, [], []
+
+    def report_initial(self, initial_model) -> None:
+        self.inner.report_initial(initial_model)
+
+    def report_round(self, server_round, delta, metadata) -> None:
+        start = time.perf_counter()
+        self.inner.report_round(server_round, delta, metadata)
+        end = time.perf_counter()
+        self.scoring.append(end - start)
+        self.stamps.append(end)
+
+    def report_final(self, final_model, metrics) -> None:
+        self.inner.report_final(final_model, metrics)
+
+
+def run_once(mode: str, args) -> dict:
+    import numpy as np
+
+    import server.app
+    from auditor.canaries import new_master_seed
+    from auditor.spec import AuditSpec
+    from server.reporting import LocalRoundReporter
+    from server.simulation import run_simulation_audit
+
+    spec = AuditSpec(task="synthetic", task_options={"dim": args.dim, "test_size": 200},
+                     num_rounds=args.rounds, num_clients=args.clients,
+                     clients_per_round=args.clients_per_round, participation="uniform",
+                     num_canaries=args.canaries,
+                     noise_multiplier=1.0, clip_norm=1.0, local_epochs=1, data_seed=1)
+    seed = new_master_seed()
+    original, original_sum = server.app.seen_mask, server.app.canary_sum
+    insertion: list[float] = []
+
+    def timed_sum(*a, **kw):
+        start = time.perf_counter()
+        out = original_sum(*a, **kw)
+        insertion.append(time.perf_counter() - start)
+        return out
+
+    server.app.canary_sum = timed_sum
+    if mode == "off":
+        server.app.seen_mask = lambda s, k: np.zeros(k, dtype=bool)  # benchmark only
+        inner = _Dropping()
+    else:
+        inner = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries,
+                                             canary_family=spec.canary_family)
+    reporter = _Stamped(inner)
+    started = time.perf_counter()
+    try:
+        result = run_simulation_audit(spec, canary_seed=seed, reporter=reporter,
+                                      max_supernodes=2,
+                                      num_cpus=2, noise_seed=7)
+    finally:
+        server.app.seen_mask, server.app.canary_sum = original, original_sum
+    rounds = [b - a for a, b in zip(reporter.stamps, reporter.stamps[1:])]
+    # the audit's own work in rounds 2..T: adding the canaries + scoring the round
+    audit = [i + s for i, s in zip(insertion[1:], reporter.scoring[1:])]
+    return {"mode": mode, "dim": result["dim"], "seconds_total": time.perf_counter() - started,
+            "round_seconds": rounds, "median_round_seconds": statistics.median(rounds),
+            "audit_seconds": audit, "insertion_seconds": insertion,
+            "scoring_seconds": reporter.scoring,
+            "canaries_inserted": result["num_seen_canaries_inserted"] if mode == "on" else 0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dim", type=int, default=1_000_000)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--pairs", type=int, default=2, help="on/off pairs, alternating")
+    p.add_argument("--clients", type=int, default=1000)
+    p.add_argument("--clients-per-round", type=int, default=8)
+    p.add_argument("--canaries", type=int, default=100)
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(run_once(args.child, args)))
+        return 0
+    import subprocess
+
+    results = []
+    for _ in range(args.pairs):
+        for mode in ("on", "off"):
+            cmd = [sys.executable, __file__, "--child", mode, "--dim", str(args.dim),
+                   "--rounds", str(args.rounds), "--clients", str(args.clients),
+                   "--clients-per-round", str(args.clients_per_round),
+                   "--canaries", str(args.canaries)]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode:
+                print(f"{mode}: failed: {out.stderr[-2000:]}")
+                return 1
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+            results.append(res)
+            print(f"{mode:>3}: d = {res['dim']}, rounds 2..T {[round(t, 3) for t in res['round_seconds']]} s, "
+                  f"median {res['median_round_seconds']:.3f} s, whole run {res['seconds_total']:.1f} s, "
+                  f"canaries inserted {res['canaries_inserted']}; audit work per round "
+                  f"{[round(t, 3) for t in res['audit_seconds']]} s", flush=True)
+    on = statistics.median(t for r in results if r["mode"] == "on" for t in r["round_seconds"])
+    off = statistics.median(t for r in results if r["mode"] == "off" for t in r["round_seconds"])
+    print(f"A/B: median round on {on:.3f} s, off {off:.3f} s, overhead {on / off - 1:+.1%}")
+    # direct: the audit's own work inside the 'on' rounds over the rest of those rounds
+    pairs = [(a, t) for r in results if r["mode"] == "on"
+             for a, t in zip(r["audit_seconds"], r["round_seconds"])]
+    audit = statistics.median(a for a, _ in pairs)
+    rest = statistics.median(t - a for a, t in pairs)
+    print(f"instrumented: audit work {audit:.3f} s per round (canary_sum + tracker update), rest of "
+          f"the round {rest:.3f} s, overhead {audit / rest:+.1%}")
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
