@@ -4,15 +4,20 @@ Two families (:class:`CanaryFamily`), chosen per audit:
 
 ``orthogonal`` (default where ``k <= d``)
     Canary ``j`` is column ``pi(j)`` of a random orthogonal matrix
-    ``R = S3 T S2 T S1``: ``S1, S2, S3`` are diagonal matrices of random signs and ``T`` is the
-    orthonormal DCT-II (``scipy.fft.dct(norm="ortho")``, any length ``d``); ``pi`` is a keyed
+    ``R = S4 A S3 B S2 A S1``: ``S1..S4`` are diagonal matrices of random signs; ``A`` and ``B``
+    are orthonormal DCT-IIs (``scipy.fft.dct(norm="ortho")``) on two blocks of coordinates,
+    ``A`` on ``[0, n)`` and ``[n, d)``, ``B`` on ``[0, d - n)`` and ``[d - n, d)``, where ``n``
+    is the largest 5-smooth length ``<= d`` (so every transform has a fast length whatever
+    ``d``: a prime-factor length costs ~10x more in pocketfft; ``A = B = T`` when ``d`` is
+    itself 5-smooth). The shifted block boundaries let the small block mix with the large one
+    from one round to the next; three rounds spread any fixed vector; ``pi`` is a keyed
     pseudo-random injection of the canary indices into ``0..d-1`` (a Feistel permutation with
     cycle walking: no table, ``O(k)`` memory for ``k`` indices). The canaries are exactly
     orthonormal, so canary ``j``'s own contribution projects only onto canary ``j`` (no
     canary-canary interference at any ``k/d``) and isotropic noise ``N(0, sigma^2 I)`` projects
     onto them as independent ``N(0, sigma^2)`` values. All ``k`` cosines of a vector ``v`` are
-    ``(R^T v)[pi(0..k-1)] / ||v||``: one fast transform whatever ``k`` (``O(d log d)`` time,
-    ``O(d)`` memory), see :class:`OrthogonalCanaries`.
+    ``(R^T v)[pi(0..k-1)] / ||v||``: one fast transform ``R^T`` whatever ``k`` (three DCTs,
+    ``O(d log d)`` time, ``O(d)`` memory), see :class:`OrthogonalCanaries`.
 ``gaussian``
     Canary ``j`` is ``z_j / ||z_j||`` with ``z_j ~ N(0, I_d)`` drawn from a Philox (counter-based)
     generator keyed by ``(master seed, j)``: canaries are independent and uniform on the sphere
@@ -54,9 +59,9 @@ __all__ = [
 
 _CANARY_STREAM = 0  # gaussian family: spawn key (0, j) per canary
 _SPLIT_STREAM = 1  # seen/unseen split (both families)
-_ORTHOGONAL_STREAM = 2  # orthogonal family: (2, 0..2) signs, (2, 3) permutation keys
+_ORTHOGONAL_STREAM = 2  # orthogonal family: (2, 0..3) signs, (2, 4) permutation keys
 
-_SIGN_ROUNDS = 3
+_SIGN_ROUNDS = 4
 _FEISTEL_ROUNDS = 6
 
 
@@ -136,6 +141,21 @@ def _default_fft_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+def _largest_fast_length(dim: int) -> int:
+    """The largest ``2^a 3^b 5^c <= dim`` (pocketfft's fast real lengths)."""
+    best, p2 = 1, 1
+    while p2 <= dim:
+        p3 = p2
+        while p3 <= dim:
+            p5 = p3
+            while p5 <= dim:
+                best = max(best, p5)
+                p5 *= 5
+            p3 *= 3
+        p2 *= 2
+    return best
+
+
 def _generator(seed: int, stream: int, index: int = 0) -> np.random.Generator:
     sequence = np.random.SeedSequence(entropy=seed, spawn_key=(stream, index))
     return np.random.Generator(np.random.Philox(sequence))
@@ -158,9 +178,9 @@ def _mix64(x: np.ndarray, key: np.uint64) -> np.ndarray:
 class OrthogonalCanaries:
     """The orthogonal canary family of one audit at dimension ``d``.
 
-    Holds only what is derived from the seed (three float32 sign vectors, six 64-bit
-    permutation keys): memory ``12 d`` bytes. Canary ``j`` is ``R e_{pi(j)}`` with
-    ``R = S3 T S2 T S1`` (module docstring).
+    Holds only what is derived from the seed (four float32 sign vectors, six 64-bit
+    permutation keys): memory ``16 d`` bytes. Canary ``j`` is ``R e_{pi(j)}`` with
+    ``R = S4 A S3 B S2 A S1`` (module docstring).
 
     Parameters
     ----------
@@ -192,6 +212,7 @@ class OrthogonalCanaries:
         self._keys = _generator(seed, _ORTHOGONAL_STREAM, _SIGN_ROUNDS).integers(
             0, 2**64, size=_FEISTEL_ROUNDS, dtype=np.uint64, endpoint=False
         )
+        self._split = _largest_fast_length(self.dim)  # A: [0, n) + [n, d); B: [0, d-n) + [d-n, d)
         half_bits = max(1, (int(self.dim - 1).bit_length() + 1) // 2)
         self._half_bits = np.uint64(half_bits)
         self._half_mask = np.uint64((1 << half_bits) - 1)
@@ -231,20 +252,39 @@ class OrthogonalCanaries:
         return out.astype(np.int64)
 
     # -- the transform R and its transpose ---------------------------------------------------
-    def _dct(self, x: np.ndarray, inverse: bool) -> np.ndarray:
+    def _blocks(self, x: np.ndarray, *, first: bool, inverse: bool) -> np.ndarray:
+        """``A`` (``first``) or ``B`` applied along the last axis, or their transposes."""
         fn = scipy.fft.idct if inverse else scipy.fft.dct
-        return fn(x, type=2, norm="ortho", axis=-1, overwrite_x=True, workers=self.workers)
+        cut = self._split if first else self.dim - self._split
+        out = np.empty_like(x)
+        for part in (slice(0, cut), slice(cut, self.dim)):
+            if part.stop > part.start:
+                out[..., part] = fn(x[..., part], type=2, norm="ortho", axis=-1,
+                                    workers=self.workers)
+        return out
 
     def transpose_apply(self, vector: np.ndarray) -> np.ndarray:
-        """``R^T v = S1 T^T S2 T^T S3 v`` for a vector (float32 in and out, ``v`` unchanged).
+        """``R^T v = S1 A^T S2 B^T S3 A^T S4 v`` for a vector (float32 in and out, ``v`` unchanged).
 
-        Costs two fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``.
+        Costs three fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``.
         """
-        x = np.multiply(vector, self._signs[2], dtype=np.float32)
-        x = self._dct(x, inverse=True)
+        x = np.multiply(vector, self._signs[3], dtype=np.float32)
+        x = self._blocks(x, first=True, inverse=True)
+        x *= self._signs[2]
+        x = self._blocks(x, first=False, inverse=True)
         x *= self._signs[1]
-        x = self._dct(x, inverse=True)
+        x = self._blocks(x, first=True, inverse=True)
         x *= self._signs[0]
+        return x
+
+    def _apply(self, x: np.ndarray) -> np.ndarray:
+        """``R x`` along the last axis, ``x`` already carrying ``S1``."""
+        x = self._blocks(x, first=True, inverse=False)
+        x *= self._signs[1]
+        x = self._blocks(x, first=False, inverse=False)
+        x *= self._signs[2]
+        x = self._blocks(x, first=True, inverse=False)
+        x *= self._signs[3]
         return x
 
     def dots(self, vector: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -254,18 +294,13 @@ class OrthogonalCanaries:
     def sum_of(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """``sum_j c_j`` over ``indices``, float64: ``R (sum_j s1 e_{pi(j)})``.
 
-        One float64 transform whatever the number of canaries (``O(d log d)``); each canary
+        One float64 transform ``R`` whatever the number of canaries (``O(d log d)``); each canary
         enters with norm 1 to float64 precision.
         """
         positions = self.positions(indices)
         x = np.zeros(self.dim, dtype=np.float64)
         np.add.at(x, positions, self._signs[0][positions])  # a repeated index counts twice
-        if positions.size:
-            x = scipy.fft.dct(x, type=2, norm="ortho", overwrite_x=True, workers=self.workers)
-            x *= self._signs[1]
-            x = scipy.fft.dct(x, type=2, norm="ortho", overwrite_x=True, workers=self.workers)
-            x *= self._signs[2]
-        return x
+        return self._apply(x) if positions.size else x
 
     def vectors(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Canaries ``indices`` as rows, float32 ``(len(indices), d)``: ``R e_{pi(j)}``."""
@@ -273,12 +308,7 @@ class OrthogonalCanaries:
         out = np.zeros((positions.size, self.dim), dtype=np.float32)
         rows = np.arange(positions.size)
         out[rows, positions] = self._signs[0][positions]
-        if positions.size:
-            out = self._dct(out, inverse=False)
-            out *= self._signs[1]
-            out = self._dct(out, inverse=False)
-            out *= self._signs[2]
-        return out
+        return self._apply(out) if positions.size else out
 
 
 # -- gaussian family ----------------------------------------------------------------------------

@@ -302,7 +302,7 @@ class _CanaryCache:
 
     A gaussian-family tracker holds a bank of up to ``k d`` float32 canaries (what the budget
     allows; the rest is regenerated every round); an orthogonal-family one needs only its
-    ``12 d`` bytes of signs, whatever the budget.
+    ``16 d`` bytes of signs, whatever the budget.
     """
 
     def __init__(self, budget: int) -> None:
@@ -320,7 +320,7 @@ class _CanaryCache:
                 return hit[0]
             used = sum(size for _, size in self._items.values())
             orthogonal = family is CanaryFamily.orthogonal
-            wanted = 12 * dim if orthogonal else num_canaries * dim * 4
+            wanted = 16 * dim if orthogonal else num_canaries * dim * 4
             while self._items and used + wanted > self.budget:
                 _, (_, size) = self._items.popitem(last=False)
                 used -= size
