@@ -139,3 +139,23 @@ def test_to_jsonable_never_emits_non_finite_floats(values):
     for v in out["a"]:
         assert isinstance(v, str) or math.isfinite(v)
     assert out["b"] == [1.5]
+
+
+def test_model_change_follows_the_server_optimizer_with_momentum():
+    """theta_t - theta_0 rebuilt from the released updates points where the ServerApp's own
+    optimizer moved the model (the learning rate only scales it)."""
+    from auditor.service.live import _ModelChange
+    from server.dpfedavg import ServerOptimizer
+
+    rng = np.random.default_rng(4)
+    for momentum in (0.0, 0.9):
+        optimizer = ServerOptimizer(learning_rate=0.3, momentum=momentum)
+        change = _ModelChange(50, momentum)
+        theta0 = rng.normal(size=50).astype(np.float32)
+        theta = theta0
+        for _ in range(6):
+            update = rng.normal(size=50).astype(np.float32)
+            theta, _ = optimizer.step(theta, update)
+            change.add(update)
+        moved = (theta.astype(np.float64) - theta0) / 0.3
+        np.testing.assert_allclose(change.total, moved, rtol=1e-4, atol=1e-4)
