@@ -670,21 +670,23 @@ def _update_audit_if(session: Session, audit_id: str, *conditions, **values) -> 
 
 
 def _add_columns(engine: Engine) -> None:
-    """Additive migration: columns of :class:`Audit` missing from an older table are added
-    (nullable, no default), so a database created by an earlier version keeps working."""
-    table = Audit.__table__
-    present = {column["name"]: column for column in inspect(engine).get_columns(table.name)}
-    missing = [column for column in table.columns if column.name not in present]
-    seed_type = present.get("canary_seed", {}).get("type")
-    widen = engine.dialect.name == "postgresql" and getattr(seed_type, "length", None) is not None
-    if not missing and not widen:
-        return
-    with engine.begin() as conn:
-        for column in missing:
-            kind = column.type.compile(dialect=engine.dialect)
-            conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
-        if widen:  # VARCHAR(48) of the first release: an encrypted seed needs ~150 characters
-            conn.exec_driver_sql(f"ALTER TABLE {table.name} ALTER COLUMN canary_seed TYPE TEXT")
+    """Additive migration: columns of :class:`Audit` and :class:`AuditRound` missing from older
+    tables are added (nullable, no default), so a database created by an earlier version keeps
+    working."""
+    inspector = inspect(engine)
+    for table in (Audit.__table__, AuditRound.__table__):
+        present = {column["name"]: column for column in inspector.get_columns(table.name)}
+        missing = [column for column in table.columns if column.name not in present]
+        seed_type = present.get("canary_seed", {}).get("type")
+        widen = engine.dialect.name == "postgresql" and getattr(seed_type, "length", None) is not None
+        if not missing and not widen:
+            continue
+        with engine.begin() as conn:
+            for column in missing:
+                kind = column.type.compile(dialect=engine.dialect)
+                conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+            if widen:  # VARCHAR(48) of the first release: an encrypted seed needs ~150 characters
+                conn.exec_driver_sql(f"ALTER TABLE {table.name} ALTER COLUMN canary_seed TYPE TEXT")
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

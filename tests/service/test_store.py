@@ -149,8 +149,14 @@ def test_columns_added_later_are_added_to_an_old_table(tmp_path):
             "CREATE TABLE flaudit_audits (id VARCHAR(32) PRIMARY KEY, name VARCHAR(200), "
             "status VARCHAR(16), spec JSON, canary_seed VARCHAR(48))"
         )
+        conn.exec_driver_sql(
+            "CREATE TABLE flaudit_rounds (audit_id VARCHAR(32), t INTEGER, "
+            "PRIMARY KEY (audit_id, t))"
+        )
     store = Store(url)
     columns = {c["name"] for c in inspect(engine).get_columns("flaudit_audits")}
     assert {"owner_id", "owner_heartbeat_at", "run_token_hash"} <= columns
+    round_columns = {c["name"] for c in inspect(engine).get_columns("flaudit_rounds")}
+    assert "participants" in round_columns
     store.dispose()
     engine.dispose()
