@@ -8,9 +8,10 @@ Two families (:class:`CanaryFamily`), chosen per audit:
     are orthonormal DCT-IIs (``scipy.fft.dct(norm="ortho")``) on two blocks of coordinates,
     ``A`` on ``[0, n)`` and ``[n, d)``, ``B`` on ``[0, d - n)`` and ``[d - n, d)``, where ``n``
     is the largest 5-smooth length ``<= d`` (so every transform has a fast length whatever
-    ``d``: a prime-factor length costs ~10x more in pocketfft; ``A = B = T`` when ``d`` is
-    itself 5-smooth). The shifted block boundaries let the small block mix with the large one
-    from one round to the next; three rounds spread any fixed vector; ``pi`` is a keyed
+    ``d``: a prime-factor length costs ~10x more in pocketfft). The shifted block boundaries
+    let the small block mix with the large one from one round to the next; three rounds spread
+    any fixed vector. When ``d`` is itself 5-smooth, ``A = B = T`` (the plain DCT) and two
+    rounds do, ``R = S3 T S2 T S1``. ``pi`` is a keyed
     pseudo-random injection of the canary indices into ``0..d-1`` (a Feistel permutation with
     cycle walking: no table, ``O(k)`` memory for ``k`` indices). The canaries are exactly
     orthonormal, so canary ``j``'s own contribution projects only onto canary ``j`` (no
@@ -61,7 +62,7 @@ _CANARY_STREAM = 0  # gaussian family: spawn key (0, j) per canary
 _SPLIT_STREAM = 1  # seen/unseen split (both families)
 _ORTHOGONAL_STREAM = 2  # orthogonal family: (2, 0..3) signs, (2, 4) permutation keys
 
-_SIGN_ROUNDS = 4
+_SIGN_ROUNDS = 4  # sign streams reserved: S1..S4 (a 5-smooth d uses S1..S3)
 _FEISTEL_ROUNDS = 6
 
 
@@ -178,9 +179,9 @@ def _mix64(x: np.ndarray, key: np.uint64) -> np.ndarray:
 class OrthogonalCanaries:
     """The orthogonal canary family of one audit at dimension ``d``.
 
-    Holds only what is derived from the seed (four float32 sign vectors, six 64-bit
-    permutation keys): memory ``16 d`` bytes. Canary ``j`` is ``R e_{pi(j)}`` with
-    ``R = S4 A S3 B S2 A S1`` (module docstring).
+    Holds only what is derived from the seed (three or four float32 sign vectors, six 64-bit
+    permutation keys): memory ``12 d`` or ``16 d`` bytes. Canary ``j`` is ``R e_{pi(j)}`` with
+    ``R = S4 A S3 B S2 A S1``, or ``S3 T S2 T S1`` when ``d`` is 5-smooth (module docstring).
 
     Parameters
     ----------
@@ -200,8 +201,11 @@ class OrthogonalCanaries:
         check_integer_at_least(workers, "workers", 1)
         self.workers = int(workers)
         nbytes = (self.dim + 7) // 8
+        self._split = _largest_fast_length(self.dim)  # A: [0, n) + [n, d); B: [0, d-n) + [d-n, d)
+        # two rounds spread any vector when A = B = T (d 5-smooth), three with two blocks
+        self._rounds = 2 if self._split == self.dim else 3
         self._signs = []  # float32 +-1: a multiply is ~50x faster than a masked negation
-        for r in range(_SIGN_ROUNDS):
+        for r in range(self._rounds + 1):
             bits = np.unpackbits(
                 np.frombuffer(_generator(seed, _ORTHOGONAL_STREAM, r).bytes(nbytes), np.uint8),
                 count=self.dim,
@@ -212,7 +216,6 @@ class OrthogonalCanaries:
         self._keys = _generator(seed, _ORTHOGONAL_STREAM, _SIGN_ROUNDS).integers(
             0, 2**64, size=_FEISTEL_ROUNDS, dtype=np.uint64, endpoint=False
         )
-        self._split = _largest_fast_length(self.dim)  # A: [0, n) + [n, d); B: [0, d-n) + [d-n, d)
         half_bits = max(1, (int(self.dim - 1).bit_length() + 1) // 2)
         self._half_bits = np.uint64(half_bits)
         self._half_mask = np.uint64((1 << half_bits) - 1)
@@ -264,27 +267,22 @@ class OrthogonalCanaries:
         return out
 
     def transpose_apply(self, vector: np.ndarray) -> np.ndarray:
-        """``R^T v = S1 A^T S2 B^T S3 A^T S4 v`` for a vector (float32 in and out, ``v`` unchanged).
+        """``R^T v = S1 A^T S2 B^T S3 A^T S4 v`` (``S1 T^T S2 T^T S3 v`` for a 5-smooth ``d``) for
+        a vector (float32 in and out, ``v`` unchanged).
 
-        Costs three fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``.
+        Costs two or three fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``.
         """
-        x = np.multiply(vector, self._signs[3], dtype=np.float32)
-        x = self._blocks(x, first=True, inverse=True)
-        x *= self._signs[2]
-        x = self._blocks(x, first=False, inverse=True)
-        x *= self._signs[1]
-        x = self._blocks(x, first=True, inverse=True)
-        x *= self._signs[0]
+        x = np.multiply(vector, self._signs[self._rounds], dtype=np.float32)
+        for r in range(self._rounds, 0, -1):
+            x = self._blocks(x, first=r % 2 == 1, inverse=True)
+            x *= self._signs[r - 1]
         return x
 
     def _apply(self, x: np.ndarray) -> np.ndarray:
         """``R x`` along the last axis, ``x`` already carrying ``S1``."""
-        x = self._blocks(x, first=True, inverse=False)
-        x *= self._signs[1]
-        x = self._blocks(x, first=False, inverse=False)
-        x *= self._signs[2]
-        x = self._blocks(x, first=True, inverse=False)
-        x *= self._signs[3]
+        for r in range(1, self._rounds + 1):
+            x = self._blocks(x, first=r % 2 == 1, inverse=False)
+            x *= self._signs[r]
         return x
 
     def dots(self, vector: np.ndarray, positions: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ maximum over rounds (Andrew et al. Alg. 3); at the end it needs ``cos(c_j, theta
 (Alg. 2) and ``cos(c_j, theta_T)`` (Alg. 2 as literally written). :class:`CosineTracker` does
 this for either canary family (:class:`auditor.canaries.CanaryFamily`):
 
-- ``orthogonal``: all ``k`` cosines are coordinates of one fast transform ``R^T v``: three DCTs
+- ``orthogonal``: all ``k`` cosines are coordinates of one fast transform ``R^T v``: two or three DCTs
   per vector whatever ``k``, memory ``O(d + k)``. The cosines are *null-standardized*: divided
   by the empirical null scale ``sqrt(d) * s`` instead of ``||v||``, where ``s^2`` is the mean
   square of the coordinates of ``R^T v`` outside the seen canaries (the ``d - k_seen``
@@ -126,7 +126,7 @@ class CosineTracker:
     cache_bytes : int, optional
         Gaussian family: byte budget for keeping canaries in memory between rounds. ``0``
         (default) regenerates every chunk each round; ``k * d * 4`` bytes or more caches all.
-        The orthogonal family ignores it (it never holds canaries: ``16 d`` bytes of signs).
+        The orthogonal family ignores it (it never holds canaries: at most ``16 d`` bytes of signs).
     workers : int, optional
         Threads generating gaussian canaries (default 1) or running the orthogonal family's
         transforms (default 2); results do not depend on it.

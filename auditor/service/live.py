@@ -302,7 +302,7 @@ class _CanaryCache:
 
     A gaussian-family tracker holds a bank of up to ``k d`` float32 canaries (what the budget
     allows; the rest is regenerated every round); an orthogonal-family one needs only its
-    ``16 d`` bytes of signs, whatever the budget.
+    ``12 d`` or ``16 d`` bytes of signs, whatever the budget.
     """
 
     def __init__(self, budget: int) -> None:
