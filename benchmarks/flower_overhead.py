@@ -6,9 +6,10 @@ main loop (:func:`server.app.run_audit` in :func:`server.simulation.run_simulati
 * ``on``: the audit as ``flaudit run`` runs it -- seen canaries added to each round (one
   :func:`auditor.canaries.canary_sum`) and every round scored by a
   :class:`~server.reporting.LocalRoundReporter` (its :class:`~auditor.statistics.CosineTracker`);
-* ``off``: plain DP-FedAvg, no auditor: no canary is seen (the seen/unseen split is replaced by
-  all-unseen *in this benchmark process only*, so nothing is inserted) and the reporter drops
-  every vector.
+* ``off``: the same run without the audit's work: the same participation schedule (so the same
+  real clients train in every round), but the round's canary sum is replaced by zeros *in this
+  benchmark process only* (nothing generated, nothing inserted) and the reporter drops every
+  vector (no tracker).
 
 Per-round wall time is taken between consecutive rounds (round 1 also carries Ray's warm-up and
 is left out); runs alternate ``on``/``off`` to share the box's load evenly. Two overheads:
@@ -17,6 +18,7 @@ instrumented = the audit's own work inside the ``on`` rounds (the ``canary_sum``
 reporter's tracker update, timed in place) over the rest of those rounds.
 
     .venv/bin/python benchmarks/flower_overhead.py                 # d = 1M, 4 rounds, 2 pairs
+    .venv/bin/python benchmarks/flower_overhead.py --samples-per-client 1000   # real local work
     .venv/bin/python benchmarks/flower_overhead.py --dim 200000 --pairs 1 --rounds 3   # quick
 """
 
@@ -73,7 +75,9 @@ def run_once(mode: str, args) -> dict:
     from server.reporting import LocalRoundReporter
     from server.simulation import run_simulation_audit
 
-    spec = AuditSpec(task="synthetic", task_options={"dim": args.dim, "test_size": 200},
+    spec = AuditSpec(task="synthetic",
+                     task_options={"dim": args.dim, "test_size": 200,
+                                   "samples_per_client": args.samples_per_client},
                      num_rounds=args.rounds, num_clients=args.clients,
                      clients_per_round=args.clients_per_round, participation="uniform",
                      num_canaries=args.canaries,
@@ -88,9 +92,12 @@ def run_once(mode: str, args) -> dict:
         insertion.append(time.perf_counter() - start)
         return out
 
-    server.app.canary_sum = timed_sum
-    if mode == "off":
-        server.app.seen_mask = lambda s, k: np.zeros(k, dtype=bool)  # benchmark only
+    if mode == "on":
+        server.app.canary_sum = timed_sum
+    else:
+        insertion.extend([0.0] * (args.rounds + 1))
+    if mode == "off":  # benchmark only: no canary generated or inserted, no tracker
+        server.app.canary_sum = lambda seed, indices, dim, **kw: np.zeros(dim)
         inner = _Dropping()
     else:
         inner = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries,
@@ -110,7 +117,8 @@ def run_once(mode: str, args) -> dict:
             "round_seconds": rounds, "median_round_seconds": statistics.median(rounds),
             "audit_seconds": audit, "insertion_seconds": insertion,
             "scoring_seconds": reporter.scoring,
-            "canaries_inserted": result["num_seen_canaries_inserted"] if mode == "on" else 0}
+            "canaries_inserted": result["num_seen_canaries_inserted"] if mode == "on" else 0,
+            "samples_per_client": args.samples_per_client}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--pairs", type=int, default=2, help="on/off pairs, alternating")
     p.add_argument("--clients", type=int, default=1000)
-    p.add_argument("--clients-per-round", type=int, default=8)
-    p.add_argument("--canaries", type=int, default=100)
+    p.add_argument("--clients-per-round", type=int, default=10)
+    p.add_argument("--canaries", type=int, default=16,
+                   help="k; the ~k/2 seen ones share the cohort with the real clients")
+    p.add_argument("--samples-per-client", type=int, default=40,
+                   help="local data per client (the synthetic task's default is 40)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -134,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, __file__, "--child", mode, "--dim", str(args.dim),
                    "--rounds", str(args.rounds), "--clients", str(args.clients),
                    "--clients-per-round", str(args.clients_per_round),
-                   "--canaries", str(args.canaries)]
+                   "--canaries", str(args.canaries),
+                   "--samples-per-client", str(args.samples_per_client)]
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode:
                 print(f"{mode}: failed: {out.stderr[-2000:]}")

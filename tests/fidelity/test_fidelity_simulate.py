@@ -59,15 +59,17 @@ def test_seen_final_cosine_matches_closed_form(family):
     for repeats in (1, 2):
         cfg = SMALL.with_(client_signal=0.0, client_noise=2.0, noise_multiplier=0.3,
                           canary_repeats=repeats, canary_family=family)
-        res = simulate_dpfedavg_audit(cfg, seed=5 + repeats)
-        k_seen = int(res.seen.sum())
-        n_real = res.mean_cohort_size * cfg.num_rounds - k_seen * repeats
-        canary_energy = repeats**2 * k_seen if family == "gaussian" else 0
-        predicted = repeats / math.sqrt(canary_energy + n_real
-                                        + cfg.num_rounds * cfg.noise_multiplier**2 * cfg.dim)
-        measured = float(np.mean(res.final_cosines[res.seen]))
-        assert measured == pytest.approx(predicted, rel=0.08)
-        assert res.canary_participations == repeats
+        ratios = []  # one run's seen mean has ~7% noise at d = 2000: average six runs
+        for run in range(6):
+            res = simulate_dpfedavg_audit(cfg, seed=5 + repeats + 10 * run)
+            k_seen = int(res.seen.sum())
+            n_real = res.mean_cohort_size * cfg.num_rounds - k_seen * repeats
+            canary_energy = repeats**2 * k_seen if family == "gaussian" else 0
+            predicted = repeats / math.sqrt(canary_energy + n_real
+                                            + cfg.num_rounds * cfg.noise_multiplier**2 * cfg.dim)
+            ratios.append(float(np.mean(res.final_cosines[res.seen])) / predicted)
+            assert res.canary_participations == repeats
+        assert np.mean(ratios) == pytest.approx(1.0, rel=0.1)
 
 
 def test_bugs_change_what_they_claim_to_change():
