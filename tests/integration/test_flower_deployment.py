@@ -55,8 +55,12 @@ class Ingest:
                     self.send_response(401)
                     self.end_headers()
                     return
-                vector = np.frombuffer(body, dtype="<f4").copy()
                 params = dict(parse_qsl(parts.query))
+                # a round body is the float32 vector, then num_participants int32 indices
+                tail = 4 * int(params.get("num_participants", 0))
+                vector = np.frombuffer(body[:len(body) - tail], dtype="<f4").copy()
+                if tail:
+                    params["participants"] = np.frombuffer(body[len(body) - tail:], dtype="<i4")
                 prefix = f"/audits/{outer.audit_id}/"
                 path = parts.path[len(prefix):] if parts.path.startswith(prefix) else None
                 if path == "initial-model":
@@ -189,6 +193,12 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
     inserted = sum(int(p["num_canaries_inserted"]) for _, p in ingest.rounds.values())
     mask = seen_mask(SEED, spec.num_canaries)
     assert inserted == int(mask.sum())
+    # every round names its canary participants (seen inserted + unseen by the same rule); each
+    # seen canary is among them in exactly canary_repeats = 1 round
+    counts = np.zeros(spec.num_canaries, dtype=int)
+    for _, params in ingest.rounds.values():
+        counts[params["participants"]] += 1
+    assert np.all(counts[mask] == 1)
     tracker = CosineTracker(SEED, spec.num_canaries, d, family=spec.canary_family)
     tracker.finalize(ingest.final, ingest.initial)
     if mask.any() and (~mask).any():
