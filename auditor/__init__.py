@@ -1,10 +1,10 @@
 """flaudit's auditor: canaries, cosine statistics and epsilon estimators (pure math), plus the
-audit service in :mod:`auditor.service`."""
+audit service in :mod:`flaudit.auditor.service`."""
 
-from auditor.canaries import (
+from flaudit.auditor.canaries import (
     CanaryFamily, canary_vector, canary_vectors, new_master_seed, resolve_canary_family, seen_mask,
 )
-from auditor.estimators import (
+from flaudit.auditor.estimators import (
     AuditSummary,
     Bonferroni,
     NoCorrection,
@@ -19,10 +19,10 @@ from auditor.estimators import (
     summarize,
     two_gaussian_epsilon,
 )
-from auditor.gaussian import GaussianAuditResult, gaussian_mechanism_audit
-from auditor.known_rounds import KnownRoundsState, KnownRoundsStatistic
-from auditor.results import Correction, Diagnostic, EpsilonResult, Estimator, VarianceTreatment
-from auditor.statistics import CosineTracker
+from flaudit.auditor.gaussian import GaussianAuditResult, gaussian_mechanism_audit
+from flaudit.auditor.known_rounds import KnownRoundsState, KnownRoundsStatistic
+from flaudit.auditor.results import Correction, Diagnostic, EpsilonResult, Estimator, VarianceTreatment
+from flaudit.auditor.statistics import CosineTracker
 
 __all__ = [
     "CanaryFamily",

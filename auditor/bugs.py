@@ -1,9 +1,9 @@
 """Deliberate DP bugs: the names shared by the simulator and the real Flower path.
 
-:class:`DPBug` names the implementation errors :mod:`auditor.simulate` can inject.
+:class:`DPBug` names the implementation errors :mod:`flaudit.auditor.simulate` can inject.
 :class:`InjectedBug` is one of them with its size, as ``flaudit run --inject-bug`` and the
-service's spec field ``inject_bug`` accept it for a real DP-FedAvg run (``server.dpfedavg`` and
-``server.schedules`` apply it). The claim of an audit never knows about the bug: the analytic
+service's spec field ``inject_bug`` accept it for a real DP-FedAvg run (``flaudit.server.dpfedavg`` and
+``flaudit.server.schedules`` apply it). The claim of an audit never knows about the bug: the analytic
 epsilon and the claims are computed from the honest spec, so an audit that works raises its
 alarm.
 """
@@ -34,7 +34,7 @@ class DPBug(str, Enum):
     #                                              more rounds than the accountant assumes
 
 
-#: Bugs the real path (``server.app.run_audit``) can inject, with the default size of each
+#: Bugs the real path (``flaudit.server.app.run_audit``) can inject, with the default size of each
 #: (None: the bug has no size).
 REAL_PATH_BUGS: dict[DPBug, float | None] = {
     DPBug.no_noise: None,

@@ -44,7 +44,7 @@ from enum import Enum
 import numpy as np
 import scipy.fft
 
-from auditor.validation import check_at_least, check_integer_at_least
+from flaudit.auditor.validation import check_at_least, check_integer_at_least
 
 __all__ = [
     "CanaryFamily",

@@ -3,7 +3,7 @@
 ``k`` canaries ``c_j`` uniform on the unit sphere of R^d are all added to the sum and the release
 is ``rho = sum_j c_j + N(0, sigma^2 I_d)``. The statistic of canary ``j`` is
 ``g_j = <c_j, rho> / ||rho||`` (the null-standardized cosine for the orthogonal family,
-:func:`auditor.statistics.null_standardized_cosines`); a Gaussian fitted to the ``g_j`` is
+:func:`flaudit.auditor.statistics.null_standardized_cosines`); a Gaussian fitted to the ``g_j`` is
 compared with the null ``N(0, 1/d)`` by the two-Gaussian epsilon.
 
 Orthogonal family (the default where ``k <= d``): in the canaries' own coordinates the release
@@ -22,7 +22,7 @@ Gaussian (iid) family, two ways to simulate the release:
     ``sigma^2 chi2(d - k)`` to ``||rho||^2``. Every ``g_j`` then follows exactly the same joint
     law as with d-dimensional vectors, without touching d floats. Needs ``k < d``.
 ``canaries``
-    Materialises each canary from the counter-based stream of :mod:`auditor.canaries` in
+    Materialises each canary from the counter-based stream of :mod:`flaudit.auditor.canaries` in
     chunks (memory ``O(chunk * d)``), two passes: sum, then cosines. Slow (``2 k d`` normal
     draws); used to cross-check ``projected``.
 """
@@ -34,17 +34,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from auditor.canaries import (
+from flaudit.auditor.canaries import (
     CanaryFamily, OrthogonalCanaries, canary_sum, iter_canary_chunks, resolve_canary_family,
 )
-from auditor.estimators._validation import (
+from flaudit.auditor.estimators._validation import (
     check_delta, check_dim, check_gaussian_variance, check_nonnegative,
 )
-from auditor.estimators.analytic import gaussian_epsilon_for_sigma
-from auditor.estimators.fitted import final_model_epsilon
-from auditor.estimators.lower_bound import epsilon_lower_bound
-from auditor.results import EpsilonResult, VarianceTreatment
-from auditor.statistics import null_standardized_cosines
+from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma
+from flaudit.auditor.estimators.fitted import final_model_epsilon
+from flaudit.auditor.estimators.lower_bound import epsilon_lower_bound
+from flaudit.auditor.results import EpsilonResult, VarianceTreatment
+from flaudit.auditor.statistics import null_standardized_cosines
 
 __all__ = ["GaussianAuditResult", "gaussian_mechanism_audit", "gaussian_mechanism_cosines"]
 

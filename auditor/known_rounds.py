@@ -18,7 +18,7 @@ seen canary adds ``S/m`` along ``c_j`` and the noise projects onto ``c_j`` with 
 so one round's normalised cosine is ``N(1/z, 1)`` and the score of a canary seen in ``r`` rounds
 is ``N(sqrt(r)/z, 1)``; an unseen canary's score is ``N(0, 1)``. That is exactly the
 ``mu = sqrt(r)/z`` Gaussian-DP claim of the known-rounds adversary, which
-:mod:`auditor.estimators.gdp` tests.
+:mod:`flaudit.auditor.estimators.gdp` tests.
 
 Pure numpy, streaming, ``O(k)`` state (:class:`KnownRoundsState`: plain arrays, no seed).
 """
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from auditor.validation import check_integer_at_least
+from flaudit.auditor.validation import check_integer_at_least
 
 __all__ = ["KnownRoundsStatistic", "KnownRoundsState", "noise_scale"]
 

@@ -5,12 +5,12 @@ Used by ``benchmarks/fidelity`` and ``tests/fidelity`` to check that the audit's
 what they say (see ``docs/fidelity.md``).
 
 :func:`simulate_dpfedavg_audit` runs the SAME participation schedule
-(:func:`server.schedules.participation_schedule`) and the SAME aggregation math
-(:func:`server.dpfedavg.aggregate_round`, :class:`server.dpfedavg.ServerOptimizer`) as the Flower
+(:func:`flaudit.server.schedules.participation_schedule`) and the SAME aggregation math
+(:func:`flaudit.server.dpfedavg.aggregate_round`, :class:`flaudit.server.dpfedavg.ServerOptimizer`) as the Flower
 ServerApp, with real clients replaced by a simple model: client ``i`` in round ``t`` sends
 ``S * (a * u + b * g_it / sqrt(d))`` with a fixed unit direction ``u`` shared by every client and
 ``g_it ~ N(0, I_d)`` (``a = client_signal``, ``b = client_noise``), which is then clipped to ``S``.
-Every round's model delta goes to a :class:`auditor.statistics.CosineTracker`, exactly as the
+Every round's model delta goes to a :class:`flaudit.auditor.statistics.CosineTracker`, exactly as the
 service ingests it. Switches in :class:`DPBug` inject implementation errors.
 
 Nothing here prints or returns a canary seed.
@@ -23,13 +23,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from auditor.bugs import DPBug
-from auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
-from auditor.gaussian import gaussian_mechanism_cosines
-from auditor.known_rounds import KnownRoundsStatistic
-from auditor.statistics import CosineTracker
-from server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round, clip_update
-from server.schedules import canary_rounds, participation_schedule
+from flaudit.auditor.bugs import DPBug
+from flaudit.auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.gaussian import gaussian_mechanism_cosines
+from flaudit.auditor.known_rounds import KnownRoundsStatistic
+from flaudit.auditor.statistics import CosineTracker
+from flaudit.server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round, clip_update
+from flaudit.server.schedules import canary_rounds, participation_schedule
 
 __all__ = [
     "DPBug",
@@ -85,7 +85,7 @@ class FedAvgSimulation:
         Poisson ``q`` of the real clients (and of the claim); default the service's
         ``m / (N + k/2)``. Fix it to compare runs with different ``k`` at the same cohort.
     adaptive_clipping : bool
-        Track the clip norm by quantile (:class:`server.dpfedavg.AdaptiveClipNorm`, starting at
+        Track the clip norm by quantile (:class:`flaudit.server.dpfedavg.AdaptiveClipNorm`, starting at
         ``clip_norm``, target quantile 0.5, rate 0.2) with a noised count of std
         ``clipped_count_stddev`` (default ``m / 20``, as the service).
     clipped_count_stddev : float, optional
@@ -157,7 +157,7 @@ class FedAvgSimulation:
     @property
     def accounted_noise_multiplier(self) -> float:
         """``z``, or ``z_total = (z^-2 + sigma_b^-2)^-1/2`` under adaptive clipping (as
-        :attr:`auditor.spec.AuditSpec.accounted_noise_multiplier`)."""
+        :attr:`flaudit.auditor.spec.AuditSpec.accounted_noise_multiplier`)."""
         z = self.noise_multiplier
         if not self.adaptive_clipping or z == 0:
             return z
@@ -185,7 +185,7 @@ class FedAvgAuditResult:
     seen : numpy.ndarray
         Seen mask.
     known_rounds_scores : numpy.ndarray
-        (k,) known-rounds scores at the end (:class:`auditor.known_rounds.KnownRoundsStatistic`
+        (k,) known-rounds scores at the end (:class:`flaudit.auditor.known_rounds.KnownRoundsStatistic`
         on the released aggregates ``rho_bar_t``; NaN for a canary never counted).
     known_rounds_history, max_cosines_history : numpy.ndarray
         (T, k): the known-rounds scores and running max cosines after each round, for alarms
@@ -367,12 +367,12 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
 
 def simulation_claims(config: FedAvgSimulation) -> list:
     """The trade-off claims the service would test for this configuration
-    (:func:`auditor.estimators.gdp.audit_claims` on the honest settings: a bug is never known
+    (:func:`flaudit.auditor.estimators.gdp.audit_claims` on the honest settings: a bug is never known
     to the claim): known-rounds Gaussian DP ``sqrt(canary_repeats) / z_total`` and, under
     Poisson participation, the Poisson-subsampled curve with ``q`` as the service computes it."""
     from types import SimpleNamespace
 
-    from auditor.estimators.gdp import audit_claims
+    from flaudit.auditor.estimators.gdp import audit_claims
 
     return audit_claims(SimpleNamespace(
         accounted_noise_multiplier=config.accounted_noise_multiplier,
@@ -405,12 +405,12 @@ def gaussian_mechanism_scores(
     release ``rho = sum_seen c_j + N(0, sigma^2 I_d)`` (sensitivity 1, so the true epsilon is the
     Gaussian mechanism's at ``sigma``).
 
-    ``gaussian`` family: seen cosines come from :func:`auditor.gaussian.gaussian_mechanism_cosines`
+    ``gaussian`` family: seen cosines come from :func:`flaudit.auditor.gaussian.gaussian_mechanism_cosines`
     (exact projected simulation); an unseen canary is independent of ``rho``, so its cosine
     follows the exact null (:func:`sample_null_cosines`). ``orthogonal`` family (the default
     where ``k <= d``): in the canaries' coordinates ``rho`` is ``1 + sigma u_j`` (seen),
     ``sigma u_j`` (unseen) and ``sigma u_i`` on the ``d - k`` unused columns; the statistic is
-    the tracker's null-standardized cosine (:func:`auditor.statistics.null_standardized_cosines`),
+    the tracker's null-standardized cosine (:func:`flaudit.auditor.statistics.null_standardized_cosines`),
     simulated exactly in ``O(k)``.
 
     Returns
@@ -448,7 +448,7 @@ def claimed_epsilons(config: FedAvgSimulation) -> dict[str, float]:
     and PLD) and the known-rounds bound (Gaussian mechanism composed ``canary_repeats`` times),
     the reference Andrew et al. compare against. Keys: ``poisson_rdp``, ``poisson_pld``,
     ``known_rounds``."""
-    from auditor.estimators.analytic import analytic_epsilon
+    from flaudit.auditor.estimators.analytic import analytic_epsilon
 
     results = analytic_epsilon(
         config.noise_multiplier, claimed_sampling_probability(config), config.num_rounds,
@@ -462,9 +462,9 @@ def claimed_epsilons(config: FedAvgSimulation) -> dict[str, float]:
 
 
 def audit_epsilons(result: FedAvgAuditResult, *, delta: float, one_run: bool = True) -> dict[str, float]:
-    """Every estimate :func:`auditor.estimators.summarize` gives for a simulated run, flattened
+    """Every estimate :func:`flaudit.auditor.estimators.summarize` gives for a simulated run, flattened
     to ``{"<threat model>/<estimator>/<variance or correction>": epsilon}``."""
-    from auditor.estimators.summary import summarize
+    from flaudit.auditor.estimators.summary import summarize
 
     summary = summarize(seen=result.seen, dim=result.dim, delta=delta,
                         max_cosines=result.max_cosines, final_cosines=result.final_cosines,

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from auditor.bugs import DPBug, InjectedBug
-from auditor.canaries import CanaryFamily
+from flaudit.auditor.bugs import DPBug, InjectedBug
+from flaudit.auditor.canaries import CanaryFamily
 
 __all__ = [
     "AdaptiveClipping",
@@ -361,7 +361,7 @@ class AuditClaim(SpecModel):
     """The DP claim of a run flaudit does not start (``engine = "external"``).
 
     The user's ServerApp declares it once, read from its Flower DP strategy and run config
-    (:class:`server.wrapper.CanaryAuditStrategy`), so the analytic epsilon and every alarm use
+    (:class:`flaudit.server.wrapper.CanaryAuditStrategy`), so the analytic epsilon and every alarm use
     the settings the run really has. :meth:`apply` merges it into the audit's spec.
     """
 

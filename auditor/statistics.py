@@ -3,7 +3,7 @@
 Per round ``t`` the auditor needs ``cos(c_j, Delta_t)`` for every canary and keeps the running
 maximum over rounds (Andrew et al. Alg. 3); at the end it needs ``cos(c_j, theta_T - theta_0)``
 (Alg. 2) and ``cos(c_j, theta_T)`` (Alg. 2 as literally written). :class:`CosineTracker` does
-this for either canary family (:class:`auditor.canaries.CanaryFamily`):
+this for either canary family (:class:`flaudit.auditor.canaries.CanaryFamily`):
 
 - ``orthogonal``: all ``k`` cosines are coordinates of one fast transform ``R^T v``: two or three DCTs
   per vector whatever ``k``, memory ``O(d + k)``. The cosines are *null-standardized*: divided
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from auditor.canaries import (
+from flaudit.auditor.canaries import (
     CanaryFamily, OrthogonalCanaries, canary_vectors, resolve_canary_family, seen_mask,
 )
-from auditor.validation import check_at_least, check_integer_at_least
+from flaudit.auditor.validation import check_at_least, check_integer_at_least
 
 __all__ = ["cosines", "null_standardized_cosines", "CosineTracker", "TrackerState"]
 
@@ -119,7 +119,7 @@ class CosineTracker:
     dim : int
         Model dimension ``d``.
     family : CanaryFamily or str, optional
-        The canary family; ``None`` (default) applies :func:`auditor.canaries.resolve_canary_family`
+        The canary family; ``None`` (default) applies :func:`flaudit.auditor.canaries.resolve_canary_family`
         (orthogonal where ``k <= d``). Must be the family the canaries were inserted with.
     chunk_size : int, optional
         Gaussian family: canaries regenerated at a time when they are not cached.

@@ -2,7 +2,7 @@
 
 Each raises ``ValueError`` naming the bad argument and its value. Never pass a secret (a canary
 seed, a token) as ``value``: the value is part of the message. The estimators' own checks (deltas,
-score arrays, masks) live in :mod:`auditor.estimators._validation`.
+score arrays, masks) live in :mod:`flaudit.auditor.estimators._validation`.
 """
 
 from __future__ import annotations

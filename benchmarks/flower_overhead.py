@@ -1,11 +1,11 @@
 """Benchmark: what the audit adds to a full Flower round (simulation engine, Ray).
 
 The same task and run (synthetic task, d >= 1M, same data and noise seeds) through the ServerApp
-main loop (:func:`server.app.run_audit` in :func:`server.simulation.run_simulation_audit`):
+main loop (:func:`flaudit.server.app.run_audit` in :func:`flaudit.server.simulation.run_simulation_audit`):
 
 * ``on``: the audit as ``flaudit run`` runs it -- seen canaries added to each round (one
-  :func:`auditor.canaries.canary_sum`) and every round scored by a
-  :class:`~server.reporting.LocalRoundReporter` (its :class:`~auditor.statistics.CosineTracker`);
+  :func:`flaudit.auditor.canaries.canary_sum`) and every round scored by a
+  :class:`~flaudit.server.reporting.LocalRoundReporter` (its :class:`~flaudit.auditor.statistics.CosineTracker`);
 * ``off``: the same run without the audit's work: the same participation schedule (so the same
   real clients train in every round), but the round's canary sum is replaced by zeros *in this
   benchmark process only* (nothing generated, nothing inserted) and the reporter drops every
@@ -69,11 +69,11 @@ class _Stamped:
 def run_once(mode: str, args) -> dict:
     import numpy as np
 
-    import server.app
-    from auditor.canaries import new_master_seed
-    from auditor.spec import AuditSpec
-    from server.reporting import LocalRoundReporter
-    from server.simulation import run_simulation_audit
+    import flaudit.server.app
+    from flaudit.auditor.canaries import new_master_seed
+    from flaudit.auditor.spec import AuditSpec
+    from flaudit.server.reporting import LocalRoundReporter
+    from flaudit.server.simulation import run_simulation_audit
 
     spec = AuditSpec(task="synthetic",
                      task_options={"dim": args.dim, "test_size": 200,
@@ -83,7 +83,7 @@ def run_once(mode: str, args) -> dict:
                      num_canaries=args.canaries,
                      noise_multiplier=1.0, clip_norm=1.0, local_epochs=1, data_seed=1)
     seed = new_master_seed()
-    original, original_sum = server.app.seen_mask, server.app.canary_sum
+    original, original_sum = flaudit.server.app.seen_mask, flaudit.server.app.canary_sum
     insertion: list[float] = []
 
     def timed_sum(*a, **kw):
@@ -93,11 +93,11 @@ def run_once(mode: str, args) -> dict:
         return out
 
     if mode == "on":
-        server.app.canary_sum = timed_sum
+        flaudit.server.app.canary_sum = timed_sum
     else:
         insertion.extend([0.0] * (args.rounds + 1))
     if mode == "off":  # benchmark only: no canary generated or inserted, no tracker
-        server.app.canary_sum = lambda seed, indices, dim, **kw: np.zeros(dim)
+        flaudit.server.app.canary_sum = lambda seed, indices, dim, **kw: np.zeros(dim)
         inner = _Dropping()
     else:
         inner = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries,
@@ -109,7 +109,7 @@ def run_once(mode: str, args) -> dict:
                                       max_supernodes=2,
                                       num_cpus=2, noise_seed=7)
     finally:
-        server.app.seen_mask, server.app.canary_sum = original, original_sum
+        flaudit.server.app.seen_mask, flaudit.server.app.canary_sum = original, original_sum
     rounds = [b - a for a, b in zip(reporter.stamps, reporter.stamps[1:])]
     # the audit's own work in rounds 2..T: adding the canaries + scoring the round
     audit = [i + s for i, s in zip(insertion[1:], reporter.scoring[1:])]

@@ -62,8 +62,8 @@ def _time_rounds(tracker, deltas, cpu: list[float] | None = None) -> list[float]
 def _orthogonal(d: int, k: int, rounds: int, workers: int) -> dict:
     import numpy as np
 
-    from auditor.canaries import new_master_seed
-    from auditor.statistics import CosineTracker
+    from flaudit.auditor.canaries import new_master_seed
+    from flaudit.auditor.statistics import CosineTracker
 
     deltas = _deltas(d, rounds)
     baseline = _peak_mib()
@@ -88,8 +88,8 @@ def _orthogonal(d: int, k: int, rounds: int, workers: int) -> dict:
 
 
 def _default(d: int, k: int, regen_sample: int, full: bool) -> dict:
-    from auditor.canaries import new_master_seed
-    from auditor.statistics import CosineTracker
+    from flaudit.auditor.canaries import new_master_seed
+    from flaudit.auditor.statistics import CosineTracker
 
     cached = min(k, DEFAULT_CACHE_BYTES // (4 * d))
     deltas = _deltas(d, 1)
@@ -116,8 +116,8 @@ def _default(d: int, k: int, regen_sample: int, full: bool) -> dict:
 
 
 def _bank(d: int, k: int, bank_sample: int, rounds: int, full: bool) -> dict:
-    from auditor.canaries import new_master_seed
-    from auditor.statistics import CosineTracker
+    from flaudit.auditor.canaries import new_master_seed
+    from flaudit.auditor.statistics import CosineTracker
 
     measured_k = k if full else min(k, bank_sample, max(4, BANK_SAMPLE_BYTES // (4 * d)))
     deltas = _deltas(d, rounds)

@@ -32,7 +32,7 @@ KEY = "bench-key-0123456789"
 
 
 def _new_secret_key() -> str:
-    from auditor.service.sealing import generate_secret_key
+    from flaudit.auditor.service.sealing import generate_secret_key
 
     return generate_secret_key()
 
@@ -142,7 +142,7 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     log = open(tmp / "service.log", "wb")
     service = subprocess.Popen(
-        [sys.executable, "-m", "auditor.cli", "serve", "--port", str(port),
+        [sys.executable, "-m", "flaudit.auditor.cli", "serve", "--port", str(port),
          "--database-url", f"sqlite:///{tmp / 'bench.db'}", "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )

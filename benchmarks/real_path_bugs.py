@@ -1,10 +1,10 @@
 """Deliberate DP bugs through the real ServerApp loop: does the alarm fire?
 
-Each run is the ServerApp main loop (``server.app.run_audit``: schedule, real ClientApp training
+Each run is the ServerApp main loop (``flaudit.server.app.run_audit``: schedule, real ClientApp training
 of the synthetic task, canary insertion, DP-FedAvg aggregation with the injected bug, reporting
-of the released update and participants) against ``server.simulation.InProcessGrid`` (no Ray),
+of the released update and participants) against ``flaudit.server.simulation.InProcessGrid`` (no Ray),
 then ``flaudit run``'s evaluation: ``summarize`` with the known-rounds scores and the audit's
-claims, and the alarm (``auditor.estimators.alarm.decide_alarm``) at the final look of
+claims, and the alarm (``flaudit.auditor.estimators.alarm.decide_alarm``) at the final look of
 ``num_rounds + 1``. The claim is always the honest spec's (z = 1, r = 1: mu = 1).
 
 Rerun: .venv/bin/python benchmarks/real_path_bugs.py [--runs 5] [--k 400] [--dim 8000]
@@ -19,19 +19,19 @@ import time
 
 import numpy as np
 
-from auditor.canaries import seen_mask
-from auditor.estimators import summarize
-from auditor.estimators.gdp import audit_claims
-from auditor.service.live import decide, num_looks
-from auditor.spec import AuditSpec
-from server.reporting import LocalRoundReporter
-from server.simulation import run_inprocess_audit
+from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.estimators import summarize
+from flaudit.auditor.estimators.gdp import audit_claims
+from flaudit.auditor.service.live import decide, num_looks
+from flaudit.auditor.spec import AuditSpec
+from flaudit.server.reporting import LocalRoundReporter
+from flaudit.server.simulation import run_inprocess_audit
 
 BUGS = [None, "no_noise", "noise_scale=0.5", "no_clipping=4", "extra_participation=4"]
 
 
 def one_run(base: dict, bug: str | None, seed: int) -> tuple[str, float]:
-    from auditor.bugs import InjectedBug
+    from flaudit.auditor.bugs import InjectedBug
 
     spec = AuditSpec.model_validate(
         {**base, "inject_bug": InjectedBug.parse(bug) if bug else None}

@@ -1,4 +1,4 @@
-"""Cost of `auditor.estimators.summarize` per call (k canaries), as the service calls it.
+"""Cost of `flaudit.auditor.estimators.summarize` per call (k canaries), as the service calls it.
 
 Rerun: .venv/bin/python benchmarks/summarize_cost.py [--k 1000] [--repeats 3]
 Prints the best of --repeats wall times for each call at d = 10^6 and d = 500 (exact null).
@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from auditor.estimators import summarize
+from flaudit.auditor.estimators import summarize
 
 CALLS = [
     ("per round: max_cosines only", dict(max=True)),
@@ -40,8 +40,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     dims = (10**6, 500)
-    from auditor.estimators.gdp import audit_claims
-    from auditor.spec import AuditSpec
+    from flaudit.auditor.estimators.gdp import audit_claims
+    from flaudit.auditor.spec import AuditSpec
 
     claims = audit_claims(AuditSpec(num_canaries=args.k, num_clients=10 * args.k))
     rows = {name: [] for name, _ in CALLS}

@@ -4,7 +4,7 @@ sigma in {4.22, 1.54, 0.541} (analytic epsilon 1, 3, 10 at delta = 1e-6), d = 1e
 The paper reports eps_est = 0.972 +- 0.148, 3.04 +- 0.137, 9.98 +- 0.190 over 50 runs.
 We report mean / std over runs for both variance treatments (sigma_hat^2 = 1/d, the default;
 and the fitted sigma_hat) plus the 95% lower bound eps_lo, using the exact projected simulation
-(auditor.gaussian, method="projected"), and cross-check a few runs with materialised canaries
+(flaudit.auditor.gaussian, method="projected"), and cross-check a few runs with materialised canaries
 (method="canaries": 2 k d normal draws per run). Not a test: results go to docs/benchmarks.md.
 
     .venv/bin/python benchmarks/table2.py --runs 1000 --materialised-runs 2
@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from auditor.estimators import gaussian_sigma_for_epsilon
-from auditor.gaussian import gaussian_mechanism_audit
+from flaudit.auditor.estimators import gaussian_sigma_for_epsilon
+from flaudit.auditor.gaussian import gaussian_mechanism_audit
 
 PAPER = {1.0: (0.972, 0.148), 3.0: (3.04, 0.137), 10.0: (9.98, 0.190)}
 

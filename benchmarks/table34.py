@@ -8,7 +8,7 @@ pattern: eps_est-all >= eps_est-final, both fall as z grows, both rise with r.
     .venv/bin/python benchmarks/table34.py --engine simulation   # through Flower + Ray (slower)
     .venv/bin/python benchmarks/table34.py --z 0.5 1 2 --repeats 1 4 --runs 2 --json out.json
 
-The in-process engine runs the same ServerApp loop (server.app.run_audit) and ClientApp handler
+The in-process engine runs the same ServerApp loop (flaudit.server.app.run_audit) and ClientApp handler
 without the Flower runtime; the math is identical.
 """
 
@@ -25,10 +25,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from auditor.canaries import seen_mask  # noqa: E402
-from auditor.estimators import summarize  # noqa: E402
-from auditor.spec import AuditSpec  # noqa: E402
-from server.reporting import LocalRoundReporter  # noqa: E402
+from flaudit.auditor.canaries import seen_mask  # noqa: E402
+from flaudit.auditor.estimators import summarize  # noqa: E402
+from flaudit.auditor.spec import AuditSpec  # noqa: E402
+from flaudit.server.reporting import LocalRoundReporter  # noqa: E402
 
 
 def pick(estimates, *, estimator, threat_model, variance=None, correction=None):
@@ -67,12 +67,12 @@ def run_one(args, z: float, repeats: int, run: int) -> dict:
     )
     started = time.monotonic()
     if args.engine == "simulation":
-        from server.simulation import run_simulation_audit
+        from flaudit.server.simulation import run_simulation_audit
 
         result = run_simulation_audit(spec, canary_seed=seed, reporter=reporter, noise_seed=run,
                                       max_supernodes=2)
     else:
-        from server.simulation import run_inprocess_audit
+        from flaudit.server.simulation import run_inprocess_audit
 
         result = run_inprocess_audit(spec, canary_seed=seed, reporter=reporter, noise_seed=run)
     tracker = reporter.tracker

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from server.vectors import flatten, unflatten
+from flaudit.server.vectors import flatten, unflatten
 
 __all__ = [
     "Task",
@@ -285,5 +285,5 @@ def load_task(
     except TypeError as error:
         raise ValueError(f"task_options do not fit task {name!r}: {error}") from error
     if not isinstance(task, Task):
-        raise ValueError(f"task factory {name!r} must return clients.tasks.Task, got {type(task).__name__}")
+        raise ValueError(f"task factory {name!r} must return flaudit.clients.tasks.Task, got {type(task).__name__}")
     return task

@@ -6,14 +6,14 @@ The main loop (:func:`run_audit`)
 2. waits for the SuperNodes and maps their (random) node ids to stable partition ids
    (sorted node ids; partition ``p`` is trained on node ``p mod #nodes``);
 3. draws the participation schedule for real clients and seen canaries alike
-   (:func:`server.schedules.participation_schedule`);
+   (:func:`flaudit.server.schedules.participation_schedule`);
 4. per round: sends the global model to the scheduled real clients, collects their deltas
    (clients that fail or time out are dropped and counted), adds ``S(t) c_j`` for each scheduled
-   seen canary, clips, sums, adds noise, takes a server step (:mod:`server.dpfedavg`) and reports
+   seen canary, clips, sums, adds noise, takes a server step (:mod:`flaudit.server.dpfedavg`) and reports
    the released noisy aggregate ``rho_bar_t = (rho + noise) / m`` (not ``theta_t - theta_{t-1}``,
    which mixes rounds under server momentum) with its metadata and the round's canary
    participants (seen canaries inserted + unseen canaries' drawn rounds, one merged list)
-   through the :class:`~server.reporting.RoundReporter`;
+   through the :class:`~flaudit.server.reporting.RoundReporter`;
 5. evaluates ``theta_T`` and reports it with the accuracy.
 
 Canaries live only here: no client ever receives one.
@@ -38,12 +38,12 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from auditor.bugs import DPBug
-from auditor.canaries import canary_sum, new_master_seed, resolve_canary_family, seen_mask
-from auditor.spec import AuditSpec
-from server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
-from server.reporting import RoundMetadata, RoundReporter
-from server.schedules import canary_participants, participation_schedule, unseen_canary_rounds
+from flaudit.auditor.bugs import DPBug
+from flaudit.auditor.canaries import canary_sum, new_master_seed, resolve_canary_family, seen_mask
+from flaudit.auditor.spec import AuditSpec
+from flaudit.server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
+from flaudit.server.reporting import RoundMetadata, RoundReporter
+from flaudit.server.schedules import canary_participants, participation_schedule, unseen_canary_rounds
 
 __all__ = ["AuditRuntime", "run_audit", "make_server_app", "app", "MIN_DIM", "check_dimension"]
 
@@ -128,7 +128,7 @@ def _wait_for_nodes(grid: Grid, runtime: AuditRuntime) -> list[int]:
 
 def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     """Run one audited DP-FedAvg training; return a summary (no seed, no canary identities)."""
-    from clients.tasks import load_task  # torch: only where the model is needed
+    from flaudit.clients.tasks import load_task  # torch: only where the model is needed
 
     spec = runtime.spec
     started = time.monotonic()
@@ -279,7 +279,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
 
     import torch
 
-    from clients.tasks import set_model_vector
+    from flaudit.clients.tasks import set_model_vector
 
     torch.set_num_threads(1)
     net = task.build_model()
@@ -328,7 +328,7 @@ def _parse_seed(value: Any) -> int:
 
 def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
     """Build the deployment runtime from the Flower run config (see module docstring)."""
-    from server.reporting import HttpRoundReporter
+    from flaudit.server.reporting import HttpRoundReporter
 
     run_config = {k: v for k, v in run_config.items() if v != ""}  # "" = not set
     spec_json = run_config.get("flaudit-spec")
@@ -364,7 +364,7 @@ class _LazyLocal:
     """Stand-alone demo reporter: a lazily created LocalRoundReporter that logs cosine means."""
 
     def __init__(self, spec: AuditSpec, seed: int) -> None:
-        from server.reporting import LocalRoundReporter
+        from flaudit.server.reporting import LocalRoundReporter
 
         self._spec, self._seed = spec, seed
         self.inner = LocalRoundReporter.for_audit(

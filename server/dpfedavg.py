@@ -15,7 +15,7 @@ participation. Adaptive clipping follows Andrew et al. (2021): the server tracks
 ``update`` is the *released* noisy aggregate: the one vector of the round that the DP guarantee
 covers, and what the server reports to the auditor for the per-round cosines (the server
 optimizer's ``Delta_t`` mixes rounds under momentum). A deliberate bug
-(:class:`auditor.bugs.InjectedBug`, testing only) changes the noise or the clipping here.
+(:class:`flaudit.auditor.bugs.InjectedBug`, testing only) changes the noise or the clipping here.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from auditor.bugs import DPBug, InjectedBug
-from auditor.validation import check_at_least, check_positive
+from flaudit.auditor.bugs import DPBug, InjectedBug
+from flaudit.auditor.validation import check_at_least, check_positive
 
 __all__ = [
     "clip_update",
@@ -122,7 +122,7 @@ def aggregate_round(
         Unit directions of the seen canaries scheduled this round.
     canary_sum : numpy.ndarray, optional
         Alternatively (or in addition), the sum of ``num_summed_canaries`` unit canary
-        directions (:func:`auditor.canaries.canary_sum`: one fast transform for the orthogonal
+        directions (:func:`flaudit.auditor.canaries.canary_sum`: one fast transform for the orthogonal
         family); added times ``S(t)``, as that many clipped canary updates.
     num_summed_canaries : int
         How many canaries ``canary_sum`` holds.

@@ -5,7 +5,7 @@ aggregate ``rho_bar_t`` (the noisy average DP-FedAvg releases, before the server
 wrapper that sees only the new model sends the delta of the aggregated model) with its
 :class:`RoundMetadata`, including the round's canary participants. :class:`HttpRoundReporter`
 PUTs raw little-endian float32 (then int32 participant indices) to the service's ingest routes;
-:class:`LocalRoundReporter` feeds an in-process :class:`auditor.statistics.CosineTracker` and the
+:class:`LocalRoundReporter` feeds an in-process :class:`flaudit.auditor.statistics.CosineTracker` and the
 known-rounds statistic (``flaudit run`` and tests).
 """
 
@@ -18,10 +18,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from auditor.canaries import CanaryFamily, seen_mask
-from auditor.known_rounds import KnownRoundsStatistic
-from auditor.statistics import CosineTracker
-from auditor.validation import check_at_least
+from flaudit.auditor.canaries import CanaryFamily, seen_mask
+from flaudit.auditor.known_rounds import KnownRoundsStatistic
+from flaudit.auditor.statistics import CosineTracker
+from flaudit.auditor.validation import check_at_least
 
 __all__ = [
     "RoundMetadata",
@@ -41,7 +41,7 @@ class RoundMetadata:
 
     ``participants`` are the canary indices "in" the round: the seen canaries inserted and the
     unseen canaries whose rounds (drawn by the same schedule, never inserted) include it, merged
-    and sorted (:func:`server.schedules.canary_participants`). The list does not reveal which
+    and sorted (:func:`flaudit.server.schedules.canary_participants`). The list does not reveal which
     canaries are seen, but it is secret data all the same: kept out of ``repr`` and of the query.
     """
 
@@ -251,7 +251,7 @@ class LocalRoundReporter:
         """A reporter whose tracker is created when ``theta_0`` (hence ``d``) arrives.
 
         ``canary_family`` is the spec's (``None``: the default rule of
-        :func:`auditor.canaries.resolve_canary_family`, as the ServerApp applies it).
+        :func:`flaudit.auditor.canaries.resolve_canary_family`, as the ServerApp applies it).
         """
         check_at_least(num_canaries, "num_canaries", 1)
         family = None if canary_family is None else CanaryFamily(canary_family)

@@ -42,7 +42,7 @@ from enum import Enum
 
 import numpy as np
 
-from auditor.validation import check_at_least
+from flaudit.auditor.validation import check_at_least
 
 __all__ = [
     "Schedule",

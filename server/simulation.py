@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from auditor.spec import AuditSpec
-from auditor.validation import check_at_least, check_positive
-from server.reporting import RoundReporter
+from flaudit.auditor.spec import AuditSpec
+from flaudit.auditor.validation import check_at_least, check_positive
+from flaudit.server.reporting import RoundReporter
 
 __all__ = ["run_simulation_audit", "run_inprocess_audit", "InProcessGrid", "DEFAULT_MAX_SUPERNODES"]
 
@@ -71,8 +71,8 @@ def run_simulation_audit(
     """
     from flwr.simulation import run_simulation
 
-    from clients.app import app as client_app
-    from server.app import AuditRuntime, make_server_app
+    from flaudit.clients.app import app as client_app
+    from flaudit.server.app import AuditRuntime, make_server_app
 
     if timeout is None:
         timeout = spec.timeout_seconds
@@ -121,7 +121,7 @@ def run_simulation_audit(
 
 class InProcessGrid:
     """A Grid stand-in that runs the ClientApp's ``train`` handler in this process, one message at
-    a time. The same ServerApp main loop (:func:`server.app.run_audit`) drives it; there is no
+    a time. The same ServerApp main loop (:func:`flaudit.server.app.run_audit`) drives it; there is no
     Ray, no SuperNode and no isolation, so use it for benchmarks and tests only.
 
     Parameters
@@ -140,7 +140,7 @@ class InProcessGrid:
     def send_and_receive(self, messages, *, timeout: float | None = None):
         from flwr.app import Error, Message
 
-        from clients.app import train
+        from flaudit.clients.app import train
 
         replies = []
         for msg in messages:
@@ -166,7 +166,7 @@ def run_inprocess_audit(
     """
     from flwr.supercore.task_identity import TaskIdentity
 
-    from server.app import AuditRuntime, run_audit
+    from flaudit.server.app import AuditRuntime, run_audit
 
     if timeout is None:
         timeout = spec.timeout_seconds

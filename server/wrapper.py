@@ -3,7 +3,7 @@
 In the spirit of Flower's ``DifferentialPrivacyServerSideFixedClipping``: wrap your (DP) strategy
 and keep everything else. The two lines a Flower app adds (docs/flower.md)::
 
-    from server.wrapper import CanaryAuditStrategy
+    from flaudit.server.wrapper import CanaryAuditStrategy
     strategy = CanaryAuditStrategy.from_env(strategy)   # after building your DP strategy
 
 ``from_env`` reads ``FLAUDIT_AUDIT_ID``, ``FLAUDIT_URL`` and ``FLAUDIT_RUN_TOKEN`` (printed once
@@ -53,13 +53,13 @@ from flwr.supercore.differential_privacy import KEY_NORM_BIT
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
-from auditor.service.external import RUN_CONFIG_KEYS
-from auditor.validation import check_at_least, check_positive
-from server.dpfedavg import canary_update
-from server.reporting import RoundMetadata, RoundReporter
-from server.schedules import canary_schedule
-from server.vectors import flatten, unflatten
+from flaudit.auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.service.external import RUN_CONFIG_KEYS
+from flaudit.auditor.validation import check_at_least, check_positive
+from flaudit.server.dpfedavg import canary_update
+from flaudit.server.reporting import RoundMetadata, RoundReporter
+from flaudit.server.schedules import canary_schedule
+from flaudit.server.vectors import flatten, unflatten
 
 __all__ = ["CanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
            "ENV_RUN_TOKEN"]
@@ -102,7 +102,7 @@ def _refuse_legacy(strategy: Any) -> None:
 
 
 def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[str, Any]:
-    """The DP claim of a Flower strategy chain, as ``auditor.spec.AuditClaim`` fields.
+    """The DP claim of a Flower strategy chain, as ``flaudit.auditor.spec.AuditClaim`` fields.
 
     Reads Flower's Message-API DP wrappers (server- or client-side, fixed or adaptive clipping):
     ``noise_multiplier``, ``clipping_norm`` (or the adaptive parameters) and
@@ -179,9 +179,9 @@ def _weight_key(strategy: Strategy) -> str:
 class LocalCanaries:
     """Canaries generated in this process from a seed (tests, ``flaudit run``-style local use).
 
-    The same rule as the service's external audits (:func:`auditor.service.external.round_canaries`):
+    The same rule as the service's external audits (:func:`flaudit.auditor.service.external.round_canaries`):
     the seen set from the seed, ``canary_repeats`` rounds per seen canary from ``data_seed``,
-    the family from ``canary_family`` by :func:`auditor.canaries.resolve_canary_family` once the
+    the family from ``canary_family`` by :func:`flaudit.auditor.canaries.resolve_canary_family` once the
     model size is known (``None``: orthogonal where ``num_canaries <= d``). The seed never
     appears in ``repr``.
     """
@@ -233,7 +233,7 @@ class CanaryAuditStrategy(Strategy):
         ``DifferentialPrivacyServerSideFixedClipping(FedAvg(...), ...)``.
     reporter : RoundReporter
         Where the claim, theta_0, Delta_t and theta_T go. For an external audit an
-        :class:`~server.reporting.HttpRoundReporter`, which also serves the round's canaries.
+        :class:`~flaudit.server.reporting.HttpRoundReporter`, which also serves the round's canaries.
     canaries : object, optional
         Has ``round_canaries(server_round, dim)`` returning unit vectors ``(c, dim)``; default:
         the reporter's ``round_canaries(server_round)`` (the service schedules them).
@@ -296,7 +296,7 @@ class CanaryAuditStrategy(Strategy):
         ValueError
             Naming the missing variable.
         """
-        from server.reporting import HttpRoundReporter
+        from flaudit.server.reporting import HttpRoundReporter
 
         values = {}
         for env, key in RUN_CONFIG_KEYS.items():

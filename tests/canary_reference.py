@@ -1,6 +1,6 @@
 """Reference route for the tracker's canary statistic: explicit canary vectors, float64 dots.
 
-Independent of :mod:`auditor.statistics`' fast path (no transform, no bank): tests compare the
+Independent of :mod:`flaudit.auditor.statistics`' fast path (no transform, no bank): tests compare the
 tracker, the service and the ServerApp against it.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
 
 
 def expected_statistics(

@@ -1,6 +1,6 @@
 """Round progress for ``flaudit run``: a bar on a terminal, one line per round in a log.
 
-The ETA comes from :func:`auditor.progress.eta_seconds` (rounds since round 1, not the Flower/Ray
+The ETA comes from :func:`flaudit.auditor.progress.eta_seconds` (rounds since round 1, not the Flower/Ray
 start-up). Log records of Flower's ``flwr`` logger (e.g. its ``DEPRECATED FEATURE:
 run_simulation`` warning) are printed on their own lines, never into the bar's line.
 """
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import TextIO
 
-from auditor.progress import eta_seconds
+from flaudit.auditor.progress import eta_seconds
 
 __all__ = ["RoundProgress", "fmt_seconds"]
 

@@ -76,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(env))
     elif args.format == "run-config":
-        from auditor.service.external import RUN_CONFIG_KEYS
+        from flaudit.auditor.service.external import RUN_CONFIG_KEYS
 
         for key, value in env.items():
             print(f"{RUN_CONFIG_KEYS[key]} = {json.dumps(value)}")

@@ -9,7 +9,7 @@ import math
 import sys
 import textwrap
 
-from auditor.commands._table import print_table
+from flaudit.auditor.commands._table import print_table
 
 
 def _positive_int(text: str) -> int:
@@ -70,8 +70,8 @@ def main(args: argparse.Namespace) -> int:
     import numpy as np
     from tqdm import tqdm
 
-    from auditor.estimators.analytic import gaussian_sigma_for_epsilon
-    from auditor.gaussian import gaussian_mechanism_audit
+    from flaudit.auditor.estimators.analytic import gaussian_sigma_for_epsilon
+    from flaudit.auditor.gaussian import gaussian_mechanism_audit
 
     if args.d < 2:
         print("flaudit gaussian: error: --d must be >= 2", file=sys.stderr)

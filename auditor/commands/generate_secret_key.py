@@ -10,7 +10,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from auditor.service.sealing import generate_secret_key
+    from flaudit.auditor.service.sealing import generate_secret_key
 
     print(generate_secret_key())
     return 0

@@ -27,9 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from auditor.service.sealing import SeedCipher
-    from auditor.service.settings import Settings, load_api_keys
-    from auditor.service.store import Store
+    from flaudit.auditor.service.sealing import SeedCipher
+    from flaudit.auditor.service.settings import Settings, load_api_keys
+    from flaudit.auditor.service.store import Store
 
     try:
         old = load_api_keys(key_file=args.old_key_file, variable="--old-key-file")

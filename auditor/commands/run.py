@@ -1,9 +1,9 @@
 """``flaudit run audit.toml``: one audit end to end in Flower's simulation engine.
 
-The TOML file holds :class:`auditor.spec.AuditSpec` fields, either at the top level or in an
+The TOML file holds :class:`flaudit.auditor.spec.AuditSpec` fields, either at the top level or in an
 ``[audit]`` table (``task_options`` and ``adaptive_clipping`` as sub-tables). A fresh secret
 canary seed is drawn for the run and never printed; rounds (the released update of each round
-and its canary participants) are fed to an in-process :class:`~auditor.statistics.CosineTracker`
+and its canary participants) are fed to an in-process :class:`~flaudit.auditor.statistics.CosineTracker`
 and the known-rounds statistic; the estimator table, the DP alarm and its guarantee are printed
 at the end. ``--inject-bug`` runs DP-FedAvg with a deliberate DP bug that the claim (analytic
 epsilon, alarm) does not know about, to watch the alarm fire.
@@ -18,7 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from auditor.commands._table import fmt_number, print_table
+from flaudit.auditor.commands._table import fmt_number, print_table
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def load_spec(path: Path):
     """Parse ``path`` into an AuditSpec (ValueError naming the problem)."""
     import tomllib
 
-    from auditor.spec import AuditSpec
+    from flaudit.auditor.spec import AuditSpec
 
     try:
         data = tomllib.loads(path.read_text())
@@ -98,11 +98,11 @@ def main(args: argparse.Namespace) -> int:
     import numpy as np
     from pydantic import ValidationError
 
-    from auditor.canaries import new_master_seed, seen_mask
-    from auditor.estimators import audit_analytic_epsilon, summarize
-    from auditor.commands._progress import RoundProgress
-    from server.reporting import LocalRoundReporter
-    from server.simulation import run_simulation_audit
+    from flaudit.auditor.canaries import new_master_seed, seen_mask
+    from flaudit.auditor.estimators import audit_analytic_epsilon, summarize
+    from flaudit.auditor.commands._progress import RoundProgress
+    from flaudit.server.reporting import LocalRoundReporter
+    from flaudit.server.simulation import run_simulation_audit
 
     try:
         spec = load_spec(args.spec)
@@ -117,7 +117,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
     if args.inject_bug is not None:
-        from auditor.bugs import InjectedBug
+        from flaudit.auditor.bugs import InjectedBug
 
         try:
             bug = InjectedBug.parse(args.inject_bug)
@@ -144,8 +144,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"flaudit run: error: {error}", file=sys.stderr)
         return 2
 
-    from auditor.estimators.gdp import audit_claims
-    from auditor.service.live import alarm_guarantee, bug_label, build_alerts, decide, num_looks
+    from flaudit.auditor.estimators.gdp import audit_claims
+    from flaudit.auditor.service.live import alarm_guarantee, bug_label, build_alerts, decide, num_looks
 
     tracker = reporter.tracker
     mask = seen_mask(seed, spec.num_canaries)

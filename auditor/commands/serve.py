@@ -41,8 +41,8 @@ def main(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from auditor.service.app import create_app
-    from auditor.service.settings import Settings
+    from flaudit.auditor.service.app import create_app
+    from flaudit.auditor.service.settings import Settings
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),

@@ -1,27 +1,27 @@
 """Every epsilon estimator, lower bound, diagnostic and the analytic accounting, as pure
 functions over arrays of canary cosines. See ``docs/estimators.md``."""
 
-from auditor.estimators.alarm import (
+from flaudit.auditor.estimators.alarm import (
     ALARM_ALPHA,
     AlarmDecision,
     alarm_guarantee,
     decide_alarm,
     look_level,
 )
-from auditor.estimators.analytic import (
+from flaudit.auditor.estimators.analytic import (
     analytic_epsilon,
     audit_analytic_epsilon,
     gaussian_epsilon_for_sigma,
     gaussian_sigma_for_epsilon,
 )
-from auditor.estimators.diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
-from auditor.estimators.fitted import (
+from flaudit.auditor.estimators.diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
+from flaudit.auditor.estimators.fitted import (
     all_iterates_estimate,
     exact_null_epsilon,
     final_model_epsilon,
     final_model_estimates,
 )
-from auditor.estimators.gdp import (
+from flaudit.auditor.estimators.gdp import (
     ClaimTestResult,
     EpsilonDeltaCurveClaim,
     GaussianDPClaim,
@@ -35,8 +35,8 @@ from auditor.estimators.gdp import (
     gdp_lower_bound,
     poisson_subsampled_claim,
 )
-from auditor.estimators.interference import effective_noise_multiplier, interference_warning
-from auditor.estimators.lower_bound import (
+from flaudit.auditor.estimators.interference import effective_noise_multiplier, interference_warning
+from flaudit.auditor.estimators.lower_bound import (
     Bonferroni,
     NoCorrection,
     Split,
@@ -44,15 +44,15 @@ from auditor.estimators.lower_bound import (
     clopper_pearson_upper,
     jeffreys_upper,
 )
-from auditor.estimators.null import null_cdf, null_logsf, null_pdf, null_sf
-from auditor.estimators.one_run import one_run_lower_bound, one_run_p_value
-from auditor.estimators.sequential import (
+from flaudit.auditor.estimators.null import null_cdf, null_logsf, null_pdf, null_sf
+from flaudit.auditor.estimators.one_run import one_run_lower_bound, one_run_p_value
+from flaudit.auditor.estimators.sequential import (
     SequentialDPTest,
     mmd_threshold,
     sequential_epsilon_lower_bound,
 )
-from auditor.estimators.summary import AuditSummary, Histogram, summarize
-from auditor.estimators.two_gaussian import (
+from flaudit.auditor.estimators.summary import AuditSummary, Histogram, summarize
+from flaudit.auditor.estimators.two_gaussian import (
     gaussian_mechanism_delta,
     hockey_stick_divergence,
     two_gaussian_epsilon,

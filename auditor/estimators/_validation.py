@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from auditor.results import VarianceTreatment
+from flaudit.auditor.results import VarianceTreatment
 
 
 def check_delta(delta: float, name: str = "delta") -> float:

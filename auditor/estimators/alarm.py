@@ -1,8 +1,8 @@
 """The DP alarm: claim tests evaluated at every look, with one false-alarm guarantee over all
 looks and all tests (issue #10 item 6). Pure: p-values in, a decision out.
 
-The service evaluates the claim tests (:func:`auditor.estimators.gdp.claim_test`, collected by
-:func:`auditor.estimators.summarize` as ``AuditSummary.claim_tests``) after every round and at
+The service evaluates the claim tests (:func:`flaudit.auditor.estimators.gdp.claim_test`, collected by
+:func:`flaudit.auditor.estimators.summarize` as ``AuditSummary.claim_tests``) after every round and at
 the end: ``num_looks = num_rounds + 1`` looks, numbered ``1 .. num_looks``; the last is the
 final evaluation. The level is spent over the looks (alpha-spending with fixed, pre-declared
 shares): ``final_share * alpha`` at the final look, ``(1 - final_share) * alpha`` split evenly
@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from auditor.estimators._validation import check_confidence
-from auditor.validation import check_integer_at_least
+from flaudit.auditor.estimators._validation import check_confidence
+from flaudit.auditor.validation import check_integer_at_least
 
 __all__ = ["ALARM_ALPHA", "AlarmDecision", "decide_alarm", "look_level", "alarm_guarantee"]
 
@@ -114,7 +114,7 @@ def _alarming(threat_model: str | None, poisson_warning: bool) -> bool:
 def alarm_guarantee(claims, *, num_looks: int, alpha: float = ALARM_ALPHA,
                     poisson_warning: bool = False) -> str:
     """One sentence stating what the alarm guarantees for these claims (from
-    :func:`auditor.estimators.gdp.audit_claims`), shown verbatim by the API and the dashboard."""
+    :func:`flaudit.auditor.estimators.gdp.audit_claims`), shown verbatim by the API and the dashboard."""
     check_integer_at_least(num_looks, "num_looks", 1)
     claims = [c for c in claims if _alarming(c.threat_model, poisson_warning)
               or not c.is_claim]
@@ -152,14 +152,14 @@ def decide_alarm(
     ----------
     tests : iterable of ClaimTestResult or dict
         The claim tests of this look (e.g. ``AuditSummary.claim_tests``); tests of a
-        :class:`~auditor.estimators.gdp.NoDPClaim` are ignored.
+        :class:`~flaudit.auditor.estimators.gdp.NoDPClaim` are ignored.
     look : int
         1-based look number; ``num_looks`` is the final evaluation (after training).
     num_looks : int
         Looks declared in advance: ``num_rounds + 1`` for the service (after every round and
         at the end).
     claims : list, optional
-        The audit's claims (:func:`auditor.estimators.gdp.audit_claims`), for the guarantee
+        The audit's claims (:func:`flaudit.auditor.estimators.gdp.audit_claims`), for the guarantee
         sentence and the ``no_dp_claim`` status; inferred from the tests when omitted.
     alpha : float
         False-alarm probability over all looks and tests.

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from auditor.estimators._validation import check_delta, check_nonnegative
-from auditor.results import EpsilonResult, Estimator
+from flaudit.auditor.estimators._validation import check_delta, check_nonnegative
+from flaudit.auditor.results import EpsilonResult, Estimator
 
 #: Integer orders only: fractional orders near 1 make the RDP accountant log convergence warnings.
 _RDP_ORDERS = [float(a) for a in range(2, 65)] + [80.0, 96.0, 128.0, 192.0, 256.0, 512.0, 1024.0]
@@ -153,7 +153,7 @@ def analytic_epsilon(
 
 
 def audit_analytic_epsilon(spec) -> list[EpsilonResult]:
-    """The analytic epsilons reported for an audit (:class:`auditor.spec.AuditSpec`): one place
+    """The analytic epsilons reported for an audit (:class:`flaudit.auditor.spec.AuditSpec`): one place
     for the service, ``flaudit run`` and the fidelity benchmarks.
 
     dp-accounting for the round's accounted noise multiplier (``spec.accounted_noise_multiplier``:

@@ -1,4 +1,4 @@
-"""Checks of the estimators' assumptions, each a :class:`~auditor.results.Diagnostic` with a
+"""Checks of the estimators' assumptions, each a :class:`~flaudit.auditor.results.Diagnostic` with a
 plain-language hint."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Callable
 import numpy as np
 from scipy import special
 
-from auditor.estimators._validation import check_dim, check_scores
-from auditor.estimators.null import null_cdf
-from auditor.results import Diagnostic
+from flaudit.auditor.estimators._validation import check_dim, check_scores
+from flaudit.auditor.estimators.null import null_cdf
+from flaudit.auditor.results import Diagnostic
 
 __all__ = ["anderson_darling", "unseen_vs_null", "bootstrap_interval"]
 

@@ -7,12 +7,12 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from auditor.estimators._validation import (
+from flaudit.auditor.estimators._validation import (
     check_delta, check_dim, check_gaussian_variance, check_scores,
 )
-from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logpdf, null_logsf, null_probit
-from auditor.estimators.two_gaussian import two_gaussian_epsilon
-from auditor.results import EpsilonResult, Estimator, VarianceTreatment
+from flaudit.auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logpdf, null_logsf, null_probit
+from flaudit.auditor.estimators.two_gaussian import two_gaussian_epsilon
+from flaudit.auditor.results import EpsilonResult, Estimator, VarianceTreatment
 
 __all__ = [
     "final_model_epsilon",

@@ -15,7 +15,7 @@ one function computing an audit's claims, :func:`audit_claims`.
 :func:`gdp_lower_bound`
     ``mu_lo = max_a Phi^-1(1 - FPR_up(a)) - Phi^-1(FNR_up(a))`` with Clopper-Pearson upper
     bounds (exact null FPR for the final model), thresholds chosen as in
-    :func:`auditor.estimators.epsilon_lower_bound`. A valid refutation of every ``mu``-GDP claim
+    :func:`flaudit.auditor.estimators.epsilon_lower_bound`. A valid refutation of every ``mu``-GDP claim
     with ``mu < mu_lo`` at the stated confidence (with a valid correction).
 :func:`claim_test`
     A p-value for the observed counts against a claimed curve ``f``.
@@ -33,14 +33,14 @@ from typing import Any
 import numpy as np
 from scipy import optimize, special
 
-from auditor.estimators._validation import (
+from flaudit.auditor.estimators._validation import (
     check_confidence,
     check_delta,
     check_mask,
     check_nonnegative,
     check_scores,
 )
-from auditor.estimators.lower_bound import (
+from flaudit.auditor.estimators.lower_bound import (
     Bonferroni,
     CorrectionStrategy,
     NoCorrection,
@@ -50,10 +50,10 @@ from auditor.estimators.lower_bound import (
     search_thresholds,
     threshold_counts,
 )
-from auditor.estimators.null import null_logsf
-from auditor.estimators.one_run import default_guess_grid
-from auditor.estimators.two_gaussian import _log_gm_delta
-from auditor.results import Correction, EpsilonResult, Estimator
+from flaudit.auditor.estimators.null import null_logsf
+from flaudit.auditor.estimators.one_run import default_guess_grid
+from flaudit.auditor.estimators.two_gaussian import _log_gm_delta
+from flaudit.auditor.results import Correction, EpsilonResult, Estimator
 
 __all__ = [
     "GaussianDPClaim",
@@ -288,7 +288,7 @@ def _poisson_curve(z: float, q: float, num_rounds: int, value_discretization_int
 
 
 def audit_claims(spec) -> list[TradeOffClaim]:
-    """The DP claims of an audit (:class:`auditor.spec.AuditSpec`) as trade-off curves: one place
+    """The DP claims of an audit (:class:`flaudit.auditor.spec.AuditSpec`) as trade-off curves: one place
     for the service, ``flaudit run`` and the fidelity suite.
 
     * ``known_rounds``: ``mu = sqrt(r) / z_total`` GDP with ``r = spec.canary_repeats`` and
@@ -430,7 +430,7 @@ def gdp_lower_bound(
     confidence : float
         Confidence of the bound.
     correction : Bonferroni, Split or NoCorrection
-        Threshold strategy, as for :func:`auditor.estimators.epsilon_lower_bound`. Only
+        Threshold strategy, as for :func:`flaudit.auditor.estimators.epsilon_lower_bound`. Only
         ``Bonferroni`` and ``Split`` are valid; ``NoCorrection`` is reported, never alarming.
     threat_model : str, optional
         Label; default ``final_model`` with the exact null, else ``all_iterates``.

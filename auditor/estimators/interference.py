@@ -9,9 +9,9 @@ biased low by ``eps(sigma_eff) / eps(sigma) - 1``; it matters when ``k/d`` is no
 measures the bias and ``docs/fidelity.md`` records the numbers behind the thresholds here.
 
 All of this is about the ``gaussian`` (iid) canary family. The ``orthogonal`` family
-(:mod:`auditor.canaries`) has no canary-canary interference: its canaries are exactly
+(:mod:`flaudit.auditor.canaries`) has no canary-canary interference: its canaries are exactly
 orthonormal and its statistic is standardized by the empirical null scale (the part of the
-update orthogonal to every seen canary, :mod:`auditor.statistics`), so the effective noise is
+update orthogonal to every seen canary, :mod:`flaudit.auditor.statistics`), so the effective noise is
 the configured one at any ``k <= d``.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from auditor.canaries import CanaryFamily
+from flaudit.auditor.canaries import CanaryFamily
 
 __all__ = [
     "effective_noise_multiplier",

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from auditor.estimators._validation import (
+from flaudit.auditor.estimators._validation import (
     check_confidence,
     check_delta,
     check_dim,
     check_scores,
 )
-from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logsf
-from auditor.results import Correction, EpsilonResult, Estimator
+from flaudit.auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logsf
+from flaudit.auditor.results import Correction, EpsilonResult, Estimator
 
 __all__ = [
     "NoCorrection",

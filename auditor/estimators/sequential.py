@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from auditor.estimators._validation import check_delta, check_finite
-from auditor.results import Correction, EpsilonResult, Estimator
+from flaudit.auditor.estimators._validation import check_delta, check_finite
+from flaudit.auditor.results import Correction, EpsilonResult, Estimator
 
 __all__ = [
     "SequentialDPTest",

@@ -3,7 +3,7 @@
 This is what the service and ``flaudit run`` call after every round (max-over-rounds cosines
 only) and at the end (both statistics). It never crashes on degenerate but legal input (few
 canaries, zero variance, everything seen): what cannot be estimated is reported as a
-:class:`~auditor.results.Diagnostic` saying why.
+:class:`~flaudit.auditor.results.Diagnostic` saying why.
 """
 
 from __future__ import annotations
@@ -14,32 +14,32 @@ from typing import Any
 
 import numpy as np
 
-from auditor.estimators._validation import (
+from flaudit.auditor.estimators._validation import (
     check_confidence,
     check_delta,
     check_dim,
     check_mask,
     check_scores,
 )
-from auditor.estimators.diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
-from auditor.estimators.fitted import (
+from flaudit.auditor.estimators.diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
+from flaudit.auditor.estimators.fitted import (
     ALL_ITERATES,
     FINAL_MODEL,
     all_iterates_estimate,
     final_model_epsilon,
     final_model_estimates,
 )
-from auditor.estimators.gdp import (
+from flaudit.auditor.estimators.gdp import (
     KNOWN_ROUNDS,
     ClaimTestResult,
     claim_test,
     fdp_one_run_lower_bound,
     gdp_lower_bound,
 )
-from auditor.estimators.lower_bound import Bonferroni, NoCorrection, epsilon_lower_bound
-from auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_pdf
-from auditor.estimators.one_run import one_run_lower_bound
-from auditor.results import Diagnostic, EpsilonResult, VarianceTreatment
+from flaudit.auditor.estimators.lower_bound import Bonferroni, NoCorrection, epsilon_lower_bound
+from flaudit.auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_pdf
+from flaudit.auditor.estimators.one_run import one_run_lower_bound
+from flaudit.auditor.results import Diagnostic, EpsilonResult, VarianceTreatment
 
 __all__ = ["AuditSummary", "Histogram", "summarize"]
 
@@ -161,23 +161,23 @@ def summarize(
     num_bins : int
         Histogram bins.
     known_rounds_scores : array_like, optional
-        (k,) known-rounds scores (:class:`auditor.known_rounds.KnownRoundsStatistic`); NaN for
+        (k,) known-rounds scores (:class:`flaudit.auditor.known_rounds.KnownRoundsStatistic`); NaN for
         canaries not yet counted in any round (left out). Adds the known-rounds Gaussian-DP
         lower bound (threat model ``known_rounds``) and, with ``claims``, its claim tests.
     claims : list, optional
-        The audit's trade-off claims (:func:`auditor.estimators.gdp.audit_claims`). Each claim
-        is tested (:func:`auditor.estimators.gdp.claim_test`, Bonferroni thresholds) on the
+        The audit's trade-off claims (:func:`flaudit.auditor.estimators.gdp.audit_claims`). Each claim
+        is tested (:func:`flaudit.auditor.estimators.gdp.claim_test`, Bonferroni thresholds) on the
         statistics its adversary may use: the ``known_rounds`` claim on the known-rounds scores
         and on the final-model cosines (exact null); the ``poisson_subsampled`` claim on the
         final-model cosines and the max-over-rounds cosines. Results in ``claim_tests`` (feed
-        them to :func:`auditor.estimators.alarm.decide_alarm`).
+        them to :func:`flaudit.auditor.estimators.alarm.decide_alarm`).
     num_rounds : int, optional
         Rounds the max-over-rounds cosines cover. With it, the all-iterates estimate fits its
-        Gaussians after the max-of-T null map (:func:`auditor.estimators.fitted.max_null_probit`);
+        Gaussians after the max-of-T null map (:func:`flaudit.auditor.estimators.fitted.max_null_probit`);
         without it, to the raw maxima (the paper's recipe, which overshoots).
 
     Every available statistic also gets the valid Gaussian-DP lower bound
-    (:func:`auditor.estimators.gdp.gdp_lower_bound`, Bonferroni) and, with ``one_run``, the
+    (:func:`flaudit.auditor.estimators.gdp.gdp_lower_bound`, Bonferroni) and, with ``one_run``, the
     one-run f-DP bound (with the known-rounds claim's p-value when ``claims`` are given).
 
     Returns

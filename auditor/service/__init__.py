@@ -1,4 +1,4 @@
 """The audit service: FastAPI app (REST API + dashboard), SQLAlchemy store, runner, auth.
 
-Import :func:`auditor.service.app.create_app` to build the application.
+Import :func:`flaudit.auditor.service.app.create_app` to build the application.
 """

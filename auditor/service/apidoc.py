@@ -1,6 +1,6 @@
 """Generate the route reference of ``docs/api.md`` from the service's OpenAPI schema.
 
-    .venv/bin/python -m auditor.service.apidoc --write docs/api.md
+    .venv/bin/python -m flaudit.auditor.service.apidoc --write docs/api.md
 
 Rewrites the part of the file between the ``<!-- routes:begin -->`` and ``<!-- routes:end -->``
 markers (the walk-through above them is hand-written).
@@ -29,8 +29,8 @@ def _schema_name(schema: dict) -> str:
 
 
 def routes_markdown() -> str:
-    from auditor.service.app import create_app
-    from auditor.service.settings import Settings
+    from flaudit.auditor.service.app import create_app
+    from flaudit.auditor.service.settings import Settings
 
     spec = create_app(Settings(start_runner=False)).openapi()
     lines: list[str] = []

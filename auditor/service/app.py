@@ -107,8 +107,8 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
 
 def _submit_demo(store: Store, path: str) -> None:
     """``flaudit serve --demo``: submit the example audit if the database has no audit yet."""
-    from auditor.canaries import new_master_seed
-    from auditor.spec import AuditSpec
+    from flaudit.auditor.canaries import new_master_seed
+    from flaudit.auditor.spec import AuditSpec
 
     if store.count_audits() > 0:
         log.info("demo: audits exist already; not submitting %s", path)
@@ -152,7 +152,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         # start-up objects otherwise stall the event loop for 100s of ms under ingest.
         import gc
 
-        import auditor.estimators  # noqa: F401
+        import flaudit.auditor.estimators  # noqa: F401
 
         gc.collect()
         gc.freeze()

@@ -10,7 +10,7 @@ runner hands the audit to :func:`run_deployment_audit`, which
 3. stops the run (Control API ``StopRun``, what ``flwr stop`` does) on cancel or timeout.
 
 The ServerApp reads the run config, trains on the SuperNodes and reports every round to the
-service's ingest routes with :class:`server.reporting.HttpRoundReporter` -- the same path as the
+service's ingest routes with :class:`flaudit.server.reporting.HttpRoundReporter` -- the same path as the
 embedded default. This module only starts, watches and stops the Flower run.
 
 Run config keys (declared in ``[tool.flwr.app.config]``; see ``docs/architecture.md``)
@@ -19,7 +19,7 @@ Run config keys (declared in ``[tool.flwr.app.config]``; see ``docs/architecture
 ``flaudit-ingest-url`` base URL of the service as the ServerApp reaches it (``FLAUDIT_PUBLIC_URL``).
 ``flaudit-run-token``  bearer token for the ingest routes, issued to this run only.
 ``canary-seed``        the secret 128-bit master seed as a decimal string (TOML integers are 64-bit).
-``flaudit-spec``       the :class:`auditor.spec.AuditSpec` as JSON.
+``flaudit-spec``       the :class:`flaudit.auditor.spec.AuditSpec` as JSON.
 
 Secrets
 -------
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from auditor.spec import AuditSpec
+    from flaudit.auditor.spec import AuditSpec
 
 __all__ = [
     "RUN_CONFIG_AUDIT_ID",
@@ -507,7 +507,7 @@ def run_deployment_audit(
         If the run could not be started, or its status could not be read for longer than
         ``unreachable_grace``.
     """
-    from auditor.spec import Engine
+    from flaudit.auditor.spec import Engine
 
     if spec.engine != Engine.deployment:
         raise ValueError("spec: engine must be 'deployment' to run on a SuperLink")
@@ -639,7 +639,7 @@ def deployment_worker(payload: dict) -> None:
     """
     import signal
 
-    from auditor.spec import AuditSpec
+    from flaudit.auditor.spec import AuditSpec
 
     spec = AuditSpec.model_validate(payload["spec"])
     seed = int(payload["seed"])

@@ -1,6 +1,6 @@
 """Audits of a run flaudit does not start (``engine = "external"``): the user's own Flower app.
 
-The secret canary seed never leaves the service. The app's :class:`server.wrapper.CanaryAuditStrategy`
+The secret canary seed never leaves the service. The app's :class:`flaudit.server.wrapper.CanaryAuditStrategy`
 holds only the audit id, the ingest URL and a run token; it
 
 1. declares its DP claim (``PUT /audits/{id}/claim``), read from the wrapped Flower strategy;
@@ -8,7 +8,7 @@ holds only the audit id, the ingest URL and a run token; it
 3. before aggregating round ``t``, fetches the round's canary vectors
    (``GET /audits/{id}/rounds/{t}/canaries``): the seen canaries that :func:`round_canaries`
    schedules for ``t``, by the same rule as a built-in audit
-   (:func:`server.schedules.canary_schedule`, ``canary_repeats`` rounds each, seeded by
+   (:func:`flaudit.server.schedules.canary_schedule`, ``canary_repeats`` rounds each, seeded by
    ``data_seed``);
 4. reports ``Delta_t`` and the final model as for any audit.
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
-from auditor.spec import AuditSpec
+from flaudit.auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.spec import AuditSpec
 
 __all__ = [
     "round_canaries", "round_participants", "round_canary_vectors", "attach_environment",
@@ -48,7 +48,7 @@ def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
     ValueError
         If ``t`` is not in ``1 .. num_rounds``.
     """
-    from server.schedules import canary_schedule
+    from flaudit.server.schedules import canary_schedule
 
     if not 1 <= t <= spec.num_rounds:
         raise ValueError(f"round must be in 1..{spec.num_rounds}, got {t}")
@@ -65,10 +65,10 @@ def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
 def round_participants(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
     """Canary indices "in" round ``t`` for the known-rounds statistic, ascending: the seen
     canaries inserted (:func:`round_canaries`) and the unseen canaries whose rounds, drawn by
-    the same rule (:func:`server.schedules.unseen_canary_rounds`), include ``t`` -- what the
+    the same rule (:func:`flaudit.server.schedules.unseen_canary_rounds`), include ``t`` -- what the
     built-in ServerApp reports with each round.
     """
-    from server.schedules import unseen_canary_rounds
+    from flaudit.server.schedules import unseen_canary_rounds
 
     unseen = np.flatnonzero(~seen_mask(seed, spec.num_canaries))
     rounds = unseen_canary_rounds(int(unseen.size), num_rounds=spec.num_rounds,

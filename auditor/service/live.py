@@ -3,9 +3,9 @@
 This is the one place where round data enters the service (the ingest routes call it). It
 validates nothing about HTTP (the routes do); it regenerates canaries from the secret seed
 (loaded from the database, never logged), updates the per-canary running maxima and the
-known-rounds statistic (:class:`auditor.known_rounds.KnownRoundsStatistic`, fed with the round's
+known-rounds statistic (:class:`flaudit.auditor.known_rounds.KnownRoundsStatistic`, fed with the round's
 cosines on the released update, its participants and the unseen canaries as the null),
-recomputes the estimates with :func:`auditor.estimators.summarize` and the alarm, and persists
+recomputes the estimates with :func:`flaudit.auditor.estimators.summarize` and the alarm, and persists
 round row, participants, tracker state, known-rounds state and estimates in one transaction
 before returning.
 """
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from auditor.bugs import InjectedBug
-from auditor.canaries import CanaryFamily, resolve_canary_family, seen_mask
-from auditor.estimators.gdp import audit_claims
-from auditor.known_rounds import KnownRoundsStatistic
-from auditor.spec import AuditSpec, Engine, Participation, ThreatModel
-from auditor.statistics import CosineTracker
+from flaudit.auditor.bugs import InjectedBug
+from flaudit.auditor.canaries import CanaryFamily, resolve_canary_family, seen_mask
+from flaudit.auditor.estimators.gdp import audit_claims
+from flaudit.auditor.known_rounds import KnownRoundsStatistic
+from flaudit.auditor.spec import AuditSpec, Engine, Participation, ThreatModel
+from flaudit.auditor.statistics import CosineTracker
 
 from .external import round_participants
 from .store import StaleRound, Store
@@ -109,7 +109,7 @@ def _number(value: Any) -> float | None:
 
 def analytic_results(spec: AuditSpec) -> list[dict]:
     """Analytic epsilon of the spec's DP-FedAvg from dp-accounting (via the estimators package)."""
-    from auditor.estimators import audit_analytic_epsilon
+    from flaudit.auditor.estimators import audit_analytic_epsilon
 
     return _as_dicts(audit_analytic_epsilon(spec))
 
@@ -128,14 +128,14 @@ def summary_parts(
     num_rounds: int | None = None,
 ) -> tuple[list[dict], list[dict], dict, list]:
     """Estimates, diagnostics, histograms and claim tests from
-    :func:`auditor.estimators.summarize`.
+    :func:`flaudit.auditor.estimators.summarize`.
 
     After every round: the estimators and the one-run bound; at the end also the bootstrap
     interval. Histograms are returned in the API's shape
     ``{"bin_edges", "seen", "unseen", "null", "null_kind"}``; the claim tests
     (``ClaimTestResult``) feed :func:`decide`.
     """
-    from auditor.estimators import summarize
+    from flaudit.auditor.estimators import summarize
 
     summary = summarize(
         seen=seen,
@@ -182,8 +182,8 @@ def num_looks(spec: AuditSpec) -> int:
 
 def alarm_guarantee(spec: AuditSpec | dict) -> str:
     """One sentence: what the DP alarm guarantees for this spec, or "No DP claim: ..."."""
-    from auditor.estimators.alarm import alarm_guarantee as guarantee
-    from auditor.estimators.gdp import audit_claims
+    from flaudit.auditor.estimators.alarm import alarm_guarantee as guarantee
+    from flaudit.auditor.estimators.gdp import audit_claims
 
     spec = spec if isinstance(spec, AuditSpec) else AuditSpec.model_validate(spec)
     # The sentence covers the alarming claims only: the known-rounds one (the Poisson-subsampled
@@ -194,10 +194,10 @@ def alarm_guarantee(spec: AuditSpec | dict) -> str:
 
 
 def decide(spec: AuditSpec, claim_tests: list, *, look: int):
-    """The alarm (:func:`auditor.estimators.alarm.decide_alarm`) at ``look`` of
+    """The alarm (:func:`flaudit.auditor.estimators.alarm.decide_alarm`) at ``look`` of
     :func:`num_looks` over this look's claim tests."""
-    from auditor.estimators.alarm import decide_alarm
-    from auditor.estimators.gdp import audit_claims
+    from flaudit.auditor.estimators.alarm import decide_alarm
+    from flaudit.auditor.estimators.gdp import audit_claims
 
     return decide_alarm(claim_tests, look=look, num_looks=num_looks(spec),
                         claims=audit_claims(spec))
@@ -254,7 +254,7 @@ def build_alerts(
 ) -> list[dict]:
     """Alerts shown with an audit.
 
-    The DP alarm (``alarm``: an :class:`auditor.estimators.alarm.AlarmDecision` from
+    The DP alarm (``alarm``: an :class:`flaudit.auditor.estimators.alarm.AlarmDecision` from
     :func:`decide`): **error** when a known-rounds Gaussian-DP claim test rejects (a claim that
     holds whatever the participation schedule, so a DP bug or a wrong claim), **warning** when
     only a Poisson-subsampled claim is rejected (only if :func:`decide` is told to alarm on
@@ -264,7 +264,7 @@ def build_alerts(
     estimates, never as alarms (each keeps only its own per-look confidence).
 
     Other warnings: ``k/d`` in the interference zone
-    (:func:`auditor.estimators.interference_warning`), and a run that ended early.
+    (:func:`flaudit.auditor.estimators.interference_warning`), and a run that ended early.
     """
     alerts: list[dict] = []
     if alarm is None and spec.accounted_noise_multiplier == 0:
@@ -274,7 +274,7 @@ def build_alerts(
         if alert is not None:
             alerts.append(alert)
     if dim and dim >= 2:
-        from auditor.estimators import interference_warning
+        from flaudit.auditor.estimators import interference_warning
 
         family = resolve_canary_family(
             spec.canary_family, num_canaries=spec.num_canaries, dim=int(dim)
@@ -337,7 +337,7 @@ class _CanaryCache:
 
 class _ModelChange:
     """``theta_t - theta_0`` rebuilt from the released updates with the ServerApp's optimizer
-    step (``server.dpfedavg.ServerOptimizer``: heavy-ball momentum; the learning rate does not
+    step (``flaudit.server.dpfedavg.ServerOptimizer``: heavy-ball momentum; the learning rate does not
     change the direction, so it is left out). Kept in memory between rounds (float32, the
     precision the cosines are taken in: 4 d bytes per running audit, 8 d with momentum): after a
     restart the final-model estimate waits for the final model."""
@@ -364,7 +364,7 @@ def final_model_so_far(
     """The final-model estimates on ``cos(c_j, theta_t - theta_0)``: the same statistic and
     estimators as at the end, on the model so far, labelled ``so_far`` (details) and in the
     method; the final model's own values replace them at the end."""
-    from auditor.estimators import final_model_estimates
+    from flaudit.auditor.estimators import final_model_estimates
 
     if int(seen.sum()) < 2:
         return []

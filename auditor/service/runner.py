@@ -7,15 +7,15 @@ workers) inherits. Cancelling or timing out kills the whole group and then any p
 carrying the tag, so no Ray process outlives its audit. A watcher thread in the worker kills the
 group when the service process dies (e.g. ``kill -9``).
 
-The worker reports rounds back to this service over HTTP (``server.reporting.HttpRoundReporter``
+The worker reports rounds back to this service over HTTP (``flaudit.server.reporting.HttpRoundReporter``
 -> ingest routes): one data path for the embedded default and the deployment engine alike.
 
 Engines
 -------
 ``simulation`` (default): :func:`simulation_worker` runs
-``server.simulation.run_simulation_audit`` in the worker.
+``flaudit.server.simulation.run_simulation_audit`` in the worker.
 ``deployment``: :func:`deployment_worker` runs the audit's ServerApp on ``spec.superlink_address``
-via :mod:`auditor.service.deployment` (``flwr run`` with the run config of docs/architecture.md).
+via :mod:`flaudit.auditor.service.deployment` (``flwr run`` with the run config of docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from auditor.spec import AuditSpec, Engine
+from flaudit.auditor.spec import AuditSpec, Engine
 
 from .settings import Settings
 from .store import Store, as_utc, utcnow
@@ -136,8 +136,8 @@ def _worker_entry(target: str, payload: dict, conn, parent_pid: int) -> None:
 
 def simulation_worker(payload: dict) -> None:
     """Run one audit in Flower's simulation engine, reporting rounds to the service over HTTP."""
-    from server.reporting import HttpRoundReporter
-    from server.simulation import run_simulation_audit
+    from flaudit.server.reporting import HttpRoundReporter
+    from flaudit.server.simulation import run_simulation_audit
 
     spec = AuditSpec.model_validate(payload["spec"])
     reporter = HttpRoundReporter(payload["base_url"], payload["audit_id"], payload["token"])
@@ -153,13 +153,13 @@ def simulation_worker(payload: dict) -> None:
 def deployment_worker(payload: dict) -> None:
     """Run one audit on a Flower SuperLink (deployment engine) from the worker process.
 
-    Delegates to :func:`auditor.service.deployment.deployment_worker`: it submits the run with
+    Delegates to :func:`flaudit.auditor.service.deployment.deployment_worker`: it submits the run with
     the seed and run token in a private run-config file, watches it, and turns SIGTERM (what the
     runner sends first on cancel or timeout) into a stop request on the SuperLink (``flwr stop``)
     within the runner's grace period. Its errors name the Flower run and the SuperLink's reason,
     with the seed and the run token redacted.
     """
-    from auditor.service.deployment import deployment_worker as run_on_superlink
+    from flaudit.auditor.service.deployment import deployment_worker as run_on_superlink
 
     run_on_superlink(payload)
 

@@ -1,6 +1,6 @@
 """Pydantic schemas of the REST API (request bodies, query models, responses).
 
-The request body of ``POST /audits`` is :class:`auditor.spec.AuditSpec` itself. Nothing here
+The request body of ``POST /audits`` is :class:`flaudit.auditor.spec.AuditSpec` itself. Nothing here
 has a field for the canary seed or the run token hash: they cannot be serialized by mistake.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from auditor.spec import AuditSpec
+from flaudit.auditor.spec import AuditSpec
 
 __all__ = [
     "AuditStatus",

@@ -97,7 +97,7 @@ class Settings:
 
     The runner starts worker processes that report rounds back over HTTP to ``public_url``.
     ``worker_target`` is ``"module:function"`` run in each worker (see
-    :mod:`auditor.service.runner`); tests replace it with a light engine.
+    :mod:`flaudit.auditor.service.runner`); tests replace it with a light engine.
     """
 
     database_url: str = "sqlite:///.flaudit/flaudit.db"
@@ -110,8 +110,8 @@ class Settings:
     max_json_body_bytes: int = 64 << 10
     body_timeout_seconds: float = 60.0
     canary_cache_bytes: int = 256 << 20
-    worker_target: str = "auditor.service.runner:simulation_worker"
-    deployment_target: str = "auditor.service.runner:deployment_worker"
+    worker_target: str = "flaudit.auditor.service.runner:simulation_worker"
+    deployment_target: str = "flaudit.auditor.service.runner:deployment_worker"
     runner_poll_seconds: float = 0.5
     start_runner: bool = True
     cancel_grace_seconds: float = 3.0
@@ -139,7 +139,7 @@ class Settings:
             raise ValueError("canary_cache_bytes must be >= 0")
 
     def seed_cipher(self):
-        """The :class:`~auditor.service.sealing.SeedCipher` of ``secret_keys``.
+        """The :class:`~flaudit.auditor.service.sealing.SeedCipher` of ``secret_keys``.
 
         Raises
         ------

@@ -48,7 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, deferred, mapped_column, sessionmaker
 
-from auditor.known_rounds import KnownRoundsState
+from flaudit.auditor.known_rounds import KnownRoundsState
 
 from .sealing import NO_SECRET_KEY, SecretKeyError, SeedCipher, is_sealed, open_unsealed
 
@@ -143,7 +143,7 @@ class Audit(Base):
     final_model_cosines: Mapped[bytes | None] = deferred(
         mapped_column(LargeBinary, nullable=True)
     )
-    # Known-rounds statistic (auditor.known_rounds.KnownRoundsState): sums <f8 then counts <i8.
+    # Known-rounds statistic (flaudit.auditor.known_rounds.KnownRoundsState): sums <f8 then counts <i8.
     known_rounds_state: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
     analytic: Mapped[list | None] = mapped_column(JSON, nullable=True)
     estimates: Mapped[list | None] = mapped_column(JSON, nullable=True)

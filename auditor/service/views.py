@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from auditor.canaries import seen_mask
-from auditor.progress import eta_seconds
+from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.progress import eta_seconds
 
 from .live import alarm_guarantee, bug_label
 from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc

@@ -1,9 +1,9 @@
 """DP-bug injection: does the audit raise the alarm when DP-FedAvg is implemented wrongly?
 
-Simulated DP-FedAvg (auditor.simulate: the server's own schedule and aggregation code, numpy
+Simulated DP-FedAvg (flaudit.auditor.simulate: the server's own schedule and aggregation code, numpy
 clients) with one injected bug per row. The *claim* is what the service shows for the configured
-(z, q, T, canary_repeats) via dp-accounting (auditor.simulate.claimed_epsilons, same call as
-auditor.service.live.analytic_results). The alarm is raised when any valid 95% lower bound the
+(z, q, T, canary_repeats) via dp-accounting (flaudit.auditor.simulate.claimed_epsilons, same call as
+flaudit.auditor.service.live.analytic_results). The alarm is raised when any valid 95% lower bound the
 service computes (eps_lo with Bonferroni for final model and all iterates, the one-run bound for
 both statistics) exceeds the known-rounds claim -- the bound that applies to a canary inserted in
 exactly ``canary_repeats`` rounds. Alarm rates against the Poisson-subsampled claim and the share
@@ -27,8 +27,8 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from auditor.estimators.analytic import analytic_epsilon  # noqa: E402
-from auditor.simulate import (
+from flaudit.auditor.estimators.analytic import analytic_epsilon  # noqa: E402
+from flaudit.auditor.simulate import (
     VALID_LOWER_BOUNDS,
     DPBug,
     FedAvgSimulation,

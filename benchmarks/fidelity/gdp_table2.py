@@ -3,13 +3,13 @@ all inserted, delta = 10^-6): power and validity of mu_lo beside today's epsilon
 
 For each true epsilon (and a row with nothing inserted: true epsilon 0), ``--reps`` independent
 releases ``rho = sum_j c_j + N(0, sigma^2 I)`` are simulated exactly in distribution
-(:func:`auditor.gaussian.gaussian_mechanism_cosines`), and on the same cosines:
+(:func:`flaudit.auditor.gaussian.gaussian_mechanism_cosines`), and on the same cosines:
 
-* ``gdp``: :func:`auditor.estimators.gdp_lower_bound` (exact null FPR, Clopper-Pearson FNR,
+* ``gdp``: :func:`flaudit.auditor.estimators.gdp_lower_bound` (exact null FPR, Clopper-Pearson FNR,
   Bonferroni over 20 thresholds, 95%), read as the epsilon at delta of the mu_lo-Gaussian
   mechanism;
-* ``eps_lo``: :func:`auditor.estimators.epsilon_lower_bound` (Bonferroni, 95%), today's bound;
-* ``claim test``: :func:`auditor.estimators.claim_test` against the mechanism's own claim
+* ``eps_lo``: :func:`flaudit.auditor.estimators.epsilon_lower_bound` (Bonferroni, 95%), today's bound;
+* ``claim test``: :func:`flaudit.auditor.estimators.claim_test` against the mechanism's own claim
   ``mu = 1/sigma`` (a mechanism exactly on its claim): its rejection rate at 5% is the
   false-alarm rate.
 
@@ -31,12 +31,12 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from auditor.estimators import epsilon_lower_bound  # noqa: E402
-from auditor.estimators.analytic import gaussian_sigma_for_epsilon  # noqa: E402
-from auditor.estimators.gdp import GaussianDPClaim, claim_test, gdp_lower_bound  # noqa: E402
-from auditor.estimators.lower_bound import Bonferroni  # noqa: E402
-from auditor.gaussian import gaussian_mechanism_cosines  # noqa: E402
-from auditor.simulate import sample_null_cosines  # noqa: E402
+from flaudit.auditor.estimators import epsilon_lower_bound  # noqa: E402
+from flaudit.auditor.estimators.analytic import gaussian_sigma_for_epsilon  # noqa: E402
+from flaudit.auditor.estimators.gdp import GaussianDPClaim, claim_test, gdp_lower_bound  # noqa: E402
+from flaudit.auditor.estimators.lower_bound import Bonferroni  # noqa: E402
+from flaudit.auditor.gaussian import gaussian_mechanism_cosines  # noqa: E402
+from flaudit.auditor.simulate import sample_null_cosines  # noqa: E402
 from benchmarks.fidelity._common import clopper_pearson  # noqa: E402
 
 TARGETS = {1.0: 0.6, 3.0: 2.5, 10.0: 9.2}

@@ -1,16 +1,16 @@
 """Interference (Keinan et al. 2025): epsilon-estimate bias as k/d grows, per canary family.
 
 All k canaries are inserted into one release rho = sum_j c_j + N(0, sigma^2 I_d) (Andrew et al.
-Alg. 1, exact projected simulation auditor.gaussian.gaussian_mechanism_cosines); the estimate is
+Alg. 1, exact projected simulation flaudit.auditor.gaussian.gaussian_mechanism_cosines); the estimate is
 the final-model two-Gaussian epsilon with variance 1/d (Table 2's) and with the fitted variance.
 Bias = mean estimate / analytic epsilon - 1. The "predicted" column is the closed-form route:
 the audit measures the effective noise sigma_eff = sqrt(sigma^2 + k/d)
-(auditor.estimators.interference), so the predicted bias is eps(sigma_eff) / eps(sigma) - 1
+(flaudit.auditor.estimators.interference), so the predicted bias is eps(sigma_eff) / eps(sigma) - 1
 for iid (gaussian) canaries and 0 for the orthogonal family (exactly orthonormal canaries,
 null-standardized statistic).
 
 ``--simulator`` adds the same question through the DP-FedAvg simulator
-(auditor.simulate.simulate_dpfedavg_audit): one round, every seen canary inserted, silent real
+(flaudit.auditor.simulate.simulate_dpfedavg_audit): one round, every seen canary inserted, silent real
 clients (zero updates), noise multiplier z: each seen canary faces the Gaussian mechanism at
 sigma = z, so the final-model estimate (null variance) should be eps(z).
 
@@ -33,11 +33,11 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from auditor.estimators import final_model_epsilon  # noqa: E402
-from auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon  # noqa: E402
-from auditor.estimators.interference import effective_noise_multiplier, interference_warning  # noqa: E402
-from auditor.gaussian import gaussian_mechanism_cosines  # noqa: E402
-from auditor.results import VarianceTreatment  # noqa: E402
+from flaudit.auditor.estimators import final_model_epsilon  # noqa: E402
+from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon  # noqa: E402
+from flaudit.auditor.estimators.interference import effective_noise_multiplier, interference_warning  # noqa: E402
+from flaudit.auditor.gaussian import gaussian_mechanism_cosines  # noqa: E402
+from flaudit.auditor.results import VarianceTreatment  # noqa: E402
 from benchmarks.fidelity._common import dump  # noqa: E402
 
 RATIOS = (0.001, 0.003, 0.01, 0.03, 0.1)
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def simulator_rows(args) -> list[dict]:
     """One-round DP-FedAvg simulator runs: final-model estimate (null variance) vs eps(z)."""
-    from auditor.simulate import FedAvgSimulation, simulate_dpfedavg_audit
+    from flaudit.auditor.simulate import FedAvgSimulation, simulate_dpfedavg_audit
 
     print(f"\nDP-FedAvg simulator, one round, all seen canaries inserted, silent real clients:\n"
           f"{'family':>10} {'eps':>5} {'d':>7} {'k':>5} {'k/d':>6} | {'eps_est(1/d)':>16} {'bias':>7}",

@@ -17,7 +17,7 @@ iid Gaussian vector as control -- and, per vector and family, pool ``sqrt(d) * s
 * Anderson-Darling A^2 against the fully specified N(0, 1) (5% critical value 2.49), pooled;
 * tails: the fraction beyond 3 and 4 null standard deviations (N(0,1): 2.7e-3 and 6.3e-5).
 
-The statistic is what the tracker reports (:class:`auditor.statistics.CosineTracker`): the
+The statistic is what the tracker reports (:class:`flaudit.auditor.statistics.CosineTracker`): the
 null-standardized cosine for orthogonal canaries, the plain cosine for iid ones.
 
     .venv/bin/python -m benchmarks.fidelity.null_check             # docs/estimators.md table
@@ -38,9 +38,9 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 from scipy import fft, special, stats  # noqa: E402
 
-from auditor.canaries import new_master_seed  # noqa: E402
-from auditor.estimators.null import null_cdf  # noqa: E402
-from auditor.statistics import CosineTracker  # noqa: E402
+from flaudit.auditor.canaries import new_master_seed  # noqa: E402
+from flaudit.auditor.estimators.null import null_cdf  # noqa: E402
+from flaudit.auditor.statistics import CosineTracker  # noqa: E402
 from benchmarks.fidelity._common import dump  # noqa: E402
 
 AD_CRITICAL_5 = 2.492  # A^2 of a fully specified distribution, 5% level (Stephens 1974)
@@ -69,7 +69,7 @@ def digits_vectors() -> dict[str, np.ndarray]:
     """A client's local update and the trained weights of the built-in digits MLP."""
     import torch
 
-    from clients.tasks import load_task, model_vector
+    from flaudit.clients.tasks import load_task, model_vector
 
     torch.set_num_threads(1)
     task = load_task("digits", num_partitions=5, seed=0)

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from auditor.estimators import summarize
-from auditor.estimators.alarm import alarm_guarantee, decide_alarm, look_level
-from auditor.estimators.gdp import GaussianDPClaim, NoDPClaim, audit_claims, claim_test
-from auditor.spec import AuditSpec
+from flaudit.auditor.estimators import summarize
+from flaudit.auditor.estimators.alarm import alarm_guarantee, decide_alarm, look_level
+from flaudit.auditor.estimators.gdp import GaussianDPClaim, NoDPClaim, audit_claims, claim_test
+from flaudit.auditor.spec import AuditSpec
 
 
 def test_levels_sum_to_alpha():

@@ -3,8 +3,8 @@ import math
 import dp_accounting
 import pytest
 
-from auditor.estimators import analytic_epsilon, gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
-from auditor.results import Estimator
+from flaudit.auditor.estimators import analytic_epsilon, gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
+from flaudit.auditor.results import Estimator
 
 
 def test_zero_noise_is_infinite():
@@ -66,8 +66,8 @@ def test_bad_input(kwargs, name):
 def test_adaptive_clipping_count_query_is_accounted():
     """With adaptive clipping the noised clipped count is a second Gaussian query: the analytic
     epsilon of the audit uses z_total = (z^-2 + sigma_b^-2)^-1/2 and so exceeds the fixed-clip one."""
-    from auditor.estimators import audit_analytic_epsilon
-    from auditor.spec import AdaptiveClipping, AuditSpec
+    from flaudit.auditor.estimators import audit_analytic_epsilon
+    from flaudit.auditor.spec import AdaptiveClipping, AuditSpec
 
     fixed = AuditSpec(noise_multiplier=1.0, clients_per_round=40, num_rounds=10)
     adaptive = fixed.model_copy(update={
@@ -91,7 +91,7 @@ def test_adaptive_clipping_count_query_is_accounted():
 def test_an_unnoised_clipped_count_is_refused():
     from pydantic import ValidationError
 
-    from auditor.spec import AdaptiveClipping
+    from flaudit.auditor.spec import AdaptiveClipping
 
     with pytest.raises(ValidationError, match="clipped_count_stddev"):
         AdaptiveClipping(clipped_count_stddev=0.0)

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from auditor.canaries import (
+from flaudit.auditor.canaries import (
     CanaryFamily, canary_vector, canary_vectors, iter_canary_chunks, seen_mask,
 )
-from auditor.statistics import CosineTracker
+from flaudit.auditor.statistics import CosineTracker
 
 SEED = 123456789012345678901234567890
 GAUSSIAN = CanaryFamily.gaussian

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from auditor.estimators import anderson_darling, bootstrap_interval, unseen_vs_null
-from auditor.estimators.diagnostics import _ad_statistic
+from flaudit.auditor.estimators import anderson_darling, bootstrap_interval, unseen_vs_null
+from flaudit.auditor.estimators.diagnostics import _ad_statistic
 
 
 def test_anderson_darling_statistic_matches_scipy():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from auditor.estimators import (
+from flaudit.auditor.estimators import (
     all_iterates_estimate,
     final_model_epsilon,
     final_model_estimates,
@@ -14,7 +14,7 @@ from auditor.estimators import (
     null_pdf,
     null_sf,
 )
-from auditor.results import VarianceTreatment
+from flaudit.auditor.results import VarianceTreatment
 
 
 def _sphere_cosines(d, n, rng):
@@ -103,7 +103,7 @@ def test_null_log_tail_is_finite_and_continuous_far_out():
 
 @pytest.mark.parametrize("d", [4, 30, 600])
 def test_probit_map_makes_the_exact_null_standard_normal_and_no_leak_small(d):
-    from auditor.estimators.null import null_probit
+    from flaudit.auditor.estimators.null import null_probit
 
     rng = np.random.default_rng(d)
     cos = _sphere_cosines(d, 4000, rng)
@@ -122,8 +122,8 @@ def test_max_null_probit_makes_the_maximum_of_null_cosines_standard_normal(d):
     """Monte Carlo: the maximum over T rounds of exact null cosines maps to N(0, 1)."""
     from scipy import stats
 
-    from auditor.estimators.fitted import max_null_probit
-    from auditor.simulate import sample_null_cosines
+    from flaudit.auditor.estimators.fitted import max_null_probit
+    from flaudit.auditor.simulate import sample_null_cosines
 
     rng = np.random.default_rng(7)
     rounds = 40
@@ -143,7 +143,7 @@ def test_mapped_all_iterates_estimate_is_near_and_below_the_known_round_epsilon(
     sigma = 1/mu in that round); the max statistic cannot beat knowing the round, so its
     estimate should sit below that epsilon, and near it. The raw Gaussian fit to the maxima
     (the paper's literal recipe) overshoots it."""
-    from auditor.estimators import gaussian_epsilon_for_sigma
+    from flaudit.auditor.estimators import gaussian_epsilon_for_sigma
 
     d, rounds, k = 100_000, 50, 1000
     rng = np.random.default_rng(1)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from auditor import gaussian_mechanism_audit
-from auditor.gaussian import gaussian_mechanism_cosines
+from flaudit.auditor import gaussian_mechanism_audit
+from flaudit.auditor.gaussian import gaussian_mechanism_cosines
 
 
 def test_projected_simulation_matches_materialised_canaries_in_distribution():

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from auditor import gdp_lower_bound
-from auditor.estimators.analytic import gaussian_epsilon_for_sigma
-from auditor.estimators.gdp import (
+from flaudit.auditor import gdp_lower_bound
+from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma
+from flaudit.auditor.estimators.gdp import (
     EpsilonDeltaCurveClaim,
     GaussianDPClaim,
     NoDPClaim,
@@ -23,10 +23,10 @@ from auditor.estimators.gdp import (
     gdp_epsilon,
     poisson_subsampled_claim,
 )
-from auditor.estimators.lower_bound import Bonferroni, NoCorrection, Split
-from auditor.results import Estimator
-from auditor.simulate import sample_null_cosines
-from auditor.spec import AuditSpec
+from flaudit.auditor.estimators.lower_bound import Bonferroni, NoCorrection, Split
+from flaudit.auditor.results import Estimator
+from flaudit.auditor.simulate import sample_null_cosines
+from flaudit.auditor.spec import AuditSpec
 
 
 def test_gdp_epsilon_matches_the_gaussian_mechanism():

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from auditor import epsilon_lower_bound
-from auditor.estimators import Bonferroni, NoCorrection, Split, gaussian_sigma_for_epsilon, jeffreys_upper
-from auditor.results import Correction, Estimator
+from flaudit.auditor import epsilon_lower_bound
+from flaudit.auditor.estimators import Bonferroni, NoCorrection, Split, gaussian_sigma_for_epsilon, jeffreys_upper
+from flaudit.auditor.results import Correction, Estimator
 
 
 def _mechanism_scores(eps, d, n, rng):

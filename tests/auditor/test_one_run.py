@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from auditor import one_run_lower_bound
-from auditor.estimators import one_run_p_value
-from auditor.estimators.one_run import one_run_epsilon
+from flaudit.auditor import one_run_lower_bound
+from flaudit.auditor.estimators import one_run_p_value
+from flaudit.auditor.estimators.one_run import one_run_epsilon
 
 
 def _brute_p_value(eps, v, r, m, delta):

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from auditor.progress import eta_seconds
+from flaudit.auditor.progress import eta_seconds
 
 
 def test_start_up_before_round_one_is_not_counted():

@@ -6,13 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from auditor.estimators import gaussian_sigma_for_epsilon
-from auditor.estimators.sequential import (
+from flaudit.auditor.estimators import gaussian_sigma_for_epsilon
+from flaudit.auditor.estimators.sequential import (
     SequentialDPTest,
     mmd_threshold,
     sequential_epsilon_lower_bound,
 )
-from auditor.results import Correction, Estimator
+from flaudit.auditor.results import Correction, Estimator
 
 DELTA = 1e-5
 REPS = 100
@@ -299,7 +299,7 @@ def test_lower_bound_zero_without_leakage():
 
 def test_simulated_canaries_fed_as_seen_unseen_pairs():
     # how docs/estimators.md feeds it: seen vs unseen canary cosines of a simulated Gaussian mechanism
-    from auditor.simulate import gaussian_mechanism_scores
+    from flaudit.auditor.simulate import gaussian_mechanism_scores
 
     calibrated = gaussian_sigma_for_epsilon(1.0, DELTA)
     for seed in range(5):
@@ -312,7 +312,7 @@ def test_simulated_canaries_fed_as_seen_unseen_pairs():
 
 
 def test_median_bandwidth_matches_brute_force_for_vectors():
-    from auditor.estimators.sequential import median_bandwidth
+    from flaudit.auditor.estimators.sequential import median_bandwidth
 
     rng = np.random.default_rng(1212)
     xs, ys = rng.normal(size=(15, 4)), rng.normal(1.0, 2.0, size=(15, 4))

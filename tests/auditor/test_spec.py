@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import Field, ValidationError
 
-from auditor.spec import (
+from flaudit.auditor.spec import (
     BUILTIN_TASK_NAMES,
     MAX_INTEGER,
     MAX_MODEL_DIM,
@@ -91,7 +91,7 @@ def test_valid_specs_pass(patch):
 
 
 def test_builtin_task_names_match_the_clients_package():
-    tasks = pytest.importorskip("clients.tasks")
+    tasks = pytest.importorskip("flaudit.clients.tasks")
     assert set(BUILTIN_TASK_NAMES) == set(tasks.BUILTIN_TASKS)
 
 
@@ -101,7 +101,7 @@ def test_builtin_task_names_match_the_clients_package():
      "classes": 3}), ("digits", {}), ("digits", {"hidden": 16})],
 )
 def test_builtin_model_dim_is_the_dimension_the_task_builds(task, options):
-    tasks = pytest.importorskip("clients.tasks")
+    tasks = pytest.importorskip("flaudit.clients.tasks")
     built = tasks.load_task(task, num_partitions=2, options=options)
     assert builtin_model_dim(task, options) == built.dim()
 

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from auditor.estimators import AuditSummary, summarize
-from auditor.results import Correction, Estimator, VarianceTreatment
+from flaudit.auditor.estimators import AuditSummary, summarize
+from flaudit.auditor.results import Correction, Estimator, VarianceTreatment
 
 
 def _cosines(k=1000, d=10**6, sigma=1.54, seed=0):

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
-from auditor import two_gaussian_epsilon
-from auditor.estimators import hockey_stick_divergence
+from flaudit.auditor import two_gaussian_epsilon
+from flaudit.auditor.estimators import hockey_stick_divergence
 
 
 def test_gaussian_mechanism_calibration_points():
@@ -50,7 +50,7 @@ def test_unequal_variances_match_monte_carlo_hockey_stick(params):
     for a, sa, b, sb in ((mu0, s0, mu1, s1), (mu1, s1, mu0, s0)):
         integrand = lambda x: max(0.0, stats.norm.pdf(x, a, sa) - math.exp(eps) * stats.norm.pdf(x, b, sb))
         quad, _ = integrate.quad(integrand, -30, 30, points=[a, b], limit=400)
-        from auditor.estimators.two_gaussian import _log_hockey_stick
+        from flaudit.auditor.estimators.two_gaussian import _log_hockey_stick
 
         closed = math.exp(_log_hockey_stick(a, sa, b, sb, eps))
         assert closed == pytest.approx(quad, rel=1e-4, abs=1e-10)

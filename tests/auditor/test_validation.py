@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from auditor.validation import check_at_least, check_integer_at_least, check_positive
+from flaudit.auditor.validation import check_at_least, check_integer_at_least, check_positive
 
 numbers = st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6, allow_nan=False))
 

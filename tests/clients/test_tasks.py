@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from clients.app import local_update
-from clients.tasks import Task, load_task, model_vector, set_model_vector, synthetic_task
+from flaudit.clients.app import local_update
+from flaudit.clients.tasks import Task, load_task, model_vector, set_model_vector, synthetic_task
 
 
 @pytest.mark.parametrize("dim", [10_000, 100_000, 1_000_000])

@@ -1,4 +1,4 @@
-"""auditor.service.deployment without a SuperLink: run config, Flower CLI config, status parsing,
+"""flaudit.auditor.service.deployment without a SuperLink: run config, Flower CLI config, status parsing,
 the wait/cancel/timeout loop against a fake Control API, and that secrets never leak into errors.
 The real thing (SuperLink + SuperNodes + service) is tests/deployment/test_topology.py."""
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from auditor.service import deployment as dep
-from auditor.service.deployment import (
+from flaudit.auditor.service import deployment as dep
+from flaudit.auditor.service.deployment import (
     DeploymentError,
     DeploymentResult,
     RunState,
@@ -23,7 +23,7 @@ from auditor.service.deployment import (
     parse_run_status,
     run_deployment_audit,
 )
-from auditor.spec import AuditSpec
+from flaudit.auditor.spec import AuditSpec
 from tests.processes import free_port
 
 SEED = 2**127 + 123456789  # wider than any TOML integer

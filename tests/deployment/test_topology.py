@@ -149,8 +149,8 @@ def private_cluster():
 
 def _stored_seed(database_url: str, audit_id: str) -> int:
     """The audit's secret seed, read from the database (for the leak scan only)."""
-    from auditor.service.sealing import SeedCipher
-    from auditor.service.store import Store
+    from flaudit.auditor.service.sealing import SeedCipher
+    from flaudit.auditor.service.store import Store
 
     store = Store(database_url, cipher=SeedCipher([TEST_SECRET_KEY]))
     try:
@@ -166,7 +166,7 @@ def _stored_seed(database_url: str, audit_id: str) -> int:
 
 @pytest.mark.timeout(420)
 def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
-    from auditor.service.deployment import RunState, SuperLinkControl
+    from flaudit.auditor.service.deployment import RunState, SuperLinkControl
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -205,7 +205,7 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
                            FLAUDIT_FLOWER_APP_DIR=str(ROOT))
         service_env.pop("FLAUDIT_API_KEY_FILE", None)
         procs.start("flaudit", [
-            str(BIN / "python"), "-m", "auditor.cli", "serve", "--host", "127.0.0.1",
+            str(BIN / "python"), "-m", "flaudit.auditor.cli", "serve", "--host", "127.0.0.1",
             "--port", str(api_port), "--database-url", database_url,
         ], service_env)
 
@@ -310,7 +310,7 @@ def test_tls_override_command_serves_supernodes_and_control_api(tmp_path):
     """The SuperLink command of docker/compose.tls.yaml, with certificates from
     docker/generate-certs.sh: a SuperNode (image entry point, CA only) registers over TLS, the
     HTTPS health check passes with the CA, and flaudit's Control API client talks to it."""
-    from auditor.service.deployment import DeploymentError, SuperLinkControl
+    from flaudit.auditor.service.deployment import DeploymentError, SuperLinkControl
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")

@@ -56,7 +56,7 @@ class Service:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory) -> Service:
-    """The real service (``auditor.service.app:create_app``) on a free port with a temporary
+    """The real service (``flaudit.auditor.service.app:create_app``) on a free port with a temporary
     SQLite database and ``FLAUDIT_API_KEY`` set; stopped (runner included) at the end."""
     tmp = tmp_path_factory.mktemp("dashboard-service")
     port = free_port()
@@ -77,7 +77,7 @@ def service(tmp_path_factory) -> Service:
     log_file = open(log_path, "wb")
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "uvicorn", "--factory", "auditor.service.app:create_app",
+            sys.executable, "-m", "uvicorn", "--factory", "flaudit.auditor.service.app:create_app",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
         ],
         cwd=REPO,
@@ -154,7 +154,7 @@ def output_dir() -> Path:
 @pytest.fixture(scope="module")
 def static_url():
     """The dashboard's static files alone, from a plain HTTP server (no API behind them)."""
-    from auditor.service.app import STATIC_DIR
+    from flaudit.auditor.service.app import STATIC_DIR
 
     class QuietHandler(http.server.SimpleHTTPRequestHandler):
         def log_message(self, format, *args):  # noqa: A002 (the stdlib's signature)

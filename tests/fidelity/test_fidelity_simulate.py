@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from auditor.estimators.null import null_cdf
-from auditor.simulate import (
+from flaudit.auditor.estimators.null import null_cdf
+from flaudit.auditor.simulate import (
     VALID_LOWER_BOUNDS,
     DPBug,
     FedAvgSimulation,

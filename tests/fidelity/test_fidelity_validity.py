@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
-from auditor.estimators.null import null_cdf
-from auditor.simulate import gaussian_mechanism_scores, sample_null_cosines
+from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
+from flaudit.auditor.estimators.null import null_cdf
+from flaudit.auditor.simulate import gaussian_mechanism_scores, sample_null_cosines
 from benchmarks.fidelity.validity import BOUNDS, VALID, run_bounds
 
 REPS = 50

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-import auditor.canaries
-import server.simulation
-from auditor.canaries import seen_mask
-from auditor.cli import main as cli_main
+import flaudit.auditor.canaries
+import flaudit.server.simulation
+from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.cli import main as cli_main
 
 pytestmark = pytest.mark.slow
 
@@ -47,15 +47,15 @@ CANARY_SEED = 0x5EED_0BAD_CAFE_1234_5678_9ABC_DEF0
 @pytest.fixture
 def fixed_seeds(monkeypatch):
     assert 160 <= int(seen_mask(CANARY_SEED, 400).sum()) <= 240
-    monkeypatch.setattr(auditor.canaries, "new_master_seed", lambda: CANARY_SEED)
-    real = server.simulation.run_simulation_audit
+    monkeypatch.setattr(flaudit.auditor.canaries, "new_master_seed", lambda: CANARY_SEED)
+    real = flaudit.server.simulation.run_simulation_audit
 
     def with_noise_seed(spec, **kwargs):  # the real Flower simulation, reproducible noise
         kwargs.setdefault("noise_seed", 11)
         kwargs["max_supernodes"] = 2
         return real(spec, **kwargs)
 
-    monkeypatch.setattr(server.simulation, "run_simulation_audit", with_noise_seed)
+    monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", with_noise_seed)
 
 
 def _run(path, capsys, *extra):

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from auditor.canaries import seen_mask
-from auditor.spec import AuditSpec
-from auditor.statistics import CosineTracker
+from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.spec import AuditSpec
+from flaudit.auditor.statistics import CosineTracker
 from tests.processes import BIN, ROOT, Processes, flower_env, free_port
 
 pytestmark = pytest.mark.slow

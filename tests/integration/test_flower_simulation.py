@@ -7,12 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from auditor.canaries import seen_mask
-from auditor.spec import AuditSpec
-from auditor.statistics import CosineTracker
-from clients.tasks import load_task
-from server.reporting import LocalRoundReporter
-from server.simulation import run_simulation_audit
+from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.spec import AuditSpec
+from flaudit.auditor.statistics import CosineTracker
+from flaudit.clients.tasks import load_task
+from flaudit.server.reporting import LocalRoundReporter
+from flaudit.server.simulation import run_simulation_audit
 
 pytestmark = pytest.mark.slow
 SEED = 987654321987654321

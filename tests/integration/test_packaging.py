@@ -23,9 +23,12 @@ pytestmark = pytest.mark.slow
 
 
 def _tracked_modules() -> set[str]:
-    listed = subprocess.run(["git", "ls-files", "auditor", "server", "clients"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
-    return {p for p in listed if p.endswith(".py") or p.startswith("auditor/service/static/")}
+    """The wheel paths of the repository's modules: ``auditor/x.py`` installs as
+    ``flaudit/auditor/x.py`` (one import package, no generic top-level names)."""
+    listed = subprocess.run(["git", "ls-files", "flaudit", "auditor", "server", "clients"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    return {p if p.startswith("flaudit/") else f"flaudit/{p}" for p in listed
+            if p.endswith(".py") or p.startswith("auditor/service/static/")}
 
 
 @pytest.mark.timeout(300)
@@ -45,21 +48,23 @@ def test_the_wheel_installs_a_working_flaudit_outside_the_source_tree(tmp_path):
         scripts.read_string(archive.read(entry_points).decode())
     missing = _tracked_modules() - names
     assert not missing, f"not in the wheel: {sorted(missing)}"
-    assert scripts["console_scripts"]["flaudit"] == "auditor.cli:main"
+    assert scripts["console_scripts"]["flaudit"] == "flaudit.auditor.cli:main"
     assert not any(n.startswith(("tests/", "docs/", "docker/")) for n in names)
+    top_level = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert top_level == {"flaudit"}, f"import names installed besides flaudit: {top_level}"
 
     # Import as a ServerApp would, with the installed copy first and no .pth processing (-S:
     # the development venv's editable finder stays out), from a directory outside the repo.
     site = sysconfig.get_paths()["purelib"]
     code = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
-        "import server.wrapper, auditor.service.app, auditor.cli\n"
-        "from server.wrapper import CanaryAuditStrategy\n"
+        "import flaudit.server.wrapper, flaudit.auditor.service.app, flaudit.auditor.cli\n"
+        "from flaudit.server.wrapper import CanaryAuditStrategy\n"
         "from importlib.resources import files\n"
-        "assert files('auditor.service').joinpath('static').is_dir()\n"
-        "print(server.wrapper.__file__)\n"
+        "assert files('flaudit.auditor.service').joinpath('static').is_dir()\n"
+        "print(flaudit.server.wrapper.__file__)\n"
         "sys.argv = ['flaudit', 'attach', '--help']\n"
-        "auditor.cli.main()\n"
+        "flaudit.auditor.cli.main()\n"
     )
     run = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path / "site"), site],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, Error, Message, MetricRecord, RecordDict
 
-from auditor.canaries import canary_vector, resolve_canary_family, seen_mask
-from auditor.spec import AuditSpec
-from auditor.statistics import CosineTracker
-from clients.tasks import load_task
-from server.app import AuditRuntime, check_dimension, run_audit
-from server.reporting import LocalRoundReporter
-from server.schedules import participation_schedule
+from flaudit.auditor.canaries import canary_vector, resolve_canary_family, seen_mask
+from flaudit.auditor.spec import AuditSpec
+from flaudit.auditor.statistics import CosineTracker
+from flaudit.clients.tasks import load_task
+from flaudit.server.app import AuditRuntime, check_dimension, run_audit
+from flaudit.server.reporting import LocalRoundReporter
+from flaudit.server.schedules import participation_schedule
 
 SEED = 0xC0FFEE
 
@@ -169,7 +169,7 @@ def test_dimension_checks_name_the_field():
 
 
 def test_adaptive_clipping_moves_the_clip_norm_by_the_quantile_rule():
-    from auditor.spec import AdaptiveClipping
+    from flaudit.auditor.spec import AdaptiveClipping
 
     spec = _spec(clip_norm=None, num_rounds=4, canary_repeats=1,
                  adaptive_clipping=AdaptiveClipping(initial_clip_norm=0.1, target_quantile=0.5,
@@ -189,7 +189,7 @@ def test_adaptive_clipping_moves_the_clip_norm_by_the_quantile_rule():
 
 
 def test_a_malformed_canary_seed_is_refused_without_echoing_it():
-    from server.app import _parse_seed
+    from flaudit.server.app import _parse_seed
 
     assert _parse_seed("0x1F") == 31 and _parse_seed(" 42 ") == 42 and _parse_seed(7) == 7
     with pytest.raises(ValueError, match="canary-seed") as info:

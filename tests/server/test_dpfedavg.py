@@ -7,15 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from auditor.canaries import canary_sum, canary_vectors
-from server.dpfedavg import (
+from flaudit.auditor.canaries import canary_sum, canary_vectors
+from flaudit.server.dpfedavg import (
     AdaptiveClipNorm,
     ServerOptimizer,
     aggregate_round,
     canary_update,
     clip_update,
 )
-from server.vectors import flatten, unflatten
+from flaudit.server.vectors import flatten, unflatten
 
 
 @settings(max_examples=40, deadline=None)
@@ -145,7 +145,7 @@ def test_flatten_unflatten_roundtrip():
      ("noise_divided_twice", None, 0.1)],
 )
 def test_injected_noise_bugs_change_the_noise_actually_added(bug, factor, noise_ratio):
-    from auditor.bugs import InjectedBug
+    from flaudit.auditor.bugs import InjectedBug
 
     dim, clip, z, m = 200_000, 0.5, 1.3, 10
     result = aggregate_round(
@@ -158,7 +158,7 @@ def test_injected_noise_bugs_change_the_noise_actually_added(bug, factor, noise_
 
 
 def test_injected_no_clipping_keeps_client_norms_and_sends_large_canaries():
-    from auditor.bugs import InjectedBug
+    from flaudit.auditor.bugs import InjectedBug
 
     dim = 4
     big = np.array([3.0, 4.0, 0.0, 0.0])

@@ -10,13 +10,13 @@ import time
 import pytest
 from flwr.app import Error, Message
 
-import auditor.canaries
-import server.simulation
-from auditor.canaries import seen_mask
-from auditor.cli import main as cli_main
-from auditor.commands.run import load_spec
-from clients.app import train
-from server.app import AuditRuntime, run_audit
+import flaudit.auditor.canaries
+import flaudit.server.simulation
+from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.cli import main as cli_main
+from flaudit.auditor.commands.run import load_spec
+from flaudit.clients.app import train
+from flaudit.server.app import AuditRuntime, run_audit
 
 SPEC = """
 name = "cli-test"
@@ -59,7 +59,7 @@ def in_process_simulation(monkeypatch, flower_task_identity):
                                progress=progress, deadline=time.monotonic() + 60)
         return dict(run_audit(InProcessGrid(), runtime))
 
-    monkeypatch.setattr(server.simulation, "run_simulation_audit", fake)
+    monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", fake)
 
     # Large secret-looking seeds whose split has 2..6 seen of the 8 canaries, so every Gaussian
     # fit is computed and the printed table is the same shape on every run (a random seed gives
@@ -72,7 +72,7 @@ def in_process_simulation(monkeypatch, flower_task_identity):
                 yield seed
 
     seeds = balanced_seeds()
-    monkeypatch.setattr(auditor.canaries, "new_master_seed", lambda: next(seeds))
+    monkeypatch.setattr(flaudit.auditor.canaries, "new_master_seed", lambda: next(seeds))
     return calls
 
 
@@ -124,7 +124,7 @@ def test_run_command_module_imports_no_heavy_packages():
     import subprocess
     import sys
 
-    code = ("import sys, auditor.commands.run; "
+    code = ("import sys, flaudit.auditor.commands.run; "
             "heavy = [m for m in ('flwr', 'torch', 'fastapi', 'ray') if m in sys.modules]; "
             "print(heavy); sys.exit(1 if heavy else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

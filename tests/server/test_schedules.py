@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.schedules import participation_schedule
+from flaudit.server.schedules import participation_schedule
 
 
 def _schedule(**overrides):
@@ -130,7 +130,7 @@ def test_bad_arguments_are_named(overrides, name):
 def test_audit_spec_rejects_more_canary_repeats_than_rounds():
     from pydantic import ValidationError
 
-    from auditor.spec import AuditSpec
+    from flaudit.auditor.spec import AuditSpec
 
     with pytest.raises(ValidationError, match="canary_repeats"):
         AuditSpec(num_rounds=4, canary_repeats=8)
@@ -138,7 +138,7 @@ def test_audit_spec_rejects_more_canary_repeats_than_rounds():
 
 
 def test_unseen_canaries_get_rounds_by_the_same_rule_and_participants_merge_both():
-    from server.schedules import canary_participants, unseen_canary_rounds
+    from flaudit.server.schedules import canary_participants, unseen_canary_rounds
 
     rounds = unseen_canary_rounds(500, num_rounds=12, repeats=3, seed=4)
     # one round per period, exactly as canary_rounds draws them for the seen canaries

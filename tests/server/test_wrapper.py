@@ -14,10 +14,10 @@ from flwr.serverapp.strategy import (
     FedAvg,
 )
 
-from auditor.canaries import canary_vector, resolve_canary_family, seen_mask
-from auditor.spec import AuditClaim, AuditSpec
-from server.reporting import LocalRoundReporter
-from server.wrapper import CanaryAuditStrategy, LocalCanaries, read_claim
+from flaudit.auditor.canaries import canary_vector, resolve_canary_family, seen_mask
+from flaudit.auditor.spec import AuditClaim, AuditSpec
+from flaudit.server.reporting import LocalRoundReporter
+from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries, read_claim
 
 SEED = 77777
 K = 10
@@ -111,7 +111,7 @@ def test_canaries_enter_the_average_like_clipped_clients_and_rounds_are_reported
 
 def test_local_canaries_follow_the_built_in_schedule():
     """The wrapper's canaries of round t are the built-in ServerApp's (same schedule rule)."""
-    from server.schedules import participation_schedule
+    from flaudit.server.schedules import participation_schedule
 
     canaries = LocalCanaries(SEED, num_canaries=40, num_rounds=6, canary_repeats=2, data_seed=3)
     seen = np.flatnonzero(seen_mask(SEED, 40))

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from auditor.service.app import create_app
-from auditor.service.sealing import SeedCipher
-from auditor.service.settings import Settings
-from auditor.service.store import Store
+from flaudit.auditor.service.app import create_app
+from flaudit.auditor.service.sealing import SeedCipher
+from flaudit.auditor.service.settings import Settings
+from flaudit.auditor.service.store import Store
 from tests.processes import TEST_SECRET_KEY
 
 API_KEY = "test-key-" + "x" * 16

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
-from auditor.spec import AuditSpec
+from flaudit.auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.spec import AuditSpec
 
 #: The spec's ``task`` for audits run by this engine (a custom task, so its ``task_options`` are
 #: free; the service needs ``FLAUDIT_ALLOW_CUSTOM_TASKS=1``, see :data:`FAKE_ENV`).

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from auditor.canaries import seen_mask
-from auditor.estimators import summarize
-from auditor.service.auth import NO_KEY_CONFIGURED
-from auditor.service.schemas import AuditList, AuditOut, CosinesOut
-from auditor.spec import AuditSpec
+from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.estimators import summarize
+from flaudit.auditor.service.auth import NO_KEY_CONFIGURED
+from flaudit.auditor.service.schemas import AuditList, AuditOut, CosinesOut
+from flaudit.auditor.spec import AuditSpec
 from tests.canary_reference import expected_statistics
 
 from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
@@ -68,7 +68,7 @@ def test_custom_tasks_need_to_be_allowed(client, store):
     assert any("task" in loc for loc in _locs(response))
     assert store.count_audits() == 0
     with make_client(store, allow_custom_tasks=True) as c:
-        assert c.post("/audits", json={**SMALL_SPEC, "task": "clients.tasks:synthetic_task"}, headers=AUTH).status_code == 201
+        assert c.post("/audits", json={**SMALL_SPEC, "task": "flaudit.clients.tasks:synthetic_task"}, headers=AUTH).status_code == 201
 
 
 def test_deleted_audit_is_not_resurrected_by_a_late_cache_refresh(client, store):
@@ -131,7 +131,7 @@ def test_reads_can_require_the_key(store):
 
 
 def test_api_key_file_with_several_keys(tmp_path, monkeypatch):
-    from auditor.service.settings import Settings, load_api_keys
+    from flaudit.auditor.service.settings import Settings, load_api_keys
 
     path = tmp_path / "keys"
     path.write_text("# comment\nkey-one\n\n key-two \n")
@@ -387,7 +387,7 @@ def test_eta_counts_round_times_not_the_start_up(client, store):
 
     from sqlalchemy import update
 
-    from auditor.service.store import Audit, utcnow
+    from flaudit.auditor.service.store import Audit, utcnow
 
     audit_id, headers = _running(client, store)
     with store.session() as s, s.begin():
@@ -414,7 +414,7 @@ def test_eta_counts_round_times_not_the_start_up(client, store):
 def test_final_model_estimate_is_live_every_round_on_theta_t_minus_theta_0(client, store):
     """After each round the final-model estimates are computed on cos(c_j, theta_t - theta_0),
     labelled "so far", with the same estimator as at the end; the final model replaces them."""
-    from auditor.estimators import final_model_estimates
+    from flaudit.auditor.estimators import final_model_estimates
 
     spec = AuditSpec.model_validate(SMALL_SPEC)
     audit_id, headers = _running(client, store)

@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from auditor.estimators import summarize
-from auditor.service.store import Store
+from flaudit.auditor.estimators import summarize
+from flaudit.auditor.service.store import Store
 from tests.processes import wait_for, wait_for_audit
 
 from .conftest import CIPHER

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
-from auditor.service.external import round_canaries
-from auditor.spec import AuditSpec
-from server.schedules import participation_schedule
+from flaudit.auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.service.external import round_canaries
+from flaudit.auditor.spec import AuditSpec
+from flaudit.server.schedules import participation_schedule
 
 from .conftest import AUTH, make_client
 

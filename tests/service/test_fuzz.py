@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from auditor.service.app import create_app
-from auditor.service.settings import Settings
-from auditor.service.store import Store
-from auditor.spec import AuditSpec
+from flaudit.auditor.service.app import create_app
+from flaudit.auditor.service.settings import Settings
+from flaudit.auditor.service.store import Store
+from flaudit.auditor.spec import AuditSpec
 
 from .conftest import API_KEY, CIPHER, SMALL_SPEC, make_client
 from .fake_engine import FAKE_ENV

@@ -76,7 +76,7 @@ def test_a_custom_task_must_be_findable(store):
     with make_client(store, allow_custom_tasks=True) as c:
         bad = c.post("/audits", json={**SMALL_SPEC, "task": "no_such_pkg_xyz.tasks:make"}, headers=AUTH)
         assert bad.status_code == 422 and "no_such_pkg_xyz" in bad.text
-        good = c.post("/audits", json={**SMALL_SPEC, "task": "clients.tasks:synthetic_task"}, headers=AUTH)
+        good = c.post("/audits", json={**SMALL_SPEC, "task": "flaudit.clients.tasks:synthetic_task"}, headers=AUTH)
         assert good.status_code == 201, good.text
     assert store.count_audits() == 1
 

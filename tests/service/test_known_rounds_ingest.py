@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from auditor.canaries import canary_vectors, seen_mask
-from auditor.known_rounds import KnownRoundsStatistic
-from auditor.service.live import LiveAudits
-from auditor.service.schemas import AuditOut
-from server.reporting import HttpRoundReporter, RoundMetadata
+from flaudit.auditor.canaries import canary_vectors, seen_mask
+from flaudit.auditor.known_rounds import KnownRoundsStatistic
+from flaudit.auditor.service.live import LiveAudits
+from flaudit.auditor.service.schemas import AuditOut
+from flaudit.server.reporting import HttpRoundReporter, RoundMetadata
 
 from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
 
@@ -83,7 +83,7 @@ def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_insta
 
     # participants are stored (secret) and never served
     with store.session() as s:
-        from auditor.service.store import AuditRound
+        from flaudit.auditor.service.store import AuditRound
 
         rows = s.query(AuditRound).filter_by(audit_id=audit_id).order_by(AuditRound.round).all()
         assert [np.frombuffer(r.participants, "<i4").tolist() for r in rows] == [
@@ -165,8 +165,8 @@ def test_bug_injection_needs_the_operators_flag(store):
 
 
 def test_external_audits_get_participants_from_the_service_schedule():
-    from auditor.service.external import round_canaries, round_participants
-    from auditor.spec import AuditSpec
+    from flaudit.auditor.service.external import round_canaries, round_participants
+    from flaudit.auditor.spec import AuditSpec
 
     spec = AuditSpec.model_validate({**SMALL_SPEC, "num_rounds": 6, "canary_repeats": 2})
     seed = 0x5EED_1234_ABCD

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from auditor.canaries import CanaryFamily
-from auditor.service.live import (
+from flaudit.auditor.canaries import CanaryFamily
+from flaudit.auditor.service.live import (
     alarm_guarantee,
     build_alerts,
     decide,
     headline_epsilon,
     to_jsonable,
 )
-from auditor.spec import AuditSpec
+from flaudit.auditor.spec import AuditSpec
 
 SPEC = AuditSpec(num_canaries=100, num_clients=1000, clients_per_round=10)
 
@@ -47,8 +47,8 @@ def test_epsilon_lower_bounds_above_analytic_are_never_alarms():
 
 def _tests(mu_seen, *, k=400, seed=0, spec=SPEC):
     """Claim tests of one look on known-rounds scores of a mechanism with this mu."""
-    from auditor.estimators import summarize
-    from auditor.estimators.gdp import audit_claims
+    from flaudit.auditor.estimators import summarize
+    from flaudit.auditor.estimators.gdp import audit_claims
 
     rng = np.random.default_rng(seed)
     seen = rng.random(k) < 0.5
@@ -144,8 +144,8 @@ def test_to_jsonable_never_emits_non_finite_floats(values):
 def test_model_change_follows_the_server_optimizer_with_momentum():
     """theta_t - theta_0 rebuilt from the released updates points where the ServerApp's own
     optimizer moved the model (the learning rate only scales it)."""
-    from auditor.service.live import _ModelChange
-    from server.dpfedavg import ServerOptimizer
+    from flaudit.auditor.service.live import _ModelChange
+    from flaudit.server.dpfedavg import ServerOptimizer
 
     rng = np.random.default_rng(4)
     for momentum in (0.0, 0.9):

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from auditor.service.store import StaleRound, bytes_to_array, array_to_bytes, hash_token
+from flaudit.auditor.service.store import StaleRound, bytes_to_array, array_to_bytes, hash_token
 
 SPEC = {"num_rounds": 3, "num_canaries": 4, "delta": 1e-5}
 
@@ -140,7 +140,7 @@ def test_owner_lease_decides_which_running_audits_restart_recovery_fails(store):
 def test_columns_added_later_are_added_to_an_old_table(tmp_path):
     from sqlalchemy import create_engine, inspect
 
-    from auditor.service.store import Store
+    from flaudit.auditor.service.store import Store
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = create_engine(url)

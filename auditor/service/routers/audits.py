@@ -10,8 +10,8 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response,
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
-from auditor.canaries import new_master_seed
-from auditor.spec import AuditSpec, Engine
+from flaudit.auditor.canaries import new_master_seed
+from flaudit.auditor.spec import AuditSpec, Engine
 
 from ..auth import read_access, require_api_key
 from ..external import attach_environment
