@@ -2,7 +2,8 @@
 audit service in :mod:`flaudit.auditor.service`."""
 
 from flaudit.auditor.canaries import (
-    CanaryFamily, canary_vector, canary_vectors, new_master_seed, resolve_canary_family, seen_mask,
+    Canaries, CanaryFamily, canary_sum, canary_vector, canary_vectors, new_master_seed,
+    resolve_canary_family, seen_mask,
 )
 from flaudit.auditor.estimators import (
     AuditSummary,
@@ -26,7 +27,9 @@ from flaudit.auditor.statistics import CosineTracker
 
 __all__ = [
     "CanaryFamily",
+    "Canaries",
     "resolve_canary_family",
+    "canary_sum",
     "canary_vector",
     "canary_vectors",
     "new_master_seed",

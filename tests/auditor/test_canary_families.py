@@ -167,3 +167,19 @@ def test_gaussian_mechanism_exact_simulation_matches_the_transform():
         assert abs(z.mean() - 1) < 4 * sigma / np.sqrt(z.size)
         assert abs(z.std() / sigma - 1) < 0.08
     assert stats.ks_2samp(runs["projected"], runs["canaries"]).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("family", list(CanaryFamily))
+def test_one_canaries_object_serves_every_round(family):
+    """``Canaries`` derives the seed's material once; its rows and sums are the functions'."""
+    from flaudit.auditor.canaries import Canaries
+
+    d = 501
+    canaries = Canaries(SEED, d, family=family)
+    for indices in ([0, 7], [499], [3, 3, 100]):
+        assert np.array_equal(canaries.vectors(indices), canary_vectors(SEED, indices, d, family=family))
+        assert np.array_equal(canaries.sum_of(indices), canary_sum(SEED, indices, d, family=family))
+    for text in (repr(canaries), str(canaries)):
+        assert str(SEED) not in text and hex(SEED)[2:] not in text and family.value in text
+    with pytest.raises(ValueError, match="indices must be >= 0"):
+        canaries.sum_of([-1])
