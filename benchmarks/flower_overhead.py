@@ -4,18 +4,20 @@ The same task and run (synthetic task, d >= 1M, same data and noise seeds) throu
 main loop (:func:`flaudit.server.app.run_audit` in :func:`flaudit.server.simulation.run_simulation_audit`):
 
 * ``on``: the audit as ``flaudit run`` runs it -- seen canaries added to each round (one
-  :func:`flaudit.auditor.canaries.canary_sum`) and every round scored by a
-  :class:`~flaudit.server.reporting.LocalRoundReporter` (its :class:`~flaudit.auditor.statistics.CosineTracker`);
+  :meth:`flaudit.auditor.canaries.Canaries.sum_of`) and every round scored by a
+  :class:`~flaudit.server.reporting.LocalRoundReporter` (its :class:`~flaudit.auditor.statistics.CosineTracker`),
+  both on the ServerApp's audit thread while the clients train;
 * ``off``: the same run without the audit's work: the same participation schedule (so the same
   real clients train in every round), but the round's canary sum is replaced by zeros *in this
-  benchmark process only* (nothing generated, nothing inserted) and the reporter drops every
+  benchmark process only* (nothing derived, generated or inserted) and the reporter drops every
   vector (no tracker).
 
 Per-round wall time is taken between consecutive rounds (round 1 also carries Ray's warm-up and
 is left out); runs alternate ``on``/``off`` to share the box's load evenly. Two overheads:
-A/B = median round time on / off - 1 (at the mercy of the box's load between runs), and
-instrumented = the audit's own work inside the ``on`` rounds (the ``canary_sum`` call and the
-reporter's tracker update, timed in place) over the rest of those rounds.
+A/B = median round time on / off - 1 (at the mercy of the box's load between runs; also per
+on/off pair), and instrumented = how long the ``on`` rounds' main loop waited for the audit
+thread (``audit_wait_seconds`` in the run's result) over the rest of those rounds, next to the
+audit's own work (the canary sum and the tracker update, timed in place).
 
     .venv/bin/python benchmarks/flower_overhead.py                 # d = 1M, 4 rounds, 2 pairs
     .venv/bin/python benchmarks/flower_overhead.py --samples-per-client 1000   # real local work
@@ -83,25 +85,31 @@ def run_once(mode: str, args) -> dict:
                      num_canaries=args.canaries,
                      noise_multiplier=1.0, clip_norm=1.0, local_epochs=1, data_seed=1)
     seed = new_master_seed()
-    original, original_sum = flaudit.server.app.seen_mask, flaudit.server.app.canary_sum
+    original = flaudit.server.app.Canaries
     insertion: list[float] = []
 
-    def timed_sum(*a, **kw):
-        start = time.perf_counter()
-        out = original_sum(*a, **kw)
-        insertion.append(time.perf_counter() - start)
-        return out
+    class TimedCanaries(original):
+        def sum_of(self, indices):
+            start = time.perf_counter()
+            out = super().sum_of(indices)
+            insertion.append(time.perf_counter() - start)
+            return out
+
+    class NoCanaries:  # benchmark only: nothing derived, generated or inserted
+        def __init__(self, seed, dim, **kw) -> None:
+            self.dim = dim
+
+        def sum_of(self, indices):
+            insertion.append(0.0)
+            return np.zeros(self.dim)
 
     if mode == "on":
-        flaudit.server.app.canary_sum = timed_sum
-    else:
-        insertion.extend([0.0] * (args.rounds + 1))
-    if mode == "off":  # benchmark only: no canary generated or inserted, no tracker
-        flaudit.server.app.canary_sum = lambda seed, indices, dim, **kw: np.zeros(dim)
-        inner = _Dropping()
-    else:
+        flaudit.server.app.Canaries = TimedCanaries
         inner = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries,
                                              canary_family=spec.canary_family)
+    else:
+        flaudit.server.app.Canaries = NoCanaries
+        inner = _Dropping()
     reporter = _Stamped(inner)
     started = time.perf_counter()
     try:
@@ -109,13 +117,16 @@ def run_once(mode: str, args) -> dict:
                                       max_supernodes=2,
                                       num_cpus=2, noise_seed=7)
     finally:
-        flaudit.server.app.seen_mask, flaudit.server.app.canary_sum = original, original_sum
+        flaudit.server.app.Canaries = original
     rounds = [b - a for a, b in zip(reporter.stamps, reporter.stamps[1:])]
-    # the audit's own work in rounds 2..T: adding the canaries + scoring the round
+    # the audit's own work in rounds 2..T (on its background thread): canary sum + scoring
     audit = [i + s for i, s in zip(insertion[1:], reporter.scoring[1:])]
+    # how long the main loop waited for it (the part on the round's critical path)
+    waited = [r["audit_wait_seconds"] for r in result["rounds"][1:]]
     return {"mode": mode, "dim": result["dim"], "seconds_total": time.perf_counter() - started,
             "round_seconds": rounds, "median_round_seconds": statistics.median(rounds),
-            "audit_seconds": audit, "insertion_seconds": insertion,
+            "audit_seconds": audit, "audit_wait_seconds": waited,
+            "insertion_seconds": insertion,
             "scoring_seconds": reporter.scoring,
             "canaries_inserted": result["num_seen_canaries_inserted"] if mode == "on" else 0,
             "samples_per_client": args.samples_per_client}
@@ -156,17 +167,33 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mode:>3}: d = {res['dim']}, rounds 2..T {[round(t, 3) for t in res['round_seconds']]} s, "
                   f"median {res['median_round_seconds']:.3f} s, whole run {res['seconds_total']:.1f} s, "
                   f"canaries inserted {res['canaries_inserted']}; audit work per round "
-                  f"{[round(t, 3) for t in res['audit_seconds']]} s", flush=True)
+                  f"{[round(t, 3) for t in res['audit_seconds']]} s, main loop waited "
+                  f"{[round(t, 3) for t in res['audit_wait_seconds']]} s", flush=True)
     on = statistics.median(t for r in results if r["mode"] == "on" for t in r["round_seconds"])
     off = statistics.median(t for r in results if r["mode"] == "off" for t in r["round_seconds"])
     print(f"A/B: median round on {on:.3f} s, off {off:.3f} s, overhead {on / off - 1:+.1%}")
-    # direct: the audit's own work inside the 'on' rounds over the rest of those rounds
-    pairs = [(a, t) for r in results if r["mode"] == "on"
-             for a, t in zip(r["audit_seconds"], r["round_seconds"])]
-    audit = statistics.median(a for a, _ in pairs)
-    rest = statistics.median(t - a for a, t in pairs)
-    print(f"instrumented: audit work {audit:.3f} s per round (canary_sum + tracker update), rest of "
-          f"the round {rest:.3f} s, overhead {audit / rest:+.1%}")
+    import numpy as np  # a 95% bootstrap interval over rounds for the A/B overhead
+
+    rng = np.random.default_rng(0)
+    on_rounds = np.array([t for r in results if r["mode"] == "on" for t in r["round_seconds"]])
+    off_rounds = np.array([t for r in results if r["mode"] == "off" for t in r["round_seconds"]])
+    boot = [np.median(rng.choice(on_rounds, on_rounds.size))
+            / np.median(rng.choice(off_rounds, off_rounds.size)) - 1 for _ in range(2000)]
+    low, high = np.percentile(boot, [2.5, 97.5])
+    print(f"A/B 95% bootstrap interval over rounds: [{low:+.1%}, {high:+.1%}]")
+    ratios = [a["median_round_seconds"] / b["median_round_seconds"] - 1
+              for a, b in zip(results[::2], results[1::2])]
+    print(f"A/B per pair (on run / the off run after it): {[f'{r:+.1%}' for r in ratios]}")
+    # instrumented: the audit's work (background thread) and the main loop's wait for it
+    pairs = [(a, w, t) for r in results if r["mode"] == "on"
+             for a, w, t in zip(r["audit_seconds"], r["audit_wait_seconds"], r["round_seconds"])]
+    audit = statistics.median(a for a, _, _ in pairs)
+    wait = statistics.median(w for _, w, _ in pairs)
+    rest = statistics.median(t - w for _, w, t in pairs)
+    print(f"instrumented: audit work {audit:.3f} s per round (canary sum + tracker update, on the "
+          f"audit thread while the clients train), main loop waited {wait:.3f} s, rest of the "
+          f"round {rest:.3f} s: on the critical path {wait / rest:+.1%} (work if it were serial "
+          f"{audit / rest:+.1%})")
     print(json.dumps(results))
     return 0
 

@@ -31,6 +31,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, R
 from flwr.serverapp import Grid, ServerApp
 
 from flaudit.auditor.bugs import DPBug
-from flaudit.auditor.canaries import canary_sum, new_master_seed, resolve_canary_family, seen_mask
+from flaudit.auditor.canaries import Canaries, new_master_seed, resolve_canary_family, seen_mask
 from flaudit.auditor.spec import AuditSpec
 from flaudit.server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
 from flaudit.server.reporting import RoundMetadata, RoundReporter
@@ -187,95 +188,112 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
 
     runtime.reporter.report_initial(model)
     nodes = _wait_for_nodes(grid, runtime)
+    canaries = Canaries(runtime.canary_seed, dim, family=family)  # signs derived once per run
     total_failures = 0
     rounds: list[dict[str, float]] = []
-    for t in range(1, spec.num_rounds + 1):
-        _check_deadline(runtime, f"before round {t}")
-        clip_norm = adaptive.clip_norm if adaptive is not None else float(spec.clip_norm)
-        partitions = schedule.real_clients(t)
-        arrays = ArrayRecord([model])
-        messages = []
-        for p in partitions:
-            config = ConfigRecord(
-                {
-                    "partition-id": int(p),
-                    "num-partitions": spec.num_clients,
-                    "task": spec.task,
-                    "task-options": task_options,
-                    "data-seed": spec.data_seed,
-                    "server-round": t,
-                    "local-epochs": spec.local_epochs,
-                    "learning-rate": spec.client_learning_rate,
-                    "batch-size": spec.batch_size,
-                }
-            )
-            messages.append(
-                Message(
-                    content=RecordDict({"arrays": arrays, "config": config}),
-                    message_type=MessageType.TRAIN,
-                    dst_node_id=nodes[int(p) % len(nodes)],
-                    group_id=str(t),
+    # The audit's own work -- round t's canary sum (it depends only on the schedule) and
+    # reporting round t's release (scoring it, or sending it to the service) -- runs in order on
+    # one background thread while the clients train, off the round's critical path; a report's
+    # error surfaces at the next round and the last report is awaited before the final model.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="flaudit-audit") as audit_work:
+        reported: Future[None] | None = None
+        for t in range(1, spec.num_rounds + 1):
+            _check_deadline(runtime, f"before round {t}")
+            clip_norm = adaptive.clip_norm if adaptive is not None else float(spec.clip_norm)
+            scheduled = seen[schedule.canaries(t)]
+            inserted = audit_work.submit(canaries.sum_of, scheduled)  # while the clients train
+            partitions = schedule.real_clients(t)
+            arrays = ArrayRecord([model])
+            messages = []
+            for p in partitions:
+                config = ConfigRecord(
+                    {
+                        "partition-id": int(p),
+                        "num-partitions": spec.num_clients,
+                        "task": spec.task,
+                        "task-options": task_options,
+                        "data-seed": spec.data_seed,
+                        "server-round": t,
+                        "local-epochs": spec.local_epochs,
+                        "learning-rate": spec.client_learning_rate,
+                        "batch-size": spec.batch_size,
+                    }
                 )
-            )
-        updates, losses = [], []
-        if messages:
-            timeout = runtime.round_timeout
-            left = _remaining(runtime)
-            if left is not None:
-                timeout = max(0.0, min(timeout, left))
-            replies = list(grid.send_and_receive(messages, timeout=timeout))
-            for reply in replies:
-                if reply.has_error():
-                    continue
-                try:
-                    delta = reply.content["arrays"].to_numpy_ndarrays()[0]
-                except (KeyError, IndexError):
-                    continue
-                delta = np.asarray(delta, dtype=np.float32).reshape(-1)
-                if delta.shape != (dim,) or not np.all(np.isfinite(delta)):
-                    continue  # a malformed update counts as a failure
-                updates.append(delta)
-                metrics = reply.content.get("metrics")
-                if metrics is not None and "train-loss" in metrics:
-                    losses.append(float(metrics["train-loss"]))
-        failures = len(messages) - len(updates)
-        total_failures += failures
-        _check_deadline(runtime, f"round {t}")
-        scheduled = seen[schedule.canaries(t)]
-        aggregate = aggregate_round(
-            client_updates=updates,
-            canary_directions=[],
-            canary_sum=canary_sum(runtime.canary_seed, scheduled, dim, family=family),
-            num_summed_canaries=int(scheduled.size),
-            clip_norm=clip_norm,
-            noise_multiplier=spec.noise_multiplier,
-            expected_cohort_size=spec.clients_per_round,
-            dim=dim,
-            rng=noise_rng,
-            bug=bug,
-        )
-        model, _ = optimizer.step(model, aggregate.update)
-        metadata = RoundMetadata(
-            clip_norm=clip_norm,
-            cohort_size=len(updates) + int(scheduled.size),
-            num_canaries_inserted=int(scheduled.size),
-            num_failures=failures,
-            clipped_fraction=aggregate.clipped_fraction,
-            noise_stddev=aggregate.noise_stddev,
-            train_loss=float(np.mean(losses)) if losses else None,
-            participants=tuple(int(j) for j in participants[t - 1]),
-        )
-        runtime.reporter.report_round(t, aggregate.update.astype(np.float32), metadata)
-        rounds.append({"clip_norm": clip_norm, "cohort_size": metadata.cohort_size,
-                       "num_failures": failures})
-        if adaptive is not None:
-            adaptive.update(
-                num_unclipped=len(updates) - aggregate.num_clipped,
-                expected_count=max(expected_real, 1.0),
+                messages.append(
+                    Message(
+                        content=RecordDict({"arrays": arrays, "config": config}),
+                        message_type=MessageType.TRAIN,
+                        dst_node_id=nodes[int(p) % len(nodes)],
+                        group_id=str(t),
+                    )
+                )
+            updates, losses = [], []
+            if messages:
+                timeout = runtime.round_timeout
+                left = _remaining(runtime)
+                if left is not None:
+                    timeout = max(0.0, min(timeout, left))
+                replies = list(grid.send_and_receive(messages, timeout=timeout))
+                for reply in replies:
+                    if reply.has_error():
+                        continue
+                    try:
+                        delta = reply.content["arrays"].to_numpy_ndarrays()[0]
+                    except (KeyError, IndexError):
+                        continue
+                    delta = np.asarray(delta, dtype=np.float32).reshape(-1)
+                    if delta.shape != (dim,) or not np.all(np.isfinite(delta)):
+                        continue  # a malformed update counts as a failure
+                    updates.append(delta)
+                    metrics = reply.content.get("metrics")
+                    if metrics is not None and "train-loss" in metrics:
+                        losses.append(float(metrics["train-loss"]))
+            failures = len(messages) - len(updates)
+            total_failures += failures
+            _check_deadline(runtime, f"round {t}")
+            waited = time.perf_counter()
+            canary_total = inserted.result()
+            if reported is not None:
+                reported.result()  # round t-1's report (done: it ran before this round's sum)
+            waited = time.perf_counter() - waited
+            aggregate = aggregate_round(
+                client_updates=updates,
+                canary_directions=[],
+                canary_sum=canary_total,
+                num_summed_canaries=int(scheduled.size),
+                clip_norm=clip_norm,
+                noise_multiplier=spec.noise_multiplier,
+                expected_cohort_size=spec.clients_per_round,
+                dim=dim,
                 rng=noise_rng,
+                bug=bug,
             )
-        if runtime.progress is not None:
-            runtime.progress(t, spec.num_rounds)
+            model, _ = optimizer.step(model, aggregate.update)
+            metadata = RoundMetadata(
+                clip_norm=clip_norm,
+                cohort_size=len(updates) + int(scheduled.size),
+                num_canaries_inserted=int(scheduled.size),
+                num_failures=failures,
+                clipped_fraction=aggregate.clipped_fraction,
+                noise_stddev=aggregate.noise_stddev,
+                train_loss=float(np.mean(losses)) if losses else None,
+                participants=tuple(int(j) for j in participants[t - 1]),
+            )
+            reported = audit_work.submit(
+                runtime.reporter.report_round, t, aggregate.update.astype(np.float32), metadata
+            )
+            rounds.append({"clip_norm": clip_norm, "cohort_size": metadata.cohort_size,
+                           "num_failures": failures, "audit_wait_seconds": waited})
+            if adaptive is not None:
+                adaptive.update(
+                    num_unclipped=len(updates) - aggregate.num_clipped,
+                    expected_count=max(expected_real, 1.0),
+                    rng=noise_rng,
+                )
+            if runtime.progress is not None:
+                runtime.progress(t, spec.num_rounds)
+        if reported is not None:
+            reported.result()
 
     import torch
 

@@ -236,3 +236,62 @@ def test_extra_participation_bug_inserts_canaries_more_often_than_claimed():
     seen = int(seen_mask(SEED, spec.num_canaries).sum())
     assert sum(m.num_canaries_inserted for _, m in reporter.rounds) == 4 * seen
     assert result["inject_bug"] == "extra_participation=4"
+
+
+class _FailingReporter(RecordingReporter):
+    def report_round(self, server_round, delta, metadata):
+        if server_round == 2:
+            raise RuntimeError("the service refused round 2")
+        super().report_round(server_round, delta, metadata)
+
+
+def test_a_report_error_on_the_audit_thread_stops_the_run():
+    """Reports run on the audit thread; an error there still fails the run (no round lost)."""
+    spec = _spec()
+    dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
+    reporter = _FailingReporter(CosineTracker(SEED, spec.num_canaries, dim))
+    zero = lambda node, msg: np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+    grid = FakeGrid((101, 102), zero)
+    runtime = AuditRuntime(spec=spec, canary_seed=SEED, reporter=reporter, noise_seed=1)
+    with pytest.raises(RuntimeError, match="refused round 2"):
+        run_audit(grid, runtime)
+    assert [t for t, _ in reporter.rounds] == [1]
+    assert reporter.final_model is None  # never reported past a failed round
+    # round 3 trained while round 2 was being reported; round 4 never started
+    assert {msg.metadata.group_id for msg in grid.sent} == {"1", "2", "3"}
+
+
+def test_the_audit_work_runs_while_the_clients_train():
+    """Round t-1's report overlaps round t's training; reports stay in order, before the final."""
+    import threading
+
+    spec = _spec(num_rounds=3)
+    events, second_round_training, overlapped = [], threading.Event(), []
+
+    class WaitingReporter(RecordingReporter):
+        def report_round(self, server_round, delta, metadata):
+            events.append(("report start", server_round))
+            if server_round == 1:  # a serial loop could not train round 2 until this returns
+                overlapped.append(second_round_training.wait(timeout=30))
+            super().report_round(server_round, delta, metadata)
+            events.append(("report end", server_round))
+
+        def report_final(self, final_model, metrics):
+            events.append(("final", None))
+            super().report_final(final_model, metrics)
+
+    def training(node, msg):
+        if msg.metadata.group_id == "2":
+            second_round_training.set()
+        return np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+
+    dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
+    reporter = WaitingReporter(CosineTracker(SEED, spec.num_canaries, dim))
+    result = run_audit(FakeGrid((101, 102), training),
+                       AuditRuntime(spec=spec, canary_seed=SEED, reporter=reporter, noise_seed=1))
+    assert overlapped == [True]
+    assert [t for t, _ in reporter.rounds] == [1, 2, 3]
+    starts = [t for kind, t in events if kind == "report start"]
+    assert starts == [1, 2, 3] and events[-1] == ("final", None)
+    waits = [r["audit_wait_seconds"] for r in result["rounds"]]
+    assert len(waits) == 3 and all(w >= 0 for w in waits)
