@@ -7,8 +7,11 @@ import logging
 import math
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -41,18 +44,40 @@ per-run token. Canary seeds are never returned; the seen/unseen split only once 
 
 
 class ReadCache:
-    """Serialized ``GET /audits/{id}`` bodies, dropped whenever the audit changes.
+    """What reads of an audit serve from memory, dropped whenever the audit changes.
+
+    * Serialized ``GET /audits/{id}`` bodies (at most ``max_items``).
+    * The decoded per-canary arrays of ``GET /audits/{id}/cosines`` (:meth:`cosines`), so a page
+      costs O(page) and not a decode of all k canaries: at most ``cosine_audits`` audits and
+      ``cosine_bytes`` bytes, least recently read dropped first; an audit whose arrays alone
+      exceed the budget is decoded per request and not kept.
 
     Every write of this process goes through :meth:`invalidate`; writes of another service
-    instance on the same database are seen once an entry is ``max_age`` seconds old.
+    instance on the same database are seen once a body is ``max_age`` seconds old, and by the
+    cosines as soon as the audit's row shows them (their entry is keyed by its version).
     """
 
-    def __init__(self, max_items: int = 256, *, max_age: float = 1.0) -> None:
+    def __init__(
+        self,
+        max_items: int = 256,
+        *,
+        max_age: float = 1.0,
+        cosine_bytes: int = 128 << 20,
+        cosine_audits: int = 4,
+    ) -> None:
+        if cosine_bytes < 0 or cosine_audits < 0:
+            raise ValueError("cosine_bytes and cosine_audits must be >= 0")
         self._items: dict[str, tuple[float, bytes]] = {}
         self._deleted: set[str] = set()
         self._lock = threading.Lock()
         self._max = max_items
         self._max_age = max_age
+        # audit id -> (version, decoded columns, bytes), least recently read first
+        self._cosines: OrderedDict[str, tuple[Hashable, Any, int]] = OrderedDict()
+        self._cosine_bytes_used = 0
+        self._cosine_budget = cosine_bytes
+        self._cosine_audits = cosine_audits
+        self._cosine_loads: dict[str, threading.Lock] = {}
 
     def get(self, audit_id: str) -> bytes | None:
         item = self._items.get(audit_id)
@@ -73,8 +98,63 @@ class ReadCache:
     def invalidate(self, audit_id: str, *, deleted: bool = False) -> None:
         with self._lock:
             self._items.pop(audit_id, None)
+            self._drop_cosines(audit_id)
             if deleted:
                 self._deleted.add(audit_id)
+
+    def cosines(self, audit_id: str, version: Hashable, load: Callable[[], Any]) -> Any:
+        """The decoded per-canary statistics of ``audit_id`` at ``version``
+        (:func:`~flaudit.auditor.service.views.cosines_version`): kept ones if their version
+        matches, else ``load()`` (an object with ``nbytes``), kept for the next request.
+
+        Concurrent readers of one audit wait for a single ``load()`` (pollers after a new
+        round decode the arrays once, not once each).
+        """
+        hit = self._cosines_hit(audit_id, version)
+        if hit is not None:
+            return hit
+        with self._lock:
+            gate = self._cosine_loads.setdefault(audit_id, threading.Lock())
+        try:
+            with gate:
+                hit = self._cosines_hit(audit_id, version)
+                if hit is not None:
+                    return hit
+                value = load()
+                self._keep_cosines(audit_id, version, value)
+                return value
+        finally:
+            with self._lock:
+                if self._cosine_loads.get(audit_id) is gate:
+                    del self._cosine_loads[audit_id]
+
+    def _cosines_hit(self, audit_id: str, version: Hashable) -> Any | None:
+        with self._lock:
+            entry = self._cosines.get(audit_id)
+            if entry is None or entry[0] != version:
+                return None
+            self._cosines.move_to_end(audit_id)
+            return entry[1]
+
+    def _keep_cosines(self, audit_id: str, version: Hashable, value: Any) -> None:
+        size = int(value.nbytes)
+        with self._lock:
+            self._drop_cosines(audit_id)
+            if audit_id in self._deleted or size > self._cosine_budget or not self._cosine_audits:
+                return
+            while self._cosines and (
+                len(self._cosines) >= self._cosine_audits
+                or self._cosine_bytes_used + size > self._cosine_budget
+            ):
+                self._drop_cosines(next(iter(self._cosines)))
+            self._cosines[audit_id] = (version, value, size)
+            self._cosine_bytes_used += size
+
+    def _drop_cosines(self, audit_id: str) -> None:
+        """(with the lock held)"""
+        entry = self._cosines.pop(audit_id, None)
+        if entry is not None:
+            self._cosine_bytes_used -= entry[2]
 
     def refresh(self, store: Store, audit_id: str) -> None:
         """Rebuild the body right after a write, so pollers never queue on the database."""

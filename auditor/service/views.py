@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,16 @@ from flaudit.auditor.progress import eta_seconds
 from .live import alarm_guarantee, bug_label
 from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc
 
-__all__ = ["audit_view", "audit_summary_view", "round_view", "cosines_view", "cosines_csv"]
+__all__ = [
+    "audit_view",
+    "audit_summary_view",
+    "round_view",
+    "CosineColumns",
+    "cosine_columns",
+    "cosines_version",
+    "cosines_view",
+    "cosines_csv",
+]
 
 
 def _iso(value) -> str | None:
@@ -125,31 +135,83 @@ def round_view(row: AuditRound, *, ended: bool) -> dict[str, Any]:
     }
 
 
-def _finite_or_none(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
-
-
 _COSINE_FIELDS = ["index", "max_cosine", "last_cosine", "final_cosine", "final_model_cosine", "seen"]
+_COSINE_ARRAYS = ("max_cosines", "last_cosines", "final_cosines", "final_model_cosines")
 
 
-def _cosine_items(store: Store, audit: Audit, start: int, stop: int):
-    """Per-canary rows ``start <= j < stop`` (the label only once the audit has ended)."""
-    arrays = store.cosine_arrays(audit.id)
-    k = int(audit.spec["num_canaries"])
-    labels = seen_mask(store.canary_seed(audit.id), k) if audit.status in ENDED_STATUSES else None
-    columns = {
-        name: arrays[f"{name}s"] for name in _COSINE_FIELDS[1:5]
-    }
-    for j in range(start, min(stop, k)):
-        item = {"index": j}
-        for name, values in columns.items():
-            item[name] = None if values is None else _finite_or_none(values[j])
-        item["seen"] = None if labels is None else bool(labels[j])
+@dataclass(frozen=True)
+class CosineColumns:
+    """One audit's per-canary statistics, decoded: the stored arrays (``None`` until stored)
+    and the seen/unseen labels, present only if the audit had ended when they were read.
+    The arrays are read-only: a :class:`~flaudit.auditor.service.app.ReadCache` shares them."""
+
+    arrays: dict[str, np.ndarray | None]
+    seen: np.ndarray | None
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [*self.arrays.values(), self.seen]
+        return sum(a.nbytes for a in arrays if a is not None)
+
+
+def cosines_version(audit: Audit) -> tuple:
+    """What the decoded per-canary statistics of ``audit`` depend on: the arrays change only
+    with a stored round or the final model, the labels with the status (published once ended)."""
+    return (
+        int(audit.rounds_stored or 0),
+        bool(audit.has_final),
+        audit.status,
+        int(audit.spec["num_canaries"]),
+    )
+
+
+def cosine_columns(store: Store, audit: Audit, *, cache=None) -> CosineColumns:
+    """Decode the per-canary arrays of ``audit`` (and its labels if it has ended), or take them
+    from ``cache`` (a :class:`~flaudit.auditor.service.app.ReadCache`) if it holds them for
+    :func:`cosines_version` of ``audit``."""
+
+    def load() -> CosineColumns:
+        arrays = store.cosine_arrays(audit.id)
+        k = int(audit.spec["num_canaries"])
+        labels = seen_mask(store.canary_seed(audit.id), k) if audit.status in ENDED_STATUSES else None
+        for array in (*arrays.values(), labels):
+            if array is not None:
+                array.flags.writeable = False
+        return CosineColumns(arrays={name: arrays[name] for name in _COSINE_ARRAYS}, seen=labels)
+
+    if cache is None:
+        return load()
+    return cache.cosines(audit.id, cosines_version(audit), load)
+
+
+def _cosine_items(columns: CosineColumns, k: int, start: int, stop: int):
+    """Per-canary rows ``start <= j < stop`` (the label only once the audit has ended); only
+    the rows' slices of the arrays are converted."""
+    stop = min(stop, k)
+    if start >= stop:
+        return
+    values = {}
+    for name in _COSINE_FIELDS[1:5]:
+        array = columns.arrays[f"{name}s"]
+        values[name] = None if array is None else array[start:stop].tolist()
+    seen = None if columns.seen is None else columns.seen[start:stop].tolist()
+    for i in range(stop - start):
+        item: dict[str, Any] = {"index": start + i}
+        for name, column in values.items():
+            item[name] = None if column is None or not math.isfinite(column[i]) else column[i]
+        item["seen"] = None if seen is None else seen[i]
         yield item
 
 
-def cosines_view(store: Store, audit: Audit, *, limit: int, offset: int = 0) -> dict[str, Any]:
-    """One page of the per-canary statistics: canaries ``offset`` to ``offset + limit - 1``."""
+def cosines_view(
+    store: Store, audit: Audit, *, limit: int, offset: int = 0, cache=None
+) -> dict[str, Any]:
+    """One page of the per-canary statistics: canaries ``offset`` to ``offset + limit - 1``.
+
+    With ``cache`` (the app's ``ReadCache``) the arrays are decoded once per stored round,
+    final model or status change, and a page costs O(``limit``) after that.
+    """
+    columns = cosine_columns(store, audit, cache=cache)
     ended = audit.status in ENDED_STATUSES
     k = int(audit.spec["num_canaries"])
     return {
@@ -162,21 +224,22 @@ def cosines_view(store: Store, audit: Audit, *, limit: int, offset: int = 0) -> 
         "total": k,
         "offset": offset,
         "limit": limit,
-        "items": list(_cosine_items(store, audit, offset, offset + limit)),
+        "items": list(_cosine_items(columns, k, offset, offset + limit)),
     }
 
 
-def cosines_csv(store: Store, audit: Audit, *, chunk: int = 10_000):
+def cosines_csv(store: Store, audit: Audit, *, chunk: int = 10_000, cache=None):
     """The per-canary statistics of every canary as CSV text, yielded ``chunk`` rows at a time."""
+    columns = cosine_columns(store, audit, cache=cache)
     k = int(audit.spec["num_canaries"])
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=_COSINE_FIELDS, lineterminator="\n")
     writer.writeheader()
-    rows = _cosine_items(store, audit, 0, k)
-    for j, item in enumerate(rows, start=1):
-        writer.writerow({key: ("" if item[key] is None else item[key]) for key in _COSINE_FIELDS})
-        if j % chunk == 0:
-            yield out.getvalue()
-            out.seek(0)
-            out.truncate()
-    yield out.getvalue()
+    for start in range(0, k, chunk):
+        for item in _cosine_items(columns, k, start, start + chunk):
+            writer.writerow({key: ("" if item[key] is None else item[key]) for key in _COSINE_FIELDS})
+        yield out.getvalue()
+        out.seek(0)
+        out.truncate()
+    if out.tell():  # no canary: the header alone
+        yield out.getvalue()

@@ -339,6 +339,158 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
         assert str(seed) not in text and format(seed, "x") not in text.lower()
 
 
+# -- per-canary cosines: decoded once per change, not once per page ------------------------------
+def _count_decodes(store, monkeypatch) -> list[str]:
+    """Record every call of ``store.cosine_arrays`` (the decode of all k canaries' arrays)."""
+    calls, real = [], store.cosine_arrays
+
+    def counted(audit_id):
+        calls.append(audit_id)
+        return real(audit_id)
+
+    monkeypatch.setattr(store, "cosine_arrays", counted)
+    return calls
+
+
+def _page(client, audit_id, offset, limit=7) -> dict:
+    response = client.get(f"/audits/{audit_id}/cosines", params={"offset": offset, "limit": limit})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _column(page: dict, name: str) -> list:
+    return [item[name] for item in page["items"]]
+
+
+def test_cosine_pages_decode_the_arrays_once_per_round_and_see_each_new_round(client, store, monkeypatch):
+    spec = AuditSpec.model_validate(SMALL_SPEC)
+    audit_id, headers = _running(client, store)
+    seed = store.canary_seed(audit_id)
+    theta0, deltas, meta = synthetic_run(seed, spec, 400, noise_seed=1)
+    base = f"/audits/{audit_id}"
+    stored_arrays = store.cosine_arrays  # read without counting
+    decodes = _count_decodes(store, monkeypatch)
+    assert client.put(f"{base}/initial-model", content=f32(theta0), headers=headers).status_code == 200
+    assert client.put(f"{base}/rounds/1", params=meta[0], content=f32(deltas[0]), headers=headers).status_code == 200
+
+    first, second = _page(client, audit_id, 0), _page(client, audit_id, 7)
+    assert len(decodes) == 1
+    stored = stored_arrays(audit_id)
+    assert _column(first, "last_cosine") + _column(second, "last_cosine") == pytest.approx(
+        stored["last_cosines"][:14].tolist()
+    )
+    assert first["num_rounds"] == 1 and not first["labels_published"]
+    assert _column(first, "seen") == [None] * 7 and _column(second, "seen") == [None] * 7
+
+    # a new round: the next page decodes again and shows it; the page after does not decode
+    assert client.put(f"{base}/rounds/2", params=meta[1], content=f32(deltas[1]), headers=headers).status_code == 200
+    after = _page(client, audit_id, 0)
+    assert len(decodes) == 2 and after["num_rounds"] == 2
+    _page(client, audit_id, 14)
+    csv_text = client.get(f"{base}/cosines", params={"format": "csv"}).text
+    assert len(decodes) == 2 and len(csv_text.splitlines()) == 21
+    stored = stored_arrays(audit_id)
+    assert _column(after, "last_cosine") == pytest.approx(stored["last_cosines"][:7].tolist())
+    assert _column(after, "last_cosine") != _column(first, "last_cosine")
+    assert _column(after, "seen") == [None] * 7 and "True" not in csv_text and "False" not in csv_text
+
+    # the final model ends the audit: fresh arrays and, now, the labels
+    for t in range(3, spec.num_rounds + 1):
+        client.put(f"{base}/rounds/{t}", params=meta[t - 1], content=f32(deltas[t - 1]), headers=headers)
+    theta_t = (theta0.astype(np.float64) + np.sum(deltas, axis=0)).astype(np.float32)
+    assert client.put(f"{base}/final-model", content=f32(theta_t), headers=headers).status_code == 200
+    done = _page(client, audit_id, 7)
+    assert len(decodes) == 3 and done["labels_published"] and done["status"] == "succeeded"
+    assert _column(done, "seen") == seen_mask(seed, 20)[7:14].tolist()
+    assert all(value is not None for value in _column(done, "final_cosine"))
+    _page(client, audit_id, 0)
+    assert len(decodes) == 3
+    for offset in (0, 7, 14):
+        text = client.get(f"{base}/cosines", params={"offset": offset, "limit": 7}).text
+        assert str(seed) not in text and format(seed, "x") not in text.lower()
+
+
+def test_cosine_labels_appear_when_the_audit_ends_elsewhere(client, store, monkeypatch):
+    """A write this process did not make (another instance cancels the audit) is seen by the
+    next page: the decoded arrays are kept per version of the audit's row."""
+    audit_id, headers = _running(client, store)
+    decodes = _count_decodes(store, monkeypatch)
+    running = _page(client, audit_id, 0, limit=20)
+    assert _page(client, audit_id, 0, limit=20) == running and len(decodes) == 1
+    assert not running["labels_published"] and _column(running, "seen") == [None] * 20
+    assert store.finish(audit_id, status="cancelled", reason="elsewhere", only_if=("running",))
+    ended = _page(client, audit_id, 0, limit=20)
+    assert len(decodes) == 2 and ended["labels_published"] and ended["status"] == "cancelled"
+    assert _column(ended, "seen") == seen_mask(store.canary_seed(audit_id), 20).tolist()
+
+
+def test_deleted_audit_drops_its_cosines(client, store, monkeypatch):
+    audit_id, _ = _running(client, store)
+    _page(client, audit_id, 0)
+    cache = client.app.state.read_cache
+    assert cache._cosines.get(audit_id) is not None
+    assert client.delete(f"/audits/{audit_id}", headers=AUTH).status_code == 204
+    assert audit_id not in cache._cosines
+    assert client.get(f"/audits/{audit_id}/cosines").status_code == 404
+
+
+class _Sized:
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+
+def test_read_cache_keeps_cosines_within_its_byte_budget_and_audit_count():
+    from flaudit.auditor.service.app import ReadCache
+
+    cache = ReadCache(cosine_bytes=100, cosine_audits=2)
+    loads = []
+
+    def get(audit_id, version, nbytes):
+        return cache.cosines(audit_id, version, lambda: loads.append(audit_id) or _Sized(nbytes))
+
+    a = get("a", 1, 40)
+    assert get("a", 1, 40) is a and loads == ["a"]
+    get("b", 1, 40)
+    get("a", 1, 40)  # a read last: b is the one to go
+    get("c", 1, 40)  # two audits at most
+    assert set(cache._cosines) == {"a", "c"} and cache._cosine_bytes_used == 80
+    get("d", 1, 70)  # over the byte budget with either: both go
+    assert set(cache._cosines) == {"d"} and cache._cosine_bytes_used == 70
+    get("e", 1, 101)  # larger than the budget: served, not kept
+    assert "e" not in cache._cosines and cache._cosine_bytes_used == 70
+    get("d", 2, 70)  # a new version replaces the old one
+    assert loads[-1] == "d" and cache._cosine_bytes_used == 70
+    cache.invalidate("d", deleted=True)
+    get("d", 2, 70)  # a late load must not resurrect a deleted audit
+    assert cache._cosines == {} and cache._cosine_bytes_used == 0
+
+
+def test_read_cache_decodes_once_for_concurrent_readers():
+    import threading
+    import time
+
+    from flaudit.auditor.service.app import ReadCache
+
+    cache = ReadCache()
+    loads = []
+
+    def load():
+        loads.append(1)
+        time.sleep(0.05)
+        return _Sized(8)
+
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(cache.cosines("a", 1, load)))
+        for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(loads) == 1 and len(results) == 8 and all(r is results[0] for r in results)
+
+
 def test_restart_marks_running_audits_failed_with_reason(store):
     spec = AuditSpec.model_validate(SMALL_SPEC)
     with make_client(store) as c:

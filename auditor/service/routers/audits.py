@@ -239,6 +239,7 @@ def get_rounds(audit_id: AuditId, store: Annotated[Store, Depends(get_store)]) -
 )
 def get_cosines(
     audit_id: AuditId,
+    request: Request,
     store: Annotated[Store, Depends(get_store)],
     format: Annotated[
         Literal["json", "csv"], Query(description="Response format.")
@@ -253,13 +254,14 @@ def get_cosines(
     audit has ended; the canary seed never is. JSON comes in pages of at most
     10000 canaries (`limit`, `offset`; `total` is k); CSV streams every canary."""
     audit = _get_or_404(store, audit_id)
+    cache = request.app.state.read_cache  # arrays decoded once per round, not once per page
     if format == "csv":
         return StreamingResponse(
-            iterate_in_threadpool(cosines_csv(store, audit)),
+            iterate_in_threadpool(cosines_csv(store, audit, cache=cache)),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{audit_id}-cosines.csv"'},
         )
-    return JSONResponse(cosines_view(store, audit, limit=limit, offset=offset))
+    return JSONResponse(cosines_view(store, audit, limit=limit, offset=offset, cache=cache))
 
 
 @router.post(
