@@ -3,8 +3,10 @@ options checked, errors naming the field, for fields added later too."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
+import typing
 
 import pytest
 from hypothesis import given
@@ -16,6 +18,8 @@ from flaudit.auditor.spec import (
     MAX_INTEGER,
     MAX_MODEL_DIM,
     AuditSpec,
+    _BUILTIN_TASK_OPTIONS,
+    _check_builtin_options,
     builtin_model_dim,
 )
 
@@ -93,6 +97,51 @@ def test_valid_specs_pass(patch):
 def test_builtin_task_names_match_the_clients_package():
     tasks = pytest.importorskip("flaudit.clients.tasks")
     assert set(BUILTIN_TASK_NAMES) == set(tasks.BUILTIN_TASKS)
+
+
+#: Keyword arguments ``load_task`` passes to every task factory itself (not ``task_options``).
+_LOAD_TASK_ARGUMENTS = {"num_partitions", "seed"}
+
+
+def _factory_options(factory) -> dict[str, inspect.Parameter]:
+    """The ``task_options`` a built-in task factory accepts: its keyword parameters."""
+    parameters = inspect.signature(factory).parameters.values()
+    assert not any(p.kind is p.VAR_KEYWORD for p in parameters), (
+        f"{factory.__name__} takes **kwargs: its options cannot be checked against the spec"
+    )
+    accepted = {p.name: p for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    assert _LOAD_TASK_ARGUMENTS <= set(accepted), f"{factory.__name__} must take {_LOAD_TASK_ARGUMENTS}"
+    return {name: p for name, p in accepted.items() if name not in _LOAD_TASK_ARGUMENTS}
+
+
+@pytest.mark.parametrize("task", sorted(BUILTIN_TASK_NAMES))
+def test_the_spec_lists_exactly_the_options_each_builtin_task_accepts(task):
+    """``_BUILTIN_TASK_OPTIONS`` against the factory's own signature: an option added to a task
+    but not to the spec (it would be refused at submission) or listed but not accepted (the
+    worker would fail with a TypeError) names itself here; its kind and default fit too."""
+    tasks = pytest.importorskip("flaudit.clients.tasks")
+    factory = tasks.BUILTIN_TASKS[task]
+    accepted = _factory_options(factory)
+    listed = _BUILTIN_TASK_OPTIONS[task]
+    assert not set(accepted) - set(listed), (
+        f"task {task!r} accepts option(s) {sorted(set(accepted) - set(listed))} that "
+        f"auditor/spec.py _BUILTIN_TASK_OPTIONS[{task!r}] does not list"
+    )
+    assert not set(listed) - set(accepted), (
+        f"auditor/spec.py _BUILTIN_TASK_OPTIONS[{task!r}] lists option(s) "
+        f"{sorted(set(listed) - set(accepted))} that {factory.__name__} does not accept"
+    )
+    hints = typing.get_type_hints(factory)
+    for name, (kind, _, _) in listed.items():
+        annotated = typing.get_args(hints[name]) or (hints[name],)
+        assert kind in annotated, f"task_options.{name}: spec says {kind.__name__}, task says {hints[name]}"
+        default = accepted[name].default
+        if default is not None and default is not inspect.Parameter.empty:
+            _check_builtin_options(task, {name: default})  # the task's default is a valid option
+
+
+def test_the_builtin_option_table_covers_every_builtin_task():
+    assert set(_BUILTIN_TASK_OPTIONS) == set(BUILTIN_TASK_NAMES)
 
 
 @pytest.mark.parametrize(
