@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from logging import INFO, WARNING
 from typing import Any
 
@@ -53,7 +54,7 @@ from flwr.supercore.differential_privacy import KEY_NORM_BIT
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from flaudit.auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.canaries import Canaries, CanaryFamily, resolve_canary_family, seen_mask
 from flaudit.auditor.service.external import RUN_CONFIG_KEYS
 from flaudit.auditor.validation import check_at_least, check_positive
 from flaudit.server.dpfedavg import canary_update
@@ -200,16 +201,19 @@ class LocalCanaries:
         positions = canary_schedule(int(seen.size), num_rounds=int(num_rounds),
                                     canary_repeats=int(canary_repeats), seed=int(data_seed))
         self.by_round = {t + 1: np.sort(seen[p]) for t, p in enumerate(positions)}
+        self._canaries: Canaries | None = None
 
     def __repr__(self) -> str:
         return f"LocalCanaries(num_rounds={len(self.by_round)})"
 
     def round_canaries(self, server_round: int, dim: int) -> np.ndarray:
-        family = resolve_canary_family(
-            self.canary_family, num_canaries=self.num_canaries, dim=int(dim)
-        )
+        if self._canaries is None or self._canaries.dim != int(dim):  # derived once per run
+            family = resolve_canary_family(
+                self.canary_family, num_canaries=self.num_canaries, dim=int(dim)
+            )
+            self._canaries = Canaries(self._seed, int(dim), family=family)
         scheduled = self.by_round.get(server_round, np.empty(0, int))
-        return canary_vectors(self._seed, scheduled, dim, family=family)
+        return self._canaries.vectors(scheduled)
 
 
 def _mean_value(values: list[Any], weights: np.ndarray) -> Any:
@@ -282,6 +286,11 @@ class CanaryAuditStrategy(Strategy):
         self._in_start = False
         self._final: np.ndarray | None = None
         self._claimed = False
+        # the audit's own network and CPU work (fetching round t's canaries, reporting round
+        # t's release) runs in order on one thread while the clients train
+        self._audit_work: ThreadPoolExecutor | None = None
+        self._prefetched: dict[int, Future[np.ndarray]] = {}
+        self._reported: Future[None] | None = None
 
     @classmethod
     def from_env(
@@ -353,10 +362,35 @@ class CanaryAuditStrategy(Strategy):
             result = super().start(grid, initial_arrays, num_rounds, *args, **kwargs)
         finally:
             self._in_start = False
+        self.flush()
         if self._final is not None and not self._final_reported:
             self.reporter.report_final(self._final, _final_metrics(result, num_rounds))
             self._final_reported = True
+        self._close_audit_work()
         return result
+
+    def _submit(self, fn, *args) -> Future:
+        if self._audit_work is None:
+            self._audit_work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flaudit-audit")
+        return self._audit_work.submit(fn, *args)
+
+    def flush(self) -> None:
+        """Wait until every round handed to the reporter has been reported.
+
+        Rounds are reported on a background thread while the next round's clients train; an
+        error of that report is raised here, or by the next ``aggregate_train``. ``start()`` and
+        the last round (``num_rounds``) flush by themselves; call it when you drive the strategy
+        yourself and read the reporter in between.
+        """
+        reported, self._reported = self._reported, None
+        if reported is not None:
+            reported.result()
+
+    def _close_audit_work(self) -> None:
+        if self._audit_work is not None:
+            self._audit_work.shutdown(wait=True, cancel_futures=True)
+            self._audit_work = None
+        self._prefetched.clear()
 
     def _report_initial(self, arrays: ArrayRecord) -> None:
         if not self._initial_reported:
@@ -373,6 +407,9 @@ class CanaryAuditStrategy(Strategy):
         self._report_initial(arrays)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._template = messages[0] if messages else None
+        if messages and server_round not in self._prefetched:  # fetched while the clients train
+            dim = sum(int(np.prod(a.shape)) for a in arrays.values())
+            self._prefetched[server_round] = self._submit(self._round_canaries, server_round, dim)
         return messages
 
     def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
@@ -446,16 +483,22 @@ class CanaryAuditStrategy(Strategy):
                 )
             (weight,) = weights
             metrics = self._canary_metrics(valid, weight)
-            for direction in self._round_canaries(server_round, current.size):
+            prefetched = self._prefetched.pop(server_round, None)
+            block = (prefetched.result() if prefetched is not None
+                     else self._round_canaries(server_round, current.size))
+            for direction in block:
                 model = (current + canary_update(direction, clip_norm)).astype(np.float32)
                 replies.append(self._canary_reply(model, valid[0], metrics))
                 inserted += 1
         elif current is not None and not valid:
             log(WARNING, "flaudit: round %s has no valid reply; no canary inserted", server_round)
+        self._prefetched.pop(server_round, None)  # not used (no valid reply): dropped
         arrays, metrics_out = self.strategy.aggregate_train(server_round, replies)
         if arrays is not None and current is not None:
             new = _record_vector(arrays)
-            self.reporter.report_round(
+            self.flush()  # round t-1's, in order; its error stops the run here
+            self._reported = self._submit(
+                self.reporter.report_round,
                 server_round,
                 new - current,
                 RoundMetadata(
@@ -471,8 +514,10 @@ class CanaryAuditStrategy(Strategy):
             if server_round == self.num_rounds:
                 self._final = new
                 if not self._in_start and not self._final_reported:
+                    self.flush()
                     self.reporter.report_final(new, {})
                     self._final_reported = True
+                    self._close_audit_work()
         return arrays, metrics_out
 
     # -- evaluation: unchanged -----------------------------------------------------------

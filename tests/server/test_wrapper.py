@@ -87,6 +87,7 @@ def test_canaries_enter_the_average_like_clipped_clients_and_rounds_are_reported
                            [{"num-examples": 10, "train_loss": 1.0 + i} for i in range(3)])
         c = len(canaries.by_round[t])
         new_arrays, metrics = strategy.aggregate_train(t, replies)
+        strategy.flush()  # the round is reported on the audit thread
         assert metrics["train_loss"] == pytest.approx(2.0)  # the real clients' mean, unchanged
         new = np.concatenate([a.ravel() for a in new_arrays.to_numpy_ndarrays()])
         meta = reporter.rounds[-1][1]
@@ -221,6 +222,48 @@ def test_client_side_adaptive_clipping_aggregates_canaries_with_the_norm_bit():
     replies = _replies(messages, model, updates,
                        [{"num-examples": 5, KEY_NORM_BIT: 1} for _ in range(3)])
     new_arrays, _ = strategy.aggregate_train(1, replies)
+    strategy.flush()
     c = len(canaries.by_round[1])
     assert new_arrays is not None and reporter.rounds[-1][1].num_canaries_inserted == c
     assert seen_bits == [1, 1, 1] + [0] * c
+
+
+def test_canaries_are_fetched_and_rounds_reported_while_the_clients_train():
+    """configure_train starts fetching the round's canaries; aggregate_train hands the round to
+    the audit thread and returns; a report's error surfaces at the next round (nothing lost)."""
+    import threading
+
+    fetched, release = [], threading.Event()
+
+    class SlowService(ClaimRecorder):
+        def report_round(self, server_round, update, metadata):
+            if server_round == 2:
+                raise RuntimeError("service refused round 2")
+            release.wait(timeout=30)  # held until the test has seen aggregate_train return
+            super().report_round(server_round, update, metadata)
+
+    class CountingCanaries(LocalCanaries):
+        def round_canaries(self, server_round, dim):
+            fetched.append((server_round, threading.current_thread().name))
+            return super().round_canaries(server_round, dim)
+
+    reporter = SlowService.for_audit(canary_seed=SEED, num_canaries=K)
+    inner = DifferentialPrivacyServerSideFixedClipping(
+        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
+        noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=3)
+    canaries = CountingCanaries(SEED, num_canaries=K, num_rounds=4, canary_repeats=2)
+    strategy = CanaryAuditStrategy(inner, reporter=reporter, canaries=canaries, num_rounds=4)
+    model = np.zeros(630, np.float32)
+    arrays = ArrayRecord([model[:600].reshape(20, 30), model[600:]])
+    for t in (1, 2):
+        messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
+        replies = _replies(messages, model, [np.full(630, 1e-3, np.float32)] * 3,
+                           [{"num-examples": 5} for _ in range(3)])
+        arrays, _ = strategy.aggregate_train(t, replies)
+        assert fetched[-1][0] == t and fetched[-1][1].startswith("flaudit-audit")
+        if t == 1:
+            assert reporter.rounds == []  # still being reported: aggregate_train did not wait
+            release.set()
+    with pytest.raises(RuntimeError, match="refused round 2"):
+        strategy.flush()
+    assert [t for t, _ in reporter.rounds] == [1]
