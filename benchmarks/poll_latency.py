@@ -16,31 +16,15 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-KEY = "bench-key-0123456789"
-
-
-def _new_secret_key() -> str:
-    from flaudit.auditor.service.sealing import generate_secret_key
-
-    return generate_secret_key()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _service import AUTH, ROOT, running_service  # noqa: E402
 
 
 async def _poller(client: httpx.AsyncClient, path: str, stop: float, interval: float,
@@ -128,36 +112,15 @@ def main() -> int:
     args = parser.parse_args()
 
     spec = json.loads(Path(args.spec).read_text())
-    tmp = Path(tempfile.mkdtemp(prefix="flaudit-bench-"))
-    env = {**os.environ, "FLAUDIT_API_KEY": KEY, "FLWR_TELEMETRY_ENABLED": "0",
-           "FLAUDIT_SECRET_KEY": os.environ.get("FLAUDIT_SECRET_KEY") or _new_secret_key(),
-           "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_HOME": str(tmp / "flwr")}
+    env = {}
     if args.engine == "fake":
         env["FLAUDIT_WORKER_TARGET"] = "tests.service.fake_engine:worker"
         env["FLAUDIT_ALLOW_CUSTOM_TASKS"] = "1"  # the fake engine's task name is a custom task
         spec = {**spec, "task": "tests.service.fake_engine:task",
                 "task_options": {"dim": 25_000, "round_seconds": args.round_seconds},
                 "num_rounds": args.rounds}
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(tmp / "service.log", "wb")
-    service = subprocess.Popen(
-        [sys.executable, "-m", "flaudit.auditor.cli", "serve", "--port", str(port),
-         "--database-url", f"sqlite:///{tmp / 'bench.db'}", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or service.poll() is not None:
-                raise SystemExit("service did not start; see " + str(tmp / "service.log"))
-            time.sleep(0.2)
-        r = httpx.post(f"{url}/audits", json=spec, headers={"Authorization": f"Bearer {KEY}"})
+    with running_service(env) as (url, _, _):
+        r = httpx.post(f"{url}/audits", json=spec, headers=AUTH)
         r.raise_for_status()
         audit_id = r.json()["id"]
         while httpx.get(f"{url}/audits/{audit_id}").json()["progress"]["round"] < 1:
@@ -183,13 +146,6 @@ def main() -> int:
               f"{ms.size} requests from {args.pollers} pollers; {rounds} rounds ingested meanwhile; "
               f"target p99 <= 50 ms: {'met' if p99 <= 50 else 'NOT met'}")
         return 0
-    finally:
-        service.send_signal(signal.SIGINT)
-        try:
-            service.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            service.kill()
-        log.close()
 
 
 if __name__ == "__main__":
