@@ -31,6 +31,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Audits running at the same time (default $FLAUDIT_MAX_CONCURRENT_AUDITS or 1).",
     )
+    parser.add_argument(
+        "--header-timeout-seconds",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="Time a client has to send a request line and headers, from the connection's "
+        "opening or the end of the previous response; then 408 and close "
+        "(default $FLAUDIT_HEADER_TIMEOUT_SECONDS or 10).",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="log level of the service and uvicorn (default info)")
 
@@ -42,6 +51,7 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     from flaudit.auditor.service.app import create_app
+    from flaudit.auditor.service.http_protocol import http_protocol
     from flaudit.auditor.service.settings import Settings
 
     logging.basicConfig(
@@ -53,6 +63,8 @@ def main(args: argparse.Namespace) -> int:
         overrides["database_url"] = args.database_url
     if args.max_concurrent_audits is not None:
         overrides["max_concurrent_audits"] = args.max_concurrent_audits
+    if args.header_timeout_seconds is not None:
+        overrides["header_timeout_seconds"] = args.header_timeout_seconds
     if not os.environ.get("FLAUDIT_PUBLIC_URL"):
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
         overrides["public_url"] = f"http://{host}:{args.port}"
@@ -75,8 +87,10 @@ def main(args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         workers=1,
-        # request heads are bounded by h11 (16 KiB) and idle keep-alive connections closed after
-        # 5 s; bodies are bounded in size and read time by auditor/service/limits.py
+        # request heads must arrive within settings.header_timeout_seconds (http_protocol.py),
+        # are bounded by h11 (16 KiB) and idle keep-alive connections closed after 5 s; bodies
+        # are bounded in size and read time by auditor/service/limits.py
+        http=http_protocol(header_timeout_seconds=settings.header_timeout_seconds),
         h11_max_incomplete_event_size=16 * 1024,
         timeout_keep_alive=5,
     )

@@ -31,6 +31,10 @@ Environment variables
     Largest body on every other route (default 64 KiB), refused before authentication.
 ``FLAUDIT_BODY_TIMEOUT_SECONDS``
     Time allowed to receive a request body, from its first byte (default 60).
+``FLAUDIT_HEADER_TIMEOUT_SECONDS``
+    Time allowed to receive a request line and headers, from the connection's opening or the
+    end of the previous response on a keep-alive connection (default 10; ``flaudit serve
+    --header-timeout-seconds``).
 ``FLAUDIT_TIMEOUT_GRACE_SECONDS``
     Seconds the runner waits beyond an audit's ``timeout_seconds`` (engine start-up) before it
     kills the worker (default 30).
@@ -45,6 +49,7 @@ Environment variables
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import socket
@@ -91,6 +96,16 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Configuration of one service instance.
@@ -109,6 +124,7 @@ class Settings:
     max_body_bytes: int = 1 << 30
     max_json_body_bytes: int = 64 << 10
     body_timeout_seconds: float = 60.0
+    header_timeout_seconds: float = 10.0
     canary_cache_bytes: int = 256 << 20
     worker_target: str = "flaudit.auditor.service.runner:simulation_worker"
     deployment_target: str = "flaudit.auditor.service.runner:deployment_worker"
@@ -131,6 +147,12 @@ class Settings:
             raise ValueError("max_json_body_bytes must be >= 1024")
         if not self.body_timeout_seconds > 0:
             raise ValueError("body_timeout_seconds must be > 0")
+        if not (math.isfinite(self.header_timeout_seconds) and self.header_timeout_seconds > 0):
+            raise ValueError(
+                "header_timeout_seconds (FLAUDIT_HEADER_TIMEOUT_SECONDS, flaudit serve "
+                "--header-timeout-seconds) must be a finite number of seconds > 0, got "
+                f"{self.header_timeout_seconds!r}"
+            )
         if not self.lease_seconds > 0:
             raise ValueError("lease_seconds must be > 0")
         if not 1 <= len(self.instance_id) <= 64:
@@ -173,6 +195,9 @@ class Settings:
             ),
             body_timeout_seconds=float(
                 env.get("FLAUDIT_BODY_TIMEOUT_SECONDS") or cls.body_timeout_seconds
+            ),
+            header_timeout_seconds=_env_float(
+                "FLAUDIT_HEADER_TIMEOUT_SECONDS", cls.header_timeout_seconds
             ),
             canary_cache_bytes=int(
                 env.get("FLAUDIT_CANARY_CACHE_BYTES") or cls.canary_cache_bytes
