@@ -10,6 +10,9 @@
   route up to ``Settings.max_json_body_bytes``.
 * body read time: the whole body must arrive within ``Settings.body_timeout_seconds`` of the first
   read (408 otherwise), so partial bodies cannot hold a worker thread or memory for ever.
+
+The time to receive the request head is bounded below the ASGI layer, in ``flaudit serve``'s HTTP
+protocol (:mod:`flaudit.auditor.service.http_protocol`, ``Settings.header_timeout_seconds``).
 """
 
 from __future__ import annotations
