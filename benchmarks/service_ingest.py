@@ -41,9 +41,14 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dim", type=float, default=1.2e6)
     parser.add_argument("--canaries", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=10, help="rounds sent (and timed)")
+    parser.add_argument("--claim-rounds", type=int, default=500,
+                        help="num_rounds of the run's claim: k/2 seen canaries spread over them "
+                             "(500, as EMNIST in Andrew et al.: ~2 canaries per round at k = 2000)")
     args = parser.parse_args(argv)
     dim, k, rounds = int(args.dim), args.canaries, args.rounds
+    if rounds > args.claim_rounds:
+        parser.error("--rounds must not exceed --claim-rounds")
     rng = np.random.default_rng(0)
     with running_service() as (url, _, _), httpx.Client(base_url=url, timeout=120) as client:
         created = client.post("/audits", headers=AUTH, json={
@@ -53,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"POST /audits: {created.status_code} {created.text}")
         audit_id = created.json()["id"]
         token = {"Authorization": f"Bearer {created.json()['environment']['FLAUDIT_RUN_TOKEN']}"}
-        claim = {"noise_multiplier": 1.0, "clip_norm": 1.0, "num_rounds": rounds,
+        claim = {"noise_multiplier": 1.0, "clip_norm": 1.0, "num_rounds": args.claim_rounds,
                  "num_clients": 100 * k, "clients_per_round": 100}
         client.put(f"/audits/{audit_id}/claim", json=claim, headers=token).raise_for_status()
         _put(client, f"/audits/{audit_id}/initial-model", np.zeros(dim), token)
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         audit = client.get(f"/audits/{audit_id}").json()
     result = {"d": dim, "k": k, "rounds": rounds, "body_mib": dim * 4 / 2**20,
               "ingest_seconds": ingest, "median_ingest_seconds": statistics.median(ingest),
-              "canary_fetch_seconds": fetch, "median_canary_fetch_seconds": statistics.median(fetch),
+              "claim_rounds": args.claim_rounds, "canary_fetch_seconds": fetch, "median_canary_fetch_seconds": statistics.median(fetch),
               "rounds_stored": audit["progress"]["round"]}
     print(json.dumps(result))
     print(f"d = {dim}, k = {k}: PUT round (body {result['body_mib']:.1f} MiB) median "
