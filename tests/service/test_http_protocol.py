@@ -1,5 +1,5 @@
-"""The request-head timeout of ``flaudit serve``'s HTTP protocol, on both uvicorn parsers (h11 and
-httptools), with uvicorn running a small ASGI app in a thread of the test process.
+"""The request-head limits of ``flaudit serve``'s HTTP protocol (time and size), on both uvicorn
+parsers (h11 and httptools), with uvicorn running a small ASGI app in a thread of the test process.
 
 Timings are generous bounds, not speed targets: the timeout is 0.5 s, and a stalled connection
 only has to be closed within 30 s.
@@ -18,7 +18,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from flaudit.auditor.service.http_protocol import http_protocol
+from flaudit.auditor.service.http_protocol import MAX_HEAD_BYTES, http_protocol
 from tests.processes import free_port
 
 TIMEOUT = 0.5
@@ -191,3 +191,110 @@ def test_pipelined_requests_are_all_served(port):
 def test_the_timeout_must_be_finite_and_positive(value):
     with pytest.raises(ValueError, match="header_timeout_seconds"):
         http_protocol(header_timeout_seconds=value)
+
+
+# the head-size limit (MAX_HEAD_BYTES, 16 KiB)
+
+
+def _send_all_you_can(sock: socket.socket, data: bytes) -> None:
+    """Send ``data``; the server may close before it has all of it."""
+    try:
+        sock.sendall(data)
+    except OSError:  # reset or broken pipe: the server closed
+        pass
+
+
+def _assert_431(answer: bytes) -> None:
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert b"connection: close" in answer and b"%d bytes" % MAX_HEAD_BYTES in answer, answer
+
+
+def test_a_one_megabyte_header_is_answered_431_and_closed(port):
+    with _connect(port) as sock:
+        _send_all_you_can(
+            sock, b"GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n"
+        )
+        _assert_431(_read_until_closed(sock))
+
+
+def test_an_endless_header_is_cut_off_without_waiting_for_its_end(port):
+    with _connect(port) as sock:
+        sock.sendall(b"GET /endless HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        for _ in range(8):  # 8 x 4 KiB, well past the limit, and never a CRLF
+            _send_all_you_can(sock, b"a" * 4096)
+            time.sleep(TIMEOUT / 20)
+        _assert_431(_read_until_closed(sock))  # 431, not the head timeout's 408
+
+
+def test_a_17_kib_url_is_answered_431(port):
+    with _connect(port) as sock:
+        _send_all_you_can(sock, b"GET /" + b"u" * (17 * 1024) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        _assert_431(_read_until_closed(sock))
+
+
+def test_many_small_headers_past_the_limit_are_answered_431(port):
+    headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(200))  # ~22 KiB
+    with _connect(port) as sock:
+        _send_all_you_can(sock, b"GET /many HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+        _assert_431(_read_until_closed(sock))
+
+
+def test_a_head_just_under_the_limit_is_served(port):
+    headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(100))  # ~10.7 KiB
+    url = b"/" + b"u" * 5000
+    head = b"GET " + url + b" HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n"
+    assert MAX_HEAD_BYTES - 1024 < len(head) < MAX_HEAD_BYTES
+    with _connect(port) as sock:
+        sock.sendall(head)
+        assert _read_response(sock).endswith(url + b" 0")
+        sock.sendall(b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")  # the connection stays usable
+        assert _read_response(sock).endswith(b"/next 0")
+
+
+def test_a_large_body_with_a_pipelined_request_in_the_same_reads_is_served(port):
+    body = b"b" * (5 << 20)
+    with _connect(port) as sock:
+        sock.sendall(
+            b"PUT /audits/a/rounds/1 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+            + body + b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        answers = _read_until_closed(sock)  # both responses, then the idle close
+    assert answers.count(b"HTTP/1.1 200 ") == 2, answers
+    assert answers.index(b"/audits/a/rounds/1 %d" % len(body)) < answers.index(b"/after 0")
+
+
+def test_pipelined_requests_after_a_body_in_one_write_are_served(port):
+    # the body's end, a whole request and the next request's start can share one read
+    small = b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n"
+    with _connect(port) as sock:
+        sock.sendall(b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n"
+                     + b"p" * 300000 + small * 50)
+        answers = _read_until_closed(sock)  # 51 responses, then the idle close
+    assert answers.count(b"HTTP/1.1 200 ") == 51 and answers.count(b"/small 0") == 50, answers
+    assert b"431" not in answers and answers.index(b"/post 300000") < answers.index(b"/small 0")
+
+
+def test_trailers_of_a_chunked_body_do_not_count_against_the_head(port):
+    headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(140))  # ~15 KiB
+    trailers = b"".join(b"X-T%d: %s\r\n" % (i, b"t" * 100) for i in range(20))  # ~2 KiB
+    with _connect(port) as sock:
+        sock.sendall(b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     + headers + b"\r\n" + b"5\r\nhello\r\n0\r\n" + trailers + b"\r\n")
+        assert _read_response(sock).endswith(b"/chunked 5")
+
+
+def test_a_large_head_pipelined_during_a_response_is_answered_431_after_it(port):
+    with _connect(port) as sock:
+        sock.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(TIMEOUT / 4)  # the response has started
+        _send_all_you_can(sock, b"GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20))
+        answer = _read_until_closed(sock)
+    streamed, _, rest = answer.partition(b"0\r\n\r\n")  # the chunked response's end
+    assert streamed.startswith(b"HTTP/1.1 200 ") and b"row,%d" % (STREAM_CHUNKS - 1) in streamed
+    _assert_431(rest)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "16384"])
+def test_the_head_limit_must_be_a_positive_integer(value):
+    with pytest.raises(ValueError, match="max_head_bytes"):
+        http_protocol(header_timeout_seconds=1, max_head_bytes=value)
