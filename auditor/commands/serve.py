@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
 
     from flaudit.auditor.service.app import create_app
-    from flaudit.auditor.service.http_protocol import http_protocol
+    from flaudit.auditor.service.http_protocol import MAX_HEAD_BYTES, http_protocol
     from flaudit.auditor.service.settings import Settings
 
     logging.basicConfig(
@@ -87,11 +87,14 @@ def main(args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         workers=1,
-        # request heads must arrive within settings.header_timeout_seconds (http_protocol.py),
-        # are bounded by h11 (16 KiB) and idle keep-alive connections closed after 5 s; bodies
-        # are bounded in size and read time by auditor/service/limits.py
-        http=http_protocol(header_timeout_seconds=settings.header_timeout_seconds),
-        h11_max_incomplete_event_size=16 * 1024,
+        # request heads must arrive within settings.header_timeout_seconds and are refused
+        # with 431 over MAX_HEAD_BYTES (16 KiB), whichever parser uvicorn picks
+        # (http_protocol.py; it gives h11 its own limit, so h11_max_incomplete_event_size is
+        # not passed); idle keep-alive connections are closed after 5 s; bodies are bounded in
+        # size and read time by auditor/service/limits.py
+        http=http_protocol(
+            header_timeout_seconds=settings.header_timeout_seconds, max_head_bytes=MAX_HEAD_BYTES
+        ),
         timeout_keep_alive=5,
     )
     return 0
