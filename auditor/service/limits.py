@@ -11,8 +11,9 @@
 * body read time: the whole body must arrive within ``Settings.body_timeout_seconds`` of the first
   read (408 otherwise), so partial bodies cannot hold a worker thread or memory for ever.
 
-The time to receive the request head is bounded below the ASGI layer, in ``flaudit serve``'s HTTP
-protocol (:mod:`flaudit.auditor.service.http_protocol`, ``Settings.header_timeout_seconds``).
+The time to receive the request head and its size are bounded below the ASGI layer, in
+``flaudit serve``'s HTTP protocol (:mod:`flaudit.auditor.service.http_protocol`,
+``Settings.header_timeout_seconds``, ``MAX_HEAD_BYTES``).
 """
 
 from __future__ import annotations
