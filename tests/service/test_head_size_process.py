@@ -6,12 +6,13 @@ the connection closed, heads under it and large bodies followed by pipelined req
 from __future__ import annotations
 
 import re
-import socket
 
 import httpx
 import pytest
 
 from flaudit.auditor.service.http_protocol import MAX_HEAD_BYTES
+
+from tests.raw_http import assert_431, exchange
 
 from .service_process import ServiceProcess
 
@@ -27,50 +28,31 @@ def service(tmp_path_factory):
     service.stop()
 
 
-def _exchange(service, data: bytes) -> bytes:
-    """Send ``data`` (as much as the server takes) and read until the server closes."""
-    with socket.create_connection(("127.0.0.1", service.port), timeout=30) as sock:
-        try:
-            sock.sendall(data)
-        except OSError:  # the server answered and closed before it had everything
-            pass
-        answer = b""
-        try:
-            while chunk := sock.recv(65536):
-                answer += chunk
-        except ConnectionResetError:
-            pass
-    return answer
-
-
-def _assert_431(answer: bytes) -> None:
-    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
-    assert b"connection: close" in answer.lower(), answer
-    assert b"over the limit of %d bytes" % MAX_HEAD_BYTES in answer, answer
-
-
 def _headers(count: int, size: int) -> bytes:
     return b"".join(b"X-H%d: %s\r\n" % (i, b"v" * size) for i in range(count))
 
 
 @pytest.mark.timeout(120)
 def test_a_one_megabyte_header_is_answered_431_and_closed(service):
-    _assert_431(_exchange(
-        service, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n"
+    assert_431(exchange(
+        service.port,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n",
     ))
 
 
 @pytest.mark.timeout(120)
 def test_a_17_kib_url_is_answered_431(service):
-    _assert_431(_exchange(
-        service, b"GET /healthz?q=" + b"u" * (17 * 1024) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert_431(exchange(
+        service.port,
+        b"GET /healthz?q=" + b"u" * (17 * 1024) + b" HTTP/1.1\r\nHost: x\r\n\r\n",
     ))
 
 
 @pytest.mark.timeout(120)
 def test_many_small_headers_past_the_limit_are_answered_431(service):
-    _assert_431(_exchange(
-        service, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + _headers(200, 100) + b"\r\n"
+    assert_431(exchange(
+        service.port,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + _headers(200, 100) + b"\r\n",
     ))
 
 
@@ -79,14 +61,13 @@ def test_a_head_just_under_the_limit_is_served(service):
     head = (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
             + _headers(145, 100) + b"\r\n")
     assert MAX_HEAD_BYTES - 1024 < len(head) < MAX_HEAD_BYTES
-    assert _exchange(service, head).startswith(b"HTTP/1.1 200 ")
+    assert exchange(service.port, head).startswith(b"HTTP/1.1 200 ")
 
 
 @pytest.mark.timeout(120)
 def test_a_5_mb_put_followed_by_a_pipelined_request_is_not_refused(service):
     body = b"\0" * (5 << 20)
-    answer = _exchange(
-        service,
+    answer = exchange(service.port,
         b"PUT /audits/no-such-audit/rounds/1 HTTP/1.1\r\nHost: x\r\n"
         b"Authorization: Bearer " + KEY.encode() + b"\r\n"
         b"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
@@ -98,8 +79,9 @@ def test_a_5_mb_put_followed_by_a_pipelined_request_is_not_refused(service):
 
 @pytest.mark.timeout(120)
 def test_refusals_are_logged_and_the_service_keeps_serving(service):
-    _assert_431(_exchange(
-        service, b"GET /audits HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 * 1024) + b"\r\n\r\n"
+    assert_431(exchange(
+        service.port,
+        b"GET /audits HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 * 1024) + b"\r\n\r\n",
     ))
     with httpx.Client(base_url=service.url, timeout=10) as http:
         assert http.get("/healthz").status_code == 200

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 from tests.processes import ROOT, TEST_SECRET_KEY
+from tests.raw_http import connect, read_response, read_until_closed
 
 from .service_process import ServiceProcess
 
@@ -37,43 +37,12 @@ def service(tmp_path_factory):
     service.stop()
 
 
-def _connect(service) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", service.port), timeout=30)
-
-
-def _read_until_closed(sock: socket.socket) -> bytes:
-    data = b""
-    try:
-        while chunk := sock.recv(65536):
-            data += chunk
-    except ConnectionResetError:
-        pass
-    return data
-
-
-def _read_response(sock: socket.socket) -> bytes:
-    """One response with a Content-Length (b"" if the server closed first)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        body += chunk
-    return data
-
-
 @pytest.mark.timeout(120)
 def test_stalled_and_trickled_heads_are_closed(service):
-    stalled = [_connect(service) for _ in range(20)]
+    stalled = [connect(service.port) for _ in range(20)]
     for sock in stalled:
         sock.sendall(b"GET /audits HTTP/1.1\r\nHost: x\r\nX-Partial: ")
-    trickled = _connect(service)
+    trickled = connect(service.port)
     trickled.sendall(b"GET /audits HTTP/1.1\r\nHost: x\r\n")
     deadline = time.monotonic() + 30
     trickled_answer = None
@@ -84,14 +53,14 @@ def test_stalled_and_trickled_heads_are_closed(service):
             trickled_answer = b""
         else:
             if select.select([trickled], [], [], 0.2)[0]:
-                trickled_answer = _read_until_closed(trickled)
+                trickled_answer = read_until_closed(trickled)
     trickled.close()
     assert trickled_answer is not None, "a trickling connection was still open after 30 s"
     assert trickled_answer == b"" or trickled_answer.startswith(b"HTTP/1.1 408 "), trickled_answer
     answers = []
     for sock in stalled:
         with sock:
-            answers.append(_read_until_closed(sock))
+            answers.append(read_until_closed(sock))
     assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers), {a[:40] for a in answers}
     assert b"request head not received within 1 s" in answers[0]
     with httpx.Client(base_url=service.url, timeout=10) as http:
@@ -100,34 +69,34 @@ def test_stalled_and_trickled_heads_are_closed(service):
 
 @pytest.mark.timeout(120)
 def test_a_complete_head_sent_slowly_within_the_limit_is_served(service):
-    with _connect(service) as sock:
+    with connect(service.port) as sock:
         for piece in (b"GET /heal", b"thz HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
             sock.sendall(piece)
             time.sleep(TIMEOUT / 10)
-        assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")
 
 
 @pytest.mark.timeout(120)
 def test_keep_alive_serves_several_requests_then_closes_when_idle(service):
-    with _connect(service) as sock:
+    with connect(service.port) as sock:
         started = time.monotonic()
         for _ in range(3):  # TIMEOUT / 2 apart: the connection outlives one timeout
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
             time.sleep(TIMEOUT / 2)
-        assert _read_until_closed(sock) == b""  # idle after a response: closed
+        assert read_until_closed(sock) == b""  # idle after a response: closed
         assert time.monotonic() - started < 30
-    with _connect(service) as sock:  # a partial head after a response: 408
+    with connect(service.port) as sock:  # a partial head after a response: 408
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")
         sock.sendall(b"GET /healthz HTTP/1.1\r\n")
-        assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
 
 
 @pytest.mark.timeout(120)
 def test_a_body_slower_than_the_head_timeout_is_still_read(service):
     body = b'{"name": "slow", "task": 1}'
-    with _connect(service) as sock:
+    with connect(service.port) as sock:
         sock.sendall(
             b"POST /audits HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Authorization: Bearer " + KEY.encode() + b"\r\n"
@@ -136,7 +105,7 @@ def test_a_body_slower_than_the_head_timeout_is_still_read(service):
         for i in range(0, len(body), 9):  # about 3 * TIMEOUT for the body
             time.sleep(TIMEOUT)
             sock.sendall(body[i:i + 9])
-        answer = _read_response(sock)
+        answer = read_response(sock)
     assert answer.startswith(b"HTTP/1.1 422 "), answer[:200]  # parsed and refused: not a 408
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import select
-import socket
 import threading
 import time
 
@@ -20,6 +19,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from flaudit.auditor.service.http_protocol import MAX_HEAD_BYTES, http_protocol
 from tests.processes import free_port
+from tests.raw_http import (
+    assert_431, connect, read_response, read_until_closed, send_all_you_can,
+)
 
 TIMEOUT = 0.5
 STREAM_CHUNKS = 6  # /stream sends one chunk every TIMEOUT / 2: longer than TIMEOUT in all
@@ -68,59 +70,21 @@ def port(request):
     thread.join(timeout=30)
 
 
-def _connect(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=30)
-
-
-def _read_response(sock: socket.socket) -> bytes:
-    """One response with a Content-Length or a chunked body; b"" if the server closed first."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    if b"transfer-encoding: chunked" in head.lower():
-        while not body.endswith(b"0\r\n\r\n"):
-            chunk = sock.recv(65536)
-            assert chunk, data
-            body += chunk
-    else:
-        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-        while len(body) < length:
-            chunk = sock.recv(65536)
-            assert chunk, data
-            body += chunk
-    return head + b"\r\n\r\n" + body
-
-
-def _read_until_closed(sock: socket.socket) -> bytes:
-    """Everything the server sends until it closes (what arrived before a reset)."""
-    data = b""
-    try:
-        while chunk := sock.recv(65536):
-            data += chunk
-    except ConnectionResetError:
-        pass
-    return data
-
-
 def test_a_stalled_partial_head_is_answered_408_and_closed(port):
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\nX-A: ")
-        answer = _read_until_closed(sock)
+        answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert b"connection: close" in answer and b"request head not received" in answer
 
 
 def test_a_connection_that_sends_nothing_is_closed_without_an_answer(port):
-    with _connect(port) as sock:
-        assert _read_until_closed(sock) == b""
+    with connect(port) as sock:
+        assert read_until_closed(sock) == b""
 
 
 def test_trickled_bytes_do_not_extend_the_deadline(port):
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         deadline = time.monotonic() + 30
         answer = None
@@ -132,57 +96,57 @@ def test_trickled_bytes_do_not_extend_the_deadline(port):
             else:
                 readable, _, _ = select.select([sock], [], [], TIMEOUT / 5)
                 if readable:
-                    answer = _read_until_closed(sock)
+                    answer = read_until_closed(sock)
     assert answer is not None, "the connection was still open after 30 s"
     assert answer.startswith(b"HTTP/1.1 408 ") or answer == b"", answer
 
 
 def test_a_head_sent_in_pieces_within_the_timeout_is_served(port):
-    with _connect(port) as sock:
+    with connect(port) as sock:
         for piece in (b"GET /pieces HT", b"TP/1.1\r\nHo", b"st: x\r\n", b"\r\n"):
             sock.sendall(piece)
             time.sleep(TIMEOUT / 10)
-        assert _read_response(sock).endswith(b"/pieces 0")
+        assert read_response(sock).endswith(b"/pieces 0")
 
 
 def test_keep_alive_restarts_the_timer_after_each_response(port):
-    with _connect(port) as sock:
+    with connect(port) as sock:
         for i in range(4):  # 4 requests, TIMEOUT / 2 apart: longer than TIMEOUT in all
             sock.sendall(b"GET /r%d HTTP/1.1\r\nHost: x\r\n\r\n" % i)
-            assert _read_response(sock).endswith(b"/r%d 0" % i)
+            assert read_response(sock).endswith(b"/r%d 0" % i)
             time.sleep(TIMEOUT / 2)
         # then idle: closed without an answer
-        assert _read_until_closed(sock) == b""
+        assert read_until_closed(sock) == b""
 
 
 def test_a_partial_head_after_a_response_is_answered_408(port):
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert _read_response(sock).endswith(b"/first 0")
+        assert read_response(sock).endswith(b"/first 0")
         sock.sendall(b"GET /second HTTP/1.1\r\n")
-        assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
 
 
 def test_slow_bodies_and_slow_responses_are_not_timed(port):
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n")
         for byte in b"abcd":  # the body takes twice the head timeout
             time.sleep(TIMEOUT / 2)
             sock.sendall(bytes([byte]))
-        assert _read_response(sock).endswith(b"/upload 4")
+        assert read_response(sock).endswith(b"/upload 4")
         sock.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
-        streamed = _read_response(sock)
+        streamed = read_response(sock)
         assert streamed.startswith(b"HTTP/1.1 200 ")
         assert b"row,%d\n" % (STREAM_CHUNKS - 1) in streamed
         # the connection is still usable
         sock.sendall(b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert _read_response(sock).endswith(b"/after 0")
+        assert read_response(sock).endswith(b"/after 0")
 
 
 def test_pipelined_requests_are_all_served(port):
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(b"".join(b"GET /p%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(3)))
-        answers = _read_until_closed(sock)  # the three responses, then the close
+        answers = read_until_closed(sock)  # the three responses, then the close
     assert answers.count(b"HTTP/1.1 200 ") == 3, answers
     assert answers.index(b"/p0 0") < answers.index(b"/p1 0") < answers.index(b"/p2 0")
 
@@ -196,47 +160,34 @@ def test_the_timeout_must_be_finite_and_positive(value):
 # the head-size limit (MAX_HEAD_BYTES, 16 KiB)
 
 
-def _send_all_you_can(sock: socket.socket, data: bytes) -> None:
-    """Send ``data``; the server may close before it has all of it."""
-    try:
-        sock.sendall(data)
-    except OSError:  # reset or broken pipe: the server closed
-        pass
-
-
-def _assert_431(answer: bytes) -> None:
-    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
-    assert b"connection: close" in answer and b"%d bytes" % MAX_HEAD_BYTES in answer, answer
-
-
 def test_a_one_megabyte_header_is_answered_431_and_closed(port):
-    with _connect(port) as sock:
-        _send_all_you_can(
+    with connect(port) as sock:
+        send_all_you_can(
             sock, b"GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n"
         )
-        _assert_431(_read_until_closed(sock))
+        assert_431(read_until_closed(sock))
 
 
 def test_an_endless_header_is_cut_off_without_waiting_for_its_end(port):
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(b"GET /endless HTTP/1.1\r\nHost: x\r\nX-Endless: ")
         for _ in range(8):  # 8 x 4 KiB, well past the limit, and never a CRLF
-            _send_all_you_can(sock, b"a" * 4096)
+            send_all_you_can(sock, b"a" * 4096)
             time.sleep(TIMEOUT / 20)
-        _assert_431(_read_until_closed(sock))  # 431, not the head timeout's 408
+        assert_431(read_until_closed(sock))  # 431, not the head timeout's 408
 
 
 def test_a_17_kib_url_is_answered_431(port):
-    with _connect(port) as sock:
-        _send_all_you_can(sock, b"GET /" + b"u" * (17 * 1024) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
-        _assert_431(_read_until_closed(sock))
+    with connect(port) as sock:
+        send_all_you_can(sock, b"GET /" + b"u" * (17 * 1024) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_431(read_until_closed(sock))
 
 
 def test_many_small_headers_past_the_limit_are_answered_431(port):
     headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(200))  # ~22 KiB
-    with _connect(port) as sock:
-        _send_all_you_can(sock, b"GET /many HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
-        _assert_431(_read_until_closed(sock))
+    with connect(port) as sock:
+        send_all_you_can(sock, b"GET /many HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+        assert_431(read_until_closed(sock))
 
 
 def test_a_head_just_under_the_limit_is_served(port):
@@ -244,21 +195,21 @@ def test_a_head_just_under_the_limit_is_served(port):
     url = b"/" + b"u" * 5000
     head = b"GET " + url + b" HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n"
     assert MAX_HEAD_BYTES - 1024 < len(head) < MAX_HEAD_BYTES
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(head)
-        assert _read_response(sock).endswith(url + b" 0")
+        assert read_response(sock).endswith(url + b" 0")
         sock.sendall(b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")  # the connection stays usable
-        assert _read_response(sock).endswith(b"/next 0")
+        assert read_response(sock).endswith(b"/next 0")
 
 
 def test_a_large_body_with_a_pipelined_request_in_the_same_reads_is_served(port):
     body = b"b" * (5 << 20)
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(
             b"PUT /audits/a/rounds/1 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
             + body + b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n"
         )
-        answers = _read_until_closed(sock)  # both responses, then the idle close
+        answers = read_until_closed(sock)  # both responses, then the idle close
     assert answers.count(b"HTTP/1.1 200 ") == 2, answers
     assert answers.index(b"/audits/a/rounds/1 %d" % len(body)) < answers.index(b"/after 0")
 
@@ -266,10 +217,10 @@ def test_a_large_body_with_a_pipelined_request_in_the_same_reads_is_served(port)
 def test_pipelined_requests_after_a_body_in_one_write_are_served(port):
     # the body's end, a whole request and the next request's start can share one read
     small = b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n"
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n"
                      + b"p" * 300000 + small * 50)
-        answers = _read_until_closed(sock)  # 51 responses, then the idle close
+        answers = read_until_closed(sock)  # 51 responses, then the idle close
     assert answers.count(b"HTTP/1.1 200 ") == 51 and answers.count(b"/small 0") == 50, answers
     assert b"431" not in answers and answers.index(b"/post 300000") < answers.index(b"/small 0")
 
@@ -277,21 +228,21 @@ def test_pipelined_requests_after_a_body_in_one_write_are_served(port):
 def test_trailers_of_a_chunked_body_do_not_count_against_the_head(port):
     headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(140))  # ~15 KiB
     trailers = b"".join(b"X-T%d: %s\r\n" % (i, b"t" * 100) for i in range(20))  # ~2 KiB
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                      + headers + b"\r\n" + b"5\r\nhello\r\n0\r\n" + trailers + b"\r\n")
-        assert _read_response(sock).endswith(b"/chunked 5")
+        assert read_response(sock).endswith(b"/chunked 5")
 
 
 def test_a_large_head_pipelined_during_a_response_is_answered_431_after_it(port):
-    with _connect(port) as sock:
+    with connect(port) as sock:
         sock.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
         time.sleep(TIMEOUT / 4)  # the response has started
-        _send_all_you_can(sock, b"GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20))
-        answer = _read_until_closed(sock)
+        send_all_you_can(sock, b"GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20))
+        answer = read_until_closed(sock)
     streamed, _, rest = answer.partition(b"0\r\n\r\n")  # the chunked response's end
     assert streamed.startswith(b"HTTP/1.1 200 ") and b"row,%d" % (STREAM_CHUNKS - 1) in streamed
-    _assert_431(rest)
+    assert_431(rest)
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "16384"])
