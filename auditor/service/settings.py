@@ -106,6 +106,16 @@ def _env_float(name: str, default: float) -> float:
         raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
 
 
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Configuration of one service instance.
@@ -145,20 +155,31 @@ class Settings:
             raise ValueError("max_body_bytes must be >= 8")
         if self.max_json_body_bytes < 1024:
             raise ValueError("max_json_body_bytes must be >= 1024")
-        if not self.body_timeout_seconds > 0:
-            raise ValueError("body_timeout_seconds must be > 0")
+        if not (math.isfinite(self.body_timeout_seconds) and self.body_timeout_seconds > 0):
+            raise ValueError(
+                "body_timeout_seconds (FLAUDIT_BODY_TIMEOUT_SECONDS) must be a finite number of "
+                f"seconds > 0, got {self.body_timeout_seconds!r}"
+            )
         if not (math.isfinite(self.header_timeout_seconds) and self.header_timeout_seconds > 0):
             raise ValueError(
                 "header_timeout_seconds (FLAUDIT_HEADER_TIMEOUT_SECONDS, flaudit serve "
                 "--header-timeout-seconds) must be a finite number of seconds > 0, got "
                 f"{self.header_timeout_seconds!r}"
             )
-        if not self.lease_seconds > 0:
-            raise ValueError("lease_seconds must be > 0")
+        if not (math.isfinite(self.lease_seconds) and self.lease_seconds > 0):
+            raise ValueError(
+                "lease_seconds (FLAUDIT_LEASE_SECONDS) must be a finite number of seconds > 0, "
+                f"got {self.lease_seconds!r}"
+            )
         if not 1 <= len(self.instance_id) <= 64:
             raise ValueError("instance_id must have 1 to 64 characters")
         if self.canary_cache_bytes < 0:
             raise ValueError("canary_cache_bytes must be >= 0")
+        if not (math.isfinite(self.timeout_grace_seconds) and self.timeout_grace_seconds >= 0):
+            raise ValueError(
+                "timeout_grace_seconds (FLAUDIT_TIMEOUT_GRACE_SECONDS) must be a finite number "
+                f"of seconds >= 0, got {self.timeout_grace_seconds!r}"
+            )
 
     def seed_cipher(self):
         """The :class:`~flaudit.auditor.service.sealing.SeedCipher` of ``secret_keys``.
@@ -187,28 +208,24 @@ class Settings:
                 variable="FLAUDIT_SECRET_KEY_FILE",
             ),
             require_key_for_reads=_env_bool("FLAUDIT_REQUIRE_KEY_FOR_READS", False),
-            max_concurrent_audits=int(env.get("FLAUDIT_MAX_CONCURRENT_AUDITS") or 1),
+            max_concurrent_audits=_env_int("FLAUDIT_MAX_CONCURRENT_AUDITS", 1),
             public_url=env.get("FLAUDIT_PUBLIC_URL") or cls.public_url,
-            max_body_bytes=int(env.get("FLAUDIT_MAX_BODY_BYTES") or cls.max_body_bytes),
-            max_json_body_bytes=int(
-                env.get("FLAUDIT_MAX_JSON_BODY_BYTES") or cls.max_json_body_bytes
-            ),
-            body_timeout_seconds=float(
-                env.get("FLAUDIT_BODY_TIMEOUT_SECONDS") or cls.body_timeout_seconds
+            max_body_bytes=_env_int("FLAUDIT_MAX_BODY_BYTES", cls.max_body_bytes),
+            max_json_body_bytes=_env_int("FLAUDIT_MAX_JSON_BODY_BYTES", cls.max_json_body_bytes),
+            body_timeout_seconds=_env_float(
+                "FLAUDIT_BODY_TIMEOUT_SECONDS", cls.body_timeout_seconds
             ),
             header_timeout_seconds=_env_float(
                 "FLAUDIT_HEADER_TIMEOUT_SECONDS", cls.header_timeout_seconds
             ),
-            canary_cache_bytes=int(
-                env.get("FLAUDIT_CANARY_CACHE_BYTES") or cls.canary_cache_bytes
-            ),
+            canary_cache_bytes=_env_int("FLAUDIT_CANARY_CACHE_BYTES", cls.canary_cache_bytes),
             worker_target=env.get("FLAUDIT_WORKER_TARGET") or cls.worker_target,
             allow_custom_tasks=_env_bool("FLAUDIT_ALLOW_CUSTOM_TASKS", False),
-            lease_seconds=float(env.get("FLAUDIT_LEASE_SECONDS") or cls.lease_seconds),
+            lease_seconds=_env_float("FLAUDIT_LEASE_SECONDS", cls.lease_seconds),
             instance_id=env.get("FLAUDIT_INSTANCE_ID") or default_instance_id(),
             allow_bug_injection=_env_bool("FLAUDIT_ALLOW_BUG_INJECTION", False),
-            timeout_grace_seconds=float(
-                env.get("FLAUDIT_TIMEOUT_GRACE_SECONDS") or cls.timeout_grace_seconds
+            timeout_grace_seconds=_env_float(
+                "FLAUDIT_TIMEOUT_GRACE_SECONDS", cls.timeout_grace_seconds
             ),
         )
         return replace(base, **overrides)

@@ -144,6 +144,25 @@ def test_api_key_file_with_several_keys(tmp_path, monkeypatch):
         load_api_keys(key_file=str(tmp_path / "missing"))
 
 
+@pytest.mark.parametrize("variable, value, message", [
+    ("FLAUDIT_MAX_BODY_BYTES", "64MB", "FLAUDIT_MAX_BODY_BYTES must be an integer"),
+    ("FLAUDIT_MAX_CONCURRENT_AUDITS", "two", "FLAUDIT_MAX_CONCURRENT_AUDITS must be an integer"),
+    ("FLAUDIT_CANARY_CACHE_BYTES", "1.5", "FLAUDIT_CANARY_CACHE_BYTES must be an integer"),
+    ("FLAUDIT_BODY_TIMEOUT_SECONDS", "60s", "FLAUDIT_BODY_TIMEOUT_SECONDS must be a number"),
+    ("FLAUDIT_BODY_TIMEOUT_SECONDS", "inf", "FLAUDIT_BODY_TIMEOUT_SECONDS\\) must be a finite"),
+    ("FLAUDIT_LEASE_SECONDS", "nan", "FLAUDIT_LEASE_SECONDS\\) must be a finite"),
+    ("FLAUDIT_TIMEOUT_GRACE_SECONDS", "-1", "FLAUDIT_TIMEOUT_GRACE_SECONDS\\) must be a finite"),
+])
+def test_a_bad_setting_in_the_environment_is_refused_naming_the_variable(
+    monkeypatch, variable, value, message
+):
+    from flaudit.auditor.service.settings import Settings
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=message):
+        Settings.from_env()
+
+
 # -- ingest ----------------------------------------------------------------------------------
 def _running(client, store, spec=None):
     audit_id = submit(client, spec)
