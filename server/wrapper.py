@@ -8,8 +8,9 @@ and keep everything else. The two lines a Flower app adds (docs/flower.md)::
 
 ``from_env`` reads ``FLAUDIT_AUDIT_ID``, ``FLAUDIT_URL`` and ``FLAUDIT_RUN_TOKEN`` (printed once
 by ``flaudit attach`` / ``POST /audits`` with ``"engine": "external"``). The canary seed never
-reaches the app: before aggregating round ``t`` the wrapper fetches that round's canary vectors
-from the service, which schedules them by the same rule as its built-in audits.
+reaches the app: while round ``t``'s clients train, the wrapper fetches that round's canary
+vectors from the service, which schedules them by the same rule as its built-in audits; it
+reports round ``t`` on the same background thread while round ``t + 1`` trains (``flush()``).
 
 What the wrapper does
 ---------------------
