@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -26,6 +27,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _service import AUTH, running_service  # noqa: E402
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _put(client: httpx.Client, path: str, vector: np.ndarray, token: dict, **params):
@@ -50,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if rounds > args.claim_rounds:
         parser.error("--rounds must not exceed --claim-rounds")
     rng = np.random.default_rng(0)
-    with running_service() as (url, _, _), httpx.Client(base_url=url, timeout=120) as client:
+    with running_service() as (url, _, service), httpx.Client(base_url=url, timeout=120) as client:
         created = client.post("/audits", headers=AUTH, json={
             "name": "service-ingest-bench", "engine": "external", "num_canaries": k,
             "canary_repeats": 1, "delta": 1e-5, "max_canary_fraction": 1.0})
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                  "num_clients": 100 * k, "clients_per_round": 100}
         client.put(f"/audits/{audit_id}/claim", json=claim, headers=token).raise_for_status()
         _put(client, f"/audits/{audit_id}/initial-model", np.zeros(dim), token)
-        fetch, ingest = [], []
+        fetch, ingest, cpu = [], [], []
         for t in range(1, rounds + 1):
             start = time.perf_counter()
             served = client.get(f"/audits/{audit_id}/rounds/{t}/canaries", headers=token)
@@ -72,19 +79,22 @@ def main(argv: list[str] | None = None) -> int:
             canaries = np.frombuffer(served.content, "<f4").reshape(count, dim)
             delta = (rng.standard_normal(dim, dtype=np.float32) / np.float32(np.sqrt(dim))
                      + canaries.sum(axis=0) / 100)
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), _cpu_seconds(service.pid)
             _put(client, f"/audits/{audit_id}/rounds/{t}", delta, token, clip_norm=1.0,
                  cohort_size=100, num_failures=0, num_canaries_inserted=count)
             ingest.append(time.perf_counter() - start)
+            cpu.append(_cpu_seconds(service.pid) - start_cpu)
         audit = client.get(f"/audits/{audit_id}").json()
     result = {"d": dim, "k": k, "rounds": rounds, "body_mib": dim * 4 / 2**20,
               "ingest_seconds": ingest, "median_ingest_seconds": statistics.median(ingest),
+              "service_cpu_seconds": cpu, "median_service_cpu_seconds": statistics.median(cpu),
               "claim_rounds": args.claim_rounds, "canary_fetch_seconds": fetch, "median_canary_fetch_seconds": statistics.median(fetch),
               "rounds_stored": audit["progress"]["round"]}
     print(json.dumps(result))
     print(f"d = {dim}, k = {k}: PUT round (body {result['body_mib']:.1f} MiB) median "
           f"{result['median_ingest_seconds']:.3f} s (min {min(ingest):.3f}, max {max(ingest):.3f}) "
-          f"over {rounds} rounds; GET round canaries median "
+          f"over {rounds} rounds, service CPU {result['median_service_cpu_seconds']:.3f} s per round; "
+          f"GET round canaries median "
           f"{result['median_canary_fetch_seconds']:.3f} s; rounds stored {result['rounds_stored']}")
     return 0
 
