@@ -96,24 +96,17 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _env_float(name: str, default: float) -> float:
+def _env_number(name: str, default, kind: type = float):
+    """``kind(value)`` of the variable ``name`` (``default`` if unset or blank); a value that is
+    not a number is refused naming the variable."""
     value = os.environ.get(name)
     if value is None or value.strip() == "":
         return default
     try:
-        return float(value)
+        return kind(value)
     except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        what = "an integer" if kind is int else "a number of seconds"
+        raise ValueError(f"{name} must be {what}, got {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -208,23 +201,27 @@ class Settings:
                 variable="FLAUDIT_SECRET_KEY_FILE",
             ),
             require_key_for_reads=_env_bool("FLAUDIT_REQUIRE_KEY_FOR_READS", False),
-            max_concurrent_audits=_env_int("FLAUDIT_MAX_CONCURRENT_AUDITS", 1),
+            max_concurrent_audits=_env_number("FLAUDIT_MAX_CONCURRENT_AUDITS", 1, int),
             public_url=env.get("FLAUDIT_PUBLIC_URL") or cls.public_url,
-            max_body_bytes=_env_int("FLAUDIT_MAX_BODY_BYTES", cls.max_body_bytes),
-            max_json_body_bytes=_env_int("FLAUDIT_MAX_JSON_BODY_BYTES", cls.max_json_body_bytes),
-            body_timeout_seconds=_env_float(
+            max_body_bytes=_env_number("FLAUDIT_MAX_BODY_BYTES", cls.max_body_bytes, int),
+            max_json_body_bytes=_env_number(
+                "FLAUDIT_MAX_JSON_BODY_BYTES", cls.max_json_body_bytes, int
+            ),
+            body_timeout_seconds=_env_number(
                 "FLAUDIT_BODY_TIMEOUT_SECONDS", cls.body_timeout_seconds
             ),
-            header_timeout_seconds=_env_float(
+            header_timeout_seconds=_env_number(
                 "FLAUDIT_HEADER_TIMEOUT_SECONDS", cls.header_timeout_seconds
             ),
-            canary_cache_bytes=_env_int("FLAUDIT_CANARY_CACHE_BYTES", cls.canary_cache_bytes),
+            canary_cache_bytes=_env_number(
+                "FLAUDIT_CANARY_CACHE_BYTES", cls.canary_cache_bytes, int
+            ),
             worker_target=env.get("FLAUDIT_WORKER_TARGET") or cls.worker_target,
             allow_custom_tasks=_env_bool("FLAUDIT_ALLOW_CUSTOM_TASKS", False),
-            lease_seconds=_env_float("FLAUDIT_LEASE_SECONDS", cls.lease_seconds),
+            lease_seconds=_env_number("FLAUDIT_LEASE_SECONDS", cls.lease_seconds),
             instance_id=env.get("FLAUDIT_INSTANCE_ID") or default_instance_id(),
             allow_bug_injection=_env_bool("FLAUDIT_ALLOW_BUG_INJECTION", False),
-            timeout_grace_seconds=_env_float(
+            timeout_grace_seconds=_env_number(
                 "FLAUDIT_TIMEOUT_GRACE_SECONDS", cls.timeout_grace_seconds
             ),
         )
