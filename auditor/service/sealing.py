@@ -73,7 +73,7 @@ class SeedCipher:
     def open(self, stored: str) -> int:
         """The seed from its stored form (a legacy plain decimal seed is returned as is)."""
         if not is_sealed(stored):
-            return int(stored)
+            return _seed_value(stored)
         try:
             plain = self._keyring.decrypt(stored[len(SEALED_PREFIX):].encode("ascii"))
         except InvalidToken:
@@ -82,7 +82,7 @@ class SeedCipher:
                 "was changed without `flaudit rotate-secret-key`, or the old key is missing from "
                 "FLAUDIT_SECRET_KEY_FILE"
             ) from None
-        return int(plain)
+        return _seed_value(plain)
 
     def reseal(self, stored: str) -> str:
         """``stored`` encrypted with the first key (rotation)."""
@@ -98,3 +98,12 @@ def open_unsealed(stored: str) -> int:
     if is_sealed(stored):
         raise SecretKeyError(NO_SECRET_KEY)
     return int(stored)
+
+
+def _seed_value(text: str | bytes) -> int:
+    """A stored seed's integer; a corrupt value is refused without echoing it (``int()``'s own
+    message would quote the secret)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise SecretKeyError("a stored canary seed is corrupt (not an integer)") from None

@@ -167,3 +167,17 @@ def test_serve_refuses_to_start_without_a_secret_key(tmp_path, monkeypatch, caps
     assert main(["serve", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
     assert "not a valid key" in capsys.readouterr().out
     assert not (tmp_path / "x.db").exists()  # stopped before touching the database
+
+
+def test_a_corrupt_stored_seed_is_refused_without_echoing_it():
+    from flaudit.auditor.service.sealing import (
+        SEALED_PREFIX, SecretKeyError, SeedCipher, generate_secret_key,
+    )
+
+    cipher = SeedCipher([generate_secret_key()])
+    secret = "12345678901234567890x"  # not an integer: int() would quote it
+    sealed = SEALED_PREFIX + cipher._keyring.encrypt(secret.encode()).decode()
+    for stored in (secret, sealed):
+        with pytest.raises(SecretKeyError, match="corrupt") as error:
+            cipher.open(stored)
+        assert "12345678901234567890" not in str(error.value)
