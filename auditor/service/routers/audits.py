@@ -25,6 +25,7 @@ from ..schemas import (
     RunTokenOut,
 )
 from ..store import ACTIVE_STATUSES, ENDED_STATUSES, Store
+from ..tradeoff_view import audit_view_with_tradeoff
 from ..views import audit_summary_view, audit_view, cosines_csv, cosines_view, round_view
 from .deps import AuditId, get_store
 
@@ -208,7 +209,7 @@ async def get_audit(audit_id: AuditId, request: Request) -> Response:
         def load() -> bytes:
             store = request.app.state.store
             audit = _get_or_404(store, audit_id)
-            return cache.put(audit_id, audit_view(audit, round_times=store.round_times(audit_id)))
+            return cache.put(audit_id, audit_view_with_tradeoff(store, audit, cache=cache))
 
         body = await run_in_threadpool(load)
     return Response(content=body, media_type="application/json")
