@@ -436,6 +436,7 @@ export function renderAudit(root, id) {
       emptyText: audit.status === "queued" ? "Waiting for the run to start" : TERMINAL.has(audit.status) ? "No round was completed" : "Waiting for the first round",
       summary: lines.length ? `Lower bounds on μ over rounds: ${lines.map((l) => `${l.label} ${fmtNum(l.points[l.points.length - 1][1])} at round ${l.points[l.points.length - 1][0]}`).join("; ")}${claim ? `; ${claim.label}` : ""}.` : "Lower bounds over rounds: no data yet",
     });
+    boundsChart.dataset.points = String(lines.reduce((n, l) => n + l.points.length, 0));
     boundsNote.textContent = claim ? "" : "No claim line: this run makes no DP claim, so the bounds only say how much it leaks.";
   }
 

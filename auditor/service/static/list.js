@@ -214,6 +214,7 @@ function auditForm() {
     ),
   );
   const submit = h("button", { type: "submit", class: "primary", id: "start-audit" }, "Start audit");
+  const preview = h("div", { class: "design-preview", id: "design-preview", "aria-live": "polite" });
   const form = h(
     "form",
     { class: "card audit-form", id: "new-audit", "aria-labelledby": "new-title", novalidate: true },
@@ -228,9 +229,46 @@ function auditForm() {
     ),
     h("details", { class: "advanced" }, h("summary", {}, "More options"), h("div", { class: "fields" }, ADVANCED.map(field))),
     jsonDetails,
+    preview,
     errorBox,
     h("div", { class: "form-actions" }, submit),
   );
+
+  // What this audit can detect, from POST /audits/design, as the fields change.
+  let previewTimer = null;
+  let previewAbort = null;
+  async function refreshPreview() {
+    let spec;
+    try {
+      spec = jsonArea.value.trim() ? JSON.parse(jsonArea.value) : specFromForm(form);
+    } catch {
+      fill(preview);
+      return;
+    }
+    previewAbort?.abort();
+    previewAbort = new AbortController();
+    try {
+      const design = await api.designAudit(spec, { signal: previewAbort.signal });
+      fill(
+        preview,
+        h("div", { class: "tile-label" }, "This audit can detect"),
+        h("p", { class: "design-summary", id: "design-summary" }, design.summary || "–"),
+        design.advice ? h("p", { class: "small design-advice", id: "design-advice" }, design.advice) : null,
+      );
+      preview.dataset.testable = String(Boolean(design.testable));
+    } catch (err) {
+      if (err?.name === "AbortError") return;
+      if (err instanceof ApiError && err.status === 422) fill(preview, h("p", { class: "muted small" }, `Fix the fields to see what this audit can detect (${err.message}).`));
+      else fill(preview); // a service without the design route: no preview
+    }
+  }
+  const schedulePreview = () => {
+    clearTimeout(previewTimer);
+    previewTimer = setTimeout(refreshPreview, 300);
+  };
+  form.addEventListener("input", schedulePreview);
+  form.addEventListener("change", schedulePreview);
+  schedulePreview();
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
