@@ -144,8 +144,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"flaudit run: error: {error}", file=sys.stderr)
         return 2
 
-    from flaudit.auditor.estimators.gdp import audit_claims
-    from flaudit.auditor.service.live import alarm_guarantee, bug_label, build_alerts, decide, num_looks
+    from flaudit.auditor.claims import audit_claims
+    from flaudit.auditor.claims.alerts import build_alerts, bug_label, decide, num_looks
+    from flaudit.auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
 
     tracker = reporter.tracker
     mask = seen_mask(seed, spec.num_canaries)
@@ -162,8 +163,8 @@ def main(args: argparse.Namespace) -> int:
     # one look, the final one: it spends only the final look's share of the level
     alarm = decide(spec, summary.claim_tests, look=num_looks(spec))
     alerts = build_alerts(
-        spec=spec, dim=tracker.dim, estimates=[e.to_dict() for e in estimates],
-        rounds_stored=len(reporter.rounds), has_final=True, alarm=alarm,
+        spec=spec, dim=tracker.dim, rounds_stored=len(reporter.rounds), has_final=True,
+        alarm=alarm,
     )
     guarantee = alarm_guarantee(spec)
     bug = bug_label(spec)
