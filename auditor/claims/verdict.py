@@ -138,7 +138,8 @@ class Verdict:
     stopped: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """JSON-safe (a non-finite float becomes the string "inf"/"-inf", as in estimates)."""
+        return _json_safe({
             "status": self.status.value,
             "summary": self.summary,
             "claim": self.claim,
@@ -149,7 +150,17 @@ class Verdict:
             "round": self.round,
             "gaps": self.gaps,
             "stopped": self.stopped,
-        }
+        })
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
 
 
 def _as_dict(value: Any) -> dict | None:
