@@ -10,7 +10,7 @@ import pytest
 from flaudit.auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
 from flaudit.auditor.spec import AuditSpec
 
-from .conftest import AUTH, f32, start_run
+from .conftest import AUTH, f32, make_client, start_run
 
 DIM = 1000
 
@@ -172,3 +172,30 @@ def test_stop_on_alarm_ends_the_run_at_the_alarm_and_records_why(client, store):
 def test_the_design_route_validates_the_spec(client):
     response = client.post("/audits/design", json={**BASE, "num_canaries": 1})
     assert response.status_code == 422 and "num_canaries" in response.text
+
+
+def test_a_service_audit_stops_its_flower_loop_on_alarm(store):
+    """The path of the service's built-in runs: the ServerApp loop (in process, the real
+    ClientApp handler), HttpRoundReporter against the service; the ingest answer's ``stop``
+    ends training after the alarm's round and the audit records why."""
+    from flaudit.server.reporting import HttpRoundReporter
+    from flaudit.server.simulation import run_inprocess_audit
+
+    spec = {**BASE, "task_options": {"dim": 2000, "test_size": 50}, "num_rounds": 4,
+            "num_clients": 200, "clients_per_round": 3, "stop_on_alarm": True,
+            "inject_bug": {"kind": "no_noise"}}
+    with make_client(store, allow_bug_injection=True) as service:
+        audit_id = service.post("/audits", json=spec, headers=AUTH).json()["id"]
+        headers = start_run(store, audit_id)
+        reporter = HttpRoundReporter("http://testserver", audit_id,
+                                     headers["Authorization"].split()[1], client=service)
+        result = run_inprocess_audit(AuditSpec.model_validate(spec),
+                                     canary_seed=store.canary_seed(audit_id), reporter=reporter,
+                                     timeout=120)
+        audit = service.get(f"/audits/{audit_id}").json()
+    t = result["stopped_at_round"]
+    assert t is not None and t < 4 and result["rounds_trained"] == t
+    assert reporter.stop_reason == f"claim refuted at round {t}"
+    assert audit["status"] == "succeeded" and audit["progress"]["round"] == t
+    assert audit["verdict"]["status"] == "claim_refuted" and audit["verdict"]["stopped"]
+    assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"
