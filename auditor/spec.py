@@ -253,6 +253,12 @@ class AuditSpec(SpecModel):
     )
     data_seed: int = Field(0, ge=0, le=MAX_INTEGER, description="Seed for data partitioning and schedules (not secret).")
     timeout_seconds: float = Field(3600, gt=0, le=7 * 24 * 3600)
+    stop_on_alarm: bool = Field(
+        False,
+        description="End training at the round where the DP alarm's error level fires (the "
+        "claim is refuted), so a broken run stops producing a model; the audit records the "
+        "round and the reason. Off by default: the run goes on and the alarm is reported.",
+    )
     inject_bug: InjectedBug | None = Field(
         None,
         description="Testing only: run DP-FedAvg with this deliberate DP bug, which the claim "

@@ -22,7 +22,7 @@ import numpy as np
 from flaudit.auditor.canaries import seen_mask
 from flaudit.auditor.estimators import summarize
 from flaudit.auditor.estimators.gdp import audit_claims
-from flaudit.auditor.service.live import decide, num_looks
+from flaudit.auditor.claims.alerts import decide, num_looks
 from flaudit.auditor.spec import AuditSpec
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.simulation import run_inprocess_audit
