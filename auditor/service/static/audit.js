@@ -100,11 +100,11 @@ export function renderAudit(root, id) {
       "div",
       { class: "audit-page" },
       h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/" }, "← All audits")),
-      h("div", { class: "audit-head" }, h("div", {}, h("div", { class: "title-row" }, title, badgeSlot), idLine), actions),
+      h("div", { class: "audit-head" }, h("div", {}, h("div", { class: "title-row" }, title, badgeSlot), idLine), progressBox, actions),
       live,
       verdictBox,
       reason,
-      h("section", { class: "card", "aria-labelledby": "summary-title" }, h("h2", { id: "summary-title", class: "visually-hidden" }, "Claim, measurement and power"), progressBox, tiles, notes),
+      h("section", { class: "tiles-section", "aria-labelledby": "summary-title" }, h("h2", { id: "summary-title", class: "visually-hidden" }, "Claim, measurement and power"), tiles, notes),
       h(
         "div",
         { class: "two-col charts-row" },
@@ -339,7 +339,7 @@ export function renderAudit(root, id) {
     const claimTile = noClaim
       ? tile("tile-claim", "Claimed", "No DP claim", "noise multiplier 0: there is no privacy promise to test")
       : claim
-        ? tile("tile-claim", "Claimed", `ε = ${fmtEps(claim.epsilon)}`, [`at δ = ${fmtDelta(claim.delta)}; Gaussian DP with μ = ${fmtNum(claim.mu)}`, claim.description ? h("div", {}, humanText(claim.description)) : null])
+        ? tile("tile-claim", "Claimed", `ε = ${fmtEps(claim.epsilon)}`, `at δ = ${fmtDelta(claim.delta)}; equivalently Gaussian DP with μ = ${fmtNum(claim.mu)}`)
         : tile("tile-claim", "Claimed", "–", "known once the run declares its settings");
     const b = v.largest_valid_bound;
     const boundValue = b && epsValue(b.epsilon) !== null ? `ε ≥ ${fmtEps(b.epsilon)}` : TERMINAL.has(a.status) ? "none" : "none yet";
@@ -384,7 +384,7 @@ export function renderAudit(root, id) {
   }
 
   function drawPicture() {
-    const t = audit.tradeoff || {};
+    const t = { ...(audit.tradeoff || {}) };
     const conf = fmtPercent(t.confidence ?? 0.95);
     const names = {
       claim: t.claim_mu != null ? `claimed (μ = ${fmtNum(t.claim_mu)})` : "claimed",
@@ -392,6 +392,8 @@ export function renderAudit(root, id) {
       band: `${conf} confidence band (the truth lies above it)`,
       mu_lo: t.mu_lo_value != null ? `valid lower bound (μ = ${fmtNum(t.mu_lo_value)})` : "valid lower bound",
     };
+    // a bound of μ = 0 proves nothing: its curve (the diagonal) is left out, not drawn as news
+    if (!(t.mu_lo_value > 0)) t.mu_lo = null;
     const parts = [];
     if (t.claim) parts.push(names.claim);
     if (t.empirical) parts.push(names.empirical);
@@ -404,6 +406,7 @@ export function renderAudit(root, id) {
     if (!t.empirical) lines.push(TERMINAL.has(audit.status) ? "No measured curve: the run stored no final-model scores." : "The measured curve and its band appear when the audit ends: which canaries were inserted stays secret while it runs.");
     else lines.push(`Scores: each canary's final-model cosine mapped to a normal score (exactly standard normal for a canary the model never saw). The band holds at every α at once with ${conf} confidence.`);
     if (!t.claim) lines.push("No claimed curve: this run makes no DP claim.");
+    if (t.mu_lo_value === 0) lines.push("No lower-bound curve: these scores prove no leakage (μ ≥ 0).");
     pictureNote.textContent = lines.join(" ");
   }
 
