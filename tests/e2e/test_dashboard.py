@@ -189,7 +189,8 @@ def test_a_bad_pasted_spec_is_refused_with_the_field_named(service, tab):
     page.locator("#spec-json").fill("{not json")
     page.locator("#start-audit").click()
     expect(page.locator("#form-error")).to_contain_text("not valid JSON")
-    assert not any(method == "POST" for method, _, _ in tab.responses)
+    # nothing submitted (the design preview's POST /audits/design creates nothing)
+    assert not any(method == "POST" and url.endswith("/audits") for method, url, _ in tab.responses)
 
     page.locator("#spec-json").fill('{"name": "bad", "num_rounds": 0}')
     page.locator("#start-audit").click()
@@ -199,3 +200,20 @@ def test_a_bad_pasted_spec_is_refused_with_the_field_named(service, tab):
     assert page.url.endswith("#/new")
     assert service.client.get("/audits").json()["total"] == before
     assert _unexpected_errors(tab, {401, 422}) == []
+
+
+@pytest.mark.timeout(60)
+def test_the_form_previews_what_the_audit_can_detect(service, tab):
+    page = tab.page
+    before = service.client.get("/audits").json()["total"]
+    page.goto(service.url + "/ui/#/new")
+    expect(page.locator("#design-summary")).not_to_be_empty()
+    with page.expect_response(lambda r: r.url.endswith("/audits/design")) as info:
+        page.locator("#f-num_canaries").fill("6")
+    design = info.value.json()
+    assert info.value.status == 200
+    expect(page.locator("#design-summary")).to_have_text(design["summary"])
+    if design.get("advice"):
+        expect(page.locator("#design-advice")).to_have_text(design["advice"])
+    assert service.client.get("/audits").json()["total"] == before  # a preview stores nothing
+    assert _unexpected_errors(tab, set()) == []
