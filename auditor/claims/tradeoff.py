@@ -8,6 +8,10 @@ A test that calls a canary "seen" when its score exceeds ``t`` has a false-posit
 empirical curve the true one may lie; the ``mu_lo`` curve is ``G_{mu_lo}`` for the audit's valid
 lower bound ``mu_lo``. A claim is refuted where the truth must lie below the claimed curve.
 
+The band treats the seen canaries' scores as independent draws: true for orthogonal canaries
+under isotropic Gaussian noise (every correct DP-FedAvg run; the ``independent_canaries`` tier of
+docs/estimators.md); it is a picture of the evidence, not the test the verdict rests on.
+
 Pure math: arrays in, lists of numbers out (JSON-ready). The scores are normal scores
 ``Z = Phi^-1(F_null(score))``, exactly N(0, 1) for a canary the model never saw.
 """
@@ -29,9 +33,12 @@ def gdp_tradeoff(alpha, mu: float) -> np.ndarray:
 
 
 def dkw_margin(n: int, failure: float) -> float:
-    """One-sided Dvoretzky-Kiefer-Wolfowitz margin (Massart's constant): with probability at
-    least ``1 - failure`` the empirical CDF of ``n`` i.i.d. scores exceeds the true one by at most
-    ``sqrt(log(1 / failure) / (2 n))`` at every point at once."""
+    """One-sided Dvoretzky-Kiefer-Wolfowitz margin (Massart's constant, valid for
+    ``failure <= 1/2``): with probability at least ``1 - failure`` the empirical CDF of ``n``
+    i.i.d. scores exceeds the true one by at most ``sqrt(log(1 / failure) / (2 n))`` at every
+    point at once."""
+    if not 0.0 < failure <= 0.5:
+        raise ValueError(f"failure must be in (0, 1/2], got {failure}")
     if n <= 0:
         return 1.0
     return min(1.0, math.sqrt(math.log(1.0 / failure) / (2.0 * n)))
@@ -102,8 +109,8 @@ def tradeoff_picture(
     ValueError
         If ``confidence`` is not in (0, 1) or ``num_points`` < 2.
     """
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
     if num_points < 2:
         raise ValueError(f"num_points must be at least 2, got {num_points}")
     alpha = np.linspace(0.0, 1.0, int(num_points))
