@@ -153,10 +153,24 @@ def test_the_shipped_examples_are_small_specs_that_can_test_their_claim():
         assert design.testable and design.claim_mu == pytest.approx(1.0), design
 
 
+@pytest.fixture
+def fixed_demo_seeds(monkeypatch):
+    """A fixed secret-looking canary seed (never printed) and noise seed: deterministic runs."""
+    seed = 0x5EED_DE30_0BAD_1234_5678_9ABC_DEF1
+    monkeypatch.setattr(flaudit.auditor.canaries, "new_master_seed", lambda: seed)
+    real = flaudit.server.simulation.run_simulation_audit
+
+    def with_noise_seed(spec, **kwargs):  # the real Flower simulation, reproducible noise
+        kwargs.setdefault("noise_seed", 5)
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", with_noise_seed)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_readme_bug_demo_fires_through_real_flower_and_the_correct_run_does_not(
-    tmp_path, capsys
+    tmp_path, capsys, fixed_demo_seeds
 ):
     """`flaudit run examples/audit.toml --inject-bug noise_scale=0.5` in Flower's simulation
     engine (Ray), at small size: the demo's canaries, claim and bug, fewer rounds and a smaller
