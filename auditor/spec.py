@@ -386,6 +386,11 @@ class AuditClaim(SpecModel):
         description="How the strategy samples nodes (Flower's FedAvg: uniform without replacement).",
     )
     strategy: str = Field("", max_length=200, description="The wrapped strategy, for the record.")
+    stop_on_alarm: bool | None = Field(
+        None,
+        description="The wrapper ends training when the DP alarm fires "
+        "(CanaryAuditStrategy(stop_on_alarm=True)); null keeps the audit spec's setting.",
+    )
 
     def apply(self, spec: AuditSpec) -> AuditSpec:
         """``spec`` with the claimed settings (validated again as a whole).
@@ -397,5 +402,6 @@ class AuditClaim(SpecModel):
             ``max_canary_fraction`` allows for ``num_clients``).
         """
         values = spec.model_dump()
-        values.update(self.model_dump(exclude={"strategy"}))
+        values.update(self.model_dump(exclude={"strategy"}
+                                      | ({"stop_on_alarm"} if self.stop_on_alarm is None else set())))
         return AuditSpec.model_validate(values)

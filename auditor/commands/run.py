@@ -163,13 +163,43 @@ class AlarmWatch:
     def report_final(self, final_model, metrics) -> None:
         self.inner.report_final(final_model, metrics)
 
+    def evaluate(self, *, bootstrap: int = 0):
+        """After the run: the service's final estimates (with the analytic ones), the alarm at the
+        final look, the alerts (the first error alarm kept) and the verdict.
+
+        Returns ``(summary, estimates, alarm, alerts, verdict)``.
+        """
+        from flaudit.auditor.claims import audit_claims
+        from flaudit.auditor.claims.alerts import (build_alerts, decide, first_alarm, num_looks,
+                                                   spec_verdict)
+        from flaudit.auditor.estimators import audit_analytic_epsilon, summarize
+
+        spec, local = self.spec, self.inner
+        tracker = local.tracker
+        scores = local.known_rounds.scores if local.known_rounds is not None else None
+        summary = summarize(
+            seen=self._seen, dim=tracker.dim, delta=spec.delta, max_cosines=tracker.max_cosines,
+            final_cosines=tracker.final_cosines,
+            threat_models=[t.value for t in spec.threat_models],
+            bootstrap=bootstrap, one_run=True,  # the same estimates the service reports
+            known_rounds_scores=scores, claims=audit_claims(spec), num_rounds=tracker.num_rounds,
+        )
+        estimates = list(summary.estimates) + list(audit_analytic_epsilon(spec))
+        # the final look; the per-round looks ran during training, as in the service
+        alarm = decide(spec, summary.claim_tests, look=num_looks(spec))
+        alerts = build_alerts(spec=spec, dim=tracker.dim, rounds_stored=len(local.rounds),
+                              has_final=True, alarm=alarm, previous=self.alerts)
+        verdict = spec_verdict(spec, alarm=first_alarm(alerts),
+                               estimates=[e.to_dict() for e in estimates], state="succeeded",
+                               rounds_received=len(local.rounds))
+        return summary, estimates, alarm, alerts, verdict
+
 
 def main(args: argparse.Namespace) -> int:
     import numpy as np
     from pydantic import ValidationError
 
     from flaudit.auditor.canaries import new_master_seed, seen_mask
-    from flaudit.auditor.estimators import audit_analytic_epsilon, summarize
     from flaudit.auditor.commands._progress import RoundProgress
     from flaudit.server.reporting import LocalRoundReporter
     from flaudit.server.simulation import run_simulation_audit
@@ -228,35 +258,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"flaudit run: error: {error}", file=sys.stderr)
         return 2
 
-    from flaudit.auditor.claims import audit_claims
-    from flaudit.auditor.claims.alerts import build_alerts, bug_label, decide, num_looks, spec_verdict
+    from flaudit.auditor.claims.alerts import bug_label
     from flaudit.auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
 
-    local = reporter.inner
-    tracker = local.tracker
+    summary, estimates, alarm, alerts, verdict = reporter.evaluate(bootstrap=args.bootstrap)
+    tracker = reporter.inner.tracker
     mask = seen_mask(seed, spec.num_canaries)
-    scores = local.known_rounds.scores if local.known_rounds is not None else None
-    summary = summarize(
-        seen=mask, dim=tracker.dim, delta=spec.delta, max_cosines=tracker.max_cosines,
-        final_cosines=tracker.final_cosines, threat_models=[t.value for t in spec.threat_models],
-        bootstrap=args.bootstrap, one_run=True,  # the same estimates the service reports
-        known_rounds_scores=scores, claims=audit_claims(spec),
-        num_rounds=tracker.num_rounds,
-    )
-    estimates = list(summary.estimates)
-    estimates += audit_analytic_epsilon(spec)
-    # the final look; the per-round looks ran during training (AlarmWatch), as in the service
-    alarm = decide(spec, summary.claim_tests, look=num_looks(spec))
-    alerts = build_alerts(
-        spec=spec, dim=tracker.dim, rounds_stored=len(local.rounds), has_final=True,
-        alarm=alarm, previous=reporter.alerts,
-    )
-    from flaudit.auditor.claims.alerts import first_alarm
-
-    verdict = spec_verdict(
-        spec, alarm=first_alarm(alerts), estimates=[e.to_dict() for e in estimates],
-        state="succeeded", rounds_received=len(local.rounds),
-    )
     code = EXIT_CODES[verdict.status.value]
     guarantee = alarm_guarantee(spec)
     bug = bug_label(spec)
@@ -309,7 +316,7 @@ def main(args: argparse.Namespace) -> int:
     for alert in alerts:
         print(textwrap.fill(f"{alert['level'].upper()}: {alert['message']}", width=100,
                             subsequent_indent="  "))
-    if alarm.status == "ok" and first_alarm(alerts) is None:
+    if alarm.status == "ok" and verdict.status.value != "claim_refuted":
         print("DP alarm: none (no claim test rejected)")
     print(textwrap.fill(f"alarm guarantee: {guarantee}", width=100, subsequent_indent="  "))
     print(f"verdict: {verdict.status.value} (exit status {code})")
