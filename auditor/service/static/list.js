@@ -58,7 +58,7 @@ export function renderList(root, { focusForm = false } = {}) {
         "table",
         { class: "audits", id: "audits-table" },
         h("caption", { class: "visually-hidden" }, "All audits, newest first"),
-        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Name"), h("th", { scope: "col" }, "Status"), h("th", { scope: "col" }, "Progress"), h("th", { scope: "col", class: "num", title: "two-Gaussian ε_est, final model with σ² = 1/d (else the next available variant)" }, "Headline ε"), h("th", { scope: "col" }, "Created"))),
+        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Name"), h("th", { scope: "col" }, "Status"), h("th", { scope: "col" }, "Progress"), h("th", { scope: "col", class: "num", title: "Gaussian-fit estimate of ε for the final model, variance fixed at 1/d (else the next available variant): an estimate, not a bound" }, "Estimated ε"), h("th", { scope: "col" }, "Created"))),
         tbody,
       ),
     ),
