@@ -26,10 +26,10 @@ DOCS_IMG = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "img")
 #: name -> (expected verdict status, synthetic run). The bug: the run adds 0.3x the noise its
 #: claim (noise multiplier 1) promises. The small audit has 6 canaries.
 CASES = {
-    "refuted": ("claim_refuted", dict(num_canaries=200, noise_multiplier=1.0, actual_noise=0.3)),
-    "consistent": ("consistent", dict(num_canaries=200, noise_multiplier=1.0, actual_noise=1.0)),
+    "refuted": ("claim_refuted", dict(num_canaries=400, noise_multiplier=1.0, actual_noise=0.3)),
+    "consistent": ("consistent", dict(num_canaries=400, noise_multiplier=1.0, actual_noise=1.0)),
     "inconclusive": ("inconclusive", dict(num_canaries=6, noise_multiplier=1.0, actual_noise=1.0)),
-    "no-claim": ("no_dp_claim", dict(num_canaries=200, noise_multiplier=0.0, actual_noise=0.0)),
+    "no-claim": ("no_dp_claim", dict(num_canaries=400, noise_multiplier=0.0, actual_noise=0.0)),
 }
 
 #: What must never be on screen: identifiers of the API (snake_case words) and the old labels
