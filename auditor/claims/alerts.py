@@ -162,7 +162,13 @@ def build_alerts(
         )
         if message:
             alerts.append({"level": "warning", "message": f"{message} (Keinan et al. 2025)"})
-    if has_final and rounds_stored < spec.num_rounds:
+    fired = first_alarm(alerts)
+    if (has_final and rounds_stored < spec.num_rounds and spec.stop_on_alarm
+            and fired is not None and fired.get("round") == rounds_stored):
+        alerts.append({"level": "info", "message": (
+            f"training stopped at round {rounds_stored} of {spec.num_rounds} on the DP alarm "
+            "(stop_on_alarm); the statistics cover the rounds trained")})
+    elif has_final and rounds_stored < spec.num_rounds:
         alerts.append({
             "level": "warning",
             "message": (

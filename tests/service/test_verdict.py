@@ -167,6 +167,9 @@ def test_stop_on_alarm_ends_the_run_at_the_alarm_and_records_why(client, store):
     assert verdict["round"] == t and audit["progress"]["round"] == t
     assert verdict["summary"].startswith(f"Stopped at round {t}: claim refuted: the run does not")
     assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"
+    assert any(a["message"].startswith(f"training stopped at round {t} of 4 on the DP alarm")
+               for a in audit["alerts"])
+    assert not any("the run ended after" in a["message"] for a in audit["alerts"])
 
 
 def test_the_design_route_validates_the_spec(client):
