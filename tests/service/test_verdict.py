@@ -202,3 +202,11 @@ def test_a_service_audit_stops_its_flower_loop_on_alarm(store):
     assert audit["status"] == "succeeded" and audit["progress"]["round"] == t
     assert audit["verdict"]["status"] == "claim_refuted" and audit["verdict"]["stopped"]
     assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"
+
+
+def test_an_external_audit_shows_its_design_too(client):
+    response = client.post("/audits", json={**BASE, "engine": "external"}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["environment"] and body["design"]["claim_mu"] == pytest.approx(1.0)
+    assert body["design"]["testable"] is True and body["warnings"] == []
