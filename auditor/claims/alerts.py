@@ -201,6 +201,7 @@ def spec_verdict(
     state: str,
     rounds_received: int,
     missing_rounds: Iterable[int] | None = None,
+    rounds_without_canaries: Iterable[int] | None = None,
 ) -> Verdict:
     """:func:`~flaudit.auditor.claims.verdict.audit_verdict` for one audit spec: its claim and
     its design from the spec; stopped on the alarm when ``spec.stop_on_alarm`` and the run
@@ -215,7 +216,8 @@ def spec_verdict(
     return audit_verdict(
         claim=spec_claim(spec, design), design=design, alarm=alarm, estimates=estimates,
         state=state, rounds_received=rounds_received, num_rounds=spec.num_rounds,
-        missing_rounds=missing_rounds, stopped_at_round=stopped,
+        missing_rounds=missing_rounds, rounds_without_canaries=rounds_without_canaries,
+        stopped_at_round=stopped,
     )
 
 

@@ -152,7 +152,7 @@ def test_a_run_that_ends_early_is_inconclusive_and_names_the_rounds(client, stor
     verdict = _verdict(client, audit_id)
     assert verdict["status"] == "inconclusive"
     assert "failed after 0 of 4 rounds" in verdict["summary"]
-    assert verdict["gaps"] == {"rounds_received": 0, "num_rounds": 4, "missing_rounds": None}
+    assert verdict["gaps"]["rounds_received"] == 0 and verdict["gaps"]["num_rounds"] == 4
 
 
 def test_stop_on_alarm_ends_the_run_at_the_alarm_and_records_why(client, store):
