@@ -162,7 +162,13 @@ def build_alerts(
         )
         if message:
             alerts.append({"level": "warning", "message": f"{message} (Keinan et al. 2025)"})
-    if has_final and rounds_stored < spec.num_rounds:
+    fired = first_alarm(alerts)
+    if (has_final and rounds_stored < spec.num_rounds and spec.stop_on_alarm
+            and fired is not None and fired.get("round") == rounds_stored):
+        alerts.append({"level": "info", "message": (
+            f"training stopped at round {rounds_stored} of {spec.num_rounds} on the DP alarm "
+            "(stop_on_alarm); the statistics cover the rounds trained")})
+    elif has_final and rounds_stored < spec.num_rounds:
         alerts.append({
             "level": "warning",
             "message": (
@@ -195,6 +201,7 @@ def spec_verdict(
     state: str,
     rounds_received: int,
     missing_rounds: Iterable[int] | None = None,
+    rounds_without_canaries: Iterable[int] | None = None,
 ) -> Verdict:
     """:func:`~flaudit.auditor.claims.verdict.audit_verdict` for one audit spec: its claim and
     its design from the spec; stopped on the alarm when ``spec.stop_on_alarm`` and the run
@@ -209,7 +216,8 @@ def spec_verdict(
     return audit_verdict(
         claim=spec_claim(spec, design), design=design, alarm=alarm, estimates=estimates,
         state=state, rounds_received=rounds_received, num_rounds=spec.num_rounds,
-        missing_rounds=missing_rounds, stopped_at_round=stopped,
+        missing_rounds=missing_rounds, rounds_without_canaries=rounds_without_canaries,
+        stopped_at_round=stopped,
     )
 
 

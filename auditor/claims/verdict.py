@@ -175,23 +175,39 @@ def _claim_text(claim: dict) -> str:
             if eps is not None else f"μ = {_g(claim['mu'])} Gaussian DP")
 
 
-def _gaps(*, rounds_received: int, num_rounds: int, missing_rounds=None) -> dict | None:
-    missing = sorted(int(t) for t in (missing_rounds or []))
-    if rounds_received >= num_rounds and not missing:
+def _gaps(*, rounds_received: int, num_rounds: int, ended: bool, missing_rounds=None,
+          rounds_without_canaries=None) -> dict | None:
+    missing = sorted({int(t) for t in (missing_rounds or [])})
+    bare = sorted({int(t) for t in (rounds_without_canaries or [])})
+    short = ended and rounds_received < num_rounds
+    if not (short or missing or bare):
         return None
     return {"rounds_received": int(rounds_received), "num_rounds": int(num_rounds),
-            "missing_rounds": missing or None}
+            "missing_rounds": missing or None, "rounds_without_canaries": bare or None}
 
 
-def _gap_text(gaps: dict | None) -> str:
+def _rounds_text(rounds: list[int]) -> str:
+    shown = ", ".join(str(t) for t in rounds[:5])
+    return shown + ("…" if len(rounds) > 5 else "")
+
+
+def _gap_text(gaps: dict | None, *, ended: bool = True) -> str:
     if gaps is None:
         return ""
-    text = f" Only {gaps['rounds_received']} of {gaps['num_rounds']} rounds were received"
+    parts = []
     if gaps.get("missing_rounds"):
-        shown = ", ".join(str(t) for t in gaps["missing_rounds"][:5])
-        more = "…" if len(gaps["missing_rounds"]) > 5 else ""
-        text += f" (missing: {shown}{more})"
-    return text + "; the audit covers those alone."
+        parts.append(f"round(s) {_rounds_text(gaps['missing_rounds'])} of {gaps['num_rounds']} "
+                     "were not reported")
+    elif ended and gaps["rounds_received"] < gaps["num_rounds"]:
+        parts.append(f"only {gaps['rounds_received']} of {gaps['num_rounds']} rounds were "
+                     "received")
+    if gaps.get("rounds_without_canaries"):
+        parts.append(f"round(s) {_rounds_text(gaps['rounds_without_canaries'])} trained "
+                     "without canaries")
+    if not parts:
+        return ""
+    text = " and ".join(parts)
+    return f" Gaps: {text}; the audit covers the rest, with less power."
 
 
 def _refutation(alarm: dict, claim: dict) -> tuple[dict, str]:
@@ -227,6 +243,7 @@ def audit_verdict(
     rounds_received: int = 0,
     num_rounds: int = 0,
     missing_rounds: Iterable[int] | None = None,
+    rounds_without_canaries: Iterable[int] | None = None,
     stopped_at_round: int | None = None,
 ) -> Verdict:
     """The verdict of one audit.
@@ -250,15 +267,17 @@ def audit_verdict(
     rounds_received, num_rounds : int
         Rounds the audit received, of the rounds planned.
     missing_rounds : iterable of int, optional
-        Rounds known to be missing (a run that went on while the service was away).
+        Rounds trained but never reported (a run that went on while the service was away).
+    rounds_without_canaries : iterable of int, optional
+        Rounds trained without their canaries (the service was away when they were fetched).
     stopped_at_round : int, optional
         Training was stopped on the alarm at this round (``stop_on_alarm``).
     """
     design_d = _as_dict(design)
     bound = largest_valid_bound(estimates)
     ended = state not in ("running", "queued")
-    gaps = _gaps(rounds_received=rounds_received, num_rounds=num_rounds,
-                 missing_rounds=missing_rounds) if ended or missing_rounds else None
+    gaps = _gaps(rounds_received=rounds_received, num_rounds=num_rounds, ended=ended,
+                 missing_rounds=missing_rounds, rounds_without_canaries=rounds_without_canaries)
     common = {"design": design_d, "largest_valid_bound": bound, "gaps": gaps}
     if claim is None:
         return Verdict(VerdictStatus.no_dp_claim,
@@ -273,7 +292,7 @@ def audit_verdict(
         if stopped_at_round is not None:  # the missing rounds are the ones never trained
             head, gap_text = f"Stopped at round {stopped_at_round}: claim refuted", ""
         else:
-            head, gap_text = f"Claim refuted {where}", _gap_text(gaps)
+            head, gap_text = f"Claim refuted {where}", _gap_text(gaps, ended=ended)
         summary = f"{head}: the run does not meet its claim of {what}; {because}"
         return Verdict(VerdictStatus.claim_refuted, summary + gap_text, claim=claim,
                        refuted_by=refuted_by, tier=refuted_by.get("tier"), round=t,
@@ -285,13 +304,14 @@ def audit_verdict(
         summary = (f"Inconclusive: this audit cannot refute its claim of {what}"
                    + (f": it {can}" if can else "") + "; "
                    + (advice or "more canaries or canary repeats would make it testable") + ".")
-        return Verdict(VerdictStatus.inconclusive, summary + _gap_text(gaps), claim=claim,
-                       **common)
+        return Verdict(VerdictStatus.inconclusive, summary + _gap_text(gaps, ended=ended),
+                       claim=claim, **common)
     if state in ("running", "queued"):
         progress = (f"round {rounds_received} of {num_rounds}" if state == "running"
                     else "not started")
         summary = (f"Running ({progress}): no evidence against the claim of {what} so far"
-                   + (f"; this audit {can}" if can else "") + ".")
+                   + (f"; this audit {can}" if can else "") + "."
+                   + _gap_text(gaps, ended=False))
         return Verdict(VerdictStatus.running, summary, claim=claim, **common)
     if state != "succeeded":
         summary = (f"Inconclusive: the run {state} after {rounds_received} of {num_rounds} "

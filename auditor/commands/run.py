@@ -37,19 +37,23 @@ Before training the audit design (what this audit can detect) is printed on stde
 on stdout starts with the verdict sentence (--json: the "verdict" object)."""
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The epilog as written (the exit-status table) and every option's default."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.formatter_class = _HelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("spec", type=Path, help="audit TOML file (AuditSpec fields)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds for the whole run (default: the spec's timeout_seconds)")
+                        help="seconds for the whole run (None: the spec's timeout_seconds)")
     parser.add_argument("--max-supernodes", type=int, default=8,
-                        help="virtual SuperNodes for the simulation (default 8)")
+                        help="virtual SuperNodes for the simulation")
     parser.add_argument("--num-cpus", type=int, default=None,
-                        help="CPUs Ray may use (default: all)")
+                        help="CPUs Ray may use (None: all)")
     parser.add_argument("--bootstrap", type=int, default=0,
-                        help="bootstrap resamples for an interval on epsilon_est (default 0)")
+                        help="bootstrap resamples for an interval on epsilon_est")
     parser.add_argument("--stop-on-alarm", action="store_true",
                         help="end training at the round where the DP alarm fires (sets the "
                              "spec's stop_on_alarm)")

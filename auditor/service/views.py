@@ -75,9 +75,12 @@ def _merge_histograms(histograms: dict, ended: bool) -> dict:
 
 def audit_verdict_view(audit: Audit) -> dict[str, Any]:
     """The audit's verdict (:func:`flaudit.auditor.claims.alerts.spec_verdict`) as JSON."""
+    gaps = getattr(audit, "gaps", None) or []  # rounds the run lacks (fail-open reporting)
     verdict = spec_verdict(
         audit.spec, alarm=first_alarm(audit.alerts), estimates=audit.estimates or [],
         state=audit.status, rounds_received=int(audit.rounds_stored or 0),
+        missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
+        rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
     )
     return verdict.to_dict()
 

@@ -79,7 +79,12 @@ def test_gaps_and_no_claim():
     short = audit_verdict(claim=CLAIM, design=TESTABLE, state="succeeded", rounds_received=7,
                           num_rounds=10, missing_rounds=[4, 5, 6])
     assert short.status is VerdictStatus.consistent
-    assert "Only 7 of 10 rounds were received (missing: 4, 5, 6)" in short.summary
+    assert short.summary.endswith(" Gaps: round(s) 4, 5, 6 of 10 were not reported; the "
+                                  "audit covers the rest, with less power.")
+    assert short.gaps["missing_rounds"] == [4, 5, 6]
+    bare = audit_verdict(claim=CLAIM, design=TESTABLE, state="running", rounds_received=3,
+                         num_rounds=10, rounds_without_canaries=[2])
+    assert "Gaps: round(s) 2 trained without canaries" in bare.summary
     none = audit_verdict(claim=None, state="succeeded", rounds_received=10, num_rounds=10)
     assert none.status is VerdictStatus.no_dp_claim and none.summary.startswith("No DP claim")
 

@@ -152,7 +152,7 @@ def test_a_run_that_ends_early_is_inconclusive_and_names_the_rounds(client, stor
     verdict = _verdict(client, audit_id)
     assert verdict["status"] == "inconclusive"
     assert "failed after 0 of 4 rounds" in verdict["summary"]
-    assert verdict["gaps"] == {"rounds_received": 0, "num_rounds": 4, "missing_rounds": None}
+    assert verdict["gaps"]["rounds_received"] == 0 and verdict["gaps"]["num_rounds"] == 4
 
 
 def test_stop_on_alarm_ends_the_run_at_the_alarm_and_records_why(client, store):
@@ -167,6 +167,9 @@ def test_stop_on_alarm_ends_the_run_at_the_alarm_and_records_why(client, store):
     assert verdict["round"] == t and audit["progress"]["round"] == t
     assert verdict["summary"].startswith(f"Stopped at round {t}: claim refuted: the run does not")
     assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"
+    assert any(a["message"].startswith(f"training stopped at round {t} of 4 on the DP alarm")
+               for a in audit["alerts"])
+    assert not any("the run ended after" in a["message"] for a in audit["alerts"])
 
 
 def test_the_design_route_validates_the_spec(client):
@@ -199,3 +202,11 @@ def test_a_service_audit_stops_its_flower_loop_on_alarm(store):
     assert audit["status"] == "succeeded" and audit["progress"]["round"] == t
     assert audit["verdict"]["status"] == "claim_refuted" and audit["verdict"]["stopped"]
     assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"
+
+
+def test_an_external_audit_shows_its_design_too(client):
+    response = client.post("/audits", json={**BASE, "engine": "external"}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["environment"] and body["design"]["claim_mu"] == pytest.approx(1.0)
+    assert body["design"]["testable"] is True and body["warnings"] == []
