@@ -390,7 +390,7 @@ export function renderAudit(root, id) {
       claim: t.claim_mu != null ? `claimed (μ = ${fmtNum(t.claim_mu)})` : "claimed",
       empirical: `measured from ${t.num_seen || 0} inserted canaries`,
       band: `${conf} confidence band (the truth lies above it)`,
-      mu_lo: t.mu_lo_value != null ? `valid lower bound (μ = ${fmtNum(t.mu_lo_value)})` : "valid lower bound",
+      mu_lo: t.mu_lo_value != null ? `proven at least this leaky (valid bound μ ≥ ${fmtNum(t.mu_lo_value)})` : "proven at least this leaky (valid bound)",
     };
     // a bound of μ = 0 proves nothing: its curve (the diagonal) is left out, not drawn as news
     if (!(t.mu_lo_value > 0)) t.mu_lo = null;
