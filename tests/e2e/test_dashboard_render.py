@@ -240,3 +240,28 @@ def test_a_service_without_verdicts_is_said_plainly(static_url, tab):
     expect(page.locator("#verdict-summary")).to_contain_text("does not report a verdict")
     expect(page.locator("#fdp-chart")).to_contain_text("Nothing to draw yet")
     assert tab.console_errors == []
+
+
+@pytest.mark.timeout(60)
+def test_the_list_shows_each_audits_verdict_when_the_api_sends_it(static_url, tab):
+    items = [
+        {"id": "a1", "name": "buggy", "status": "succeeded", "created_at": "2026-01-01T00:00:00Z",
+         "progress": {"round": 4, "num_rounds": 4, "fraction": 1.0}, "headline_epsilon": 7.1,
+         "verdict": {"status": "claim_refuted"}},
+        {"id": "a2", "name": "older service", "status": "running", "created_at": "2026-01-01T00:00:00Z",
+         "progress": {"round": 1, "num_rounds": 4, "fraction": 0.25}, "headline_epsilon": None},
+    ]
+
+    def handle(route):
+        path = route.request.url.split("://", 1)[1].split("/", 1)[1].split("?")[0]
+        if path == "audits":
+            route.fulfill(status=200, content_type="application/json",
+                          body=json.dumps({"items": items, "total": 2}))
+        else:
+            route.fulfill(status=200, content_type="application/json", body="{}")
+
+    tab.page.route("**/audits**", handle)
+    page = tab.page
+    page.goto(static_url + "index.html#/")
+    expect(page.locator('#audits-table tr[data-audit-id="a1"] .list-verdict')).to_have_text("✕ Claim refuted")
+    expect(page.locator('#audits-table tr[data-audit-id="a2"] .list-verdict')).to_have_count(0)

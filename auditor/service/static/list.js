@@ -2,9 +2,17 @@
 
 import { api, ApiError } from "./api.js";
 import { h, fill, toast } from "./dom.js";
-import { fmtEps, fmtTime, headline, STATUS_ICON, TERMINAL } from "./format.js";
+import { fmtEps, fmtTime, headline, STATUS_ICON, TERMINAL, VERDICT_STYLE } from "./format.js";
 
 const PAGE_SIZE = 20;
+
+/** The verdict's heading word under the status badge, when the list item carries a verdict
+ * (``verdict.status``; the sentence is on the audit's page). */
+function verdictLine(verdict) {
+  const style = VERDICT_STYLE[verdict?.status];
+  if (!style) return null;
+  return h("div", { class: `list-verdict tone-${style.tone}`, "data-verdict": verdict.status }, h("span", { "aria-hidden": "true" }, `${style.icon} `), style.title);
+}
 
 export function statusBadge(status) {
   return h("span", { class: `badge status-${status}`, "data-status": status }, h("span", { "aria-hidden": "true" }, STATUS_ICON[status] || "•"), ` ${status}`);
@@ -102,7 +110,7 @@ export function renderList(root, { focusForm = false } = {}) {
             "tr",
             { "data-audit-id": a.id },
             h("th", { scope: "row" }, h("a", { href: `#/audits/${encodeURIComponent(a.id)}` }, a.name || a.id)),
-            h("td", {}, statusBadge(a.status)),
+            h("td", {}, statusBadge(a.status), verdictLine(a.verdict)),
             h("td", {}, progressCell(a.progress, a.status)),
             h("td", { class: "num", title: hl.label || null }, fmtEps(hl.eps), hl.label ? h("span", { class: "visually-hidden" }, ` (${hl.label})`) : null),
             h("td", { class: "small" }, fmtTime(a.created_at)),
