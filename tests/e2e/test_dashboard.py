@@ -216,4 +216,8 @@ def test_the_form_previews_what_the_audit_can_detect(service, tab):
     if design.get("advice"):
         expect(page.locator("#design-advice")).to_have_text(design["advice"])
     assert service.client.get("/audits").json()["total"] == before  # a preview stores nothing
+    # the list and the form speak in words, not identifiers (every <details> open)
+    from tests.e2e.test_verdicts import internal_identifiers, visible_text_with_details_open
+
+    assert internal_identifiers(visible_text_with_details_open(page)) == []
     assert _unexpected_errors(tab, set()) == []

@@ -147,12 +147,12 @@ const FIELDS = [
   { name: "noise_multiplier", label: "Noise multiplier z", type: "number", value: 1.0, min: 0, step: "any" },
   { name: "clip_norm", label: "Clip norm S", type: "number", value: 1.0, min: 0, step: "any" },
   { name: "delta", label: "δ", type: "text", numeric: true, value: "1e-6", hint: "For every ε reported." },
-  { name: "participation", label: "Participation", type: "select", value: "poisson", options: ["poisson", "uniform", "shuffled", "batch_then_shuffle"] },
+  { name: "participation", label: "Participation", type: "select", value: "poisson", options: ["poisson", "uniform", "shuffled", "batch_then_shuffle"], optionLabels: { poisson: "Poisson sampling", uniform: "uniform without replacement", shuffled: "shuffled epochs", batch_then_shuffle: "batch then shuffle (deliberately wrong)" } },
   { name: "canary_repeats", label: "Canary repeats", type: "select", value: "1", options: ["1", "2", "4", "8"], integer: true },
 ];
 
 const ADVANCED = [
-  { name: "dim", label: "Model dimension d (synthetic)", type: "number", value: "", min: 1, step: 1, optionKey: true, hint: "task_options.dim; blank: task default." },
+  { name: "dim", label: "Model dimension d (synthetic)", type: "number", value: "", min: 1, step: 1, optionKey: true, hint: "Model size of the synthetic task; blank: its default." },
   { name: "local_epochs", label: "Local epochs", type: "number", value: 1, min: 1, step: 1 },
   { name: "client_learning_rate", label: "Client learning rate", type: "number", value: 0.1, min: 0, step: "any" },
   { name: "server_learning_rate", label: "Server learning rate η", type: "number", value: 1.0, min: 0, step: "any" },
@@ -165,7 +165,7 @@ function field(f) {
   const id = `f-${f.name}`;
   let input;
   if (f.type === "select") {
-    input = h("select", { id, name: f.name }, f.options.map((o) => h("option", { value: o, selected: o === String(f.value) }, o)));
+    input = h("select", { id, name: f.name }, f.options.map((o) => h("option", { value: o, selected: o === String(f.value) }, f.optionLabels?.[o] ?? o)));
   } else {
     input = h("input", { id, name: f.name, type: f.type, value: f.value, min: f.min, step: f.step, list: f.list ? `${id}-list` : null, "aria-describedby": `${id}-msg`, inputmode: f.type === "number" || f.numeric ? "decimal" : null, autocomplete: "off" });
   }
