@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = ["DPBug", "InjectedBug", "REAL_PATH_BUGS"]
 
@@ -95,11 +95,23 @@ class InjectedBug(BaseModel):
             Naming what is wrong (pydantic's ``ValidationError`` is a ``ValueError``).
         """
         kind, _, factor = str(text).strip().partition("=")
+        kind = kind.strip()
+        choices = ", ".join(
+            b.value if default is None else f"{b.value}[=FACTOR]"
+            for b, default in REAL_PATH_BUGS.items()
+        )
+        if kind not in {b.value for b in REAL_PATH_BUGS}:
+            raise ValueError(f"unknown bug {kind!r}; choose one of {choices}")
         try:
             value = float(factor) if factor else None
         except ValueError:
             raise ValueError(f"inject_bug: factor {factor!r} is not a number") from None
-        return cls(kind=kind.strip(), factor=value)
+        try:
+            return cls(kind=kind, factor=value)
+        except ValidationError as exc:  # one line per problem, without pydantic's links
+            raise ValueError("; ".join(
+                str(e.get("msg", "")).removeprefix("Value error, ") for e in exc.errors()
+            )) from None
 
     @property
     def label(self) -> str:

@@ -18,15 +18,55 @@ SUBCOMMANDS = {
 }
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Appends "(default: X)" to an option's help unless the help already names its default
+    or there is none to show (None, False, a suppressed default)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or not action.option_strings
+            or isinstance(action, argparse._VersionAction)
+        ):
+            return text
+        if isinstance(default, (list, tuple)):
+            shown = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
+        elif isinstance(default, float):
+            shown = f"{default:g}"
+        else:
+            shown = str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    from flaudit import __version__
+
+    try:
+        flwr = metadata.version("flwr")
+    except metadata.PackageNotFoundError:
+        flwr = "not installed"
+    return f"flaudit {__version__} (Python {sys.version.split()[0]}, flwr {flwr})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flaudit",
         description="Empirical privacy auditing of DP-FedAvg with random canary clients.",
+        formatter_class=DefaultsHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
         module = importlib.import_module(f"flaudit.auditor.commands.{name.replace('-', '_')}")
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text,
+                                    formatter_class=DefaultsHelpFormatter)
         module.configure(sub_parser)
         sub_parser.set_defaults(_module=module)
     return parser

@@ -253,6 +253,12 @@ class AuditSpec(SpecModel):
     )
     data_seed: int = Field(0, ge=0, le=MAX_INTEGER, description="Seed for data partitioning and schedules (not secret).")
     timeout_seconds: float = Field(3600, gt=0, le=7 * 24 * 3600)
+    stop_on_alarm: bool = Field(
+        False,
+        description="End training at the round where the DP alarm's error level fires (the "
+        "claim is refuted), so a broken run stops producing a model; the audit records the "
+        "round and the reason. Off by default: the run goes on and the alarm is reported.",
+    )
     inject_bug: InjectedBug | None = Field(
         None,
         description="Testing only: run DP-FedAvg with this deliberate DP bug, which the claim "
@@ -380,6 +386,11 @@ class AuditClaim(SpecModel):
         description="How the strategy samples nodes (Flower's FedAvg: uniform without replacement).",
     )
     strategy: str = Field("", max_length=200, description="The wrapped strategy, for the record.")
+    stop_on_alarm: bool | None = Field(
+        None,
+        description="The wrapper ends training when the DP alarm fires "
+        "(CanaryAuditStrategy(stop_on_alarm=True)); null keeps the audit spec's setting.",
+    )
 
     def apply(self, spec: AuditSpec) -> AuditSpec:
         """``spec`` with the claimed settings (validated again as a whole).
@@ -391,5 +402,6 @@ class AuditClaim(SpecModel):
             ``max_canary_fraction`` allows for ``num_clients``).
         """
         values = spec.model_dump()
-        values.update(self.model_dump(exclude={"strategy"}))
+        values.update(self.model_dump(exclude={"strategy"}
+                                      | ({"stop_on_alarm"} if self.stop_on_alarm is None else set())))
         return AuditSpec.model_validate(values)

@@ -1,81 +1,98 @@
-"""Deliberate DP bugs through the real ServerApp loop: does the alarm fire?
+"""Deliberate DP bugs through the real ServerApp loop: does the alarm fire, and how often does a
+correct run of the same spec raise it?
 
-Each run is the ServerApp main loop (``flaudit.server.app.run_audit``: schedule, real ClientApp training
-of the synthetic task, canary insertion, DP-FedAvg aggregation with the injected bug, reporting
-of the released update and participants) against ``flaudit.server.simulation.InProcessGrid`` (no Ray),
-then ``flaudit run``'s evaluation: ``summarize`` with the known-rounds scores and the audit's
-claims, and the alarm (``flaudit.auditor.estimators.alarm.decide_alarm``) at the final look of
-``num_rounds + 1``. The claim is always the honest spec's (z = 1, r = 1: mu = 1).
+Each run is the ServerApp main loop (``flaudit.server.app.run_audit``: schedule, real ClientApp
+training of the built-in task, canary insertion, DP-FedAvg aggregation with the injected bug,
+reporting of the released update and participants) against
+``flaudit.server.simulation.InProcessGrid`` -- the same loop and client code as ``flaudit run``,
+without Ray's processes (which change no number) -- evaluated exactly as ``flaudit run`` does
+(``flaudit.auditor.commands.run.AlarmWatch``: the alarm at every per-round look and at the
+final look, then the verdict). The claim is always the honest spec's.
 
-Rerun: .venv/bin/python benchmarks/real_path_bugs.py [--runs 5] [--k 400] [--dim 8000]
-Prints, per bug, how many runs raised the error alarm (and any alarm), and the median
-known-rounds claim-test p-value.
+Rerun (the README's bug demo, 20 runs per row):
+    .venv/bin/python benchmarks/real_path_bugs.py --spec examples/audit.toml --runs 20 \\
+        --bugs none,noise_scale=0.5
+A k = 1000 spec against noise x 0.8:
+    .venv/bin/python benchmarks/real_path_bugs.py --spec examples/audit.toml --k 1000 \\
+        --clients 600 --runs 10 --bugs none,noise_scale=0.8
+Prints, per bug: runs whose verdict is "claim refuted", the median round where the alarm first
+fired, and the verdicts' counts.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import statistics
 import time
+from pathlib import Path
 
-import numpy as np
-
+from flaudit.auditor.bugs import InjectedBug
 from flaudit.auditor.canaries import seen_mask
-from flaudit.auditor.estimators import summarize
-from flaudit.auditor.estimators.gdp import audit_claims
-from flaudit.auditor.service.live import decide, num_looks
+from flaudit.auditor.commands.run import AlarmWatch, load_spec
 from flaudit.auditor.spec import AuditSpec
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.simulation import run_inprocess_audit
 
-BUGS = [None, "no_noise", "noise_scale=0.5", "no_clipping=4", "extra_participation=4"]
 
-
-def one_run(base: dict, bug: str | None, seed: int) -> tuple[str, float]:
-    from flaudit.auditor.bugs import InjectedBug
-
-    spec = AuditSpec.model_validate(
-        {**base, "inject_bug": InjectedBug.parse(bug) if bug else None}
-    )
+def one_run(spec: AuditSpec, seed: int):
+    """One audited run; returns its verdict."""
     canary_seed = (2**100 + 7919 * seed) | 1
-    reporter = LocalRoundReporter.for_audit(canary_seed=canary_seed, num_canaries=spec.num_canaries)
+    reporter = AlarmWatch(spec, LocalRoundReporter.for_audit(
+        canary_seed=canary_seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family,
+    ), seen=seen_mask(canary_seed, spec.num_canaries))
     run_inprocess_audit(spec, canary_seed=canary_seed, reporter=reporter, noise_seed=seed)
-    tracker = reporter.tracker
-    summary = summarize(
-        seen=seen_mask(canary_seed, spec.num_canaries), dim=tracker.dim, delta=spec.delta,
-        max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
-        known_rounds_scores=reporter.known_rounds.scores, claims=audit_claims(spec),
-    )
-    alarm = decide(spec, summary.claim_tests, look=num_looks(spec))
-    known = [t.p_value for t in summary.claim_tests if t.threat_model == "known_rounds"]
-    return alarm.status, known[0] if known else float("nan")
+    return reporter.evaluate()[-1]
 
 
 def main() -> None:
+    import logging
+
+    logging.getLogger("flaudit").setLevel(logging.ERROR)  # the per-run "bug injected" warning
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--k", type=int, default=400)
-    parser.add_argument("--dim", type=int, default=8000)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--spec", type=Path, default=Path("examples/audit.toml"),
+                        help="audit TOML (flaudit run) or JSON (POST /audits body)")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--bugs", default="none,noise_scale=0.5",
+                        help="comma-separated --inject-bug values; 'none' is the correct run")
+    parser.add_argument("--k", type=int, default=None, help="override num_canaries")
+    parser.add_argument("--clients", type=int, default=None, help="override num_clients")
+    parser.add_argument("--rounds", type=int, default=None, help="override num_rounds")
+    parser.add_argument("--first-seed", type=int, default=0)
     args = parser.parse_args()
-    base = dict(
-        name="bugs", task="synthetic", num_rounds=args.rounds, num_clients=max(60, args.k // 2 + 50),
-        clients_per_round=6, participation="uniform", num_canaries=args.k, canary_repeats=1,
-        noise_multiplier=1.0, clip_norm=1.0, delta=1e-5, data_seed=1,
-        task_options={"dim": args.dim, "test_size": 100},
-    )
-    print(f"ServerApp loop (InProcessGrid), synthetic d={args.dim}, k={args.k}, T={args.rounds}, "
-          f"z=1, r=1 (claim mu=1), uniform participation, {args.runs} runs per row; alarm at the "
-          f"final look of {args.rounds + 1} (level 0.025 over the tests of that look)")
-    print(f"{'bug':<24} {'error':>7} {'any alarm':>10} {'median p (known rounds)':>24} {'s/run':>6}")
-    for bug in BUGS:
+    if args.spec.suffix == ".json":  # a POST /audits body, e.g. examples/quick-audit.json
+        base = AuditSpec.model_validate_json(args.spec.read_text()).model_dump()
+    else:
+        base = load_spec(args.spec).model_dump()
+    for key, value in (("num_canaries", args.k), ("num_clients", args.clients),
+                       ("num_rounds", args.rounds)):
+        if value is not None:
+            base[key] = value
+    spec0 = AuditSpec.model_validate(base)
+    from flaudit.auditor.claims import audit_design
+
+    print(f"{args.spec}: task {spec0.task}, d={spec0.task_options.get('dim', '?')}, "
+          f"T={spec0.num_rounds}, k={spec0.num_canaries}, z={spec0.noise_multiplier:g}, "
+          f"r={spec0.canary_repeats}, {spec0.participation.value}; {args.runs} runs per row "
+          "(ServerApp loop on InProcessGrid, flaudit run's evaluation)")
+    print(f"design: {audit_design(spec0).summary}")
+    print(f"{'bug':<24} {'refuted':>9} {'median first round':>19} {'verdicts':<40} {'s/run':>6}")
+    for bug in args.bugs.split(","):
+        bug = bug.strip()
+        spec = AuditSpec.model_validate(
+            {**base, "inject_bug": None if bug == "none" else InjectedBug.parse(bug)})
         started = time.monotonic()
-        results = [one_run(base, bug, seed) for seed in range(args.runs)]
+        verdicts = [one_run(spec, seed)
+                    for seed in range(args.first_seed, args.first_seed + args.runs)]
         seconds = (time.monotonic() - started) / args.runs
-        errors = sum(status == "error" for status, _ in results)
-        alarms = sum(status in ("error", "warning") for status, _ in results)
-        median_p = float(np.median([p for _, p in results]))
-        print(f"{bug or 'none (correct)':<24} {errors:>3}/{args.runs:<3} {alarms:>6}/{args.runs:<3} "
-              f"{median_p:>24.3g} {seconds:>6.1f}")
+        refuted = [v for v in verdicts if v.status.value == "claim_refuted"]
+        rounds = [v.round if v.round is not None else spec.num_rounds + 1 for v in refuted]
+        median = f"{statistics.median(rounds):g}" if rounds else "-"
+        counts = collections.Counter(v.status.value for v in verdicts)
+        label = "none (correct)" if bug == "none" else bug
+        print(f"{label:<24} {len(refuted):>4}/{args.runs:<4} {median:>19} "
+              f"{dict(counts)!s:<40} {seconds:>6.1f}", flush=True)
+    print(f"(first round {spec0.num_rounds + 1} = the final look, after training)")
 
 
 if __name__ == "__main__":

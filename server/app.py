@@ -197,7 +197,17 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     # error surfaces at the next round and the last report is awaited before the final model.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="flaudit-audit") as audit_work:
         reported: Future[None] | None = None
+        stopped: tuple[int, str] | None = None
         for t in range(1, spec.num_rounds + 1):
+            if spec.stop_on_alarm and reported is not None:
+                # stop on alarm: round t-1's report decides before round t trains (this waits
+                # for the audit's work of round t-1, only with stop_on_alarm)
+                reported.result()
+                reason = getattr(runtime.reporter, "stop_reason", None)
+                if reason:
+                    stopped = (t - 1, str(reason))
+                    logger.warning("stopping training after round %d: %s", t - 1, reason)
+                    break
             _check_deadline(runtime, f"before round {t}")
             clip_norm = adaptive.clip_norm if adaptive is not None else float(spec.clip_norm)
             scheduled = seen[schedule.canaries(t)]
@@ -294,6 +304,8 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
                 runtime.progress(t, spec.num_rounds)
         if reported is not None:
             reported.result()
+        if stopped is None and spec.stop_on_alarm and getattr(runtime.reporter, "stop_reason", None):
+            stopped = (len(rounds), str(runtime.reporter.stop_reason))  # fired at the last round
 
     import torch
 
@@ -316,6 +328,9 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         "metrics": metrics,
         "seconds": time.monotonic() - started,
         "inject_bug": bug.label if bug is not None else None,
+        "rounds_trained": len(rounds),
+        "stopped_at_round": None if stopped is None or stopped[0] >= spec.num_rounds else stopped[0],
+        "stop_reason": None if stopped is None else stopped[1],
     }
     return runtime.result
 

@@ -146,6 +146,8 @@ class HttpRoundReporter:
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
         self._client = client or httpx.Client(timeout=timeout)
+        #: Set when the service asks to end training (spec ``stop_on_alarm``, alarm fired).
+        self.stop_reason: str | None = None
         self._headers = {
             "Authorization": f"Bearer {run_token}",
             "Content-Type": "application/octet-stream",
@@ -185,8 +187,8 @@ class HttpRoundReporter:
     def _put(
         self, path: str, vector: np.ndarray, params: dict | None = None,
         participants: tuple[int, ...] | None = None,
-    ) -> None:
-        self._request("PUT", path, content=_body(vector, participants), params=params)
+    ):
+        return self._request("PUT", path, content=_body(vector, participants), params=params)
 
     def declare_claim(self, claim: dict) -> None:
         """Send the run's DP claim (``engine = "external"`` audits; idempotent)."""
@@ -208,7 +210,15 @@ class HttpRoundReporter:
         self._put("initial-model", initial_model)
 
     def report_round(self, server_round: int, update: np.ndarray, metadata: RoundMetadata) -> None:
-        self._put(f"rounds/{int(server_round)}", update, metadata.as_query(), metadata.participants)
+        response = self._put(
+            f"rounds/{int(server_round)}", update, metadata.as_query(), metadata.participants
+        )
+        try:  # stop on alarm: the service answers "stop" once the claim is refuted
+            ack = response.json()
+        except ValueError:
+            ack = {}
+        if isinstance(ack, dict) and ack.get("stop"):
+            self.stop_reason = str(ack.get("stop_reason") or "the DP alarm fired")
 
     def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None:
         params = {k: float(v) for k, v in metrics.items() if k in ("accuracy", "loss")}

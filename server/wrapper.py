@@ -246,6 +246,11 @@ class CanaryAuditStrategy(Strategy):
         Clip norm for a strategy without a Flower DP wrapper (read from the wrapper otherwise).
     num_rounds : int, optional
         Rounds ``T`` when you drive the strategy yourself instead of ``start(num_rounds=...)``.
+    stop_on_alarm : bool
+        End training at the round where the service's DP alarm fires (the claim is refuted):
+        later rounds send no messages and ``start`` reports the model of that round as the
+        final one; the audit records where and why. Default False (the alarm is reported, the
+        run goes on).
 
     Raises
     ------
@@ -261,6 +266,7 @@ class CanaryAuditStrategy(Strategy):
         canaries: Any = None,
         clip_norm: float | None = None,
         num_rounds: int | None = None,
+        stop_on_alarm: bool = False,
     ) -> None:
         _refuse_legacy(strategy)
         read_claim(strategy, num_rounds=1, num_nodes=1)  # refuses accountants before any run
@@ -292,6 +298,9 @@ class CanaryAuditStrategy(Strategy):
         self._audit_work: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[np.ndarray]] = {}
         self._reported: Future[None] | None = None
+        self.stop_on_alarm = bool(stop_on_alarm)
+        self.stopped_at_round: int | None = None
+        self._last: np.ndarray | None = None
 
     @classmethod
     def from_env(
@@ -341,6 +350,8 @@ class CanaryAuditStrategy(Strategy):
                            num_nodes=len(list(grid.get_node_ids())))
         if "clip_norm" not in claim and "adaptive_clipping" not in claim:
             claim["clip_norm"] = self._clip_norm
+        if self.stop_on_alarm:
+            claim["stop_on_alarm"] = True
         declare = getattr(self.reporter, "declare_claim", None)
         if declare is not None:
             declare(claim)
@@ -365,7 +376,9 @@ class CanaryAuditStrategy(Strategy):
             self._in_start = False
         self.flush()
         if self._final is not None and not self._final_reported:
-            self.reporter.report_final(self._final, _final_metrics(result, num_rounds))
+            self.reporter.report_final(
+                self._final, _final_metrics(result, self.stopped_at_round or num_rounds)
+            )
             self._final_reported = True
         self._close_audit_work()
         return result
@@ -404,6 +417,8 @@ class CanaryAuditStrategy(Strategy):
     ) -> Iterable[Message]:
         if not self._claimed and self.num_rounds is not None:
             self.declare(grid, self.num_rounds)
+        if self._stop_requested(server_round):
+            return []
         self._current = arrays
         self._report_initial(arrays)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
@@ -412,6 +427,19 @@ class CanaryAuditStrategy(Strategy):
             dim = sum(int(np.prod(a.shape)) for a in arrays.values())
             self._prefetched[server_round] = self._submit(self._round_canaries, server_round, dim)
         return messages
+
+    def _stop_requested(self, server_round: int) -> bool:
+        """Stop on alarm: after round t's report says the claim is refuted, rounds t+1.. send
+        no messages (waits for round t's report before round t+1, only with the option)."""
+        if self.stopped_at_round is None and self.stop_on_alarm and self._last is not None:
+            self.flush()
+            reason = getattr(self.reporter, "stop_reason", None)
+            if reason:
+                self.stopped_at_round = server_round - 1
+                self._final = self._last
+                log(WARNING, "flaudit: %s; training stops after round %d (stop_on_alarm)",
+                    reason, self.stopped_at_round)
+        return self.stopped_at_round is not None
 
     def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
         if self._canaries is not None:
@@ -463,6 +491,8 @@ class CanaryAuditStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if self.stopped_at_round is not None:
+            return None, None  # stopped on alarm: nothing trained, the model stays
         replies = list(replies)
         valid = [r for r in replies if not r.has_error() and r.content.array_records]
         current = _record_vector(self._current) if self._current is not None else None
@@ -497,6 +527,7 @@ class CanaryAuditStrategy(Strategy):
         arrays, metrics_out = self.strategy.aggregate_train(server_round, replies)
         if arrays is not None and current is not None:
             new = _record_vector(arrays)
+            self._last = new
             self.flush()  # round t-1's, in order; its error stops the run here
             self._reported = self._submit(
                 self.reporter.report_round,
@@ -525,6 +556,8 @@ class CanaryAuditStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        if self.stopped_at_round is not None:
+            return []
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:

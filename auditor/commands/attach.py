@@ -39,12 +39,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _api_key(args: argparse.Namespace) -> str:
+    """The API key (first key of ``--api-key-file``, else ``$FLAUDIT_API_KEY``).
+
+    Raises
+    ------
+    ValueError
+        Saying which source is missing, unreadable or empty (never the key).
+    """
     if args.api_key_file:
-        with open(args.api_key_file, encoding="utf-8") as handle:
-            return handle.readline().strip()
+        try:
+            with open(args.api_key_file, encoding="utf-8") as handle:
+                lines = [line.strip() for line in handle]
+        except OSError as exc:
+            raise ValueError(f"cannot read --api-key-file {args.api_key_file!r} "
+                             f"({exc.strerror or exc})") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"--api-key-file {args.api_key_file!r} is not a text file") from None
+        keys = [line for line in lines if line and not line.startswith("#")]
+        if not keys:
+            raise ValueError(f"--api-key-file {args.api_key_file!r} holds no key")
+        return keys[0]
     key = os.environ.get("FLAUDIT_API_KEY", "").strip()
     if not key:
-        raise SystemExit("flaudit attach: set FLAUDIT_API_KEY or pass --api-key-file")
+        raise ValueError("set FLAUDIT_API_KEY or pass --api-key-file")
     return key
 
 
@@ -53,7 +70,11 @@ def main(args: argparse.Namespace) -> int:
 
     import httpx
 
-    headers = {"Authorization": f"Bearer {_api_key(args)}"}
+    try:
+        headers = {"Authorization": f"Bearer {_api_key(args)}"}
+    except ValueError as exc:
+        print(f"flaudit attach: error: {exc}", file=sys.stderr)
+        return 2
     base = args.url.rstrip("/")
     try:
         if args.rotate:

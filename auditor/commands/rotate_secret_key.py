@@ -9,6 +9,7 @@ on the first line and the old one on the second decrypts both (the first encrypt
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +39,9 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("--new-key-file holds no key")
         cipher = SeedCipher(new[:1] + old)  # encrypt with the new key; decrypt with any
     except ValueError as exc:
-        print(f"flaudit rotate-secret-key: {exc}")
+        # load_api_keys names the settings field ("key_file: ..."); the option is named already
+        print(f"flaudit rotate-secret-key: error: {str(exc).removeprefix('key_file: ')}",
+              file=sys.stderr)
         return 2
     database_url = args.database_url or Settings.from_env().database_url
     store = Store(database_url)  # no cipher: rotating must not first re-seal with it
@@ -46,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
         store.cipher = cipher
         count = store.reseal_seeds()
     except ValueError as exc:
-        print(f"flaudit rotate-secret-key: {exc}; nothing was changed")
+        print(f"flaudit rotate-secret-key: error: {exc}; nothing was changed", file=sys.stderr)
         return 2
     finally:
         store.dispose()

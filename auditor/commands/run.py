@@ -21,17 +21,42 @@ from pathlib import Path
 from flaudit.auditor.commands._table import fmt_number, print_table
 
 
+#: Exit status per verdict (documented in ``--help``), so a CI job can gate on an audit.
+EXIT_CODES = {"consistent": 0, "claim_refuted": 3, "inconclusive": 4, "no_dp_claim": 5}
+
+EPILOG = """\
+exit status:
+  0  consistent with the claim (the audit could have caught a bug and none was found)
+  3  claim refuted (the DP alarm fired: a DP bug or a wrong claim)
+  4  inconclusive (this audit cannot refute its claim; its design says what would)
+  5  no DP claim (noise multiplier 0)
+  1  error (the run failed or timed out)
+  2  usage (bad arguments or an invalid spec)
+
+Before training the audit design (what this audit can detect) is printed on stderr; the report
+on stdout starts with the verdict sentence (--json: the "verdict" object)."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The epilog as written (the exit-status table) and every option's default."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = _HelpFormatter
+    parser.epilog = EPILOG
     parser.add_argument("spec", type=Path, help="audit TOML file (AuditSpec fields)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds for the whole run (default: the spec's timeout_seconds)")
+                        help="seconds for the whole run (None: the spec's timeout_seconds)")
     parser.add_argument("--max-supernodes", type=int, default=8,
-                        help="virtual SuperNodes for the simulation (default 8)")
+                        help="virtual SuperNodes for the simulation")
     parser.add_argument("--num-cpus", type=int, default=None,
-                        help="CPUs Ray may use (default: all)")
+                        help="CPUs Ray may use (None: all)")
     parser.add_argument("--bootstrap", type=int, default=0,
-                        help="bootstrap resamples for an interval on epsilon_est (default 0)")
+                        help="bootstrap resamples for an interval on epsilon_est")
+    parser.add_argument("--stop-on-alarm", action="store_true",
+                        help="end training at the round where the DP alarm fires (sets the "
+                             "spec's stop_on_alarm)")
     parser.add_argument("--inject-bug", default=None, metavar="BUG[=FACTOR]",
                         help="testing only: run with a deliberate DP bug the claim does not know "
                              "about: noise_scale=0.5, no_noise, noise_divided_twice, "
@@ -94,12 +119,91 @@ def print_estimates(estimates) -> None:
         print(textwrap.fill(ABOVE_CLAIM_NOTE.format(claim=fmt_number(claim)), width=100))
 
 
+class AlarmWatch:
+    """The round reporter of ``flaudit run``: feeds the in-process
+    :class:`~flaudit.server.reporting.LocalRoundReporter` and, after every round, evaluates the
+    DP alarm at that look exactly as the service does (the claim tests of the all-iterates and
+    known-rounds statistics so far, :func:`flaudit.auditor.claims.alerts.decide`). The first
+    error alarm is kept in :attr:`alerts`; with the spec's ``stop_on_alarm`` it sets
+    :attr:`stop_reason`, which ends the ServerApp's loop after that round."""
+
+    def __init__(self, spec, inner, *, seen) -> None:
+        self.spec = spec
+        self.inner = inner
+        self._seen = seen
+        self.alerts: list[dict] = []
+        self.stop_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return "AlarmWatch(LocalRoundReporter)"
+
+    def report_initial(self, initial_model) -> None:
+        self.inner.report_initial(initial_model)
+
+    def report_round(self, server_round: int, update, metadata) -> None:
+        from flaudit.auditor.claims import audit_claims
+        from flaudit.auditor.claims.alerts import build_alerts, decide, first_alarm
+        from flaudit.auditor.estimators import summarize
+        from flaudit.auditor.spec import ThreatModel
+
+        self.inner.report_round(server_round, update, metadata)
+        if ThreatModel.all_iterates not in self.spec.threat_models:
+            return
+        tracker, known = self.inner.tracker, self.inner.known_rounds
+        summary = summarize(
+            seen=self._seen, dim=tracker.dim, delta=self.spec.delta,
+            max_cosines=tracker.max_cosines, final_cosines=None, threat_models=["all_iterates"],
+            one_run=False, known_rounds_scores=None if known is None else known.scores,
+            claims=audit_claims(self.spec), num_rounds=server_round,
+        )
+        alarm = decide(self.spec, summary.claim_tests, look=server_round)
+        self.alerts = build_alerts(spec=self.spec, dim=None, rounds_stored=server_round,
+                                   has_final=False, alarm=alarm, round=server_round,
+                                   previous=self.alerts)
+        record = first_alarm(self.alerts)
+        if record is not None and self.spec.stop_on_alarm and self.stop_reason is None:
+            self.stop_reason = f"claim refuted at round {record['round']}"
+
+    def report_final(self, final_model, metrics) -> None:
+        self.inner.report_final(final_model, metrics)
+
+    def evaluate(self, *, bootstrap: int = 0):
+        """After the run: the service's final estimates (with the analytic ones), the alarm at the
+        final look, the alerts (the first error alarm kept) and the verdict.
+
+        Returns ``(summary, estimates, alarm, alerts, verdict)``.
+        """
+        from flaudit.auditor.claims import audit_claims
+        from flaudit.auditor.claims.alerts import (build_alerts, decide, first_alarm, num_looks,
+                                                   spec_verdict)
+        from flaudit.auditor.estimators import audit_analytic_epsilon, summarize
+
+        spec, local = self.spec, self.inner
+        tracker = local.tracker
+        scores = local.known_rounds.scores if local.known_rounds is not None else None
+        summary = summarize(
+            seen=self._seen, dim=tracker.dim, delta=spec.delta, max_cosines=tracker.max_cosines,
+            final_cosines=tracker.final_cosines,
+            threat_models=[t.value for t in spec.threat_models],
+            bootstrap=bootstrap, one_run=True,  # the same estimates the service reports
+            known_rounds_scores=scores, claims=audit_claims(spec), num_rounds=tracker.num_rounds,
+        )
+        estimates = list(summary.estimates) + list(audit_analytic_epsilon(spec))
+        # the final look; the per-round looks ran during training, as in the service
+        alarm = decide(spec, summary.claim_tests, look=num_looks(spec))
+        alerts = build_alerts(spec=spec, dim=tracker.dim, rounds_stored=len(local.rounds),
+                              has_final=True, alarm=alarm, previous=self.alerts)
+        verdict = spec_verdict(spec, alarm=first_alarm(alerts),
+                               estimates=[e.to_dict() for e in estimates], state="succeeded",
+                               rounds_received=len(local.rounds))
+        return summary, estimates, alarm, alerts, verdict
+
+
 def main(args: argparse.Namespace) -> int:
     import numpy as np
     from pydantic import ValidationError
 
     from flaudit.auditor.canaries import new_master_seed, seen_mask
-    from flaudit.auditor.estimators import audit_analytic_epsilon, summarize
     from flaudit.auditor.commands._progress import RoundProgress
     from flaudit.server.reporting import LocalRoundReporter
     from flaudit.server.simulation import run_simulation_audit
@@ -126,10 +230,24 @@ def main(args: argparse.Namespace) -> int:
             print(f"flaudit run: --inject-bug: {error}", file=sys.stderr)
             return 2
 
+    if args.stop_on_alarm:
+        spec = type(spec).model_validate({**spec.model_dump(), "stop_on_alarm": True})
+
+    from flaudit.auditor.claims import audit_design
+    from flaudit.auditor.claims.alerts import design_warning
+
+    design = audit_design(spec)
+    print(textwrap.fill(f"audit design: this audit {design.summary}", width=100,
+                        subsequent_indent="  "), file=sys.stderr)
+    warning = design_warning(spec, design)
+    if warning:
+        print(textwrap.fill(f"WARNING: {warning}", width=100, subsequent_indent="  "),
+              file=sys.stderr)
+
     seed = new_master_seed()
-    reporter = LocalRoundReporter.for_audit(
+    reporter = AlarmWatch(spec, LocalRoundReporter.for_audit(
         canary_seed=seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family
-    )
+    ), seen=seen_mask(seed, spec.num_canaries))
     try:
         with RoundProgress(spec.num_rounds, name=f"audit {spec.name!r}") as bar:
             result = run_simulation_audit(
@@ -139,32 +257,18 @@ def main(args: argparse.Namespace) -> int:
             )
     except TimeoutError as error:
         print(f"flaudit run: {error}", file=sys.stderr)
-        return 3
+        return 1
     except ValueError as error:
         print(f"flaudit run: error: {error}", file=sys.stderr)
         return 2
 
-    from flaudit.auditor.estimators.gdp import audit_claims
-    from flaudit.auditor.service.live import alarm_guarantee, bug_label, build_alerts, decide, num_looks
+    from flaudit.auditor.claims.alerts import bug_label
+    from flaudit.auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
 
-    tracker = reporter.tracker
+    summary, estimates, alarm, alerts, verdict = reporter.evaluate(bootstrap=args.bootstrap)
+    tracker = reporter.inner.tracker
     mask = seen_mask(seed, spec.num_canaries)
-    scores = reporter.known_rounds.scores if reporter.known_rounds is not None else None
-    summary = summarize(
-        seen=mask, dim=tracker.dim, delta=spec.delta, max_cosines=tracker.max_cosines,
-        final_cosines=tracker.final_cosines, threat_models=[t.value for t in spec.threat_models],
-        bootstrap=args.bootstrap, one_run=True,  # the same estimates the service reports
-        known_rounds_scores=scores, claims=audit_claims(spec),
-        num_rounds=tracker.num_rounds,
-    )
-    estimates = list(summary.estimates)
-    estimates += audit_analytic_epsilon(spec)
-    # one look, the final one: it spends only the final look's share of the level
-    alarm = decide(spec, summary.claim_tests, look=num_looks(spec))
-    alerts = build_alerts(
-        spec=spec, dim=tracker.dim, estimates=[e.to_dict() for e in estimates],
-        rounds_stored=len(reporter.rounds), has_final=True, alarm=alarm,
-    )
+    code = EXIT_CODES[verdict.status.value]
     guarantee = alarm_guarantee(spec)
     bug = bug_label(spec)
     cos = {
@@ -175,6 +279,8 @@ def main(args: argparse.Namespace) -> int:
     }
     if args.json:
         out = {
+            "verdict": verdict.to_dict(),
+            "exit_code": code,
             "spec": spec.model_dump(mode="json"),
             "run": {k: v for k, v in result.items() if k != "rounds"},
             "cosines": cos,
@@ -186,14 +292,18 @@ def main(args: argparse.Namespace) -> int:
             "bug_injected": bug,
         }
         print(json.dumps(out, indent=2))
-        return 0
+        return code
 
+    print(textwrap.fill(verdict.summary, width=100, subsequent_indent="  "))
     metrics = result["metrics"]
     print(textwrap.fill(
         f"audit {spec.name!r}: task {spec.task}, d={result['dim']}, T={spec.num_rounds}, "
         f"m={spec.clients_per_round}, z={spec.noise_multiplier:g}, k={spec.num_canaries} canaries "
         f"({int(mask.sum())} seen, repeats {spec.canary_repeats}), {spec.participation.value} "
         f"participation, {result['seconds']:.1f} s", width=100, subsequent_indent="  "))
+    if result.get("stopped_at_round") is not None:
+        print(f"training stopped at round {result['stopped_at_round']} of {spec.num_rounds}: "
+              f"{result['stop_reason']} (stop_on_alarm)")
     print(f"final model: accuracy {metrics.get('accuracy', float('nan')):.4f}, "
           f"loss {metrics.get('loss', float('nan')):.4f}; clients dropped: {result['num_failures']}")
     print(f"mean cosines, final model: seen {fmt_number(cos['final_seen_mean'])}, unseen "
@@ -210,7 +320,8 @@ def main(args: argparse.Namespace) -> int:
     for alert in alerts:
         print(textwrap.fill(f"{alert['level'].upper()}: {alert['message']}", width=100,
                             subsequent_indent="  "))
-    if alarm.status == "ok":
+    if alarm.status == "ok" and verdict.status.value != "claim_refuted":
         print("DP alarm: none (no claim test rejected)")
     print(textwrap.fill(f"alarm guarantee: {guarantee}", width=100, subsequent_indent="  "))
-    return 0
+    print(f"verdict: {verdict.status.value} (exit status {code})")
+    return code

@@ -158,12 +158,12 @@ class ReadCache:
 
     def refresh(self, store: Store, audit_id: str) -> None:
         """Rebuild the body right after a write, so pollers never queue on the database."""
-        from .views import audit_view
+        from .tradeoff_view import audit_view_with_tradeoff
 
         self.invalidate(audit_id)
         audit = store.get_audit(audit_id)
         if audit is not None:
-            self.put(audit_id, audit_view(audit, round_times=store.round_times(audit_id)))
+            self.put(audit_id, audit_view_with_tradeoff(store, audit, cache=self))
 
 
 def json_safe(value):

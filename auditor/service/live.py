@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from flaudit.auditor.bugs import InjectedBug
 from flaudit.auditor.canaries import CanaryFamily, resolve_canary_family, seen_mask
-from flaudit.auditor.estimators.gdp import audit_claims
+from flaudit.auditor.claims import audit_claims
+from flaudit.auditor.claims.alerts import build_alerts, decide, first_alarm, num_looks
 from flaudit.auditor.known_rounds import KnownRoundsStatistic
-from flaudit.auditor.spec import AuditSpec, Engine, Participation, ThreatModel
+from flaudit.auditor.spec import AuditSpec, Engine, ThreatModel
 from flaudit.auditor.statistics import CosineTracker
 
 from .external import round_participants
@@ -33,19 +33,11 @@ from .store import StaleRound, Store
 __all__ = [
     "IngestError",
     "LiveAudits",
-    "alarm_guarantee",
-    "bug_label",
-    "build_alerts",
-    "decide",
-    "num_looks",
     "headline_epsilon",
     "to_jsonable",
 ]
 
 log = logging.getLogger("flaudit.service")
-
-#: Above this canaries-per-dimension ratio the canaries interfere (Keinan et al. 2025).
-
 
 class IngestError(Exception):
     """An ingest request that must be refused; ``status_code`` and a message naming the problem."""
@@ -166,43 +158,6 @@ def summary_parts(
             list(summary.claim_tests))
 
 
-def bug_label(spec: AuditSpec | dict) -> str | None:
-    """``"bug injected: noise_scale=0.5 (...)"`` for a spec with ``inject_bug``, else None."""
-    raw = spec.inject_bug if isinstance(spec, AuditSpec) else (spec or {}).get("inject_bug")
-    if raw is None:
-        return None
-    bug = raw if isinstance(raw, InjectedBug) else InjectedBug.model_validate(raw)
-    return f"bug injected: {bug.label} (testing only; the claim does not know about it)"
-
-
-def num_looks(spec: AuditSpec) -> int:
-    """Looks of the DP alarm, declared in advance: after every round and at the end."""
-    return spec.num_rounds + 1
-
-
-def alarm_guarantee(spec: AuditSpec | dict) -> str:
-    """One sentence: what the DP alarm guarantees for this spec, or "No DP claim: ..."."""
-    from flaudit.auditor.estimators.alarm import alarm_guarantee as guarantee
-    from flaudit.auditor.estimators.gdp import audit_claims
-
-    spec = spec if isinstance(spec, AuditSpec) else AuditSpec.model_validate(spec)
-    # The sentence covers the alarming claims only: the known-rounds one (the Poisson-subsampled
-    # claim is tested and reported, not alarming). Every GET asks for it, so build the claims
-    # without the Poisson curve (its PLD costs ~0.3-2 s per new spec).
-    known_only = spec.model_copy(update={"participation": Participation.uniform})
-    return guarantee(audit_claims(known_only), num_looks=num_looks(spec))
-
-
-def decide(spec: AuditSpec, claim_tests: list, *, look: int):
-    """The alarm (:func:`flaudit.auditor.estimators.alarm.decide_alarm`) at ``look`` of
-    :func:`num_looks` over this look's claim tests."""
-    from flaudit.auditor.estimators.alarm import decide_alarm
-    from flaudit.auditor.estimators.gdp import audit_claims
-
-    return decide_alarm(claim_tests, look=look, num_looks=num_looks(spec),
-                        claims=audit_claims(spec))
-
-
 def headline_epsilon(estimates: list[dict]) -> float | None:
     """The one number the audit list shows: the final-model two-Gaussian estimate with the null
     variance (the paper's Table 2 variant) if present, else the all-iterates two-Gaussian one."""
@@ -218,83 +173,6 @@ def headline_epsilon(estimates: list[dict]) -> float | None:
                 if value is not None and math.isfinite(value):
                     return value
     return None
-
-
-def _alarm_alert(alarm) -> dict | None:
-    """The error/warning/info alert of an alarm decision (None when it is ``ok``)."""
-    if alarm.status == "no_dp_claim":
-        return {"level": "info", "message": alarm.guarantee}
-    if alarm.status not in ("error", "warning"):
-        return None
-    kind = "known_rounds" if alarm.status == "error" else "poisson_subsampled"
-    rejected = [t for t in alarm.rejected if (t.get("claim") or {}).get("threat_model") == kind]
-    claim = (rejected[0].get("claim") or {}) if rejected else {}
-    by = " and ".join(f"the {t.get('threat_model')} scores (p = {t['p_value']:.2g})"
-                      for t in rejected)
-    what = claim.get("description") or claim.get("kind") or kind
-    level = f"each <= {alarm.level_per_test:.2g} at look {alarm.look} of {alarm.num_looks}"
-    if alarm.status == "error":
-        message = (f"possible DP bug or wrong claim: the known-rounds claim ({what}) is rejected "
-                   f"by {by}, {level}")
-    else:
-        message = (f"amplification by sampling looks violated: the Poisson-subsampled claim is "
-                   f"rejected by {by}, {level}; check that clients and canaries are sampled by "
-                   "Poisson with the accountant's rate")
-    return {"level": alarm.status, "message": message}
-
-
-def build_alerts(
-    *,
-    spec: AuditSpec,
-    dim: int | None,
-    estimates: list[dict],
-    rounds_stored: int,
-    has_final: bool,
-    alarm=None,
-) -> list[dict]:
-    """Alerts shown with an audit.
-
-    The DP alarm (``alarm``: an :class:`flaudit.auditor.estimators.alarm.AlarmDecision` from
-    :func:`decide`): **error** when a known-rounds Gaussian-DP claim test rejects (a claim that
-    holds whatever the participation schedule, so a DP bug or a wrong claim), **warning** when
-    only a Poisson-subsampled claim is rejected (only if :func:`decide` is told to alarm on
-    it; by default those tests are reported, not alarming), **info** "No DP claim" for a spec with noise
-    multiplier 0. Its false-alarm probability over all looks and tests is stated by
-    :func:`alarm_guarantee`. Epsilon lower bounds above an analytic epsilon are reported as
-    estimates, never as alarms (each keeps only its own per-look confidence).
-
-    Other warnings: ``k/d`` in the interference zone
-    (:func:`flaudit.auditor.estimators.interference_warning`), and a run that ended early.
-    """
-    alerts: list[dict] = []
-    if alarm is None and spec.accounted_noise_multiplier == 0:
-        alerts.append({"level": "info", "message": alarm_guarantee(spec)})
-    elif alarm is not None:
-        alert = _alarm_alert(alarm)
-        if alert is not None:
-            alerts.append(alert)
-    if dim and dim >= 2:
-        from flaudit.auditor.estimators import interference_warning
-
-        family = resolve_canary_family(
-            spec.canary_family, num_canaries=spec.num_canaries, dim=int(dim)
-        )
-        message = interference_warning(
-            spec.num_canaries, int(dim), noise_multiplier=spec.noise_multiplier, family=family
-        )
-        if message:
-            alerts.append({"level": "warning", "message": f"{message} (Keinan et al. 2025)"})
-    if has_final and rounds_stored < spec.num_rounds:
-        alerts.append(
-            {
-                "level": "warning",
-                "message": (
-                    f"the run ended after {rounds_stored} of {spec.num_rounds} rounds; the "
-                    "all-iterates statistics cover only the rounds received"
-                ),
-            }
-        )
-    return alerts
 
 
 class _CanaryCache:
@@ -444,8 +322,7 @@ class LiveAudits:
                 raise IngestError(422, f"initial model: {error}") from None
             analytic = analytic_results(spec)
             alerts = build_alerts(
-                spec=spec, dim=int(model.shape[0]), estimates=analytic, rounds_stored=0,
-                has_final=False,
+                spec=spec, dim=int(model.shape[0]), rounds_stored=0, has_final=False
             )
             try:
                 self.store.store_initial_model(
@@ -538,9 +415,10 @@ class LiveAudits:
                         dim=secret.dim, delta=spec.delta, t=t, num_rounds=spec.num_rounds,
                     )
             all_estimates = estimates + list(audit.analytic or [])
+            alarm = decide(spec, tests, look=t)
             alerts = build_alerts(
-                spec=spec, dim=secret.dim, estimates=all_estimates, rounds_stored=t,
-                has_final=False, alarm=decide(spec, tests, look=t),
+                spec=spec, dim=secret.dim, rounds_stored=t, has_final=False, alarm=alarm,
+                round=t, previous=audit.alerts,
             )
             row = {
                 "round": t,
@@ -566,6 +444,19 @@ class LiveAudits:
                 raise IngestError(409, str(exc)) from None
             self.version += 1
             return "stored"
+
+    def round_ack(self, audit_id: str) -> dict:
+        """The alarm state a round's ingest answers with: ``alarm`` ("error" once the error
+        alarm has fired), ``stop`` (the spec's ``stop_on_alarm`` and the alarm fired) and
+        ``stop_reason``; the reporter ends training on ``stop``."""
+        audit = self._audit(audit_id)
+        record = first_alarm(audit.alerts)
+        if record is None:
+            return {"alarm": None, "stop": False, "stop_reason": None}
+        stop = bool(audit.spec.get("stop_on_alarm"))
+        where = record.get("round")
+        return {"alarm": "error", "stop": stop,
+                "stop_reason": f"claim refuted at round {where}" if stop else None}
 
     # -- final model ----------------------------------------------------------------------
     def ingest_final(self, audit_id: str, model: np.ndarray, metrics: dict) -> str:
@@ -609,9 +500,8 @@ class LiveAudits:
                 )
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(
-                spec=spec, dim=secret.dim, estimates=all_estimates,
-                rounds_stored=secret.rounds_stored, has_final=True,
-                alarm=decide(spec, tests, look=num_looks(spec)),
+                spec=spec, dim=secret.dim, rounds_stored=secret.rounds_stored, has_final=True,
+                alarm=decide(spec, tests, look=num_looks(spec)), previous=audit.alerts,
             )
             try:
                 self.store.store_final(

@@ -71,12 +71,80 @@ class Progress(BaseModel):
 class Alert(BaseModel):
     level: Literal["error", "warning", "info"]
     message: str = Field(examples=["possible DP bug or wrong claim: ..."])
+    details: dict[str, Any] | None = Field(
+        None,
+        description="The error alarm's record: details.alarm = {round (null: the final look), "
+        "look, num_looks, refuted_by}. Kept once fired.",
+    )
+
+
+class AuditDesignOut(BaseModel):
+    """What an audit can detect, from its spec alone (before any training)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    claim_mu: float | None = Field(description="The claim's Gaussian-DP μ (null: no DP claim).")
+    claim_epsilon: float | None = Field(description="The claim's ε at δ.")
+    delta: float
+    detectable_noise_scale: float | None = Field(
+        description="Largest s such that a run whose noise is s × the claimed noise is caught "
+        "in at least the design's power of runs."
+    )
+    detectable_mu: float | None = None
+    detectable_epsilon: float | None = None
+    max_refutable_mu: float | None = Field(
+        description="Largest claim μ this audit can refute, even with perfect separation."
+    )
+    testable: bool = Field(description="False: this audit cannot refute its own claim.")
+    summary: str = Field(examples=["catches noise × 0.8 or smaller (ε ≥ 4.1 at δ = 1e-6) in "
+                                   "95% of runs; cannot refute claims above μ = 3.7"])
+    advice: str | None = Field(
+        None, description="When not testable or weak: what would make it testable."
+    )
+
+
+class VerdictOut(BaseModel):
+    """One verdict, the same sentence on the page, in the CLI and here."""
+
+    status: Literal["claim_refuted", "consistent", "inconclusive", "no_dp_claim", "running"]
+    summary: str = Field(description="One sentence; the page and `flaudit run` show it verbatim.")
+    claim: dict[str, Any] | None = Field(
+        None, description="mu, epsilon, delta, description of the claim tested (null: none)."
+    )
+    refuted_by: dict[str, Any] | None = Field(
+        None,
+        description="claim_refuted only: test, name, threat_model, tier, p_value, level, "
+        "claim_mu, mu_lo, epsilon_lo, confidence, round.",
+    )
+    design: dict[str, Any] | None = Field(None, description="The audit design (AuditDesignOut).")
+    largest_valid_bound: dict[str, Any] | None = Field(
+        None,
+        description="The largest valid lower bound reported: estimator, name, threat_model, "
+        "mu, epsilon, delta, confidence (the dashboard's measured tile).",
+    )
+    tier: str | None = Field(
+        None, description="Validity tier of the refuting test: independent_canaries or "
+        "assumption_free."
+    )
+    round: int | None = Field(None, description="Round where the alarm fired (null: at the end).")
+    gaps: dict[str, Any] | None = Field(
+        None, description="Rounds missing: rounds_received, num_rounds, missing_rounds."
+    )
+    stopped: bool = Field(False, description="Training was stopped on the alarm.")
 
 
 class AuditCreated(BaseModel):
     id: str = Field(description="URL-safe audit id.", examples=["q3Zr1d0xT4mA"])
     status: AuditStatus = Field(examples=["queued"])
     links: dict[str, str] = Field(examples=[{"self": "/audits/q3Zr1d0xT4mA"}])
+    design: AuditDesignOut | None = Field(
+        None, description="What this audit can detect (the same as POST /audits/design)."
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="E.g. the audit cannot test its own claim, and what would make it testable "
+        "(the audit is accepted all the same).",
+    )
     environment: dict[str, str] | None = Field(
         None,
         description=(
@@ -129,6 +197,7 @@ class AuditOut(BaseModel):
         description="Checks of the estimators' assumptions (name, value, ok, hint, details)."
     )
     alerts: list[Alert]
+    verdict: VerdictOut = Field(description="Does the DP claim hold? One sentence and its parts.")
     alarm_guarantee: str = Field(
         description=(
             "One sentence stating what the DP alarm guarantees (its false-alarm probability over "
@@ -279,6 +348,19 @@ class IngestAck(BaseModel):
     stored: bool = Field(description="False when the same item was already stored (no-op).")
     round: int | None = None
     dim: int | None = None
+    alarm: Literal["error"] | None = Field(
+        None,
+        description="Rounds: 'error' once the DP alarm's error level has fired (the claim is "
+        "refuted, with the alarm's confidence over every look); null otherwise.",
+    )
+    stop: bool = Field(
+        False,
+        description="Rounds: true when the spec asks to stop on alarm (stop_on_alarm) and the "
+        "alarm has fired: end training now and send the final model.",
+    )
+    stop_reason: str | None = Field(
+        None, description="Why to stop, e.g. 'claim refuted at round 3'.", examples=[None]
+    )
 
 
 class Health(BaseModel):

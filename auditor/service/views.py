@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.claims.alerts import bug_label, first_alarm, spec_alarm_guarantee, spec_verdict
 from flaudit.auditor.progress import eta_seconds
 
-from .live import alarm_guarantee, bug_label
 from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc
 
 __all__ = [
+    "audit_verdict_view",
     "audit_view",
     "audit_summary_view",
     "round_view",
@@ -72,14 +73,31 @@ def _merge_histograms(histograms: dict, ended: bool) -> dict:
     return merged
 
 
+def audit_verdict_view(audit: Audit) -> dict[str, Any]:
+    """The audit's verdict (:func:`flaudit.auditor.claims.alerts.spec_verdict`) as JSON."""
+    gaps = getattr(audit, "gaps", None) or []  # rounds the run lacks (fail-open reporting)
+    verdict = spec_verdict(
+        audit.spec, alarm=first_alarm(audit.alerts), estimates=audit.estimates or [],
+        state=audit.status, rounds_received=int(audit.rounds_stored or 0),
+        missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
+        rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
+    )
+    return verdict.to_dict()
+
+
 def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
     ended = audit.status in ENDED_STATUSES
     base = f"/audits/{audit.id}"
+    verdict = audit_verdict_view(audit)
+    reason = audit.reason
+    if reason is None and verdict["stopped"]:
+        reason = f"stopped at round {verdict['round']}: claim refuted (stop_on_alarm)"
     return {
         "id": audit.id,
         "name": audit.name,
         "status": audit.status,
-        "reason": audit.reason,
+        "reason": reason,
+        "verdict": verdict,
         "spec": audit.spec,
         "created_at": _iso(audit.created_at),
         "started_at": _iso(audit.started_at),
@@ -89,7 +107,7 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],
         "alerts": audit.alerts or [],
-        "alarm_guarantee": alarm_guarantee(audit.spec),
+        "alarm_guarantee": spec_alarm_guarantee(audit.spec),
         "bug_injected": bug_label(audit.spec),
         "histograms": _merge_histograms(audit.histograms or {}, ended),
         "metrics": audit.metrics or {},

@@ -20,7 +20,7 @@ window.__snapshots = [];
 setInterval(() => {
   const counter = document.getElementById("round-counter");
   if (!counter) return;
-  const chart = document.getElementById("eps-chart");
+  const chart = document.getElementById("bounds-chart");
   const badge = document.querySelector(".badge-slot .badge");
   const snap = {
     round: Number(counter.dataset.round),
@@ -94,7 +94,7 @@ def test_start_an_audit_from_the_page_and_watch_it_live(service, tab, output_dir
     assert page.evaluate("Object.keys(localStorage).length") == 0
 
     # Live: while running, the round counter advances (two different rounds > 0 shown) and the
-    # epsilon chart gets points.
+    # bounds-over-rounds chart gets points; the verdict is provisional.
     page.wait_for_function(
         """() => new Set(window.__snapshots
                    .filter(s => s.status === 'running' && s.round > 0 && s.points > 0)
@@ -115,46 +115,34 @@ def test_start_an_audit_from_the_page_and_watch_it_live(service, tab, output_dir
     assert rounds_shown[-1] == audit["progress"]["num_rounds"] == NUM_ROUNDS
     expect(page.locator("#round-counter")).to_have_text(f"Round {NUM_ROUNDS} of {NUM_ROUNDS}")
 
-    # The final table shows every estimate the API returns, with the same numbers.
+    # The verdict is the API's sentence; the tiles and the f-DP picture are drawn.
+    expect(page.locator("#verdict-summary")).to_be_visible()
+    if audit.get("verdict"):
+        expect(page.locator("#verdict-summary")).to_have_text(audit["verdict"]["summary"])
+    assert "empirical" in page.locator("#fdp-chart").get_attribute("data-drawn").split(",")
+    assert page.locator("#bounds-chart canvas").count() == 1
+
+    # The details (collapsed) show every estimate the API returns, with the same numbers.
+    expect(page.locator("#estimates-table")).not_to_be_visible()
+    page.locator("#details > summary").click()
     rows = page.locator("#estimates-table tbody tr")
     expect(rows).to_have_count(len(audit["estimates"]))
     shown_estimators = set(rows.evaluate_all("rs => rs.map(r => r.dataset.estimator)"))
-    assert {"two_gaussian", "lower_bound", "one_run", "analytic"} <= shown_estimators
+    assert {"two_gaussian", "lower_bound", "one_run", "analytic", "gdp_lower_bound"} <= shown_estimators
     shown = sorted(_shown_epsilon(t) for t in page.locator("#estimates-table td.eps-cell").all_inner_texts())
     expected = sorted(_api_epsilon(e["epsilon"]) for e in audit["estimates"])
     assert len(shown) == len(expected)
     for got, want in zip(shown, expected):
         assert got == want or math.isclose(got, want, rel_tol=6e-3, abs_tol=1e-9), (shown, expected)
-    for label in ("Threat model", "Correction", "Confidence", "Method"):
+    for label in ("What it is", "Adversary", "Assumes", "In one line"):
         cells = page.locator(f'#estimates-table td[data-label="{label}"]').all_inner_texts()
         assert len(cells) == len(audit["estimates"]) and all(c.strip() for c in cells), label
     expect(page.locator("#diagnostics li")).to_have_count(len(audit["diagnostics"]))
-    assert page.locator("#alerts .banner").count() >= len(audit["alerts"])
-
-    # The chart has a line per default series, the analytic reference lines and a text summary.
-    assert page.locator("#eps-chart path").count() > 0
-    assert page.locator("#eps-chart .ref-line").count() == sum(
-        e["estimator"] == "analytic" and e["epsilon"] != "inf" for e in audit["estimates"]
-    )
-    assert page.locator("#eps-chart").get_attribute("aria-label").startswith("Epsilon over rounds. Latest:")
-    # Once ended, the densities show seen and unseen canaries separately, with the null.
+    # Once ended, the score histograms show inserted and held-out canaries with the null.
     for tm in audit["spec"]["threat_models"]:
-        card = page.locator(f"section:has(#density-{tm})")
-        expect(card.locator(".legend")).to_contain_text("seen canaries")
-        expect(card.locator(".legend")).to_contain_text("unseen canaries")
-        expect(card.locator(".legend")).to_contain_text("null")
-        assert card.locator("svg path").count() >= 3
-
-    # Keyboard: a legend checkbox toggles its series off and on again.
-    first = page.locator("#eps-legend input[type=checkbox]:checked").first
-    key = first.get_attribute("data-series-key")
-    first.focus()
-    page.keyboard.press("Space")
-    expect(page.locator(f'#eps-legend input[data-series-key="{key}"]')).not_to_be_checked()
-    assert page.locator(f'#eps-chart g.series[data-series="{key}"]').count() == 0
-    page.keyboard.press("Space")
-    expect(page.locator(f'#eps-legend input[data-series-key="{key}"]')).to_be_checked()
-    assert page.locator(f'#eps-chart g.series[data-series="{key}"]').count() == 1
+        chart = page.locator(f"#density-{tm}")
+        expect(chart.locator("canvas")).to_have_count(1)
+        assert {"seen", "unseen", "null"} <= set(chart.get_attribute("data-drawn").split(","))
 
     page.screenshot(path=str(output_dir / "dashboard-audit-1280.png"), full_page=True)
     page.set_viewport_size({"width": 390, "height": 844})
@@ -172,6 +160,7 @@ def test_start_an_audit_from_the_page_and_watch_it_live(service, tab, output_dir
 
     # The per-canary cosines download: one row per canary, labels published now it has ended.
     page.goto(service.url + f"/ui/#/audits/{audit_id}")
+    page.locator("#details > summary").click()
     with page.expect_download() as download_info:
         page.locator("#download-cosines").click()
     lines = download_info.value.path().read_text().strip().splitlines()
@@ -200,7 +189,8 @@ def test_a_bad_pasted_spec_is_refused_with_the_field_named(service, tab):
     page.locator("#spec-json").fill("{not json")
     page.locator("#start-audit").click()
     expect(page.locator("#form-error")).to_contain_text("not valid JSON")
-    assert not any(method == "POST" for method, _, _ in tab.responses)
+    # nothing submitted (the design preview's POST /audits/design creates nothing)
+    assert not any(method == "POST" and url.endswith("/audits") for method, url, _ in tab.responses)
 
     page.locator("#spec-json").fill('{"name": "bad", "num_rounds": 0}')
     page.locator("#start-audit").click()
@@ -210,3 +200,24 @@ def test_a_bad_pasted_spec_is_refused_with_the_field_named(service, tab):
     assert page.url.endswith("#/new")
     assert service.client.get("/audits").json()["total"] == before
     assert _unexpected_errors(tab, {401, 422}) == []
+
+
+@pytest.mark.timeout(60)
+def test_the_form_previews_what_the_audit_can_detect(service, tab):
+    page = tab.page
+    before = service.client.get("/audits").json()["total"]
+    page.goto(service.url + "/ui/#/new")
+    expect(page.locator("#design-summary")).not_to_be_empty()
+    with page.expect_response(lambda r: r.url.endswith("/audits/design")) as info:
+        page.locator("#f-num_canaries").fill("6")
+    design = info.value.json()
+    assert info.value.status == 200
+    expect(page.locator("#design-summary")).to_have_text(design["summary"])
+    if design.get("advice"):
+        expect(page.locator("#design-advice")).to_have_text(design["advice"])
+    assert service.client.get("/audits").json()["total"] == before  # a preview stores nothing
+    # the list and the form speak in words, not identifiers (every <details> open)
+    from tests.e2e.test_verdicts import internal_identifiers, visible_text_with_details_open
+
+    assert internal_identifiers(visible_text_with_details_open(page)) == []
+    assert _unexpected_errors(tab, set()) == []

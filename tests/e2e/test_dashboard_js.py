@@ -1,6 +1,6 @@
-"""The dashboard's own small math (null densities, erfc, axis ticks, histogram normalisation,
-labels) checked in the browser against scipy and by invariants. Served by a plain static file
-server (``static_url``): no audit service needed."""
+"""The dashboard's own small math (null densities, erfc, histogram normalisation) and its human
+names for the API's identifiers, checked in the browser against scipy and by invariants. Served
+by a plain static file server (``static_url``): no audit service needed."""
 
 from __future__ import annotations
 
@@ -62,26 +62,6 @@ def test_max_of_T_null_density_is_the_derivative_of_phi_to_the_T(js, d, T):
     assert abs(np.trapezoid(got, xs) - 1) < 2e-3
 
 
-def test_nice_ticks_cover_the_range_with_round_steps(js):
-    rng = np.random.default_rng(0)
-    cases = []
-    for _ in range(300):
-        lo = float(rng.normal(0, 10 ** rng.uniform(-3, 2)))
-        hi = lo + float(10 ** rng.uniform(-4, 3))
-        cases.append([lo, hi, int(rng.integers(2, 9))])
-    results = js("return arg.map(([lo, hi, n]) => charts.niceTicks(lo, hi, n));", cases)
-    for (lo, hi, n), ticks in zip(cases, results):
-        assert len(ticks) >= 1
-        span = hi - lo
-        assert all(lo - 1e-9 * span <= t <= hi + 1e-9 * span for t in ticks), (lo, hi, ticks)
-        if len(ticks) >= 2:
-            steps = np.diff(ticks)
-            np.testing.assert_allclose(steps, steps[0], rtol=1e-6)
-            mantissa = steps[0] / 10 ** np.floor(np.log10(steps[0]))
-            assert min(abs(mantissa - m) for m in (1, 2, 5, 10)) < 1e-6, steps[0]
-            assert len(ticks) <= 2 * n + 2
-
-
 def test_histogram_densities_integrate_to_one(js):
     rng = np.random.default_rng(1)
     edges = np.sort(rng.uniform(-0.05, 0.05, 12)).tolist()
@@ -91,30 +71,36 @@ def test_histogram_densities_integrate_to_one(js):
     assert js("return charts.toDensity([0, 0], [0, 1, 2]);") == [0, 0]
 
 
-def test_labels_and_the_bound_versus_analytic_check(js):
+def test_every_identifier_the_service_sends_has_a_human_name(js):
+    from flaudit.auditor.results import Correction, Estimator, VarianceTreatment
+
+    estimators = [e.value for e in Estimator]
     out = js(
         """
-        const lo = {estimator: "lower_bound", threat_model: "final_model", epsilon: 3.2, variance: "n/a", correction: "bonferroni", confidence: 0.95, details: {}};
-        const rdp = {estimator: "analytic", threat_model: "poisson_subsampled", epsilon: 2.5, variance: "n/a", correction: "n/a", details: {accountant: "rdp"}};
-        const pld = {...rdp, epsilon: 4.0, details: {accountant: "pld"}};
-        const known = {...pld, threat_model: "known_rounds", epsilon: 3.0};
-        const loUncorrected = {...lo, epsilon: 9.0, correction: "none"};
-        const inf = {estimator: "two_gaussian", threat_model: "final_model", epsilon: "inf", variance: "null", correction: "n/a", details: {}};
+        const names = arg.estimators.map((id) => [id, format.ESTIMATORS[id]?.name, format.ESTIMATORS[id]?.assumes, format.ESTIMATORS[id]?.explains]);
+        const labels = [];
+        for (const estimator of arg.estimators)
+          for (const threat_model of ["final_model", "all_iterates", "known_rounds", "poisson_subsampled"])
+            for (const variance of arg.variances)
+              for (const correction of arg.corrections)
+                labels.push([format.estimateLabel({estimator, threat_model, variance, correction, details: {accountant: "pld"}}),
+                             format.threatLabel(threat_model), format.correctionLabel(correction),
+                             format.estimateKind({estimator, correction, confidence: 0.95})]);
         return {
-          violations: format.boundViolations([lo, loUncorrected, rdp, pld, known, inf]).map((v) => [v.bound.epsilon, v.analytic.threat_model]),
-          keysDiffer: format.seriesKey(rdp) !== format.seriesKey(pld),
-          infText: format.fmtEps(inf.epsilon),
-          infValue: format.epsValue("inf") === Infinity,
-          label: format.estimateLabel(inf),
-          defaults: [...format.defaultSeries([lo, {...lo, correction: "none"}, inf, {...inf, variance: "fitted"}])],
+          names, labels,
+          diag: ["anderson_darling_seen_final", "anderson_darling_unseen_max", "bootstrap_final_model_epsilon", "unseen_vs_null"].map((name) => format.diagnosticName({name})),
+          text: format.humanText("the known_rounds claim (1-Gaussian DP) rejected by the final_model scores; bug noise_scale=0.5; the seen_final cosines"),
+          inf: format.fmtEps("inf"),
         };
-        """
+        """,
+        {"estimators": estimators, "variances": [v.value for v in VarianceTreatment],
+         "corrections": [c.value for c in Correction]},
     )
-    # only the valid bound (3.2 > 3.0 known rounds); not the uncorrected 9.0, not the Poisson claims
-    assert out["violations"] == [[3.2, "known_rounds"]]
-    assert out["keysDiffer"] and out["infValue"]
-    assert out["infText"] == "∞"
-    assert "σ² = 1/d" in out["label"] and "final model" in out["label"]
-    assert sorted(out["defaults"]) == sorted(
-        ["lower_bound|final_model|n/a|bonferroni", "two_gaussian|final_model|null|n/a"]
-    )
+    for identifier, name, assumes, explains in out["names"]:
+        assert name and assumes and explains, identifier
+    everything = [t for row in out["labels"] for t in row] + out["diag"] + [out["text"]]
+    for text in everything:
+        assert "_" not in text, text
+    assert "Gaussian DP with μ = 1" in out["text"] and "-Gaussian DP" not in out["text"]
+    assert "noise × 0.5" in out["text"] and "known-rounds" in out["text"]
+    assert out["inf"] == "∞"

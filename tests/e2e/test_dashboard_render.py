@@ -1,8 +1,9 @@
-"""How the audit page renders given API answers of the agreed JSON shape (docs/architecture.md,
-docs/dashboard.md): the API routes are answered by Playwright from canned bodies, the page
-itself is the real static dashboard. Covers what a short real run rarely produces: a lower
-bound above the analytic epsilon, epsilon = inf, the merged-canaries histogram of a running
-audit, a failure reason, and that polling stops once the audit has ended."""
+"""How the audit page renders given API answers of the agreed JSON shape (CONTRACT's verdict,
+docs/api.md): the API routes are answered by Playwright from canned bodies, the page itself is the
+real static dashboard. Covers what the real four-verdict test (test_verdicts.py) does not: a
+running audit (provisional verdict, the picture without the measured curve while labels are
+secret, merged histograms), a failure reason, polling that stops once the audit has ended, reads
+that need the key, and an old service without a verdict."""
 
 from __future__ import annotations
 
@@ -54,8 +55,32 @@ GUARANTEE = ("If the DP implementation satisfies its claims (1-Gaussian DP ...),
              "or warning) fires with probability at most 5% over all 11 looks ...")
 
 
+RUNNING = "Running: no evidence against the claim ε = 4.0 at δ = 1e-6 after round 4 of 10."
+DESIGN = {"summary": "catches noise × 0.8 or smaller (ε ≥ 5.1 at δ = 1e-6) in 95% of runs",
+          "advice": None, "testable": True, "claim_mu": 1.0, "claim_epsilon": 4.0,
+          "delta": 1e-6}
+
+
+def _verdict(status="running", summary=RUNNING, bound_eps=4.2, bound_mu=1.1):
+    bound = None if bound_eps is None else {
+        "estimator": "gdp_lower_bound", "name": "Threshold-test bound on μ",
+        "threat_model": "known_rounds", "mu": bound_mu, "epsilon": bound_eps, "delta": 1e-6,
+        "confidence": 0.95}
+    return {"status": status, "summary": summary,
+            "claim": {"mu": 1.0, "epsilon": 4.0, "delta": 1e-6, "description": "one round"},
+            "refuted_by": None, "design": DESIGN, "largest_valid_bound": bound,
+            "tier": None, "round": 4, "gaps": None}
+
+
+def _tradeoff(ended: bool) -> dict:
+    from flaudit.auditor.claims.tradeoff import tradeoff_picture
+
+    seen = np.random.default_rng(3).normal(0.8, 1, 50) if ended else None
+    return tradeoff_picture(seen, claim_mu=1.0, mu_lo=0.4)
+
+
 def _audit(status: str, *, round_: int, alerts=(), reason=None, guarantee=GUARANTEE,
-           bug=None) -> dict:
+           bug=None, verdict=None) -> dict:
     ended = status in ("succeeded", "failed", "cancelled")
     return {
         "id": "abc",
@@ -71,6 +96,7 @@ def _audit(status: str, *, round_: int, alerts=(), reason=None, guarantee=GUARAN
         "estimates": [
             _estimate(math.inf, "two_gaussian", "final_model", variance="fitted"),
             _estimate(1.5, "two_gaussian", "final_model", variance="null"),
+            _estimate(4.2, "gdp_lower_bound", "known_rounds", correction="bonferroni", confidence=0.95, mu=1.1),
             _estimate(4.2, "lower_bound", "final_model", correction="bonferroni", confidence=0.95),
             _estimate(7.0, "lower_bound", "all_iterates", correction="none", confidence=0.95),
             _estimate(0.3, "one_run", "final_model", correction="bonferroni", confidence=0.95),
@@ -84,6 +110,8 @@ def _audit(status: str, *, round_: int, alerts=(), reason=None, guarantee=GUARAN
         "alarm_guarantee": guarantee,
         "bug_injected": bug,
         "histograms": {"final_model": _histogram(not ended), "all_iterates": _histogram(not ended)},
+        "verdict": _verdict() if verdict is None else verdict,
+        "tradeoff": _tradeoff(ended),
         "metrics": {},
         "links": {"rounds": "/audits/abc/rounds", "cosines": "/audits/abc/cosines"},
     }
@@ -118,37 +146,29 @@ def _serve(tab, audit: dict, *, key: str | None = None, auth_log: list | None = 
 
 
 @pytest.mark.timeout(60)
-def test_running_audit_with_a_violating_bound(static_url, tab):
+def test_running_audit_shows_a_provisional_verdict_and_keeps_polling(static_url, tab):
     requested = _serve(tab, _audit("running", round_=4))
     page = tab.page
     page.goto(static_url + "index.html#/audits/abc")
     expect(page.locator("#round-counter")).to_have_text("Round 4 of 10")
     expect(page.locator("#eta")).to_contain_text("12 s left")
-    # No alert from the service: the page raises none of its own (the alarm is the service's
-    # claim tests, with one guarantee over all looks), but highlights the valid bound above the
-    # known-rounds epsilon (4.2 > 4.0; the uncorrected 7.0 is not a valid bound) in the table,
-    # and states the alarm's guarantee.
-    expect(page.locator("#alerts [role=alert]")).to_have_count(0)
-    expect(page.locator("#alarm-guarantee")).to_contain_text("at most 5% over all 11 looks")
-    expect(page.locator("#bug-injected")).to_have_count(0)
-    expect(page.locator("#estimates-table tr.violation")).to_have_count(1)
-    expect(page.locator("#estimates-table tr.violation")).to_have_attribute("data-estimator", "lower_bound")
-    # inf is shown as such, never as a number
+    expect(page.locator("#verdict-summary")).to_have_text(RUNNING)
+    expect(page.locator("#verdict .verdict")).to_have_attribute("data-status", "running")
+    expect(page.locator("#tile-claim .tile-value")).to_have_text("ε = 4.00")
+    expect(page.locator("#tile-measured .tile-value")).to_have_text("ε ≥ 4.20")
+    expect(page.locator("#tile-design")).to_contain_text(DESIGN["summary"])
+    # while running, the picture has the claim and the bound but no measured curve, and says why
+    expect(page.locator("#fdp-chart canvas")).to_have_count(1)
+    assert page.locator("#fdp-chart").get_attribute("data-drawn") == "claim,mu_lo"
+    expect(page.locator("#fdp-note")).to_contain_text("appear when the audit ends")
+    # the bounds over rounds: one line per round so far, the claim line
+    assert "claim" in page.locator("#bounds-chart").get_attribute("data-drawn")
+    # details are collapsed; opened, seen and unseen stay merged and the page says why
+    expect(page.locator("#estimates-table")).not_to_be_visible()
+    page.locator("#details > summary").click()
+    expect(page.locator("#estimates-table tbody tr")).to_have_count(8)
+    expect(page.locator("#details")).to_contain_text("stays secret while the audit runs")
     assert "∞" in page.locator("#estimates-table td.eps-cell").all_inner_texts()
-    # while running, seen and unseen are merged and the page says why
-    legend = page.locator("section:has(#density-final_model) .legend")
-    expect(legend).to_contain_text("labels hidden")
-    expect(legend).not_to_contain_text("unseen")
-    # the diagnostic without a service hint gets the page's plain-language one
-    expect(page.locator("#diagnostics")).to_contain_text("trust ε_lo")
-    # analytic entries with the same threat model family stay apart: two reference lines
-    expect(page.locator("#eps-chart .ref-line")).to_have_count(2)
-    # epsilon = inf (the fitted-variance series, off by default) is drawn as an off-chart arrow
-    expect(page.locator("#eps-chart .off-chart")).to_have_count(0)
-    page.locator('#eps-legend input[data-series-key="two_gaussian|final_model|fitted|n/a"]').check()
-    assert page.locator("#eps-chart .off-chart").count() >= 1
-    # the zoom to 2x the analytic epsilon is on by default
-    expect(page.locator("#eps-zoom")).to_be_checked()
     # still polling
     n = sum(p == "audits/abc" for p in requested)
     page.wait_for_timeout(3500)
@@ -158,18 +178,16 @@ def test_running_audit_with_a_violating_bound(static_url, tab):
 
 @pytest.mark.timeout(60)
 def test_failed_audit_shows_the_reason_and_stops_polling(static_url, tab):
-    alert = {"level": "error", "message": "eps_lo 4.2 exceeds analytic 3.0"}
+    alert = {"level": "error", "message": "the known_rounds claim is rejected"}
     requested = _serve(tab, _audit("failed", round_=4, alerts=[alert], reason="Ray worker died"))
     page = tab.page
     page.goto(static_url + "index.html#/audits/abc")
     expect(page.locator("#failure-reason")).to_contain_text("Ray worker died")
     expect(page.locator(".badge-slot .badge")).to_have_attribute("data-status", "failed")
-    # the service's alert is shown once, not doubled by the page's own check
-    expect(page.locator("#alerts .banner")).to_have_count(1)
-    expect(page.locator("#alerts [role=alert]")).to_contain_text(alert["message"])
-    expect(page.locator("#alerts")).to_contain_text(alert["message"])
-    legend = page.locator("section:has(#density-all_iterates) .legend")
-    expect(legend).to_contain_text("unseen canaries")
+    # the alarm's message is in the details, its identifiers put into words
+    page.locator("#details > summary").click()
+    expect(page.locator("#alarm-log")).to_contain_text("the known-rounds claim is rejected")
+    expect(page.locator("#alarm-guarantee")).to_contain_text("Gaussian DP with μ = 1")
     expect(page.locator("#delete-audit")).to_be_visible()
     n = len(requested)
     page.wait_for_timeout(3500)
@@ -199,50 +217,51 @@ def test_reads_that_need_the_key_ask_once_and_keep_it_out_of_urls(static_url, ta
 
 
 @pytest.mark.timeout(60)
-def test_no_dp_claim_and_an_injected_bug_are_said_plainly(static_url, tab):
-    no_claim = ("No DP claim: the audit's noise multiplier is 0, so there is no privacy claim to "
-                "test and no DP alarm can fire.")
-    _serve(tab, _audit("running", round_=2, alerts=[{"level": "info", "message": no_claim}],
-                       guarantee=no_claim,
-                       bug="bug injected: noise_scale=0.5 (testing only; the claim does not know "
-                           "about it)"))
+def test_an_injected_bug_is_said_plainly_and_no_bound_is_not_a_number(static_url, tab):
+    audit = _audit("running", round_=2, verdict=_verdict(bound_eps=None),
+                   bug="bug injected: noise_scale=0.5 (testing only; the claim does not know "
+                       "about it)")
+    _serve(tab, audit)
     page = tab.page
     page.goto(static_url + "index.html#/audits/abc")
-    expect(page.locator("#bug-injected")).to_contain_text("bug injected: noise_scale=0.5")
-    expect(page.locator("#alarm-guarantee")).to_contain_text("No DP claim.")
-    expect(page.locator("#alarm-guarantee")).to_contain_text("no DP alarm can fire")
+    expect(page.locator("#bug-injected")).to_contain_text("bug injected: noise × 0.5")
+    expect(page.locator("#tile-measured .tile-value")).to_have_text("none yet")
+    assert page.locator("#tile-measured").get_attribute("data-epsilon") == ""
     assert tab.console_errors == []
 
 
 @pytest.mark.timeout(60)
-def test_an_estimate_above_the_claim_says_why_and_the_bootstrap_shows_an_interval(static_url, tab):
-    """A point estimate (ε_est) above the tightest analytic ε on a correct run: the tile and the
-    table say on screen that it is an estimate, not a bound, and no alarm is raised; the
-    bootstrap diagnostic shows its interval, not a bare width that reads like an ε."""
+def test_a_service_without_verdicts_is_said_plainly(static_url, tab):
     audit = _audit("succeeded", round_=10)
-    audit["estimates"] = [
-        _estimate(1.5, "two_gaussian", "final_model", variance="null"),
-        _estimate(10.7, "two_gaussian", "all_iterates", variance="fitted"),
-        _estimate(0.4, "lower_bound", "all_iterates", correction="bonferroni", confidence=0.95),
-        _estimate(3.08, "analytic", "known_rounds", accountant="pld"),
-    ]
-    audit["diagnostics"] = [{
-        "name": "bootstrap_all_iterates_epsilon", "value": 14.2, "ok": False,
-        "hint": "", "details": {"lower": 1.2, "upper": 15.4, "confidence": 0.95},
-    }]
+    del audit["verdict"], audit["tradeoff"]
     _serve(tab, audit)
     page = tab.page
     page.goto(static_url + "index.html#/audits/abc")
-    tile = page.locator(".tile", has_text="ε_est, all iterates")
-    expect(tile).to_contain_text("10.7")
-    expect(tile).to_contain_text("not a bound and not a sign of a DP bug")
-    final_tile = page.locator(".tile", has_text="ε_est, final model")
-    expect(final_tile).not_to_contain_text("not a bound")  # 1.5 is below the claim
-    row = page.locator("#estimates-table tr", has_text="10.7")
-    expect(row.locator(".above-claim")).to_contain_text("above the analytic ε")
-    expect(page.locator("#estimates-table .above-claim")).to_have_count(1)
-    expect(page.locator("#alerts [role=alert]")).to_have_count(0)
-    diagnostics = page.locator("#diagnostics")
-    expect(diagnostics).to_contain_text("95% interval [1.20, 15.4]")
-    expect(diagnostics).not_to_contain_text("value 14.2")
+    expect(page.locator("#verdict-summary")).to_contain_text("does not report a verdict")
+    expect(page.locator("#fdp-chart")).to_contain_text("Nothing to draw yet")
     assert tab.console_errors == []
+
+
+@pytest.mark.timeout(60)
+def test_the_list_shows_each_audits_verdict_when_the_api_sends_it(static_url, tab):
+    items = [
+        {"id": "a1", "name": "buggy", "status": "succeeded", "created_at": "2026-01-01T00:00:00Z",
+         "progress": {"round": 4, "num_rounds": 4, "fraction": 1.0}, "headline_epsilon": 7.1,
+         "verdict": {"status": "claim_refuted"}},
+        {"id": "a2", "name": "older service", "status": "running", "created_at": "2026-01-01T00:00:00Z",
+         "progress": {"round": 1, "num_rounds": 4, "fraction": 0.25}, "headline_epsilon": None},
+    ]
+
+    def handle(route):
+        path = route.request.url.split("://", 1)[1].split("/", 1)[1].split("?")[0]
+        if path == "audits":
+            route.fulfill(status=200, content_type="application/json",
+                          body=json.dumps({"items": items, "total": 2}))
+        else:
+            route.fulfill(status=200, content_type="application/json", body="{}")
+
+    tab.page.route("**/audits**", handle)
+    page = tab.page
+    page.goto(static_url + "index.html#/")
+    expect(page.locator('#audits-table tr[data-audit-id="a1"] .list-verdict')).to_have_text("✕ Claim refuted")
+    expect(page.locator('#audits-table tr[data-audit-id="a2"] .list-verdict')).to_have_count(0)

@@ -58,8 +58,8 @@ def fixed_seeds(monkeypatch):
     monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", with_noise_seed)
 
 
-def _run(path, capsys, *extra):
-    assert cli_main(["run", str(path), "--json", *extra]) == 0
+def _run(path, capsys, *extra, code):
+    assert cli_main(["run", str(path), "--json", *extra]) == code  # 3 refuted, 0 consistent
     out, err = capsys.readouterr()
     assert str(CANARY_SEED) not in out + err
     return json.loads(out)
@@ -72,16 +72,16 @@ def test_flaudit_run_alarms_on_halved_noise_and_not_on_the_correct_run(
     path = tmp_path / "audit.toml"
     path.write_text(SPEC)
 
-    buggy = _run(path, capsys, "--inject-bug", "noise_scale=0.5")
+    buggy = _run(path, capsys, "--inject-bug", "noise_scale=0.5", code=3)
     assert buggy["bug_injected"].startswith("bug injected: noise_scale=0.5")
-    assert buggy["alarm"]["status"] == "error"
+    assert buggy["verdict"]["status"] == "claim_refuted"
     errors = [a for a in buggy["alerts"] if a["level"] == "error"]
     assert errors and "possible DP bug or wrong claim: the known-rounds claim" in errors[0]["message"]
     assert "at most 5%" in buggy["alarm_guarantee"]
     # the claim stays honest: the analytic known-rounds epsilon is that of z = 1
     assert buggy["spec"]["noise_multiplier"] == 1.0
 
-    correct = _run(path, capsys)
+    correct = _run(path, capsys, code=0)
     assert correct["bug_injected"] is None
     assert correct["alarm"]["status"] == "ok" and correct["alarm"]["rejected"] == []
     assert not [a for a in correct["alerts"] if a["level"] in ("error", "warning")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 from flwr.app import Error, Message
@@ -79,8 +80,12 @@ def in_process_simulation(monkeypatch, flower_task_identity):
 def test_flaudit_run_prints_estimates_and_never_the_seed(tmp_path, capsys, in_process_simulation):
     path = tmp_path / "audit.toml"
     path.write_text(SPEC)
-    assert cli_main(["run", str(path)]) == 0
+    assert cli_main(["run", str(path)]) == 4  # k = 8 cannot refute mu = 2: inconclusive
     out, err = capsys.readouterr()
+    # the design before training (stderr, with the progress), the verdict first on stdout
+    assert err.startswith("audit design: this audit ") and "cannot refute its own claim" in err
+    assert out.startswith("Inconclusive: this audit cannot refute its claim of μ = 2")
+    assert "verdict: inconclusive (exit status 4)" in out
     seed = in_process_simulation[0]
     assert str(seed) not in out + err and hex(seed)[2:] not in out + err
     assert "two_gaussian" in out and "final_model" in out and "all_iterates" in out
@@ -93,9 +98,11 @@ def test_flaudit_run_prints_estimates_and_never_the_seed(tmp_path, capsys, in_pr
     assert [line.split("round ")[1].split(",")[0] for line in progress] == ["1/3", "2/3", "3/3"]
     assert progress[-1].endswith("ETA 0 s") and "\r" not in err
 
-    assert cli_main(["run", str(path), "--json"]) == 0
+    assert cli_main(["run", str(path), "--json"]) == 4
     out, err = capsys.readouterr()
     data = json.loads(out)
+    assert data["verdict"]["status"] == "inconclusive" and data["exit_code"] == 4
+    assert data["verdict"]["design"]["testable"] is False
     seed = in_process_simulation[1]
     assert str(seed) not in out + err
     threat_models = {e["threat_model"] for e in data["estimates"]}
@@ -131,11 +138,56 @@ def test_run_command_module_imports_no_heavy_packages():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_example_audit_toml_is_a_valid_small_spec():
-    from pathlib import Path
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "audit.toml")
-    assert spec.num_rounds <= 20 and spec.num_clients <= 50 and spec.task == "synthetic"
+
+def test_the_shipped_examples_are_small_specs_that_can_test_their_claim():
+    from flaudit.auditor.claims import audit_design
+    from flaudit.auditor.spec import AuditSpec
+
+    spec = load_spec(EXAMPLES / "audit.toml")
+    assert spec.num_rounds <= 20 and spec.clients_per_round <= 10 and spec.task == "synthetic"
+    quick = AuditSpec.model_validate_json((EXAMPLES / "quick-audit.json").read_text())
+    for example in (spec, quick):  # the demos are designed so that a bug can fire
+        design = audit_design(example)
+        assert design.testable and design.claim_mu == pytest.approx(1.0), design
+
+
+@pytest.fixture
+def fixed_demo_seeds(monkeypatch):
+    """A fixed secret-looking canary seed (never printed) and noise seed: deterministic runs."""
+    seed = 0x5EED_DE30_0BAD_1234_5678_9ABC_DEF1
+    monkeypatch.setattr(flaudit.auditor.canaries, "new_master_seed", lambda: seed)
+    real = flaudit.server.simulation.run_simulation_audit
+
+    def with_noise_seed(spec, **kwargs):  # the real Flower simulation, reproducible noise
+        kwargs.setdefault("noise_seed", 5)
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", with_noise_seed)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_readme_bug_demo_fires_through_real_flower_and_the_correct_run_does_not(
+    tmp_path, capsys, fixed_demo_seeds
+):
+    """`flaudit run examples/audit.toml --inject-bug noise_scale=0.5` in Flower's simulation
+    engine (Ray), at small size: the demo's canaries, claim and bug, fewer rounds and a smaller
+    model. The 20-run counts at full size: benchmarks/real_path_bugs.py, docs/fidelity.md."""
+    text = (EXAMPLES / "audit.toml").read_text()
+    small = text.replace("num_rounds = 10", "num_rounds = 3").replace(
+        "dim = 20000", "dim = 8000").replace("test_size = 1000", "test_size = 100")
+    assert small != text
+    path = tmp_path / "demo.toml"
+    path.write_text(small)
+    code = cli_main(["run", str(path), "--json", "--inject-bug", "noise_scale=0.5",
+                     "--max-supernodes", "2"])
+    buggy = json.loads(capsys.readouterr().out)
+    assert code == 3 and buggy["verdict"]["status"] == "claim_refuted", buggy["verdict"]
+    code = cli_main(["run", str(path), "--json", "--max-supernodes", "2"])
+    correct = json.loads(capsys.readouterr().out)
+    assert code == 0 and correct["verdict"]["status"] == "consistent", correct["verdict"]
 
 
 def test_flaudit_run_prints_the_alarm_with_its_guarantee_and_marks_injected_bugs(
@@ -143,12 +195,12 @@ def test_flaudit_run_prints_the_alarm_with_its_guarantee_and_marks_injected_bugs
 ):
     path = tmp_path / "audit.toml"
     path.write_text(SPEC)
-    assert cli_main(["run", str(path)]) == 0
+    assert cli_main(["run", str(path)]) == 4
     out = " ".join(capsys.readouterr().out.split())  # the sentence is wrapped at 100 columns
     assert "alarm guarantee: If the DP implementation satisfies its claim" in out
     assert "at most 5% over all 4 looks" in out and "bug injected" not in out
 
-    assert cli_main(["run", str(path), "--inject-bug", "no_noise", "--json"]) == 0
+    assert cli_main(["run", str(path), "--inject-bug", "no_noise", "--json"]) in (3, 4)
     data = json.loads(capsys.readouterr().out)
     assert data["bug_injected"].startswith("bug injected: no_noise")
     assert data["spec"]["noise_multiplier"] == 0.5  # the claim keeps the honest spec
@@ -157,3 +209,43 @@ def test_flaudit_run_prints_the_alarm_with_its_guarantee_and_marks_injected_bugs
     for bad in ("cohort_larger", "noise_scale=x", "extra_participation=8"):
         assert cli_main(["run", str(path), "--inject-bug", bad]) == 2
         assert "--inject-bug" in capsys.readouterr().err
+
+
+#: Enough canaries to refute mu = 1 (200: the design says testable), three rounds.
+STOP_SPEC = SPEC.replace("num_clients = 6", "num_clients = 200").replace(
+    "num_canaries = 8", "num_canaries = 200").replace("noise_multiplier = 0.5", "noise_multiplier = 1.0")
+
+
+def test_help_documents_the_exit_status_per_verdict(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["run", "--help"])
+    out = capsys.readouterr().out
+    for line in ("0  consistent", "3  claim refuted", "4  inconclusive", "5  no DP claim",
+                 "1  error", "2  usage", "--stop-on-alarm"):
+        assert line in out
+
+
+def test_stop_on_alarm_ends_a_buggy_run_at_the_alarm(tmp_path, capsys, in_process_simulation):
+    path = tmp_path / "audit.toml"
+    path.write_text(STOP_SPEC)
+    code = cli_main(["run", str(path), "--inject-bug", "no_noise", "--stop-on-alarm", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 3 and data["verdict"]["status"] == "claim_refuted"
+    t = data["run"]["stopped_at_round"]
+    assert t is not None and t < 3 and data["run"]["rounds_trained"] == t
+    assert data["verdict"]["stopped"] is True and data["verdict"]["round"] == t
+    assert data["verdict"]["summary"].startswith(f"Stopped at round {t}: claim refuted")
+    assert data["spec"]["stop_on_alarm"] is True
+
+    # without the option the same broken run trains every round and is refuted all the same
+    assert cli_main(["run", str(path), "--inject-bug", "no_noise"]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("Claim refuted at round ") and "training stopped" not in out
+    assert "verdict: claim_refuted (exit status 3)" in out
+
+
+def test_no_dp_claim_exits_5(tmp_path, capsys, in_process_simulation):
+    path = tmp_path / "audit.toml"
+    path.write_text(SPEC.replace("noise_multiplier = 0.5", "noise_multiplier = 0.0"))
+    assert cli_main(["run", str(path)]) == 5
+    assert capsys.readouterr().out.startswith("No DP claim")

@@ -9,13 +9,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from flaudit.auditor.canaries import CanaryFamily
-from flaudit.auditor.service.live import (
-    alarm_guarantee,
-    build_alerts,
-    decide,
-    headline_epsilon,
-    to_jsonable,
-)
+from flaudit.auditor.claims.alerts import build_alerts, decide
+from flaudit.auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
+from flaudit.auditor.service.live import headline_epsilon, to_jsonable
 from flaudit.auditor.spec import AuditSpec
 
 SPEC = AuditSpec(num_canaries=100, num_clients=1000, clients_per_round=10)
@@ -35,7 +31,7 @@ ANALYTIC = [
 
 
 def _alerts(estimates, spec=SPEC, dim=10**6):
-    return build_alerts(spec=spec, dim=dim, estimates=estimates + ANALYTIC, rounds_stored=1,
+    return build_alerts(spec=spec, dim=dim, rounds_stored=1,
                         has_final=False)
 
 
@@ -63,14 +59,14 @@ def test_a_rejected_known_rounds_claim_is_an_error_alert():
     # SPEC: z = 1, r = 1 -> mu = 1; a bug tripling mu is rejected at the per-round look's level
     alarm = decide(SPEC, _tests(3.0), look=1)
     assert alarm.status == "error"
-    alerts = build_alerts(spec=SPEC, dim=10**6, estimates=ANALYTIC, rounds_stored=1,
+    alerts = build_alerts(spec=SPEC, dim=10**6, rounds_stored=1,
                           has_final=False, alarm=alarm)
     (alert,) = [a for a in alerts if a["level"] == "error"]
     assert "possible DP bug or wrong claim" in alert["message"]
     assert "look 1 of 21" in alert["message"] and "known_rounds" in alert["message"]
     ok = decide(SPEC, _tests(1.0), look=1)
     assert ok.status == "ok"
-    assert build_alerts(spec=SPEC, dim=10**6, estimates=ANALYTIC, rounds_stored=1,
+    assert build_alerts(spec=SPEC, dim=10**6, rounds_stored=1,
                         has_final=False, alarm=ok) == []
 
 
@@ -78,7 +74,7 @@ def test_no_dp_claim_is_said_plainly():
     spec = SPEC.model_copy(update={"noise_multiplier": 0.0})
     assert alarm_guarantee(spec).startswith("No DP claim")
     for alarm in (None, decide(spec, [], look=2)):
-        alerts = build_alerts(spec=spec, dim=10**6, estimates=[], rounds_stored=1,
+        alerts = build_alerts(spec=spec, dim=10**6, rounds_stored=1,
                               has_final=False, alarm=alarm)
         assert [a["level"] for a in alerts if "No DP claim" in a["message"]] == ["info"]
     assert "at most 5% over all 21 looks" in alarm_guarantee(SPEC)
@@ -104,20 +100,20 @@ def test_interference_warning_follows_the_effective_noise(dim, warned):
     # gaussian canaries, z = 1, k = 100: warn once sqrt(1 + k/d) inflates the noise by more
     # than 2.5% (k/d > ~5.1%); orthogonal canaries (the default here) never interfere
     spec = SPEC.model_copy(update={"canary_family": CanaryFamily.gaussian})
-    alerts = build_alerts(spec=spec, dim=dim, estimates=[], rounds_stored=0, has_final=False)
+    alerts = build_alerts(spec=spec, dim=dim, rounds_stored=0, has_final=False)
     assert any(a["level"] == "warning" and "Keinan" in a["message"] for a in alerts) == warned
-    alerts = build_alerts(spec=SPEC, dim=dim, estimates=[], rounds_stored=0, has_final=False)
+    alerts = build_alerts(spec=SPEC, dim=dim, rounds_stored=0, has_final=False)
     assert not any("Keinan" in a["message"] for a in alerts)
 
 
 def test_interference_warning_without_noise_uses_a_stricter_ratio():
     spec = SPEC.model_copy(update={"noise_multiplier": 0.0, "canary_family": CanaryFamily.gaussian})
-    alerts = build_alerts(spec=spec, dim=50_000, estimates=[], rounds_stored=0, has_final=False)
+    alerts = build_alerts(spec=spec, dim=50_000, rounds_stored=0, has_final=False)
     assert any("Keinan" in a["message"] for a in alerts)  # k/d = 0.2% >= 0.1%
 
 
 def test_short_run_warning():
-    alerts = build_alerts(spec=SPEC, dim=10**6, estimates=[], rounds_stored=3, has_final=True)
+    alerts = build_alerts(spec=SPEC, dim=10**6, rounds_stored=3, has_final=True)
     assert alerts and "3 of 20 rounds" in alerts[0]["message"]
 
 

@@ -11,12 +11,15 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from flaudit.auditor.canaries import new_master_seed
+from flaudit.auditor.claims import audit_design
+from flaudit.auditor.claims.alerts import design_warning
 from flaudit.auditor.spec import AuditSpec, Engine
 
 from ..auth import read_access, require_api_key
 from ..external import attach_environment
 from ..schemas import (
     AuditCreated,
+    AuditDesignOut,
     AuditList,
     AuditOut,
     AuditStatus,
@@ -25,6 +28,7 @@ from ..schemas import (
     RunTokenOut,
 )
 from ..store import ACTIVE_STATUSES, ENDED_STATUSES, Store
+from ..tradeoff_view import audit_view_with_tradeoff
 from ..views import audit_summary_view, audit_view, cosines_csv, cosines_view, round_view
 from .deps import AuditId, get_store
 
@@ -84,7 +88,10 @@ def _check_custom_task(task: str, *, allowed: bool) -> None:
 def create_audit(spec: AuditSpec, request: Request, response: Response) -> AuditCreated:
     """Validate and store the spec, draw the audit's secret canary seed, and queue the run.
 
-    Returns 201 with the new audit's id; poll `GET /audits/{id}` for progress and estimates.
+    Returns 201 with the new audit's id and its design (what it can detect; the same as
+    `POST /audits/design`); a spec that cannot test its own claim is accepted with a warning
+    naming what would make it testable. Poll `GET /audits/{id}` for progress, estimates and
+    the verdict.
 
     With `"engine": "external"` flaudit starts nothing: the audit waits for your own Flower
     ServerApp, and the response carries, once, the `environment` it needs (audit id, ingest
@@ -92,6 +99,10 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     DP claim (noise multiplier, clipping, sampling, rounds) itself.
     """
     store: Store = request.app.state.store
+    design = audit_design(spec)
+    warning = design_warning(spec, design)
+    shown = {"design": AuditDesignOut.model_validate(design.to_dict()),
+             "warnings": [warning] if warning else []}
     if ":" in spec.task:
         _check_custom_task(spec.task, allowed=request.app.state.settings.allow_custom_tasks)
     if spec.inject_bug is not None and not request.app.state.settings.allow_bug_injection:
@@ -119,6 +130,7 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
             id=audit.id,
             status="running",
             links={"self": f"/audits/{audit.id}"},
+            **shown,
             environment=attach_environment(
                 audit_id=audit.id,
                 ingest_url=request.app.state.settings.public_url,
@@ -132,7 +144,20 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     if runner is not None:
         runner.wake()
     response.headers["Location"] = f"/audits/{audit.id}"
-    return AuditCreated(id=audit.id, status="queued", links={"self": f"/audits/{audit.id}"})
+    return AuditCreated(id=audit.id, status="queued", links={"self": f"/audits/{audit.id}"},
+                        **shown)
+
+
+@router.post(
+    "/design",
+    response_model=AuditDesignOut,
+    summary="What an audit spec can detect, before running it (no key needed)",
+)
+def design_audit(spec: AuditSpec) -> AuditDesignOut:
+    """From the spec alone (canaries k, rounds T, schedule, claim): the smallest bug this audit
+    catches in 95% of runs, the largest claim it can refute, whether it can test its own claim
+    and, if not, what would make it testable. Pure computation: nothing is stored."""
+    return AuditDesignOut.model_validate(audit_design(spec).to_dict())
 
 
 @router.post(
@@ -208,7 +233,7 @@ async def get_audit(audit_id: AuditId, request: Request) -> Response:
         def load() -> bytes:
             store = request.app.state.store
             audit = _get_or_404(store, audit_id)
-            return cache.put(audit_id, audit_view(audit, round_times=store.round_times(audit_id)))
+            return cache.put(audit_id, audit_view_with_tradeoff(store, audit, cache=cache))
 
         body = await run_in_threadpool(load)
     return Response(content=body, media_type="application/json")

@@ -247,7 +247,8 @@ async def put_round(
     round; later rounds get 409 before the body is read."""
     audit = await _precheck(request, audit_id, need_dim=True)
     if t <= audit.rounds_stored:
-        return IngestAck(audit_id=audit_id, stored=False, round=t, dim=audit.dim)
+        ack = await run_in_threadpool(request.app.state.live.round_ack, audit_id)
+        return IngestAck(audit_id=audit_id, stored=False, round=t, dim=audit.dim, **ack)
     if audit.status != "running":
         raise _fail(409, f"audit is {audit.status}; ingest refused")
     if t != audit.rounds_stored + 1:
@@ -269,7 +270,8 @@ async def put_round(
         metadata.model_dump(exclude={"num_participants"}),
         participants,
     )
-    return IngestAck(audit_id=audit_id, stored=result == "stored", round=t, dim=audit.dim)
+    ack = await run_in_threadpool(request.app.state.live.round_ack, audit_id)  # alarm, stop
+    return IngestAck(audit_id=audit_id, stored=result == "stored", round=t, dim=audit.dim, **ack)
 
 
 @router.put(

@@ -161,6 +161,7 @@ export const api = {
   getRounds: (id, opts) => request("GET", `/audits/${encodeURIComponent(id)}/rounds`, opts),
   getCosinesCsv: (id) => request("GET", `/audits/${encodeURIComponent(id)}/cosines`, { params: { format: "csv" } }),
   createAudit: (spec) => request("POST", "/audits", { json: spec }),
+  designAudit: (spec, opts) => request("POST", "/audits/design", { json: spec, askKey: false, ...opts }),
   cancelAudit: (id) => request("POST", `/audits/${encodeURIComponent(id)}/cancel`),
   deleteAudit: (id) => request("DELETE", `/audits/${encodeURIComponent(id)}`),
 };

@@ -1,37 +1,40 @@
 // One audit, live: polls GET /audits/{id} (and /rounds) while it runs.
+//
+// Top to bottom: the verdict (the API's sentence, never rebuilt here), three tiles (the claim,
+// the largest valid lower bound, what this audit can detect), the f-DP picture, the bounds over
+// rounds against the claim, then the details (every estimate, checks, histograms, the run),
+// collapsed.
 
 import { api, ApiError, promptForKey } from "./api.js";
-import { DASHES, MARKERS, PALETTE, densityChart, lineChart, nullDensity, swatch, toDensity } from "./charts.js";
+import { densityChart, nullDensity, roundsChart, toDensity, tradeoffChart } from "./charts.js";
 import { h, fill, toast } from "./dom.js";
 import {
-  ABOVE_CLAIM_NOTE,
+  ESTIMATORS,
   TERMINAL,
-  boundViolations,
-  defaultSeries,
-  diagnosticHint,
+  VERDICT_STYLE,
+  correctionLabel,
+  diagnosticName,
   diagnosticPurpose,
   diagnosticValue,
   epsValue,
-  estimateAboveClaim,
+  estimateKind,
   estimateLabel,
-  estimatorLong,
+  fmtDelta,
   fmtDuration,
   fmtEps,
   fmtNum,
+  fmtPercent,
   fmtTime,
-  humanize,
-  isLowerBound,
-  seriesKey,
+  humanText,
   threatLabel,
 } from "./format.js";
 import { statusBadge } from "./list.js";
-import { logMaxNullDensity, sphereCosineDensity } from "./stats.js";
+import { sphereCosineDensity, logMaxNullDensity } from "./stats.js";
 
 const POLL_MS = 1500;
-const ESTIMATOR_ORDER = ["two_gaussian", "lower_bound", "one_run", "sequential", "analytic"];
-const VARIANCE_ORDER = ["null", "fitted", "n/a"];
-const CORRECTION_ORDER = ["bonferroni", "split", "none", "n/a"];
-const THREAT_ORDER = ["final_model", "all_iterates"];
+const ESTIMATOR_ORDER = ["gdp_lower_bound", "fdp_one_run", "lower_bound", "one_run", "two_gaussian", "sequential", "analytic"];
+const THREAT_ORDER = ["known_rounds", "final_model", "all_iterates", "poisson_subsampled"];
+const CORRECTION_ORDER = ["bonferroni", "split", "n/a", "none"];
 
 function orderIndex(list, v) {
   const i = list.indexOf(v);
@@ -42,17 +45,17 @@ export function compareEstimates(a, b) {
   return (
     orderIndex(ESTIMATOR_ORDER, a.estimator) - orderIndex(ESTIMATOR_ORDER, b.estimator) ||
     orderIndex(THREAT_ORDER, a.threat_model) - orderIndex(THREAT_ORDER, b.threat_model) ||
-    String(a.threat_model).localeCompare(String(b.threat_model)) ||
-    orderIndex(VARIANCE_ORDER, a.variance) - orderIndex(VARIANCE_ORDER, b.variance) ||
-    orderIndex(CORRECTION_ORDER, a.correction) - orderIndex(CORRECTION_ORDER, b.correction)
+    orderIndex(CORRECTION_ORDER, a.correction) - orderIndex(CORRECTION_ORDER, b.correction) ||
+    String(a.variance).localeCompare(String(b.variance))
   );
 }
 
-const REF_STYLES = [
-  { color: "var(--ref)", dash: "10 4" },
-  { color: "var(--ref)", dash: "3 3" },
-  { color: "var(--ref)", dash: "14 3 3 3" },
-  { color: "var(--ref)", dash: "" },
+/** The series of the bounds-over-rounds chart: valid lower bounds on μ, per adversary. */
+const MU_BOUNDS = [
+  { estimator: "gdp_lower_bound", threat_model: "known_rounds", label: "μ bound, adversary sees the rounds a canary joined" },
+  { estimator: "gdp_lower_bound", threat_model: "final_model", label: "μ bound, adversary sees the final model" },
+  { estimator: "gdp_lower_bound", threat_model: "all_iterates", label: "μ bound, adversary sees every round" },
+  { estimator: "fdp_one_run", threat_model: "final_model", label: "guessing-game μ bound, final model" },
 ];
 
 /** Render one audit page. Returns a cleanup function that stops polling. */
@@ -64,35 +67,32 @@ export function renderAudit(root, id) {
   let lastStatus = null;
   let audit = null;
   let rounds = [];
-  const styles = new Map(); // series key -> {color, dash, marker}, stable across polls
-  const visible = new Map(); // series key -> boolean chosen by the user or by default
-  let legendKeys = "";
-  let zoom = true; // cap the epsilon axis at twice the largest analytic epsilon
 
-  // Static skeleton; sections are refilled on each poll so focus and <details> state survive.
   const title = h("h1", { id: "audit-title" }, "Audit");
   const badgeSlot = h("span", { class: "badge-slot" });
   const idLine = h("p", { class: "muted small mono" }, `id ${id}`);
   const actions = h("div", { class: "actions" });
-  const alerts = h("div", { class: "alerts", id: "alerts" });
+  const verdictBox = h("div", { id: "verdict" });
+  const notes = h("div", { class: "alerts", id: "alerts" });
   const reason = h("div", { id: "reason" });
   const progressBox = h("div", { class: "progress-box", id: "progress" });
-  const tiles = h("div", { class: "tiles", id: "tiles" });
-  const epsChart = h("div", { class: "chart", id: "eps-chart", role: "img", tabindex: "0", "aria-label": "Epsilon over rounds: no data yet" });
-  const epsLegend = h("fieldset", { class: "legend", id: "eps-legend" });
-  const epsTable = h("div", { class: "table-wrap" });
-  const densityFinal = h("div", { class: "chart", id: "density-final_model", role: "img", tabindex: "0", "aria-label": "Cosine densities, final model: no data yet" });
-  const densityAll = h("div", { class: "chart", id: "density-all_iterates", role: "img", tabindex: "0", "aria-label": "Cosine densities, all iterates: no data yet" });
-  const densityLegendFinal = h("div", { class: "legend static-legend" });
-  const densityLegendAll = h("div", { class: "legend static-legend" });
-  const densityNoteFinal = h("p", { class: "muted small" });
-  const densityNoteAll = h("p", { class: "muted small" });
+  const tiles = h("div", { class: "tiles tiles-3", id: "tiles" });
+  const picture = h("div", { class: "chart", id: "fdp-chart", role: "img", tabindex: "0", "aria-label": "Trade-off picture: no data yet" });
+  const pictureNote = h("p", { class: "muted small", id: "fdp-note" });
+  const boundsChart = h("div", { class: "chart", id: "bounds-chart", role: "img", tabindex: "0", "aria-label": "Lower bounds over rounds: no data yet" });
+  const boundsNote = h("p", { class: "muted small" });
   const estimatesBody = h("tbody");
+  const estimatesCount = h("span", { class: "muted" });
   const diagnostics = h("ul", { class: "diagnostics", id: "diagnostics" });
+  const alarmLog = h("div", { id: "alarm-log" });
+  const densityFinal = h("div", { class: "chart", id: "density-final_model", role: "img", tabindex: "0" });
+  const densityAll = h("div", { class: "chart", id: "density-all_iterates", role: "img", tabindex: "0" });
+  const densityNote = h("p", { class: "muted small" });
   const roundsBody = h("tbody");
   const specPre = h("pre", { class: "spec-json" });
   const metaList = h("dl", { class: "meta" });
   const live = h("p", { class: "visually-hidden", "aria-live": "polite", id: "live-status" });
+  let detailsOpen = false;
 
   fill(
     root,
@@ -100,83 +100,68 @@ export function renderAudit(root, id) {
       "div",
       { class: "audit-page" },
       h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/" }, "← All audits")),
-      h("div", { class: "audit-head" }, h("div", {}, h("div", { class: "title-row" }, title, badgeSlot), idLine), actions),
+      h("div", { class: "audit-head" }, h("div", {}, h("div", { class: "title-row" }, title, badgeSlot), idLine), progressBox, actions),
       live,
-      alerts,
+      verdictBox,
       reason,
-      h("section", { class: "card", "aria-labelledby": "progress-title" }, h("h2", { id: "progress-title", class: "visually-hidden" }, "Progress"), progressBox, tiles),
-      h(
-        "section",
-        { class: "card", "aria-labelledby": "eps-title" },
-        h("h2", { id: "eps-title" }, "ε over rounds"),
-        h("p", { class: "muted small" }, "Estimates and lower bounds after each round; grey reference lines are the analytic ε of the accountant(s). Toggle series with the checkboxes."),
-        epsChart,
-        epsLegend,
-        h(
-          "label",
-          { class: "legend-item zoom-toggle" },
-          h("input", { type: "checkbox", id: "eps-zoom", checked: true, onchange: (ev) => { zoom = ev.target.checked; drawCharts(); } }),
-          " Zoom to 2× the analytic ε (larger values and ∞ show as ⬆ at the top edge)",
-        ),
-        h("details", { class: "data-table", ontoggle: (ev) => { if (ev.target.open && audit) drawEpsTable(); } }, h("summary", {}, "Show the chart's numbers as a table"), epsTable),
-      ),
+      h("section", { class: "tiles-section", "aria-labelledby": "summary-title" }, h("h2", { id: "summary-title", class: "visually-hidden" }, "Claim, measurement and power"), tiles, notes),
       h(
         "div",
-        { class: "two-col" },
-        h("section", { class: "card", "aria-labelledby": "dens-final-title" }, h("h2", { id: "dens-final-title" }, "Cosines: final model"), h("p", { class: "muted small" }, "cos(canary, θ_T − θ_0) per canary (Andrew et al. Alg. 2)."), densityFinal, densityLegendFinal, densityNoteFinal),
-        h("section", { class: "card", "aria-labelledby": "dens-all-title" }, h("h2", { id: "dens-all-title" }, "Cosines: all iterates"), h("p", { class: "muted small" }, "max over rounds of cos(canary, Δ_t) per canary (Alg. 3)."), densityAll, densityLegendAll, densityNoteAll),
+        { class: "two-col charts-row" },
+      h(
+        "section",
+        { class: "card", "aria-labelledby": "fdp-title" },
+        h("h2", { id: "fdp-title" }, "Can an attacker tell inserted canaries from the others?"),
+        h(
+          "p",
+          { class: "muted small" },
+          "Each point is a test that calls a canary “inserted” when its score is high: it wrongly flags a fraction α of canaries the model never saw and misses a fraction β of those it saw. ",
+          "The claim promises that every test stays on or above the dashed curve; a measured curve below it means the model leaks more than claimed.",
+        ),
+        picture,
+        pictureNote,
       ),
       h(
         "section",
-        { class: "card", "aria-labelledby": "est-title" },
-        h("h2", { id: "est-title" }, "Every estimate"),
+        { class: "card", "aria-labelledby": "bounds-title" },
+        h("h2", { id: "bounds-title" }, "Lower bounds on μ after each round, against the claim"),
+        h("p", { class: "muted small" }, "μ is the Gaussian-DP privacy parameter (larger μ = more leakage). A valid lower bound above the claim line refutes the claim."),
+        boundsChart,
+        boundsNote,
+      ),
+      ),
+      h(
+        "details",
+        { class: "card details-card", id: "details", ontoggle: (ev) => { detailsOpen = ev.target.open; if (detailsOpen && audit) renderDetails(audit); } },
+        h("summary", {}, h("h2", { class: "inline-h2" }, "Details: every estimate, checks and the run "), estimatesCount),
+        h("h3", {}, "Every estimate"),
         h(
           "div",
           { class: "table-wrap" },
           h(
             "table",
             { class: "estimates", id: "estimates-table" },
-            h("caption", { class: "visually-hidden" }, "Every epsilon estimate with how it was obtained"),
-            h(
-              "thead",
-              {},
-              h(
-                "tr",
-                {},
-                ["Estimate", "ε", "Estimator", "Threat model", "Variance", "Correction", "Confidence", "δ", "Method"].map((c) => h("th", { scope: "col", class: c === "ε" || c === "δ" || c === "Confidence" ? "num" : null }, c)),
-              ),
-            ),
+            h("caption", { class: "visually-hidden" }, "Every estimate with what it assumes"),
+            h("thead", {}, h("tr", {}, ["Estimate", "ε", "μ", "What it is", "Adversary", "Assumes", "In one line"].map((c) => h("th", { scope: "col", class: c === "ε" || c === "μ" ? "num" : null }, c)))),
             estimatesBody,
           ),
         ),
-      ),
-      h("section", { class: "card", "aria-labelledby": "diag-title" }, h("h2", { id: "diag-title" }, "Diagnostics"), diagnostics),
-      h(
-        "section",
-        { class: "card", "aria-labelledby": "more-title" },
-        h("h2", { id: "more-title" }, "Run details"),
+        h("h3", {}, "Checks"),
+        diagnostics,
+        h("h3", {}, "Alarm"),
+        alarmLog,
+        h("h3", {}, "Canary scores"),
+        densityNote,
+        h("div", { class: "two-col" }, h("div", {}, h("h4", {}, "Adversary sees the final model"), densityFinal), h("div", {}, h("h4", {}, "Adversary sees every round (largest score over rounds)"), densityAll)),
+        h("h3", {}, "The run"),
         metaList,
-        h(
-          "details",
-          {},
-          h("summary", {}, "Rounds"),
-          h(
-            "div",
-            { class: "table-wrap" },
-            h(
-              "table",
-              { class: "rounds" },
-              h("thead", {}, h("tr", {}, ["Round", "Clip norm S(t)", "Cohort", "Canaries inserted", "Failures"].map((c) => h("th", { scope: "col", class: "num" }, c)))),
-              roundsBody,
-            ),
-          ),
-        ),
-        h("details", {}, h("summary", {}, "Spec"), specPre),
+        h("details", {}, h("summary", {}, "Rounds"), h("div", { class: "table-wrap" }, h("table", { class: "rounds" }, h("thead", {}, h("tr", {}, ["Round", "Clip norm S(t)", "Cohort", "Canaries inserted", "Failures"].map((c) => h("th", { scope: "col", class: "num" }, c)))), roundsBody))),
+        h("details", {}, h("summary", {}, "Spec as submitted (JSON)"), specPre),
         h(
           "p",
           { class: "downloads" },
           h("button", { type: "button", class: "secondary", id: "download-cosines", onclick: downloadCosines }, "Download per-canary cosines (CSV)"),
-          h("span", { class: "muted small" }, " Every estimate can be recomputed from these; seen/unseen labels are included once the audit has ended."),
+          h("span", { class: "muted small" }, " Every estimate can be recomputed from these; which canaries were inserted is included once the audit has ended."),
         ),
       ),
     ),
@@ -185,11 +170,9 @@ export function renderAudit(root, id) {
   const resize = new ResizeObserver(() => {
     if (audit) drawCharts();
   });
-  resize.observe(epsChart);
+  resize.observe(picture);
 
   let inFlight = false;
-
-  /** Poll now unless a poll is already under way (it reschedules itself). */
   function pollSoon() {
     if (!inFlight) poll();
   }
@@ -213,7 +196,7 @@ export function renderAudit(root, id) {
       }
       if (next.status !== lastStatus && lastStatus !== null) {
         toast(`Audit ${next.status}.`);
-        live.textContent = `Audit ${next.status}.`;
+        live.textContent = `Audit ${next.status}. ${next.verdict?.summary || ""}`;
       }
       lastRound = round;
       lastStatus = next.status;
@@ -228,16 +211,7 @@ export function renderAudit(root, id) {
         return;
       }
       if (err instanceof ApiError && err.status === 401) {
-        // Reads need the key here and the user dismissed the prompt: wait for them.
-        fill(
-          reason,
-          h(
-            "div",
-            { class: "banner banner-warning", role: "status" },
-            "This service needs the API key to show audits. ",
-            h("button", { type: "button", onclick: async () => { if (await promptForKey("")) pollSoon(); } }, "Enter API key"),
-          ),
-        );
+        fill(reason, h("div", { class: "banner banner-warning", role: "status" }, "This service needs the API key to show audits. ", h("button", { type: "button", onclick: async () => { if (await promptForKey("")) pollSoon(); } }, "Enter API key")));
         return;
       }
       failures += 1;
@@ -251,17 +225,24 @@ export function renderAudit(root, id) {
   function update() {
     const a = audit;
     title.textContent = a.name || a.spec?.name || "Audit";
-    document.title = `${title.textContent} · ${a.status} · flaudit`;
+    document.title = `${title.textContent} · ${VERDICT_STYLE[a.verdict?.status]?.title || a.status} · flaudit`;
     fill(badgeSlot, statusBadge(a.status));
     renderActions(a);
-    renderAlerts(a);
+    renderVerdict(a);
     renderReason(a);
     renderProgress(a);
     renderTiles(a);
-    updateLegend();
+    renderNotes(a);
     drawCharts();
+    estimatesCount.textContent = `(${(a.estimates || []).length} estimates, ${(a.diagnostics || []).length} checks)`;
+    if (detailsOpen) renderDetails(a);
+  }
+
+  function renderDetails(a) {
     renderEstimates(a);
     renderDiagnostics(a);
+    renderAlarmLog(a);
+    drawDensities();
     renderRunDetails(a);
   }
 
@@ -270,81 +251,59 @@ export function renderAudit(root, id) {
     const key = terminal ? "delete" : "cancel";
     if (actions.dataset.mode === key) return;
     actions.dataset.mode = key;
-    if (!terminal) {
-      fill(
-        actions,
-        h(
-          "button",
-          {
-            type: "button",
-            class: "secondary",
-            id: "cancel-audit",
-            onclick: async () => {
-              if (!confirm("Cancel this audit? The run stops and its estimates so far are kept.")) return;
-              try {
-                await api.cancelAudit(id);
-                toast("Cancel requested.");
-                pollSoon();
-              } catch (err) {
-                toast(`Could not cancel: ${err.message}`);
-              }
-            },
-          },
-          "Cancel audit",
-        ),
-      );
-    } else {
-      fill(
-        actions,
-        h(
-          "button",
-          {
-            type: "button",
-            class: "danger",
-            id: "delete-audit",
-            onclick: async () => {
-              if (!confirm("Delete this audit and all its data?")) return;
-              try {
-                await api.deleteAudit(id);
-                toast("Audit deleted.");
-                location.hash = "#/";
-              } catch (err) {
-                toast(`Could not delete: ${err.message}`);
-              }
-            },
-          },
-          "Delete",
-        ),
-      );
-    }
+    const onCancel = async () => {
+      if (!confirm("Cancel this audit? The run stops and its estimates so far are kept.")) return;
+      try {
+        await api.cancelAudit(id);
+        toast("Cancel requested.");
+        pollSoon();
+      } catch (err) {
+        toast(`Could not cancel: ${err.message}`);
+      }
+    };
+    const onDelete = async () => {
+      if (!confirm("Delete this audit and all its data?")) return;
+      try {
+        await api.deleteAudit(id);
+        toast("Audit deleted.");
+        location.hash = "#/";
+      } catch (err) {
+        toast(`Could not delete: ${err.message}`);
+      }
+    };
+    fill(actions, terminal ? h("button", { type: "button", class: "danger", id: "delete-audit", onclick: onDelete }, "Delete") : h("button", { type: "button", class: "secondary", id: "cancel-audit", onclick: onCancel }, "Cancel audit"));
   }
 
-  // The DP alarm is the service's (claim tests with one false-alarm guarantee over all looks):
-  // its alerts are shown as sent, with the guarantee sentence under them. Lower bounds above an
-  // analytic ε are only highlighted in the estimates table (per-look, outside the guarantee).
-  function renderAlerts(a) {
-    const items = Array.isArray(a.alerts) ? [...a.alerts] : [];
-    const sig = JSON.stringify([items, a.bug_injected, a.alarm_guarantee]);
-    if (alerts.dataset.sig === sig) return;
-    alerts.dataset.sig = sig;
-    const banners = items.map((x) => {
-      const level = ["error", "warning", "info"].includes(x.level) ? x.level : "info";
-      const word = { error: "Alert", warning: "Warning", info: "Note" }[level];
-      return h("div", { class: `banner banner-${level}`, role: level === "error" ? "alert" : "status" }, h("strong", {}, h("span", { "aria-hidden": "true" }, level === "error" ? "⚠ " : level === "warning" ? "! " : "i "), `${word}: `), x.message);
-    });
-    if (a.bug_injected) {
-      banners.unshift(h("div", { class: "banner banner-warning", role: "status", id: "bug-injected" }, h("strong", {}, h("span", { "aria-hidden": "true" }, "! "), "Testing: "), a.bug_injected));
+  // --- the verdict -----------------------------------------------------------------------------
+
+  function renderVerdict(a) {
+    const v = a.verdict;
+    const sig = JSON.stringify([v?.status, v?.summary, a.bug_injected]);
+    if (verdictBox.dataset.sig === sig) return;
+    verdictBox.dataset.sig = sig;
+    const testing = a.bug_injected
+      ? h("p", { class: "verdict-testing", id: "bug-injected" }, h("strong", {}, "Testing: "), humanText(a.bug_injected))
+      : null;
+    if (!v || !v.status) {
+      fill(verdictBox, h("div", { class: "verdict verdict-neutral", role: "status" }, h("div", { class: "verdict-title" }, "No verdict"), h("p", { class: "verdict-summary", id: "verdict-summary" }, "This service does not report a verdict for this audit."), testing));
+      return;
     }
-    if (a.alarm_guarantee) {
-      const noClaim = /^no dp claim/i.test(a.alarm_guarantee);
-      banners.push(h("p", { class: noClaim ? "banner banner-info" : "muted small", id: "alarm-guarantee" }, h("strong", {}, noClaim ? "No DP claim. " : "Alarm guarantee: "), noClaim ? a.alarm_guarantee.replace(/^no dp claim:\s*/i, "") : a.alarm_guarantee));
-    }
-    fill(alerts, banners);
+    const style = VERDICT_STYLE[v.status] || { title: "Verdict", tone: "neutral", icon: "•" };
+    fill(
+      verdictBox,
+      h(
+        "div",
+        { class: `verdict verdict-${style.tone}`, role: v.status === "claim_refuted" ? "alert" : "status", "data-status": v.status },
+        h("div", { class: "verdict-title" }, h("span", { class: "verdict-icon", "aria-hidden": "true" }, style.icon), style.title),
+        h("p", { class: "verdict-summary", id: "verdict-summary" }, v.summary || ""),
+        testing,
+      ),
+    );
   }
 
   function renderReason(a) {
     if (a.status === "failed" || a.status === "cancelled") {
-      fill(reason, h("div", { class: `banner ${a.status === "failed" ? "banner-error" : "banner-info"}`, id: "failure-reason" }, h("strong", {}, a.status === "failed" ? "Failed: " : "Cancelled: "), a.reason || "no reason given"));
+      fill(reason, h("div", { class: `banner ${a.status === "failed" ? "banner-error" : "banner-info"}`, id: "failure-reason" }, h("strong", {}, a.status === "failed" ? "Failed: " : "Cancelled: "), humanText(a.reason || "no reason given")));
     } else {
       fill(reason);
     }
@@ -355,11 +314,9 @@ export function renderAudit(root, id) {
     const round = p.round ?? 0;
     const total = p.num_rounds ?? a.spec?.num_rounds ?? 0;
     const fraction = p.fraction ?? (total ? round / total : 0);
-    let text;
+    const text = a.status === "queued" ? "Waiting to start" : `Round ${round} of ${total}`;
     let sub = "";
-    if (a.status === "queued") text = "Waiting to start";
-    else text = `Round ${round} of ${total}`;
-    if (a.status === "running" && round === 0) sub = "starting the Flower run…";
+    if (a.status === "running" && round === 0) sub = a.spec?.engine === "external" ? "waiting for your Flower app…" : "starting the Flower run…";
     else if (a.status === "running") sub = p.eta_seconds != null ? `about ${fmtDuration(p.eta_seconds)} left` : "estimating time left…";
     else if (TERMINAL.has(a.status) && a.started_at && a.finished_at) sub = `took ${fmtDuration((new Date(a.finished_at) - new Date(a.started_at)) / 1000)}`;
     fill(
@@ -369,258 +326,178 @@ export function renderAudit(root, id) {
     );
   }
 
-  function pick(estimates, pred) {
-    return estimates.filter(pred).sort(compareEstimates)[0];
+  // --- tiles -----------------------------------------------------------------------------------
+
+  function tile(id, label, value, note) {
+    return h("div", { class: "tile", id }, h("div", { class: "tile-label" }, label), h("div", { class: "tile-value" }, value), h("div", { class: "tile-note muted small" }, note));
   }
 
   function renderTiles(a) {
-    const est = a.estimates || [];
-    const defaults = defaultSeries(est);
-    const estFinal = pick(est, (e) => e.estimator === "two_gaussian" && e.threat_model === "final_model" && defaults.has(seriesKey(e)));
-    const estAll = pick(est, (e) => e.estimator === "two_gaussian" && e.threat_model === "all_iterates" && defaults.has(seriesKey(e)));
-    // Only valid bounds: the paper's uncorrected epsilon_lo (correction "none") is not a 95% bound.
-    const bounds = est.filter(isLowerBound).filter((e) => e.correction !== "none" && epsValue(e.epsilon) !== null);
-    const bestBound = bounds.sort((x, y) => epsValue(y.epsilon) - epsValue(x.epsilon))[0];
-    const analytic = est.filter((e) => e.estimator === "analytic" && epsValue(e.epsilon) !== null).sort((x, y) => epsValue(x.epsilon) - epsValue(y.epsilon));
-    const tile = (label, e, note) =>
-      h("div", { class: "tile" }, h("div", { class: "tile-label" }, label), h("div", { class: "tile-value" }, e ? fmtEps(e.epsilon) : "–"), h("div", { class: "tile-note muted small" }, e ? note(e) : "not yet"));
-    const m = a.metrics || {};
-    // an estimate above the claim says on screen why it is not an alarm
-    const estNote = (e) => {
-      const soFar = e.details?.so_far ? `, so far: θ_t − θ_0 after round ${e.details.round}` : "";
-      const variance = (e.variance === "null" ? "σ² = 1/d" : `${e.variance} σ`) + soFar;
-      return estimateAboveClaim(e, est) ? h("span", { class: "above-claim" }, `${variance}; ${ABOVE_CLAIM_NOTE}`) : variance;
-    };
-    fill(
-      tiles,
-      tile("ε_est, final model", estFinal, estNote),
-      tile("ε_est, all iterates", estAll, estNote),
-      tile("Largest valid lower bound", bestBound, (e) => `${estimateLabel(e)}${e.confidence ? `, ${Math.round(e.confidence * 100)}%` : ""}`),
-      tile("Analytic ε (tightest)", analytic[0], (e) => threatLabel(e.threat_model)),
+    const v = a.verdict || {};
+    const claim = v.claim;
+    const noClaim = v.status === "no_dp_claim" || (claim == null && Number(a.spec?.noise_multiplier) === 0);
+    const claimTile = noClaim
+      ? tile("tile-claim", "Claimed", "No DP claim", "noise multiplier 0: there is no privacy promise to test")
+      : claim
+        ? tile("tile-claim", "Claimed", `ε = ${fmtEps(claim.epsilon)}`, `at δ = ${fmtDelta(claim.delta)}; equivalently Gaussian DP with μ = ${fmtNum(claim.mu)}`)
+        : tile("tile-claim", "Claimed", "–", "known once the run declares its settings");
+    const b = v.largest_valid_bound;
+    const boundValue = b && epsValue(b.epsilon) !== null ? `ε ≥ ${fmtEps(b.epsilon)}` : TERMINAL.has(a.status) ? "none" : "none yet";
+    const boundTile = h(
+      "div",
+      { class: "tile", id: "tile-measured", "data-epsilon": b ? String(b.epsilon) : "", "data-mu": b && b.mu != null ? String(b.mu) : "" },
+      h("div", { class: "tile-label" }, "Measured: valid lower bound"),
+      h("div", { class: "tile-value" }, boundValue),
       h(
         "div",
-        { class: "tile" },
-        h("div", { class: "tile-label" }, "Model"),
-        h("div", { class: "tile-value" }, m.accuracy != null ? `${(m.accuracy * 100).toFixed(1)}%` : "–"),
-        h("div", { class: "tile-note muted small" }, m.accuracy != null ? `accuracy${m.loss != null ? `, loss ${fmtNum(m.loss)}` : ""}` : `d = ${a.dim ?? "?"}`),
+        { class: "tile-note muted small" },
+        b
+          ? [`${b.mu != null ? `μ ≥ ${fmtNum(b.mu)}, ` : ""}${b.confidence != null ? `${fmtPercent(b.confidence)} confidence` : ""}`, h("div", {}, `${b.name || estimateLabel(b)}${b.threat_model ? `; adversary ${threatLabel(b.threat_model)}` : ""}`)]
+          : TERMINAL.has(a.status) ? "no lower bound above zero" : "appears after the first round",
       ),
     );
-  }
-
-  // --- epsilon over rounds -------------------------------------------------------------------
-
-  function epsSeries() {
-    const byKey = new Map();
-    const add = (round, e) => {
-      if (e.estimator === "analytic") return;
-      const key = seriesKey(e);
-      if (!byKey.has(key)) byKey.set(key, { key, label: estimateLabel(e), sample: e, points: new Map() });
-      const v = epsValue(e.epsilon);
-      if (v !== null) byKey.get(key).points.set(round, v);
-    };
-    for (const r of rounds) for (const e of r.estimates || []) add(r.round, e);
-    const current = audit.progress?.round;
-    if (current) for (const e of audit.estimates || []) if (!byKey.get(seriesKey(e))?.points.has(current)) add(current, e);
-    const list = [...byKey.values()].sort((a, b) => compareEstimates(a.sample, b.sample));
-    for (const s of list) s.points = [...s.points.entries()].sort((a, b) => a[0] - b[0]);
-    return list;
-  }
-
-  function styleFor(key) {
-    if (!styles.has(key)) {
-      const i = styles.size;
-      styles.set(key, { color: PALETTE[i % 7], dash: DASHES[i % DASHES.length], marker: MARKERS[i % MARKERS.length] });
-    }
-    return styles.get(key);
-  }
-
-  function analyticRefs() {
-    return (audit.estimates || [])
-      .filter((e) => e.estimator === "analytic" && Number.isFinite(epsValue(e.epsilon)))
-      .sort(compareEstimates)
-      .map((e, i) => ({ key: seriesKey(e), label: estimateLabel(e), shortLabel: `${estimateLabel(e)} = ${fmtEps(e.epsilon)}`, tinyLabel: `${threatLabel(e.threat_model).split(" ")[0]}${e.details?.accountant ? ` ${String(e.details.accountant).toUpperCase()}` : ""} ${fmtEps(e.epsilon)}`, y: epsValue(e.epsilon), style: REF_STYLES[i % REF_STYLES.length], sample: e }));
-  }
-
-  function updateLegend() {
-    const series = epsSeries();
-    const refs = analyticRefs();
-    const defaults = defaultSeries(series.map((s) => s.sample));
-    for (const s of series) {
-      styleFor(s.key);
-      if (!visible.has(s.key)) visible.set(s.key, defaults.has(s.key));
-    }
-    for (const r of refs) if (!visible.has(r.key)) visible.set(r.key, true);
-    const keys = [...series.map((s) => s.key), ...refs.map((r) => `${r.key}:${r.shortLabel}`)].join(",");
-    if (keys === legendKeys) return;
-    const focusedKey = document.activeElement?.dataset?.seriesKey;
-    legendKeys = keys;
-    const item = (key, label, style) => {
-      const id = `lg-${key.replace(/[^a-z0-9]+/gi, "-")}`;
-      return h(
-        "label",
-        { class: "legend-item", for: id },
-        h("input", { type: "checkbox", id, checked: visible.get(key), dataset: { seriesKey: key }, onchange: (ev) => { visible.set(key, ev.target.checked); drawCharts(); } }),
-        swatch(style),
-        h("span", {}, label),
-      );
-    };
-    fill(
-      epsLegend,
-      h("legend", { class: "visually-hidden" }, "Series shown in the chart"),
-      series.length || refs.length ? null : h("span", { class: "muted small" }, "Series appear after the first round."),
-      series.map((s) => item(s.key, s.label, styles.get(s.key))),
-      refs.map((r) => item(r.key, r.shortLabel, { ...r.style, color: "#6b7280" })),
+    const design = v.design;
+    const designTile = h(
+      "div",
+      { class: "tile tile-text", id: "tile-design" },
+      h("div", { class: "tile-label" }, "This audit can detect"),
+      h("div", { class: "tile-sentence" }, design?.summary ? humanText(design.summary) : "–"),
+      design?.advice ? h("div", { class: "tile-note small" }, humanText(design.advice)) : null,
     );
-    if (focusedKey) epsLegend.querySelector(`[data-series-key="${CSS.escape(focusedKey)}"]`)?.focus();
+    fill(tiles, claimTile, boundTile, designTile);
   }
 
-  function drawEps() {
-    const series = epsSeries().filter((s) => visible.get(s.key));
-    const refs = analyticRefs().filter((r) => visible.get(r.key));
-    const total = audit.progress?.num_rounds ?? audit.spec?.num_rounds ?? 1;
-    const analyticMax = Math.max(0, ...analyticRefs().map((r) => r.y));
-    lineChart(epsChart, {
-      series: series.map((s) => ({ ...s, style: styleFor(s.key) })),
-      refs,
-      yCap: zoom && analyticMax > 0 ? 2 * analyticMax : null,
-      xDomain: [1, Math.max(2, total)],
-      xLabel: "round",
-      yLabel: "ε",
-      emptyText: audit.status === "queued" ? "Waiting for the run to start" : TERMINAL.has(audit.status) ? "No round was completed" : "Waiting for the first round",
-    });
-    epsChart.dataset.points = String(series.reduce((n, s) => n + s.points.length, 0));
-    const summary = series.map((s) => (s.points.length ? `${s.label} ${fmtEps(s.points[s.points.length - 1][1])} at round ${s.points[s.points.length - 1][0]}` : null)).filter(Boolean);
-    const refText = refs.map((r) => `${r.label} ${fmtEps(r.y)}`);
-    epsChart.setAttribute("aria-label", summary.length || refText.length ? `Epsilon over rounds. Latest: ${[...summary, ...refText].join("; ")}.` : "Epsilon over rounds: no data yet");
-    if (epsTable.closest("details").open) drawEpsTable();
+  function renderNotes(a) {
+    // Service notes that are not the alarm (e.g. waiting for the ServerApp); the alarm's own
+    // messages are in the details: the verdict above states its outcome.
+    const items = (Array.isArray(a.alerts) ? a.alerts : []).filter((x) => x.level === "info" && !/^no dp claim/i.test(x.message || ""));
+    fill(notes, items.map((x) => h("p", { class: "note small" }, h("span", { "aria-hidden": "true" }, "ℹ "), humanText(x.message))));
   }
 
-  /** The chart's numbers as a table (for screen readers and for copying); built only while
-   * its <details> is open. */
-  function drawEpsTable() {
-    const all = epsSeries();
-    const roundsSeen = [...new Set(all.flatMap((s) => s.points.map((p) => p[0])))].sort((x, y) => x - y);
-    fill(
-      epsTable,
-      h(
-        "table",
-        { class: "eps-table" },
-        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Round"), all.map((s) => h("th", { scope: "col", class: "num" }, s.label)))),
-        h(
-          "tbody",
-          {},
-          roundsSeen.map((r) => h("tr", {}, h("th", { scope: "row" }, String(r)), all.map((s) => {
-            const p = s.points.find((q) => q[0] === r);
-            return h("td", { class: "num" }, p ? fmtEps(p[1]) : "–");
-          }))),
-        ),
-      ),
-    );
-  }
-
-  // --- cosine densities ----------------------------------------------------------------------
-
-  function drawDensity(tm, container, legend, note) {
-    const hist = audit.histograms?.[tm];
-    const d = audit.dim;
-    const wanted = !audit.spec?.threat_models || audit.spec.threat_models.includes(tm);
-    if (!hist || !Array.isArray(hist.bin_edges) || hist.bin_edges.length < 2) {
-      densityChart(container, { bins: [], layers: [], emptyText: !wanted ? "Threat model not requested" : TERMINAL.has(audit.status) ? "No cosines" : "No cosines yet" });
-      fill(legend);
-      note.textContent = "";
-      container.setAttribute("aria-label", `Cosine densities, ${threatLabel(tm)}: no data yet`);
-      return;
-    }
-    const edges = hist.bin_edges;
-    const layers = [];
-    const counts = [];
-    if (Array.isArray(hist.seen) || Array.isArray(hist.unseen)) {
-      if (Array.isArray(hist.seen)) {
-        layers.push({ label: "seen canaries", values: toDensity(hist.seen, edges), style: { color: PALETTE[1], dash: "", pattern: "hatch" } });
-        counts.push(`${sum(hist.seen)} seen`);
-      }
-      if (Array.isArray(hist.unseen)) {
-        layers.push({ label: "unseen canaries", values: toDensity(hist.unseen, edges), style: { color: PALETTE[0], dash: "6 3", pattern: "dots" } });
-        counts.push(`${sum(hist.unseen)} unseen`);
-      }
-      note.textContent = "";
-    } else if (Array.isArray(hist.canaries)) {
-      layers.push({ label: "all canaries (labels hidden until the audit ends)", values: toDensity(hist.canaries, edges), style: { color: "#6b7280", dash: "", pattern: "dots" } });
-      counts.push(`${sum(hist.canaries)} canaries`);
-      note.textContent = "Which canaries were seen stays secret while the audit runs; the split is shown when it ends.";
-    }
-    const curves = [];
-    const lo = edges[0];
-    const hi = edges[edges.length - 1];
-    const xsFine = Array.from({ length: 241 }, (_, i) => lo + ((hi - lo) * i) / 240);
-    let nullLabel = null;
-    const kind = hist.null_kind || (tm === "final_model" ? "N(0, 1/d)" : null);
-    const nullStyle = { color: "var(--fg)", dash: "2 3", width: 2 };
-    const smooth = Number.isFinite(d) && d > 0 && (kind === "exact" || kind === "N(0, 1/d)");
-    if (smooth && tm === "final_model") {
-      // The final-model null is known in closed form: draw it smoothly rather than at bin centres.
-      nullLabel = kind === "exact" ? `null: exact cosine density, d = ${d}` : `null N(0, 1/d), d = ${d}`;
-      curves.push({ label: nullLabel, points: xsFine.map((x) => [x, kind === "exact" ? sphereCosineDensity(x, d) : nullDensity(x, d)]), style: nullStyle });
-    } else if (Array.isArray(hist.null) && hist.null.length === edges.length - 1) {
-      nullLabel = kind ? `null: ${kind}` : "null";
-      curves.push({ label: nullLabel, points: hist.null.map((v, i) => [(edges[i] + edges[i + 1]) / 2, Number(v)]), style: nullStyle });
-    } else if (Number.isFinite(d) && d > 0) {
-      if (tm === "final_model") {
-        nullLabel = `null N(0, 1/d), d = ${d}`;
-        curves.push({ label: nullLabel, points: xsFine.map((x) => [x, nullDensity(x, d)]), style: nullStyle });
-      } else {
-        const T = Math.max(1, audit.progress?.round || 1);
-        nullLabel = `null ≈ max of ${T} independent N(0, 1/d)`;
-        curves.push({ label: nullLabel, points: xsFine.map((x) => [x, Math.exp(logMaxNullDensity(x, d, T))]), style: nullStyle });
-      }
-    }
-    densityChart(container, { bins: edges, layers, curves, xLabel: "cosine" });
-    fill(
-      legend,
-      layers.map((l) => h("span", { class: "legend-item" }, swatch({ color: l.style.color, dash: l.style.dash, fill: "none" }), h("span", {}, l.label))),
-      curves.map((c) => h("span", { class: "legend-item" }, swatch({ color: "currentColor", dash: c.style.dash }), h("span", {}, c.label))),
-    );
-    container.setAttribute("aria-label", `Cosine densities, ${threatLabel(tm)}: ${counts.join(", ")}${nullLabel ? `, with ${nullLabel}` : ""}.`);
-  }
+  // --- charts ----------------------------------------------------------------------------------
 
   function drawCharts() {
     if (!audit) return;
-    drawEps();
-    drawDensity("final_model", densityFinal, densityLegendFinal, densityNoteFinal);
-    drawDensity("all_iterates", densityAll, densityLegendAll, densityNoteAll);
+    drawPicture();
+    drawBounds();
+    if (detailsOpen) drawDensities();
   }
 
-  // --- tables --------------------------------------------------------------------------------
+  function drawPicture() {
+    const t = { ...(audit.tradeoff || {}) };
+    const conf = fmtPercent(t.confidence ?? 0.95);
+    const names = {
+      claim: t.claim_mu != null ? `claimed (μ = ${fmtNum(t.claim_mu)})` : "claimed",
+      empirical: `measured from ${t.num_seen || 0} inserted canaries`,
+      band: `${conf} confidence band (the truth lies above it)`,
+      mu_lo: t.mu_lo_value != null ? `proven at least this leaky (valid bound μ ≥ ${fmtNum(t.mu_lo_value)})` : "proven at least this leaky (valid bound)",
+    };
+    // a bound of μ = 0 proves nothing: its curve (the diagonal) is left out, not drawn as news
+    if (!(t.mu_lo_value > 0)) t.mu_lo = null;
+    const parts = [];
+    if (t.claim) parts.push(names.claim);
+    if (t.empirical) parts.push(names.empirical);
+    if (t.mu_lo) parts.push(names.mu_lo);
+    tradeoffChart(picture, t, names, {
+      emptyText: audit.status === "queued" ? "Waiting for the run to start" : "Nothing to draw yet: no claim and no bound",
+      summary: parts.length ? `Trade-off picture: false-negative against false-positive rate; curves: ${parts.join("; ")}.` : "Trade-off picture: no data yet",
+    });
+    const lines = [];
+    if (!t.empirical) lines.push(TERMINAL.has(audit.status) ? "No measured curve: the run stored no final-model scores." : "The measured curve and its band appear when the audit ends: which canaries were inserted stays secret while it runs.");
+    else lines.push(`Scores: each canary's final-model cosine mapped to a normal score (exactly standard normal for a canary the model never saw). The band holds at every α at once with ${conf} confidence.`);
+    if (!t.claim) lines.push("No claimed curve: this run makes no DP claim.");
+    if (t.mu_lo_value === 0) lines.push("No lower-bound curve: these scores prove no leakage (μ ≥ 0).");
+    pictureNote.textContent = lines.join(" ");
+  }
+
+  function boundLines() {
+    const lines = [];
+    for (const spec of MU_BOUNDS) {
+      const points = [];
+      const pick = (list) => (list || []).find((e) => e.estimator === spec.estimator && e.threat_model === spec.threat_model && e.correction !== "none" && typeof e.details?.mu === "number");
+      for (const r of rounds) {
+        const e = pick(r.estimates);
+        if (e) points.push([r.round, e.details.mu]);
+      }
+      const current = audit.progress?.round;
+      const e = pick(audit.estimates);
+      if (current && e && !points.some((p) => p[0] === current)) points.push([current, e.details.mu]);
+      if (points.length) lines.push({ id: `${spec.estimator}:${spec.threat_model}`, label: spec.label, points: points.sort((x, y) => x[0] - y[0]) });
+    }
+    return lines;
+  }
+
+  function drawBounds() {
+    const lines = boundLines();
+    const claimMu = audit.verdict?.claim?.mu ?? audit.tradeoff?.claim_mu;
+    const claim = Number.isFinite(claimMu) ? { label: `claimed μ = ${fmtNum(claimMu)}`, y: claimMu } : null;
+    roundsChart(boundsChart, {
+      lines,
+      claim,
+      numRounds: audit.progress?.num_rounds ?? audit.spec?.num_rounds,
+      yLabel: "μ (Gaussian DP)",
+      emptyText: audit.status === "queued" ? "Waiting for the run to start" : TERMINAL.has(audit.status) ? "No round was completed" : "Waiting for the first round",
+      summary: lines.length ? `Lower bounds on μ over rounds: ${lines.map((l) => `${l.label} ${fmtNum(l.points[l.points.length - 1][1])} at round ${l.points[l.points.length - 1][0]}`).join("; ")}${claim ? `; ${claim.label}` : ""}.` : "Lower bounds over rounds: no data yet",
+    });
+    boundsChart.dataset.points = String(lines.reduce((n, l) => n + l.points.length, 0));
+    boundsNote.textContent = claim ? "" : "No claim line: this run makes no DP claim, so the bounds only say how much it leaks.";
+  }
+
+  function drawDensities() {
+    const wanted = (tm) => !audit.spec?.threat_models || audit.spec.threat_models.includes(tm);
+    let merged = false;
+    for (const [tm, container] of [["final_model", densityFinal], ["all_iterates", densityAll]]) {
+      const hist = audit.histograms?.[tm];
+      const d = audit.dim;
+      const edges = hist?.bin_edges;
+      if (!Array.isArray(edges) || edges.length < 2) {
+        densityChart(container, { edges: null, emptyText: !wanted(tm) ? "Not requested for this audit" : TERMINAL.has(audit.status) ? "No scores" : "No scores yet", summary: "Canary scores: none yet" });
+        continue;
+      }
+      const layers = [];
+      if (Array.isArray(hist.seen)) layers.push({ id: "seen", label: "inserted canaries", values: toDensity(hist.seen, edges) });
+      if (Array.isArray(hist.unseen)) layers.push({ id: "unseen", label: "held-out canaries", values: toDensity(hist.unseen, edges) });
+      if (!layers.length && Array.isArray(hist.canaries)) {
+        merged = true;
+        layers.push({ id: "all", label: "all canaries", values: toDensity(hist.canaries, edges) });
+      }
+      let nullCurve = null;
+      if (Number.isFinite(d) && d > 0) {
+        if (tm === "final_model") nullCurve = { label: "never seen (random direction)", f: (x) => (d < 1000 ? sphereCosineDensity(x, d) : nullDensity(x, d)) };
+        else {
+          const T = Math.max(1, audit.progress?.round || 1);
+          nullCurve = { label: `never seen (largest of ${T} random cosines)`, f: (x) => Math.exp(logMaxNullDensity(x, d, T)) };
+        }
+      }
+      densityChart(container, { edges, layers, nullCurve, summary: `Canary scores, adversary ${threatLabel(tm)}: ${layers.map((l) => l.label).join(", ")}${nullCurve ? `, with the density of a canary never seen` : ""}.` });
+    }
+    densityNote.textContent = merged ? "Which canaries were inserted stays secret while the audit runs; the split is shown when it ends." : "";
+  }
+
+  // --- details ---------------------------------------------------------------------------------
 
   function renderEstimates(a) {
     const est = [...(a.estimates || [])].sort(compareEstimates);
-    const violating = new Set(boundViolations(est).map((v) => v.bound));
     if (!est.length) {
-      fill(estimatesBody, h("tr", {}, h("td", { colspan: 9, class: "empty" }, a.status === "failed" ? "No estimates: the run failed before the first round." : "Estimates appear after the first round.")));
+      fill(estimatesBody, h("tr", {}, h("td", { colspan: 7, class: "empty" }, a.status === "failed" ? "No estimates: the run failed before the first round." : "Estimates appear after the first round.")));
       return;
     }
     fill(
       estimatesBody,
       est.map((e) => {
-        const details = Object.entries(e.details || {})
-          .filter(([, v]) => v === null || ["number", "string", "boolean"].includes(typeof v))
-          .slice(0, 8)
-          .map(([k, v]) => `${humanize(k)} = ${typeof v === "number" ? fmtNum(v) : v}`)
-          .join(", ");
+        const info = ESTIMATORS[e.estimator] || { assumes: "", explains: "" };
+        const mu = e.details?.mu;
+        const correction = correctionLabel(e.correction);
         return h(
           "tr",
-          { class: violating.has(e) ? "violation" : null, "data-estimator": e.estimator },
+          { "data-estimator": e.estimator, class: e.correction === "none" ? "not-valid" : null },
           h("th", { scope: "row" }, estimateLabel(e)),
-          h("td", { class: "num eps-cell", "data-label": "ε" }, fmtEps(e.epsilon), violating.has(e) ? h("span", { class: "flag", title: "exceeds the analytic ε" }, " ⚠ exceeds analytic") : null),
-          h("td", { "data-label": "Estimator" }, estimatorLong(e.estimator)),
-          h("td", { "data-label": "Threat model" }, threatLabel(e.threat_model)),
-          h("td", { "data-label": "Variance" }, e.variance === "null" ? "σ² = 1/d" : e.variance || "n/a"),
-          h("td", { "data-label": "Correction" }, e.correction || "n/a"),
-          h("td", { class: "num", "data-label": "Confidence" }, e.confidence != null ? `${fmtNum(e.confidence * 100, 3)}%` : "point estimate"),
-          h("td", { class: "num", "data-label": "δ" }, fmtNum(e.delta)),
-          h("td", { class: "method", "data-label": "Method" },
-            estimateAboveClaim(e, est) ? h("div", { class: "above-claim" }, `ε ${ABOVE_CLAIM_NOTE}`) : null,
-            e.method || "", details ? h("div", { class: "muted small" }, details) : null),
+          h("td", { class: "num eps-cell", "data-label": "ε" }, fmtEps(e.epsilon)),
+          h("td", { class: "num", "data-label": "μ" }, typeof mu === "number" ? fmtNum(mu) : "–"),
+          h("td", { "data-label": "What it is" }, estimateKind(e), correction && e.correction !== "none" ? h("div", { class: "muted small" }, correction) : null),
+          h("td", { "data-label": "Adversary" }, threatLabel(e.threat_model)),
+          h("td", { "data-label": "Assumes", class: "small" }, info.assumes),
+          h("td", { "data-label": "In one line", class: "small method" }, info.explains, ` At δ = ${fmtDelta(e.delta)}.`),
         );
       }),
     );
@@ -629,7 +506,7 @@ export function renderAudit(root, id) {
   function renderDiagnostics(a) {
     const diags = a.diagnostics || [];
     if (!diags.length) {
-      fill(diagnostics, h("li", { class: "muted" }, "Diagnostics appear after the first round."));
+      fill(diagnostics, h("li", { class: "muted" }, "Checks appear after the first round."));
       return;
     }
     fill(
@@ -639,32 +516,38 @@ export function renderAudit(root, id) {
           "li",
           { class: `diag ${d.ok ? "ok" : "bad"}` },
           h("span", { class: "diag-icon", "aria-hidden": "true" }, d.ok ? "✓" : "!"),
-          h("div", {}, h("div", { class: "diag-head" }, h("strong", {}, humanize(d.name)), h("span", { class: "diag-state" }, d.ok ? " OK" : " needs attention"), h("span", { class: "muted small" }, ` · ${diagnosticValue(d)}`)), h("div", { class: "diag-hint" }, diagnosticHint(d)), diagnosticPurpose(d) ? h("div", { class: "muted small" }, diagnosticPurpose(d)) : null),
+          h("div", {}, h("div", { class: "diag-head" }, h("strong", {}, diagnosticName(d)), h("span", { class: "diag-state" }, d.ok ? " · passes" : " · needs attention"), h("span", { class: "muted small" }, ` · ${diagnosticValue(d)}`)), h("div", { class: "muted small" }, diagnosticPurpose(d))),
         ),
       ),
+    );
+  }
+
+  function renderAlarmLog(a) {
+    const items = Array.isArray(a.alerts) ? a.alerts.filter((x) => x.level !== "info") : [];
+    fill(
+      alarmLog,
+      items.length ? h("ul", { class: "alarm-list" }, items.map((x) => h("li", { class: `alarm-${x.level}` }, h("strong", {}, x.level === "error" ? "Alarm: " : "Warning: "), humanText(x.message)))) : h("p", { class: "muted small" }, "No alarm has fired."),
+      a.alarm_guarantee ? h("p", { class: "muted small", id: "alarm-guarantee" }, humanText(a.alarm_guarantee)) : null,
     );
   }
 
   function renderRunDetails(a) {
     const s = a.spec || {};
     const row = (k, v) => [h("dt", {}, k), h("dd", {}, v)];
+    const participation = { poisson: "Poisson sampling", uniform: "uniform without replacement", shuffled: "shuffled epochs", batch_then_shuffle: "batch then shuffle" }[s.participation] || "as the app samples";
     fill(
       metaList,
-      row("Task", `${s.task ?? "?"}${a.dim ? ` (d = ${a.dim})` : ""}`),
-      row("Rounds × cohort", `${s.num_rounds ?? "?"} × ${s.clients_per_round ?? "?"} of ${s.num_clients ?? "?"} clients (${s.participation ?? "?"})`),
-      row("Canaries", `${s.num_canaries ?? "?"}, repeats ${s.canary_repeats ?? 1}`),
-      row("Noise / clip", `z = ${s.noise_multiplier ?? "?"}, S = ${s.clip_norm ?? "adaptive"}`),
-      row("δ", fmtNum(s.delta)),
+      row("Training", s.engine === "external" ? "your Flower app (attached)" : `built-in task ${s.task ?? "?"}`),
+      row("Model dimension d", a.dim ? String(a.dim) : "–"),
+      row("Rounds × cohort", `${s.num_rounds ?? "?"} × ${s.clients_per_round ?? "?"} of ${s.num_clients ?? "?"} clients (${participation})`),
+      row("Canaries", `${s.num_canaries ?? "?"}, each inserted in ${s.canary_repeats ?? 1} round(s)`),
+      row("Noise / clip", `noise multiplier ${s.noise_multiplier ?? "?"}, clip norm ${s.clip_norm ?? "adaptive"}`),
+      row("δ", fmtDelta(s.delta)),
       row("Created", fmtTime(a.created_at)),
       row("Started", fmtTime(a.started_at)),
       row("Finished", fmtTime(a.finished_at)),
     );
-    fill(
-      roundsBody,
-      [...rounds].reverse().slice(0, 200).map((r) =>
-        h("tr", {}, h("td", { class: "num" }, String(r.round)), h("td", { class: "num" }, fmtNum(r.clip_norm)), h("td", { class: "num" }, fmtNum(r.cohort_size)), h("td", { class: "num" }, fmtNum(r.num_canaries_inserted)), h("td", { class: "num" }, fmtNum(r.num_failures))),
-      ),
-    );
+    fill(roundsBody, [...rounds].reverse().slice(0, 200).map((r) => h("tr", {}, h("td", { class: "num" }, String(r.round)), h("td", { class: "num" }, fmtNum(r.clip_norm)), h("td", { class: "num" }, fmtNum(r.cohort_size)), h("td", { class: "num" }, fmtNum(r.num_canaries_inserted)), h("td", { class: "num" }, fmtNum(r.num_failures)))));
     const text = JSON.stringify(s, null, 2);
     if (specPre.textContent !== text) specPre.textContent = text;
   }
@@ -688,9 +571,6 @@ export function renderAudit(root, id) {
     stopped = true;
     clearTimeout(timer);
     resize.disconnect();
+    for (const c of [picture, boundsChart, densityFinal, densityAll]) c._plot?.destroy();
   };
-}
-
-function sum(arr) {
-  return arr.reduce((a, b) => a + (Number(b) || 0), 0);
 }

@@ -1,4 +1,5 @@
-// Formatting and labelling of the service's JSON (EpsilonResult / Diagnostic dicts).
+// Formatting of the service's JSON and the human names the page shows for the API's identifiers
+// (the API keeps its identifiers; the page never shows them).
 
 export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 
@@ -28,6 +29,17 @@ export function fmtNum(value, digits = 3) {
   return value.toPrecision(digits);
 }
 
+/** δ as people write it: 1e-6, 1e-5, 0.01. */
+export function fmtDelta(value) {
+  if (typeof value !== "number") return "–";
+  if (value < 1e-3) return value.toExponential();
+  return String(value);
+}
+
+export function fmtPercent(value) {
+  return typeof value === "number" ? `${+(value * 100).toFixed(1)}%` : "–";
+}
+
 export function fmtDuration(seconds) {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "–";
   const s = Math.max(0, Math.round(seconds));
@@ -52,71 +64,103 @@ export const STATUS_ICON = {
   cancelled: "■",
 };
 
-const ESTIMATOR_NAME = {
-  two_gaussian: "ε_est",
-  lower_bound: "ε_lo",
-  one_run: "one-run bound",
-  analytic: "analytic ε",
-  sequential: "sequential test",
+// --- verdicts ---------------------------------------------------------------------------------
+
+/** The verdict's status as a heading word and a banner style (the sentence is the API's). */
+export const VERDICT_STYLE = {
+  claim_refuted: { title: "Claim refuted", tone: "bad", icon: "✕" },
+  consistent: { title: "Consistent with the claim", tone: "good", icon: "✓" },
+  inconclusive: { title: "Inconclusive", tone: "unsure", icon: "?" },
+  no_dp_claim: { title: "No DP claim", tone: "neutral", icon: "–" },
+  running: { title: "Running: provisional verdict", tone: "running", icon: "▶" },
 };
 
-const ESTIMATOR_LONG = {
-  two_gaussian: "two-Gaussian (Andrew §3.2)",
-  lower_bound: "ε_lo, Jeffreys (Andrew §5.1)",
-  one_run: "one-run (Steinke Thm 3.1)",
-  analytic: "accountant (dp-accounting)",
-  sequential: "test by betting (González)",
+// --- estimators -------------------------------------------------------------------------------
+
+/** What each estimator is called on screen, what it assumes, and one line on what it is. */
+export const ESTIMATORS = {
+  two_gaussian: {
+    name: "Gaussian-fit estimate of ε",
+    assumes: "The canaries' scores are Gaussian (see the normality checks).",
+    explains: "ε between two Gaussians fitted to the canaries' scores (Andrew et al. §3.2). An estimate, not a bound: it can sit above the claim on a correct run.",
+  },
+  lower_bound: {
+    name: "Threshold-test bound on ε",
+    assumes: "Only that canaries are drawn independently.",
+    explains: "The best threshold on the scores; confidence bounds on its two error rates give a lower bound on ε (Andrew et al. §5.1).",
+  },
+  gdp_lower_bound: {
+    name: "Threshold-test bound on μ",
+    assumes: "Independent canary scores (true for orthogonal canaries under Gaussian noise).",
+    explains: "μ ≥ Φ⁻¹(1 − FPR) − Φ⁻¹(FNR) with upper confidence bounds on both rates; reads the whole trade-off curve, so it is tighter than an (ε, δ) point.",
+  },
+  one_run: {
+    name: "Guessing-game bound on ε",
+    assumes: "Nothing but the random choice of which canaries are inserted.",
+    explains: "Counts how many seen/unseen guesses from the scores are right (Steinke et al. 2023, one training run).",
+  },
+  fdp_one_run: {
+    name: "Guessing-game bound on μ",
+    assumes: "Nothing but the random choice of which canaries are inserted.",
+    explains: "The same guessing game judged against Gaussian trade-off curves (Mahloujifar et al. 2025).",
+  },
+  analytic: {
+    name: "Promised ε (privacy accountant)",
+    assumes: "The DP implementation does what its settings say.",
+    explains: "What the noise and the schedule promise, from dp-accounting: the claim the bounds are tested against.",
+  },
+  sequential: {
+    name: "Sequential test by betting",
+    assumes: "Independent rounds.",
+    explains: "An anytime-valid test of the claim, updated after every round (González et al. 2025).",
+  },
 };
 
-export function estimatorLong(estimator) {
-  return ESTIMATOR_LONG[estimator] || estimator;
+export function estimatorName(id) {
+  return ESTIMATORS[id]?.name || "Other estimate";
 }
 
+/** Which adversary (threat model) an estimate is about, in words. */
 export function threatLabel(tm) {
-  if (tm === "final_model") return "final model";
-  if (tm === "all_iterates") return "all iterates";
-  return String(tm || "").replace(/_/g, " ");
+  return (
+    {
+      final_model: "sees the final model",
+      all_iterates: "sees every round's update",
+      known_rounds: "sees the rounds a canary joined",
+      poisson_subsampled: "sees every update, rounds random",
+      gaussian_mechanism: "one Gaussian mechanism",
+    }[tm] || "another adversary"
+  );
 }
 
-/** Short human label of one estimate, e.g. "ε_est final model (σ²=1/d)". */
+const CORRECTION_LABEL = {
+  bonferroni: "corrected over thresholds (Bonferroni)",
+  split: "threshold chosen on half the canaries",
+  none: "uncorrected: not a valid bound",
+};
+
+/** Short human label of one estimate (name, adversary and the variant that matters). */
 export function estimateLabel(e) {
-  const name = ESTIMATOR_NAME[e.estimator] || e.estimator;
-  const parts = [name, threatLabel(e.threat_model)];
-  if (e.variance === "null") parts.push("(σ² = 1/d)");
-  else if (e.variance === "fitted") parts.push("(fitted σ)");
-  if (e.correction && e.correction !== "n/a") parts.push(`[${e.correction}]`);
+  const parts = [estimatorName(e.estimator)];
+  if (e.variance === "null") parts.push("variance fixed at 1/d");
+  else if (e.variance === "fitted") parts.push("variance fitted");
+  if (e.correction === "none") parts.push("uncorrected");
   const accountant = e.details?.accountant;
-  if (accountant && typeof accountant === "string") parts.push(`(${accountant.toUpperCase()})`);
-  return parts.join(" ");
+  if (e.estimator === "analytic" && typeof accountant === "string") parts.push(accountant.toUpperCase());
+  return `${parts[0]}${parts.length > 1 ? ` (${parts.slice(1).join(", ")})` : ""}`;
 }
 
-/** Identity of a series across rounds: estimator, threat model, variance, correction (and the
- * accountant for analytic entries, which may share a threat model). */
-export function seriesKey(e) {
-  const parts = [e.estimator, e.threat_model, e.variance || "n/a", e.correction || "n/a"];
-  if (e.details?.accountant) parts.push(String(e.details.accountant));
-  return parts.join("|");
+/** What kind of number an estimate is: a valid bound, an estimate, or the promise. */
+export function estimateKind(e) {
+  if (e.estimator === "analytic") return "promise";
+  if (e.estimator === "two_gaussian") return "estimate, not a bound";
+  if (e.correction === "none") return "not valid (uncorrected)";
+  if (e.confidence != null) return `valid lower bound, ${fmtPercent(e.confidence)} confidence`;
+  return "test";
 }
 
-export function isLowerBound(e) {
-  return e.estimator === "lower_bound" || e.estimator === "one_run";
-}
-
-const VARIANCE_PREF = { null: 0, fitted: 1, "n/a": 2 };
-const CORRECTION_PREF = { bonferroni: 0, split: 1, "n/a": 2, none: 3 };
-
-/** Which series are shown by default: for each (estimator, threat model) the preferred
- * variance treatment (σ² = 1/d, as the paper's Table 2) and a corrected bound when offered. */
-export function defaultSeries(estimates) {
-  const best = new Map();
-  for (const e of estimates) {
-    if (e.estimator === "analytic" || e.estimator === "sequential") continue;
-    const group = `${e.estimator}|${e.threat_model}`;
-    const rank = (VARIANCE_PREF[e.variance] ?? 5) * 10 + (CORRECTION_PREF[e.correction] ?? 5);
-    const prev = best.get(group);
-    if (!prev || rank < prev.rank) best.set(group, { rank, key: seriesKey(e) });
-  }
-  return new Set([...best.values()].map((v) => v.key));
+export function correctionLabel(c) {
+  return CORRECTION_LABEL[c] || "";
 }
 
 /** The list item's headline epsilon may be a number, "inf", an EpsilonResult dict or null. */
@@ -125,76 +169,67 @@ export function headline(value) {
   return { eps: value, label: "" };
 }
 
-/** Valid lower bounds above the analytic epsilon, highlighted in the estimates table (the
- * paper's uncorrected ε_lo, correction "none", is not a 95% bound; the claim compared against is
- * the "adversary knows the rounds" PLD bound). Not an alarm: each bound keeps only its own
- * per-look confidence; the service's alerts (claim tests over all looks) are the alarm. */
-export function boundViolations(estimates) {
-  const analytic = estimates.filter(
-    (e) => e.estimator === "analytic" && e.threat_model === "known_rounds" && (e.details?.accountant ?? "pld") === "pld" && epsValue(e.epsilon) !== null,
-  );
-  const bounds = estimates.filter((e) => isLowerBound(e) && e.correction !== "none" && epsValue(e.epsilon) !== null);
-  const out = [];
-  for (const b of bounds) {
-    const lo = epsValue(b.epsilon);
-    for (const a of analytic) {
-      const hi = epsValue(a.epsilon);
-      if (Number.isFinite(hi) && lo > hi) out.push({ bound: b, analytic: a });
-    }
-  }
-  return out;
+// --- diagnostics ------------------------------------------------------------------------------
+
+const SCORE_SET = { final: "final-model", max: "per-round maximum" };
+
+/** A diagnostic's name and purpose in words, by its identifier. */
+export function diagnosticName(d) {
+  const name = String(d.name || "");
+  let m = name.match(/^anderson_darling_(seen|unseen)_(final|max)$/);
+  if (m) return `The ${m[1]} canaries' ${SCORE_SET[m[2]]} scores look Gaussian`;
+  m = name.match(/^bootstrap_(final_model|all_iterates)_epsilon$/);
+  if (m) return `Stability of the Gaussian-fit estimate (adversary ${threatLabel(m[1])})`;
+  if (name === "unseen_vs_null") return "Unseen canaries look like random directions";
+  return "Another check";
 }
 
-/** The tightest analytic epsilon when ``e`` is a point estimate (two-Gaussian ε_est) above it,
- * else null. Such an estimate is not a bound and raises no alarm; the page says why. */
-export function estimateAboveClaim(e, estimates) {
-  if (!e || e.estimator !== "two_gaussian") return null;
-  const v = epsValue(e.epsilon);
-  const claims = estimates.filter((a) => a.estimator === "analytic" && Number.isFinite(epsValue(a.epsilon)));
-  const tightest = claims.sort((x, y) => epsValue(x.epsilon) - epsValue(y.epsilon))[0];
-  return tightest && v !== null && v > epsValue(tightest.epsilon) ? tightest : null;
-}
-
-export const ABOVE_CLAIM_NOTE =
-  "above the analytic ε: a point estimate from Gaussians fitted to the canaries, not a bound and not a sign of a DP bug " +
-  "(few canaries or unequal fitted variances inflate it; see the bootstrap interval). Only the DP alarm's tests and valid lower bounds can indicate a bug.";
-
-/** What a diagnostic's number is: the bootstrap's interval, else its value. */
-export function diagnosticValue(d) {
-  const lo = epsValue(d.details?.lower);
-  const hi = epsValue(d.details?.upper);
-  if (lo !== null && hi !== null) {
-    const conf = typeof d.details.confidence === "number" ? `${Math.round(d.details.confidence * 100)}% ` : "";
-    return `${conf}interval [${fmtEps(lo)}, ${fmtEps(hi)}]`;
-  }
-  return `value ${fmtNum(epsValue(d.value) ?? d.value)}`;
-}
-
-const DIAGNOSTIC_HINTS = [
-  [/anderson|normal|gauss/i, "The cosines do not look Gaussian, so the two-Gaussian ε_est is shaky: trust ε_lo and the one-run bound."],
-  [/null|unseen/i, "Unseen canaries should look like the null N(0, 1/d); if not, the canaries are not independent of the model (a bug in insertion or in the seed)."],
-  [/bootstrap|interval/i, "A wide interval means too few canaries for a stable ε_est: add canaries."],
-];
-
-const DIAGNOSTIC_PURPOSE = [
-  [/anderson/i, "Checks the Gaussian fit that ε_est relies on (Anderson–Darling, Andrew et al. App. B)."],
-  [/unseen_vs_null|null/i, "Checks that held-out canaries behave like random directions."],
-  [/bootstrap/i, "How much ε_est moves when the canaries are resampled."],
-];
-
-/** Plain-language hint for a diagnostic: the service's own hint, else a generic one by name. */
-export function diagnosticHint(d) {
-  if (d.hint) return d.hint;
-  for (const [pattern, hint] of DIAGNOSTIC_HINTS) if (pattern.test(d.name)) return hint;
-  return d.ok ? "Looks fine." : "Outside the expected range.";
-}
-
-/** One line on what a diagnostic checks, by its name (empty when unknown). */
 export function diagnosticPurpose(d) {
-  for (const [pattern, text] of DIAGNOSTIC_PURPOSE) if (pattern.test(d.name)) return text;
+  const name = String(d.name || "");
+  if (name.startsWith("anderson_darling")) return "The Gaussian-fit estimate relies on it (Anderson–Darling test, Andrew et al. App. B). If it fails, trust the lower bounds, not the estimate.";
+  if (name.startsWith("bootstrap")) return "How much the Gaussian-fit estimate moves when the canaries are resampled; a wide interval means too few canaries.";
+  if (name === "unseen_vs_null") return "Held-out canaries must behave like random directions; if not, canaries and model are not independent (a bug in insertion or in the seed).";
   return "";
 }
 
-export function humanize(name) {
-  return String(name || "").replace(/_/g, " ");
+/** What a diagnostic's number is: the bootstrap's interval, a test statistic or a p-value. */
+export function diagnosticValue(d) {
+  const det = d.details || {};
+  const lo = epsValue(det.lower);
+  const hi = epsValue(det.upper);
+  if (lo !== null && hi !== null) {
+    const conf = typeof det.confidence === "number" ? `${Math.round(det.confidence * 100)}% ` : "";
+    return `${conf}interval of ε: [${fmtEps(lo)}, ${fmtEps(hi)}]`;
+  }
+  if (typeof det.critical_value === "number") return `A² = ${fmtNum(d.value)} (limit ${fmtNum(det.critical_value)})`;
+  if (typeof det.p_value === "number") return `p = ${fmtNum(det.p_value)}`;
+  return `value ${fmtNum(epsValue(d.value) ?? d.value)}`;
+}
+
+// --- text from the service --------------------------------------------------------------------
+
+const TOKENS = [
+  [/\bfinal_model_epsilon\b/g, "final-model estimate"],
+  [/\ball_iterates_epsilon\b/g, "all-rounds estimate"],
+  [/\bfinal_model\b/g, "final-model"],
+  [/\ball_iterates\b/g, "all-rounds"],
+  [/\bknown_rounds\b/g, "known-rounds"],
+  [/\bpoisson_subsampled\b/g, "Poisson-subsampled"],
+  [/\b(seen|unseen)_final\b/g, "$1 final-model"],
+  [/\b(seen|unseen)_max\b/g, "$1 per-round maximum"],
+  [/\bnoise_scale=([\d.]+)/g, "noise × $1"],
+  [/\bnoise_scale\b/g, "noise scale"],
+  [/\bno_noise\b/g, "no noise"],
+  [/\bno_clipping\b/g, "no clipping"],
+  [/\bnoise_divided_twice\b/g, "noise divided twice"],
+  [/\bextra_participation\b/g, "extra participation"],
+  [/\b(\d+(?:\.\d+)?)-Gaussian DP\b/g, "Gaussian DP with μ = $1"],
+  [/\bmu\b/g, "μ"],
+];
+
+/** Free text from the service (alerts, notes) with its identifiers put into words. */
+export function humanText(text) {
+  let out = String(text || "");
+  for (const [pattern, repl] of TOKENS) out = out.replace(pattern, repl);
+  return out;
 }

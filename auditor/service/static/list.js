@@ -2,9 +2,17 @@
 
 import { api, ApiError } from "./api.js";
 import { h, fill, toast } from "./dom.js";
-import { fmtEps, fmtTime, headline, STATUS_ICON, TERMINAL } from "./format.js";
+import { fmtEps, fmtTime, headline, STATUS_ICON, TERMINAL, VERDICT_STYLE } from "./format.js";
 
 const PAGE_SIZE = 20;
+
+/** The verdict's heading word under the status badge, when the list item carries a verdict
+ * (``verdict.status``; the sentence is on the audit's page). */
+function verdictLine(verdict) {
+  const style = VERDICT_STYLE[verdict?.status];
+  if (!style) return null;
+  return h("div", { class: `list-verdict tone-${style.tone}`, "data-verdict": verdict.status }, h("span", { "aria-hidden": "true" }, `${style.icon} `), style.title);
+}
 
 export function statusBadge(status) {
   return h("span", { class: `badge status-${status}`, "data-status": status }, h("span", { "aria-hidden": "true" }, STATUS_ICON[status] || "•"), ` ${status}`);
@@ -58,7 +66,7 @@ export function renderList(root, { focusForm = false } = {}) {
         "table",
         { class: "audits", id: "audits-table" },
         h("caption", { class: "visually-hidden" }, "All audits, newest first"),
-        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Name"), h("th", { scope: "col" }, "Status"), h("th", { scope: "col" }, "Progress"), h("th", { scope: "col", class: "num", title: "two-Gaussian ε_est, final model with σ² = 1/d (else the next available variant)" }, "Headline ε"), h("th", { scope: "col" }, "Created"))),
+        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Name"), h("th", { scope: "col" }, "Status"), h("th", { scope: "col" }, "Progress"), h("th", { scope: "col", class: "num", title: "Gaussian-fit estimate of ε for the final model, variance fixed at 1/d (else the next available variant): an estimate, not a bound" }, "Estimated ε"), h("th", { scope: "col" }, "Created"))),
         tbody,
       ),
     ),
@@ -102,7 +110,7 @@ export function renderList(root, { focusForm = false } = {}) {
             "tr",
             { "data-audit-id": a.id },
             h("th", { scope: "row" }, h("a", { href: `#/audits/${encodeURIComponent(a.id)}` }, a.name || a.id)),
-            h("td", {}, statusBadge(a.status)),
+            h("td", {}, statusBadge(a.status), verdictLine(a.verdict)),
             h("td", {}, progressCell(a.progress, a.status)),
             h("td", { class: "num", title: hl.label || null }, fmtEps(hl.eps), hl.label ? h("span", { class: "visually-hidden" }, ` (${hl.label})`) : null),
             h("td", { class: "small" }, fmtTime(a.created_at)),
@@ -139,12 +147,12 @@ const FIELDS = [
   { name: "noise_multiplier", label: "Noise multiplier z", type: "number", value: 1.0, min: 0, step: "any" },
   { name: "clip_norm", label: "Clip norm S", type: "number", value: 1.0, min: 0, step: "any" },
   { name: "delta", label: "δ", type: "text", numeric: true, value: "1e-6", hint: "For every ε reported." },
-  { name: "participation", label: "Participation", type: "select", value: "poisson", options: ["poisson", "uniform", "shuffled", "batch_then_shuffle"] },
+  { name: "participation", label: "Participation", type: "select", value: "poisson", options: ["poisson", "uniform", "shuffled", "batch_then_shuffle"], optionLabels: { poisson: "Poisson sampling", uniform: "uniform without replacement", shuffled: "shuffled epochs", batch_then_shuffle: "batch then shuffle (deliberately wrong)" } },
   { name: "canary_repeats", label: "Canary repeats", type: "select", value: "1", options: ["1", "2", "4", "8"], integer: true },
 ];
 
 const ADVANCED = [
-  { name: "dim", label: "Model dimension d (synthetic)", type: "number", value: "", min: 1, step: 1, optionKey: true, hint: "task_options.dim; blank: task default." },
+  { name: "dim", label: "Model dimension d (synthetic)", type: "number", value: "", min: 1, step: 1, optionKey: true, hint: "Model size of the synthetic task; blank: its default." },
   { name: "local_epochs", label: "Local epochs", type: "number", value: 1, min: 1, step: 1 },
   { name: "client_learning_rate", label: "Client learning rate", type: "number", value: 0.1, min: 0, step: "any" },
   { name: "server_learning_rate", label: "Server learning rate η", type: "number", value: 1.0, min: 0, step: "any" },
@@ -157,7 +165,7 @@ function field(f) {
   const id = `f-${f.name}`;
   let input;
   if (f.type === "select") {
-    input = h("select", { id, name: f.name }, f.options.map((o) => h("option", { value: o, selected: o === String(f.value) }, o)));
+    input = h("select", { id, name: f.name }, f.options.map((o) => h("option", { value: o, selected: o === String(f.value) }, f.optionLabels?.[o] ?? o)));
   } else {
     input = h("input", { id, name: f.name, type: f.type, value: f.value, min: f.min, step: f.step, list: f.list ? `${id}-list` : null, "aria-describedby": `${id}-msg`, inputmode: f.type === "number" || f.numeric ? "decimal" : null, autocomplete: "off" });
   }
@@ -214,6 +222,7 @@ function auditForm() {
     ),
   );
   const submit = h("button", { type: "submit", class: "primary", id: "start-audit" }, "Start audit");
+  const preview = h("div", { class: "design-preview", id: "design-preview", "aria-live": "polite" });
   const form = h(
     "form",
     { class: "card audit-form", id: "new-audit", "aria-labelledby": "new-title", novalidate: true },
@@ -228,9 +237,46 @@ function auditForm() {
     ),
     h("details", { class: "advanced" }, h("summary", {}, "More options"), h("div", { class: "fields" }, ADVANCED.map(field))),
     jsonDetails,
+    preview,
     errorBox,
     h("div", { class: "form-actions" }, submit),
   );
+
+  // What this audit can detect, from POST /audits/design, as the fields change.
+  let previewTimer = null;
+  let previewAbort = null;
+  async function refreshPreview() {
+    let spec;
+    try {
+      spec = jsonArea.value.trim() ? JSON.parse(jsonArea.value) : specFromForm(form);
+    } catch {
+      fill(preview);
+      return;
+    }
+    previewAbort?.abort();
+    previewAbort = new AbortController();
+    try {
+      const design = await api.designAudit(spec, { signal: previewAbort.signal });
+      fill(
+        preview,
+        h("div", { class: "tile-label" }, "This audit can detect"),
+        h("p", { class: "design-summary", id: "design-summary" }, design.summary || "–"),
+        design.advice ? h("p", { class: "small design-advice", id: "design-advice" }, design.advice) : null,
+      );
+      preview.dataset.testable = String(Boolean(design.testable));
+    } catch (err) {
+      if (err?.name === "AbortError") return;
+      if (err instanceof ApiError && err.status === 422) fill(preview, h("p", { class: "muted small" }, `Fix the fields to see what this audit can detect (${err.message}).`));
+      else fill(preview); // a service without the design route: no preview
+    }
+  }
+  const schedulePreview = () => {
+    clearTimeout(previewTimer);
+    previewTimer = setTimeout(refreshPreview, 300);
+  };
+  form.addEventListener("input", schedulePreview);
+  form.addEventListener("change", schedulePreview);
+  schedulePreview();
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -1,0 +1,323 @@
+"""The verdict: one sentence a person reads in ten seconds, computed once for the API, the CLI
+and the dashboard (issue #20). Pure: the audit's claim, its design, the alarm's record and the
+estimates in; a :class:`Verdict` out.
+
+Statuses (:class:`VerdictStatus`):
+
+* ``claim_refuted`` -- the DP alarm's error level fired at some look: a claim test rejected the
+  claim with the alarm's overall confidence (the union bound over every look and test), so the
+  claim is broken, whatever later looks say. Names the claim, the valid lower bound that refutes
+  it, its confidence, the round and the validity tier.
+* ``consistent`` -- the run ended, the audit could test its claim (its design says so) and no
+  claim test rejected it; says what the audit could have caught.
+* ``inconclusive`` -- the audit cannot refute its claim (too few canaries or repeats, per its
+  design), or the run ended before the audit could finish; says what would make it testable.
+* ``no_dp_claim`` -- noise multiplier 0: nothing to refute.
+* ``running`` -- provisional: the run goes on and nothing has rejected the claim yet.
+
+:func:`largest_valid_bound` is the one function that decides which reported estimates are valid
+lower bounds (the dashboard's "measured" tile shows exactly its answer).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable, Mapping
+
+__all__ = [
+    "VALID_BOUND_ESTIMATORS",
+    "Verdict",
+    "VerdictStatus",
+    "audit_verdict",
+    "is_valid_bound",
+    "largest_valid_bound",
+]
+
+
+class VerdictStatus(str, Enum):
+    claim_refuted = "claim_refuted"
+    consistent = "consistent"
+    inconclusive = "inconclusive"
+    no_dp_claim = "no_dp_claim"
+    running = "running"
+
+
+#: Estimators whose (corrected) results are lower bounds valid at their stated confidence:
+#: Jeffreys-interval ε_lo, the one-run ε bound, the Gaussian-DP μ_lo and the one-run f-DP bound.
+VALID_BOUND_ESTIMATORS = ("lower_bound", "one_run", "gdp_lower_bound", "fdp_one_run")
+
+#: Human names (the API keeps its identifiers in ``estimator`` / ``test``).
+_BOUND_NAMES = {
+    "lower_bound": "ε lower bound from a canary threshold",
+    "one_run": "one-run ε lower bound",
+    "gdp_lower_bound": "Gaussian-DP lower bound",
+    "fdp_one_run": "one-run f-DP lower bound",
+}
+_SCORE_NAMES = {
+    "final_model": "the final model's canary scores",
+    "all_iterates": "the canaries' largest per-round scores",
+    "known_rounds": "the canaries' scores in their known rounds",
+}
+_TIER_NAMES = {
+    "independent_canaries": "valid when canaries are independent, as in correct DP-FedAvg",
+    "assumption_free": "valid for every mechanism that meets the claim",
+}
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, ``inf`` for the string "inf", None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if not math.isnan(float(value)) else None
+    if value == "inf":
+        return math.inf
+    return None
+
+
+def _g(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "?"
+    if math.isinf(value):
+        return "∞"
+    return f"{value:.{digits}g}"
+
+
+def is_valid_bound(estimate: Mapping[str, Any]) -> bool:
+    """Whether one reported estimate (``EpsilonResult.to_dict()``) is a lower bound valid at its
+    stated confidence: a bound estimator, a corrected threshold choice (not ``none``, the
+    paper's max over thresholds), a confidence, and a number."""
+    return (
+        estimate.get("estimator") in VALID_BOUND_ESTIMATORS
+        and estimate.get("correction") != "none"
+        and estimate.get("confidence") is not None
+        and _number(estimate.get("epsilon")) is not None
+    )
+
+
+def largest_valid_bound(estimates: Iterable[Mapping[str, Any]]) -> dict | None:
+    """The largest valid lower bound on ε among ``estimates`` (ties: the first), as the API's
+    ``verdict.largest_valid_bound``: estimator, human name, threat model, μ (for the
+    Gaussian-DP bounds, else None), ε, δ, confidence. None when there is none."""
+    best, best_eps = None, -math.inf
+    for e in estimates:
+        if not is_valid_bound(e):
+            continue
+        eps = _number(e.get("epsilon"))
+        if eps > best_eps:
+            best, best_eps = e, eps
+    if best is None:
+        return None
+    details = best.get("details") or {}
+    return {
+        "estimator": best.get("estimator"),
+        "name": _BOUND_NAMES.get(best.get("estimator"), str(best.get("estimator"))),
+        "threat_model": best.get("threat_model"),
+        "mu": _number(details.get("mu")),
+        "epsilon": best_eps,
+        "delta": _number(best.get("delta")),
+        "confidence": _number(best.get("confidence")),
+    }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict of an audit (JSON: :meth:`to_dict`, the API's ``verdict`` field)."""
+
+    status: VerdictStatus
+    summary: str
+    claim: dict | None = None
+    refuted_by: dict | None = None
+    design: dict | None = None
+    largest_valid_bound: dict | None = None
+    tier: str | None = None
+    round: int | None = None
+    gaps: dict | None = None
+    stopped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe (a non-finite float becomes the string "inf"/"-inf", as in estimates)."""
+        return _json_safe({
+            "status": self.status.value,
+            "summary": self.summary,
+            "claim": self.claim,
+            "refuted_by": self.refuted_by,
+            "design": self.design,
+            "largest_valid_bound": self.largest_valid_bound,
+            "tier": self.tier,
+            "round": self.round,
+            "gaps": self.gaps,
+            "stopped": self.stopped,
+        })
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def _as_dict(value: Any) -> dict | None:
+    if value is None:
+        return None
+    return value.to_dict() if hasattr(value, "to_dict") else dict(value)
+
+
+def _claim_text(claim: dict) -> str:
+    eps = claim.get("epsilon")
+    return (f"μ = {_g(claim['mu'])} Gaussian DP (ε = {_g(eps, 2)} at δ = {claim['delta']:g})"
+            if eps is not None else f"μ = {_g(claim['mu'])} Gaussian DP")
+
+
+def _gaps(*, rounds_received: int, num_rounds: int, ended: bool, missing_rounds=None,
+          rounds_without_canaries=None) -> dict | None:
+    missing = sorted({int(t) for t in (missing_rounds or [])})
+    bare = sorted({int(t) for t in (rounds_without_canaries or [])})
+    short = ended and rounds_received < num_rounds
+    if not (short or missing or bare):
+        return None
+    return {"rounds_received": int(rounds_received), "num_rounds": int(num_rounds),
+            "missing_rounds": missing or None, "rounds_without_canaries": bare or None}
+
+
+def _rounds_text(rounds: list[int]) -> str:
+    shown = ", ".join(str(t) for t in rounds[:5])
+    return shown + ("…" if len(rounds) > 5 else "")
+
+
+def _gap_text(gaps: dict | None, *, ended: bool = True) -> str:
+    if gaps is None:
+        return ""
+    parts = []
+    if gaps.get("missing_rounds"):
+        parts.append(f"round(s) {_rounds_text(gaps['missing_rounds'])} of {gaps['num_rounds']} "
+                     "were not reported")
+    elif ended and gaps["rounds_received"] < gaps["num_rounds"]:
+        parts.append(f"only {gaps['rounds_received']} of {gaps['num_rounds']} rounds were "
+                     "received")
+    if gaps.get("rounds_without_canaries"):
+        parts.append(f"round(s) {_rounds_text(gaps['rounds_without_canaries'])} trained "
+                     "without canaries")
+    if not parts:
+        return ""
+    text = " and ".join(parts)
+    return f" Gaps: {text}; the audit covers the rest, with less power."
+
+
+def _refutation(alarm: dict, claim: dict) -> tuple[dict, str]:
+    """``verdict.refuted_by`` and its sentence from the alarm's record."""
+    by = dict(alarm.get("refuted_by") or {})
+    threat_model = by.get("threat_model")
+    by.setdefault("name", _SCORE_NAMES.get(threat_model, str(threat_model or "a claim test")))
+    by["round"] = alarm.get("round")
+    mu_lo, eps_lo = _number(by.get("mu_lo")), _number(by.get("epsilon_lo"))
+    confidence = _number(by.get("confidence"))
+    conf = f"{confidence:.0%} confidence" if confidence is not None else "the alarm's confidence"
+    if mu_lo is not None:
+        bound = (f"the leakage is at least μ = {_g(mu_lo)}"
+                 + (f" (ε ≥ {_g(eps_lo, 2)} at δ = {claim['delta']:g})" if eps_lo is not None
+                    else "")
+                 + f" at {conf}, measured on {by['name']}")
+    else:
+        p = _number(by.get("p_value"))
+        bound = (f"{by['name']} reject it at {conf}"
+                 + (f" (p = {p:.2g})" if p is not None else ""))
+    tier = by.get("tier")
+    tier_text = f"; {_TIER_NAMES[tier]}" if tier in _TIER_NAMES else ""
+    return by, f"{bound}{tier_text}."
+
+
+def audit_verdict(
+    *,
+    claim: Mapping[str, Any] | None,
+    design: Any = None,
+    alarm: Mapping[str, Any] | None = None,
+    estimates: Iterable[Mapping[str, Any]] = (),
+    state: str = "succeeded",
+    rounds_received: int = 0,
+    num_rounds: int = 0,
+    missing_rounds: Iterable[int] | None = None,
+    rounds_without_canaries: Iterable[int] | None = None,
+    stopped_at_round: int | None = None,
+) -> Verdict:
+    """The verdict of one audit.
+
+    Parameters
+    ----------
+    claim : mapping or None
+        ``{"mu", "epsilon", "delta", "description"}`` of the alarming (known-rounds)
+        Gaussian-DP claim; None when the audit makes no DP claim (noise multiplier 0).
+    design : AuditDesign or dict, optional
+        The audit design (:func:`flaudit.auditor.claims.audit_design`): ``testable``,
+        ``summary`` and ``advice`` word the consistent and inconclusive verdicts.
+    alarm : mapping, optional
+        The first error-level alarm of the run: ``{"round": t or None (the final look),
+        "look", "num_looks", "refuted_by": {...}}`` (see :func:`alarm_record`); None if the
+        error alarm never fired.
+    estimates : iterable of dict
+        The reported estimates (for :func:`largest_valid_bound`).
+    state : str
+        ``running``/``queued`` (provisional), ``succeeded``, ``failed`` or ``cancelled``.
+    rounds_received, num_rounds : int
+        Rounds the audit received, of the rounds planned.
+    missing_rounds : iterable of int, optional
+        Rounds trained but never reported (a run that went on while the service was away).
+    rounds_without_canaries : iterable of int, optional
+        Rounds trained without their canaries (the service was away when they were fetched).
+    stopped_at_round : int, optional
+        Training was stopped on the alarm at this round (``stop_on_alarm``).
+    """
+    design_d = _as_dict(design)
+    bound = largest_valid_bound(estimates)
+    ended = state not in ("running", "queued")
+    gaps = _gaps(rounds_received=rounds_received, num_rounds=num_rounds, ended=ended,
+                 missing_rounds=missing_rounds, rounds_without_canaries=rounds_without_canaries)
+    common = {"design": design_d, "largest_valid_bound": bound, "gaps": gaps}
+    if claim is None:
+        return Verdict(VerdictStatus.no_dp_claim,
+                       "No DP claim: the noise multiplier is 0, so there is no privacy claim to "
+                       "test; the estimates measure leakage only.", **common)
+    claim = dict(claim)
+    what = _claim_text(claim)
+    if alarm is not None:
+        refuted_by, because = _refutation(alarm, claim)
+        t = alarm.get("round")
+        where = f"at round {t}" if t is not None else "at the end of training"
+        if stopped_at_round is not None:  # the missing rounds are the ones never trained
+            head, gap_text = f"Stopped at round {stopped_at_round}: claim refuted", ""
+        else:
+            head, gap_text = f"Claim refuted {where}", _gap_text(gaps, ended=ended)
+        summary = f"{head}: the run does not meet its claim of {what}; {because}"
+        return Verdict(VerdictStatus.claim_refuted, summary + gap_text, claim=claim,
+                       refuted_by=refuted_by, tier=refuted_by.get("tier"), round=t,
+                       stopped=stopped_at_round is not None, **common)
+    testable = bool(design_d.get("testable", True)) if design_d else True
+    can = (design_d or {}).get("summary")
+    advice = (design_d or {}).get("advice")
+    if not testable:
+        summary = (f"Inconclusive: this audit cannot refute its claim of {what}"
+                   + (f": it {can}" if can else "") + "; "
+                   + (advice or "more canaries or canary repeats would make it testable") + ".")
+        return Verdict(VerdictStatus.inconclusive, summary + _gap_text(gaps, ended=ended),
+                       claim=claim, **common)
+    if state in ("running", "queued"):
+        progress = (f"round {rounds_received} of {num_rounds}" if state == "running"
+                    else "not started")
+        summary = (f"Running ({progress}): no evidence against the claim of {what} so far"
+                   + (f"; this audit {can}" if can else "") + "."
+                   + _gap_text(gaps, ended=False))
+        return Verdict(VerdictStatus.running, summary, claim=claim, **common)
+    if state != "succeeded":
+        summary = (f"Inconclusive: the run {state} after {rounds_received} of {num_rounds} "
+                   f"rounds, before the audit could test its claim of {what}; no claim test "
+                   "rejected it on the rounds received.")
+        return Verdict(VerdictStatus.inconclusive, summary, claim=claim, **common)
+    summary = (f"Consistent with the claim of {what}: no claim test rejected it"
+               + (f"; this audit {can}" if can else "") + "." + _gap_text(gaps))
+    return Verdict(VerdictStatus.consistent, summary, claim=claim, **common)

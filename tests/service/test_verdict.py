@@ -1,0 +1,212 @@
+"""The verdict through the REST API: audits ingested round by round (a numpy Gaussian mechanism
+with canaries and their participants), then ``GET /audits/{id}``'s ``verdict``; the audit
+design on ``POST /audits`` and ``POST /audits/design``; stop on alarm in the ingest answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flaudit.auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.spec import AuditSpec
+
+from .conftest import AUTH, f32, make_client, start_run
+
+DIM = 1000
+
+BASE = {
+    "name": "verdict",
+    "task": "synthetic",
+    "task_options": {"dim": DIM},
+    "num_rounds": 4,
+    "num_clients": 400,
+    "clients_per_round": 5,
+    "participation": "uniform",
+    "num_canaries": 400,
+    "noise_multiplier": 1.0,
+    "clip_norm": 1.0,
+    "delta": 1e-5,
+}
+
+
+def _run(client, store, spec: dict, *, noise_scale: float, rounds: int | None = None,
+         noise_seed: int = 3):
+    """Submit ``spec``, play a Gaussian mechanism whose noise is ``noise_scale`` times the claimed
+    one (1: correct; below 1: a DP bug) and ingest ``rounds`` rounds (all by default) with their
+    canary participants, then the final model. Returns (audit id, round acks)."""
+    created = client.post("/audits", json=spec, headers=AUTH)
+    assert created.status_code == 201, created.text
+    audit_id = created.json()["id"]
+    headers = start_run(store, audit_id)
+    parsed = AuditSpec.model_validate(spec)
+    seed = store.canary_seed(audit_id)
+    k, num_rounds = parsed.num_canaries, parsed.num_rounds
+    rng = np.random.default_rng(noise_seed)
+    seen = seen_mask(seed, k)
+    family = resolve_canary_family(parsed.canary_family, num_canaries=k, dim=DIM)
+    canaries = canary_vectors(seed, np.arange(k), DIM, family=family)
+    round_of = rng.integers(0, num_rounds, size=k)  # each canary's one (known) round
+    m, z = parsed.clients_per_round, parsed.noise_multiplier
+    theta = rng.normal(size=DIM).astype(np.float32)
+    base = f"/audits/{audit_id}"
+    assert client.put(f"{base}/initial-model", content=f32(theta), headers=headers).status_code == 200
+    acks = []
+    for t in range(1, (rounds or num_rounds) + 1):
+        inserted = seen & (round_of == t - 1)
+        total = canaries[inserted].sum(axis=0, dtype=np.float64)
+        update = (total + rng.normal(scale=noise_scale * z, size=DIM)) / m
+        participants = np.flatnonzero(round_of == t - 1).astype("<i4")
+        meta = {"clip_norm": 1.0, "cohort_size": m, "num_canaries_inserted": int(inserted.sum()),
+                "num_participants": int(participants.size)}
+        response = client.put(f"{base}/rounds/{t}", params=meta,
+                              content=f32(update) + participants.tobytes(), headers=headers)
+        assert response.status_code == 200, response.text
+        acks.append(response.json())
+        theta = theta + update.astype(np.float32)
+        if response.json()["stop"]:
+            break
+    response = client.put(f"{base}/final-model", content=f32(theta), headers=headers)
+    assert response.status_code == 200, response.text
+    return audit_id, acks
+
+
+def _verdict(client, audit_id) -> dict:
+    return client.get(f"/audits/{audit_id}").json()["verdict"]
+
+
+def test_a_broken_run_is_refuted_naming_claim_bound_round_and_confidence(client, store):
+    audit_id, acks = _run(client, store, BASE, noise_scale=0.2)
+    verdict = _verdict(client, audit_id)
+    assert verdict["status"] == "claim_refuted", verdict
+    assert verdict["claim"]["mu"] == pytest.approx(1.0)
+    assert verdict["claim"]["epsilon"] > 1 and verdict["claim"]["delta"] == 1e-5
+    assert verdict["refuted_by"]["confidence"] == pytest.approx(0.95)
+    # the alarm fires during the run (the per-round looks), and the ingest answer says so
+    assert verdict["round"] is not None and 1 <= verdict["round"] <= 4
+    fired = [a["round"] for a in acks if a["alarm"] == "error"]
+    assert fired and fired[0] == verdict["round"]
+    assert not any(a["stop"] for a in acks)  # stop_on_alarm is off by default
+    summary = verdict["summary"]
+    assert summary.startswith(f"Claim refuted at round {verdict['round']}")
+    assert "μ = 1" in summary and "95% confidence" in summary
+    assert verdict["stopped"] is False
+    audit = client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "succeeded" and audit["progress"]["round"] == 4
+    # the refutation stays once fired, whatever later looks say
+    assert any((a.get("details") or {}).get("alarm") for a in audit["alerts"])
+
+
+def test_a_correct_run_is_consistent_and_says_what_the_audit_could_catch(client, store):
+    audit_id, acks = _run(client, store, BASE, noise_scale=1.0)
+    assert all(a["alarm"] is None for a in acks)
+    audit = client.get(f"/audits/{audit_id}").json()
+    verdict = audit["verdict"]
+    assert verdict["status"] == "consistent", verdict
+    assert verdict["summary"].startswith("Consistent with the claim of μ = 1 Gaussian DP")
+    assert verdict["design"]["summary"] in verdict["summary"]
+    assert verdict["refuted_by"] is None and verdict["gaps"] is None
+    # the largest valid bound: the largest of every valid bound reported, Gaussian-DP included
+    bound = verdict["largest_valid_bound"]
+    valid = [e for e in audit["estimates"] if e["estimator"] in
+             ("lower_bound", "one_run", "gdp_lower_bound", "fdp_one_run")
+             and e["correction"] != "none" and isinstance(e["epsilon"], float)]
+    assert bound["epsilon"] == max(e["epsilon"] for e in valid)
+    assert bound["name"] and bound["confidence"] == pytest.approx(0.95)
+
+
+def test_running_is_provisional_with_the_same_words(client, store):
+    created = client.post("/audits", json=BASE, headers=AUTH).json()
+    verdict = _verdict(client, created["id"])
+    assert verdict["status"] == "running"
+    assert verdict["summary"].startswith("Running (not started): no evidence against the claim")
+
+
+def test_a_small_audit_is_inconclusive_and_says_what_would_make_it_testable(client, store):
+    spec = {**BASE, "num_canaries": 20, "num_clients": 50, "noise_multiplier": 0.5}
+    design = client.post("/audits/design", json=spec)  # no key needed
+    assert design.status_code == 200 and design.json()["testable"] is False
+    created = client.post("/audits", json=spec, headers=AUTH)
+    assert created.status_code == 201  # accepted, never silently
+    body = created.json()
+    assert body["design"] == design.json()
+    assert len(body["warnings"]) == 1 and "cannot refute its own claim" in body["warnings"][0]
+    assert design.json()["advice"] in body["warnings"][0]
+    audit_id, _ = _run(client, store, spec, noise_scale=1.0)
+    verdict = _verdict(client, audit_id)
+    assert verdict["status"] == "inconclusive", verdict
+    assert verdict["summary"].startswith("Inconclusive: this audit cannot refute its claim")
+    assert design.json()["advice"] in verdict["summary"]
+
+
+def test_no_dp_claim(client, store):
+    audit_id, _ = _run(client, store, {**BASE, "noise_multiplier": 0.0}, noise_scale=0.0)
+    verdict = _verdict(client, audit_id)
+    assert verdict["status"] == "no_dp_claim" and verdict["claim"] is None
+    assert verdict["summary"].startswith("No DP claim")
+
+
+def test_a_run_that_ends_early_is_inconclusive_and_names_the_rounds(client, store):
+    audit_id = client.post("/audits", json=BASE, headers=AUTH).json()["id"]
+    start_run(store, audit_id)
+    store.finish(audit_id, status="failed", reason="worker died", only_if=("running",))
+    verdict = _verdict(client, audit_id)
+    assert verdict["status"] == "inconclusive"
+    assert "failed after 0 of 4 rounds" in verdict["summary"]
+    assert verdict["gaps"]["rounds_received"] == 0 and verdict["gaps"]["num_rounds"] == 4
+
+
+def test_stop_on_alarm_ends_the_run_at_the_alarm_and_records_why(client, store):
+    audit_id, acks = _run(client, store, {**BASE, "stop_on_alarm": True}, noise_scale=0.2)
+    assert acks[-1]["stop"] is True and acks[-1]["alarm"] == "error"
+    t = len(acks)
+    assert t < 4, "the alarm should fire before the last round of this broken run"
+    assert acks[-1]["stop_reason"] == f"claim refuted at round {t}"
+    audit = client.get(f"/audits/{audit_id}").json()
+    verdict = audit["verdict"]
+    assert verdict["status"] == "claim_refuted" and verdict["stopped"] is True
+    assert verdict["round"] == t and audit["progress"]["round"] == t
+    assert verdict["summary"].startswith(f"Stopped at round {t}: claim refuted: the run does not")
+    assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"
+    assert any(a["message"].startswith(f"training stopped at round {t} of 4 on the DP alarm")
+               for a in audit["alerts"])
+    assert not any("the run ended after" in a["message"] for a in audit["alerts"])
+
+
+def test_the_design_route_validates_the_spec(client):
+    response = client.post("/audits/design", json={**BASE, "num_canaries": 1})
+    assert response.status_code == 422 and "num_canaries" in response.text
+
+
+def test_a_service_audit_stops_its_flower_loop_on_alarm(store):
+    """The path of the service's built-in runs: the ServerApp loop (in process, the real
+    ClientApp handler), HttpRoundReporter against the service; the ingest answer's ``stop``
+    ends training after the alarm's round and the audit records why."""
+    from flaudit.server.reporting import HttpRoundReporter
+    from flaudit.server.simulation import run_inprocess_audit
+
+    spec = {**BASE, "task_options": {"dim": 2000, "test_size": 50}, "num_rounds": 4,
+            "num_clients": 200, "clients_per_round": 3, "stop_on_alarm": True,
+            "inject_bug": {"kind": "no_noise"}}
+    with make_client(store, allow_bug_injection=True) as service:
+        audit_id = service.post("/audits", json=spec, headers=AUTH).json()["id"]
+        headers = start_run(store, audit_id)
+        reporter = HttpRoundReporter("http://testserver", audit_id,
+                                     headers["Authorization"].split()[1], client=service)
+        result = run_inprocess_audit(AuditSpec.model_validate(spec),
+                                     canary_seed=store.canary_seed(audit_id), reporter=reporter,
+                                     timeout=120)
+        audit = service.get(f"/audits/{audit_id}").json()
+    t = result["stopped_at_round"]
+    assert t is not None and t < 4 and result["rounds_trained"] == t
+    assert reporter.stop_reason == f"claim refuted at round {t}"
+    assert audit["status"] == "succeeded" and audit["progress"]["round"] == t
+    assert audit["verdict"]["status"] == "claim_refuted" and audit["verdict"]["stopped"]
+    assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"
+
+
+def test_an_external_audit_shows_its_design_too(client):
+    response = client.post("/audits", json={**BASE, "engine": "external"}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["environment"] and body["design"]["claim_mu"] == pytest.approx(1.0)
+    assert body["design"]["testable"] is True and body["warnings"] == []
