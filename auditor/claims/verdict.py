@@ -300,19 +300,21 @@ def audit_verdict(
     testable = bool(design_d.get("testable", True)) if design_d else True
     can = (design_d or {}).get("summary")
     advice = (design_d or {}).get("advice")
-    if not testable:
-        summary = (f"Inconclusive: this audit cannot refute its claim of {what}"
-                   + (f": it {can}" if can else "") + "; "
-                   + (advice or "more canaries or canary repeats would make it testable") + ".")
-        return Verdict(VerdictStatus.inconclusive, summary + _gap_text(gaps, ended=ended),
-                       claim=claim, **common)
-    if state in ("running", "queued"):
+    cannot = (f"this audit cannot refute its claim of {what}" + (f": it {can}" if can else "")
+              + "; " + (advice or "more canaries or canary repeats would make it testable") + ".")
+    if state in ("running", "queued"):  # provisional: the status changes only at the end
         progress = (f"round {rounds_received} of {num_rounds}" if state == "running"
                     else "not started")
-        summary = (f"Running ({progress}): no evidence against the claim of {what} so far"
-                   + (f"; this audit {can}" if can else "") + "."
-                   + _gap_text(gaps, ended=False))
-        return Verdict(VerdictStatus.running, summary, claim=claim, **common)
+        if not testable:
+            summary = f"Running ({progress}), inconclusive so far: {cannot}"
+        else:
+            summary = (f"Running ({progress}): no evidence against the claim of {what} so far"
+                       + (f"; this audit {can}" if can else "") + ".")
+        return Verdict(VerdictStatus.running, summary + _gap_text(gaps, ended=False),
+                       claim=claim, **common)
+    if not testable:
+        return Verdict(VerdictStatus.inconclusive,
+                       f"Inconclusive: {cannot}" + _gap_text(gaps), claim=claim, **common)
     if state != "succeeded":
         summary = (f"Inconclusive: the run {state} after {rounds_received} of {num_rounds} "
                    f"rounds, before the audit could test its claim of {what}; no claim test "

@@ -42,7 +42,9 @@ def test_the_largest_valid_bound_includes_the_gaussian_dp_and_f_dp_bounds():
 @pytest.mark.parametrize("state, design, alarm, status, start", [
     ("succeeded", TESTABLE, None, VerdictStatus.consistent, "Consistent with the claim of μ = 1"),
     ("succeeded", WEAK, None, VerdictStatus.inconclusive, "Inconclusive: this audit cannot refute"),
-    ("running", TESTABLE, None, VerdictStatus.running, "Running (round 2 of 10)"),
+    ("running", TESTABLE, None, VerdictStatus.running, "Running (round 2 of 10): no evidence"),
+    ("running", WEAK, None, VerdictStatus.running,
+     "Running (round 2 of 10), inconclusive so far: this audit cannot refute"),
     ("running", TESTABLE, {"round": 2, "refuted_by": {"threat_model": "known_rounds",
                                                        "mu_lo": 1.6, "epsilon_lo": 7.1,
                                                        "confidence": 0.95,
