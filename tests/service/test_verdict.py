@@ -210,3 +210,36 @@ def test_an_external_audit_shows_its_design_too(client):
     body = response.json()
     assert body["environment"] and body["design"]["claim_mu"] == pytest.approx(1.0)
     assert body["design"]["testable"] is True and body["warnings"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_built_in_service_run_stops_on_alarm_end_to_end(tmp_path):
+    """`flaudit serve` in a subprocess runs the audit in Flower's simulation engine (Ray) with
+    a deliberate bug and stop_on_alarm: training ends at the alarm's round and the audit says
+    where and why."""
+    import httpx
+
+    from tests.processes import wait_for_audit
+
+    from .service_process import ServiceProcess
+
+    key = "verdict-e2e-key-0123456789"
+    service = ServiceProcess(f"sqlite:///{tmp_path / 'v.db'}", tmp_path / "service.log",
+                             api_key=key, env={"FLAUDIT_ALLOW_BUG_INJECTION": "1"})
+    spec = {**BASE, "task_options": {"dim": 8000, "test_size": 100}, "num_rounds": 6,
+            "num_clients": 250, "clients_per_round": 4, "stop_on_alarm": True,
+            "inject_bug": {"kind": "no_noise"}, "timeout_seconds": 240}
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as http:
+            created = http.post("/audits", json=spec, headers={"Authorization": f"Bearer {key}"})
+            assert created.status_code == 201, created.text
+            audit = wait_for_audit(http, created.json()["id"], timeout=240, bodies=[])
+    finally:
+        service.stop()
+    verdict = audit["verdict"]
+    assert audit["status"] == "succeeded", audit["reason"]
+    assert verdict["status"] == "claim_refuted" and verdict["stopped"] is True, verdict
+    t = verdict["round"]
+    assert t < 6 and audit["progress"]["round"] == t
+    assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"
