@@ -200,7 +200,7 @@ def decide(spec: AuditSpec, claim_tests: list, *, look: int):
     from flaudit.auditor.estimators.gdp import audit_claims
 
     return decide_alarm(claim_tests, look=look, num_looks=num_looks(spec),
-                        claims=audit_claims(spec))
+                        claims=audit_claims(spec), delta=spec.delta)
 
 
 def headline_epsilon(estimates: list[dict]) -> float | None:
@@ -508,7 +508,7 @@ class LiveAudits:
             seen = seen_mask(secret.seed, k)
             known_rounds = None
             if participants is not None:
-                statistic = KnownRoundsStatistic(k, state=secret.known_rounds)
+                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds)
                 mask = np.zeros(k, dtype=bool)
                 mask[participants] = True
                 statistic.update(round_cosines, mask, ~seen)
@@ -523,6 +523,9 @@ class LiveAudits:
                     final_cosines=None,
                     threat_models=[ThreatModel.all_iterates],
                     known_rounds_scores=None if known_rounds is None else known_rounds.scores,
+                    known_rounds_participations=None if known_rounds is None
+                    else known_rounds.num_participations,
+                    canary_repeats=spec.canary_repeats,
                     claims=audit_claims(spec),
                     num_rounds=t,
                 )
@@ -590,9 +593,10 @@ class LiveAudits:
             if max_cosines is None:
                 wanted = [tm for tm in wanted if tm != ThreatModel.all_iterates]
             seen = seen_mask(secret.seed, k)
-            scores = None
+            scores = counts = None
             if secret.known_rounds is not None and ThreatModel.all_iterates in wanted:
-                scores = KnownRoundsStatistic(k, state=secret.known_rounds).scores
+                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds)
+                scores, counts = statistic.scores, statistic.num_participations
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if wanted:
                 estimates, diagnostics, histograms, tests = summary_parts(
@@ -604,6 +608,8 @@ class LiveAudits:
                     threat_models=wanted,
                     final=True,
                     known_rounds_scores=scores,
+                    known_rounds_participations=counts,
+                    canary_repeats=spec.canary_repeats,
                     claims=audit_claims(spec),
                     num_rounds=secret.rounds_stored,
                 )

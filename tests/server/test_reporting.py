@@ -105,7 +105,7 @@ def test_local_reporter_feeds_the_known_rounds_statistic_from_participants():
     reporter = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=k)
     reporter.report_initial(np.zeros(d, dtype=np.float32))
     rng = np.random.default_rng(0)
-    expected = KnownRoundsStatistic(k)
+    expected = KnownRoundsStatistic(k, dim=d)
     for t in (1, 2):
         part = np.flatnonzero(rng.random(k) < 0.5)
         inside = np.zeros(k, dtype=bool)

@@ -38,7 +38,7 @@ def _run(seed: int):
 
 
 def _expected_state(updates, participants, canaries, seen, upto):
-    statistic = KnownRoundsStatistic(K)
+    statistic = KnownRoundsStatistic(K, dim=DIM)
     for update, part in zip(updates[:upto], participants[:upto]):
         u = update.astype(np.float64)
         mask = np.zeros(K, dtype=bool)

@@ -1,0 +1,35 @@
+"""Claims, claim tests, the alarm and the audit design: one home (issue #19).
+
+* claims as trade-off curves: :func:`audit_claims`, :class:`GaussianDPClaim`, :class:`NoDPClaim`
+  (:mod:`flaudit.auditor.estimators.gdp`);
+* the tests, one file each: normal-score tests (:mod:`.normal_scores`, tier
+  ``independent_canaries``) and the one-run f-DP guessing game (:mod:`.fdp`, tier
+  ``assumption_free``);
+* the alarm over every look (:mod:`.alarm`) and the audit design (:mod:`.design`).
+
+Pure: arrays and specs in, numbers out; no service, no Flower.
+"""
+
+from flaudit.auditor.estimators.gdp import (
+    ClaimTestResult,
+    EpsilonDeltaCurveClaim,
+    GaussianDPClaim,
+    NoDPClaim,
+    audit_claims,
+    gdp_delta,
+    gdp_epsilon,
+)
+
+from .alarm import ALARM_ALPHA, AlarmDecision, alarm_guarantee, decide_alarm, look_level
+from .design import AuditDesign, audit_design
+from .fdp import fdp_claim_test, fdp_mu_lo
+from .normal_scores import NormalScoreTest, final_model_normal_scores, normal_score_test
+from .tiers import AlarmTest, ValidityTier
+
+__all__ = [
+    "ALARM_ALPHA", "AlarmDecision", "AlarmTest", "AuditDesign", "ClaimTestResult",
+    "EpsilonDeltaCurveClaim", "GaussianDPClaim", "NoDPClaim", "NormalScoreTest", "ValidityTier",
+    "alarm_guarantee", "audit_claims", "audit_design", "decide_alarm", "fdp_claim_test",
+    "fdp_mu_lo", "final_model_normal_scores", "gdp_delta", "gdp_epsilon", "look_level",
+    "normal_score_test",
+]
