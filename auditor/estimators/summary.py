@@ -21,7 +21,12 @@ from flaudit.auditor.estimators._validation import (
     check_mask,
     check_scores,
 )
-from flaudit.auditor.estimators.diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
+from flaudit.auditor.estimators.diagnostics import (
+    anderson_darling,
+    bootstrap_interval,
+    unseen_normal_scores_check,
+    unseen_vs_null,
+)
 from flaudit.auditor.estimators.fitted import (
     ALL_ITERATES,
     FINAL_MODEL,
@@ -368,6 +373,8 @@ def summarize(
                     test, known_claim, KNOWN_ROUNDS, AlarmTest.known_rounds_normal_scores,
                     "known-rounds normal scores (exact null per round) summed over the seen "
                     "canaries' participations, calibrated at N(sqrt(n_j)/z, 1) each"))
+        if u.size:
+            diagnostics.append(unseen_normal_scores_check(u))
         if known_claim is not None and known_claim.is_claim and int(scored.sum()) >= 2:
             claim_tests.append(fdp_claim_test(known[scored], seen_mask[scored], claim=known_claim))
     return AuditSummary(estimates=estimates, diagnostics=diagnostics, histograms=histograms,
