@@ -41,6 +41,7 @@ from flaudit.auditor.estimators._validation import (
     check_scores,
 )
 from flaudit.auditor.estimators.lower_bound import (
+    GDP_BONFERRONI,
     Bonferroni,
     CorrectionStrategy,
     NoCorrection,
@@ -375,7 +376,10 @@ def _correction_label(correction: CorrectionStrategy) -> str:
     if isinstance(correction, NoCorrection):
         return "max over all thresholds, uncorrected (reported, never alarming; not a valid bound)"
     if isinstance(correction, Bonferroni):
-        return f"Bonferroni over {correction.num_thresholds} quantile thresholds of the seen scores"
+        where = ("" if correction.quantiles is None else
+                 " (" + ", ".join(f"{q:g}" for q in correction.quantiles) + ")")
+        return (f"Bonferroni over {correction.num_thresholds} quantile thresholds of the seen "
+                f"scores{where}")
     return f"threshold chosen on a {correction.frac} split, evaluated on the rest"
 
 
@@ -401,7 +405,7 @@ def gdp_lower_bound(
     d: int | None = None,
     delta: float,
     confidence: float = 0.95,
-    correction: CorrectionStrategy = Bonferroni(),
+    correction: CorrectionStrategy = GDP_BONFERRONI,
     threat_model: str | None = None,
 ) -> GaussianDPResult:
     """Valid lower confidence bound on the Gaussian-DP parameter ``mu`` from threshold tests.
@@ -535,7 +539,7 @@ def claim_test(
     *,
     claim: TradeOffClaim,
     d: int | None = None,
-    correction: CorrectionStrategy = Bonferroni(),
+    correction: CorrectionStrategy = GDP_BONFERRONI,
     threat_model: str | None = None,
 ) -> ClaimTestResult:
     """p-value of the canary scores against a claimed trade-off curve ``f``.

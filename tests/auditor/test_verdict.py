@@ -93,7 +93,8 @@ def test_gaps_and_no_claim():
 
 def _tests(p_value):
     claim = {"kind": "gaussian_dp", "mu": 1.0, "threat_model": "known_rounds"}
-    return [{"p_value": p_value, "claim": claim, "threat_model": "known_rounds"}]
+    return [{"p_value": p_value, "claim": claim, "threat_model": "known_rounds",
+             "details": {"test": "known_rounds_normal_scores"}}]
 
 
 def test_an_error_alarm_is_kept_once_fired_with_its_round():
