@@ -166,7 +166,8 @@ def _shift_family_law(dist, theta: float):
     return law, mu
 
 
-def validity_table(*, runs: int, k: int = 1000, num_rounds: int = 10, seed: int = 1) -> list[dict]:
+def validity_table(*, runs: int, k: int = 1000, num_rounds: int = 10, seed: int = 1,
+                   on_row=None) -> list[dict]:
     rows = []
     laws = dict(_SEEN_LAWS)
     for name, dist, theta in (("laplace_on_claim", stats.laplace(), 1.0),
@@ -187,6 +188,8 @@ def validity_table(*, runs: int, k: int = 1000, num_rounds: int = 10, seed: int 
             # the final model of such a mechanism: seen scores no better than N(mu / sqrt(T), 1)
             hits += new_alarm_first_look(run, num_rounds=num_rounds, z=z) is not None
         rows.append({"law": name, "claim_mu": mu_claim, "runs": runs, "false_alarms": hits})
+        if on_row is not None:
+            on_row(rows[-1])
     return rows
 
 
@@ -237,10 +240,12 @@ def main(argv=None) -> None:
         print(f"# false alarms over all 11 looks and all tests, k = 1000, T = 10, {args.runs} runs")
         print("| seen scores (mechanism meets its claim) | claim mu | false alarms | 95% CI |")
         print("|---|---|---|---|")
-        for row in validity_table(runs=args.runs):
+        def show(row):
             lo, hi = clopper_pearson(row["false_alarms"], row["runs"])
             print(f"| {row['law']} | {row['claim_mu']:.3f} | {row['false_alarms'] / row['runs']:.1%} "
-                  f"| {lo:.1%}-{hi:.1%} |")
+                  f"| {lo:.1%}-{hi:.1%} |", flush=True)
+
+        validity_table(runs=args.runs, on_row=show)
     else:
         print(f"# claim z = 1, r = 1, T = 10, {args.runs} runs per cell (same runs for both alarms)")
         print("| k | noise x s | new alarm | old alarm | NP limit (seen mean, end) | new: median first look |")
