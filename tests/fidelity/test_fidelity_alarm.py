@@ -65,3 +65,18 @@ def test_new_alarm_beats_the_old_one_on_the_same_runs_near_the_np_limit():
 def test_mu_lo_rarely_exceeds_the_truth():
     for row in coverage_table(runs=300, ks=(50, 400), mus=(0.0, 2.0)):
         assert rate_consistent_with(row["over"], row["runs"], 0.05), row
+
+
+def test_the_design_s_star_is_caught_at_least_as_often_as_promised():
+    from types import SimpleNamespace
+
+    from flaudit.auditor.claims import audit_design
+
+    spec = SimpleNamespace(num_canaries=200, accounted_noise_multiplier=1.0, canary_repeats=1,
+                           num_rounds=10, delta=1e-6)
+    s_star = audit_design(spec).detectable_noise_scale
+    rng = np.random.default_rng(4)
+    hits = sum(new_alarm_first_look(simulate_scores(rng, k=200, num_rounds=10, noise_scale=s_star),
+                                    num_rounds=10, with_fdp=False) is not None for _ in range(150))
+    # promised >= 95% (conservative: seen count at its 5% quantile, only the final look counted)
+    assert hits >= 138
