@@ -17,6 +17,7 @@ only add power: the figure is conservative.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -88,6 +89,13 @@ def _participations_needed(lam: float, z_sum: float, scale: float) -> int:
     return int(math.ceil((z_sum / (lam * (1.0 / scale - 1.0))) ** 2))
 
 
+@functools.lru_cache(maxsize=256)
+def _max_refutable_mu(guesses_per_end: int, k: int, level: float) -> float:
+    """The f-DP tier's ``mu_lo`` with every guess right (the slow part of the design: a
+    bisection over the guessing-game recursion; cached, the service asks on every POST)."""
+    return fdp_mu_lo(2 * guesses_per_end, 2 * guesses_per_end, k, level)
+
+
 def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> AuditDesign:
     """The audit design of ``spec`` (an :class:`flaudit.auditor.spec.AuditSpec`, or anything with
     ``accounted_noise_multiplier``, ``canary_repeats``, ``num_canaries``, ``num_rounds`` and
@@ -118,7 +126,7 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
     g = design_guesses(k)
     fdp_level = look_level(AlarmTest.known_rounds_fdp_one_run, spec.num_rounds + 1,
                            spec.num_rounds + 1, alpha=alpha)
-    max_mu = fdp_mu_lo(2 * g, 2 * g, k, fdp_level) if k >= 2 else 0.0
+    max_mu = _max_refutable_mu(g, k, fdp_level) if k >= 2 else 0.0
     testable = s_star is not None and s_star >= CLEAR_BUG_NOISE_SCALE
     need_clear = _participations_needed(lam, z_sum, CLEAR_BUG_NOISE_SCALE)
     canaries_clear = int(math.ceil(2 * (need_clear / r + 1.645 * math.sqrt(need_clear / r))))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import special
 
 from flaudit.auditor.estimators.gdp import (
     ClaimTestResult,
@@ -65,25 +66,40 @@ def fdp_claim_test(scores, seen_mask, *, claim, threat_model: str = "known_round
         details)
 
 
+def _gdp_infeasible(mus: np.ndarray, level: float, correct: int, guesses: int, m: int) -> np.ndarray:
+    """For each ``mu`` of ``mus``: whether ``correct`` of ``guesses`` right is infeasible at
+    ``level`` for a ``mu``-GDP mechanism -- the recursion of
+    :func:`flaudit.auditor.estimators.gdp._guess_game_feasible` vectorised over ``mu`` (the
+    inverse blow-up of GDP is ``Phi(Phi^-1(y) - mu)``)."""
+    mus = np.asarray(mus, dtype=np.float64)
+    scale = level / m
+    r = np.full(mus.shape, scale * correct)
+    h = np.full(mus.shape, scale * (guesses - correct))
+    for i in range(correct - 1, -1, -1):
+        with np.errstate(divide="ignore"):
+            blow = special.ndtr(special.ndtri(np.clip(r, 0.0, 1.0)) - mus)
+        h_next = np.maximum(h, blow)
+        r = r + (i / (guesses - i)) * (h_next - h)
+        h = h_next
+    return r + h > guesses / m
+
+
 def fdp_mu_lo(correct: int, guesses: int, m: int, level: float, *, mu_max: float = 50.0) -> float:
     """Largest ``mu`` whose Gaussian-DP curve makes ``correct`` of ``guesses`` infeasible at
-    ``level`` (0 when none is)."""
+    ``level`` (0 when none is), to about 1e-3: two vectorised grid passes (infeasibility is
+    monotone in ``mu``: a larger ``mu`` allows more)."""
     if correct <= 0 or guesses <= 0:
         return 0.0
-
-    def rejected(mu: float) -> bool:
-        return not bool(_guess_game_feasible(GaussianDPClaim(mu), np.array([level]),
-                                             correct, guesses, m)[0])
-
-    if not rejected(1e-9):
+    lo, hi = 0.0, float(mu_max)
+    if not bool(_gdp_infeasible(np.array([1e-9]), level, correct, guesses, m)[0]):
         return 0.0
-    lo, hi = 0.0, mu_max
-    if rejected(hi):
+    if bool(_gdp_infeasible(np.array([hi]), level, correct, guesses, m)[0]):
         return hi
     while hi - lo > 1e-3:
-        mid = 0.5 * (lo + hi)
-        if rejected(mid):
-            lo = mid
-        else:
-            hi = mid
+        grid = np.linspace(lo, hi, 257)
+        bad = _gdp_infeasible(grid, level, correct, guesses, m)
+        last = int(np.flatnonzero(bad)[-1]) if bad.any() else 0
+        lo, hi = float(grid[last]), float(grid[min(last + 1, grid.size - 1)])
+        if last == grid.size - 1:
+            break
     return lo

@@ -641,7 +641,7 @@ def _guess_game_feasible(claim, tau: np.ndarray, correct: int, guesses: int, m: 
 def fdp_one_run_p_value(claim: TradeOffClaim, correct: int, guesses: int, m: int) -> float:
     """Smallest ``tau`` at which the guessing-game outcome (``correct`` of ``guesses`` right, ``m``
     canaries) is infeasible under the claimed curve: a p-value for the claim (1 when feasible
-    at every level or when there is no claim). Bisection on ``log tau`` to ~1e-3 relative."""
+    at every level or when there is no claim). Grid passes on ``log tau`` to ~1e-3 relative."""
     if not claim.is_claim or correct <= 0 or guesses <= 0:
         return 1.0
     if bool(_guess_game_feasible(claim, np.array([1.0]), correct, guesses, m)[0]):
@@ -649,12 +649,11 @@ def fdp_one_run_p_value(claim: TradeOffClaim, correct: int, guesses: int, m: int
     lo, hi = -60.0, 0.0  # log tau: feasible below lo? then p < e^-60
     if not bool(_guess_game_feasible(claim, np.array([math.exp(lo)]), correct, guesses, m)[0]):
         return math.exp(lo)
-    while hi - lo > 1e-3:
-        mid = 0.5 * (lo + hi)
-        if bool(_guess_game_feasible(claim, np.array([math.exp(mid)]), correct, guesses, m)[0]):
-            lo = mid
-        else:
-            hi = mid
+    while hi - lo > 1e-3:  # grid passes, vectorised over tau (feasible below p, not above)
+        grid = np.linspace(lo, hi, 257)
+        feasible = _guess_game_feasible(claim, np.exp(grid), correct, guesses, m)
+        first = int(np.argmin(feasible)) if not feasible.all() else grid.size - 1
+        lo, hi = float(grid[max(first - 1, 0)]), float(grid[first])
     return math.exp(hi)
 
 

@@ -1,5 +1,7 @@
-"""Fast simulated audits (pure numpy, no Flower): DP-FedAvg with canaries, with DP bugs on demand,
-and the Gaussian mechanism with seen and unseen canaries.
+"""Fast simulated audits (numpy, no Flower): DP-FedAvg with canaries, with DP bugs on demand,
+and the Gaussian mechanism with seen and unseen canaries. It lives in ``server/`` because it runs
+the server's own schedule and aggregation code; the math package ``auditor/`` imports no server
+code.
 
 Used by ``benchmarks/fidelity`` and ``tests/fidelity`` to check that the audit's numbers mean
 what they say (see ``docs/fidelity.md``).
