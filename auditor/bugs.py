@@ -1,6 +1,6 @@
 """Deliberate DP bugs: the names shared by the simulator and the real Flower path.
 
-:class:`DPBug` names the implementation errors :mod:`flaudit.auditor.simulate` can inject.
+:class:`DPBug` names the implementation errors :mod:`flaudit.server.simulated_audit` can inject.
 :class:`InjectedBug` is one of them with its size, as ``flaudit run --inject-bug`` and the
 service's spec field ``inject_bug`` accept it for a real DP-FedAvg run (``flaudit.server.dpfedavg`` and
 ``flaudit.server.schedules`` apply it). The claim of an audit never knows about the bug: the analytic

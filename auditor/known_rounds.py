@@ -3,22 +3,25 @@
 The auditor knows the rounds ``R_j`` in which each seen canary ``j`` was inserted. For the
 adversary who knows those rounds and sees every released aggregate ``rho_bar_t`` (what DP-FedAvg
 releases, before the server optimizer), the natural statistic of canary ``j`` is the sum of its
-per-round cosines over its own rounds, each normalised by the noise scale of that round:
+per-round cosines over its own rounds, each mapped to its *normal score* under the exact null:
 
-    score_j = sum_{t in R_j} cos(c_j, rho_bar_t) / sigma_hat_t / sqrt(|R_j|).
+    Z_jt = Phi^-1(F_d(cos(c_j, rho_bar_t))),   score_j = sum_{t in R_j} Z_jt / sqrt(|R_j|).
 
-``sigma_hat_t`` is *measured* on the canaries whose cosine in round ``t`` is pure noise (the
-unseen canaries, ``null_mask``), never taken from the claimed noise multiplier: a DP bug that
-changes the noise changes ``sigma_hat_t``. For an unseen canary, ``R_j`` is a set of rounds drawn
-from the same schedule as the seen canaries', so seen and unseen scores are computed the same way
-and an unseen score is a draw of what a seen score would be with nothing inserted.
+``F_d`` is the law of the cosine between a uniformly random unit vector and any vector independent
+of it (:func:`flaudit.auditor.estimators.null.null_probit`): for a canary absent from round ``t``
+its direction is independent of ``rho_bar_t``, so ``Z_jt`` is *exactly* ``N(0, 1)`` whatever the
+mechanism, the task or the noise actually added -- no scale is estimated and no claimed
+parameter enters. A DP bug that changes the noise changes the seen scores only.
 
 Under DP-FedAvg with fixed clipping ``S``, expected cohort ``m`` and noise multiplier ``z``, a
 seen canary adds ``S/m`` along ``c_j`` and the noise projects onto ``c_j`` with std ``z S / m``,
-so one round's normalised cosine is ``N(1/z, 1)`` and the score of a canary seen in ``r`` rounds
-is ``N(sqrt(r)/z, 1)``; an unseen canary's score is ``N(0, 1)``. That is exactly the
-``mu = sqrt(r)/z`` Gaussian-DP claim of the known-rounds adversary, which
-:mod:`flaudit.auditor.estimators.gdp` tests.
+so one round's score is close to ``N(1/z, 1)`` and the score of a canary seen in ``r`` rounds to
+``N(sqrt(r)/z, 1)``: the ``mu = sqrt(r)/z`` Gaussian-DP claim of the known-rounds adversary,
+which :mod:`flaudit.auditor.claims` tests (docs/estimators.md, "Normal-score claim tests", proves
+that a seen score of any mechanism meeting the claim is stochastically below ``N(mu, 1)``).
+For an unseen canary, ``R_j`` is drawn from the same schedule, so seen and unseen scores are
+computed the same way (the unseen ones check the null). The measured noise scale of each round
+(:func:`noise_scale` on the unseen canaries) is kept as a diagnostic only.
 
 Pure numpy, streaming, ``O(k)`` state (:class:`KnownRoundsState`: plain arrays, no seed).
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flaudit.auditor.estimators.null import null_probit
 from flaudit.auditor.validation import check_integer_at_least
 
 __all__ = ["KnownRoundsStatistic", "KnownRoundsState", "noise_scale"]
@@ -73,7 +77,7 @@ class KnownRoundsState:
     Attributes
     ----------
     sums : numpy.ndarray
-        (k,) ``sum_{t in R_j} cos_jt / sigma_hat_t`` so far.
+        (k,) ``sum_{t in R_j} Z_jt`` so far (normal scores under the exact null).
     counts : numpy.ndarray
         (k,) ``|R_j|`` so far (int64).
     num_rounds : int
@@ -92,18 +96,20 @@ class KnownRoundsStatistic:
     ----------
     num_canaries : int
         ``k`` (seen and unseen canaries alike).
+    dim : int
+        Model dimension ``d`` (the exact null of a cosine depends on it).
     state : KnownRoundsState, optional
         Resume from a previous :meth:`state` (its arrays are copied).
     min_null : int
-        Fewest noise-only cosines a round needs for ``sigma_hat_t``; a round with fewer is
-        counted in ``num_rounds`` but adds nothing to any score.
+        Fewest noise-only cosines a round needs for the diagnostic ``last_noise_scale``.
     """
 
-    def __init__(self, num_canaries: int, *, state: KnownRoundsState | None = None,
+    def __init__(self, num_canaries: int, *, dim: int, state: KnownRoundsState | None = None,
                  min_null: int = 2) -> None:
         check_integer_at_least(num_canaries, "num_canaries", 1)
+        check_integer_at_least(dim, "dim", 2)
         check_integer_at_least(min_null, "min_null", 1)
-        self.num_canaries, self.min_null = num_canaries, min_null
+        self.num_canaries, self.dim, self.min_null = num_canaries, dim, min_null
         k = self.num_canaries
         if state is None:
             self._sums = np.zeros(k, dtype=np.float64)
@@ -146,8 +152,9 @@ class KnownRoundsStatistic:
             (k,) canary ``j`` is counted in round ``t`` (seen: actually inserted; unseen: its
             rounds drawn from the same schedule).
         null_mask : numpy.ndarray of bool
-            (k,) canaries whose cosine this round is pure noise (the unseen canaries):
-            ``sigma_hat_t`` is measured on them (:func:`noise_scale`), never the claimed scale.
+            (k,) canaries whose cosine this round is pure noise (the unseen canaries): the
+            round's noise scale is measured on them (:func:`noise_scale`) as a diagnostic
+            (``last_noise_scale``); the scores do not use it.
 
         Raises
         ------
@@ -162,21 +169,15 @@ class KnownRoundsStatistic:
         part = self._mask(participants, "participants")
         null = self._mask(null_mask, "null_mask")
         self._num_rounds += 1
-        if int(null.sum()) < self.min_null:
-            self.last_noise_scale = math.nan
-            return
-        sigma = noise_scale(cos[null])
-        self.last_noise_scale = sigma
-        if sigma == 0.0:
-            # no measurable noise (e.g. a no-noise bug on a round where nothing else moves the
-            # unseen cosines): a participant's nonzero cosine is overwhelming evidence
-            sigma = 1e-150  # |cos| <= 1: contributions stay <= 1e150, sums finite
-        self._sums[part] += cos[part] / sigma
-        self._counts[part] += 1
+        self.last_noise_scale = (noise_scale(cos[null]) if int(null.sum()) >= self.min_null
+                                 else math.nan)
+        if part.any():
+            self._sums[part] += null_probit(cos[part], self.dim)
+            self._counts[part] += 1
 
     @property
     def scores(self) -> np.ndarray:
-        """(k,) ``sum_{t in R_j} cos_jt / sigma_hat_t / sqrt(|R_j|)``; NaN where ``|R_j| = 0``."""
+        """(k,) ``sum_{t in R_j} Z_jt / sqrt(|R_j|)``; NaN where ``|R_j| = 0``."""
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(self._counts > 0, self._sums / np.sqrt(self._counts), np.nan)
 

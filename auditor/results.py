@@ -19,6 +19,7 @@ class Estimator(str, Enum):
     sequential = "sequential"  # González et al. 2025 test by betting
     gdp_lower_bound = "gdp_lower_bound"  # mu_lo from threshold tests, read as epsilon at delta
     fdp_one_run = "fdp_one_run"  # Mahloujifar, Melis & Chaudhuri 2025 guessing game, GDP curves
+    normal_scores = "normal_scores"  # mu_lo from the normal-score claim test (exact null)
 
 
 class VarianceTreatment(str, Enum):

@@ -92,6 +92,9 @@ def main() -> None:
         label = "none (correct)" if bug == "none" else bug
         print(f"{label:<24} {len(refuted):>4}/{args.runs:<4} {median:>19} "
               f"{dict(counts)!s:<40} {seconds:>6.1f}", flush=True)
+        fired = collections.Counter((v.refuted_by or {}).get("test") for v in refuted)
+        if fired:
+            print(f"{'':<24} refuting tests: {dict(fired)}", flush=True)
     print(f"(first round {spec0.num_rounds + 1} = the final look, after training)")
 
 

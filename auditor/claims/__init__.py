@@ -1,24 +1,38 @@
-"""Claims, claim tests, the DP alarm, the audit design and the verdict.
+"""Claims, claim tests, the alarm and the audit design: one home (issue #19).
 
-STAND-IN (wiring branch): the "power" stream owns this package and its ``__init__``; until its
-branch is merged, the names of the contract are re-exported from their old homes and
-:mod:`._pending` holds a placeholder audit design. At merge, take power's ``__init__`` and add
-the verdict/alerts exports below.
+* claims as trade-off curves: :func:`audit_claims`, :class:`GaussianDPClaim`, :class:`NoDPClaim`
+  (:mod:`flaudit.auditor.estimators.gdp`);
+* the tests, one file each: normal-score tests (:mod:`.normal_scores`, tier
+  ``independent_canaries``) and the one-run f-DP guessing game (:mod:`.fdp`, tier
+  ``assumption_free``);
+* the alarm over every look (:mod:`.alarm`) and the audit design (:mod:`.design`);
+* the verdict (:mod:`.verdict`) and the alarm's words for a spec (:mod:`.alerts`: alerts,
+  guarantee, the first alarm's record, the spec's verdict).
+
+Pure: arrays and specs in, numbers out; no service, no Flower.
 """
 
-from __future__ import annotations
+from flaudit.auditor.estimators.gdp import (
+    ClaimTestResult,
+    EpsilonDeltaCurveClaim,
+    GaussianDPClaim,
+    NoDPClaim,
+    audit_claims,
+    gdp_delta,
+    gdp_epsilon,
+)
 
-from ..estimators.alarm import AlarmDecision, alarm_guarantee, decide_alarm
-from ..estimators.gdp import GaussianDPClaim, NoDPClaim, audit_claims
-from ._pending import AuditDesign, audit_design
+from .alarm import ALARM_ALPHA, AlarmDecision, alarm_guarantee, decide_alarm, look_level
+from .design import AuditDesign, audit_design
+from .fdp import fdp_claim_test, fdp_mu_lo
+from .normal_scores import NormalScoreTest, final_model_normal_scores, normal_score_test
+from .tiers import AlarmTest, ValidityTier
+from .verdict import Verdict, VerdictStatus, audit_verdict, largest_valid_bound
 
 __all__ = [
-    "AlarmDecision",
-    "AuditDesign",
-    "GaussianDPClaim",
-    "NoDPClaim",
-    "alarm_guarantee",
-    "audit_claims",
-    "audit_design",
-    "decide_alarm",
+    "ALARM_ALPHA", "AlarmDecision", "AlarmTest", "AuditDesign", "ClaimTestResult",
+    "EpsilonDeltaCurveClaim", "GaussianDPClaim", "NoDPClaim", "NormalScoreTest", "ValidityTier",
+    "alarm_guarantee", "audit_claims", "audit_design", "decide_alarm", "fdp_claim_test",
+    "fdp_mu_lo", "final_model_normal_scores", "gdp_delta", "gdp_epsilon", "look_level",
+    "normal_score_test", "Verdict", "VerdictStatus", "audit_verdict", "largest_valid_bound",
 ]

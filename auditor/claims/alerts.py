@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping
 from ..bugs import InjectedBug
 from ..spec import AuditSpec, Participation
 from . import AlarmDecision, alarm_guarantee, audit_claims, audit_design, decide_alarm
-from .verdict import Verdict, audit_verdict
+from .verdict import TEST_NAMES, Verdict, audit_verdict, clause
 
 __all__ = [
     "alarm_alert",
@@ -61,18 +61,10 @@ def spec_alarm_guarantee(spec: AuditSpec | Mapping) -> str:
 
 
 def decide(spec: AuditSpec, claim_tests: list, *, look: int) -> AlarmDecision:
-    """The alarm at ``look`` of :func:`num_looks` over this look's claim tests."""
+    """The alarm at ``look`` of :func:`num_looks` over this look's claim tests (its
+    ``refuted_by`` reads ``mu_lo`` as ε at the spec's δ)."""
     return decide_alarm(claim_tests, look=look, num_looks=num_looks(spec),
-                        claims=audit_claims(spec))
-
-
-def _refuted_by(decision: AlarmDecision) -> dict | None:
-    by = getattr(decision, "refuted_by", None)
-    if by is None:  # TODO(wiring stand-in): power's AlarmDecision carries refuted_by
-        from ._pending import refuted_by_from_rejected
-
-        by = refuted_by_from_rejected(decision)
-    return by
+                        claims=audit_claims(spec), delta=spec.delta)
 
 
 def alarm_record(decision: AlarmDecision, *, round: int | None) -> dict | None:
@@ -81,7 +73,7 @@ def alarm_record(decision: AlarmDecision, *, round: int | None) -> dict | None:
     if decision.status != "error":
         return None
     return {"status": "error", "round": round, "look": decision.look,
-            "num_looks": decision.num_looks, "refuted_by": _refuted_by(decision)}
+            "num_looks": decision.num_looks, "refuted_by": decision.refuted_by}
 
 
 def first_alarm(alerts: Iterable[Mapping[str, Any]] | None) -> dict | None:
@@ -102,18 +94,24 @@ def alarm_alert(alarm: AlarmDecision, *, round: int | None = None) -> dict | Non
     kind = "known_rounds" if alarm.status == "error" else "poisson_subsampled"
     rejected = [t for t in alarm.rejected if (t.get("claim") or {}).get("threat_model") == kind]
     claim = (rejected[0].get("claim") or {}) if rejected else {}
-    by = " and ".join(f"the {t.get('threat_model')} scores (p = {t['p_value']:.2g})"
-                      for t in rejected)
     what = claim.get("description") or claim.get("kind") or kind
-    level = f"each <= {alarm.level_per_test:.2g} at look {alarm.look} of {alarm.num_looks}"
     if alarm.status == "error":
+        def name(t):
+            test = (t.get("details") or {}).get("test")
+            return TEST_NAMES.get(test) or f"the {t.get('threat_model')} scores"
+
+        by = " and ".join(
+            f"{name(t)} (p = {t['p_value']:.2g} <= {t.get('level', alarm.level_per_test):.2g})"
+            for t in rejected)
         message = (f"possible DP bug or wrong claim: the known-rounds claim ({what}) is rejected "
-                   f"by {by}, {level}")
+                   f"by {by} at look {alarm.look} of {alarm.num_looks}")
         record = alarm_record(alarm, round=round)
         return {"level": "error", "message": message, "details": {"alarm": record}}
+    by = " and ".join(f"the {t.get('threat_model')} scores (p = {t['p_value']:.2g})"
+                      for t in rejected)
     message = (f"amplification by sampling looks violated: the Poisson-subsampled claim is "
-               f"rejected by {by}, {level}; check that clients and canaries are sampled by "
-               "Poisson with the accountant's rate")
+               f"rejected by {by} at look {alarm.look} of {alarm.num_looks}; check that clients "
+               "and canaries are sampled by Poisson with the accountant's rate")
     return {"level": "warning", "message": message}
 
 
@@ -226,7 +224,7 @@ def design_warning(spec: AuditSpec, design) -> str | None:
     what the audit can do and what would make it testable."""
     if design is None or getattr(design, "testable", True) or design.claim_mu is None:
         return None
-    advice = design.advice or "more canaries or canary repeats would make it testable"
+    advice = clause(design.advice) or "more canaries or canary repeats would make it testable"
     return (f"this audit cannot refute its own claim (μ = {design.claim_mu:.3g} at "
-            f"δ = {spec.delta:g}): {design.summary}; {advice}. It runs all the same; its "
-            "verdict will be 'inconclusive' unless the alarm fires.")
+            f"δ = {spec.delta:g}): it {clause(design.summary)}; {advice}. It runs all the same; "
+            "its verdict will be 'inconclusive' unless the alarm fires.")

@@ -27,10 +27,12 @@ from enum import Enum
 from typing import Any, Iterable, Mapping
 
 __all__ = [
+    "TEST_NAMES",
     "VALID_BOUND_ESTIMATORS",
     "Verdict",
     "VerdictStatus",
     "audit_verdict",
+    "clause",
     "is_valid_bound",
     "largest_valid_bound",
 ]
@@ -59,6 +61,12 @@ _SCORE_NAMES = {
     "final_model": "the final model's canary scores",
     "all_iterates": "the canaries' largest per-round scores",
     "known_rounds": "the canaries' scores in their known rounds",
+}
+#: Human names of the alarm's claim tests (:class:`flaudit.auditor.claims.AlarmTest`).
+TEST_NAMES = {
+    "known_rounds_normal_scores": "the canaries' scores in their known rounds (normal-score test)",
+    "final_model_normal_scores": "the final model's canary scores (normal-score test)",
+    "known_rounds_fdp_one_run": "the one-run f-DP guessing game on the known rounds",
 }
 _TIER_NAMES = {
     "independent_canaries": "valid when canaries are independent, as in correct DP-FedAvg",
@@ -163,6 +171,16 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def clause(text: str | None) -> str:
+    """A design sentence as a clause inside the verdict's one sentence: first letter lower-case,
+    no final period, inner sentences joined by semicolons."""
+    text = (text or "").strip().rstrip(".")
+    if not text:
+        return ""
+    text = text.replace(". ", "; ")
+    return text[0].lower() + text[1:]
+
+
 def _as_dict(value: Any) -> dict | None:
     if value is None:
         return None
@@ -214,7 +232,8 @@ def _refutation(alarm: dict, claim: dict) -> tuple[dict, str]:
     """``verdict.refuted_by`` and its sentence from the alarm's record."""
     by = dict(alarm.get("refuted_by") or {})
     threat_model = by.get("threat_model")
-    by.setdefault("name", _SCORE_NAMES.get(threat_model, str(threat_model or "a claim test")))
+    by.setdefault("name", TEST_NAMES.get(by.get("test"))
+                  or _SCORE_NAMES.get(threat_model, str(threat_model or "a claim test")))
     by["round"] = alarm.get("round")
     mu_lo, eps_lo = _number(by.get("mu_lo")), _number(by.get("epsilon_lo"))
     confidence = _number(by.get("confidence"))
@@ -298,21 +317,23 @@ def audit_verdict(
                        refuted_by=refuted_by, tier=refuted_by.get("tier"), round=t,
                        stopped=stopped_at_round is not None, **common)
     testable = bool(design_d.get("testable", True)) if design_d else True
-    can = (design_d or {}).get("summary")
-    advice = (design_d or {}).get("advice")
-    if not testable:
-        summary = (f"Inconclusive: this audit cannot refute its claim of {what}"
-                   + (f": it {can}" if can else "") + "; "
-                   + (advice or "more canaries or canary repeats would make it testable") + ".")
-        return Verdict(VerdictStatus.inconclusive, summary + _gap_text(gaps, ended=ended),
-                       claim=claim, **common)
-    if state in ("running", "queued"):
+    can = clause((design_d or {}).get("summary"))
+    advice = clause((design_d or {}).get("advice"))
+    cannot = (f"this audit cannot refute its claim of {what}" + (f" (it {can})" if can else "")
+              + "; " + (advice or "more canaries or canary repeats would make it testable") + ".")
+    if state in ("running", "queued"):  # provisional: the status changes only at the end
         progress = (f"round {rounds_received} of {num_rounds}" if state == "running"
                     else "not started")
-        summary = (f"Running ({progress}): no evidence against the claim of {what} so far"
-                   + (f"; this audit {can}" if can else "") + "."
-                   + _gap_text(gaps, ended=False))
-        return Verdict(VerdictStatus.running, summary, claim=claim, **common)
+        if not testable:
+            summary = f"Running ({progress}), inconclusive so far: {cannot}"
+        else:
+            summary = (f"Running ({progress}): no evidence against the claim of {what} so far"
+                       + (f"; this audit {can}" if can else "") + ".")
+        return Verdict(VerdictStatus.running, summary + _gap_text(gaps, ended=False),
+                       claim=claim, **common)
+    if not testable:
+        return Verdict(VerdictStatus.inconclusive,
+                       f"Inconclusive: {cannot}" + _gap_text(gaps), claim=claim, **common)
     if state != "succeeded":
         summary = (f"Inconclusive: the run {state} after {rounds_received} of {num_rounds} "
                    f"rounds, before the audit could test its claim of {what}; no claim test "

@@ -154,6 +154,8 @@ class AlarmWatch:
             seen=self._seen, dim=tracker.dim, delta=self.spec.delta,
             max_cosines=tracker.max_cosines, final_cosines=None, threat_models=["all_iterates"],
             one_run=False, known_rounds_scores=None if known is None else known.scores,
+            known_rounds_participations=None if known is None else known.num_participations,
+            canary_repeats=self.spec.canary_repeats,
             claims=audit_claims(self.spec), num_rounds=server_round,
         )
         alarm = decide(self.spec, summary.claim_tests, look=server_round)
@@ -180,13 +182,17 @@ class AlarmWatch:
 
         spec, local = self.spec, self.inner
         tracker = local.tracker
-        scores = local.known_rounds.scores if local.known_rounds is not None else None
+        known = local.known_rounds
+        scores = None if known is None else known.scores
+        counts = None if known is None else known.num_participations
         summary = summarize(
             seen=self._seen, dim=tracker.dim, delta=spec.delta, max_cosines=tracker.max_cosines,
             final_cosines=tracker.final_cosines,
             threat_models=[t.value for t in spec.threat_models],
             bootstrap=bootstrap, one_run=True,  # the same estimates the service reports
-            known_rounds_scores=scores, claims=audit_claims(spec), num_rounds=tracker.num_rounds,
+            known_rounds_scores=scores, known_rounds_participations=counts,
+            canary_repeats=spec.canary_repeats, claims=audit_claims(spec),
+            num_rounds=tracker.num_rounds,
         )
         estimates = list(summary.estimates) + list(audit_analytic_epsilon(spec))
         # the final look; the per-round looks ran during training, as in the service
@@ -237,7 +243,7 @@ def main(args: argparse.Namespace) -> int:
     from flaudit.auditor.claims.alerts import design_warning
 
     design = audit_design(spec)
-    print(textwrap.fill(f"audit design: this audit {design.summary}", width=100,
+    print(textwrap.fill(f"audit design: {design.summary}", width=100,
                         subsequent_indent="  "), file=sys.stderr)
     warning = design_warning(spec, design)
     if warning:

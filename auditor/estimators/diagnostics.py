@@ -141,3 +141,35 @@ def bootstrap_interval(
         details={"lower": lo, "upper": hi, "confidence": confidence,
                  "num_resamples": num_resamples, "point": point},
     )
+
+
+def unseen_normal_scores_check(unseen_scores, *, level: float = 0.01,
+                               name: str = "unseen_known_rounds_vs_null") -> Diagnostic:
+    """Kolmogorov-Smirnov test of the unseen canaries' normal scores against N(0, 1).
+
+    The normal-score claim tests (:mod:`flaudit.auditor.claims.normal_scores`) calibrate every
+    seen score against a null that is N(0, 1) by construction when canary directions are
+    independent of the release; the unseen canaries are draws of that null in this very run.
+    A rejection says the calibration does not hold here (correlated released aggregates with
+    canary repeats, canaries correlated with the model, an insertion bug): read the
+    normal-score tier's refutations with care and rely on the assumption-free tier.
+    """
+    z = np.asarray(unseen_scores, dtype=np.float64)
+    z = z[np.isfinite(z)]
+    if z.size < 5:
+        return Diagnostic(name=name, value=0.0, ok=True,
+                          hint=f"too few unseen canaries scored ({z.size}) to check the null",
+                          details={"num": int(z.size), "checked": False})
+    from scipy import stats
+
+    res = stats.kstest(z, "norm")
+    p = float(res.pvalue)
+    ok = p >= level
+    hint = ("unseen canaries' normal scores match N(0, 1): the normal-score tests are calibrated"
+            if ok else
+            f"unseen canaries' normal scores do not follow N(0, 1) (KS p = {p:.2g}, mean "
+            f"{float(z.mean()):.2f}, std {float(z.std()):.2f}): the normal-score tier's "
+            "calibration is doubtful in this run; rely on the assumption-free tier")
+    return Diagnostic(name=name, value=float(res.statistic), ok=ok, hint=hint,
+                      details={"num": int(z.size), "checked": True, "p_value": p,
+                               "mean": float(z.mean()), "std": float(z.std())})

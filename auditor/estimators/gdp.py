@@ -41,6 +41,7 @@ from flaudit.auditor.estimators._validation import (
     check_scores,
 )
 from flaudit.auditor.estimators.lower_bound import (
+    GDP_BONFERRONI,
     Bonferroni,
     CorrectionStrategy,
     NoCorrection,
@@ -375,7 +376,10 @@ def _correction_label(correction: CorrectionStrategy) -> str:
     if isinstance(correction, NoCorrection):
         return "max over all thresholds, uncorrected (reported, never alarming; not a valid bound)"
     if isinstance(correction, Bonferroni):
-        return f"Bonferroni over {correction.num_thresholds} quantile thresholds of the seen scores"
+        where = ("" if correction.quantiles is None else
+                 " (" + ", ".join(f"{q:g}" for q in correction.quantiles) + ")")
+        return (f"Bonferroni over {correction.num_thresholds} quantile thresholds of the seen "
+                f"scores{where}")
     return f"threshold chosen on a {correction.frac} split, evaluated on the rest"
 
 
@@ -401,7 +405,7 @@ def gdp_lower_bound(
     d: int | None = None,
     delta: float,
     confidence: float = 0.95,
-    correction: CorrectionStrategy = Bonferroni(),
+    correction: CorrectionStrategy = GDP_BONFERRONI,
     threat_model: str | None = None,
 ) -> GaussianDPResult:
     """Valid lower confidence bound on the Gaussian-DP parameter ``mu`` from threshold tests.
@@ -535,7 +539,7 @@ def claim_test(
     *,
     claim: TradeOffClaim,
     d: int | None = None,
-    correction: CorrectionStrategy = Bonferroni(),
+    correction: CorrectionStrategy = GDP_BONFERRONI,
     threat_model: str | None = None,
 ) -> ClaimTestResult:
     """p-value of the canary scores against a claimed trade-off curve ``f``.
@@ -637,7 +641,7 @@ def _guess_game_feasible(claim, tau: np.ndarray, correct: int, guesses: int, m: 
 def fdp_one_run_p_value(claim: TradeOffClaim, correct: int, guesses: int, m: int) -> float:
     """Smallest ``tau`` at which the guessing-game outcome (``correct`` of ``guesses`` right, ``m``
     canaries) is infeasible under the claimed curve: a p-value for the claim (1 when feasible
-    at every level or when there is no claim). Bisection on ``log tau`` to ~1e-3 relative."""
+    at every level or when there is no claim). Grid passes on ``log tau`` to ~1e-3 relative."""
     if not claim.is_claim or correct <= 0 or guesses <= 0:
         return 1.0
     if bool(_guess_game_feasible(claim, np.array([1.0]), correct, guesses, m)[0]):
@@ -645,12 +649,11 @@ def fdp_one_run_p_value(claim: TradeOffClaim, correct: int, guesses: int, m: int
     lo, hi = -60.0, 0.0  # log tau: feasible below lo? then p < e^-60
     if not bool(_guess_game_feasible(claim, np.array([math.exp(lo)]), correct, guesses, m)[0]):
         return math.exp(lo)
-    while hi - lo > 1e-3:
-        mid = 0.5 * (lo + hi)
-        if bool(_guess_game_feasible(claim, np.array([math.exp(mid)]), correct, guesses, m)[0]):
-            lo = mid
-        else:
-            hi = mid
+    while hi - lo > 1e-3:  # grid passes, vectorised over tau (feasible below p, not above)
+        grid = np.linspace(lo, hi, 257)
+        feasible = _guess_game_feasible(claim, np.exp(grid), correct, guesses, m)
+        first = int(np.argmin(feasible)) if not feasible.all() else grid.size - 1
+        lo, hi = float(grid[max(first - 1, 0)]), float(grid[first])
     return math.exp(hi)
 
 

@@ -33,6 +33,7 @@ from flaudit.auditor.results import Correction, EpsilonResult, Estimator
 __all__ = [
     "NoCorrection",
     "Bonferroni",
+    "GDP_BONFERRONI",
     "Split",
     "epsilon_lower_bound",
     "jeffreys_upper",
@@ -66,14 +67,41 @@ class NoCorrection:
 @dataclass(frozen=True)
 class Bonferroni:
     """Valid: ``num_thresholds`` thresholds at quantiles of the seen cosines, each bound at
-    level ``alpha / num_thresholds``; the maximum holds with the stated confidence."""
+    level ``alpha / num_thresholds``; the maximum holds with the stated confidence.
+
+    By default the quantiles are evenly spaced, ``(i + 1/2) / num_thresholds``. ``quantiles``
+    places them explicitly (``num_thresholds`` is then ``len(quantiles)``): fixed in advance,
+    so as valid as the even grid. :data:`GDP_BONFERRONI` is the choice for Gaussian-DP bounds.
+    """
 
     num_thresholds: int = 20
+    quantiles: tuple[float, ...] | None = None
     kind = Correction.bonferroni
 
     def __post_init__(self) -> None:
+        if self.quantiles is not None:
+            q = tuple(float(x) for x in self.quantiles)
+            if not q or any(not 0.0 < x < 1.0 for x in q):
+                raise ValueError(f"quantiles must be a non-empty sequence in (0, 1), got {self.quantiles!r}")
+            object.__setattr__(self, "quantiles", q)
+            object.__setattr__(self, "num_thresholds", len(q))
         if not isinstance(self.num_thresholds, int) or self.num_thresholds < 1:
             raise ValueError(f"num_thresholds must be an integer >= 1, got {self.num_thresholds!r}")
+
+    def seen_quantiles(self) -> np.ndarray:
+        """The quantiles of the seen scores the thresholds sit at."""
+        if self.quantiles is not None:
+            return np.asarray(self.quantiles, dtype=np.float64)
+        return (np.arange(self.num_thresholds) + 0.5) / self.num_thresholds
+
+
+#: Thresholds for Gaussian-DP bounds and claim tests with the null from unseen canaries: the
+#: seen-score quantiles 0.15 and 0.30 (Bonferroni over 2). For a mu-GDP ROC the best single
+#: threshold sits near FNR = Phi(-mu / 2) (0.2-0.3 for mu = 1-2), where both rates' Clopper-
+#: Pearson bounds are tightest in probit space; two thresholds there beat 20 spread over (0, 1)
+#: and the ROC-hull thresholds of jax_privacy's epsilon_from_gdp (docs/fidelity.md, "Peer").
+#: The price: mu_lo saturates earlier for very large mu (about 3.4 at 500 unseen canaries).
+GDP_BONFERRONI = Bonferroni(quantiles=(0.15, 0.30))
 
 
 @dataclass(frozen=True)
@@ -205,7 +233,7 @@ def search_thresholds(
         thresholds = _candidate_thresholds(seen, unseen)
         values = evaluate(seen, unseen, thresholds, 1)
     elif isinstance(correction, Bonferroni):
-        q = (np.arange(correction.num_thresholds) + 0.5) / correction.num_thresholds
+        q = correction.seen_quantiles()
         # Just below each quantile, so the test "score > a" counts a seen score equal to the
         # quantile as a positive: with ties (e.g. every seen score at the cosine's maximum 1.0
         # in a run without noise) a threshold AT the tied value would count every seen canary

@@ -21,7 +21,12 @@ from flaudit.auditor.estimators._validation import (
     check_mask,
     check_scores,
 )
-from flaudit.auditor.estimators.diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
+from flaudit.auditor.estimators.diagnostics import (
+    anderson_darling,
+    bootstrap_interval,
+    unseen_normal_scores_check,
+    unseen_vs_null,
+)
 from flaudit.auditor.estimators.fitted import (
     ALL_ITERATES,
     FINAL_MODEL,
@@ -36,10 +41,14 @@ from flaudit.auditor.estimators.gdp import (
     fdp_one_run_lower_bound,
     gdp_lower_bound,
 )
+from flaudit.auditor.estimators.gdp import GaussianDPResult, gdp_epsilon
 from flaudit.auditor.estimators.lower_bound import Bonferroni, NoCorrection, epsilon_lower_bound
 from flaudit.auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_pdf
 from flaudit.auditor.estimators.one_run import one_run_lower_bound
-from flaudit.auditor.results import Diagnostic, EpsilonResult, VarianceTreatment
+from flaudit.auditor.claims.fdp import fdp_claim_test
+from flaudit.auditor.claims.normal_scores import final_model_normal_scores, normal_score_test
+from flaudit.auditor.claims.tiers import AlarmTest, ValidityTier
+from flaudit.auditor.results import Correction, Diagnostic, EpsilonResult, Estimator, VarianceTreatment
 
 __all__ = ["AuditSummary", "Histogram", "summarize"]
 
@@ -134,6 +143,8 @@ def summarize(
     known_rounds_scores=None,
     claims=None,
     num_rounds: int | None = None,
+    known_rounds_participations=None,
+    canary_repeats: int = 1,
 ) -> AuditSummary:
     """All estimates for one audit's canary statistics.
 
@@ -171,6 +182,11 @@ def summarize(
         and on the final-model cosines (exact null); the ``poisson_subsampled`` claim on the
         final-model cosines and the max-over-rounds cosines. Results in ``claim_tests`` (feed
         them to :func:`flaudit.auditor.estimators.alarm.decide_alarm`).
+    known_rounds_participations : array_like of int, optional
+        (k,) rounds behind each known-rounds score so far (``KnownRoundsStatistic.num_participations``);
+        omitted: every scored canary is taken to carry the whole claim (conservative).
+    canary_repeats : int
+        ``r``: the participations the known-rounds claim ``sqrt(r)/z`` is for.
     num_rounds : int, optional
         Rounds the max-over-rounds cosines cover. With it, the all-iterates estimate fits its
         Gaussians after the max-of-T null map (:func:`flaudit.auditor.estimators.fitted.max_null_probit`);
@@ -250,6 +266,13 @@ def summarize(
             claim_tests.extend(
                 claim_test(s, claim=c, d=d, threat_model=FINAL_MODEL) for c in claims
             )
+            if known_claim is not None and known_claim.is_claim:
+                test = normal_score_test(final_model_normal_scores(s, d), claim_mu=known_claim.mu)
+                claim_tests.append(_normal_score_result(
+                    test, known_claim, FINAL_MODEL, AlarmTest.final_model_normal_scores,
+                    "final-model normal scores Phi^-1(F_d(cos)) (exact null) summed over the seen "
+                    "canaries, calibrated at N(mu, 1) each"))
+                estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, confidence))
             diagnostics.append(anderson_darling(s, name="seen_final"))
             if bootstrap:
                 diagnostics.append(
@@ -332,5 +355,52 @@ def summarize(
                 "known_rounds_skipped",
                 f"known rounds: {s.size} seen and {u.size} unseen canaries scored so far, need at "
                 "least 2 of each", num_seen=int(s.size), num_unseen=int(u.size)))
+        counts = None
+        if known_rounds_participations is not None:
+            counts = np.asarray(known_rounds_participations, dtype=np.int64)
+            if counts.shape != (k,):
+                raise ValueError(f"known_rounds_participations must have shape ({k},), got "
+                                 f"{counts.shape}")
+        if s.size >= 1:
+            test = normal_score_test(
+                known[seen_mask & scored], claim_mu=known_claim.mu if known_claim is not None
+                and known_claim.is_claim else 0.0,
+                participations=None if counts is None else counts[seen_mask & scored],
+                claim_participations=int(canary_repeats))
+            estimates.append(_normal_score_bound(test, KNOWN_ROUNDS, delta, confidence))
+            if known_claim is not None and known_claim.is_claim:
+                claim_tests.append(_normal_score_result(
+                    test, known_claim, KNOWN_ROUNDS, AlarmTest.known_rounds_normal_scores,
+                    "known-rounds normal scores (exact null per round) summed over the seen "
+                    "canaries' participations, calibrated at N(sqrt(n_j)/z, 1) each"))
+        if u.size:
+            diagnostics.append(unseen_normal_scores_check(u))
+        if known_claim is not None and known_claim.is_claim and int(scored.sum()) >= 2:
+            claim_tests.append(fdp_claim_test(known[scored], seen_mask[scored], claim=known_claim))
     return AuditSummary(estimates=estimates, diagnostics=diagnostics, histograms=histograms,
                         claim_tests=claim_tests)
+
+
+def _normal_score_result(test, claim, threat_model: str, name: AlarmTest,
+                         method: str) -> ClaimTestResult:
+    details = dict(test.to_details(), test=name.value, tier=name.tier.value)
+    return ClaimTestResult(test.p_value, claim, threat_model, Correction.not_applicable, method,
+                           details)
+
+
+def _normal_score_bound(test, threat_model: str, delta: float, confidence: float) -> EpsilonResult:
+    """``mu_lo`` from inverting the normal-score test at ``1 - confidence``."""
+    mu_lo = test.mu_lo(1.0 - confidence)
+    return GaussianDPResult(
+        epsilon=gdp_epsilon(mu_lo, delta),
+        estimator=Estimator.normal_scores,
+        threat_model=threat_model,
+        delta=delta,
+        correction=Correction.not_applicable,
+        confidence=confidence,
+        method="Gaussian-DP lower bound from the normal-score test (exact null, one test, no "
+        "threshold search); valid when the seen canaries' scores are independent "
+        "(orthogonal canaries, Gaussian noise); epsilon is that of the mu_lo-Gaussian mechanism",
+        details={"mu": mu_lo, "num_scores": test.num_scores,
+                 "tier": ValidityTier.independent_canaries.value},
+    )

@@ -116,6 +116,8 @@ def summary_parts(
     threat_models: list[ThreatModel],
     final: bool = False,
     known_rounds_scores: np.ndarray | None = None,
+    known_rounds_participations: np.ndarray | None = None,
+    canary_repeats: int = 1,
     claims: list | None = None,
     num_rounds: int | None = None,
 ) -> tuple[list[dict], list[dict], dict, list]:
@@ -139,6 +141,8 @@ def summary_parts(
         one_run=True,
         bootstrap=200 if final else 0,
         known_rounds_scores=known_rounds_scores,
+        known_rounds_participations=known_rounds_participations,
+        canary_repeats=canary_repeats,
         claims=claims,
         num_rounds=num_rounds,
     )
@@ -385,7 +389,7 @@ class LiveAudits:
             seen = seen_mask(secret.seed, k)
             known_rounds = None
             if participants is not None:
-                statistic = KnownRoundsStatistic(k, state=secret.known_rounds)
+                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds)
                 mask = np.zeros(k, dtype=bool)
                 mask[participants] = True
                 statistic.update(round_cosines, mask, ~seen)
@@ -400,6 +404,9 @@ class LiveAudits:
                     final_cosines=None,
                     threat_models=[ThreatModel.all_iterates],
                     known_rounds_scores=None if known_rounds is None else known_rounds.scores,
+                    known_rounds_participations=None if known_rounds is None
+                    else known_rounds.num_participations,
+                    canary_repeats=spec.canary_repeats,
                     claims=audit_claims(spec),
                     num_rounds=t,
                 )
@@ -481,9 +488,10 @@ class LiveAudits:
             if max_cosines is None:
                 wanted = [tm for tm in wanted if tm != ThreatModel.all_iterates]
             seen = seen_mask(secret.seed, k)
-            scores = None
+            scores = counts = None
             if secret.known_rounds is not None and ThreatModel.all_iterates in wanted:
-                scores = KnownRoundsStatistic(k, state=secret.known_rounds).scores
+                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds)
+                scores, counts = statistic.scores, statistic.num_participations
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if wanted:
                 estimates, diagnostics, histograms, tests = summary_parts(
@@ -495,6 +503,8 @@ class LiveAudits:
                     threat_models=wanted,
                     final=True,
                     known_rounds_scores=scores,
+                    known_rounds_participations=counts,
+                    canary_repeats=spec.canary_repeats,
                     claims=audit_claims(spec),
                     num_rounds=secret.rounds_stored,
                 )

@@ -1,8 +1,8 @@
 """DP-bug injection: does the audit raise the alarm when DP-FedAvg is implemented wrongly?
 
-Simulated DP-FedAvg (flaudit.auditor.simulate: the server's own schedule and aggregation code, numpy
+Simulated DP-FedAvg (flaudit.server.simulated_audit: the server's own schedule and aggregation code, numpy
 clients) with one injected bug per row. The *claim* is what the service shows for the configured
-(z, q, T, canary_repeats) via dp-accounting (flaudit.auditor.simulate.claimed_epsilons, same call as
+(z, q, T, canary_repeats) via dp-accounting (flaudit.server.simulated_audit.claimed_epsilons, same call as
 flaudit.auditor.service.live.analytic_results). The alarm is raised when any valid 95% lower bound the
 service computes (eps_lo with Bonferroni for final model and all iterates, the one-run bound for
 both statistics) exceeds the known-rounds claim -- the bound that applies to a canary inserted in
@@ -28,7 +28,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from flaudit.auditor.estimators.analytic import analytic_epsilon  # noqa: E402
-from flaudit.auditor.simulate import (
+from flaudit.server.simulated_audit import (
     VALID_LOWER_BOUNDS,
     DPBug,
     FedAvgSimulation,

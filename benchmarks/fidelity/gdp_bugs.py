@@ -1,7 +1,7 @@
 """DP-bug injection with the Gaussian-DP claim tests and the alarm at every look, beside today's
 bounds, on the same simulated runs.
 
-Simulated DP-FedAvg (:func:`flaudit.auditor.simulate.simulate_dpfedavg_audit`: the server's own schedule
+Simulated DP-FedAvg (:func:`flaudit.server.simulated_audit.simulate_dpfedavg_audit`: the server's own schedule
 and aggregation code, numpy clients), k = 1000 canaries, claim z = 1 with one known round per
 seen canary (known-rounds claim mu = 1, i.e. epsilon 4.38 at delta = 1e-6), server momentum 0.9.
 Per run, the alarm (:func:`flaudit.auditor.estimators.decide_alarm`) is evaluated at every one of the
@@ -39,7 +39,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from flaudit.auditor.estimators import SequentialDPTest, decide_alarm, summarize  # noqa: E402
-from flaudit.auditor.simulate import (  # noqa: E402
+from flaudit.server.simulated_audit import (  # noqa: E402
     DPBug,
     FedAvgSimulation,
     claimed_epsilons,

@@ -36,7 +36,7 @@ from flaudit.auditor.estimators.analytic import gaussian_sigma_for_epsilon  # no
 from flaudit.auditor.estimators.gdp import GaussianDPClaim, claim_test, gdp_lower_bound  # noqa: E402
 from flaudit.auditor.estimators.lower_bound import Bonferroni  # noqa: E402
 from flaudit.auditor.gaussian import gaussian_mechanism_cosines  # noqa: E402
-from flaudit.auditor.simulate import sample_null_cosines  # noqa: E402
+from flaudit.server.simulated_audit import sample_null_cosines  # noqa: E402
 from benchmarks.fidelity._common import clopper_pearson  # noqa: E402
 
 TARGETS = {1.0: 0.6, 3.0: 2.5, 10.0: 9.2}

@@ -10,7 +10,7 @@ for iid (gaussian) canaries and 0 for the orthogonal family (exactly orthonormal
 null-standardized statistic).
 
 ``--simulator`` adds the same question through the DP-FedAvg simulator
-(flaudit.auditor.simulate.simulate_dpfedavg_audit): one round, every seen canary inserted, silent real
+(flaudit.server.simulated_audit.simulate_dpfedavg_audit): one round, every seen canary inserted, silent real
 clients (zero updates), noise multiplier z: each seen canary faces the Gaussian mechanism at
 sigma = z, so the final-model estimate (null variance) should be eps(z).
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def simulator_rows(args) -> list[dict]:
     """One-round DP-FedAvg simulator runs: final-model estimate (null variance) vs eps(z)."""
-    from flaudit.auditor.simulate import FedAvgSimulation, simulate_dpfedavg_audit
+    from flaudit.server.simulated_audit import FedAvgSimulation, simulate_dpfedavg_audit
 
     print(f"\nDP-FedAvg simulator, one round, all seen canaries inserted, silent real clients:\n"
           f"{'family':>10} {'eps':>5} {'d':>7} {'k':>5} {'k/d':>6} | {'eps_est(1/d)':>16} {'bias':>7}",

@@ -1,4 +1,4 @@
-"""Reproductions of Andrew et al. (2023) on the simulated DP-FedAvg (flaudit.auditor.simulate).
+"""Reproductions of Andrew et al. (2023) on the simulated DP-FedAvg (flaudit.server.simulated_audit).
 
 * ``table34``: the Table 3/4 pattern -- noise multipliers with analytic epsilon ~300, 100, 30
   (known-rounds Gaussian mechanism, one participation, dp-accounting) and clipping only:
@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from flaudit.auditor.estimators import final_model_epsilon  # noqa: E402
 from flaudit.auditor.estimators.analytic import analytic_epsilon, gaussian_sigma_for_epsilon  # noqa: E402
-from flaudit.auditor.simulate import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit  # noqa: E402
+from flaudit.server.simulated_audit import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit  # noqa: E402
 from benchmarks.fidelity._common import dump, fmt  # noqa: E402
 
 TARGETS = (math.inf, 300.0, 100.0, 30.0)

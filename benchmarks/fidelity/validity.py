@@ -2,7 +2,7 @@
 
 Simulated Gaussian-mechanism audits with known epsilon (sensitivity 1, noise sigma): each of k
 canaries is seen with probability 1/2, the seen ones are added to one release, unseen cosines
-follow the exact null (flaudit.auditor.simulate.gaussian_mechanism_scores). Per run we compute
+follow the exact null (flaudit.server.simulated_audit.gaussian_mechanism_scores). Per run we compute
 
 * eps_lo with the FPR exact from the null CDF (final-model style): none / bonferroni / split,
 * eps_lo with a Jeffreys bound on the unseen canaries (all-iterates style): none / bonferroni / split,
@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 from flaudit.auditor.estimators import Bonferroni, NoCorrection, Split, epsilon_lower_bound  # noqa: E402
 from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon  # noqa: E402
 from flaudit.auditor.estimators.one_run import one_run_lower_bound  # noqa: E402
-from flaudit.auditor.simulate import gaussian_mechanism_scores  # noqa: E402
+from flaudit.server.simulated_audit import gaussian_mechanism_scores  # noqa: E402
 from benchmarks.fidelity._common import clopper_pearson, dump, rate_consistent_with  # noqa: E402
 
 BOUNDS = ("exact_null/none", "exact_null/bonferroni", "exact_null/split",

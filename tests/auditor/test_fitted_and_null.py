@@ -123,7 +123,7 @@ def test_max_null_probit_makes_the_maximum_of_null_cosines_standard_normal(d):
     from scipy import stats
 
     from flaudit.auditor.estimators.fitted import max_null_probit
-    from flaudit.auditor.simulate import sample_null_cosines
+    from flaudit.server.simulated_audit import sample_null_cosines
 
     rng = np.random.default_rng(7)
     rounds = 40

@@ -25,7 +25,7 @@ from flaudit.auditor.estimators.gdp import (
 )
 from flaudit.auditor.estimators.lower_bound import Bonferroni, NoCorrection, Split
 from flaudit.auditor.results import Estimator
-from flaudit.auditor.simulate import sample_null_cosines
+from flaudit.server.simulated_audit import sample_null_cosines
 from flaudit.auditor.spec import AuditSpec
 
 

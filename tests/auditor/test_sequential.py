@@ -299,7 +299,7 @@ def test_lower_bound_zero_without_leakage():
 
 def test_simulated_canaries_fed_as_seen_unseen_pairs():
     # how docs/estimators.md feeds it: seen vs unseen canary cosines of a simulated Gaussian mechanism
-    from flaudit.auditor.simulate import gaussian_mechanism_scores
+    from flaudit.server.simulated_audit import gaussian_mechanism_scores
 
     calibrated = gaussian_sigma_for_epsilon(1.0, DELTA)
     for seed in range(5):

@@ -42,7 +42,9 @@ def test_the_largest_valid_bound_includes_the_gaussian_dp_and_f_dp_bounds():
 @pytest.mark.parametrize("state, design, alarm, status, start", [
     ("succeeded", TESTABLE, None, VerdictStatus.consistent, "Consistent with the claim of μ = 1"),
     ("succeeded", WEAK, None, VerdictStatus.inconclusive, "Inconclusive: this audit cannot refute"),
-    ("running", TESTABLE, None, VerdictStatus.running, "Running (round 2 of 10)"),
+    ("running", TESTABLE, None, VerdictStatus.running, "Running (round 2 of 10): no evidence"),
+    ("running", WEAK, None, VerdictStatus.running,
+     "Running (round 2 of 10), inconclusive so far: this audit cannot refute"),
     ("running", TESTABLE, {"round": 2, "refuted_by": {"threat_model": "known_rounds",
                                                        "mu_lo": 1.6, "epsilon_lo": 7.1,
                                                        "confidence": 0.95,
@@ -91,7 +93,8 @@ def test_gaps_and_no_claim():
 
 def _tests(p_value):
     claim = {"kind": "gaussian_dp", "mu": 1.0, "threat_model": "known_rounds"}
-    return [{"p_value": p_value, "claim": claim, "threat_model": "known_rounds"}]
+    return [{"p_value": p_value, "claim": claim, "threat_model": "known_rounds",
+             "details": {"test": "known_rounds_normal_scores"}}]
 
 
 def test_an_error_alarm_is_kept_once_fired_with_its_round():

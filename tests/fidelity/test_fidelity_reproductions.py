@@ -7,7 +7,7 @@ import numpy as np
 
 from flaudit.auditor.estimators import final_model_epsilon
 from flaudit.auditor.estimators.analytic import gaussian_sigma_for_epsilon
-from flaudit.auditor.simulate import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit
+from flaudit.server.simulated_audit import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit
 
 BASE = FedAvgSimulation(dim=5000, num_clients=200, clients_per_round=10, num_rounds=20,
                         num_canaries=200, client_signal=0.1, client_noise=1.0,

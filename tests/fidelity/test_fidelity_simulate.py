@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flaudit.auditor.estimators.null import null_cdf
-from flaudit.auditor.simulate import (
+from flaudit.server.simulated_audit import (
     VALID_LOWER_BOUNDS,
     DPBug,
     FedAvgSimulation,

@@ -11,7 +11,7 @@ from scipy import stats
 
 from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
 from flaudit.auditor.estimators.null import null_cdf
-from flaudit.auditor.simulate import gaussian_mechanism_scores, sample_null_cosines
+from flaudit.server.simulated_audit import gaussian_mechanism_scores, sample_null_cosines
 from benchmarks.fidelity.validity import BOUNDS, VALID, run_bounds
 
 REPS = 50

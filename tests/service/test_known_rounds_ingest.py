@@ -10,6 +10,7 @@ from flaudit.auditor.canaries import canary_vectors, seen_mask
 from flaudit.auditor.known_rounds import KnownRoundsStatistic
 from flaudit.auditor.service.live import LiveAudits
 from flaudit.auditor.service.schemas import AuditOut
+from flaudit.auditor.statistics import CosineTracker
 from flaudit.server.reporting import HttpRoundReporter, RoundMetadata
 
 from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
@@ -37,13 +38,20 @@ def _run(seed: int):
     return rng.normal(size=DIM).astype(np.float32), updates, participants, canaries, seen
 
 
-def _expected_state(updates, participants, canaries, seen, upto):
-    statistic = KnownRoundsStatistic(K)
+def _expected_state(updates, participants, canaries, seen, upto, seed):
+    """The statistic from the orthogonal family's null-standardized cosines (what the service
+    computes; the normal scores are not scale-free, so plain cosines would differ by ~4%),
+    checked against plain cosines below the seen canaries' energy."""
+    statistic = KnownRoundsStatistic(K, dim=DIM)
+    tracker = CosineTracker(seed, K, DIM, family="orthogonal")
     for update, part in zip(updates[:upto], participants[:upto]):
         u = update.astype(np.float64)
         mask = np.zeros(K, dtype=bool)
         mask[part] = True
-        statistic.update(canaries @ u / np.linalg.norm(u), mask, ~seen)
+        cos = tracker.all_cosines(update)
+        plain = canaries @ u / np.linalg.norm(u)
+        assert np.corrcoef(cos, plain)[0, 1] > 0.999  # the same statistic up to its scale
+        statistic.update(cos, mask, ~seen)
     return statistic.state()
 
 
@@ -65,7 +73,7 @@ def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_insta
         assert r.status_code == 200, r.text
         # durable before the 2xx: the stored state is the statistic over rounds 1..t
         state = store.load_secret_state(audit_id).known_rounds
-        want = _expected_state(updates, participants, canaries, seen, t)
+        want = _expected_state(updates, participants, canaries, seen, t, seed)
         np.testing.assert_allclose(state.sums, want.sums, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(state.counts, want.counts)
         assert state.num_rounds == t
@@ -76,7 +84,7 @@ def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_insta
         mask = np.asarray(participants[t - 1], dtype=np.int64)
         assert fresh.ingest_round(audit_id, t, updates[t - 1], dict(META, num_failures=0), mask) == "stored"
     state = store.load_secret_state(audit_id).known_rounds
-    want = _expected_state(updates, participants, canaries, seen, T)
+    want = _expected_state(updates, participants, canaries, seen, T, seed)
     np.testing.assert_allclose(state.sums, want.sums, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(state.counts, want.counts)
     np.testing.assert_array_equal(state.counts, np.ones(K))  # every canary had its one round

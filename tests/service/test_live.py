@@ -63,7 +63,7 @@ def test_a_rejected_known_rounds_claim_is_an_error_alert():
                           has_final=False, alarm=alarm)
     (alert,) = [a for a in alerts if a["level"] == "error"]
     assert "possible DP bug or wrong claim" in alert["message"]
-    assert "look 1 of 21" in alert["message"] and "known_rounds" in alert["message"]
+    assert "look 1 of 21" in alert["message"] and "known rounds" in alert["message"]
     ok = decide(SPEC, _tests(1.0), look=1)
     assert ok.status == "ok"
     assert build_alerts(spec=SPEC, dim=10**6, rounds_stored=1,

@@ -1,5 +1,7 @@
-"""Fast simulated audits (pure numpy, no Flower): DP-FedAvg with canaries, with DP bugs on demand,
-and the Gaussian mechanism with seen and unseen canaries.
+"""Fast simulated audits (numpy, no Flower): DP-FedAvg with canaries, with DP bugs on demand,
+and the Gaussian mechanism with seen and unseen canaries. It lives in ``server/`` because it runs
+the server's own schedule and aggregation code; the math package ``auditor/`` imports no server
+code.
 
 Used by ``benchmarks/fidelity`` and ``tests/fidelity`` to check that the audit's numbers mean
 what they say (see ``docs/fidelity.md``).
@@ -187,9 +189,9 @@ class FedAvgAuditResult:
     known_rounds_scores : numpy.ndarray
         (k,) known-rounds scores at the end (:class:`flaudit.auditor.known_rounds.KnownRoundsStatistic`
         on the released aggregates ``rho_bar_t``; NaN for a canary never counted).
-    known_rounds_history, max_cosines_history : numpy.ndarray
-        (T, k): the known-rounds scores and running max cosines after each round, for alarms
-        evaluated at every look.
+    known_rounds_history, known_rounds_counts_history, max_cosines_history : numpy.ndarray
+        (T, k): the known-rounds scores, their participation counts and the running max cosines
+        after each round, for alarms evaluated at every look.
     canary_participations : int
         Rounds each seen canary actually joined.
     claimed_participations : int
@@ -209,6 +211,7 @@ class FedAvgAuditResult:
     dim: int
     known_rounds_scores: np.ndarray = field(default=None, repr=False)
     known_rounds_history: np.ndarray = field(default=None, repr=False)
+    known_rounds_counts_history: np.ndarray = field(default=None, repr=False)
     max_cosines_history: np.ndarray = field(default=None, repr=False)
     num_rounds: int | None = None
 
@@ -285,8 +288,9 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         repeats=min(config.canary_repeats, config.num_rounds),
         rng=np.random.default_rng(sched_seed.spawn(1)[0]),
     )
-    known = KnownRoundsStatistic(k)
+    known = KnownRoundsStatistic(k, dim=d)
     known_history = np.empty((config.num_rounds, k))
+    counts_history = np.zeros((config.num_rounds, k), dtype=np.int64)
     max_history = np.empty((config.num_rounds, k))
     clipper = (
         AdaptiveClipNorm(initial_clip_norm=s_clip, count_stddev=config.count_stddev())
@@ -345,6 +349,7 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         participants[unseen_idx[np.any(unseen_rounds == t - 1, axis=1)]] = True
         known.update(tracker.all_cosines(update.astype(np.float32)), participants, ~mask)
         known_history[t - 1] = known.scores
+        counts_history[t - 1] = known.num_participations
         theta, delta_t = optimizer.step(theta, update)
         tracker.update(delta_t)
         max_history[t - 1] = tracker.max_cosines
@@ -360,6 +365,7 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         dim=d,
         known_rounds_scores=known.scores,
         known_rounds_history=known_history,
+        known_rounds_counts_history=counts_history,
         max_cosines_history=max_history,
         num_rounds=config.num_rounds,
     )

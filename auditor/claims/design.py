@@ -1,0 +1,145 @@
+"""Audit design: what an audit can detect, from its spec alone (issue #19 item 4).
+
+Pure and fast (closed forms; called on every ``POST /audits`` and by the dashboard's form).
+The known-rounds normal-score test (:mod:`flaudit.auditor.claims.normal_scores`) at its final
+level ``a`` (:func:`flaudit.auditor.claims.alarm.look_level`) sums the normal scores of all
+``N = r * k_seen`` seen participations; its statistic is ``N(N * lam, N)`` when each
+participation carries ``lam`` (``1/z`` under the claim). A run whose noise is ``s`` times the
+claimed noise carries ``lam / s``, so the test catches it with probability ``>= power`` once
+
+    (1/s - 1) * lam * sqrt(N) >= z_{1-a} + z_{power},
+
+i.e. for every ``s <= s* = 1 / (1 + (z_{1-a} + z_power) / (lam * sqrt(N)))``. ``k_seen`` is
+taken at its lower 5% quantile (the seen/unseen split is a fair coin per canary), so the 95%
+holds over the split too, to the normal approximation. The earlier looks and the other tests
+only add power: the figure is conservative.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from scipy import special
+
+from .alarm import ALARM_ALPHA, look_level
+from .fdp import design_guesses, fdp_mu_lo
+from .tiers import AlarmTest
+
+__all__ = ["AuditDesign", "audit_design", "CLEAR_BUG_NOISE_SCALE"]
+
+#: An audit is "testable" when it catches noise x 0.5 (half the claimed noise) in 95% of runs.
+CLEAR_BUG_NOISE_SCALE = 0.5
+
+
+@dataclass(frozen=True)
+class AuditDesign:
+    """What an audit can detect (see the module docstring).
+
+    Attributes
+    ----------
+    claim_mu, claim_epsilon : float or None
+        The known-rounds claim (``sqrt(r)/z``) and its epsilon at ``delta``; None without a claim.
+    delta : float
+    detectable_noise_scale : float or None
+        Largest ``s`` such that a run adding ``s`` times the claimed noise is caught in
+        ``power`` of runs.
+    detectable_mu, detectable_epsilon : float or None
+        The Gaussian-DP parameter (and epsilon at ``delta``) of that run.
+    max_refutable_mu : float or None
+        Largest claim the assumption-free tier can refute even with every guess right (the
+        normal-score tier has no such ceiling).
+    testable : bool
+        Whether the audit catches a clear bug (noise x 0.5) in ``power`` of runs.
+    summary : str
+        One sentence for the page, the CLI and the API.
+    advice : str or None
+        What would make the audit testable (or stronger).
+    expected_seen_participations : int
+        ``N`` used above.
+    """
+
+    claim_mu: float | None
+    claim_epsilon: float | None
+    delta: float
+    detectable_noise_scale: float | None
+    detectable_mu: float | None
+    detectable_epsilon: float | None
+    max_refutable_mu: float | None
+    testable: bool
+    summary: str
+    advice: str | None
+    expected_seen_participations: int
+    power: float
+    alpha: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _seen_low(k: int) -> int:
+    """Lower 5% quantile of Bin(k, 1/2) (normal approximation, at least 0)."""
+    return max(0, int(math.floor(k / 2 - 1.645 * math.sqrt(k) / 2)))
+
+
+def _participations_needed(lam: float, z_sum: float, scale: float) -> int:
+    """Seen participations for the test to catch noise x ``scale``."""
+    return int(math.ceil((z_sum / (lam * (1.0 / scale - 1.0))) ** 2))
+
+
+@functools.lru_cache(maxsize=256)
+def _max_refutable_mu(guesses_per_end: int, k: int, level: float) -> float:
+    """The f-DP tier's ``mu_lo`` with every guess right (the slow part of the design: a
+    bisection over the guessing-game recursion; cached, the service asks on every POST)."""
+    return fdp_mu_lo(2 * guesses_per_end, 2 * guesses_per_end, k, level)
+
+
+def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> AuditDesign:
+    """The audit design of ``spec`` (an :class:`flaudit.auditor.spec.AuditSpec`, or anything with
+    ``accounted_noise_multiplier``, ``canary_repeats``, ``num_canaries``, ``num_rounds`` and
+    ``delta``)."""
+    from flaudit.auditor.estimators.gdp import gdp_epsilon
+
+    z = float(spec.accounted_noise_multiplier)
+    r = int(spec.canary_repeats)
+    k = int(spec.num_canaries)
+    delta = float(spec.delta)
+    n_seen = _seen_low(k) * r
+    if z == 0:
+        return AuditDesign(None, None, delta, None, None, None, None, False,
+                           "No DP claim (noise multiplier 0): there is nothing to test.", None,
+                           n_seen, power, alpha)
+    lam = 1.0 / z
+    mu = math.sqrt(r) * lam
+    eps = float(gdp_epsilon(mu, delta))
+    level = look_level(AlarmTest.known_rounds_normal_scores, spec.num_rounds + 1,
+                       spec.num_rounds + 1, alpha=alpha)
+    z_sum = float(special.ndtri(1 - level) + special.ndtri(power))
+    if n_seen > 0:
+        s_star = 1.0 / (1.0 + z_sum / (lam * math.sqrt(n_seen)))
+        det_mu = mu / s_star
+        det_eps = float(gdp_epsilon(det_mu, delta))
+    else:
+        s_star = det_mu = det_eps = None
+    g = design_guesses(k)
+    fdp_level = look_level(AlarmTest.known_rounds_fdp_one_run, spec.num_rounds + 1,
+                           spec.num_rounds + 1, alpha=alpha)
+    max_mu = _max_refutable_mu(g, k, fdp_level) if k >= 2 else 0.0
+    testable = s_star is not None and s_star >= CLEAR_BUG_NOISE_SCALE
+    need_clear = _participations_needed(lam, z_sum, CLEAR_BUG_NOISE_SCALE)
+    canaries_clear = int(math.ceil(2 * (need_clear / r + 1.645 * math.sqrt(need_clear / r))))
+    if s_star is None:
+        summary = f"With {k} canaries no seen canary is expected: this audit cannot test its claim."
+    else:
+        summary = (f"Catches noise × {s_star:.2f} or smaller (μ ≥ {det_mu:.3g}, ε ≥ {det_eps:.3g} "
+                   f"at δ = {delta:g}) in {power:.0%} of runs.")
+    advice = None
+    if not testable:
+        advice = (f"Too few canaries to catch even half the claimed noise: use at least "
+                  f"{canaries_clear} canaries (or more canary repeats) to make this audit "
+                  "testable.")
+        summary += " Not enough to test the claim."
+    return AuditDesign(mu, eps, delta, s_star, det_mu, det_eps, max_mu, testable, summary, advice,
+                       n_seen, power, alpha)

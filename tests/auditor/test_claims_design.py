@@ -1,0 +1,71 @@
+"""Audit design and the f-DP tier's mu_lo: invariants and an independent route."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from flaudit.auditor.claims import audit_design
+from flaudit.auditor.claims.fdp import fdp_mu_lo
+from flaudit.auditor.estimators.gdp import GaussianDPClaim, _guess_game_feasible
+
+
+def _spec(k=1000, z=1.0, r=1, T=10, delta=1e-6):
+    return SimpleNamespace(num_canaries=k, accounted_noise_multiplier=z, canary_repeats=r,
+                           num_rounds=T, delta=delta)
+
+
+def _infeasible(mu, correct, guesses, m, level):
+    return not bool(_guess_game_feasible(GaussianDPClaim(mu), np.array([level]), correct,
+                                         guesses, m)[0])
+
+
+@pytest.mark.parametrize("correct,guesses,m,level", [(40, 40, 200, 0.01), (35, 40, 200, 0.05),
+                                                     (8, 8, 40, 0.01), (90, 100, 500, 0.01)])
+def test_fdp_mu_lo_sits_on_the_feasibility_boundary(correct, guesses, m, level):
+    mu = fdp_mu_lo(correct, guesses, m, level)
+    if mu == 0.0:
+        assert not _infeasible(1e-6, correct, guesses, m, level)
+    else:
+        assert _infeasible(mu, correct, guesses, m, level)  # refuted at mu_lo (valid)
+        assert not _infeasible(mu + 5e-3, correct, guesses, m, level)  # and not much above
+
+
+def test_design_contract_fields_and_no_claim():
+    design = audit_design(_spec())
+    data = design.to_dict()
+    for key in ("claim_mu", "claim_epsilon", "delta", "detectable_noise_scale", "detectable_mu",
+                "detectable_epsilon", "max_refutable_mu", "testable", "summary", "advice"):
+        assert key in data
+    assert design.claim_mu == pytest.approx(1.0) and design.testable and design.advice is None
+    none = audit_design(_spec(z=0.0))
+    assert none.claim_mu is None and not none.testable and "No DP claim" in none.summary
+
+
+def test_more_canaries_or_repeats_detect_smaller_bugs():
+    scales = [audit_design(_spec(k=k)).detectable_noise_scale for k in (50, 200, 1000, 5000)]
+    assert all(a < b for a, b in zip(scales, scales[1:]))
+    assert audit_design(_spec(k=200, r=4, T=12)).detectable_noise_scale > scales[1]
+    for s in scales:
+        assert 0 < s < 1
+
+
+def test_tiny_audit_is_not_testable_and_says_what_would_make_it():
+    design = audit_design(_spec(k=6, z=2.0))
+    assert not design.testable
+    needed = int(design.advice.split("at least ")[1].split()[0])
+    assert needed > 6 and audit_design(_spec(k=needed, z=2.0)).testable
+
+
+def test_detectable_noise_scale_matches_its_closed_form():
+    design = audit_design(_spec(k=1000))
+    n = design.expected_seen_participations
+    from scipy import special
+    from flaudit.auditor.claims.alarm import look_level
+    from flaudit.auditor.claims.tiers import AlarmTest
+    a = look_level(AlarmTest.known_rounds_normal_scores, 11, 11)
+    z_sum = special.ndtri(1 - a) + special.ndtri(0.95)
+    assert design.detectable_noise_scale == pytest.approx(1 / (1 + z_sum / math.sqrt(n)))
