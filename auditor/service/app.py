@@ -219,7 +219,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.live = LiveAudits(
             app.state.store, canary_cache_bytes=settings.canary_cache_bytes
         )
-        failed = app.state.store.fail_interrupted(lease_seconds=settings.lease_seconds)
+        failed = app.state.store.fail_interrupted(
+            lease_seconds=settings.lease_seconds, instance_id=settings.instance_id
+        )
         if failed:
             log.warning(
                 "marked %d audit(s) failed: their service instance stopped during the run",
