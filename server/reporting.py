@@ -264,6 +264,8 @@ class HttpRoundReporter:
         self._finished = False  # the final model was delivered: no more heartbeats
         self._last_contact = time.monotonic()
         self._keeper: threading.Thread | None = None
+        self._kicked = False
+        self._failures = 0  # the keeper's failed tries (callers wait for the next one)
         self._closed = threading.Event()
         #: What this run could not give the audit: ``[{round, kind, reason}]`` (the service's
         #: ``gaps`` hold the same once it has heard of them).
@@ -409,8 +411,13 @@ class HttpRoundReporter:
         self._enqueue(item)
 
     def _enqueue(self, item: _Item) -> None:
+        def full() -> bool:
+            return bool(item.nbytes) and self._outbox_bytes + item.nbytes > self.buffer_bytes
+
+        if full() and self._keeper is not None:  # the service may be back: room soon?
+            self._kick_until(full, 2.0)
         with self._cond:
-            if item.nbytes and self._outbox_bytes + item.nbytes > self.buffer_bytes:
+            if full():
                 reason = (f"not reported: the wrapper's buffer ({self.buffer_bytes // _MiB} MiB) "
                           "was full while the service was away")
                 logger.warning("flaudit: %s: %s", item.what, reason)
@@ -436,7 +443,12 @@ class HttpRoundReporter:
                     self._send(item, attempts=1)
                 except _Unreachable as error:
                     self._went_down(error.problem)
-                    self._closed.wait(wait)
+                    with self._cond:  # until the next try, or a caller kicks (_kick_until)
+                        self._failures += 1
+                        self._cond.notify_all()
+                        if not self._kicked and not self._closed.is_set():
+                            self._cond.wait(wait)
+                        self._kicked = False
                     wait = min(wait * 2, self.retry_seconds)
                     continue
                 except ReportingError as error:
@@ -555,6 +567,26 @@ class HttpRoundReporter:
         with self._cond:
             return any(item.path in ("claim", "initial-model") for item in self._outbox)
 
+    def _kick_and_wait(self, seconds: float) -> bool:
+        """Have the outbox tried now and wait up to ``seconds`` for the claim and the initial
+        model to be delivered (canaries need them); whether they were."""
+        return self._kick_until(self._prerequisites_pending, seconds)
+
+    def _kick_until(self, blocked, seconds: float) -> bool:
+        """Have the keeper try the outbox now; wait until ``blocked()`` is False, the keeper's
+        next try failed, or ``seconds`` passed; whether ``blocked()`` cleared."""
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            self._kicked = True
+            failures = self._failures
+            self._cond.notify_all()
+            while blocked() and self._disabled is None and self._failures == failures:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.05))
+        return not blocked() and self._disabled is None
+
     def _fetch_canaries(self, server_round: int, attempts: int) -> np.ndarray:
         response = self._request(
             "GET", f"rounds/{int(server_round) + self._round_offset}/canaries", attempts=attempts,
@@ -579,19 +611,23 @@ class HttpRoundReporter:
         """
         self._raise_pending()
         t = int(server_round)
-        if t in self._canaries:
-            block = self._canaries.pop(t)
-        elif not self._fail_open:
+        empty = np.empty((0, 0), dtype=np.float32)
+        if not self._fail_open:
+            if t in self._canaries:
+                return self._canaries.pop(t)
             try:
                 return self._fetch_canaries(t, self.max_retries + 1)
             except _Unreachable as error:
                 raise self._stopped("GET", f"rounds/{t}/canaries", error) from None
-        elif self._disabled is not None:
-            return np.empty((0, 0), dtype=np.float32)
-        elif self._prerequisites_pending():
-            return self._without_canaries(t, "service unreachable: the claim and the initial "
-                                             "model were not delivered yet")
-        else:
+        if self._disabled is not None:
+            return empty
+        block = self._canaries.pop(t, None)
+        if block is None:
+            if self._prerequisites_pending() and not self._kick_and_wait(2.0):
+                if self._disabled is not None:
+                    return empty
+                return self._without_canaries(t, "service unreachable: the claim and the "
+                                                 "initial model were not delivered yet")
             down = self._down_since is not None
             try:
                 block = self._fetch_canaries(t, 1 if down else min(self.max_retries, 2) + 1)
@@ -600,7 +636,7 @@ class HttpRoundReporter:
                 return self._without_canaries(t, f"service unreachable ({error.problem})")
             except ReportingError as error:
                 self._refused(error, f"the canaries of round {t}")
-                return np.empty((0, 0), dtype=np.float32)
+                return empty
         self._fetch_ahead(t, block.nbytes)
         return block
 
