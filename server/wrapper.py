@@ -302,7 +302,8 @@ class CanaryAuditStrategy(Strategy):
         ``FLAUDIT_RUN_TOKEN`` (or the run-config keys ``flaudit-audit-id``, ``flaudit-ingest-url``,
         ``flaudit-run-token``; the environment wins).
 
-        ``on_service_error``: ``"continue"`` (default; ``FLAUDIT_ON_SERVICE_ERROR``) trains on
+        ``on_service_error``: ``"continue"`` (default; ``FLAUDIT_ON_SERVICE_ERROR`` or the
+        run-config key ``flaudit-on-service-error``) trains on
         while the service is away (rounds buffered, rounds it could not give canaries train
         without them); ``"stop"`` stops the run with a clear error. ``resume=True``
         (``FLAUDIT_RESUME=1``): continue this audit after the same training's ServerApp crashed
@@ -326,7 +327,9 @@ class CanaryAuditStrategy(Strategy):
                 )
             values[env] = value
         if on_service_error is None:
-            on_service_error = os.environ.get("FLAUDIT_ON_SERVICE_ERROR") or "continue"
+            on_service_error = (os.environ.get("FLAUDIT_ON_SERVICE_ERROR")
+                                or str((run_config or {}).get("flaudit-on-service-error", "") or "")
+                                or "continue")
         if resume is None:
             resume = os.environ.get("FLAUDIT_RESUME", "").strip().lower() in {"1", "true", "yes"}
         reporter = HttpRoundReporter(values[ENV_URL], values[ENV_AUDIT_ID], values[ENV_RUN_TOKEN],
