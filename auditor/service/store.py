@@ -406,15 +406,15 @@ class Store:
         """Fail running external audits whose run has not been heard from (claim, ingest,
         heartbeat) for longer than their spec's ``timeout_seconds``, counted from the later of
         the last contact and ``since`` (this instance's start: a service outage is not the
-        run's silence). Audits still waiting for their claim are left alone. The reason says
-        when the run was last heard from and which rounds are missing."""
+        run's silence). An audit still waiting for its claim counts from its creation. The
+        reason says when the run was last heard from and which rounds are missing."""
         now = now or utcnow()
         since = as_utc(since)
         with self.session() as s:
             rows = s.execute(
                 select(Audit.id, Audit.spec, Audit.last_contact_at, Audit.started_at,
-                       Audit.rounds_stored, Audit.gaps).where(
-                    Audit.status == "running", Audit.started_at.is_not(None)
+                       Audit.created_at, Audit.rounds_stored, Audit.gaps).where(
+                    Audit.status == "running", Audit.run_token_hash.is_not(None)
                 )
             ).all()
         ended = []
@@ -422,9 +422,21 @@ class Store:
             spec = row.spec or {}
             if spec.get("engine") != "external":
                 continue
-            contact = as_utc(row.last_contact_at or row.started_at)
+            contact = as_utc(row.last_contact_at or row.started_at or row.created_at)
             limit = float(spec.get("timeout_seconds") or 3600)
             if (now - max(contact, since)).total_seconds() <= limit:
+                continue
+            if row.started_at is None:
+                reason = (f"no run declared its claim within {limit:g} s of the audit's creation "
+                          "(timeout_seconds): start the Flower app with the printed environment "
+                          "sooner, or create the audit with a larger timeout_seconds")
+                with self.session() as s, s.begin():
+                    if _update_audit_if(
+                        s, row.id, Audit.status == "running", Audit.started_at.is_(None),
+                        status="failed", reason=reason, finished_at=now, updated_at=now,
+                        run_token_hash=None,
+                    ):
+                        ended.append(row.id)
                 continue
             num_rounds = int(spec.get("num_rounds") or 0)
             stored = int(row.rounds_stored or 0)

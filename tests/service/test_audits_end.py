@@ -145,9 +145,13 @@ def test_a_restart_fails_interrupted_audits_at_once_and_keeps_external_ones(kind
 def test_silence_counts_from_the_last_contact_or_the_service_start(sqlite_store):
     store = sqlite_store
     spec = {"engine": "external", "num_rounds": 3, "timeout_seconds": 10, "num_canaries": 8}
+    waiting = store.create_audit(name="w", spec=spec, canary_seed=1, run_token="w")
+    assert store.end_silent_external(since=utcnow(), now=utcnow() + timedelta(seconds=9)) == []
+    assert store.end_silent_external(since=utcnow(), now=utcnow() + timedelta(seconds=11)) == [
+        waiting.id]  # no claim within timeout_seconds of its creation
+    assert "no run declared its claim within 10 s" in store.get_audit(waiting.id).reason
     audit = store.create_audit(name="x", spec=spec, canary_seed=1, run_token="t")
-    assert store.end_silent_external(since=utcnow(), now=utcnow() + timedelta(hours=1)) == []
-    assert store.declare_claim(audit.id, spec=spec, run_id="r")  # the run starts: silence counts
+    assert store.declare_claim(audit.id, spec=spec, run_id="r")  # the run starts
     started = utcnow()
     assert store.end_silent_external(since=started, now=started + timedelta(seconds=9)) == []
     # a service that came up 5 s ago does not count its own downtime
