@@ -253,6 +253,7 @@ class HttpRoundReporter:
         self._outbox: deque[_Item] = deque()
         self._outbox_bytes = 0
         self._down_since: float | None = None
+        self._delivered_late = 0  # buffered reports delivered since the outage began
         self._disabled: str | None = None  # the service refused this run: auditing stopped
         self._error: ReportingError | None = None  # "stop": raised at the next call
         self._canaries: dict[int, np.ndarray] = {}
@@ -347,11 +348,12 @@ class HttpRoundReporter:
     def _came_back(self) -> None:
         with self._cond:
             since, self._down_since = self._down_since, None
-            pending = len(self._outbox)
+            delivered, self._delivered_late = self._delivered_late, 0
         if since is not None:
             logger.warning(
-                "flaudit: the audit service is back after %.0f s; %d buffered item(s) to send",
-                time.monotonic() - since, pending,
+                "flaudit: the audit service is back (unreachable for %.0f s from the first failed "
+                "request); %d buffered report(s) delivered",
+                time.monotonic() - since, delivered,
             )
 
     def _refused(self, error: ReportingError, what: str) -> None:
@@ -459,6 +461,7 @@ class HttpRoundReporter:
                     if self._outbox and self._outbox[0] is item:
                         self._outbox.popleft()
                         self._outbox_bytes -= item.nbytes
+                        self._delivered_late += 1
                     if not self._outbox:
                         self._came_back()  # logged before drain() returns
                     self._cond.notify_all()

@@ -9,8 +9,9 @@ port and database.
   stated as gaps;
 * run B starts while the service is down: it trains from round 1 without canaries, declares its
   claim when the service is back, and its audit ends succeeded with those rounds as gaps;
-* run C (``flaudit-on-service-error = "stop"``) starts while the service is down and stops with
-  a clear message (the Flower run fails, as on_service_error="stop" promises).
+* run C (``flaudit-on-service-error = "stop"``) starts with its service unreachable (its
+  ingest URL names a port nothing listens on, so the 15 s retry window cannot overlap the
+  service's return) and stops with a clear message (the Flower run fails, as "stop" promises).
 
 Both A and B finish with the ServerApp's exit 0 (``finished:completed``). ``OUTAGE`` defaults to
 25 s (the mechanism does not depend on the length once the retry window, ~2 s, is passed);
@@ -104,7 +105,8 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
                 pyproject.write_text(pyproject.read_text().replace(
                     'flaudit-run-token = ""',
                     'flaudit-run-token = ""\nflaudit-on-service-error = "continue"'))
-                extra = {"flaudit-on-service-error": "stop"}
+                extra = {"flaudit-on-service-error": "stop",
+                         "flaudit-ingest-url": f"http://127.0.0.1:{free_port()}"}
             runs[name] = {"app": app, "audit": lines["flaudit-audit-id"], "config": _run_config(
                 tmp_path / f"{name}.toml",
                 {"noise-multiplier": 1.0, "clipping-norm": 1.0, "num-sampled-clients": 2,
@@ -117,7 +119,12 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         timeline["killed"] = time.monotonic()
         for name in ("B", "C"):  # started while the service is down
             runs[name]["run"] = _submit(runs[name]["app"], runs[name]["config"], env, tmp_path)
-        time.sleep(max(0.0, OUTAGE - (time.monotonic() - timeline["killed"])))
+        control = SuperLinkControl(marker)
+        # B's ServerApp must really start (and try its claim) before the service returns
+        wait_for(lambda: control.status(runs["B"]["run"])[0] is RunState.running, timeout=120,
+                 interval=0.5, what="run B's ServerApp to start")
+        timeline["b_running"] = time.monotonic()
+        time.sleep(max(10.0, OUTAGE - (time.monotonic() - timeline["killed"])))
         service = ServiceProcess(db, tmp_path / "service2.log", api_key=API_KEY,
                                  port=service_port, env=service_env)
         timeline["back"] = time.monotonic()
@@ -125,19 +132,24 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         bodies: list[str] = []
         audits = {name: wait_for_audit(http, runs[name]["audit"], timeout=400, bodies=bodies,
                                        what=f"run {name}'s audit") for name in ("A", "B")}
-        control = SuperLinkControl(marker)
-        states = {}
+        states, run_logs = {}, {}
         for name in ("A", "B", "C"):
             states[name] = wait_for(
                 lambda n=name: (s := control.status(runs[n]["run"]))[0].finished and s,
                 timeout=300, interval=1, what=f"run {name} to finish")
+            shown = subprocess.run(  # the ServerApp's own log, as the SuperLink keeps it
+                [str(BIN / "flwr"), "log", str(runs[name]["run"]), "local", "--show"],
+                env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+            run_logs[name] = shown.stdout + shown.stderr
+            (tmp_path / f"serverapp-{name}.txt").write_text(run_logs[name])
         c_audit = http.get(f"/audits/{runs['C']['audit']}").json()
     finally:
         procs.stop_all()
         service.stop()
     logs = {p.name: p.read_text(errors="replace") for p in tmp_path.glob("*.log")}
     outage = timeline["back"] - timeline["killed"]
-    print(f"service away {outage:.1f} s; A gaps {audits['A']['gaps']}; B gaps {audits['B']['gaps']}")
+    print(f"service away {outage:.1f} s (B's ServerApp running {timeline['back'] - timeline['b_running']:.1f} s "
+          f"before it returned); A gaps {audits['A']['gaps']}; B gaps {audits['B']['gaps']}")
 
     # both trainings finished with exit 0 and their audits ended with every round and theta_T
     assert states["A"][0] is RunState.completed and states["B"][0] is RunState.completed, states
@@ -154,9 +166,11 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
     assert any("trained without canaries" in a["message"] for a in audits["B"]["alerts"])
     # A lost at most the canaries of the rounds past its prefetch window, and said so
     assert all(g["kind"] == "no_canaries" and g["round"] > 2 for g in audits["A"]["gaps"])
-    server_log = logs.get("superlink.log", "")
-    assert "training goes on (on_service_error='continue')" in server_log
+    for name in ("A", "B"):  # one clear warning, and the service's return
+        assert run_logs[name].count("training goes on (on_service_error='continue')") == 1, (
+            run_logs[name][-3000:])
+        assert "the audit service is back (unreachable for" in run_logs[name]
     # C chose "stop": its run failed with the clear message, its audit has no claim
     assert states["C"][0] is RunState.failed, states["C"]
-    assert "training stops because on_service_error='stop'" in server_log
+    assert "training stops because on_service_error='stop'" in run_logs["C"], run_logs["C"][-3000:]
     assert c_audit["started_at"] is None and c_audit["progress"]["round"] == 0

@@ -108,9 +108,10 @@ def test_http_reporter_fails_open_buffers_in_order_and_sends_when_the_service_is
     assert reporter.gaps == [{"round": 3, "kind": "not_reported",
                               "reason": "not reported: the wrapper's buffer (0 MiB) was full "
                                         "while the service was away"}]
-    unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    unreachable = [r for r in caplog.records if "is unreachable (" in r.getMessage()]
     assert len(unreachable) == 1  # one clear warning per outage
-    assert any("back after" in r.getMessage() for r in caplog.records)
+    assert any("is back (unreachable for" in r.getMessage()
+               and "5 buffered report(s) delivered" in r.getMessage() for r in caplog.records)
     reporter.close()
 
 
