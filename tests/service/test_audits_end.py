@@ -6,6 +6,7 @@ after the lease) and does not count its own downtime as an external run's silenc
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -110,7 +111,9 @@ def test_a_restart_fails_interrupted_audits_at_once_and_keeps_external_ones(kind
     """Default lease (30 s): the restarted service fails the built-in audit its killed process
     ran as soon as it is up; the external audit's silence starts again at the restart."""
     url = _database_url(kind, tmp_path)
-    env = {**FAKE_ENV, "FLAUDIT_SILENCE_CHECK_SECONDS": str(CHECK), "FLAUDIT_INSTANCE_ID": ""}
+    acks = tmp_path / "acks.jsonl"
+    env = {**FAKE_ENV, "FLAUDIT_SILENCE_CHECK_SECONDS": str(CHECK), "FLAUDIT_INSTANCE_ID": "",
+           "FLAUDIT_TEST_ACK_LOG": str(acks)}
     service = ServiceProcess(url, tmp_path / "service.log", api_key=KEY, env=env)
     http = httpx.Client(base_url=service.url, timeout=30)
     spec = {"name": "built-in", "task": FAKE_TASK, "num_rounds": 200, "num_clients": 10,
@@ -138,6 +141,12 @@ def test_a_restart_fails_interrupted_audits_at_once_and_keeps_external_ones(kind
         assert audit["reason"].startswith("service restarted during the run; ")
         assert audit["progress"]["eta_seconds"] is None
         assert http.get(f"/audits/{external['id']}").json()["status"] == "running"
+        # kill -9 lost no acknowledged round
+        acked = {int(json.loads(x)["path"].split("/")[1]) for x in acks.read_text().splitlines()
+                 if x.strip() and json.loads(x)["path"].startswith("rounds/")}
+        stored = [r["round"] for r in http.get(f"/audits/{built_in}/rounds").json()["items"]]
+        assert acked and acked <= set(stored) and stored == list(range(1, len(stored) + 1))
+        assert audit["reason"] == f"service restarted during the run; {len(stored)} rounds were stored"
     finally:
         service.stop()
 
