@@ -7,8 +7,9 @@ port and database.
   trains on, keeps its reports, sends them when the service is back, and its audit ends
   succeeded with every round and the final model; rounds it could not fetch canaries for are
   stated as gaps;
-* run B starts while the service is down: it trains from round 1 without canaries, declares its
-  claim when the service is back, and its audit ends succeeded with those rounds as gaps;
+* run B starts while the service is down (the service returns only once B's own log shows its
+  round 1 training without canaries): it declares its claim when the service is back, and its
+  audit ends succeeded with those rounds as gaps;
 * run C (``flaudit-on-service-error = "stop"``) starts with its service unreachable (its
   ingest URL names a port nothing listens on, so the 15 s retry window cannot overlap the
   service's return) and stops with a clear message (the Flower run fails, as "stop" promises).
@@ -120,11 +121,18 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         for name in ("B", "C"):  # started while the service is down
             runs[name]["run"] = _submit(runs[name]["app"], runs[name]["config"], env, tmp_path)
         control = SuperLinkControl(marker)
-        # B's ServerApp must really start (and try its claim) before the service returns
-        wait_for(lambda: control.status(runs["B"]["run"])[0] is RunState.running, timeout=120,
-                 interval=0.5, what="run B's ServerApp to start")
+
+        def run_log(name: str) -> str:  # the ServerApp's own log, as the SuperLink keeps it
+            shown = subprocess.run(
+                [str(BIN / "flwr"), "log", str(runs[name]["run"]), "local", "--show"],
+                env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+            return shown.stdout + shown.stderr
+
+        # B must really train its round 1 with the service down before the service returns
+        wait_for(lambda: "round 1 trains without canaries" in run_log("B"), timeout=400,
+                 interval=2, what="run B's round 1 to start without canaries")
         timeline["b_running"] = time.monotonic()
-        time.sleep(max(10.0, OUTAGE - (time.monotonic() - timeline["killed"])))
+        time.sleep(max(2.0, OUTAGE - (time.monotonic() - timeline["killed"])))
         service = ServiceProcess(db, tmp_path / "service2.log", api_key=API_KEY,
                                  port=service_port, env=service_env)
         timeline["back"] = time.monotonic()
@@ -137,10 +145,7 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
             states[name] = wait_for(
                 lambda n=name: (s := control.status(runs[n]["run"]))[0].finished and s,
                 timeout=300, interval=1, what=f"run {name} to finish")
-            shown = subprocess.run(  # the ServerApp's own log, as the SuperLink keeps it
-                [str(BIN / "flwr"), "log", str(runs[name]["run"]), "local", "--show"],
-                env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-            run_logs[name] = shown.stdout + shown.stderr
+            run_logs[name] = run_log(name)
             (tmp_path / f"serverapp-{name}.txt").write_text(run_logs[name])
         c_audit = http.get(f"/audits/{runs['C']['audit']}").json()
     finally:
@@ -148,7 +153,7 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         service.stop()
     logs = {p.name: p.read_text(errors="replace") for p in tmp_path.glob("*.log")}
     outage = timeline["back"] - timeline["killed"]
-    print(f"service away {outage:.1f} s (B's ServerApp running {timeline['back'] - timeline['b_running']:.1f} s "
+    print(f"service away {outage:.1f} s (B's round 1 started {timeline['back'] - timeline['b_running']:.1f} s "
           f"before it returned); A gaps {audits['A']['gaps']}; B gaps {audits['B']['gaps']}")
 
     # both trainings finished with exit 0 and their audits ended with every round and theta_T
@@ -170,6 +175,9 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         assert run_logs[name].count("training goes on (on_service_error='continue')") == 1, (
             run_logs[name][-3000:])
         assert "the audit service is back (unreachable for" in run_logs[name]
+    tokens = [tomllib.loads(runs[n]["config"].read_text())["flaudit-run-token"] for n in runs]
+    for text in [*run_logs.values(), *logs.values(), *bodies]:
+        assert not any(token in text for token in tokens)  # no run token in any log or body
     # C chose "stop": its run failed with the clear message, its audit has no claim
     assert states["C"][0] is RunState.failed, states["C"]
     assert "training stops because on_service_error='stop'" in run_logs["C"], run_logs["C"][-3000:]

@@ -6,7 +6,7 @@ rounds into an audit, an explicit resume continues after the last stored round, 
 are stated in the audit JSON.
 
 The outage is a transport that refuses connections while switched off (the service process
-itself is killed in tests/integration/test_service_outage.py and tests/service/test_silence.py).
+itself is killed in tests/integration/test_service_outage.py and tests/service/test_audits_end.py).
 """
 
 from __future__ import annotations
