@@ -90,6 +90,28 @@ class SpecModel(BaseModel):
         _check_clean(value, info.field_name or "value")
         return value
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """``true``/``false`` for a number field is refused, not read as 1/0."""
+        if isinstance(value, bool) and info.field_name in cls.model_fields:
+            kinds = _annotation_kinds(cls.model_fields[info.field_name].annotation)
+            if kinds and kinds <= {int, float}:
+                raise ValueError(f"expected a number, got the boolean {str(value).lower()}")
+        return value
+
+
+def _annotation_kinds(annotation: Any) -> set:
+    """The types of ``annotation`` (``int | None`` -> ``{int}``), None left out."""
+    import typing
+
+    args = typing.get_args(annotation)
+    if not args:
+        return {annotation}
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _annotation_kinds(args[0])
+    return {a for arg in args if arg is not type(None) for a in _annotation_kinds(arg)}
+
 
 #: Options of the built-in tasks: type and inclusive bounds (floats: exclusive lower bound 0).
 _BUILTIN_TASK_OPTIONS: dict[str, dict[str, tuple[type, float, float]]] = {

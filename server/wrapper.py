@@ -304,11 +304,19 @@ class CanaryAuditStrategy(Strategy):
 
     @classmethod
     def from_env(
-        cls, strategy: Strategy, *, run_config: Mapping[str, Any] | None = None, **options: Any
+        cls, strategy: Strategy, *, run_config: Mapping[str, Any] | None = None,
+        on_service_error: str | None = None, resume: bool | None = None, **options: Any
     ) -> "CanaryAuditStrategy":
         """Attach ``strategy`` to the audit named by ``FLAUDIT_AUDIT_ID``, ``FLAUDIT_URL`` and
         ``FLAUDIT_RUN_TOKEN`` (or the run-config keys ``flaudit-audit-id``, ``flaudit-ingest-url``,
         ``flaudit-run-token``; the environment wins).
+
+        ``on_service_error``: ``"continue"`` (default; ``FLAUDIT_ON_SERVICE_ERROR`` or the
+        run-config key ``flaudit-on-service-error``) trains on
+        while the service is away (rounds buffered, rounds it could not give canaries train
+        without them); ``"stop"`` stops the run with a clear error. ``resume=True``
+        (``FLAUDIT_RESUME=1``): continue this audit after the same training's ServerApp crashed
+        (see :class:`~flaudit.server.reporting.HttpRoundReporter`).
 
         Raises
         ------
@@ -327,7 +335,14 @@ class CanaryAuditStrategy(Strategy):
                     "them where the ServerApp runs (the SuperLink's environment)"
                 )
             values[env] = value
-        reporter = HttpRoundReporter(values[ENV_URL], values[ENV_AUDIT_ID], values[ENV_RUN_TOKEN])
+        if on_service_error is None:
+            on_service_error = (os.environ.get("FLAUDIT_ON_SERVICE_ERROR")
+                                or str((run_config or {}).get("flaudit-on-service-error", "") or "")
+                                or "continue")
+        if resume is None:
+            resume = os.environ.get("FLAUDIT_RESUME", "").strip().lower() in {"1", "true", "yes"}
+        reporter = HttpRoundReporter(values[ENV_URL], values[ENV_AUDIT_ID], values[ENV_RUN_TOKEN],
+                                     on_service_error=on_service_error, resume=bool(resume))
         return cls(strategy, reporter=reporter, **options)
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .headers import SecurityHeaders
 from .limits import RequestLimits
@@ -219,7 +220,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.live = LiveAudits(
             app.state.store, canary_cache_bytes=settings.canary_cache_bytes
         )
-        failed = app.state.store.fail_interrupted(lease_seconds=settings.lease_seconds)
+        failed = app.state.store.fail_interrupted(
+            lease_seconds=settings.lease_seconds, instance_id=settings.instance_id
+        )
         if failed:
             log.warning(
                 "marked %d audit(s) failed: their service instance stopped during the run",
@@ -261,6 +264,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     app.state.settings = settings
     app.state.read_cache = ReadCache()
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_middleware(
         RequestLimits,
         max_json_body_bytes=settings.max_json_body_bytes,
@@ -277,4 +281,45 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         return RedirectResponse(url="/ui/", status_code=307)
 
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True, check_dir=False), name="ui")
+    _document_unparsable_bodies(app)
     return app
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException):
+    """FastAPI's HTTP error responses, with a 405's ``Allow`` naming every method the path has
+    (Starlette names only the first route that matched the path, e.g. GET but not DELETE)."""
+    from fastapi.exception_handlers import http_exception_handler
+    from starlette.routing import Match
+
+    if exc.status_code == 405:
+        methods: set[str] = set()
+        for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
+            probe = {"type": "http", "method": method, "path": request.scope["path"],
+                     "root_path": request.scope.get("root_path", ""), "headers": []}
+            if any(route.matches(probe)[0] is Match.FULL for route in request.app.router.routes):
+                methods.add(method)
+        if methods:
+            exc = StarletteHTTPException(405, exc.detail,
+                                         headers={"Allow": ", ".join(sorted(methods))})
+    return await http_exception_handler(request, exc)
+
+
+def _document_unparsable_bodies(app: FastAPI) -> None:
+    """Every route with a JSON body answers 400 to a body it cannot parse (e.g. invalid UTF-8
+    inside a JSON string): say so in its OpenAPI responses."""
+    default = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = default()
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    body = operation.get("requestBody", {}) if isinstance(operation, dict) else {}
+                    if "application/json" in body.get("content", {}):
+                        operation["responses"].setdefault("400", {
+                            "description": "The body could not be parsed (e.g. invalid UTF-8 "
+                                           "inside a JSON string).",
+                        })
+        return app.openapi_schema
+
+    app.openapi = openapi

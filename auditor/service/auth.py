@@ -78,6 +78,10 @@ def require_run_token(
     if expected is None:
         if store.get_audit(audit_id) is None:
             raise HTTPException(status_code=404, detail=f"audit {audit_id!r} not found")
-        raise _unauthorized("no run token is valid for this audit (it is not running)")
+        raise _unauthorized(
+            f"no run token is valid for audit {audit_id} (it is not running): a run that "
+            "ended keeps its audit; train again against a new audit (`flaudit attach`, or "
+            "POST /audits with engine 'external')"
+        )
     if not hmac.compare_digest(hash_token(credentials.credentials), expected):
         raise _unauthorized("invalid run token for this audit")

@@ -12,6 +12,11 @@ holds only the audit id, the ingest URL and a run token; it
    ``data_seed``);
 4. reports ``Delta_t`` and the final model as for any audit.
 
+One run per audit: the wrapper sends a run identity (header :data:`RUN_ID_HEADER`, a random id
+per ServerApp process) with every request; the first run to declare its claim owns the audit,
+and requests of any other run are refused (409) unless it resumes explicitly
+(``PUT .../claim?resume=true``, the same claim), which hands the audit over to it.
+
 Who was inserted in round ``t`` is therefore a function of the stored spec and seed
 (:func:`round_canaries`), for built-in and external audits alike: nothing extra is stored.
 """
@@ -25,8 +30,11 @@ from flaudit.auditor.spec import AuditSpec
 
 __all__ = [
     "round_canaries", "round_participants", "round_canary_vectors", "attach_environment",
-    "RUN_CONFIG_KEYS",
+    "RUN_CONFIG_KEYS", "RUN_ID_HEADER",
 ]
+
+#: The header that carries a run's identity (not a secret: it names a run, it grants nothing).
+RUN_ID_HEADER = "X-Flaudit-Run-Id"
 
 #: The environment variables a ServerApp attaches with, and the equivalent Flower run-config keys
 #: (``flwr run --run-config``; declared in the app's ``[tool.flwr.app.config]``).

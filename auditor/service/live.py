@@ -343,7 +343,7 @@ class LiveAudits:
 
     def ingest_round(
         self, audit_id: str, t: int, update: np.ndarray, metadata: dict,
-        participants: np.ndarray | None = None,
+        participants: np.ndarray | None = None, gap: dict | None = None,
     ) -> str:
         """Store round ``t``: its released update ``rho_bar_t`` and (optionally) its canary
         participants (indices, already checked to be distinct and in ``[0, k)``). An audit
@@ -446,6 +446,7 @@ class LiveAudits:
                     headline_epsilon=headline_epsilon(all_estimates),
                     known_rounds=None if known_rounds is None else known_rounds.state(),
                     participants=participants,
+                    gap=gap,  # {round, kind, reason}: e.g. trained without canaries
                 )
             except StaleRound as exc:
                 raise IngestError(409, str(exc)) from None

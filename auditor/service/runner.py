@@ -196,6 +196,8 @@ class Runner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_heartbeat = 0.0
+        self._next_silence_check = 0.0
+        self._started_at = utcnow()  # a service outage is not a run's silence
         import multiprocessing
 
         self._ctx = multiprocessing.get_context("spawn")
@@ -264,6 +266,7 @@ class Runner:
                 self._reap()
                 self._enforce_timeouts()
                 self._keep_leases()
+                self._end_silent_runs()
                 self._launch_queued()
             except Exception:  # keep the loop alive; log without secrets
                 log.exception("runner loop error")
@@ -345,6 +348,17 @@ class Runner:
                 self._reaped(worker)
         for audit_id in self.store.fail_interrupted(lease_seconds=self.settings.lease_seconds):
             log.warning("audit %s failed: its service instance stopped renewing its lease", audit_id)
+            self._on_change(audit_id)
+
+    def _end_silent_runs(self) -> None:
+        """Every ``silence_check_seconds``: end external audits whose run has not been heard
+        from for their ``timeout_seconds`` (:meth:`Store.end_silent_external`)."""
+        now = time.monotonic()
+        if now < self._next_silence_check:
+            return
+        self._next_silence_check = now + self.settings.silence_check_seconds
+        for audit_id in self.store.end_silent_external(since=self._started_at):
+            log.warning("audit %s failed: its run stopped reporting (timeout_seconds)", audit_id)
             self._on_change(audit_id)
 
     def _read_message(self, worker: _Worker) -> None:

@@ -170,6 +170,27 @@ class ClaimAck(BaseModel):
     audit_id: str
     stored: bool = Field(description="False when the same claim was already declared (no-op).")
     spec: AuditSpec = Field(description="The audit's spec completed with the claim.")
+    rounds_stored: int = Field(
+        0, description="Rounds the audit holds already: a resumed run continues after them."
+    )
+    resumed: bool = Field(False, description="True when this run took the audit over (resume).")
+
+
+class HeartbeatAck(BaseModel):
+    audit_id: str
+    status: str
+    silence_limit_seconds: float = Field(
+        description="The audit ends when its run is not heard from for this long (timeout_seconds)."
+    )
+
+
+class MissingRound(BaseModel):
+    """A round the run trained but could not report (e.g. its buffer was full while the service
+    was away): recorded as a gap, so the rounds after it can be stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=300, examples=["buffer full while the service was away"])
 
 
 class AuditOut(BaseModel):
@@ -198,6 +219,16 @@ class AuditOut(BaseModel):
     )
     alerts: list[Alert]
     verdict: VerdictOut = Field(description="Does the DP claim hold? One sentence and its parts.")
+    gaps: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description=(
+            "Rounds the audit lacks, in round order: {round, kind, reason, cost}; kind "
+            "'no_canaries' (trained without canaries: the service was unreachable when the "
+            "run fetched them) or 'not_reported' (trained but its update never arrived)."
+        ),
+        examples=[[{"round": 4, "kind": "no_canaries", "reason": "service unreachable",
+                    "cost": "trained without canaries: ..."}]],
+    )
     alarm_guarantee: str = Field(
         description=(
             "One sentence stating what the DP alarm guarantees (its false-alarm probability over "
@@ -332,6 +363,16 @@ class RoundMetadataQuery(BaseModel):
             "float32 values: the round's participants (seen canaries inserted and unseen canaries "
             "whose drawn rounds include t, merged). Omit it on every round of an audit that "
             "reports no participants (then no known-rounds statistic)."
+        ),
+    )
+    canaries_missing: str | None = Field(
+        None,
+        min_length=1,
+        max_length=300,
+        description=(
+            "Why round t was trained without its canaries (the wrapper could not fetch them: "
+            "service unreachable). Requires num_canaries_inserted=0; the round is stored and "
+            "listed in the audit's gaps (kind 'no_canaries')."
         ),
     )
 

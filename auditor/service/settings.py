@@ -41,6 +41,9 @@ Environment variables
 ``FLAUDIT_LEASE_SECONDS``
     A running audit's owner lease (default 30): the instance running it renews it every third
     of this; another instance fails the audit only after the lease expired.
+``FLAUDIT_SILENCE_CHECK_SECONDS``
+    How often the runner looks for external audits whose run went silent for longer than their
+    spec's ``timeout_seconds`` and ends them (default 2).
 ``FLAUDIT_INSTANCE_ID``
     Name of this instance in the leases (default ``<hostname>:<pid>:<random>``).
 ``FLAUDIT_CANARY_CACHE_BYTES``
@@ -140,6 +143,7 @@ class Settings:
     lease_seconds: float = 30.0
     instance_id: str = field(default_factory=lambda: default_instance_id())
     allow_bug_injection: bool = False
+    silence_check_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         if self.max_concurrent_audits < 1:
@@ -163,6 +167,11 @@ class Settings:
             raise ValueError(
                 "lease_seconds (FLAUDIT_LEASE_SECONDS) must be a finite number of seconds > 0, "
                 f"got {self.lease_seconds!r}"
+            )
+        if not (math.isfinite(self.silence_check_seconds) and self.silence_check_seconds > 0):
+            raise ValueError(
+                "silence_check_seconds (FLAUDIT_SILENCE_CHECK_SECONDS) must be a finite number of "
+                f"seconds > 0, got {self.silence_check_seconds!r}"
             )
         if not 1 <= len(self.instance_id) <= 64:
             raise ValueError("instance_id must have 1 to 64 characters")
@@ -223,6 +232,9 @@ class Settings:
             allow_bug_injection=_env_bool("FLAUDIT_ALLOW_BUG_INJECTION", False),
             timeout_grace_seconds=_env_number(
                 "FLAUDIT_TIMEOUT_GRACE_SECONDS", cls.timeout_grace_seconds
+            ),
+            silence_check_seconds=_env_number(
+                "FLAUDIT_SILENCE_CHECK_SECONDS", cls.silence_check_seconds
             ),
         )
         return replace(base, **overrides)

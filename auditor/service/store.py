@@ -10,8 +10,16 @@ committed together before the route replies 2xx.
 
 Running audits carry an owner lease: the id of the service instance whose runner started the
 worker (``owner_id``) and that instance's last heartbeat (``owner_heartbeat_at``). Restart
-recovery fails only running audits whose lease expired, so several instances can share one
-database. Columns added after the first release are added on start-up (:func:`_add_columns`).
+recovery fails running audits whose lease expired, and at once those whose owner is provably
+gone (a previous process of this very instance: :func:`owner_is_gone`), so several instances can
+share one database. Columns added after the first release are added on start-up
+(:func:`_add_columns`).
+
+An external audit (the user's own Flower app) belongs to the run that declared its claim
+(``run_id``); ``last_contact_at`` is when that run was last heard from (claim, any ingest, a
+heartbeat): :meth:`Store.end_silent_external` ends it after ``timeout_seconds`` of silence.
+``gaps`` lists the rounds the audit lacks (``[{round, kind, reason}]``): trained without
+canaries (``no_canaries``) or trained but never reported (``not_reported``).
 """
 
 from __future__ import annotations
@@ -152,6 +160,13 @@ class Audit(Base):
     alerts: Mapped[list | None] = mapped_column(JSON, nullable=True)
     metrics: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     headline_epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # External audits: the run that owns the audit (declared the claim), when it was last heard
+    # from, and the rounds the audit lacks ([{round, kind, reason}]).
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    last_contact_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    gaps: Mapped[list | None] = mapped_column(JSON, nullable=True)
 
     def __repr__(self) -> str:  # never show secrets
         return f"Audit(id={self.id!r}, status={self.status!r})"
@@ -341,9 +356,9 @@ class Store:
                 owner_heartbeat_at=now if owner else None,
             )
 
-    def declare_claim(self, audit_id: str, *, spec: dict) -> bool:
-        """Store the spec completed by the ServerApp's claim and mark the run started; False if
-        the audit is not running or its claim was declared already."""
+    def declare_claim(self, audit_id: str, *, spec: dict, run_id: str | None = None) -> bool:
+        """Store the spec completed by the ServerApp's claim and mark the run started, owned by
+        ``run_id``; False if the audit is not running or its claim was declared already."""
         now = utcnow()
         with self.session() as s, s.begin():
             return _update_audit_if(
@@ -351,8 +366,105 @@ class Store:
                 spec=spec,
                 started_at=now,
                 updated_at=now,
+                last_contact_at=now,
+                run_id=run_id,
                 alerts=[],
             )
+
+    def resume_run(self, audit_id: str, *, run_id: str, previous: str | None) -> bool:
+        """Hand a running external audit from run ``previous`` to ``run_id`` (explicit resume of
+        the same training after a crash); False if it is not running or changed owner."""
+        now = utcnow()
+        owner = Audit.run_id.is_(None) if previous is None else Audit.run_id == previous
+        with self.session() as s, s.begin():
+            return _update_audit_if(
+                s, audit_id, Audit.status == "running", Audit.started_at.is_not(None), owner,
+                run_id=run_id, last_contact_at=now, updated_at=now,
+            )
+
+    def touch(self, audit_id: str) -> bool:
+        """The run was heard from now (heartbeat); False if the audit is not running."""
+        with self.session() as s, s.begin():
+            return _update_audit_if(
+                s, audit_id, Audit.status == "running", last_contact_at=utcnow()
+            )
+
+    def store_missing_round(self, audit_id: str, *, t: int, reason: str) -> bool:
+        """Record round ``t`` as trained but not reported (a gap) and move past it; False if
+        ``t`` is not the next round or the audit is not running."""
+        now = utcnow()
+        with self.session() as s, s.begin():
+            gaps = list(s.scalar(select(Audit.gaps).where(Audit.id == audit_id)) or [])
+            gaps.append({"round": int(t), "kind": "not_reported", "reason": reason})
+            return _update_audit_if(
+                s, audit_id, Audit.rounds_stored == t - 1, Audit.status == "running",
+                Audit.has_final.is_(False),
+                rounds_stored=int(t), gaps=gaps, updated_at=now, last_contact_at=now,
+            )
+
+    def end_silent_external(self, *, since: datetime, now: datetime | None = None) -> list[str]:
+        """Fail running external audits whose run has not been heard from (claim, ingest,
+        heartbeat) for longer than their spec's ``timeout_seconds``, counted from the later of
+        the last contact and ``since`` (this instance's start: a service outage is not the
+        run's silence). An audit still waiting for its claim counts from its creation. The
+        reason says when the run was last heard from and which rounds are missing."""
+        now = now or utcnow()
+        since = as_utc(since)
+        with self.session() as s:
+            rows = s.execute(
+                select(Audit.id, Audit.spec, Audit.last_contact_at, Audit.started_at,
+                       Audit.created_at, Audit.rounds_stored, Audit.gaps).where(
+                    Audit.status == "running", Audit.run_token_hash.is_not(None)
+                )
+            ).all()
+        ended = []
+        for row in rows:
+            spec = row.spec or {}
+            if spec.get("engine") != "external":
+                continue
+            contact = as_utc(row.last_contact_at or row.started_at or row.created_at)
+            limit = float(spec.get("timeout_seconds") or 3600)
+            if (now - max(contact, since)).total_seconds() <= limit:
+                continue
+            if row.started_at is None:
+                reason = (f"no run declared its claim within {limit:g} s of the audit's creation "
+                          "(timeout_seconds): start the Flower app with the printed environment "
+                          "sooner, or create the audit with a larger timeout_seconds")
+                with self.session() as s, s.begin():
+                    if _update_audit_if(
+                        s, row.id, Audit.status == "running", Audit.started_at.is_(None),
+                        status="failed", reason=reason, finished_at=now, updated_at=now,
+                        run_token_hash=None,
+                    ):
+                        ended.append(row.id)
+                continue
+            num_rounds = int(spec.get("num_rounds") or 0)
+            stored = int(row.rounds_stored or 0)
+            gaps = list(row.gaps or [])
+            missing = ""
+            if stored < num_rounds:
+                span = (f"round {stored + 1}" if stored + 1 == num_rounds
+                        else f"rounds {stored + 1}-{num_rounds}")
+                missing = f"; {span} and the final model were never reported"
+                gaps.extend({"round": t, "kind": "not_reported",
+                             "reason": "the run stopped reporting"}
+                            for t in range(stored + 1, num_rounds + 1))
+            reason = (
+                f"the run stopped reporting: nothing heard for more than {limit:g} s "
+                f"(timeout_seconds; last contact {contact.isoformat(timespec='seconds')}) after "
+                f"{stored} of {num_rounds} rounds{missing}"
+            )
+            with self.session() as s, s.begin():  # re-checked: the run may just have reported
+                contacted = or_(Audit.last_contact_at.is_(None),
+                                Audit.last_contact_at == row.last_contact_at)
+                if _update_audit_if(
+                    s, row.id, Audit.status == "running", contacted,
+                    Audit.rounds_stored == stored,
+                    status="failed", reason=reason, finished_at=now, updated_at=now,
+                    run_token_hash=None, gaps=gaps,
+                ):
+                    ended.append(row.id)
+        return ended
 
     def rotate_run_token(self, audit_id: str, *, run_token: str) -> bool:
         """Replace the run token of a running audit (the old one stops working at once)."""
@@ -504,6 +616,7 @@ class Store:
                 estimates=estimates,
                 alerts=alerts,
                 updated_at=now,
+                last_contact_at=now,
             ):
                 raise StaleRound("initial model already stored")
 
@@ -521,15 +634,20 @@ class Store:
         headline_epsilon: float | None,
         known_rounds: KnownRoundsState | None = None,
         participants: np.ndarray | None = None,
+        gap: dict | None = None,
     ) -> None:
         """Round row + tracker state (cosine maxima, known-rounds statistic) + estimates in one
-        transaction (optimistic on the round)."""
+        transaction (optimistic on the round); ``gap`` (``{round, kind, reason}``) is appended
+        to the audit's gaps in the same transaction."""
         t = int(round_row["round"])
         extra = {}
         if known_rounds is not None:
             extra["known_rounds_state"] = known_rounds_to_bytes(known_rounds)
         now = utcnow()
         with self.session() as s, s.begin():
+            if gap is not None:
+                gaps = list(s.scalar(select(Audit.gaps).where(Audit.id == audit_id)) or [])
+                extra["gaps"] = [*gaps, gap]
             if not _update_audit_if(
                 s, audit_id, Audit.rounds_stored == t - 1, Audit.status == "running",
                 rounds_stored=t,
@@ -542,6 +660,7 @@ class Store:
                 headline_epsilon=headline_epsilon,
                 updated_at=now,
                 last_round_at=now,
+                last_contact_at=now,
                 **extra,
             ):
                 raise StaleRound(f"round {t} was not the next round or the audit is not running")
@@ -609,19 +728,32 @@ class Store:
                 select(AuditRound).where(AuditRound.audit_id == audit_id, AuditRound.round == t)
             )
 
-    def fail_interrupted(self, *, lease_seconds: float = 0.0) -> list[str]:
-        """Fail running audits whose owner is gone: no owner, or no heartbeat for more than
-        ``lease_seconds``. Their worker died with its service (a simulation cannot resume
+    def fail_interrupted(
+        self, *, lease_seconds: float = 0.0, instance_id: str | None = None
+    ) -> list[str]:
+        """Fail running audits whose owner is gone: no owner, no heartbeat for more than
+        ``lease_seconds``, or (with ``instance_id``, at start-up) an owner that
+        :func:`owner_is_gone` proves dead: a restart fails its interrupted audits at once, not
+        after the lease. Their worker died with its service (a simulation cannot resume
         mid-run); the reason says how many rounds were stored. Audits of live instances, and
         audits of runs flaudit does not start (``engine = "external"``), are left alone."""
         expired = utcnow() - timedelta(seconds=lease_seconds)
         failed = []
         with self.session() as s:
+            gone = []
+            if instance_id is not None:
+                owners = s.execute(
+                    select(Audit.id, Audit.owner_id).where(
+                        Audit.status == "running", Audit.owner_id.is_not(None)
+                    )
+                ).all()
+                gone = [row.id for row in owners if owner_is_gone(row.owner_id, instance_id)]
             orphans = list(
                 s.scalars(
                     select(Audit.id).where(
                         Audit.status == "running",
-                        or_(Audit.owner_heartbeat_at.is_(None), Audit.owner_heartbeat_at < expired),
+                        or_(Audit.owner_heartbeat_at.is_(None), Audit.owner_heartbeat_at < expired,
+                            Audit.id.in_(gone)),
                     )
                 )
             )
@@ -635,6 +767,8 @@ class Store:
             lease_held = Audit.owner_heartbeat_at.is_not(None) & (
                 Audit.owner_heartbeat_at >= expired
             )
+            if audit_id in gone:
+                lease_held = Audit.owner_id != audit.owner_id  # re-check: still that owner
             with self.session() as s, s.begin():  # re-checked: a heartbeat may have come in
                 if _update_audit_if(
                     s, audit_id, Audit.status == "running", ~lease_held,
@@ -643,6 +777,32 @@ class Store:
                 ):
                     failed.append(audit_id)
         return failed
+
+
+def owner_is_gone(owner_id: str, instance_id: str) -> bool:
+    """Whether the instance ``owner_id`` (``host:pid:random``, :func:`default_instance_id`) is
+    provably dead, seen from the live instance ``instance_id``: on the same host, either its
+    process no longer exists or it had this very pid (a restarted container's pid 1) with
+    another random part. Other hosts and unknown formats: not provable (the lease decides)."""
+    import os
+
+    try:
+        host, pid, _ = owner_id.rsplit(":", 2)
+        my_host, my_pid, _ = instance_id.rsplit(":", 2)
+        pid_number = int(pid)
+    except ValueError:
+        return False
+    if owner_id == instance_id or host != my_host or pid_number <= 0:
+        return False
+    if str(pid_number) == my_pid:
+        return True
+    try:
+        os.kill(pid_number, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def known_rounds_to_bytes(state: KnownRoundsState) -> bytes:

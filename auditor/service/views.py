@@ -85,6 +85,50 @@ def audit_verdict_view(audit: Audit) -> dict[str, Any]:
     return verdict.to_dict()
 
 
+#: What a gap costs the audit, by kind (the audit JSON's ``gaps[].cost``).
+GAP_COSTS = {
+    "no_canaries": (
+        "trained without canaries: the seen canaries scheduled for this round were never "
+        "inserted, so they carry no signal; estimates and power drop, the lower bounds and the "
+        "alarm stay valid"
+    ),
+    "not_reported": (
+        "trained but not reported: the all-iterates and known-rounds statistics skip this "
+        "round (its canaries count only through the final model, which is unaffected)"
+    ),
+}
+
+
+def _spans(rounds: list[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    out, start = [], None
+    for i, t in enumerate(rounds):
+        if start is None:
+            start = t
+        if i + 1 == len(rounds) or rounds[i + 1] != t + 1:
+            out.append(str(start) if start == t else f"{start}-{t}")
+            start = None
+    return ", ".join(out)
+
+
+def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
+    """The rounds the audit lacks, ``[{round, kind, reason, cost}]`` in round order, and one
+    warning alert per kind saying which rounds and what that costs."""
+    gaps = sorted((dict(g) for g in (audit.gaps or [])), key=lambda g: (g["round"], g["kind"]))
+    alerts = []
+    for gap in gaps:
+        gap["cost"] = GAP_COSTS.get(gap.get("kind"), "")
+    for kind, cost in GAP_COSTS.items():
+        rounds = sorted({g["round"] for g in gaps if g.get("kind") == kind})
+        if rounds:
+            reasons = sorted({g["reason"] for g in gaps if g.get("kind") == kind})
+            word = "round" if len(rounds) == 1 else "rounds"
+            alerts.append({"level": "warning", "message": (
+                f"{word} {_spans(rounds)} {cost} ({'; '.join(reasons)[:300]})"
+            )})
+    return gaps, alerts
+
+
 def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
     ended = audit.status in ENDED_STATUSES
     base = f"/audits/{audit.id}"
@@ -92,6 +136,7 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
     reason = audit.reason
     if reason is None and verdict["stopped"]:
         reason = f"stopped at round {verdict['round']}: claim refuted (stop_on_alarm)"
+    gaps, gap_alerts = gaps_view(audit)
     return {
         "id": audit.id,
         "name": audit.name,
@@ -106,7 +151,8 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "dim": audit.dim,
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],
-        "alerts": audit.alerts or [],
+        "alerts": [*(audit.alerts or []), *gap_alerts],
+        "gaps": gaps,
         "alarm_guarantee": spec_alarm_guarantee(audit.spec),
         "bug_injected": bug_label(audit.spec),
         "histograms": _merge_histograms(audit.histograms or {}, ended),

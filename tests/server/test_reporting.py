@@ -57,15 +57,15 @@ def test_http_reporter_retries_5xx_and_connection_errors_then_succeeds():
     assert calls["n"] == 3
 
 
-def test_http_reporter_gives_up_after_max_retries_and_raises_on_4xx_at_once():
+def test_http_reporter_stop_mode_gives_up_after_max_retries_and_raises_on_4xx_at_once():
     calls = {"n": 0}
 
     def flaky(request):
         calls["n"] += 1
         return httpx.Response(500)
 
-    with pytest.raises(ReportingError, match="3 attempts"):
-        _reporter(flaky, max_retries=2).report_round(1, np.zeros(2), META)
+    with pytest.raises(ReportingError, match="3 attempts .*training stops .*'stop'"):
+        _reporter(flaky, max_retries=2, on_service_error="stop").report_round(1, np.zeros(2), META)
     assert calls["n"] == 3
 
     calls["n"] = 0
@@ -75,8 +75,83 @@ def test_http_reporter_gives_up_after_max_retries_and_raises_on_4xx_at_once():
         return httpx.Response(422, text="wrong length")
 
     with pytest.raises(ReportingError, match="422"):
-        _reporter(reject, max_retries=5).report_round(1, np.zeros(2), META)
+        _reporter(reject, max_retries=5, on_service_error="stop").report_round(1, np.zeros(2), META)
     assert calls["n"] == 1
+    with pytest.raises(ValueError, match="on_service_error"):
+        _reporter(reject, on_service_error="ignore")
+
+
+def test_http_reporter_fails_open_buffers_in_order_and_sends_when_the_service_is_back(caplog):
+    """Continue mode: an outage raises nothing, logs one warning, and the rounds arrive later
+    in order; a round that does not fit the buffer is sent as a gap."""
+    state = {"up": False, "seen": []}
+
+    def handler(request):
+        if not state["up"]:
+            raise httpx.ConnectError("refused")
+        state["seen"].append(request.url.path)
+        return httpx.Response(200, json={})
+
+    reporter = _reporter(handler, max_retries=1, retry_seconds=0.05, buffer_bytes=20)
+    with caplog.at_level("WARNING", logger="flaudit.server.reporting"):
+        reporter.report_initial(np.zeros(2))
+        reporter.report_round(1, np.zeros(2), META)  # 8 bytes: kept
+        reporter.report_round(2, np.zeros(2), META)  # 16 bytes: kept
+        reporter.report_round(3, np.zeros(2), META)  # would be 24 > 20: a gap
+        assert reporter.pending() == 4 and state["seen"] == []
+        state["up"] = True
+        reporter.report_final(np.ones(2), {})  # drains
+    assert state["seen"] == ["/audits/a1/initial-model", "/audits/a1/rounds/1",
+                             "/audits/a1/rounds/2", "/audits/a1/rounds/3/missing",
+                             "/audits/a1/final-model"]
+    assert reporter.pending() == 0
+    assert reporter.gaps == [{"round": 3, "kind": "not_reported",
+                              "reason": "not reported: the wrapper's buffer (0 MiB) was full "
+                                        "while the service was away"}]
+    unreachable = [r for r in caplog.records if "is unreachable (" in r.getMessage()]
+    assert len(unreachable) == 1  # one clear warning per outage
+    assert any("is back (unreachable for" in r.getMessage()
+               and "5 buffered report(s) delivered" in r.getMessage() for r in caplog.records)
+    reporter.close()
+
+
+def test_http_reporter_drain_gives_up_and_says_what_is_lost(caplog):
+    def down(request):
+        raise httpx.ConnectError("refused")
+
+    reporter = _reporter(down, max_retries=0, retry_seconds=0.05, drain_seconds=0.2)
+    with caplog.at_level("WARNING", logger="flaudit.server.reporting"):
+        reporter.report_initial(np.zeros(2))
+        reporter.report_round(1, np.zeros(2), META)
+        reporter.report_final(np.ones(2), {})  # returns after drain_seconds, raises nothing
+    assert reporter.pending() == 3
+    assert any("still unreachable; not reported: the initial model, round 1, the final model"
+               in r.getMessage() for r in caplog.records)
+    reporter.close()
+
+
+def test_http_reporter_sends_its_run_identity_and_the_reason_of_a_round_without_canaries():
+    seen = []
+
+    def handler(request):
+        seen.append(request)
+        if request.url.path.endswith("/canaries"):
+            raise httpx.ConnectError("refused")
+        return httpx.Response(200, json={"spec": {"num_rounds": 3, "timeout_seconds": 60}})
+
+    reporter = _reporter(handler, max_retries=0, run_id="run-a")
+    reporter.declare_claim({"noise_multiplier": 1.0})
+    block = reporter.round_canaries(1)
+    assert block.size == 0
+    meta = RoundMetadata(clip_norm=0.5, cohort_size=2, num_canaries_inserted=0, num_failures=0,
+                         clipped_fraction=0.0, noise_stddev=0.5)
+    reporter.report_round(1, np.zeros(2), meta)
+    assert reporter.drain(5)  # queued behind the outage the failed fetch revealed
+    assert all(r.headers["x-flaudit-run-id"] == "run-a" for r in seen)
+    rounds = [r for r in seen if r.url.path == "/audits/a1/rounds/1"]
+    assert "service unreachable" in dict(rounds[-1].url.params)["canaries_missing"]
+    assert reporter.gaps[0]["kind"] == "no_canaries"
+    reporter.close()
 
 
 def test_local_reporter_gives_canary_statistics():

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import re
+
 import numpy as np
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from pydantic import ValidationError
@@ -19,9 +21,16 @@ from starlette.requests import ClientDisconnect
 from flaudit.auditor.spec import AuditClaim, AuditSpec, Engine
 
 from ..auth import require_run_token
-from ..external import round_canaries, round_canary_vectors
+from ..external import RUN_ID_HEADER, round_canaries, round_canary_vectors
 from ..live import IngestError
-from ..schemas import ClaimAck, FinalMetricsQuery, IngestAck, RoundMetadataQuery
+from ..schemas import (
+    ClaimAck,
+    FinalMetricsQuery,
+    HeartbeatAck,
+    IngestAck,
+    MissingRound,
+    RoundMetadataQuery,
+)
 from .deps import AuditId
 
 router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)])
@@ -45,7 +54,10 @@ _ERRORS = {
     400: {"description": "Body not a whole number of float32 values, or truncated."},
     401: {"description": "Missing or invalid run token."},
     404: {"description": "No audit with this id."},
-    409: {"description": "Out of order, audit not running, or initial model missing."},
+    409: {"description": (
+        "Out of order, audit not running, initial model missing, or the audit belongs to "
+        "another run (X-Flaudit-Run-Id)."
+    )},
     413: {"description": "Body larger than 4*d bytes or the configured maximum."},
     415: {"description": "Content-Type is not application/octet-stream."},
     422: {"description": "Wrong length, NaN/Inf values, or invalid query metadata."},
@@ -127,12 +139,44 @@ def _is_external(audit) -> bool:
     return audit.spec.get("engine") == Engine.external.value
 
 
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+def _run_id(request: Request) -> str | None:
+    """The run identity of the request (header ``X-Flaudit-Run-Id``), checked; None if absent."""
+    value = request.headers.get(RUN_ID_HEADER)
+    if value is None:
+        return None
+    if not _RUN_ID.match(value):
+        raise _fail(422, f"{RUN_ID_HEADER}: 1 to 64 letters, digits, '_', '.', ':' or '-'")
+    return value
+
+
+def _other_run(audit, mine: str) -> str:
+    started = audit.started_at.isoformat(timespec="seconds") if audit.started_at else "?"
+    return (
+        f"audit {audit.id} belongs to another run: run {audit.run_id} declared its claim at "
+        f"{started} and reports to it; this run ({mine}) may not mix its rounds into it. Start "
+        "a new audit for this run (`flaudit attach`, or POST /audits with engine 'external'), "
+        "or, if this run continues that training after a crash, resume explicitly "
+        "(CanaryAuditStrategy.from_env(..., resume=True) or FLAUDIT_RESUME=1)"
+    )
+
+
+def _check_owner(request: Request, audit) -> None:
+    """An external audit takes data only from the run that owns it (409 naming the audit)."""
+    mine = _run_id(request)
+    if _is_external(audit) and audit.run_id is not None and mine not in (None, audit.run_id):
+        raise _fail(409, _other_run(audit, mine))
+
+
 async def _precheck(request: Request, audit_id: str, *, need_dim: bool):
     audit = await run_in_threadpool(request.app.state.store.get_audit, audit_id)
     if audit is None:
         raise _fail(404, f"audit {audit_id!r} not found")
     if _is_external(audit) and audit.started_at is None and audit.status == "running":
         raise _fail(409, _DECLARE_CLAIM_FIRST)
+    _check_owner(request, audit)
     if need_dim and audit.dim is None:
         raise _fail(409, "send the initial model first (PUT /audits/{id}/initial-model)")
     return audit
@@ -255,20 +299,30 @@ async def put_round(
         raise _fail(
             409, f"round {t} is out of order: the next round must be {audit.rounds_stored + 1}"
         )
-    if _is_external(audit):
+    gap = None
+    canaries_missing = metadata.canaries_missing
+    if canaries_missing is not None:
+        if metadata.num_canaries_inserted != 0:
+            raise _fail(422, "canaries_missing: a round trained without canaries must say "
+                             f"num_canaries_inserted=0, got {metadata.num_canaries_inserted}")
+        gap = {"round": t, "kind": "no_canaries", "reason": canaries_missing}
+    if _is_external(audit) and gap is None:
         await run_in_threadpool(_check_inserted, request, audit, t, metadata.num_canaries_inserted)
     vector, participants = await _read_round_body(
         request, audit.dim, metadata.num_participants, int(audit.spec["num_canaries"]),
         f"round {t} update",
     )
+    if gap is not None:  # no canary was in this round: it adds nothing to the known-rounds test
+        participants = np.empty(0, dtype=np.int64)
     result = await _ingest(
         request,
         request.app.state.live.ingest_round,
         audit_id,
         t,
         vector,
-        metadata.model_dump(exclude={"num_participants"}),
+        metadata.model_dump(exclude={"num_participants", "canaries_missing"}),
         participants,
+        gap,
     )
     ack = await run_in_threadpool(request.app.state.live.round_ack, audit_id)  # alarm, stop
     return IngestAck(audit_id=audit_id, stored=result == "stored", round=t, dim=audit.dim, **ack)
@@ -317,16 +371,31 @@ def _check_inserted(request: Request, audit, t: int, inserted: int) -> None:
     responses={
         401: _ERRORS[401],
         404: _ERRORS[404],
-        409: {"description": "Not an external audit, not running, or a different claim stored."},
+        409: {"description": (
+            "Not an external audit, not running, a different claim stored, or the audit "
+            "belongs to another run (resume=true to take it over with the same claim)."
+        )},
         422: {"description": "A claim field is invalid, or the completed spec is inconsistent."},
     },
     summary="Declare the DP claim of an external run (its ServerApp does, once)",
 )
-def put_claim(audit_id: AuditId, claim: AuditClaim, request: Request) -> ClaimAck:
+def put_claim(
+    audit_id: AuditId,
+    claim: AuditClaim,
+    request: Request,
+    resume: Annotated[bool, Query(description=(
+        "Continue the audit of the same training after its ServerApp crashed: the run sending "
+        "this claim (X-Flaudit-Run-Id) takes the audit over and continues after its last "
+        "stored round. The claim must be the one declared (num_rounds aside)."
+    ))] = False,
+) -> ClaimAck:
     """The settings of the run as its Flower strategy has them (noise multiplier, clipping,
     sampling, rounds). They complete the audit's spec, so the analytic epsilon and every alarm
-    use them. Idempotent: the same claim again is a no-op; a different one is refused (409)."""
+    use them. The first run to declare its claim owns the audit (header X-Flaudit-Run-Id);
+    another run is refused (409) unless it resumes explicitly. Idempotent: the same claim of
+    the same run again is a no-op; a different one is refused (409)."""
     store = request.app.state.store
+    mine = _run_id(request)
     audit = store.get_audit(audit_id)
     if audit is None:
         raise _fail(404, f"audit {audit_id!r} not found")
@@ -344,15 +413,95 @@ def put_claim(audit_id: AuditId, claim: AuditClaim, request: Request) -> ClaimAc
         ) from None
     wanted = spec.model_dump(mode="json")
     if audit.started_at is not None:
-        if audit.spec == wanted:
-            return ClaimAck(audit_id=audit_id, stored=False, spec=spec)
-        raise _fail(409, "a different claim was declared for this audit already")
+        if mine is None or audit.run_id is None or mine == audit.run_id:
+            if audit.spec == wanted:
+                return ClaimAck(audit_id=audit_id, stored=False, spec=spec,
+                                rounds_stored=audit.rounds_stored)
+            raise _fail(409, "a different claim was declared for this audit already")
+        if not resume:
+            raise _fail(409, _other_run(audit, mine))
+        return _resume(request, audit, mine, wanted)
     if audit.status != "running":
         raise _fail(409, f"audit is {audit.status}; claim refused")
-    if not store.declare_claim(audit_id, spec=wanted):
+    if not store.declare_claim(audit_id, spec=wanted, run_id=mine):
         raise _fail(409, "the claim was declared meanwhile, or the audit ended")
     request.app.state.read_cache.invalidate(audit_id)
     return ClaimAck(audit_id=audit_id, stored=True, spec=spec)
+
+
+def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
+    """Hand ``audit`` to run ``mine`` (explicit resume): same claim, audit still running."""
+    if audit.status != "running":
+        raise _fail(409, f"audit {audit.id} is {audit.status} ({audit.reason or 'ended'}); it "
+                         "cannot be resumed: start a new audit for this run")
+    stored = {k: v for k, v in audit.spec.items() if k != "num_rounds"}
+    if stored != {k: v for k, v in wanted.items() if k != "num_rounds"}:
+        raise _fail(409, f"resume: the claim differs from the one declared for audit {audit.id}; "
+                         "a resumed run must keep the DP settings (noise, clipping, sampling)")
+    if not request.app.state.store.resume_run(audit.id, run_id=mine, previous=audit.run_id):
+        raise _fail(409, "the audit changed owner or ended meanwhile; try again")
+    request.app.state.read_cache.invalidate(audit.id)
+    return ClaimAck(audit_id=audit.id, stored=False, spec=AuditSpec.model_validate(audit.spec),
+                    rounds_stored=audit.rounds_stored, resumed=True)
+
+
+@router.put(
+    "/{audit_id}/heartbeat",
+    response_model=HeartbeatAck,
+    responses={401: _ERRORS[401], 404: _ERRORS[404],
+               409: {"description": "Audit not running, claim missing, or another run's."}},
+    summary="The run is alive (sent while training is slow); no body",
+)
+async def put_heartbeat(audit_id: AuditId, request: Request) -> HeartbeatAck:
+    """An external audit ends when its run is not heard from for ``timeout_seconds`` (claim,
+    any ingest, or this heartbeat); the wrapper sends one whenever it has been quiet for a
+    fraction of that limit."""
+    audit = await _precheck(request, audit_id, need_dim=False)
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}: {audit.reason or 'ended'}")
+    if not await run_in_threadpool(request.app.state.store.touch, audit_id):
+        raise _fail(409, "the audit ended meanwhile")
+    return HeartbeatAck(audit_id=audit_id, status="running",
+                        silence_limit_seconds=float(audit.spec.get("timeout_seconds", 3600)))
+
+
+@router.put(
+    "/{audit_id}/rounds/{t}/missing",
+    response_model=IngestAck,
+    responses={
+        401: _ERRORS[401], 404: _ERRORS[404],
+        409: {"description": "Not the next round, audit not running, or another run's."},
+        422: {"description": "No reason given."},
+    },
+    summary="Round t was trained but cannot be reported: record it as a gap",
+)
+async def put_missing_round(
+    audit_id: AuditId,
+    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    body: MissingRound,
+    request: Request,
+) -> IngestAck:
+    """The audit moves past round ``t`` without its update and lists it in ``gaps`` (kind
+    ``not_reported``): the all-iterates and known-rounds statistics skip it; the final model
+    still carries its canaries. Idempotent: a round already passed is a no-op."""
+    audit = await _precheck(request, audit_id, need_dim=True)
+    if t <= audit.rounds_stored:
+        return IngestAck(audit_id=audit_id, stored=False, round=t, dim=audit.dim)
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; ingest refused")
+    if t != audit.rounds_stored + 1 or t > int(audit.spec.get("num_rounds", 0)):
+        raise _fail(409, f"round {t} is out of order: the next round must be "
+                         f"{audit.rounds_stored + 1} (of {audit.spec.get('num_rounds')})")
+
+    def work() -> bool:
+        try:
+            return request.app.state.store.store_missing_round(audit_id, t=t, reason=body.reason)
+        finally:
+            request.app.state.read_cache.refresh(request.app.state.store, audit_id)
+
+    if not await run_in_threadpool(work):
+        raise _fail(409, f"round {t} was stored meanwhile or the audit ended")
+    return IngestAck(audit_id=audit_id, stored=True, round=t, dim=audit.dim)
 
 
 @router.get(

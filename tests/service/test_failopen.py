@@ -1,0 +1,243 @@
+"""The audit never breaks the training it watches (issue #21), in process against the real
+service app and database: a CanaryAuditStrategy around Flower's DP wrapper trains through an
+outage of the service (fail open), a run started while the service is down still ends with its
+audit, ``on_service_error="stop"`` stops with a clear message, a second run cannot mix its
+rounds into an audit, an explicit resume continues after the last stored round, and the gaps
+are stated in the audit JSON.
+
+The outage is a transport that refuses connections while switched off (the service process
+itself is killed in tests/integration/test_service_outage.py and tests/service/test_audits_end.py).
+"""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+
+from flaudit.server.reporting import HttpRoundReporter, ReportingError
+from flaudit.server.wrapper import CanaryAuditStrategy
+
+from .conftest import AUTH
+
+EXTERNAL = {"name": "failopen", "engine": "external", "num_canaries": 16,
+            "max_canary_fraction": 1.0, "delta": 1e-5}
+S = 0.5
+SHAPES = [(20, 30), (30,)]
+DIM = 630
+
+
+@pytest.fixture(autouse=True)
+def _flower_task_identity():
+    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+
+
+class Switch(httpx.BaseTransport):
+    """The service's transport, or a refused connection while ``up`` is False."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+        self.up = True
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if not self.up:
+            raise httpx.ConnectError("connection refused (service down)")
+        return self.inner.handle_request(request)
+
+
+class Grid3:
+    def get_node_ids(self):
+        return [1, 2, 3]
+
+
+def _attach(client, **spec):
+    body = client.post("/audits", json={**EXTERNAL, **spec}, headers=AUTH).json()
+    env = body["environment"]
+    return env["FLAUDIT_AUDIT_ID"], env["FLAUDIT_RUN_TOKEN"]
+
+
+def _reporter(client, audit_id, token, switch, **options):
+    http = httpx.Client(transport=switch, base_url="http://testserver")
+    return HttpRoundReporter("http://testserver", audit_id, token, client=http, backoff=0.01,
+                             retry_seconds=0.05, **options)
+
+
+def _strategy(reporter, num_rounds):
+    dp = DifferentialPrivacyServerSideFixedClipping(
+        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
+        noise_multiplier=0.5, clipping_norm=S, num_sampled_clients=3,
+    )
+    return CanaryAuditStrategy(dp, reporter=reporter, num_rounds=num_rounds)
+
+
+def _train(strategy, num_rounds, switch, *, down=(), seed=0):
+    """Drive Flower's round loop by hand (no Ray); the service is away in rounds ``down``.
+    Returns the final model as one vector."""
+    rng = np.random.default_rng(seed)
+    arrays = ArrayRecord([rng.standard_normal(s).astype(np.float32) for s in SHAPES])
+    for t in range(1, num_rounds + 1):
+        switch.up = t not in down
+        messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
+        current = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
+        replies = []
+        for msg in messages:
+            u = rng.standard_normal(DIM).astype(np.float32)
+            vec = current + u * (0.1 * S / np.linalg.norm(u))
+            content = RecordDict({"arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
+                                  "metrics": MetricRecord({"num-examples": 10})})
+            replies.append(Message(content=content, reply_to=msg))
+        arrays, _ = strategy.aggregate_train(t, replies)
+        strategy.flush()  # the round's report has been handed over before the switch flips
+    return np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
+
+
+def test_training_goes_on_through_an_outage_and_the_audit_states_its_gaps(client, store, caplog):
+    """Service away in rounds 2-4 of 6: round 1 fetched the canaries of rounds 2 and 3 ahead,
+    so only round 4 trains without canaries; rounds 2-4 are buffered and arrive when it is
+    back; the audit ends succeeded with all 6 rounds and states the gap."""
+    audit_id, token = _attach(client)
+    switch = Switch(client._transport)
+    reporter = _reporter(client, audit_id, token, switch)
+    with caplog.at_level("WARNING", logger="flaudit.server.reporting"):
+        final = _train(_strategy(reporter, 6), 6, switch, down=(2, 3, 4))
+    reporter.close()
+    audit = client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "succeeded", audit["reason"]
+    assert audit["progress"]["round"] == 6
+    rounds = client.get(f"/audits/{audit_id}/rounds").json()["items"]
+    assert [r["round"] for r in rounds] == [1, 2, 3, 4, 5, 6]
+    assert audit["gaps"] == [{
+        "round": 4, "kind": "no_canaries", "reason": "service unreachable (ConnectError)",
+        "cost": audit["gaps"][0]["cost"]}]
+    assert "never inserted" in audit["gaps"][0]["cost"]
+    assert any("round 4 trained without canaries" in a["message"] for a in audit["alerts"])
+    assert rounds[3]["num_canaries_inserted"] == 0  # published now that the audit ended
+    assert sum(r["num_canaries_inserted"] for r in rounds) > 0
+    assert any(e["estimator"] == "two_gaussian" for e in audit["estimates"])
+    stored = store.load_secret_state(audit_id)
+    assert stored.rounds_stored == 6 and final.shape == (DIM,)
+    warnings = [r.getMessage() for r in caplog.records if "unreachable (" in r.getMessage()
+                and "training goes on" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # one clear warning for the outage
+
+
+def test_a_run_started_while_the_service_is_down_trains_and_is_audited_when_it_is_back(
+    client, store
+):
+    audit_id, token = _attach(client)
+    switch = Switch(client._transport)
+    reporter = _reporter(client, audit_id, token, switch)
+    _train(_strategy(reporter, 5), 5, switch, down=(1, 2))
+    reporter.close()
+    audit = client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "succeeded", audit["reason"]
+    assert audit["spec"]["noise_multiplier"] == 0.5  # the claim waited in the outbox
+    no_canaries = {g["round"] for g in audit["gaps"] if g["kind"] == "no_canaries"}
+    assert {1, 2} <= no_canaries <= {1, 2, 3}, audit["gaps"]
+    assert audit["progress"]["round"] == 5 and store.load_secret_state(audit_id).has_final
+
+
+def test_stop_mode_stops_the_run_with_a_clear_message(client):
+    audit_id, token = _attach(client)
+    switch = Switch(client._transport)
+    reporter = _reporter(client, audit_id, token, switch, on_service_error="stop", max_retries=1)
+    with pytest.raises(ReportingError) as error:
+        _train(_strategy(reporter, 5), 5, switch, down=(3, 4, 5))
+    message = str(error.value)
+    assert "is unreachable" in message and "training stops because on_service_error='stop'" in message
+    assert client.get(f"/audits/{audit_id}").json()["progress"]["round"] == 2
+    reporter.close()
+
+
+def _partial(strategy, rounds, seed):
+    """``rounds`` rounds of training, then the ServerApp stops (no final model)."""
+    rng = np.random.default_rng(seed)
+    arrays = ArrayRecord([rng.standard_normal(s).astype(np.float32) for s in SHAPES])
+    for t in range(1, rounds + 1):
+        messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
+        current = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
+        replies = [Message(content=RecordDict({
+            "arrays": ArrayRecord([current[:600].reshape(20, 30), current[600:] + 0.01]),
+            "metrics": MetricRecord({"num-examples": 10})}), reply_to=m) for m in messages]
+        arrays, _ = strategy.aggregate_train(t, replies)
+        strategy.flush()
+
+
+def test_a_second_run_is_refused_by_name_and_the_first_runs_data_stays_intact(client, store):
+    audit_id, token = _attach(client)
+    switch = Switch(client._transport)
+    first = _reporter(client, audit_id, token, switch, run_id="run-first")
+    _partial(_strategy(first, 4), 2, seed=1)  # the first training is at round 2 of 4
+    before = client.get(f"/audits/{audit_id}/rounds").json()["items"]
+    assert [r["round"] for r in before] == [1, 2]
+
+    # a second training started against the same audit (same token): refused before round 1
+    second = _reporter(client, audit_id, token, switch, run_id="run-second")
+    with pytest.raises(ReportingError) as error:
+        _train(_strategy(second, 4), 4, switch, seed=2)
+    message = str(error.value)
+    assert f"audit {audit_id} belongs to another run" in message
+    assert "run-first" in message and "flaudit attach" in message and "resume" in message
+    # a raw round of another run is refused as well, naming the audit
+    r = client.put(f"/audits/{audit_id}/rounds/3", content=np.zeros(DIM, "<f4").tobytes(),
+                   params={"clip_norm": 0.5, "cohort_size": 3, "num_canaries_inserted": 0,
+                           "num_failures": 0, "clipped_fraction": 0, "noise_stddev": 0.25,
+                           "canaries_missing": "x"},
+                   headers={"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": "run-third",
+                            "Content-Type": "application/octet-stream"})
+    assert r.status_code == 409 and "belongs to another run" in r.json()["detail"]
+    second.close()
+    after = client.get(f"/audits/{audit_id}/rounds").json()["items"]
+    assert after == before  # nothing of the other runs was stored, nothing silently dropped
+    assert store.get_audit(audit_id).run_id == "run-first"
+
+    # once the audit has ended, a new training is told to start a new audit
+    store.finish(audit_id, status="cancelled", reason="test", only_if=("running",))
+    late = _reporter(client, audit_id, token, switch, run_id="run-late")
+    with pytest.raises(ReportingError, match=f"audit {audit_id} .*new audit"):
+        late.declare_claim({"noise_multiplier": 0.5, "clip_norm": S, "num_rounds": 4,
+                            "num_clients": 3, "clients_per_round": 3})
+    late.close()
+    first.close()
+
+
+def test_explicit_resume_continues_after_the_last_stored_round(client, store):
+    audit_id, token = _attach(client)
+    switch = Switch(client._transport)
+    crashed = _reporter(client, audit_id, token, switch, run_id="run-crashed")
+    _partial(_strategy(crashed, 5), 2, seed=3)  # two rounds, then the ServerApp dies
+    crashed.close()
+    assert store.get_audit(audit_id).rounds_stored == 2
+
+    # the restarted app (from its round-2 checkpoint, 3 rounds left) resumes explicitly
+    resumed = _reporter(client, audit_id, token, switch, run_id="run-resumed", resume=True)
+    _train(_strategy(resumed, 3), 3, switch, seed=4)
+    resumed.close()
+    audit = client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "succeeded", audit["reason"]
+    assert [r["round"] for r in client.get(f"/audits/{audit_id}/rounds").json()["items"]] == [
+        1, 2, 3, 4, 5]
+    assert audit["spec"]["num_rounds"] == 5 and audit["gaps"] == []
+
+
+def test_a_round_that_does_not_fit_the_buffer_is_a_stated_gap(client, store):
+    audit_id, token = _attach(client)
+    switch = Switch(client._transport)
+    reporter = _reporter(client, audit_id, token, switch, buffer_bytes=3000)  # < 2 rounds
+    _train(_strategy(reporter, 4), 4, switch, down=(2, 3))
+    reporter.close()
+    audit = client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "succeeded", audit["reason"]
+    not_reported = [g for g in audit["gaps"] if g["kind"] == "not_reported"]
+    assert [g["round"] for g in not_reported] == [3]
+    assert "buffer" in not_reported[0]["reason"] and "final model" in not_reported[0]["cost"]
+    assert [r["round"] for r in client.get(f"/audits/{audit_id}/rounds").json()["items"]] == [
+        1, 2, 4]
