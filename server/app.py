@@ -44,7 +44,7 @@ from flaudit.auditor.canaries import Canaries, new_master_seed, resolve_canary_f
 from flaudit.auditor.spec import AuditSpec
 from flaudit.server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
 from flaudit.server.reporting import RoundMetadata, RoundReporter
-from flaudit.server.schedules import canary_participants, participation_schedule, unseen_canary_rounds
+from flaudit.server.schedules import CanarySchedule, participation_schedule
 
 __all__ = ["AuditRuntime", "run_audit", "make_server_app", "app", "MIN_DIM", "check_dimension"]
 
@@ -141,7 +141,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     check_dimension(dim, spec.num_canaries)
     family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
     mask = seen_mask(runtime.canary_seed, spec.num_canaries)
-    seen, unseen = np.flatnonzero(mask), np.flatnonzero(~mask)
+    seen = np.flatnonzero(mask)
     bug = spec.inject_bug
     repeats = spec.canary_repeats
     if bug is not None:
@@ -159,13 +159,12 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         max_participations=spec.max_participations,
         seed=spec.data_seed,
     )
-    participants = canary_participants(
-        seen_by_round=[seen[schedule.canaries(t)] for t in range(1, spec.num_rounds + 1)],
-        unseen_indices=unseen,
-        unseen_rounds=unseen_canary_rounds(
-            int(unseen.size), num_rounds=spec.num_rounds, repeats=repeats, seed=spec.data_seed
-        ),
-    )
+    # the one canary rule (the wrapper and the service's external audits use it too). Seen
+    # canaries take the cohort slots of real clients (real_slots above); aggregate_round divides
+    # by the calibration size m whatever the replies, so canaries beyond m do not dilute the
+    # mechanism and need no cap here (the wrapper's FedAvg divides by its reply count: capped)
+    plan = CanarySchedule.from_mask(mask, num_rounds=spec.num_rounds, canary_repeats=repeats,
+                                    seed=spec.data_seed)
     noise_rng = np.random.default_rng(runtime.noise_seed)
     optimizer = ServerOptimizer(
         learning_rate=spec.server_learning_rate, momentum=spec.server_momentum
@@ -200,7 +199,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         for t in range(1, spec.num_rounds + 1):
             _check_deadline(runtime, f"before round {t}")
             clip_norm = adaptive.clip_norm if adaptive is not None else float(spec.clip_norm)
-            scheduled = seen[schedule.canaries(t)]
+            scheduled = plan.seen(t)
             inserted = audit_work.submit(canaries.sum_of, scheduled)  # while the clients train
             partitions = schedule.real_clients(t)
             arrays = ArrayRecord([model])
@@ -277,7 +276,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
                 clipped_fraction=aggregate.clipped_fraction,
                 noise_stddev=aggregate.noise_stddev,
                 train_loss=float(np.mean(losses)) if losses else None,
-                participants=tuple(int(j) for j in participants[t - 1]),
+                participants=tuple(int(j) for j in plan.participants(t)),
             )
             reported = audit_work.submit(
                 runtime.reporter.report_round, t, aggregate.update.astype(np.float32), metadata

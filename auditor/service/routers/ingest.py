@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect
 from flaudit.auditor.spec import AuditClaim, AuditSpec, Engine
 
 from ..auth import require_run_token
-from ..external import round_canaries, round_canary_vectors
+from ..external import canary_plan, round_canaries, round_canary_vectors
 from ..live import IngestError
 from ..schemas import ClaimAck, FinalMetricsQuery, IngestAck, RoundMetadataQuery
 from .deps import AuditId
@@ -340,6 +340,10 @@ def put_claim(audit_id: AuditId, claim: AuditClaim, request: Request) -> ClaimAc
                 for e in exc.errors(include_url=False, include_context=False)
             ],
         ) from None
+    try:  # the seen canaries take cohort slots: at most clients_per_round per round
+        canary_plan(store.canary_seed(audit_id), spec)
+    except ValueError as exc:
+        raise _fail(422, str(exc)) from None
     wanted = spec.model_dump(mode="json")
     if audit.started_at is not None:
         if audit.spec == wanted:
