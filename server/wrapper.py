@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from logging import INFO, WARNING
 from typing import Any
 
@@ -60,15 +61,16 @@ from flaudit.auditor.service.external import RUN_CONFIG_KEYS
 from flaudit.auditor.validation import check_at_least, check_positive
 from flaudit.server.dpfedavg import canary_update
 from flaudit.server.reporting import RoundMetadata, RoundReporter
-from flaudit.server.schedules import canary_schedule
+from flaudit.server.schedules import CanarySchedule
 from flaudit.server.vectors import flatten, unflatten
 
 __all__ = ["CanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
-           "ENV_RUN_TOKEN"]
+           "ENV_RUN_TOKEN", "ENV_RUN_TOKEN_FILE"]
 
 ENV_AUDIT_ID = "FLAUDIT_AUDIT_ID"
 ENV_URL = "FLAUDIT_URL"
 ENV_RUN_TOKEN = "FLAUDIT_RUN_TOKEN"
+ENV_RUN_TOKEN_FILE = "FLAUDIT_RUN_TOKEN_FILE"
 
 
 def _record_vector(record: ArrayRecord) -> np.ndarray:
@@ -114,8 +116,7 @@ def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[s
     Raises
     ------
     ValueError
-        For a legacy strategy, an accountant-enabled DP strategy, or no clipping norm, saying
-        what to change.
+        For a legacy strategy or no clipping norm, saying what to change.
     """
     from flwr.serverapp.strategy import (
         DifferentialPrivacyClientSideAdaptiveClipping,
@@ -144,13 +145,6 @@ def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[s
         )
         claim["noise_multiplier"] = 0.0
         return claim
-    if getattr(dp, "accountant", None) is not None:
-        raise ValueError(
-            f"strategy: {type(dp).__name__}(accountant=...) checks every round's reply count "
-            "against num_sampled_clients, and the canaries change it each round; remove "
-            "accountant= (the audit reports the analytic epsilon from dp-accounting, RDP and "
-            "PLD, for the same noise multiplier, sampling and rounds)"
-        )
     claim["clients_per_round"] = int(dp.num_sampled_clients)
     claim["noise_multiplier"] = float(dp.noise_multiplier)
     if isinstance(dp, fixed):
@@ -181,16 +175,19 @@ def _weight_key(strategy: Strategy) -> str:
 class LocalCanaries:
     """Canaries generated in this process from a seed (tests, ``flaudit run``-style local use).
 
-    The same rule as the service's external audits (:func:`flaudit.auditor.service.external.round_canaries`):
-    the seen set from the seed, ``canary_repeats`` rounds per seen canary from ``data_seed``,
-    the family from ``canary_family`` by :func:`flaudit.auditor.canaries.resolve_canary_family` once the
-    model size is known (``None``: orthogonal where ``num_canaries <= d``). The seed never
-    appears in ``repr``.
+    The same rule as the service's external audits (:func:`flaudit.auditor.service.external.canary_plan`,
+    :class:`flaudit.server.schedules.CanarySchedule`): the seen set from the seed,
+    ``canary_repeats`` rounds per seen canary from ``data_seed``, at most ``clients_per_round``
+    canaries per round (they take cohort slots; ``None``: no cap), the family from
+    ``canary_family`` by :func:`flaudit.auditor.canaries.resolve_canary_family` once the model
+    size is known (``None``: orthogonal where ``num_canaries <= d``). The seed never appears in
+    ``repr``.
     """
 
     def __init__(self, canary_seed: int, *, num_canaries: int, num_rounds: int,
                  canary_repeats: int = 1, data_seed: int = 0,
-                 canary_family: CanaryFamily | str | None = None) -> None:
+                 canary_family: CanaryFamily | str | None = None,
+                 clients_per_round: int | None = None) -> None:
         check_at_least(num_canaries, "num_canaries", 2)
         check_at_least(num_rounds, "num_rounds", 1)
         if not 1 <= canary_repeats <= num_rounds:
@@ -198,14 +195,21 @@ class LocalCanaries:
         self._seed = int(canary_seed)
         self.num_canaries = int(num_canaries)
         self.canary_family = None if canary_family is None else CanaryFamily(canary_family)
-        seen = np.flatnonzero(seen_mask(self._seed, int(num_canaries)))
-        positions = canary_schedule(int(seen.size), num_rounds=int(num_rounds),
-                                    canary_repeats=int(canary_repeats), seed=int(data_seed))
-        self.by_round = {t + 1: np.sort(seen[p]) for t, p in enumerate(positions)}
+        self._plan = CanarySchedule.from_mask(
+            seen_mask(self._seed, int(num_canaries)), num_rounds=int(num_rounds),
+            canary_repeats=int(canary_repeats), seed=int(data_seed),
+            max_per_round=clients_per_round,
+        )
+        self.by_round = {t: self._plan.seen(t) for t in range(1, int(num_rounds) + 1)}
         self._canaries: Canaries | None = None
 
     def __repr__(self) -> str:
         return f"LocalCanaries(num_rounds={len(self.by_round)})"
+
+    def participants(self, server_round: int) -> np.ndarray:
+        """Canary indices "in" the round (seen inserted + unseen drawn), for the known-rounds
+        statistic; what the service derives itself for an external audit."""
+        return self._plan.participants(server_round)
 
     def round_canaries(self, server_round: int, dim: int) -> np.ndarray:
         if self._canaries is None or self._canaries.dim != int(dim):  # derived once per run
@@ -229,19 +233,28 @@ def _mean_value(values: list[Any], weights: np.ndarray) -> Any:
 
 
 class CanaryAuditStrategy(Strategy):
-    """Wrap ``strategy``: insert seen canaries into ``aggregate_train`` and report every round.
+    """Wrap ``strategy``: seen canaries take cohort slots in ``aggregate_train``; every round
+    is reported.
+
+    Round ``t`` with ``c`` scheduled seen canaries: of the ``n`` training messages the wrapped
+    strategy configures, ``c`` (chosen at random) are not sent, and the ``c`` canary replies take
+    their places, so the wrapped strategy aggregates exactly the ``n`` replies its DP noise is
+    calibrated for (Andrew et al. 2023: canary clients are part of the population and sampled
+    into cohorts). Each canary reply carries the round's largest client weight.
 
     Parameters
     ----------
     strategy : flwr.serverapp.strategy.Strategy
         The strategy to audit (clips, aggregates and adds noise), e.g. Flower's
-        ``DifferentialPrivacyServerSideFixedClipping(FedAvg(...), ...)``.
+        ``DifferentialPrivacyServerSideFixedClipping(FedAvg(...), ...)``. Its own methods run
+        unchanged, including an overridden ``start()``.
     reporter : RoundReporter
         Where the claim, theta_0, Delta_t and theta_T go. For an external audit an
         :class:`~flaudit.server.reporting.HttpRoundReporter`, which also serves the round's canaries.
     canaries : object, optional
-        Has ``round_canaries(server_round, dim)`` returning unit vectors ``(c, dim)``; default:
-        the reporter's ``round_canaries(server_round)`` (the service schedules them).
+        Has ``round_canaries(server_round, dim)`` returning unit vectors ``(c, dim)`` (and
+        optionally ``participants(server_round)``); default: the reporter's
+        ``round_canaries(server_round)`` (the service schedules them).
     clip_norm : float, optional
         Clip norm for a strategy without a Flower DP wrapper (read from the wrapper otherwise).
     num_rounds : int, optional
@@ -263,7 +276,7 @@ class CanaryAuditStrategy(Strategy):
         num_rounds: int | None = None,
     ) -> None:
         _refuse_legacy(strategy)
-        read_claim(strategy, num_rounds=1, num_nodes=1)  # refuses accountants before any run
+        read_claim(strategy, num_rounds=1, num_nodes=1)
         if clip_norm is not None:
             check_positive(clip_norm, "clip_norm")
         if clip_norm is None and _current_clip_norm(strategy) is None:
@@ -275,6 +288,10 @@ class CanaryAuditStrategy(Strategy):
         if num_rounds is not None:
             check_at_least(num_rounds, "num_rounds", 1)
         self.strategy = strategy
+        # the wrapped strategy's own methods, bound before anything is patched: an overridden
+        # start() of the wrapped strategy calls back into ours (see start())
+        self._inner_configure_train = strategy.configure_train
+        self._inner_aggregate_train = strategy.aggregate_train
         self.reporter = reporter
         self._canaries = canaries
         self._clip_norm = None if clip_norm is None else float(clip_norm)
@@ -287,7 +304,14 @@ class CanaryAuditStrategy(Strategy):
         self._in_start = False
         self._final: np.ndarray | None = None
         self._claimed = False
-        # the audit's own network and CPU work (fetching round t's canaries, reporting round
+        self._round_block: dict[int, np.ndarray] = {}
+        self._slot_rng = np.random.default_rng()
+        #: per round: how many of the sampled nodes the canaries displaced (not sent a message)
+        self.displaced: dict[int, int] = {}
+        #: per round: largest weight x replies / total weight (1: equal weights); above 1 the
+        #: weighting gives the heaviest reply more than the C/n the noise is calibrated for
+        self.weight_factors: dict[int, float] = {}
+        # the audit's own network and CPU work (fetching round t+1's canaries, reporting round
         # t's release) runs in order on one thread while the clients train
         self._audit_work: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[np.ndarray]] = {}
@@ -297,27 +321,56 @@ class CanaryAuditStrategy(Strategy):
     def from_env(
         cls, strategy: Strategy, *, run_config: Mapping[str, Any] | None = None, **options: Any
     ) -> "CanaryAuditStrategy":
-        """Attach ``strategy`` to the audit named by ``FLAUDIT_AUDIT_ID``, ``FLAUDIT_URL`` and
-        ``FLAUDIT_RUN_TOKEN`` (or the run-config keys ``flaudit-audit-id``, ``flaudit-ingest-url``,
-        ``flaudit-run-token``; the environment wins).
+        """Attach ``strategy`` to the audit named by ``FLAUDIT_AUDIT_ID`` and ``FLAUDIT_URL``
+        (or the run-config keys ``flaudit-audit-id``, ``flaudit-ingest-url``; the environment
+        wins), with the run token from ``FLAUDIT_RUN_TOKEN``, or read from the file named by
+        ``FLAUDIT_RUN_TOKEN_FILE`` or the run-config key ``flaudit-run-token-file``.
+
+        The token itself never goes in the run config: apps write their run config to disk
+        (and Flower stores it with the run); ``flaudit attach --format run-config --token-file
+        PATH`` writes the token to ``PATH`` (mode 0600) and prints the path.
 
         Raises
         ------
         ValueError
-            Naming the missing variable.
+            Naming the missing variable, or a run token found in the run config.
         """
         from flaudit.server.reporting import HttpRoundReporter
 
+        config = dict(run_config or {})
+        if str(config.get("flaudit-run-token", "") or ""):
+            raise ValueError(
+                "run config 'flaudit-run-token': the run token must not be in the run config "
+                "(apps write it to disk); pass it as FLAUDIT_RUN_TOKEN in the ServerApp's "
+                "environment or in a file named by 'flaudit-run-token-file' (`flaudit attach "
+                "--format run-config --token-file PATH` writes one), and rotate this one "
+                "(`flaudit attach --rotate AUDIT_ID`)"
+            )
         values = {}
         for env, key in RUN_CONFIG_KEYS.items():
-            value = os.environ.get(env) or str((run_config or {}).get(key, "") or "")
+            values[env] = os.environ.get(env) or str(config.get(key, "") or "")
+        token = os.environ.get(ENV_RUN_TOKEN, "")
+        token_file = values.pop(ENV_RUN_TOKEN_FILE, "")
+        if not token and token_file:
+            try:
+                with open(token_file, encoding="utf-8") as handle:
+                    token = handle.readline().strip()
+            except OSError as error:
+                raise ValueError(
+                    f"{ENV_RUN_TOKEN_FILE}: cannot read the run token file {token_file!r} "
+                    f"({type(error).__name__}) where the ServerApp runs"
+                ) from None
+        values[ENV_RUN_TOKEN] = token
+        for env, value in values.items():
             if not value:
+                if env == ENV_RUN_TOKEN:
+                    env = f"{ENV_RUN_TOKEN} (or {ENV_RUN_TOKEN_FILE})"
+                key = RUN_CONFIG_KEYS.get(env, RUN_CONFIG_KEYS[ENV_RUN_TOKEN_FILE])
                 raise ValueError(
                     f"{env} is not set (nor the run-config key {key!r}): print the lines with "
                     "`flaudit attach` (or POST /audits with \"engine\": \"external\") and export "
                     "them where the ServerApp runs (the SuperLink's environment)"
                 )
-            values[env] = value
         reporter = HttpRoundReporter(values[ENV_URL], values[ENV_AUDIT_ID], values[ENV_RUN_TOKEN])
         return cls(strategy, reporter=reporter, **options)
 
@@ -325,7 +378,8 @@ class CanaryAuditStrategy(Strategy):
         return f"CanaryAuditStrategy({self.strategy!r})"
 
     def summary(self) -> None:
-        log(INFO, "\t├──> Canary audit: canaries from %s", type(self._canaries or self.reporter).__name__)
+        log(INFO, "\t├──> Canary audit: canaries from %s, taking cohort slots",
+            type(self._canaries or self.reporter).__name__)
         self.strategy.summary()
 
     @property
@@ -346,6 +400,7 @@ class CanaryAuditStrategy(Strategy):
             declare(claim)
         self.num_rounds = int(num_rounds)
         self._claimed = True
+        self._cohort = int(claim["clients_per_round"])
         log(INFO, "flaudit: claim declared: noise multiplier %s, %s, %d of %d nodes per round, "
             "%d rounds", claim["noise_multiplier"],
             f"clip norm {claim['clip_norm']}" if "clip_norm" in claim else "adaptive clipping",
@@ -354,19 +409,39 @@ class CanaryAuditStrategy(Strategy):
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, *args: Any,
               **kwargs: Any):
-        """Declare the claim, report theta_0, run Flower's loop, then report theta_T with the
-        final round's accuracy and loss (from ``evaluate_fn`` or the clients' evaluation)."""
+        """Declare the claim, report theta_0, run the wrapped strategy's loop, then report
+        theta_T with the final round's accuracy and loss (from ``evaluate_fn`` or the clients'
+        evaluation).
+
+        The loop is the wrapped strategy's own ``start()`` when it overrides Flower's (an app
+        that writes results or checkpoints there keeps doing so): while it runs, its
+        ``configure_train`` and ``aggregate_train`` are this wrapper's, which call its own.
+        """
         self.declare(grid, num_rounds)
         self._report_initial(initial_arrays)
         self._in_start = True
+        own_start = _overrides_start(self.strategy)
         try:
-            result = super().start(grid, initial_arrays, num_rounds, *args, **kwargs)
+            if own_start:
+                self.strategy.configure_train = self.configure_train
+                self.strategy.aggregate_train = self.aggregate_train
+                result = self.strategy.start(grid, initial_arrays, num_rounds, *args, **kwargs)
+            else:
+                result = super().start(grid, initial_arrays, num_rounds, *args, **kwargs)
         finally:
             self._in_start = False
+            if own_start:
+                for name in ("configure_train", "aggregate_train"):
+                    self.strategy.__dict__.pop(name, None)
         self.flush()
         if self._final is not None and not self._final_reported:
             self.reporter.report_final(self._final, _final_metrics(result, num_rounds))
             self._final_reported = True
+        spent = _accountant_spent(self.strategy)
+        if spent is not None:
+            log(INFO, "flaudit: Flower's accountant reports epsilon = %.4g at delta = %g after "
+                "%d releases; the audit page shows dp-accounting's analytic epsilon beside the "
+                "measured bounds", spent.epsilon, spent.delta, spent.num_releases)
         self._close_audit_work()
         return result
 
@@ -402,18 +477,48 @@ class CanaryAuditStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
+        """The wrapped strategy's messages, less one per canary scheduled this round."""
         if not self._claimed and self.num_rounds is not None:
             self.declare(grid, self.num_rounds)
         self._current = arrays
         self._report_initial(arrays)
-        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        self._template = messages[0] if messages else None
-        if messages and server_round not in self._prefetched:  # fetched while the clients train
-            dim = sum(int(np.prod(a.shape)) for a in arrays.values())
-            self._prefetched[server_round] = self._submit(self._round_canaries, server_round, dim)
-        return messages
+        messages = list(self._inner_configure_train(server_round, arrays, config, grid))
+        if not messages:
+            return messages
+        self._template = messages[0]
+        dim = sum(int(np.prod(a.shape)) for a in arrays.values())
+        block = self._take_canaries(server_round, dim)
+        if block.shape[0] > len(messages):
+            raise ValueError(
+                f"round {server_round}: {block.shape[0]} canaries are scheduled but the strategy "
+                f"sampled only {len(messages)} nodes; canaries take cohort slots, so "
+                "num_sampled_clients must match the nodes the strategy samples (FedAvg: "
+                "fraction_train x nodes, at least min_train_nodes), or use fewer canaries"
+            )
+        self._round_block[server_round] = block
+        displaced = int(block.shape[0])
+        self.displaced[server_round] = displaced
+        if self.num_rounds is None or server_round < self.num_rounds:  # while the clients train
+            if server_round + 1 not in self._prefetched:
+                self._prefetched[server_round + 1] = self._submit(
+                    self._round_canaries, server_round + 1, dim
+                )
+        if displaced == 0:
+            return messages
+        drop = set(self._slot_rng.choice(len(messages), size=displaced, replace=False).tolist())
+        return [m for i, m in enumerate(messages) if i not in drop]
+
+    def _take_canaries(self, server_round: int, dim: int) -> np.ndarray:
+        prefetched = self._prefetched.pop(server_round, None)
+        block = prefetched.result() if prefetched is not None else None
+        if block is None or block.shape[1:] != (dim,):
+            block = self._round_canaries(server_round, dim)
+        return block
 
     def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
+        """The ``c`` canary reply directions of the round, float32 ``(c, dim)`` (the seam the
+        service client fills: unit vectors, or ``c`` equal rows ``sum / c``: the same aggregate
+        for every mechanism that clips each reply to a norm >= S and is linear after clipping)."""
         if self._canaries is not None:
             block = self._canaries.round_canaries(server_round, dim)
         else:
@@ -423,6 +528,8 @@ class CanaryAuditStrategy(Strategy):
 
     def _canary_metrics(self, valid: list[Message], weight: float) -> RecordDict:
         """MetricRecords with the real replies' names and keys; each value the weighted mean."""
+        if not valid:  # every slot of the round went to a canary
+            return {"metrics": MetricRecord({self.weight_key: weight})}
         weights = np.asarray([self._reply_weight(r) for r in valid], dtype=np.float64)
         records: dict[str, MetricRecord] = {}
         for name, first in valid[0].content.metric_records.items():
@@ -444,8 +551,11 @@ class CanaryAuditStrategy(Strategy):
             records["metrics"] = MetricRecord({self.weight_key: weight})
         return records
 
-    def _canary_reply(self, vector: np.ndarray, like: Message, metrics: dict) -> Message:
-        name, record = next(iter(like.content.array_records.items()))
+    def _canary_reply(self, vector: np.ndarray, like: Message | None, metrics: dict) -> Message:
+        if like is not None:
+            name, record = next(iter(like.content.array_records.items()))
+        else:  # no real reply this round: the layout of the arrays sent
+            name, record = "arrays", self._current
         arrays_np = record.to_numpy_ndarrays()
         arrays = unflatten(vector, [a.shape for a in arrays_np], dtypes=[a.dtype for a in arrays_np])
         content = RecordDict({
@@ -463,55 +573,63 @@ class CanaryAuditStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Add the round's canary replies (at the round's largest weight) and aggregate."""
         replies = list(replies)
         valid = [r for r in replies if not r.has_error() and r.content.array_records]
         current = _record_vector(self._current) if self._current is not None else None
         inserted = 0
         num_clipped = 0
         clip_norm = self.clip_norm
-        if current is not None and valid and self._template is not None:
+        weight_factor = None
+        block = self._round_block.pop(server_round, None)
+        if current is not None and self._template is not None and block is not None:
             for reply in valid:
                 update = _record_vector(next(iter(reply.content.array_records.values()))) - current
                 num_clipped += int(np.linalg.norm(update.astype(np.float64)) > clip_norm)
-            weights = {self._reply_weight(reply) for reply in valid}
-            if len(weights) > 1:
-                raise ValueError(
-                    f"replies of round {server_round} carry different '{self.weight_key}' values "
-                    f"({sorted(weights)}): DP-FedAvg averages clipped updates with uniform weights "
-                    "(weighting by example count breaks the DP guarantee, and canaries could not "
-                    f"be aggregated like clients); report the same '{self.weight_key}' from "
-                    "every client"
-                )
-            (weight,) = weights
+            weights = [self._reply_weight(reply) for reply in valid]
+            # worst case for the claim: a canary weighs what the heaviest client of the round
+            # weighs (equal weights: exactly the clients' weight, as before)
+            weight = max(weights) if weights else 1.0
             metrics = self._canary_metrics(valid, weight)
-            prefetched = self._prefetched.pop(server_round, None)
-            block = (prefetched.result() if prefetched is not None
-                     else self._round_canaries(server_round, current.size))
+            like = valid[0] if valid else None
             for direction in block:
                 model = (current + canary_update(direction, clip_norm)).astype(np.float32)
-                replies.append(self._canary_reply(model, valid[0], metrics))
+                replies.append(self._canary_reply(model, like, metrics))
                 inserted += 1
+            total = sum(weights) + inserted * weight
+            count = len(weights) + inserted
+            if total > 0 and count:
+                weight_factor = weight * count / total
+                self.weight_factors[server_round] = weight_factor
+                if weight_factor > 1 + 1e-9:
+                    log(WARNING, "flaudit: round %s: weighting by '%s' gives the heaviest reply "
+                        "%.3g x the influence C/n that the DP noise is calibrated for; a client "
+                        "of that weight has %.3g x the claimed privacy loss (the weighting, not "
+                        "the noise, breaks the claim: cap weights or weight uniformly)",
+                        server_round, self.weight_key, weight_factor, weight_factor)
         elif current is not None and not valid:
             log(WARNING, "flaudit: round %s has no valid reply; no canary inserted", server_round)
-        self._prefetched.pop(server_round, None)  # not used (no valid reply): dropped
-        arrays, metrics_out = self.strategy.aggregate_train(server_round, replies)
+        self._prefetched.pop(server_round, None)  # not used: dropped
+        arrays, metrics_out = self._inner_aggregate_train(server_round, replies)
         if arrays is not None and current is not None:
             new = _record_vector(arrays)
             self.flush()  # round t-1's, in order; its error stops the run here
-            self._reported = self._submit(
-                self.reporter.report_round,
-                server_round,
-                new - current,
-                RoundMetadata(
-                    clip_norm=clip_norm,
-                    cohort_size=len(valid) + inserted,
-                    num_canaries_inserted=inserted,
-                    num_failures=len(replies) - inserted - len(valid),
-                    clipped_fraction=num_clipped / len(valid) if valid else 0.0,
-                    noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
-                    train_loss=_metric(metrics_out, "loss"),
-                ),
+            participants = getattr(self._canaries, "participants", None)
+            metadata = RoundMetadata(
+                clip_norm=clip_norm,
+                cohort_size=len(valid) + inserted,
+                num_canaries_inserted=inserted,
+                num_failures=len(replies) - inserted - len(valid),
+                clipped_fraction=num_clipped / len(valid) if valid else 0.0,
+                noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
+                train_loss=_metric(metrics_out, "loss"),
+                participants=(None if participants is None
+                              else tuple(int(j) for j in participants(server_round))),
             )
+            if weight_factor is not None:
+                metadata = replace(metadata, weight_factor=weight_factor)
+            self._reported = self._submit(self.reporter.report_round, server_round,
+                                          new - current, metadata)
             if server_round == self.num_rounds:
                 self._final = new
                 if not self._in_start and not self._final_reported:
@@ -529,6 +647,25 @@ class CanaryAuditStrategy(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+    def __getattr__(self, name: str) -> Any:
+        # the wrapped strategy's own attributes (an app's start() or callbacks read them)
+        if name.startswith("_") or name == "strategy":
+            raise AttributeError(name)
+        return getattr(self.__dict__["strategy"], name)
+
+
+def _overrides_start(strategy: Strategy) -> bool:
+    """Whether ``strategy``'s class has its own ``start()`` (not Flower's ``Strategy.start``)."""
+    return getattr(type(strategy), "start", Strategy.start) is not Strategy.start
+
+
+def _accountant_spent(strategy: Strategy) -> Any:
+    """Flower's accountant's cumulative spend (``privacy_spent()``) of a DP wrapper, if any."""
+    for item in _chain(strategy):
+        if getattr(item, "accountant", None) is not None and hasattr(item, "privacy_spent"):
+            return item.privacy_spent()
+    return None
 
 
 def _noise_multiplier(strategy: Strategy) -> float:
