@@ -64,7 +64,7 @@ from flaudit.server.reporting import RoundMetadata, RoundReporter
 from flaudit.server.schedules import CanarySchedule
 from flaudit.server.vectors import flatten, unflatten
 
-__all__ = ["CanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
+__all__ = ["CanaryAuditStrategy", "LegacyCanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
            "ENV_RUN_TOKEN", "ENV_RUN_TOKEN_FILE"]
 
 ENV_AUDIT_ID = "FLAUDIT_AUDIT_ID"
@@ -88,15 +88,26 @@ def _chain(strategy: Any) -> list[Any]:
         chain.append(inner)
 
 
+def _is_legacy(strategy: Any) -> bool:
+    return type(strategy).__module__.startswith("flwr.server.strategy") or isinstance(
+        strategy, _legacy_strategy_class())
+
+
+def _legacy_strategy_class() -> type:
+    from flwr.server.strategy import Strategy as LegacyStrategy
+
+    return LegacyStrategy
+
+
 def _refuse_legacy(strategy: Any) -> None:
     for item in _chain(strategy):
         module = type(item).__module__
         if module.startswith("flwr.server.strategy"):
             name = type(item).__name__
             raise ValueError(
-                f"strategy: {name} is a legacy flwr.server.strategy strategy (ServerApp with "
-                f"ServerConfig); CanaryAuditStrategy wraps Message-API strategies: use "
-                f"flwr.serverapp.strategy.{name} and start it with strategy.start(grid=..., "
+                f"strategy: {name} is a legacy flwr.server.strategy strategy (LegacyContext, "
+                f"DefaultWorkflow, SecAgg+); wrap it in LegacyCanaryAuditStrategy, or use "
+                f"flwr.serverapp.strategy.{name} and strategy.start(grid=..., "
                 "initial_arrays=..., num_rounds=...)"
             )
     if not isinstance(strategy, Strategy):
@@ -118,31 +129,27 @@ def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[s
     ValueError
         For a legacy strategy or no clipping norm, saying what to change.
     """
-    from flwr.serverapp.strategy import (
-        DifferentialPrivacyClientSideAdaptiveClipping,
-        DifferentialPrivacyClientSideFixedClipping,
-        DifferentialPrivacyServerSideAdaptiveClipping,
-        DifferentialPrivacyServerSideFixedClipping,
-    )
+    import flwr.server.strategy as legacy
+    import flwr.serverapp.strategy as message_api
 
-    _refuse_legacy(strategy)
-    fixed = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacyClientSideFixedClipping)
-    adaptive = (
-        DifferentialPrivacyServerSideAdaptiveClipping,
-        DifferentialPrivacyClientSideAdaptiveClipping,
-    )
+    if not _is_legacy(strategy):
+        _refuse_legacy(strategy)
+    fixed = tuple(getattr(module, f"DifferentialPrivacy{side}SideFixedClipping")
+                  for module in (message_api, legacy) for side in ("Server", "Client"))
+    adaptive = tuple(getattr(module, f"DifferentialPrivacy{side}SideAdaptiveClipping")
+                     for module in (message_api, legacy) for side in ("Server", "Client"))
     claim: dict[str, Any] = {"num_rounds": int(num_rounds), "participation": "uniform"}
     chain = _chain(strategy)
     dp = next((s for s in chain if isinstance(s, fixed + adaptive)), None)
     base = chain[-1]
-    nodes = max(int(num_nodes), int(getattr(base, "min_available_nodes", 1) or 1))
+    least_nodes = getattr(base, "min_available_nodes", getattr(base, "min_available_clients", 1))
+    nodes = max(int(num_nodes), int(least_nodes or 1))
     claim["num_clients"] = nodes
     claim["strategy"] = " > ".join(type(s).__name__ for s in chain)[:200]
     if dp is None:
-        fraction = float(getattr(base, "fraction_train", 1.0))
-        claim["clients_per_round"] = max(
-            1, int(getattr(base, "min_train_nodes", 1)), int(fraction * nodes)
-        )
+        fraction = float(getattr(base, "fraction_train", getattr(base, "fraction_fit", 1.0)))
+        least = getattr(base, "min_train_nodes", getattr(base, "min_fit_clients", 1))
+        claim["clients_per_round"] = max(1, int(least), int(fraction * nodes))
         claim["noise_multiplier"] = 0.0
         return claim
     claim["clients_per_round"] = int(dp.num_sampled_clients)
@@ -230,6 +237,47 @@ def _mean_value(values: list[Any], weights: np.ndarray) -> Any:
     if isinstance(values[0], bool):
         return mean >= 0.5
     return int(round(mean)) if isinstance(values[0], int) else mean
+
+
+def _reporter_from_env(run_config: Mapping[str, Any] | None) -> RoundReporter:
+    """The service client of the audit named by the environment or the run config (``from_env``)."""
+    from flaudit.server.reporting import HttpRoundReporter
+
+    config = dict(run_config or {})
+    if str(config.get("flaudit-run-token", "") or ""):
+        raise ValueError(
+            "run config 'flaudit-run-token': the run token must not be in the run config "
+            "(apps write it to disk); pass it as FLAUDIT_RUN_TOKEN in the ServerApp's "
+            "environment or in a file named by 'flaudit-run-token-file' (`flaudit attach "
+            "--format run-config --token-file PATH` writes one), and rotate this one "
+            "(`flaudit attach --rotate AUDIT_ID`)"
+        )
+    values = {}
+    for env, key in RUN_CONFIG_KEYS.items():
+        values[env] = os.environ.get(env) or str(config.get(key, "") or "")
+    token = os.environ.get(ENV_RUN_TOKEN, "")
+    token_file = values.pop(ENV_RUN_TOKEN_FILE, "")
+    if not token and token_file:
+        try:
+            with open(token_file, encoding="utf-8") as handle:
+                token = handle.readline().strip()
+        except OSError as error:
+            raise ValueError(
+                f"{ENV_RUN_TOKEN_FILE}: cannot read the run token file {token_file!r} "
+                f"({type(error).__name__}) where the ServerApp runs"
+            ) from None
+    values[ENV_RUN_TOKEN] = token
+    for env, value in values.items():
+        if not value:
+            if env == ENV_RUN_TOKEN:
+                env = f"{ENV_RUN_TOKEN} (or {ENV_RUN_TOKEN_FILE})"
+            key = RUN_CONFIG_KEYS.get(env, RUN_CONFIG_KEYS[ENV_RUN_TOKEN_FILE])
+            raise ValueError(
+                f"{env} is not set (nor the run-config key {key!r}): print the lines with "
+                "`flaudit attach` (or POST /audits with \"engine\": \"external\") and export "
+                "them where the ServerApp runs (the SuperLink's environment)"
+            )
+    return HttpRoundReporter(values[ENV_URL], values[ENV_AUDIT_ID], values[ENV_RUN_TOKEN])
 
 
 class CanaryAuditStrategy(Strategy):
@@ -335,44 +383,7 @@ class CanaryAuditStrategy(Strategy):
         ValueError
             Naming the missing variable, or a run token found in the run config.
         """
-        from flaudit.server.reporting import HttpRoundReporter
-
-        config = dict(run_config or {})
-        if str(config.get("flaudit-run-token", "") or ""):
-            raise ValueError(
-                "run config 'flaudit-run-token': the run token must not be in the run config "
-                "(apps write it to disk); pass it as FLAUDIT_RUN_TOKEN in the ServerApp's "
-                "environment or in a file named by 'flaudit-run-token-file' (`flaudit attach "
-                "--format run-config --token-file PATH` writes one), and rotate this one "
-                "(`flaudit attach --rotate AUDIT_ID`)"
-            )
-        values = {}
-        for env, key in RUN_CONFIG_KEYS.items():
-            values[env] = os.environ.get(env) or str(config.get(key, "") or "")
-        token = os.environ.get(ENV_RUN_TOKEN, "")
-        token_file = values.pop(ENV_RUN_TOKEN_FILE, "")
-        if not token and token_file:
-            try:
-                with open(token_file, encoding="utf-8") as handle:
-                    token = handle.readline().strip()
-            except OSError as error:
-                raise ValueError(
-                    f"{ENV_RUN_TOKEN_FILE}: cannot read the run token file {token_file!r} "
-                    f"({type(error).__name__}) where the ServerApp runs"
-                ) from None
-        values[ENV_RUN_TOKEN] = token
-        for env, value in values.items():
-            if not value:
-                if env == ENV_RUN_TOKEN:
-                    env = f"{ENV_RUN_TOKEN} (or {ENV_RUN_TOKEN_FILE})"
-                key = RUN_CONFIG_KEYS.get(env, RUN_CONFIG_KEYS[ENV_RUN_TOKEN_FILE])
-                raise ValueError(
-                    f"{env} is not set (nor the run-config key {key!r}): print the lines with "
-                    "`flaudit attach` (or POST /audits with \"engine\": \"external\") and export "
-                    "them where the ServerApp runs (the SuperLink's environment)"
-                )
-        reporter = HttpRoundReporter(values[ENV_URL], values[ENV_AUDIT_ID], values[ENV_RUN_TOKEN])
-        return cls(strategy, reporter=reporter, **options)
+        return cls(strategy, reporter=_reporter_from_env(run_config), **options)
 
     def __repr__(self) -> str:
         return f"CanaryAuditStrategy({self.strategy!r})"
@@ -653,6 +664,211 @@ class CanaryAuditStrategy(Strategy):
         if name.startswith("_") or name == "strategy":
             raise AttributeError(name)
         return getattr(self.__dict__["strategy"], name)
+
+
+class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
+    """:class:`CanaryAuditStrategy` for legacy ``flwr.server.strategy`` strategies: ``FedAvg``
+    and Flower's four DP wrappers, run by ``LegacyContext`` + ``DefaultWorkflow``, including
+    ``SecAggPlusWorkflow`` with ``secaggplus_mod`` / ``fixedclipping_mod`` clients.
+
+    The same audit: seen canaries take cohort slots (``configure_fit`` leaves ``c`` of the
+    sampled clients out, ``aggregate_fit`` adds ``c`` canary results at the round's largest
+    ``num_examples``), the claim comes from the DP wrapper, every round is reported.
+
+    Under SecAgg+ the server never sees a client's update: after unmasking, Flower hands
+    ``aggregate_fit`` one result per client that all carry the *same* securely aggregated
+    (weighted-average) parameters, each with the client's own ``num_examples``. FedAvg's weighted
+    average of those plus the canary results is exactly the average the canaries would have
+    entered as SecAgg+ clients (it is linear), so the audit is the same; what the auditor sees is
+    what any server sees: the aggregate, the weights and the metrics, never an update.
+
+    Parameters
+    ----------
+    strategy : flwr.server.strategy.Strategy
+        E.g. ``DifferentialPrivacyClientSideFixedClipping(FedAvg(...), ...)`` (Flower's fl-dp-sa).
+    num_rounds : int
+        The ``ServerConfig(num_rounds=...)`` of the ``LegacyContext`` (a legacy strategy is not
+        told the number of rounds).
+    reporter, canaries, clip_norm
+        As for :class:`CanaryAuditStrategy`.
+    """
+
+    def __init__(self, strategy: Any, *, num_rounds: int, reporter: RoundReporter,
+                 canaries: Any = None, clip_norm: float | None = None) -> None:
+        if not isinstance(strategy, _legacy_strategy_class()):
+            raise ValueError(
+                f"strategy must be a flwr.server.strategy.Strategy, got {type(strategy).__name__}"
+                " (Message-API strategies: CanaryAuditStrategy)"
+            )
+        check_at_least(num_rounds, "num_rounds", 1)
+        if clip_norm is not None:
+            check_positive(clip_norm, "clip_norm")
+        if clip_norm is None and _current_clip_norm(strategy) is None:
+            raise ValueError(
+                "clip_norm: the wrapped strategy has no Flower DP wrapper to read the clipping "
+                "norm from; wrap it in DifferentialPrivacyClientSideFixedClipping (or another "
+                "DP wrapper), or pass clip_norm= for your own clipping"
+            )
+        read_claim(strategy, num_rounds=num_rounds, num_nodes=1)
+        self.strategy = strategy
+        self.reporter = reporter
+        self.num_rounds = int(num_rounds)
+        self._canaries = canaries
+        self._clip_norm = None if clip_norm is None else float(clip_norm)
+        self._claimed = False
+        self._initial_reported = False
+        self._final_reported = False
+        self._current: list[np.ndarray] | None = None
+        self._round_block: dict[int, np.ndarray] = {}
+        self._slot_rng = np.random.default_rng()
+        self.displaced: dict[int, int] = {}
+        self.weight_factors: dict[int, float] = {}
+
+    @classmethod
+    def from_env(cls, strategy: Any, *, num_rounds: int,
+                 run_config: Mapping[str, Any] | None = None,
+                 **options: Any) -> "LegacyCanaryAuditStrategy":
+        """As :meth:`CanaryAuditStrategy.from_env`."""
+        return cls(strategy, num_rounds=num_rounds, reporter=_reporter_from_env(run_config),
+                   **options)
+
+    def __repr__(self) -> str:
+        return f"LegacyCanaryAuditStrategy({self.strategy!r})"
+
+    @property
+    def clip_norm(self) -> float:
+        norm = _current_clip_norm(self.strategy)
+        return float(norm if norm is not None else self._clip_norm)
+
+    def _report_initial(self, ndarrays: list[np.ndarray]) -> None:
+        if not self._initial_reported:
+            self.reporter.report_initial(flatten(ndarrays))
+            self._initial_reported = True
+
+    def initialize_parameters(self, client_manager: Any) -> Any:
+        from flwr.common import parameters_to_ndarrays
+
+        parameters = self.strategy.initialize_parameters(client_manager)
+        if parameters is not None:
+            self._declare(client_manager)
+            self._report_initial(parameters_to_ndarrays(parameters))
+        return parameters
+
+    def _declare(self, client_manager: Any) -> None:
+        if self._claimed:
+            return
+        claim = read_claim(self.strategy, num_rounds=self.num_rounds,
+                           num_nodes=int(client_manager.num_available()))
+        if "clip_norm" not in claim and "adaptive_clipping" not in claim:
+            claim["clip_norm"] = self._clip_norm
+        declare = getattr(self.reporter, "declare_claim", None)
+        if declare is not None:
+            declare(claim)
+        self._claimed = True
+
+    def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
+        """The wrapped strategy's clients, less one per canary scheduled this round."""
+        from flwr.common import parameters_to_ndarrays
+
+        self._declare(client_manager)
+        self._current = parameters_to_ndarrays(parameters)
+        self._report_initial(self._current)
+        pairs = list(self.strategy.configure_fit(server_round, parameters, client_manager))
+        if not pairs:
+            return pairs
+        dim = sum(int(a.size) for a in self._current)
+        block = np.asarray(self._round_canaries(server_round, dim), np.float32).reshape(-1, dim)
+        if block.shape[0] > len(pairs):
+            raise ValueError(
+                f"round {server_round}: {block.shape[0]} canaries are scheduled but the strategy "
+                f"sampled only {len(pairs)} clients; num_sampled_clients must match the clients "
+                "the strategy samples (FedAvg: fraction_fit x clients, at least min_fit_clients)"
+            )
+        self._round_block[server_round] = block
+        self.displaced[server_round] = int(block.shape[0])
+        drop = set(self._slot_rng.choice(len(pairs), size=block.shape[0], replace=False).tolist())
+        return [pair for i, pair in enumerate(pairs) if i not in drop]
+
+    def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
+        if self._canaries is not None:
+            return self._canaries.round_canaries(server_round, dim)
+        return self.reporter.round_canaries(server_round)
+
+    def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple:
+        """Add the round's canary results (at the round's largest weight) and aggregate."""
+        from flwr.common import (
+            Code,
+            FitRes,
+            Status,
+            ndarrays_to_parameters,
+            parameters_to_ndarrays,
+        )
+
+        results = list(results)
+        block = self._round_block.pop(server_round, None)
+        current = flatten(self._current) if self._current is not None else None
+        clip_norm = self.clip_norm
+        inserted, weight_factor = 0, None
+        if block is not None and current is not None:
+            weights = [float(res.num_examples) for _, res in results]
+            weight = max(weights) if weights else 1.0
+            metrics: dict[str, Any] = {}
+            for key, first in (results[0][1].metrics or {}).items() if results else ():
+                column = [res.metrics.get(key) for _, res in results]
+                if isinstance(first, (int, float)) and not isinstance(first, bool) and all(
+                        isinstance(v, (int, float)) for v in column):
+                    metrics[key] = _mean_value(column, np.asarray(weights))
+                elif key == KEY_NORM_BIT:
+                    metrics[key] = False
+            if KEY_NORM_BIT in metrics:
+                metrics[KEY_NORM_BIT] = False  # a canary has norm S(t): not clipped
+            shapes = [a.shape for a in self._current]
+            dtypes = [a.dtype for a in self._current]
+            for direction in block:
+                model = (current + canary_update(direction, clip_norm)).astype(np.float32)
+                fit = FitRes(status=Status(code=Code.OK, message=""),
+                             parameters=ndarrays_to_parameters(
+                                 unflatten(model, shapes, dtypes=dtypes)),
+                             num_examples=int(round(weight)), metrics=dict(metrics))
+                results.append((None, fit))
+                inserted += 1
+            total, count = sum(weights) + inserted * round(weight), len(weights) + inserted
+            if total > 0:
+                weight_factor = round(weight) * count / total
+                self.weight_factors[server_round] = weight_factor
+                if weight_factor > 1 + 1e-9:
+                    log(WARNING, "flaudit: round %s: weighting by num_examples gives the "
+                        "heaviest client %.3g x the influence C/n the DP noise is calibrated "
+                        "for (the weighting, not the noise, breaks the claim)", server_round,
+                        weight_factor)
+        parameters, metrics_out = self.strategy.aggregate_fit(server_round, results, failures)
+        if parameters is not None and current is not None:
+            new = flatten(parameters_to_ndarrays(parameters))
+            self.reporter.report_round(server_round, new - current, RoundMetadata(
+                clip_norm=clip_norm,
+                cohort_size=len(results),
+                num_canaries_inserted=inserted,
+                num_failures=len(failures),
+                clipped_fraction=0.0,
+                noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
+                train_loss=_metric(metrics_out, "loss"),
+                participants=(None if not hasattr(self._canaries, "participants") else
+                              tuple(int(j) for j in self._canaries.participants(server_round))),
+                weight_factor=weight_factor,
+            ))
+            if server_round == self.num_rounds and not self._final_reported:
+                self.reporter.report_final(new, {})
+                self._final_reported = True
+        return parameters, metrics_out
+
+    def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list:
+        return self.strategy.configure_evaluate(server_round, parameters, client_manager)
+
+    def aggregate_evaluate(self, server_round: int, results: list, failures: list) -> tuple:
+        return self.strategy.aggregate_evaluate(server_round, results, failures)
+
+    def evaluate(self, server_round: int, parameters: Any) -> Any:
+        return self.strategy.evaluate(server_round, parameters)
 
 
 def _overrides_start(strategy: Strategy) -> bool:

@@ -28,7 +28,10 @@ pytestmark = pytest.mark.slow
 
 TEMPLATE = Path(__file__).parent / "flower_quickstart"
 API_KEY = "byo-app-key-" + "k" * 12
-NUM_CANARIES = 48
+# canaries take cohort slots (2 per round here): about 6 seen canaries in 6 rounds of 2 slots;
+# 12 always fit (one period of 6 rounds x 2 slots)
+NUM_CANARIES = 12
+NUM_ROUNDS = 6
 
 SYNTHETIC_DATA = '''
 
@@ -141,17 +144,20 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
             attach = subprocess.run(
                 [str(BIN / "flaudit"), "attach", "--url", service.url, "--canaries",
                  str(NUM_CANARIES), "--max-canary-fraction", "1.0", "--name", name,
-                 "--format", "run-config"],
+                 "--format", "run-config", "--token-file", str(tmp_path / f"{app.name}.token")],
                 env={**env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True,
                 timeout=60,
             )
             assert attach.returncode == 0, attach.stderr
             lines = tomllib.loads(attach.stdout)  # flaudit-audit-id = "...", ...
-            assert set(lines) == {"flaudit-audit-id", "flaudit-ingest-url", "flaudit-run-token"}
-            secrets.append(lines["flaudit-run-token"])
+            # the token is in a file: the run config (which apps write to disk) holds its path
+            assert set(lines) == {"flaudit-audit-id", "flaudit-ingest-url",
+                                  "flaudit-run-token-file"}
+            secrets.append(Path(lines["flaudit-run-token-file"]).read_text().strip())
+            assert len(secrets[-1]) >= 16 and secrets[-1] not in attach.stdout
             run_config = _run_config(tmp_path / f"{app.name}.toml", {
                 "noise-multiplier": noise, "clipping-norm": 1.0, "num-sampled-clients": 2,
-                "num-server-rounds": 2, "fraction-evaluate": 0.0,  # evaluate_fn only: faster
+                "num-server-rounds": NUM_ROUNDS, "fraction-evaluate": 0.0,  # evaluate_fn only
                 **lines,
             })
 
@@ -178,7 +184,7 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
         assert audit["status"] == "succeeded", (audit["reason"], logs)
         noise = cases[name][0]
         assert audit["spec"]["noise_multiplier"] == noise  # the claim came from the app
-        assert audit["spec"]["clip_norm"] == 1.0 and audit["spec"]["num_rounds"] == 2
+        assert audit["spec"]["clip_norm"] == 1.0 and audit["spec"]["num_rounds"] == NUM_ROUNDS
         assert audit["spec"]["num_clients"] == 2 and audit["spec"]["clients_per_round"] == 2
         assert audit["dim"] == 62006  # the quickstart's CNN, unchanged
         assert 0 <= audit["metrics"]["accuracy"] <= 1 and math.isfinite(audit["metrics"]["loss"])
