@@ -345,10 +345,17 @@ def _parse_seed(value: Any) -> int:
 
 def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
     """Build the deployment runtime from the Flower run config (see module docstring)."""
+    from flaudit.auditor.service.deployment import (  # the keys the service writes
+        RUN_CONFIG_AUDIT_ID,
+        RUN_CONFIG_CANARY_SEED,
+        RUN_CONFIG_INGEST_URL,
+        RUN_CONFIG_RUN_TOKEN,
+        RUN_CONFIG_SPEC,
+    )
     from flaudit.server.reporting import HttpRoundReporter
 
     run_config = {k: v for k, v in run_config.items() if v != ""}  # "" = not set
-    spec_json = run_config.get("flaudit-spec")
+    spec_json = run_config.get(RUN_CONFIG_SPEC)
     spec = AuditSpec.model_validate_json(spec_json) if spec_json else AuditSpec(
         task="synthetic",
         num_rounds=int(run_config.get("num-server-rounds", 2)),
@@ -356,13 +363,13 @@ def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
         clients_per_round=4,
         num_canaries=20,
     )
-    if "flaudit-ingest-url" in run_config:
+    if RUN_CONFIG_INGEST_URL in run_config:
         reporter: RoundReporter = HttpRoundReporter(
-            str(run_config["flaudit-ingest-url"]),
-            str(run_config["flaudit-audit-id"]),
-            str(run_config["flaudit-run-token"]),
+            str(run_config[RUN_CONFIG_INGEST_URL]),
+            str(run_config[RUN_CONFIG_AUDIT_ID]),
+            str(run_config[RUN_CONFIG_RUN_TOKEN]),
         )
-        seed = _parse_seed(run_config["canary-seed"])
+        seed = _parse_seed(run_config[RUN_CONFIG_CANARY_SEED])
     else:  # stand-alone `flwr run` demo: audit in process, nothing leaves the ServerApp
         seed = new_master_seed()
         reporter = _LazyLocal(spec, seed)
