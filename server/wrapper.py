@@ -7,20 +7,24 @@ and keep everything else. The two lines a Flower app adds (docs/flower.md)::
     strategy = CanaryAuditStrategy.from_env(strategy)   # after building your DP strategy
 
 ``from_env`` reads ``FLAUDIT_AUDIT_ID``, ``FLAUDIT_URL`` and ``FLAUDIT_RUN_TOKEN`` (printed once
-by ``flaudit attach`` / ``POST /audits`` with ``"engine": "external"``). The canary seed never
-reaches the app: while round ``t``'s clients train, the wrapper fetches that round's canary
-vectors from the service, which schedules them by the same rule as its built-in audits; it
-reports round ``t`` on the same background thread while round ``t + 1`` trains (``flush()``).
+by ``flaudit attach`` / ``POST /audits`` with ``"engine": "external"``; the token may instead be
+in a file named by ``FLAUDIT_RUN_TOKEN_FILE``, never in the run config). The canary seed never
+reaches the app: the wrapper fetches each round's canary vectors from the service, which schedules them by the same rule as its built-in audits
+(:class:`flaudit.server.schedules.CanarySchedule`); round ``t + 1``'s canaries are fetched and
+round ``t`` reported on a background thread while round ``t + 1`` trains (``flush()``).
 
 What the wrapper does
 ---------------------
 * At ``start``: reads the DP claim from the wrapped strategy (noise multiplier, fixed or
   adaptive clipping, ``num_sampled_clients``), the number of SuperNodes and ``num_rounds``, and
   declares it to the service, so the analytic epsilon and every alarm use the real settings.
-* Each scheduled seen canary ``c_j`` becomes one extra *reply* in ``aggregate_train``: a model
-  ``theta_{t-1} + S(t) c_j`` with the same weight and the same metric keys as the real replies
-  (each value the weighted mean of the real replies', so weighted metric averages are
-  unchanged), so the inner strategy clips, averages and noises it exactly like a client.
+* Canaries take cohort slots (issue #22): for a round with ``c`` scheduled seen canaries,
+  ``configure_train`` leaves ``c`` of the ``n`` sampled nodes (chosen at random) without a
+  message, and ``aggregate_train`` adds ``c`` canary *replies* ``theta_{t-1} + S(t) c_j`` with
+  the round's largest weight and the real replies' metric keys (each value their weighted
+  mean). The inner strategy clips, averages and noises exactly the ``n`` replies its noise is
+  calibrated for. ``displaced[t]`` counts the real clients displaced; ``weight_factors[t]``
+  (``w_max * replies / sum(w)``) says how far weighting lifts the heaviest reply above ``C/n``.
 * After aggregation it reports ``Delta_t``; after ``start`` returns, the final model with the
   final round's accuracy and loss. A strategy wrapper sees only the new global model, so the
   round's vector is the delta of the aggregated model ``theta_t - theta_{t-1}``: the released
@@ -28,16 +32,18 @@ What the wrapper does
   but a server optimizer with momentum inside the inner strategy mixes earlier rounds into it,
   which weakens the per-round statistics (the final-model statistic is unaffected). The
   service derives the round's canary participants itself (it scheduled the canaries).
+* A wrapped strategy whose class overrides ``start()`` keeps running its own loop.
+* ``accountant=`` strategies are audited (the sample stays ``num_sampled_clients``); the
+  accountant's epsilon is logged after ``start()``.
+* :class:`LegacyCanaryAuditStrategy` does the same for ``flwr.server.strategy`` strategies
+  under ``LegacyContext`` + ``DefaultWorkflow``, SecAgg+ included.
 
-Limits (each refused up front with what to change)
---------------------------------------------------
-* Legacy ``flwr.server.strategy`` strategies: use the Message-API class of the same name in
-  ``flwr.serverapp.strategy``.
-* Flower's accounted DP (``accountant=...``) checks the reply count against
-  ``num_sampled_clients``; canaries change it every round. Drop ``accountant=``: the service
-  computes the analytic epsilon (dp-accounting, RDP and PLD) for the same settings.
-* DP-FedAvg needs uniform client weights: replies of one round with different
-  ``weighted_by_key`` values are refused.
+Limits
+------
+* Canaries per round are capped at ``num_sampled_clients`` (they take slots): about ``k/2``
+  seen canaries times ``canary_repeats`` must fit ``n`` per round (the service refuses the
+  claim otherwise).
+* A Message-API strategy given to the legacy wrapper, or the reverse, is refused.
 """
 
 from __future__ import annotations
