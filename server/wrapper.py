@@ -21,7 +21,7 @@ What the wrapper does
 * Canaries take cohort slots (issue #22): for a round with ``c`` scheduled seen canaries,
   ``configure_train`` leaves ``c`` of the ``n`` sampled nodes (chosen at random) without a
   message, and ``aggregate_train`` adds ``c`` canary *replies* ``theta_{t-1} + S(t) c_j`` with
-  the round's largest weight and the real replies' metric keys (each value their weighted
+  the largest client weight seen so far and the real replies' metric keys (each value their weighted
   mean). The inner strategy clips, averages and noises exactly the ``n`` replies its noise is
   calibrated for. ``displaced[t]`` counts the real clients displaced; ``weight_factors[t]``
   (``w_max * replies / sum(w)``) says how far weighting lifts the heaviest reply above ``C/n``.
@@ -294,7 +294,7 @@ class CanaryAuditStrategy(Strategy):
     strategy configures, ``c`` (chosen at random) are not sent, and the ``c`` canary replies take
     their places, so the wrapped strategy aggregates exactly the ``n`` replies its DP noise is
     calibrated for (Andrew et al. 2023: canary clients are part of the population and sampled
-    into cohorts). Each canary reply carries the round's largest client weight.
+    into cohorts). Each canary reply carries the largest client weight seen so far in the run.
 
     Parameters
     ----------
@@ -360,6 +360,7 @@ class CanaryAuditStrategy(Strategy):
         self._claimed = False
         self._round_block: dict[int, np.ndarray] = {}
         self._slot_rng = np.random.default_rng()
+        self._max_weight = 0.0
         #: per round: how many of the sampled nodes the canaries displaced (not sent a message)
         self.displaced: dict[int, int] = {}
         #: per round: largest weight x replies / total weight (1: equal weights); above 1 the
@@ -590,7 +591,7 @@ class CanaryAuditStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Add the round's canary replies (at the round's largest weight) and aggregate."""
+        """Add the round's canary replies (at the largest weight seen so far) and aggregate."""
         replies = list(replies)
         valid = [r for r in replies if not r.has_error() and r.content.array_records]
         current = _record_vector(self._current) if self._current is not None else None
@@ -604,9 +605,11 @@ class CanaryAuditStrategy(Strategy):
                 update = _record_vector(next(iter(reply.content.array_records.values()))) - current
                 num_clipped += int(np.linalg.norm(update.astype(np.float64)) > clip_norm)
             weights = [self._reply_weight(reply) for reply in valid]
-            # worst case for the claim: a canary weighs what the heaviest client of the round
-            # weighs (equal weights: exactly the clients' weight, as before)
-            weight = max(weights) if weights else 1.0
+            # worst case for the claim: a canary weighs what the heaviest client seen so far
+            # weighs (it could have been sampled into this round); equal weights: exactly the
+            # clients' weight, as before
+            self._max_weight = max([self._max_weight, *weights])
+            weight = self._max_weight if self._max_weight > 0 else 1.0
             metrics = self._canary_metrics(valid, weight)
             like = valid[0] if valid else None
             for direction in block:
@@ -678,8 +681,8 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
     ``SecAggPlusWorkflow`` with ``secaggplus_mod`` / ``fixedclipping_mod`` clients.
 
     The same audit: seen canaries take cohort slots (``configure_fit`` leaves ``c`` of the
-    sampled clients out, ``aggregate_fit`` adds ``c`` canary results at the round's largest
-    ``num_examples``), the claim comes from the DP wrapper, every round is reported.
+    sampled clients out, ``aggregate_fit`` adds ``c`` canary results at the largest
+    ``num_examples`` seen so far), the claim comes from the DP wrapper, every round is reported.
 
     Under SecAgg+ the server never sees a client's update: after unmasking, Flower hands
     ``aggregate_fit`` one result per client that all carry the *same* securely aggregated
@@ -727,6 +730,7 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
         self._current: list[np.ndarray] | None = None
         self._round_block: dict[int, np.ndarray] = {}
         self._slot_rng = np.random.default_rng()
+        self._max_weight = 0.0
         self.displaced: dict[int, int] = {}
         self.weight_factors: dict[int, float] = {}
 
@@ -801,7 +805,7 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
         return self.reporter.round_canaries(server_round)
 
     def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple:
-        """Add the round's canary results (at the round's largest weight) and aggregate."""
+        """Add the round's canary results (at the largest weight seen so far) and aggregate."""
         from flwr.common import (
             Code,
             FitRes,
@@ -817,7 +821,8 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
         inserted, weight_factor = 0, None
         if block is not None and current is not None:
             weights = [float(res.num_examples) for _, res in results]
-            weight = max(weights) if weights else 1.0
+            self._max_weight = max([self._max_weight, *weights])  # heaviest client so far
+            weight = self._max_weight if self._max_weight > 0 else 1.0
             metrics: dict[str, Any] = {}
             for key, first in (results[0][1].metrics or {}).items() if results else ():
                 column = [res.metrics.get(key) for _, res in results]

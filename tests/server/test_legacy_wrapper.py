@@ -61,7 +61,8 @@ def _run(weights, *, secagg, rounds=3):
                                                    clipping_norm=S, num_sampled_clients=N)
     reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)
     canaries = LocalCanaries(SEED, num_canaries=K, num_rounds=rounds, clients_per_round=N)
-    strategy = LegacyCanaryAuditStrategy(dp, num_rounds=rounds, reporter=reporter, canaries=canaries)
+    strategy = LegacyCanaryAuditStrategy(dp, num_rounds=rounds, reporter=reporter,
+                                         canaries=canaries)
     parameters = strategy.initialize_parameters(manager)
     rng = np.random.default_rng(0)
     for t in range(1, rounds + 1):
@@ -81,7 +82,7 @@ def _run(weights, *, secagg, rounds=3):
         parameters, _ = strategy.aggregate_fit(t, results, [])
         assert len(fedavg.seen[-1]) == N  # exactly num_sampled_clients results
         if c and pairs:
-            assert fedavg.seen[-1][-c:] == [max(w)] * c  # canaries at the largest weight
+            assert fedavg.seen[-1][-c:] == [max(max(s) for s in fedavg.seen)] * c  # heaviest so far
     return parameters_to_ndarrays(parameters)[0], strategy, reporter
 
 

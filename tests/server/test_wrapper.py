@@ -149,8 +149,8 @@ def test_local_canaries_follow_the_built_in_schedule():
 
 def test_weighted_fedavg_is_audited_with_canaries_at_the_largest_weight():
     """Issue #22 item 3: unequal num-examples are audited, not refused; each canary weighs what
-    the round's heaviest client weighs (the worst case for the claim), and the round records how
-    far the weighting lifts that client above the C/n the noise is calibrated for."""
+    the heaviest client seen so far weighs (the worst case for the claim), and the round records
+    how far the weighting lifts that client above the C/n the noise is calibrated for."""
     reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)
     fedavg = CountingFedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0)
     strategy, canaries = _wrapped(reporter, rounds=4, repeats=2, inner=_dp(fedavg=fedavg))

@@ -1,8 +1,8 @@
 """Issue #22, "Done when" (item 1): the wrapper audits the mechanism the user deploys.
 
 Flower's ``DifferentialPrivacyServerSideFixedClipping`` around Flower's ``FedAvg`` with few real
-clients (2 sampled of 3 SuperNodes) and many canaries (100: about 50 seen over 50 rounds, about one per round),
-driven by Flower's own ``Strategy.start`` loop on an in-process grid (no Ray). The canaries take
+clients (2 sampled of 3 SuperNodes) and many canaries (100: about 50 seen over 50 rounds, about
+one per round), driven by Flower's own ``Strategy.start`` loop on an in-process grid (no Ray). The canaries take
 cohort slots, so every round FedAvg averages exactly ``num_sampled_clients`` replies and each
 canary enters with C/n against the noise z C/n. A planted bug that adds 4x less noise than the
 strategy claims raises the error alarm (the service's own decision code, on the service's own
