@@ -114,7 +114,8 @@ def run_app(tmp_path: Path, monkeypatch, *, heavy: int, noise: float):
         monkeypatch.delitem(sys.modules, name)
     server_app = importlib.import_module("fl_dp_sa.server_app").app
     client_app = importlib.import_module("fl_dp_sa.client_app").app
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1, raising=False)
+    for private in ("_task_id", "_run_id", "_node_id"):  # restored after the test
+        monkeypatch.setattr(TaskIdentity, private, getattr(TaskIdentity, private), raising=False)
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
     random.seed(31)  # Flower's client sampling: node 1 (partition 0) first in round 1's sample
     np.random.seed(3)  # Flower's DP noise
