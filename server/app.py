@@ -44,7 +44,7 @@ from flaudit.auditor.canaries import Canaries, new_master_seed, resolve_canary_f
 from flaudit.auditor.spec import AuditSpec
 from flaudit.server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
 from flaudit.server.reporting import RoundMetadata, RoundReporter
-from flaudit.server.schedules import canary_participants, participation_schedule, unseen_canary_rounds
+from flaudit.server.schedules import CanarySchedule, participation_schedule
 
 __all__ = ["AuditRuntime", "run_audit", "make_server_app", "app", "MIN_DIM", "check_dimension"]
 
@@ -141,7 +141,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     check_dimension(dim, spec.num_canaries)
     family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
     mask = seen_mask(runtime.canary_seed, spec.num_canaries)
-    seen, unseen = np.flatnonzero(mask), np.flatnonzero(~mask)
+    seen = np.flatnonzero(mask)
     bug = spec.inject_bug
     repeats = spec.canary_repeats
     if bug is not None:
@@ -159,13 +159,12 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         max_participations=spec.max_participations,
         seed=spec.data_seed,
     )
-    participants = canary_participants(
-        seen_by_round=[seen[schedule.canaries(t)] for t in range(1, spec.num_rounds + 1)],
-        unseen_indices=unseen,
-        unseen_rounds=unseen_canary_rounds(
-            int(unseen.size), num_rounds=spec.num_rounds, repeats=repeats, seed=spec.data_seed
-        ),
-    )
+    # the one canary rule (the wrapper and the service's external audits use it too). Seen
+    # canaries take the cohort slots of real clients (real_slots above); aggregate_round divides
+    # by the calibration size m whatever the replies, so canaries beyond m do not dilute the
+    # mechanism and need no cap here (the wrapper's FedAvg divides by its reply count: capped)
+    plan = CanarySchedule.from_mask(mask, num_rounds=spec.num_rounds, canary_repeats=repeats,
+                                    seed=spec.data_seed)
     noise_rng = np.random.default_rng(runtime.noise_seed)
     optimizer = ServerOptimizer(
         learning_rate=spec.server_learning_rate, momentum=spec.server_momentum
@@ -210,7 +209,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
                     break
             _check_deadline(runtime, f"before round {t}")
             clip_norm = adaptive.clip_norm if adaptive is not None else float(spec.clip_norm)
-            scheduled = seen[schedule.canaries(t)]
+            scheduled = plan.seen(t)
             inserted = audit_work.submit(canaries.sum_of, scheduled)  # while the clients train
             partitions = schedule.real_clients(t)
             arrays = ArrayRecord([model])
@@ -287,7 +286,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
                 clipped_fraction=aggregate.clipped_fraction,
                 noise_stddev=aggregate.noise_stddev,
                 train_loss=float(np.mean(losses)) if losses else None,
-                participants=tuple(int(j) for j in participants[t - 1]),
+                participants=tuple(int(j) for j in plan.participants(t)),
             )
             reported = audit_work.submit(
                 runtime.reporter.report_round, t, aggregate.update.astype(np.float32), metadata
@@ -361,10 +360,17 @@ def _parse_seed(value: Any) -> int:
 
 def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
     """Build the deployment runtime from the Flower run config (see module docstring)."""
+    from flaudit.auditor.service.deployment import (  # the keys the service writes
+        RUN_CONFIG_AUDIT_ID,
+        RUN_CONFIG_CANARY_SEED,
+        RUN_CONFIG_INGEST_URL,
+        RUN_CONFIG_RUN_TOKEN,
+        RUN_CONFIG_SPEC,
+    )
     from flaudit.server.reporting import HttpRoundReporter
 
     run_config = {k: v for k, v in run_config.items() if v != ""}  # "" = not set
-    spec_json = run_config.get("flaudit-spec")
+    spec_json = run_config.get(RUN_CONFIG_SPEC)
     spec = AuditSpec.model_validate_json(spec_json) if spec_json else AuditSpec(
         task="synthetic",
         num_rounds=int(run_config.get("num-server-rounds", 2)),
@@ -372,13 +378,13 @@ def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
         clients_per_round=4,
         num_canaries=20,
     )
-    if "flaudit-ingest-url" in run_config:
+    if RUN_CONFIG_INGEST_URL in run_config:
         reporter: RoundReporter = HttpRoundReporter(
-            str(run_config["flaudit-ingest-url"]),
-            str(run_config["flaudit-audit-id"]),
-            str(run_config["flaudit-run-token"]),
+            str(run_config[RUN_CONFIG_INGEST_URL]),
+            str(run_config[RUN_CONFIG_AUDIT_ID]),
+            str(run_config[RUN_CONFIG_RUN_TOKEN]),
         )
-        seed = _parse_seed(run_config["canary-seed"])
+        seed = _parse_seed(run_config[RUN_CONFIG_CANARY_SEED])
     else:  # stand-alone `flwr run` demo: audit in process, nothing leaves the ServerApp
         seed = new_master_seed()
         reporter = _LazyLocal(spec, seed)

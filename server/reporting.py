@@ -56,6 +56,9 @@ class RoundMetadata:
     train_loss: float | None = None
     accuracy: float | None = None
     participants: tuple[int, ...] | None = field(default=None, repr=False)
+    # largest reply weight x replies / total weight (CanaryAuditStrategy; 1: equal weights):
+    # above 1 the weighting, not the noise, gives a client more than the calibrated C/n
+    weight_factor: float | None = None
 
     def as_query(self) -> dict[str, float | int]:
         """Query parameters of the ingest route (``num_participants`` instead of the list)."""

@@ -51,6 +51,7 @@ __all__ = [
     "canary_schedule",
     "unseen_canary_rounds",
     "canary_participants",
+    "CanarySchedule",
 ]
 
 
@@ -103,11 +104,25 @@ class Schedule:
 
 
 def canary_rounds(
-    num_seen_canaries: int, *, num_rounds: int, repeats: int, rng: np.random.Generator
+    num_seen_canaries: int,
+    *,
+    num_rounds: int,
+    repeats: int,
+    rng: np.random.Generator,
+    max_per_round: int | None = None,
 ) -> np.ndarray:
     """Rounds (0-based) of each canary: shape ``(s, repeats)``, one round per period.
 
-    Period ``p`` covers rounds ``floor(p T / r) .. floor((p + 1) T / r) - 1``.
+    Period ``p`` covers rounds ``floor(p T / r) .. floor((p + 1) T / r) - 1``. With
+    ``max_per_round`` (the cohort size ``m``: canaries take cohort slots) no round gets more
+    canaries than that: a canary whose drawn round is full moves to a uniformly random round of
+    the same period that is not (in canary order; no change where no round overflows).
+
+    Raises
+    ------
+    ValueError
+        If ``repeats`` exceeds ``num_rounds``, or the canaries do not fit ``max_per_round``
+        slots per round (naming ``num_canaries``).
     """
     check_at_least(repeats, "canary_repeats", 1)
     if repeats > num_rounds:
@@ -117,7 +132,32 @@ def canary_rounds(
     bounds = (np.arange(repeats + 1) * num_rounds) // repeats
     lengths = np.diff(bounds)
     offsets = np.floor(rng.random((num_seen_canaries, repeats)) * lengths).astype(np.int64)
-    return bounds[:-1] + offsets
+    rounds = bounds[:-1] + offsets
+    if max_per_round is None or num_seen_canaries == 0:
+        return rounds
+    check_at_least(max_per_round, "max_per_round", 1)
+    if num_seen_canaries > max_per_round * int(lengths.min()):
+        shortest = int(lengths.min())
+        raise ValueError(  # no count of seen canaries in the message: it is the audit's secret
+            f"num_canaries: the seen canaries take cohort slots, and a period of {shortest} "
+            f"round(s) ({repeats} period(s): canary_repeats) has {max_per_round * shortest} "
+            f"slots ({max_per_round} per round); use at most {max_per_round * shortest} "
+            "canaries (about half are seen), more rounds, or fewer canary_repeats"
+        )
+    counts = np.bincount(rounds.ravel(), minlength=num_rounds)
+    if counts.max() <= max_per_round:
+        return rounds
+    counts = np.zeros(num_rounds, dtype=np.int64)
+    for i in range(num_seen_canaries):
+        for p in range(repeats):
+            t = int(rounds[i, p])
+            if counts[t] >= max_per_round:
+                period = np.arange(bounds[p], bounds[p + 1])
+                free = period[counts[period] < max_per_round]
+                t = int(free[int(rng.integers(free.size))])
+                rounds[i, p] = t
+            counts[t] += 1
+    return rounds
 
 
 def _schedule_rngs(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
@@ -128,12 +168,14 @@ def _schedule_rngs(seed: int) -> tuple[np.random.Generator, np.random.Generator]
 
 
 def _canary_positions(
-    num_seen_canaries: int, *, num_rounds: int, canary_repeats: int, rng: np.random.Generator
+    num_seen_canaries: int, *, num_rounds: int, canary_repeats: int, rng: np.random.Generator,
+    max_per_round: int | None = None,
 ) -> list[np.ndarray]:
     by_round: list[list[int]] = [[] for _ in range(num_rounds)]
     if num_seen_canaries:
         rounds = canary_rounds(
-            num_seen_canaries, num_rounds=num_rounds, repeats=canary_repeats, rng=rng
+            num_seen_canaries, num_rounds=num_rounds, repeats=canary_repeats, rng=rng,
+            max_per_round=max_per_round,
         )
         for position, row in enumerate(rounds):
             for t in row:
@@ -142,7 +184,8 @@ def _canary_positions(
 
 
 def canary_schedule(
-    num_seen_canaries: int, *, num_rounds: int, canary_repeats: int = 1, seed: int = 0
+    num_seen_canaries: int, *, num_rounds: int, canary_repeats: int = 1, seed: int = 0,
+    max_per_round: int | None = None,
 ) -> list[np.ndarray]:
     """Seen-canary positions (0 .. s-1) of every round, as :func:`participation_schedule` draws them.
 
@@ -160,12 +203,14 @@ def canary_schedule(
     check_at_least(num_rounds, "num_rounds", 1)
     canary_rng, _ = _schedule_rngs(seed)
     return _canary_positions(
-        num_seen_canaries, num_rounds=num_rounds, canary_repeats=canary_repeats, rng=canary_rng
+        num_seen_canaries, num_rounds=num_rounds, canary_repeats=canary_repeats, rng=canary_rng,
+        max_per_round=max_per_round,
     )
 
 
 def unseen_canary_rounds(
-    num_unseen_canaries: int, *, num_rounds: int, repeats: int, seed: int
+    num_unseen_canaries: int, *, num_rounds: int, repeats: int, seed: int,
+    max_per_round: int | None = None,
 ) -> np.ndarray:
     """Rounds (0-based) of the unseen canaries, drawn exactly like the seen canaries' rounds
     (:func:`canary_rounds`, one per period) from their own stream; they are never inserted.
@@ -177,7 +222,8 @@ def unseen_canary_rounds(
     """
     check_at_least(num_unseen_canaries, "num_unseen_canaries", 0)
     rng = np.random.default_rng(np.random.SeedSequence(entropy=int(seed), spawn_key=(0x5C4ED, 0x0B5E)))
-    return canary_rounds(num_unseen_canaries, num_rounds=num_rounds, repeats=repeats, rng=rng)
+    return canary_rounds(num_unseen_canaries, num_rounds=num_rounds, repeats=repeats, rng=rng,
+                         max_per_round=max_per_round)
 
 
 def canary_participants(
@@ -223,6 +269,7 @@ def participation_schedule(
     canary_repeats: int = 1,
     max_participations: int | None = None,
     seed: int = 0,
+    max_canaries_per_round: int | None = None,
 ) -> Schedule:
     """Draw the cohorts of every round for real clients and seen canaries.
 
@@ -246,6 +293,12 @@ def participation_schedule(
         Cap on the rounds a real client joins (None: no cap).
     seed : int
         Seed of the schedule (not secret; it does not decide which canaries are seen).
+    max_canaries_per_round : int, optional
+        At most this many seen canaries in a round (:func:`canary_rounds`). The built-in
+        DP-FedAvg divides by the calibration size ``m`` whatever the replies, so canaries beyond
+        the cohort do not dilute it (None, the default); a strategy that divides by its reply
+        count (Flower's FedAvg under :class:`flaudit.server.wrapper.CanaryAuditStrategy`) needs
+        ``m``.
 
     Returns
     -------
@@ -277,7 +330,8 @@ def participation_schedule(
     by_round = [
         list(num_clients + positions)
         for positions in _canary_positions(
-            num_seen_canaries, num_rounds=num_rounds, canary_repeats=canary_repeats, rng=canary_rng
+            num_seen_canaries, num_rounds=num_rounds, canary_repeats=canary_repeats, rng=canary_rng,
+            max_per_round=max_canaries_per_round,
         )
     ]
     canaries_per_round = np.array([len(r) for r in by_round], dtype=np.int64)
@@ -371,3 +425,60 @@ def _batch_then_shuffle(
             out.append(batches[index])
         epochs += 1
     return out[:num_rounds]
+
+
+@dataclass(frozen=True)
+class CanarySchedule:
+    """Which canaries are "in" each round of an audit: the one rule that the built-in ServerApp,
+    :class:`flaudit.server.wrapper.CanaryAuditStrategy` and the service (external audits) share.
+
+    Seen canaries are inserted in ``canary_repeats`` rounds each (:func:`canary_schedule`, at most
+    ``max_per_round`` per round: they take cohort slots); unseen canaries get rounds drawn by the
+    same rule from their own stream (:func:`unseen_canary_rounds`, uncapped), never inserted. Secret (it
+    follows from the seen mask): kept out of ``repr``.
+
+    Build it with :meth:`from_mask`.
+    """
+
+    by_round: list[np.ndarray] = field(repr=False)  # seen canary indices inserted, per round
+    participants_by_round: list[np.ndarray] = field(repr=False)
+
+    @classmethod
+    def from_mask(
+        cls, seen: np.ndarray, *, num_rounds: int, canary_repeats: int = 1, seed: int = 0,
+        max_per_round: int | None = None,
+    ) -> "CanarySchedule":
+        """From the seen mask of all ``k`` canaries (:func:`flaudit.auditor.canaries.seen_mask`).
+
+        ``max_per_round``: the cohort size ``m`` (``clients_per_round``, Flower's
+        ``num_sampled_clients``); ``None`` puts no cap (then canaries may outnumber the cohort).
+        """
+        seen = np.asarray(seen, dtype=bool)
+        seen_idx, unseen_idx = np.flatnonzero(seen), np.flatnonzero(~seen)
+        positions = canary_schedule(int(seen_idx.size), num_rounds=num_rounds,
+                                    canary_repeats=canary_repeats, seed=seed,
+                                    max_per_round=max_per_round)
+        by_round = [np.sort(seen_idx[p]) for p in positions]
+        # unseen canaries take no slot (never inserted), so their rounds are not capped: an
+        # unseen canary's cosine is null in every round, whichever rounds are drawn for it
+        unseen_rounds = unseen_canary_rounds(int(unseen_idx.size), num_rounds=num_rounds,
+                                             repeats=canary_repeats, seed=seed)
+        participants = canary_participants(seen_by_round=by_round, unseen_indices=unseen_idx,
+                                           unseen_rounds=unseen_rounds)
+        return cls(by_round=by_round, participants_by_round=participants)
+
+    @property
+    def num_rounds(self) -> int:
+        return len(self.by_round)
+
+    def seen(self, t: int) -> np.ndarray:
+        """Indices of the seen canaries inserted in round ``t`` (1-based), ascending."""
+        if not 1 <= t <= self.num_rounds:
+            raise ValueError(f"round must be in 1..{self.num_rounds}, got {t}")
+        return self.by_round[t - 1]
+
+    def participants(self, t: int) -> np.ndarray:
+        """Canary indices "in" round ``t`` for the known-rounds statistic (seen and unseen)."""
+        if not 1 <= t <= self.num_rounds:
+            raise ValueError(f"round must be in 1..{self.num_rounds}, got {t}")
+        return self.participants_by_round[t - 1]

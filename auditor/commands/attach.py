@@ -35,7 +35,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="Rotate the run token of this audit instead of creating one.")
     parser.add_argument("--format", choices=("sh", "dotenv", "json", "run-config"), default="sh",
                         help="sh: export lines (eval them); dotenv: KEY=value; json; run-config: "
-                        "a TOML file for `flwr run --run-config` (flaudit-audit-id = ...).")
+                        "a TOML file for `flwr run --run-config` (flaudit-audit-id = ...; needs "
+                        "--token-file: the run token never goes in the run config).")
+    parser.add_argument("--token-file", metavar="PATH",
+                        help="Write the run token to PATH (mode 0600) and print its path "
+                        "instead of the token (required with --format run-config; PATH must be "
+                        "readable where the ServerApp runs).")
 
 
 def _api_key(args: argparse.Namespace) -> str:
@@ -70,6 +75,11 @@ def main(args: argparse.Namespace) -> int:
 
     import httpx
 
+    if args.format == "run-config" and not args.token_file:
+        print("flaudit attach: --format run-config needs --token-file PATH (apps write their run "
+              "config to disk, so the run token goes in a file the ServerApp reads)",
+              file=sys.stderr)
+        return 2
     try:
         headers = {"Authorization": f"Bearer {_api_key(args)}"}
     except ValueError as exc:
@@ -94,10 +104,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"flaudit attach: HTTP {response.status_code}: {response.text[:500]}", file=sys.stderr)
         return 1
     env = response.json()["environment"]
+    if args.token_file:  # apps write their run config to disk: the token goes in a file
+        path = os.path.abspath(args.token_file)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(env.pop("FLAUDIT_RUN_TOKEN") + "\n")
+        env["FLAUDIT_RUN_TOKEN_FILE"] = path
     if args.format == "json":
         print(json.dumps(env))
     elif args.format == "run-config":
         from flaudit.auditor.service.external import RUN_CONFIG_KEYS
+
 
         for key, value in env.items():
             print(f"{RUN_CONFIG_KEYS[key]} = {json.dumps(value)}")

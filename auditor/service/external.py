@@ -29,60 +29,55 @@ from flaudit.auditor.canaries import canary_vectors, resolve_canary_family, seen
 from flaudit.auditor.spec import AuditSpec
 
 __all__ = [
-    "round_canaries", "round_participants", "round_canary_vectors", "attach_environment",
-    "RUN_CONFIG_KEYS", "RUN_ID_HEADER",
+    "canary_plan", "round_canaries", "round_participants", "round_canary_vectors",
+    "attach_environment", "RUN_CONFIG_KEYS", "RUN_ID_HEADER",
 ]
 
 #: The header that carries a run's identity (not a secret: it names a run, it grants nothing).
 RUN_ID_HEADER = "X-Flaudit-Run-Id"
 
 #: The environment variables a ServerApp attaches with, and the equivalent Flower run-config keys
-#: (``flwr run --run-config``; declared in the app's ``[tool.flwr.app.config]``).
+#: (``flwr run --run-config``; declared in the app's ``[tool.flwr.app.config]``). The run token
+#: itself never goes in the run config (apps write it to disk): ``FLAUDIT_RUN_TOKEN`` in the
+#: environment, or the path of a file holding it.
 RUN_CONFIG_KEYS = {
     "FLAUDIT_AUDIT_ID": "flaudit-audit-id",
     "FLAUDIT_URL": "flaudit-ingest-url",
-    "FLAUDIT_RUN_TOKEN": "flaudit-run-token",
+    "FLAUDIT_RUN_TOKEN_FILE": "flaudit-run-token-file",
 }
 
 
-def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
-    """Indices ``j`` of the seen canaries inserted in round ``t`` (1-based), ascending.
+def canary_plan(seed: int, spec: AuditSpec):
+    """The audit's :class:`flaudit.server.schedules.CanarySchedule`: the one rule (built-in and
+    external audits alike) for which canaries are in each round; seen canaries take cohort slots,
+    at most ``clients_per_round`` per round."""
+    from flaudit.server.schedules import CanarySchedule
 
-    The same rule as the built-in ServerApp: the seen set from the secret seed, each seen canary
-    in ``canary_repeats`` rounds (one per period) drawn from ``data_seed``.
+    return CanarySchedule.from_mask(
+        seen_mask(seed, spec.num_canaries), num_rounds=spec.num_rounds,
+        canary_repeats=spec.canary_repeats, seed=spec.data_seed,
+        max_per_round=spec.clients_per_round,
+    )
+
+
+def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
+    """Indices ``j`` of the seen canaries inserted in round ``t`` (1-based), ascending
+    (:func:`canary_plan`).
 
     Raises
     ------
     ValueError
         If ``t`` is not in ``1 .. num_rounds``.
     """
-    from flaudit.server.schedules import canary_schedule
-
-    if not 1 <= t <= spec.num_rounds:
-        raise ValueError(f"round must be in 1..{spec.num_rounds}, got {t}")
-    seen = np.flatnonzero(seen_mask(seed, spec.num_canaries))
-    positions = canary_schedule(
-        int(seen.size),
-        num_rounds=spec.num_rounds,
-        canary_repeats=spec.canary_repeats,
-        seed=spec.data_seed,
-    )[t - 1]
-    return np.sort(seen[positions])
+    return canary_plan(seed, spec).seen(t)
 
 
 def round_participants(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
     """Canary indices "in" round ``t`` for the known-rounds statistic, ascending: the seen
     canaries inserted (:func:`round_canaries`) and the unseen canaries whose rounds, drawn by
-    the same rule (:func:`flaudit.server.schedules.unseen_canary_rounds`), include ``t`` -- what the
-    built-in ServerApp reports with each round.
+    the same rule, include ``t`` -- what the built-in ServerApp reports with each round.
     """
-    from flaudit.server.schedules import unseen_canary_rounds
-
-    unseen = np.flatnonzero(~seen_mask(seed, spec.num_canaries))
-    rounds = unseen_canary_rounds(int(unseen.size), num_rounds=spec.num_rounds,
-                                  repeats=spec.canary_repeats, seed=spec.data_seed)
-    virtual = unseen[np.any(rounds == t - 1, axis=1)]
-    return np.sort(np.concatenate([round_canaries(seed, spec, t), virtual]))
+    return canary_plan(seed, spec).participants(t)
 
 
 def round_canary_vectors(seed: int, spec: AuditSpec, t: int, dim: int) -> np.ndarray:

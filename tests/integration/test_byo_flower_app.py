@@ -28,7 +28,13 @@ pytestmark = pytest.mark.slow
 
 TEMPLATE = Path(__file__).parent / "flower_quickstart"
 API_KEY = "byo-app-key-" + "k" * 12
-NUM_CANARIES = 48
+# canaries take cohort slots (2 per round here): about 4 seen canaries in 4 rounds of 2 slots;
+# 8 always fit (one period of 4 rounds x 2 slots)
+NUM_CANARIES = 8
+NUM_ROUNDS = 4
+# noise z C / n per coordinate of the average: with C = 1 and z = 5 the CNN diverges within a few
+# rounds (losses of 1e30, then non-finite models), so the clip norm is small
+CLIP = 0.05
 
 SYNTHETIC_DATA = '''
 
@@ -100,7 +106,7 @@ def _run_config(path: Path, values: dict) -> Path:
     return path
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
     home = tmp_path / "flwr-home"
     home.mkdir()
@@ -141,17 +147,20 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
             attach = subprocess.run(
                 [str(BIN / "flaudit"), "attach", "--url", service.url, "--canaries",
                  str(NUM_CANARIES), "--max-canary-fraction", "1.0", "--name", name,
-                 "--format", "run-config"],
+                 "--format", "run-config", "--token-file", str(tmp_path / f"{app.name}.token")],
                 env={**env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True,
                 timeout=60,
             )
             assert attach.returncode == 0, attach.stderr
             lines = tomllib.loads(attach.stdout)  # flaudit-audit-id = "...", ...
-            assert set(lines) == {"flaudit-audit-id", "flaudit-ingest-url", "flaudit-run-token"}
-            secrets.append(lines["flaudit-run-token"])
+            # the token is in a file: the run config (which apps write to disk) holds its path
+            assert set(lines) == {"flaudit-audit-id", "flaudit-ingest-url",
+                                  "flaudit-run-token-file"}
+            secrets.append(Path(lines["flaudit-run-token-file"]).read_text().strip())
+            assert len(secrets[-1]) >= 16 and secrets[-1] not in attach.stdout
             run_config = _run_config(tmp_path / f"{app.name}.toml", {
-                "noise-multiplier": noise, "clipping-norm": 1.0, "num-sampled-clients": 2,
-                "num-server-rounds": 2, "fraction-evaluate": 0.0,  # evaluate_fn only: faster
+                "noise-multiplier": noise, "clipping-norm": CLIP, "num-sampled-clients": 2,
+                "num-server-rounds": NUM_ROUNDS, "fraction-evaluate": 0.0,  # evaluate_fn only
                 **lines,
             })
 
@@ -165,7 +174,7 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
             wait_for(submit, timeout=90, interval=2, what="the SuperLink to accept the run")
             audits[name] = lines["flaudit-audit-id"]
         for name, audit_id in audits.items():  # the two runs train side by side
-            audits[name] = wait_for_audit(http, audit_id, timeout=300, bodies=bodies,
+            audits[name] = wait_for_audit(http, audit_id, timeout=420, bodies=bodies,
                                           what=f"the {name} audit")
     finally:
         procs.stop_all()
@@ -178,7 +187,7 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
         assert audit["status"] == "succeeded", (audit["reason"], logs)
         noise = cases[name][0]
         assert audit["spec"]["noise_multiplier"] == noise  # the claim came from the app
-        assert audit["spec"]["clip_norm"] == 1.0 and audit["spec"]["num_rounds"] == 2
+        assert audit["spec"]["clip_norm"] == CLIP and audit["spec"]["num_rounds"] == NUM_ROUNDS
         assert audit["spec"]["num_clients"] == 2 and audit["spec"]["clients_per_round"] == 2
         assert audit["dim"] == 62006  # the quickstart's CNN, unchanged
         assert 0 <= audit["metrics"]["accuracy"] <= 1 and math.isfinite(audit["metrics"]["loss"])
@@ -190,10 +199,13 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
         if noise == 0:
             assert all(e["epsilon"] == "inf" for e in analytic)
             assert audit["alarm_guarantee"].startswith("No DP claim")  # the claim says so
-            # a valid (Bonferroni) bound: every guess of the one-run game is right
+            # the one-run bound is reported (valid at any value); with k = 8 canaries (all that
+            # 4 rounds x 2 cohort slots hold) it is at most about 0.2, 0 with an unbalanced
+            # split (it was > 1 with 48 extra-reply canaries before they took cohort slots,
+            # issue #22); the separation itself is checked by the headline below
             one_run = [e for e in estimates if e["estimator"] == "one_run"
                        and e["threat_model"] == "final_model"]
-            assert one_run and one_run[0]["epsilon"] > 1
+            assert one_run and 0 <= one_run[0]["epsilon"] < 1
         else:
             assert all(isinstance(e["epsilon"], float) for e in analytic)
         headline[name] = audit["headline_epsilon"] if "headline_epsilon" in audit else next(

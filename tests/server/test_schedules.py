@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flaudit.server.schedules import participation_schedule
+from flaudit.server.schedules import canary_schedule, participation_schedule
 
 
 def _schedule(**overrides):
@@ -41,6 +41,7 @@ def test_each_seen_canary_is_presented_in_exactly_r_rounds_one_per_period(
         canary_repeats=repeats,
         participation=scheme,
         seed=seed,
+        clients_per_round=30,  # room for every seen canary in any round: the cap never binds
     )
     counts = schedule.participation_counts()[40:]
     assert np.all(counts == repeats)
@@ -155,3 +156,48 @@ def test_unseen_canaries_get_rounds_by_the_same_rule_and_participants_merge_both
     merged = canary_participants(seen_by_round=seen_by_round, unseen_indices=unseen,
                                  unseen_rounds=np.array([[1], [0], [1]]))
     assert [m.tolist() for m in merged] == [[1, 2, 5], [0, 4], [3]]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    repeats=st.sampled_from([1, 2, 4]),
+    rounds=st.integers(4, 20),
+    cap=st.integers(1, 4),
+    seed=st.integers(0, 2**32),
+)
+def test_canaries_take_cohort_slots_never_more_than_the_cohort(repeats, rounds, cap, seed):
+    """Issue #22 item 1: at most m canaries per round, each still in r rounds, one per period;
+    where the cap does not bind, the schedule is the uncapped one."""
+    shortest = rounds // repeats
+    seen = cap * shortest  # the most that fit
+    capped = canary_schedule(seen, num_rounds=rounds, canary_repeats=repeats, seed=seed,
+                             max_per_round=cap)
+    assert max(len(r) for r in capped) <= cap
+    bounds = (np.arange(repeats + 1) * rounds) // repeats
+    for position in range(seen):
+        rounds_in = [t for t in range(rounds) if position in capped[t]]
+        periods = np.searchsorted(bounds, np.array(rounds_in), side="right") - 1
+        assert sorted(periods.tolist()) == list(range(repeats))
+    loose = canary_schedule(seen, num_rounds=rounds, canary_repeats=repeats, seed=seed,
+                            max_per_round=seen + 1)
+    free = canary_schedule(seen, num_rounds=rounds, canary_repeats=repeats, seed=seed)
+    assert all(np.array_equal(a, b) for a, b in zip(loose, free))
+    with pytest.raises(ValueError, match="num_canaries"):
+        canary_schedule(seen + 1, num_rounds=rounds, canary_repeats=repeats, seed=seed,
+                        max_per_round=cap)
+
+
+def test_the_canary_schedule_is_the_participation_schedules_and_fills_no_more_than_m():
+    from flaudit.auditor.canaries import seen_mask
+    from flaudit.server.schedules import CanarySchedule
+
+    mask = seen_mask(4242, 40)
+    plan = CanarySchedule.from_mask(mask, num_rounds=10, canary_repeats=2, seed=5, max_per_round=6)
+    schedule = _schedule(num_seen_canaries=int(mask.sum()), num_rounds=10, canary_repeats=2,
+                         participation="uniform", clients_per_round=6, seed=5,
+                         max_canaries_per_round=6)
+    seen = np.flatnonzero(mask)
+    for t in range(1, 11):
+        assert plan.seen(t).tolist() == sorted(seen[schedule.canaries(t)].tolist())
+        assert len(schedule.cohorts[t - 1]) == 6  # real clients fill the slots canaries leave
+        assert set(plan.seen(t).tolist()) <= set(plan.participants(t).tolist())

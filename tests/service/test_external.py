@@ -15,8 +15,8 @@ from .conftest import AUTH, make_client
 
 EXTERNAL = {"name": "byo", "engine": "external", "num_canaries": 16, "canary_repeats": 2,
             "max_canary_fraction": 1.0, "delta": 1e-5}
-CLAIM = {"noise_multiplier": 0.0, "clip_norm": 0.5, "num_rounds": 4, "num_clients": 3,
-         "clients_per_round": 3, "strategy": "DifferentialPrivacyServerSideFixedClipping > FedAvg"}
+CLAIM = {"noise_multiplier": 0.0, "clip_norm": 0.5, "num_rounds": 4, "num_clients": 8,
+         "clients_per_round": 8, "strategy": "DifferentialPrivacyServerSideFixedClipping > FedAvg"}
 DIM = 300
 
 
@@ -48,6 +48,10 @@ def test_external_audit_end_to_end_without_the_seed_leaving_the_service(client, 
     crowded = client.put(f"/audits/{audit_id}/claim",
                          json={**CLAIM, "num_clients": 1, "clients_per_round": 20}, headers=token)
     assert crowded.status_code == 422 and "clients_per_round" in crowded.text
+    # the seen canaries take cohort slots: 16 canaries do not fit 1 slot per round
+    no_room = client.put(f"/audits/{audit_id}/claim", headers=token,
+                         json={**CLAIM, "num_rounds": 2, "clients_per_round": 1})
+    assert no_room.status_code == 422 and "num_canaries" in no_room.text
     assert client.get(f"/audits/{audit_id}").json()["started_at"] is None  # nothing stored
     ack = client.put(f"/audits/{audit_id}/claim", json=CLAIM, headers=token)
     assert ack.status_code == 200 and ack.json()["stored"] is True
@@ -66,9 +70,10 @@ def test_external_audit_end_to_end_without_the_seed_leaving_the_service(client, 
     assert analytic and all(e["epsilon"] == "inf" for e in analytic)  # the claim: no noise
 
     seen = seen_mask(seed, 16)
-    schedule = participation_schedule(num_clients=3, num_seen_canaries=int(seen.sum()),
-                                      num_rounds=4, participation="uniform", clients_per_round=3,
-                                      canary_repeats=2, seed=spec.data_seed)
+    schedule = participation_schedule(num_clients=8, num_seen_canaries=int(seen.sum()),
+                                      num_rounds=4, participation="uniform", clients_per_round=8,
+                                      canary_repeats=2, seed=spec.data_seed,
+                                      max_canaries_per_round=8)
     theta, total = theta0.astype(np.float64), np.zeros(DIM)
     for t in range(1, 5):
         response = client.get(f"/audits/{audit_id}/rounds/{t}/canaries", headers=token)

@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from flaudit.auditor.spec import AuditClaim, AuditSpec, Engine
 
 from ..auth import require_run_token
-from ..external import RUN_ID_HEADER, round_canaries, round_canary_vectors
+from ..external import RUN_ID_HEADER, canary_plan, round_canaries, round_canary_vectors
 from ..live import IngestError
 from ..schemas import (
     ClaimAck,
@@ -411,6 +411,10 @@ def put_claim(
                 for e in exc.errors(include_url=False, include_context=False)
             ],
         ) from None
+    try:  # the seen canaries take cohort slots: at most clients_per_round per round
+        canary_plan(store.canary_seed(audit_id), spec)
+    except ValueError as exc:
+        raise _fail(422, str(exc)) from None
     wanted = spec.model_dump(mode="json")
     if audit.started_at is not None:
         if mine is None or audit.run_id is None or mine == audit.run_id:

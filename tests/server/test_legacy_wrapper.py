@@ -1,0 +1,132 @@
+"""LegacyCanaryAuditStrategy around Flower's legacy FedAvg and DP wrapper (issue #22 item 2), as
+``LegacyContext`` + ``DefaultWorkflow`` drive it, with and without SecAgg+'s view of the
+replies (every result carries the securely aggregated parameters, each with its own weight):
+canaries take cohort slots, enter at the round's largest weight, and give the same model in
+both views (FedAvg is linear)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.server.client_manager import SimpleClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
+
+from flaudit.auditor.canaries import canary_vector, resolve_canary_family
+from flaudit.server.wrapper import LegacyCanaryAuditStrategy, LocalCanaries, read_claim
+from tests.server.test_wrapper import ClaimRecorder
+
+SEED = 4242
+K = 12
+S = 0.5
+N = 4  # clients, all sampled each round
+
+
+class Proxy(ClientProxy):
+    def get_properties(self, *a, **k):
+        raise NotImplementedError
+
+    def get_parameters(self, *a, **k):
+        raise NotImplementedError
+
+    def fit(self, *a, **k):
+        raise NotImplementedError
+
+    def evaluate(self, *a, **k):
+        raise NotImplementedError
+
+    def reconnect(self, *a, **k):
+        raise NotImplementedError
+
+
+class Counting(FedAvg):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seen: list[list[int]] = []
+
+    def aggregate_fit(self, server_round, results, failures):
+        self.seen.append([res.num_examples for _, res in results])
+        return super().aggregate_fit(server_round, results, failures)
+
+
+def _run(weights, *, secagg, rounds=3):
+    manager = SimpleClientManager()
+    for i in range(N):
+        manager.register(Proxy(str(i)))
+    fedavg = Counting(fraction_fit=1.0, min_fit_clients=N, min_available_clients=N,
+                      fraction_evaluate=0.0,
+                      initial_parameters=ndarrays_to_parameters([np.zeros((10, 30), np.float32)]))
+    dp = DifferentialPrivacyClientSideFixedClipping(fedavg, noise_multiplier=0.0,
+                                                   clipping_norm=S, num_sampled_clients=N)
+    reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)
+    canaries = LocalCanaries(SEED, num_canaries=K, num_rounds=rounds, clients_per_round=N)
+    strategy = LegacyCanaryAuditStrategy(dp, num_rounds=rounds, reporter=reporter,
+                                         canaries=canaries)
+    parameters = strategy.initialize_parameters(manager)
+    rng = np.random.default_rng(0)
+    for t in range(1, rounds + 1):
+        pairs = strategy.configure_fit(t, parameters, manager)
+        c = len(canaries.by_round[t])
+        assert len(pairs) == N - c and strategy.displaced[t] == c
+        current = parameters_to_ndarrays(parameters)[0]
+        updates = [0.01 * rng.standard_normal(current.shape).astype(np.float32) for _ in pairs]
+        w = [weights[int(proxy.cid)] for proxy, _ in pairs]
+        if secagg:  # what SecAggPlusWorkflow hands aggregate_fit: the weighted average, per result
+            mean = current + sum(wi * u for wi, u in zip(w, updates)) / sum(w) if pairs else current
+            models = [mean] * len(pairs)
+        else:
+            models = [current + u for u in updates]
+        results = [(proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([m]), wi, {}))
+                   for (proxy, _), m, wi in zip(pairs, models, w)]
+        parameters, _ = strategy.aggregate_fit(t, results, [])
+        assert len(fedavg.seen[-1]) == N  # exactly num_sampled_clients results
+        if c and pairs:
+            assert fedavg.seen[-1][-c:] == [max(max(s) for s in fedavg.seen)] * c  # heaviest so far
+    return parameters_to_ndarrays(parameters)[0], strategy, reporter
+
+
+@pytest.mark.parametrize("secagg", [False, True])
+def test_legacy_fedavg_with_dp_and_secagg_view_is_audited_like_the_message_api(secagg):
+    final, strategy, reporter = _run({i: 5 for i in range(N)}, secagg=secagg)
+    assert reporter.claims[0]["noise_multiplier"] == 0.0 and reporter.claims[0]["clip_norm"] == S
+    assert reporter.claims[0]["clients_per_round"] == N and reporter.claims[0]["num_rounds"] == 3
+    assert [m.num_canaries_inserted for _, m in reporter.rounds] == [strategy.displaced[t]
+                                                                      for t in (1, 2, 3)]
+    assert all(f == pytest.approx(1.0) for f in strategy.weight_factors.values())
+    assert reporter.final_model is not None
+    # every seen canary's direction is in the final model with S / N per insertion
+    dim = final.size
+    family = resolve_canary_family(None, num_canaries=K, dim=dim)
+    seen = np.concatenate([strategy._canaries.by_round[t] for t in (1, 2, 3)])
+    for j in seen:
+        c_j = canary_vector(SEED, int(j), dim, family=family).astype(np.float64)
+        assert float(final.ravel() @ c_j) == pytest.approx(S / N, abs=0.02)
+
+
+def test_one_client_weighted_ten_times_is_flagged_as_the_weighting():
+    """Under SecAgg+ too: the weights stay visible, so the round records that the heaviest
+    client (10x the others) gets more than the C/n the noise is calibrated for."""
+    weights = {0: 50, 1: 5, 2: 5, 3: 5}
+    _, strategy, reporter = _run(weights, secagg=True, rounds=6)
+    fedavg = strategy.strategy.strategy
+    heavy = [t for t in range(1, 7) if 50 in fedavg.seen[t - 1][: N - strategy.displaced[t]]]
+    assert heavy  # client 0 trained in some round (it is displaced with probability c / N)
+    assert max(strategy.weight_factors.values()) > 1.2
+    for t in range(1, 7):
+        expected = max(fedavg.seen[t - 1]) * N / sum(fedavg.seen[t - 1])
+        assert strategy.weight_factors[t] == pytest.approx(expected)
+        # above 1 exactly when the round mixes weights (client 0 with a lighter client)
+        assert (expected > 1 + 1e-9) == (len(set(fedavg.seen[t - 1])) > 1)
+    assert [m.weight_factor for _, m in reporter.rounds] == pytest.approx(
+        [strategy.weight_factors[t] for t in range(1, 7)])
+    _, equal, _ = _run({i: 5 for i in range(N)}, secagg=True, rounds=6)
+    assert all(f == pytest.approx(1.0) for f in equal.weight_factors.values())
+
+
+def test_the_claim_is_read_from_legacy_dp_wrappers():
+    dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(min_available_clients=5), 1.2, 3.0,
+                                                   num_sampled_clients=4)
+    claim = read_claim(dp, num_rounds=3, num_nodes=2)
+    assert (claim["noise_multiplier"], claim["clip_norm"], claim["clients_per_round"],
+            claim["num_clients"]) == (1.2, 3.0, 4, 5)
