@@ -645,6 +645,8 @@ class HttpRoundReporter:
             except ReportingError as error:
                 self._refused(error, f"the canaries of round {t}")
                 return empty
+        # fetched after all (an earlier attempt, e.g. a prefetch during the outage, had failed)
+        self._no_canaries.pop(t, None)
         self._fetch_ahead(t, block.nbytes)
         return block
 

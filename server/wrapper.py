@@ -564,7 +564,8 @@ class CanaryAuditStrategy(Strategy):
     def _take_canaries(self, server_round: int, dim: int) -> np.ndarray:
         prefetched = self._prefetched.pop(server_round, None)
         block = prefetched.result() if prefetched is not None else None
-        if block is None or block.shape[1:] != (dim,):
+        # an empty prefetch may be an outage that is over now (fail-open): ask again
+        if block is None or block.shape[0] == 0 or block.shape[1:] != (dim,):
             block = self._round_canaries(server_round, dim)
         return block
 

@@ -73,7 +73,10 @@ def _play(stop_on_alarm: bool):
 
 def test_the_wrapper_stops_training_after_the_alarms_round():
     strategy, reporter, sent, models = _play(stop_on_alarm=True)
-    assert sent == [3, 3, 0, 0, 0]  # rounds after the alarm's send no messages
+    # canaries take cohort slots: messages + displaced nodes = the 3 sampled, until the alarm's
+    # round; rounds after it send no messages
+    assert [n + strategy.displaced.get(t, 0) for t, n in enumerate(sent[:2], 1)] == [3, 3]
+    assert sent[2:] == [0, 0, 0]
     assert strategy.stopped_at_round == 2 and len(reporter.rounds) == 2
     np.testing.assert_array_equal(models[1], models[-1])  # the model stays at round 2's
     np.testing.assert_array_equal(strategy._final, models[1].reshape(-1))
@@ -87,7 +90,8 @@ def test_the_wrapper_stops_training_after_the_alarms_round():
 
 def test_without_the_option_the_run_goes_on():
     strategy, reporter, sent, _ = _play(stop_on_alarm=False)
-    assert sent == [3] * ROUNDS and strategy.stopped_at_round is None
+    assert [n + strategy.displaced.get(t, 0) for t, n in enumerate(sent, 1)] == [3] * ROUNDS
+    assert strategy.stopped_at_round is None
     assert len(reporter.rounds) == ROUNDS and "stop_on_alarm" not in reporter.claims[0]
     spec = AuditSpec(engine="external", num_canaries=K, num_clients=3, clients_per_round=3,
                      max_canary_fraction=0.9, stop_on_alarm=True)
