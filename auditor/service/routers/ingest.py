@@ -8,6 +8,8 @@ as a streamed body passes the limit. Every 2xx means the data is committed to th
 
 from __future__ import annotations
 
+import functools
+
 from typing import Annotated
 
 import numpy as np
@@ -61,8 +63,8 @@ async def read_float32_body(request: Request, *, limit: int, what: str) -> np.nd
     return _float32_values(await _read_body(request, limit=limit, what=what), what)
 
 
-async def _read_body(request: Request, *, limit: int, what: str) -> bytes:
-    """The raw octet-stream body (at most ``limit`` bytes, not empty)."""
+async def _read_body(request: Request, *, limit: int, what: str) -> bytearray:
+    """The raw octet-stream body (at most ``limit`` bytes, not empty), in one writable buffer."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/octet-stream":
         raise _fail(
@@ -81,14 +83,24 @@ async def _read_body(request: Request, *, limit: int, what: str) -> bytes:
             raise _fail(
                 413, f"{what}: body of {declared_len} bytes exceeds the limit of {limit} bytes"
             )
+    # streamed into one buffer: with a Content-Length (every client of ours sends one) it is
+    # allocated once at the declared size, so the body is never held twice (no chunk list +
+    # join); without one, chunks are collected and joined (at most the limit, twice)
+    buffer = bytearray(declared_len) if declared_len is not None else None
     chunks: list[bytes] = []
     total = 0
     try:
         async for chunk in request.stream():
-            total += len(chunk)
-            if total > limit:
+            end = total + len(chunk)
+            if end > limit:
                 raise _fail(413, f"{what}: body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
+            if buffer is not None and end > declared_len:
+                raise _fail(400, f"{what}: body longer than its Content-Length ({declared_len})")
+            if buffer is not None:
+                buffer[total:end] = chunk
+            else:
+                chunks.append(chunk)
+            total = end
     except ClientDisconnect:
         raise _fail(400, f"{what}: truncated body (client disconnected after {total} bytes)") from None
     if declared_len is not None and total != declared_len:
@@ -97,10 +109,11 @@ async def _read_body(request: Request, *, limit: int, what: str) -> bytes:
         )
     if total == 0:
         raise _fail(422, f"{what}: empty body; expected raw little-endian float32 values")
-    return b"".join(chunks)
+    return buffer if buffer is not None else bytearray(b"".join(chunks))
 
 
-def _float32_values(data: bytes, what: str) -> np.ndarray:
+def _float32_values(data: bytearray | memoryview, what: str) -> np.ndarray:
+    """The body's float32 values: a view of ``data`` (no copy), checked chunk by chunk."""
     total = len(data)
     if total % 4:
         raise _fail(
@@ -109,8 +122,11 @@ def _float32_values(data: bytes, what: str) -> np.ndarray:
             "little-endian float32 values (wrong dtype or truncated body)",
         )
     vector = np.frombuffer(data, dtype="<f4")
-    bad = np.flatnonzero(~np.isfinite(vector))
-    if bad.size:
+    step = 1 << 20
+    for start in range(0, vector.shape[0], step):
+        if np.isfinite(vector[start : start + step]).all():
+            continue
+        bad = np.flatnonzero(~np.isfinite(vector))
         kinds = "NaN" if np.isnan(vector[bad[0]]) else "Inf"
         raise _fail(
             422,
@@ -211,8 +227,9 @@ async def _read_round_body(
             f"{what}: wrong length: expected {dim} float32 values and num_participants="
             f"{num_participants} int32 indices ({expected} bytes), got {len(data)} bytes",
         )
-    vector = _float32_values(data[: 4 * dim], what)
-    return vector, _participant_indices(data[4 * dim :], num_canaries)
+    view = memoryview(data)  # slices of a memoryview share the body's buffer
+    vector = _float32_values(view[: 4 * dim], what)
+    return vector, _participant_indices(bytes(view[4 * dim :]), num_canaries)
 
 
 @router.put(
@@ -262,7 +279,8 @@ async def put_round(
     )
     result = await _ingest(
         request,
-        request.app.state.live.ingest_round,
+        # the body's buffer is ours: the canary transform may run in it (no copy of d values)
+        functools.partial(request.app.state.live.ingest_round, consume=True),
         audit_id,
         t,
         vector,
