@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from flaudit.auditor.spec import AuditClaim, AuditSpec, Engine
 
 from ..auth import require_run_token
-from ..external import round_canaries, round_canary_vectors
+from ..external import round_canaries, round_canary_sum, round_canary_vectors
 from ..live import IngestError
 from ..schemas import ClaimAck, FinalMetricsQuery, IngestAck, RoundMetadataQuery
 from .deps import AuditId
@@ -412,4 +412,49 @@ async def get_round_canaries(
         content=np.ascontiguousarray(block, dtype="<f4").tobytes(),
         media_type="application/octet-stream",
         headers={"X-Canary-Count": str(block.shape[0]), "X-Canary-Dim": str(audit.dim)},
+    )
+
+
+@router.get(
+    "/{audit_id}/rounds/{t}/canary-sum",
+    responses={
+        200: {
+            "content": {"application/octet-stream": {}},
+            "description": (
+                "Raw little-endian float32 of shape (d,): the sum of the c unit canaries to "
+                "insert in round t (headers X-Canary-Count = c, X-Canary-Dim = d). The wrapper "
+                "inserts c replies of clip_norm * sum / c each: 4 d bytes whatever c."
+            ),
+        },
+        401: _ERRORS[401],
+        404: _ERRORS[404],
+        409: {"description": "No claim or initial model yet, not external, or not running."},
+        422: {"description": "t outside 1..num_rounds."},
+    },
+    summary="The sum of the canaries an external run inserts in round t",
+)
+async def get_round_canary_sum(
+    audit_id: AuditId,
+    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    request: Request,
+) -> Response:
+    """Like ``GET .../canaries`` but one vector: the canaries' sum (docs/estimators.md, "Canary
+    replies from the round's sum", says which mechanisms this is exact for)."""
+    audit = await _precheck(request, audit_id, need_dim=True)
+    if not _is_external(audit):
+        raise _fail(409, "canaries are served only to audits with engine 'external'")
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; no canaries served")
+    spec = AuditSpec.model_validate(audit.spec)
+    if t > spec.num_rounds:
+        raise _fail(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+
+    def total() -> tuple[np.ndarray, int]:
+        return round_canary_sum(request.app.state.store.canary_seed(audit_id), spec, t, audit.dim)
+
+    vector, count = await run_in_threadpool(total)
+    return Response(
+        content=np.ascontiguousarray(vector, dtype="<f4").tobytes(),
+        media_type="application/octet-stream",
+        headers={"X-Canary-Count": str(count), "X-Canary-Dim": str(audit.dim)},
     )
