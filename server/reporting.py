@@ -204,6 +204,17 @@ class HttpRoundReporter:
         dim = int(response.headers["X-Canary-Dim"])
         return np.frombuffer(response.content, dtype="<f4").reshape(count, dim)
 
+    def round_canary_sum(self, server_round: int) -> tuple[np.ndarray, int]:
+        """``(sum, c)``: the sum of the ``c`` unit canaries the service schedules for
+        ``server_round``, float32 ``(d,)`` -- ``4 d`` bytes whatever ``c``."""
+        response = self._request(
+            "GET", f"rounds/{int(server_round)}/canary-sum",
+            headers={"Accept": "application/octet-stream"},
+        )
+        count = int(response.headers["X-Canary-Count"])
+        dim = int(response.headers["X-Canary-Dim"])
+        return np.frombuffer(response.content, dtype="<f4").reshape(dim), count
+
     def report_initial(self, initial_model: np.ndarray) -> None:
         self._put("initial-model", initial_model)
 

@@ -58,7 +58,6 @@ from flwr.serverapp.strategy import Strategy
 from flaudit.auditor.canaries import Canaries, CanaryFamily, resolve_canary_family, seen_mask
 from flaudit.auditor.service.external import RUN_CONFIG_KEYS
 from flaudit.auditor.validation import check_at_least, check_positive
-from flaudit.server.dpfedavg import canary_update
 from flaudit.server.reporting import RoundMetadata, RoundReporter
 from flaudit.server.schedules import canary_schedule
 from flaudit.server.vectors import flatten, unflatten
@@ -414,12 +413,25 @@ class CanaryAuditStrategy(Strategy):
         return messages
 
     def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
+        """The round's ``c`` canary replies per unit of clip norm, ``(c, dim)``.
+
+        From the service: ``sum / c`` for each of the ``c`` replies (a read-only broadcast view:
+        ``4 d`` bytes fetched and held whatever ``c``); each has norm ``<= 1``, so the wrapped
+        strategy's clipping at ``clip_norm`` leaves ``clip_norm * sum / c`` unchanged and the
+        ``c`` replies add up to ``clip_norm`` times the canaries' sum, exactly what ``c``
+        full-norm canary replies add (docs/estimators.md, "Canary replies from the round's sum").
+        From a local ``canaries`` object: its unit vectors, renormalised in float64.
+        """
+        if self._canaries is None and hasattr(self.reporter, "round_canary_sum"):
+            total, count = self.reporter.round_canary_sum(server_round)
+            share = np.asarray(total, dtype=np.float32).reshape(dim) / np.float32(max(count, 1))
+            return np.broadcast_to(share, (count, dim))
         if self._canaries is not None:
             block = self._canaries.round_canaries(server_round, dim)
         else:
             block = self.reporter.round_canaries(server_round)
-        block = np.asarray(block, dtype=np.float32).reshape(-1, dim)
-        return block
+        block = np.asarray(block, dtype=np.float64).reshape(-1, dim)
+        return block / np.linalg.norm(block, axis=1, keepdims=True)
 
     def _canary_metrics(self, valid: list[Message], weight: float) -> RecordDict:
         """MetricRecords with the real replies' names and keys; each value the weighted mean."""
@@ -487,8 +499,8 @@ class CanaryAuditStrategy(Strategy):
             prefetched = self._prefetched.pop(server_round, None)
             block = (prefetched.result() if prefetched is not None
                      else self._round_canaries(server_round, current.size))
-            for direction in block:
-                model = (current + canary_update(direction, clip_norm)).astype(np.float32)
+            for direction in block:  # per unit of clip norm (see _round_canaries)
+                model = (current + clip_norm * direction).astype(np.float32)
                 replies.append(self._canary_reply(model, valid[0], metrics))
                 inserted += 1
         elif current is not None and not valid:
