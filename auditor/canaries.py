@@ -187,8 +187,8 @@ def _mix64(x: np.ndarray, key: np.uint64) -> np.ndarray:
 class OrthogonalCanaries:
     """The orthogonal canary family of one audit at dimension ``d``.
 
-    Holds only what is derived from the seed (three or four float32 sign vectors, six 64-bit
-    permutation keys): memory ``12 d`` or ``16 d`` bytes. Canary ``j`` is ``R e_{pi(j)}`` with
+    Holds only what is derived from the seed (three or four sign rounds as packed bits, six
+    64-bit permutation keys): memory ``3 d / 8`` or ``d / 2`` bytes. Canary ``j`` is ``R e_{pi(j)}`` with
     ``R = S4 A S3 B S2 A S1``, or ``S3 T S2 T S1`` when ``d`` is 5-smooth (module docstring).
 
     Parameters
@@ -407,7 +407,7 @@ class Canaries:
     """One audit's canaries of one family at dimension ``d``, regenerated round after round.
 
     Derives what the seed determines once (the orthogonal family's signs and permutation keys,
-    ``12 d``-``16 d`` bytes; the gaussian family needs only the seed) so that a loop calling
+    ``3 d / 8``-``d / 2`` bytes of sign bits; the gaussian family needs only the seed) so that a loop calling
     :meth:`sum_of` or :meth:`vectors` every round does not redo it (0.02 s at d = 1.2M). Never
     shows the seed or anything derived from it.
 
