@@ -44,6 +44,9 @@ from enum import Enum
 import numpy as np
 import scipy.fft
 
+from flaudit.auditor.transform import (
+    SignBits, dct_numpy, dct_torch, is_torch_tensor, resolve_backend, torch,
+)
 from flaudit.auditor.validation import check_at_least, check_integer_at_least
 
 __all__ = [
@@ -140,7 +143,11 @@ def _check_indices(indices: Sequence[int] | np.ndarray) -> np.ndarray:
 
 
 def _default_fft_workers() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
+    """The cores this process is given (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _largest_fast_length(dim: int) -> int:
@@ -180,8 +187,8 @@ def _mix64(x: np.ndarray, key: np.uint64) -> np.ndarray:
 class OrthogonalCanaries:
     """The orthogonal canary family of one audit at dimension ``d``.
 
-    Holds only what is derived from the seed (three or four float32 sign vectors, six 64-bit
-    permutation keys): memory ``12 d`` or ``16 d`` bytes. Canary ``j`` is ``R e_{pi(j)}`` with
+    Holds only what is derived from the seed (three or four sign rounds as packed bits, six
+    64-bit permutation keys): memory ``3 d / 8`` or ``d / 2`` bytes. Canary ``j`` is ``R e_{pi(j)}`` with
     ``R = S4 A S3 B S2 A S1``, or ``S3 T S2 T S1`` when ``d`` is 5-smooth (module docstring).
 
     Parameters
@@ -194,26 +201,27 @@ class OrthogonalCanaries:
         Threads of ``scipy.fft``; results do not depend on it. Default: 2 (or 1 on one core).
     """
 
-    def __init__(self, seed: int, dim: int, *, workers: int | None = None) -> None:
+    def __init__(
+        self, seed: int, dim: int, *, workers: int | None = None, backend: str = "auto"
+    ) -> None:
         seed = _check_seed(seed)
         self.dim = _check_dim(dim)
         if workers is None:
             workers = _default_fft_workers()
         check_integer_at_least(workers, "workers", 1)
         self.workers = int(workers)
+        resolve_backend(backend)  # validates the name
+        self.backend = backend
         nbytes = (self.dim + 7) // 8
         self._split = _largest_fast_length(self.dim)  # A: [0, n) + [n, d); B: [0, d-n) + [d-n, d)
         # two rounds spread any vector when A = B = T (d 5-smooth), three with two blocks
         self._rounds = 2 if self._split == self.dim else 3
-        self._signs = []  # float32 +-1: a multiply is ~50x faster than a masked negation
-        for r in range(self._rounds + 1):
-            bits = np.unpackbits(
-                np.frombuffer(_generator(seed, _ORTHOGONAL_STREAM, r).bytes(nbytes), np.uint8),
-                count=self.dim,
-            )
-            signs = np.ones(self.dim, dtype=np.float32)
-            signs[bits.view(bool)] = -1.0
-            self._signs.append(signs)
+        # packed bits (bit set = -1), d / 8 bytes per sign round; applied by flipping sign bits
+        self._sign_bits = [
+            SignBits(np.frombuffer(_generator(seed, _ORTHOGONAL_STREAM, r).bytes(nbytes),
+                                   np.uint8), self.dim)
+            for r in range(self._rounds + 1)
+        ]
         self._keys = _generator(seed, _ORTHOGONAL_STREAM, _SIGN_ROUNDS).integers(
             0, 2**64, size=_FEISTEL_ROUNDS, dtype=np.uint64, endpoint=False
         )
@@ -256,57 +264,118 @@ class OrthogonalCanaries:
         return out.astype(np.int64)
 
     # -- the transform R and its transpose ---------------------------------------------------
-    def _blocks(self, x: np.ndarray, *, first: bool, inverse: bool) -> np.ndarray:
-        """``A`` (``first``) or ``B`` applied along the last axis, or their transposes."""
-        fn = scipy.fft.idct if inverse else scipy.fft.dct
+    def _cuts(self, first: bool) -> list[tuple[int, int]]:
         cut = self._split if first else self.dim - self._split
-        out = np.empty_like(x)
-        for part in (slice(0, cut), slice(cut, self.dim)):
-            if part.stop > part.start:
-                out[..., part] = fn(x[..., part], type=2, norm="ortho", axis=-1,
-                                    workers=self.workers)
+        return [(a, b) for a, b in ((0, cut), (cut, self.dim)) if b > a]
+
+    def _blocks(self, x: np.ndarray, *, first: bool, inverse: bool) -> np.ndarray:
+        """``A`` (``first``) or ``B`` applied along the last axis in place, or their transposes."""
+        for a, b in self._cuts(first):
+            if x.ndim == 1:
+                dct_numpy(x[a:b], inverse=inverse, workers=self.workers)
+            else:  # rows: scipy copies the strided block
+                x[..., a:b] = scipy.fft.dct(x[..., a:b], type=2, norm="ortho", axis=-1,
+                                            workers=self.workers) if not inverse else \
+                    scipy.fft.idct(x[..., a:b], type=2, norm="ortho", axis=-1,
+                                   workers=self.workers)
+        return x
+
+    def _blocks_torch(self, pieces: list, *, first: bool, inverse: bool) -> list:
+        """Torch: the working vector as its blocks (consumed); returns the transformed blocks."""
+        cuts = self._cuts(first)
+        if [p.shape[0] for p in pieces] != [b - a for a, b in cuts]:  # re-split (non-5-smooth d)
+            whole = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+            pieces.clear()
+            pieces.extend(whole[a:b].clone() for a, b in cuts)
+            del whole
+        out = []
+        while pieces:
+            box = [pieces.pop(0)]
+            out.append(dct_torch(box, inverse=inverse, workers=self.workers))
         return out
 
-    def transpose_apply(self, vector: np.ndarray) -> np.ndarray:
-        """``R^T v = S1 A^T S2 B^T S3 A^T S4 v`` (``S1 T^T S2 T^T S3 v`` for a 5-smooth ``d``) for
-        a vector (float32 in and out, ``v`` unchanged).
+    def transpose_apply(self, vector, *, backend: str | None = None, consume: bool = False):
+        """``R^T v = S1 A^T S2 B^T S3 A^T S4 v`` (``S1 T^T S2 T^T S3 v`` for a 5-smooth ``d``),
+        ``v`` unchanged. float32 out (float64 for a float64 ``v``).
 
-        Costs two or three fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``.
+        ``backend`` (default: this object's, ``"auto"``) picks numpy/scipy or torch per call
+        (:func:`flaudit.auditor.transform.resolve_backend`): a torch tensor is transformed on its
+        own device and a torch tensor comes back; a numpy array comes back as numpy. Costs two or
+        three fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``. Peak memory beyond ``v``: ``3 x 4d``
+        bytes (even block lengths); ``consume=True`` lets the numpy back end transform a
+        writable float32/float64 ``v`` in place (no working copy: the service's round body,
+        read once and scored once), so ``v`` is then overwritten.
         """
-        x = np.multiply(vector, self._signs[self._rounds], dtype=np.float32)
+        kind, device = resolve_backend(backend or self.backend, vector)
+        if kind == "numpy":
+            if is_torch_tensor(vector):
+                vector = vector.detach().cpu().numpy()
+            dtype = np.float64 if np.asarray(vector).dtype == np.float64 else np.float32
+            in_place = (consume and isinstance(vector, np.ndarray) and vector.dtype == dtype
+                        and vector.ndim == 1 and vector.flags.c_contiguous
+                        and vector.flags.writeable)
+            x = vector if in_place else np.array(vector, dtype=dtype, copy=True)
+            self._sign_bits[self._rounds].flip(x, 0)
+            for r in range(self._rounds, 0, -1):
+                self._blocks(x, first=r % 2 == 1, inverse=True)
+                self._sign_bits[r - 1].flip(x, 0)
+            return x
+        back_to_numpy = not is_torch_tensor(vector)
+        if back_to_numpy:
+            source = torch.from_numpy(np.ascontiguousarray(vector))
+        else:
+            source = vector.detach()
+        dtype = torch.float64 if source.dtype == torch.float64 else torch.float32
+        pieces = [source.to(device=device, dtype=dtype, copy=True)]
+        del source
+        self._sign_bits[self._rounds].flip_torch(pieces[0], 0)
         for r in range(self._rounds, 0, -1):
-            x = self._blocks(x, first=r % 2 == 1, inverse=True)
-            x *= self._signs[r - 1]
-        return x
+            pieces = self._blocks_torch(pieces, first=r % 2 == 1, inverse=True)
+            offset = 0
+            for piece in pieces:
+                self._sign_bits[r - 1].flip_torch(piece, offset)
+                offset += piece.shape[0]
+        y = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        del pieces
+        return y.cpu().numpy() if back_to_numpy else y
 
     def _apply(self, x: np.ndarray) -> np.ndarray:
-        """``R x`` along the last axis, ``x`` already carrying ``S1``."""
+        """``R x`` along the last axis in place (numpy), ``x`` already carrying ``S1``."""
         for r in range(1, self._rounds + 1):
             x = self._blocks(x, first=r % 2 == 1, inverse=False)
-            x *= self._signs[r]
+            self._sign_bits[r].flip(x, 0)
         return x
 
-    def dots(self, vector: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    def dots(self, vector, positions: np.ndarray, *, backend: str | None = None) -> np.ndarray:
         """``<c_j, v>`` for the canaries at ``positions`` (from :meth:`positions`), float64."""
-        return self.transpose_apply(vector)[positions].astype(np.float64)
+        y = self.transpose_apply(vector, backend=backend)
+        if is_torch_tensor(y):
+            return y[torch.as_tensor(positions, device=y.device)].double().cpu().numpy()
+        return y[positions].astype(np.float64)
 
-    def sum_of(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
-        """``sum_j c_j`` over ``indices``, float64: ``R (sum_j s1 e_{pi(j)})``.
+    def sum_of(self, indices: Sequence[int] | np.ndarray, *, dtype=np.float64) -> np.ndarray:
+        """``sum_j c_j`` over ``indices``: ``R (sum_j s1 e_{pi(j)})``, float64 by default.
 
-        One float64 transform ``R`` whatever the number of canaries (``O(d log d)``); each canary
-        enters with norm 1 to float64 precision.
+        One transform ``R`` whatever the number of canaries (``O(d log d)``); each canary enters
+        with norm 1 to ``dtype``'s precision (float32: ``4 d`` bytes out, for serving the sum).
         """
         positions = self.positions(indices)
-        x = np.zeros(self.dim, dtype=np.float64)
-        np.add.at(x, positions, self._signs[0][positions])  # a repeated index counts twice
+        x = np.zeros(self.dim, dtype=dtype)
+        np.add.at(x, positions, self._sign_value(positions, dtype))  # repeats count twice
         return self._apply(x) if positions.size else x
+
+    def _sign_value(self, positions: np.ndarray, dtype) -> np.ndarray:
+        """``S1`` at ``positions`` as ``+-1`` of ``dtype``."""
+        packed = self._sign_bits[0]._packed
+        bits = (packed[positions // 8] >> (7 - positions % 8).astype(np.uint8)) & 1
+        return (1 - 2 * bits.astype(np.int8)).astype(dtype)
 
     def vectors(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Canaries ``indices`` as rows, float32 ``(len(indices), d)``: ``R e_{pi(j)}``."""
         positions = self.positions(indices)
         out = np.zeros((positions.size, self.dim), dtype=np.float32)
         rows = np.arange(positions.size)
-        out[rows, positions] = self._signs[0][positions]
+        out[rows, positions] = self._sign_value(positions, np.float32)
         return self._apply(out) if positions.size else out
 
 
@@ -338,7 +407,7 @@ class Canaries:
     """One audit's canaries of one family at dimension ``d``, regenerated round after round.
 
     Derives what the seed determines once (the orthogonal family's signs and permutation keys,
-    ``12 d``-``16 d`` bytes; the gaussian family needs only the seed) so that a loop calling
+    ``3 d / 8``-``d / 2`` bytes of sign bits; the gaussian family needs only the seed) so that a loop calling
     :meth:`sum_of` or :meth:`vectors` every round does not redo it (0.02 s at d = 1.2M). Never
     shows the seed or anything derived from it.
 

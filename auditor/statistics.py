@@ -30,18 +30,36 @@ import numpy as np
 from flaudit.auditor.canaries import (
     CanaryFamily, OrthogonalCanaries, canary_vectors, resolve_canary_family, seen_mask,
 )
+from flaudit.auditor.transform import CHUNK, is_torch_tensor, sum_of_squares, torch
 from flaudit.auditor.validation import check_at_least, check_integer_at_least
 
 __all__ = ["cosines", "null_standardized_cosines", "CosineTracker", "TrackerState"]
 
 
-def _as_finite_vector(name: str, value: np.ndarray, dim: int) -> np.ndarray:
+def _all_finite(array) -> bool:
+    """Chunk by chunk: no ``d``-sized boolean temporary."""
+    if is_torch_tensor(array):
+        step = CHUNK * 16 if array.device.type == "cuda" else CHUNK
+        return all(bool(torch.isfinite(array[a : a + step]).all())
+                   for a in range(0, array.shape[0], step))
+    return all(bool(np.isfinite(array[a : a + CHUNK]).all()) for a in range(0, array.shape[0], CHUNK))
+
+
+def _as_finite_vector(name: str, value, dim: int):
+    if is_torch_tensor(value):  # kept on its device (the torch back end transforms it there)
+        if value.ndim != 1 or value.shape[0] != dim:
+            raise ValueError(f"{name} must be a vector of length {dim}, got shape {tuple(value.shape)}")
+        if not value.is_floating_point():
+            raise ValueError(f"{name} must be floating point, got dtype {value.dtype}")
+        if not _all_finite(value):
+            raise ValueError(f"{name} contains NaN or Inf")
+        return value if value.dtype == torch.float32 else value.to(torch.float32)
     array = np.asarray(value)
     if array.ndim != 1 or array.shape[0] != dim:
         raise ValueError(f"{name} must be a vector of length {dim}, got shape {array.shape}")
     if not np.issubdtype(array.dtype, np.floating):
         raise ValueError(f"{name} must be floating point, got dtype {array.dtype}")
-    if not np.all(np.isfinite(array)):
+    if not _all_finite(array):
         raise ValueError(f"{name} contains NaN or Inf")
     return array.astype(np.float32, copy=False)
 
@@ -52,10 +70,19 @@ def _rescaled(vector: np.ndarray) -> np.ndarray:
     Cosines do not depend on scale, and a power of two is exact; without it a finite float32
     vector of values near 3e38 overflows the float32 dot products (and tiny values underflow).
     """
+    if is_torch_tensor(vector):
+        if vector.numel() == 0 or not vector.is_floating_point():
+            return vector
+        peak = max(abs(float(vector.max())), abs(float(vector.min())))
+        if not math.isfinite(peak) or peak == 0.0:
+            return vector
+        exponent = math.frexp(peak)[1]
+        return torch.ldexp(vector, torch.tensor(-exponent, device=vector.device)) \
+            if abs(exponent) > 32 else vector
     vector = np.asarray(vector)
     if vector.size == 0 or not np.issubdtype(vector.dtype, np.floating):
         return vector
-    peak = float(np.max(np.abs(vector)))
+    peak = max(abs(float(vector.max())), abs(float(vector.min())))  # no |v| temporary
     if not math.isfinite(peak) or peak == 0.0:
         return vector
     exponent = math.frexp(peak)[1]
@@ -74,22 +101,30 @@ def cosines(unit_rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
     return (unit_rows @ vector).astype(np.float64) / norm
 
 
-def null_standardized_cosines(
-    projected: np.ndarray, positions: np.ndarray, seen_positions: np.ndarray
-) -> np.ndarray:
+def null_standardized_cosines(projected, positions: np.ndarray, seen_positions: np.ndarray
+                              ) -> np.ndarray:
     """Orthogonal family: the canaries' statistic from ``y = R^T v`` (float64, in ``[-1, 1]``).
 
     ``y[positions] / (sqrt(d) s)`` with ``s^2`` the mean square of ``y`` outside
     ``seen_positions``: the energy of ``v`` orthogonal to every seen canary per remaining
     dimension (module docstring). Plain cosines ``y[positions] / ||y||`` when that energy is
     nil (``v`` inside the seen canaries' span, or every coordinate seen); zeros for ``v = 0``.
+    ``projected`` may be a torch tensor (any device): only ``k``-sized values leave it, the sum
+    of squares accumulates in float64 chunk by chunk.
     """
     dim = projected.shape[0]
-    dots = projected[positions].astype(np.float64)
-    total = _norm(projected) ** 2
+    if is_torch_tensor(projected):
+        def gather(index):
+            index = torch.as_tensor(index, device=projected.device)
+            return projected[index].double().cpu().numpy()
+    else:
+        def gather(index):
+            return projected[index].astype(np.float64)
+    dots = gather(positions)
+    total = sum_of_squares(projected)
     if total == 0.0:
         return np.zeros(dots.shape[0], dtype=np.float64)
-    seen_energy = float(np.sum(np.square(projected[seen_positions], dtype=np.float64)))
+    seen_energy = float(np.sum(np.square(gather(seen_positions))))
     rest = dim - seen_positions.size
     null_energy = (total - seen_energy) / rest if rest else 0.0
     scale = np.sqrt(dim * null_energy) if null_energy > 1e-12 * total else np.sqrt(total)
@@ -130,6 +165,11 @@ class CosineTracker:
     workers : int, optional
         Threads generating gaussian canaries (default 1) or running the orthogonal family's
         transforms (default 2); results do not depend on it.
+    backend : {"auto", "numpy", "torch"}, optional
+        Orthogonal family: where the transform runs (:func:`flaudit.auditor.transform.resolve_backend`;
+        ``"auto"``: torch on CUDA when the update is a CUDA tensor or a GPU is available, else the
+        CPU back end measured faster). Results agree to float32 precision. Torch tensors are
+        accepted as vectors on every back end.
     """
 
     def __init__(
@@ -143,6 +183,7 @@ class CosineTracker:
         cache_bytes: int = 0,
         state: TrackerState | None = None,
         workers: int | None = None,
+        backend: str = "auto",
     ) -> None:
         check_at_least(num_canaries, "num_canaries", 1)
         check_at_least(dim, "dim", 2)
@@ -159,7 +200,7 @@ class CosineTracker:
         self._num_cached = 0
         self._orthogonal = None
         if self.family is CanaryFamily.orthogonal:
-            self._orthogonal = OrthogonalCanaries(seed, self.dim, workers=workers)
+            self._orthogonal = OrthogonalCanaries(seed, self.dim, workers=workers, backend=backend)
             self._positions = self._orthogonal.positions(np.arange(self.num_canaries))
             self._seen_positions = self._positions[seen_mask(seed, self.num_canaries)]
             self.workers = self._orthogonal.workers
@@ -190,17 +231,23 @@ class CosineTracker:
         )
 
     # -- core -----------------------------------------------------------------------------
-    def all_cosines(self, vector: np.ndarray) -> np.ndarray:
+    def all_cosines(self, vector, *, consume: bool = False) -> np.ndarray:
         """Cosines of every canary with ``vector`` (shape ``(k,)``, float64).
+
+        ``consume=True``: ``vector`` (a writable float32 numpy array) may be overwritten, the
+        orthogonal family's transform then runs in it without a working copy.
 
         Orthogonal family: null-standardized cosines (module docstring), clipped to ``[-1, 1]``;
         plain cosines when ``vector`` lies in the span of the seen canaries.
         """
         vector = _as_finite_vector("vector", _rescaled(vector), self.dim)
-        if self._orthogonal is not None:
+        if self._orthogonal is not None:  # numpy or torch back end, chosen per call
             return null_standardized_cosines(
-                self._orthogonal.transpose_apply(vector), self._positions, self._seen_positions
+                self._orthogonal.transpose_apply(vector, consume=consume), self._positions,
+                self._seen_positions,
             )
+        if is_torch_tensor(vector):
+            vector = vector.detach().cpu().numpy()
         out = np.empty(self.num_canaries, dtype=np.float64)
         if self._bank is not None:
             out[: self._num_cached] = cosines(self._bank, vector)

@@ -75,9 +75,7 @@ def _orthogonal(d: int, k: int, rounds: int, workers: int) -> dict:
     peak = _peak_mib()
     # float32 accuracy: <c_j, v> through the float32 transform vs the same transform in float64
     family, v = tracker._orthogonal, deltas[0]
-    x = v.astype(np.float64) * family._signs[family._rounds]
-    for r in range(family._rounds, 0, -1):
-        x = family._blocks(x, first=r % 2 == 1, inverse=True) * family._signs[r - 1]
+    x = family.transpose_apply(v.astype(np.float64), backend="numpy")  # float64 all the way
     exact = x[tracker._positions] / np.linalg.norm(x)
     fast = family.dots(v, tracker._positions) / float(np.linalg.norm(v.astype(np.float64)))
     error_in_null_sd = float(np.max(np.abs(fast - exact)) * np.sqrt(d))

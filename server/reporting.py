@@ -105,6 +105,13 @@ def participant_mask(participants, num_canaries: int) -> np.ndarray:
     return mask
 
 
+def _held_bytes(block: np.ndarray) -> int:
+    """Memory a canary block holds (a broadcast block holds one row)."""
+    if block.ndim == 2 and block.shape[0] > 1 and block.strides[0] == 0:
+        return int(block[0].nbytes)
+    return int(block.nbytes)
+
+
 class ReportingError(RuntimeError):
     """The auditor rejected round data, or (``on_service_error="stop"``) could not be reached."""
 
@@ -596,13 +603,20 @@ class HttpRoundReporter:
         return not blocked() and self._disabled is None
 
     def _fetch_canaries(self, server_round: int, attempts: int) -> np.ndarray:
+        """The round's ``c`` canary replies per unit of clip norm: ``c`` rows ``sum / c``, a
+        read-only broadcast view of one ``d``-vector (``GET .../canary-sum``: ``4 d`` bytes on
+        the wire and in memory whatever ``c``; docs/estimators.md, "Canary replies from the
+        round's sum")."""
         response = self._request(
-            "GET", f"rounds/{int(server_round) + self._round_offset}/canaries", attempts=attempts,
-            headers={"Accept": "application/octet-stream"},
+            "GET", f"rounds/{int(server_round) + self._round_offset}/canary-sum",
+            attempts=attempts, headers={"Accept": "application/octet-stream"},
         )
         count = int(response.headers["X-Canary-Count"])
         dim = int(response.headers["X-Canary-Dim"])
-        return np.frombuffer(response.content, dtype="<f4").reshape(count, dim)
+        total = np.frombuffer(response.content, dtype="<f4").reshape(dim)
+        if count == 0:
+            return np.empty((0, dim), dtype=np.float32)
+        return np.broadcast_to(total / np.float32(count), (count, dim))
 
     def _without_canaries(self, server_round: int, reason: str) -> np.ndarray:
         self._no_canaries[int(server_round)] = reason
@@ -647,7 +661,7 @@ class HttpRoundReporter:
                 return empty
         # fetched after all (an earlier attempt, e.g. a prefetch during the outage, had failed)
         self._no_canaries.pop(t, None)
-        self._fetch_ahead(t, block.nbytes)
+        self._fetch_ahead(t, _held_bytes(block))
         return block
 
     def _fetch_ahead(self, t: int, block_bytes: int) -> None:
@@ -658,7 +672,7 @@ class HttpRoundReporter:
         for ahead in range(t + 1, last + 1):
             if ahead in self._canaries:
                 continue
-            if sum(b.nbytes for b in self._canaries.values()) + block_bytes > budget:
+            if sum(_held_bytes(b) for b in self._canaries.values()) + block_bytes > budget:
                 return
             try:
                 self._canaries[ahead] = self._fetch_canaries(ahead, 1)

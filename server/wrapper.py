@@ -65,7 +65,6 @@ from flwr.serverapp.strategy import Strategy
 from flaudit.auditor.canaries import Canaries, CanaryFamily, resolve_canary_family, seen_mask
 from flaudit.auditor.service.external import RUN_CONFIG_KEYS
 from flaudit.auditor.validation import check_at_least, check_positive
-from flaudit.server.dpfedavg import canary_update
 from flaudit.server.reporting import RoundMetadata, RoundReporter
 from flaudit.server.schedules import CanarySchedule
 from flaudit.server.vectors import flatten, unflatten
@@ -583,15 +582,21 @@ class CanaryAuditStrategy(Strategy):
         return self.stopped_at_round is not None
 
     def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
-        """The ``c`` canary reply directions of the round, float32 ``(c, dim)`` (the seam the
-        service client fills: unit vectors, or ``c`` equal rows ``sum / c``: the same aggregate
-        for every mechanism that clips each reply to a norm >= S and is linear after clipping)."""
+        """The round's ``c`` canary replies per unit of clip norm, ``(c, dim)``.
+
+        From the service: ``sum / c`` for each of the ``c`` replies (a read-only broadcast view:
+        ``4 d`` bytes fetched and held whatever ``c``); each has norm ``<= 1``, so the wrapped
+        strategy's clipping at ``clip_norm`` leaves ``clip_norm * sum / c`` unchanged and the
+        ``c`` replies add up to ``clip_norm`` times the canaries' sum, exactly what ``c``
+        full-norm canary replies add (docs/estimators.md, "Canary replies from the round's sum").
+        From a local ``canaries`` object: its unit vectors, renormalised in float64.
+        """
         if self._canaries is not None:
-            block = self._canaries.round_canaries(server_round, dim)
-        else:
-            block = self.reporter.round_canaries(server_round)
-        block = np.asarray(block, dtype=np.float32).reshape(-1, dim)
-        return block
+            block = np.asarray(self._canaries.round_canaries(server_round, dim),
+                               dtype=np.float64).reshape(-1, dim)
+            return block / np.linalg.norm(block, axis=1, keepdims=True)
+        return np.asarray(self.reporter.round_canaries(server_round),
+                          dtype=np.float32).reshape(-1, dim)
 
     def _canary_metrics(self, valid: list[Message], weight: float) -> RecordDict:
         """MetricRecords with the real replies' names and keys; each value the weighted mean."""
@@ -663,8 +668,8 @@ class CanaryAuditStrategy(Strategy):
             weight = self._max_weight if self._max_weight > 0 else 1.0
             metrics = self._canary_metrics(valid, weight)
             like = valid[0] if valid else None
-            for direction in block:
-                model = (current + canary_update(direction, clip_norm)).astype(np.float32)
+            for direction in block:  # per unit of clip norm (see _round_canaries)
+                model = (current + clip_norm * direction).astype(np.float32)
                 replies.append(self._canary_reply(model, like, metrics))
                 inserted += 1
             total = sum(weights) + inserted * weight
@@ -890,7 +895,7 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
             shapes = [a.shape for a in self._current]
             dtypes = [a.dtype for a in self._current]
             for direction in block:
-                model = (current + canary_update(direction, clip_norm)).astype(np.float32)
+                model = (current + clip_norm * direction).astype(np.float32)  # per unit of S
                 fit = FitRes(status=Status(code=Code.OK, message=""),
                              parameters=ndarrays_to_parameters(
                                  unflatten(model, shapes, dtypes=dtypes)),

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from flaudit.auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.canaries import Canaries, canary_vectors, resolve_canary_family, seen_mask
 from flaudit.auditor.spec import AuditSpec
 
 __all__ = [
     "canary_plan", "round_canaries", "round_participants", "round_canary_vectors",
-    "attach_environment", "RUN_CONFIG_KEYS", "RUN_ID_HEADER",
+    "round_canary_sum", "attach_environment", "RUN_CONFIG_KEYS", "RUN_ID_HEADER",
 ]
 
 #: The header that carries a run's identity (not a secret: it names a run, it grants nothing).
@@ -85,6 +85,23 @@ def round_canary_vectors(seed: int, spec: AuditSpec, t: int, dim: int) -> np.nda
     of the audit's canary family (resolved from the spec, ``k`` and ``d`` as the tracker does)."""
     family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
     return canary_vectors(seed, round_canaries(seed, spec, t), dim, family=family)
+
+
+def round_canary_sum(seed: int, spec: AuditSpec, t: int, dim: int) -> tuple[np.ndarray, int]:
+    """``(sum of round t's unit canaries, c)``: float32 ``(dim,)`` and the number of canaries.
+
+    What the wrapper needs to insert the round's ``c`` canaries as ``c`` replies of
+    ``clip_norm * sum / c`` each (docs/estimators.md, "Canary replies from the round's sum"):
+    ``4 d`` bytes on the wire whatever ``c``. One fast transform for the orthogonal family.
+    """
+    family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
+    indices = round_canaries(seed, spec, t)
+    canaries = Canaries(seed, dim, family=family)
+    if canaries._orthogonal is not None:
+        total = canaries._orthogonal.sum_of(indices, dtype=np.float32)
+    else:
+        total = canaries.sum_of(indices).astype(np.float32)
+    return total, int(indices.size)
 
 
 def attach_environment(*, audit_id: str, ingest_url: str, run_token: str) -> dict[str, str]:

@@ -26,6 +26,7 @@ from flaudit.auditor.claims.alerts import build_alerts, decide, first_alarm, num
 from flaudit.auditor.known_rounds import KnownRoundsStatistic
 from flaudit.auditor.spec import AuditSpec, Engine, ThreatModel
 from flaudit.auditor.statistics import CosineTracker
+from flaudit.auditor.transform import sum_of_squares
 
 from .external import round_participants
 from .store import StaleRound, Store
@@ -343,12 +344,14 @@ class LiveAudits:
 
     def ingest_round(
         self, audit_id: str, t: int, update: np.ndarray, metadata: dict,
-        participants: np.ndarray | None = None, gap: dict | None = None,
+        participants: np.ndarray | None = None, gap: dict | None = None, *,
+        consume: bool = False,
     ) -> str:
         """Store round ``t``: its released update ``rho_bar_t`` and (optionally) its canary
         participants (indices, already checked to be distinct and in ``[0, k)``). An audit
         reports participants on every round or on none (409 otherwise). Returns ``"stored"`` or
-        ``"duplicate"`` (same t again: no-op)."""
+        ``"duplicate"`` (same t again: no-op). ``consume=True`` (the HTTP route, which owns the
+        body's buffer): ``update`` is overwritten by the canary transform instead of copied."""
         with self._lock(audit_id):
             audit, spec = self._running_audit(audit_id)
             if t <= audit.rounds_stored:
@@ -383,7 +386,17 @@ class LiveAudits:
             k = spec.num_canaries
             family = self._family(spec, secret.dim)
             tracker = self._cache.get(audit_id, secret.seed, k, secret.dim, family)
-            round_cosines = tracker.all_cosines(update)
+            # the update is read once and scored once: what else needs it comes first, then the
+            # transform runs in its buffer (no working copy of a d-vector)
+            change = self._so_far.pop(audit_id, None)
+            if t == 1:
+                change = _ModelChange(secret.dim, spec.server_momentum)
+            tracking = change is not None and change.rounds == t - 1
+            if tracking:
+                change.add(update)
+            delta_norm = math.sqrt(sum_of_squares(update))
+            round_cosines = tracker.all_cosines(update, consume=consume)
+            del update
             previous = secret.max_cosines if secret.max_cosines is not None else np.full(k, -np.inf)
             max_cosines = np.maximum(previous, round_cosines)
             seen = seen_mask(secret.seed, k)
@@ -410,11 +423,7 @@ class LiveAudits:
                     claims=audit_claims(spec),
                     num_rounds=t,
                 )
-            change = self._so_far.pop(audit_id, None)
-            if t == 1:
-                change = _ModelChange(secret.dim, spec.server_momentum)
-            if change is not None and change.rounds == t - 1:
-                change.add(update)
+            if tracking:
                 self._so_far[audit_id] = change
                 if ThreatModel.final_model in spec.threat_models:
                     estimates = estimates + final_model_so_far(
@@ -429,7 +438,7 @@ class LiveAudits:
             )
             row = {
                 "round": t,
-                "delta_norm": float(np.linalg.norm(update.astype(np.float64))),
+                "delta_norm": delta_norm,
                 "estimates": estimates,
                 **metadata,
             }

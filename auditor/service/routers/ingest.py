@@ -8,6 +8,8 @@ as a streamed body passes the limit. Every 2xx means the data is committed to th
 
 from __future__ import annotations
 
+import functools
+
 from typing import Annotated
 
 import re
@@ -21,7 +23,13 @@ from starlette.requests import ClientDisconnect
 from flaudit.auditor.spec import AuditClaim, AuditSpec, Engine
 
 from ..auth import require_run_token
-from ..external import RUN_ID_HEADER, canary_plan, round_canaries, round_canary_vectors
+from ..external import (
+    RUN_ID_HEADER,
+    canary_plan,
+    round_canaries,
+    round_canary_sum,
+    round_canary_vectors,
+)
 from ..live import IngestError
 from ..schemas import (
     ClaimAck,
@@ -73,8 +81,8 @@ async def read_float32_body(request: Request, *, limit: int, what: str) -> np.nd
     return _float32_values(await _read_body(request, limit=limit, what=what), what)
 
 
-async def _read_body(request: Request, *, limit: int, what: str) -> bytes:
-    """The raw octet-stream body (at most ``limit`` bytes, not empty)."""
+async def _read_body(request: Request, *, limit: int, what: str) -> bytearray:
+    """The raw octet-stream body (at most ``limit`` bytes, not empty), in one writable buffer."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/octet-stream":
         raise _fail(
@@ -93,14 +101,24 @@ async def _read_body(request: Request, *, limit: int, what: str) -> bytes:
             raise _fail(
                 413, f"{what}: body of {declared_len} bytes exceeds the limit of {limit} bytes"
             )
+    # streamed into one buffer: with a Content-Length (every client of ours sends one) it is
+    # allocated once at the declared size, so the body is never held twice (no chunk list +
+    # join); without one, chunks are collected and joined (at most the limit, twice)
+    buffer = bytearray(declared_len) if declared_len is not None else None
     chunks: list[bytes] = []
     total = 0
     try:
         async for chunk in request.stream():
-            total += len(chunk)
-            if total > limit:
+            end = total + len(chunk)
+            if end > limit:
                 raise _fail(413, f"{what}: body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
+            if buffer is not None and end > declared_len:
+                raise _fail(400, f"{what}: body longer than its Content-Length ({declared_len})")
+            if buffer is not None:
+                buffer[total:end] = chunk
+            else:
+                chunks.append(chunk)
+            total = end
     except ClientDisconnect:
         raise _fail(400, f"{what}: truncated body (client disconnected after {total} bytes)") from None
     if declared_len is not None and total != declared_len:
@@ -109,10 +127,11 @@ async def _read_body(request: Request, *, limit: int, what: str) -> bytes:
         )
     if total == 0:
         raise _fail(422, f"{what}: empty body; expected raw little-endian float32 values")
-    return b"".join(chunks)
+    return buffer if buffer is not None else bytearray(b"".join(chunks))
 
 
-def _float32_values(data: bytes, what: str) -> np.ndarray:
+def _float32_values(data: bytearray | memoryview, what: str) -> np.ndarray:
+    """The body's float32 values: a view of ``data`` (no copy), checked chunk by chunk."""
     total = len(data)
     if total % 4:
         raise _fail(
@@ -121,8 +140,11 @@ def _float32_values(data: bytes, what: str) -> np.ndarray:
             "little-endian float32 values (wrong dtype or truncated body)",
         )
     vector = np.frombuffer(data, dtype="<f4")
-    bad = np.flatnonzero(~np.isfinite(vector))
-    if bad.size:
+    step = 1 << 20
+    for start in range(0, vector.shape[0], step):
+        if np.isfinite(vector[start : start + step]).all():
+            continue
+        bad = np.flatnonzero(~np.isfinite(vector))
         kinds = "NaN" if np.isnan(vector[bad[0]]) else "Inf"
         raise _fail(
             422,
@@ -255,8 +277,9 @@ async def _read_round_body(
             f"{what}: wrong length: expected {dim} float32 values and num_participants="
             f"{num_participants} int32 indices ({expected} bytes), got {len(data)} bytes",
         )
-    vector = _float32_values(data[: 4 * dim], what)
-    return vector, _participant_indices(data[4 * dim :], num_canaries)
+    view = memoryview(data)  # slices of a memoryview share the body's buffer
+    vector = _float32_values(view[: 4 * dim], what)
+    return vector, _participant_indices(bytes(view[4 * dim :]), num_canaries)
 
 
 @router.put(
@@ -316,7 +339,8 @@ async def put_round(
         participants = np.empty(0, dtype=np.int64)
     result = await _ingest(
         request,
-        request.app.state.live.ingest_round,
+        # the body's buffer is ours: the canary transform may run in it (no copy of d values)
+        functools.partial(request.app.state.live.ingest_round, consume=True),
         audit_id,
         t,
         vector,
@@ -549,4 +573,49 @@ async def get_round_canaries(
         content=np.ascontiguousarray(block, dtype="<f4").tobytes(),
         media_type="application/octet-stream",
         headers={"X-Canary-Count": str(block.shape[0]), "X-Canary-Dim": str(audit.dim)},
+    )
+
+
+@router.get(
+    "/{audit_id}/rounds/{t}/canary-sum",
+    responses={
+        200: {
+            "content": {"application/octet-stream": {}},
+            "description": (
+                "Raw little-endian float32 of shape (d,): the sum of the c unit canaries to "
+                "insert in round t (headers X-Canary-Count = c, X-Canary-Dim = d). The wrapper "
+                "inserts c replies of clip_norm * sum / c each: 4 d bytes whatever c."
+            ),
+        },
+        401: _ERRORS[401],
+        404: _ERRORS[404],
+        409: {"description": "No claim or initial model yet, not external, or not running."},
+        422: {"description": "t outside 1..num_rounds."},
+    },
+    summary="The sum of the canaries an external run inserts in round t",
+)
+async def get_round_canary_sum(
+    audit_id: AuditId,
+    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    request: Request,
+) -> Response:
+    """Like ``GET .../canaries`` but one vector: the canaries' sum (docs/estimators.md, "Canary
+    replies from the round's sum", says which mechanisms this is exact for)."""
+    audit = await _precheck(request, audit_id, need_dim=True)
+    if not _is_external(audit):
+        raise _fail(409, "canaries are served only to audits with engine 'external'")
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; no canaries served")
+    spec = AuditSpec.model_validate(audit.spec)
+    if t > spec.num_rounds:
+        raise _fail(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+
+    def total() -> tuple[np.ndarray, int]:
+        return round_canary_sum(request.app.state.store.canary_seed(audit_id), spec, t, audit.dim)
+
+    vector, count = await run_in_threadpool(total)
+    return Response(
+        content=np.ascontiguousarray(vector, dtype="<f4").tobytes(),
+        media_type="application/octet-stream",
+        headers={"X-Canary-Count": str(count), "X-Canary-Dim": str(audit.dim)},
     )
