@@ -32,10 +32,37 @@ import os
 import numpy as np
 import scipy.fft
 
-try:  # torch is a dependency, but the numpy back end must work without it
-    import torch
-except ImportError:  # pragma: no cover - exercised only where torch is missing
-    torch = None
+import importlib
+import sys
+
+
+class _LazyTorch:
+    """``torch``, imported on first use: the numpy path (every CPU-only service, the CLI) never
+    pays torch's import (seconds, hundreds of MB). Falsy when torch cannot be imported."""
+
+    _module = None
+    _tried = False
+
+    def _load(self):
+        if not self._tried:
+            type(self)._tried = True
+            try:
+                type(self)._module = importlib.import_module("torch")
+            except ImportError:  # pragma: no cover - only where torch is missing
+                type(self)._module = None
+        return self._module
+
+    def __bool__(self) -> bool:
+        return self._load() is not None
+
+    def __getattr__(self, name):
+        module = self._load()
+        if module is None:
+            raise AttributeError(f"torch is not installed ({name})")
+        return getattr(module, name)
+
+
+torch = _LazyTorch()
 
 __all__ = ["BACKENDS", "release_plans", "resolve_backend", "is_torch_tensor", "cuda_available", "SignBits",
            "sum_of_squares", "CHUNK"]
@@ -46,11 +73,14 @@ _CPU_DEFAULT = os.environ.get("FLAUDIT_CPU_BACKEND", "numpy")  # measured: docs/
 
 
 def is_torch_tensor(value) -> bool:
-    return torch is not None and isinstance(value, torch.Tensor)
+    # a torch tensor exists only once something imported torch
+    return "torch" in sys.modules and bool(torch) and isinstance(value, torch.Tensor)
 
 
 def cuda_available() -> bool:
-    return torch is not None and torch.cuda.is_available()
+    # no NVIDIA driver, no CUDA: then torch is not imported just to ask
+    return os.path.exists("/proc/driver/nvidia/version") and bool(torch) \
+        and torch.cuda.is_available()
 
 
 def resolve_backend(backend: str, vector=None) -> tuple[str, str]:
@@ -62,17 +92,15 @@ def resolve_backend(backend: str, vector=None) -> tuple[str, str]:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if backend == "numpy":
         return "numpy", "cpu"
-    if torch is None:
-        if backend == "torch":
-            raise ValueError("backend 'torch' needs torch installed")
-        return "numpy", "cpu"
+    if backend == "torch" and not torch:
+        raise ValueError("backend 'torch' needs torch installed")
     if is_torch_tensor(vector):
         return "torch", str(vector.device)
     if backend == "torch":
         return "torch", "cuda" if cuda_available() else "cpu"
     if cuda_available():
         return "torch", "cuda"
-    return ("torch", "cpu") if _CPU_DEFAULT == "torch" else ("numpy", "cpu")
+    return ("torch", "cpu") if _CPU_DEFAULT == "torch" and torch else ("numpy", "cpu")
 
 
 def _chunk(device) -> int:

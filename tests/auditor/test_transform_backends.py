@@ -10,7 +10,7 @@ import scipy.fft
 
 from flaudit.auditor import transform
 from flaudit.auditor.canaries import OrthogonalCanaries, seen_mask
-from flaudit.auditor.simulate import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit
+from flaudit.server.simulated_audit import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit
 from flaudit.auditor.statistics import CosineTracker
 
 torch = pytest.importorskip("torch")

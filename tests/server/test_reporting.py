@@ -135,7 +135,7 @@ def test_http_reporter_sends_its_run_identity_and_the_reason_of_a_round_without_
 
     def handler(request):
         seen.append(request)
-        if request.url.path.endswith("/canaries"):
+        if request.url.path.endswith("/canary-sum"):
             raise httpx.ConnectError("refused")
         return httpx.Response(200, json={"spec": {"num_rounds": 3, "timeout_seconds": 60}})
 

@@ -16,8 +16,9 @@ from .conftest import AUTH
 
 EXTERNAL = {"name": "byo-traffic", "engine": "external", "num_canaries": 40, "canary_repeats": 4,
             "max_canary_fraction": 1.0, "delta": 1e-5}
-CLAIM = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_rounds": 8, "num_clients": 3,
-         "clients_per_round": 3, "strategy": "DifferentialPrivacyServerSideFixedClipping > FedAvg"}
+# canaries take cohort slots: 16 sampled per round leave room for the ~10 seen canaries a round
+CLAIM = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_rounds": 8, "num_clients": 16,
+         "clients_per_round": 16, "strategy": "DifferentialPrivacyServerSideFixedClipping > FedAvg"}
 DIM = 5000
 
 
@@ -56,8 +57,10 @@ def test_a_byo_round_moves_at_most_three_vectors_whatever_the_number_of_canaries
     audit_id, run_token = _attach(client)
     counter = CountingTransport(client._transport)
     http = httpx.Client(transport=counter, base_url="http://testserver")
+    # canaries_ahead=0: one round's own traffic (fetching ahead moves the same sums earlier:
+    # one d-vector per round in the steady state, plus the first round's look-ahead)
     reporter = HttpRoundReporter("http://testserver", audit_id, run_token, client=http,
-                                 backoff=0.0)
+                                 backoff=0.0, canaries_ahead=0)
     wrapper = types.SimpleNamespace(_canaries=None, reporter=reporter)
     clip_norm = 0.5
     for t in (1, 2):
