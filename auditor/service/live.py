@@ -126,6 +126,8 @@ def summary_parts(
     known_rounds_scores: np.ndarray | None = None,
     claims: list | None = None,
     num_rounds: int | None = None,
+    known_rounds_participations: np.ndarray | None = None,
+    canary_repeats: int = 1,
 ) -> tuple[list[dict], list[dict], dict, list]:
     """Estimates, diagnostics, histograms and claim tests from
     :func:`flaudit.auditor.estimators.summarize`.
@@ -149,6 +151,8 @@ def summary_parts(
         known_rounds_scores=known_rounds_scores,
         claims=claims,
         num_rounds=num_rounds,
+        known_rounds_participations=known_rounds_participations,
+        canary_repeats=canary_repeats,
     )
     histograms = {}
     for key, hist in (summary.histograms or {}).items():

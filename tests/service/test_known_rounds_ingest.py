@@ -43,7 +43,12 @@ def _expected_state(updates, participants, canaries, seen, upto):
         u = update.astype(np.float64)
         mask = np.zeros(K, dtype=bool)
         mask[part] = True
-        statistic.update(canaries @ u / np.linalg.norm(u), mask, ~seen)
+        # the service's orthogonal-family statistic: dots over the null energy per dimension
+        # outside the seen canaries (statistics.null_standardized_cosines)
+        dots = canaries @ u
+        rest = DIM - int(seen.sum())
+        null_energy = (float(u @ u) - float(np.sum(dots[seen] ** 2))) / rest
+        statistic.update(np.clip(dots / np.sqrt(DIM * null_energy), -1, 1), mask, ~seen)
     return statistic.state()
 
 
