@@ -145,7 +145,7 @@ def test_flaudit_run_prints_the_alarm_with_its_guarantee_and_marks_injected_bugs
     path.write_text(SPEC)
     assert cli_main(["run", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the sentence is wrapped at 100 columns
-    assert "alarm guarantee: If the DP implementation satisfies its claim" in out
+    assert "alarm guarantee: If DP-FedAvg meets its claim" in out
     assert "at most 5% over all 4 looks" in out and "bug injected" not in out
 
     assert cli_main(["run", str(path), "--inject-bug", "no_noise", "--json"]) == 0
