@@ -9,7 +9,7 @@ evaluated at every one of the ``T + 1`` looks exactly as the service does it: af
 
 Rerun (the default sizes take a few minutes on one core; ``--runs 1000`` for the full count)::
 
-    PYTHONPATH=. python -m benchmarks.fidelity.alarm_e2e --runs 200
+    PYTHONPATH=. python -m benchmarks.fidelity.alarm_e2e --runs 200 --bug-runs 40 --seed 1
 """
 
 from __future__ import annotations
