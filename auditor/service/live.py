@@ -121,8 +121,6 @@ def summary_parts(
     canary_repeats: int = 1,
     claims: list | None = None,
     num_rounds: int | None = None,
-    known_rounds_participations: np.ndarray | None = None,
-    canary_repeats: int = 1,
 ) -> tuple[list[dict], list[dict], dict, list]:
     """Estimates, diagnostics, histograms and claim tests from
     :func:`flaudit.auditor.estimators.summarize`.
@@ -148,8 +146,6 @@ def summary_parts(
         canary_repeats=canary_repeats,
         claims=claims,
         num_rounds=num_rounds,
-        known_rounds_participations=known_rounds_participations,
-        canary_repeats=canary_repeats,
     )
     histograms = {}
     for key, hist in (summary.histograms or {}).items():
