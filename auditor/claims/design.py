@@ -130,16 +130,17 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
     testable = s_star is not None and s_star >= CLEAR_BUG_NOISE_SCALE
     need_clear = _participations_needed(lam, z_sum, CLEAR_BUG_NOISE_SCALE)
     canaries_clear = int(math.ceil(2 * (need_clear / r + 1.645 * math.sqrt(need_clear / r))))
+    # one sentence that also reads as a clause after "this audit" (the verdict embeds it)
     if s_star is None:
-        summary = f"With {k} canaries no seen canary is expected: this audit cannot test its claim."
+        summary = f"Cannot catch any bug: with {k} canaries no seen canary is expected."
     else:
-        summary = (f"Catches noise × {s_star:.2f} or smaller (μ ≥ {det_mu:.3g}, ε ≥ {det_eps:.3g} "
+        summary = (f"Catches {'only ' if s_star < CLEAR_BUG_NOISE_SCALE else ''}noise × "
+                   f"{s_star:.2f} or smaller (μ ≥ {det_mu:.3g}, ε ≥ {det_eps:.3g} "
                    f"at δ = {delta:g}) in {power:.0%} of runs.")
     advice = None
     if not testable:
         advice = (f"Too few canaries to catch even half the claimed noise: use at least "
                   f"{canaries_clear} canaries (or more canary repeats) to make this audit "
                   "testable.")
-        summary += " Not enough to test the claim."
     return AuditDesign(mu, eps, delta, s_star, det_mu, det_eps, max_mu, testable, summary, advice,
                        n_seen, power, alpha)

@@ -27,8 +27,8 @@ def run_synthetic_audit(
     noise_multiplier: float,
     actual_noise: float,
     num_rounds: int = 4,
-    num_clients: int = 20,
-    clients_per_round: int = 10,
+    num_clients: int = 200,
+    clients_per_round: int = 100,
     canary_repeats: int = 1,
     dim: int = 2000,
     clip_norm: float = 1.0,
@@ -55,14 +55,15 @@ def run_synthetic_audit(
         response.raise_for_status()
         count = int(response.headers["X-Canary-Count"])
         canaries = np.frombuffer(response.content, "<f4").reshape(count, dim).astype(np.float64)
-        updates = rng.standard_normal((clients_per_round, dim))
+        # the canaries take cohort slots: clients_per_round replies in all
+        updates = rng.standard_normal((clients_per_round - count, dim))
         norms = np.linalg.norm(updates, axis=1, keepdims=True)
         updates *= np.minimum(1.0, clip_norm / norms)
         total = updates.sum(axis=0) + clip_norm * canaries.sum(axis=0)
         total += actual_noise * clip_norm * rng.standard_normal(dim)
-        delta_t = total / (clients_per_round + count)
+        delta_t = total / clients_per_round
         _put(client, f"/audits/{audit_id}/rounds/{t}", delta_t, token, clip_norm=clip_norm,
-             cohort_size=clients_per_round + count, num_failures=0, num_canaries_inserted=count)
+             cohort_size=clients_per_round, num_failures=0, num_canaries_inserted=count)
         theta = theta + delta_t
     _put(client, f"/audits/{audit_id}/final-model", theta, token, accuracy=0.5, loss=1.0)
     return audit_id
