@@ -38,11 +38,16 @@ if have "$PY_TAG" && have "$FLOWER_TAG" && have "$PG_TAG"; then
   exit 0
 fi
 
+ROOTFS_TAG=flaudit-standin/rootfs:bookworm
+meta() {  # TAG, then Dockerfile instructions on stdin (no build context: nothing is copied)
+  { echo "FROM $ROOTFS_TAG"; cat; } | DOCKER_BUILDKIT=1 docker build -q -t "$1" - >/dev/null
+}
+start=$SECONDS
+if ! have "$ROOTFS_TAG"; then
 command -v debootstrap >/dev/null || { apt-get update -qq >&2 && apt-get install -y -qq debootstrap >&2; }
 work="$(mktemp -d /var/tmp/flaudit-standin.XXXXXX)"
 trap 'umount "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
 root="$work/rootfs"
-start=$SECONDS
 echo "standins: debootstrap bookworm into $root" >&2
 debootstrap --variant=minbase \
   --include=python3,python3-venv,python3-pip,ca-certificates,postgresql-15,tzdata \
@@ -103,17 +108,24 @@ rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/* "$root"/root/.cache
 echo "standins: root file system ready in $((SECONDS - start)) s; importing" >&2
 tar -C "$root" --numeric-owner -cf "$work/rootfs.tar" .
 
-docker import \
-  -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8' \
-  -c 'CMD ["python3"]' \
-  "$work/rootfs.tar" "$PY_TAG" >/dev/null
-docker import \
-  -c 'ENV PATH=/python/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8' \
-  -c 'USER app' -c 'WORKDIR /app' \
-  "$work/rootfs.tar" "$FLOWER_TAG" >/dev/null
-docker import \
-  -c 'ENV PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 PGDATA=/var/lib/postgresql/data' \
-  -c 'ENTRYPOINT ["docker-entrypoint.sh"]' -c 'EXPOSE 5432' -c 'STOPSIGNAL SIGINT' \
-  "$work/rootfs.tar" "$PG_TAG" >/dev/null
+# One import (the slow part: it unpacks the whole tree), then three metadata-only images on it.
+docker import "$work/rootfs.tar" "$ROOTFS_TAG" >/dev/null
+fi
+meta "$PY_TAG" <<'EOF2'
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
+CMD ["python3"]
+EOF2
+meta "$FLOWER_TAG" <<'EOF2'
+ENV PATH=/python/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
+WORKDIR /app
+USER app
+EOF2
+meta "$PG_TAG" <<'EOF2'
+ENV PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 PGDATA=/var/lib/postgresql/data
+EXPOSE 5432
+STOPSIGNAL SIGINT
+ENTRYPOINT ["docker-entrypoint.sh"]
+CMD []
+EOF2
 echo "standins: made $PY_TAG, $FLOWER_TAG, $PG_TAG in $((SECONDS - start)) s" >&2
 emit

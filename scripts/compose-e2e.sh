@@ -90,13 +90,14 @@ API="http://127.0.0.1:$API_PORT"
 WHEEL_PID=""
 cleanup() {
   rc=$?
+  set +e
   if [ "$rc" != 0 ]; then
     say "logs (last 30 lines per service):"
     "${DC[@]}" logs --no-color --tail 30 2>&1 | sed 's/^/    /' || true
   fi
   if [ -z "${E2E_KEEP:-}" ]; then "${DC[@]}" down -v --remove-orphans >/dev/null 2>&1 || true; fi
-  [ -n "$WHEEL_PID" ] && kill "$WHEEL_PID" 2>/dev/null
-  [ -n "$STARTED_DOCKERD" ] && [ -z "${E2E_KEEP:-}" ] && kill "$STARTED_DOCKERD" 2>/dev/null
+  if [ -n "$WHEEL_PID" ]; then kill "$WHEEL_PID" 2>/dev/null; fi
+  if [ -n "$STARTED_DOCKERD" ] && [ -z "${E2E_KEEP:-}" ]; then kill "$STARTED_DOCKERD" 2>/dev/null; fi
   rm -rf "$COMPOSE_CONFIG" "$WORK"
   exit "$rc"
 }
@@ -140,7 +141,9 @@ if [ -z "${TORCH_INDEX_URL:-}" ] && \
   python3 -m pip download -q --no-deps --only-binary :all: --python-version 3.11 \
     --implementation cp --platform manylinux_2_28_x86_64 -d "$WORK/wheels/torch" torch==2.13.0 >/dev/null \
     || die "torch 2.13.0 (CPU, cp311) is not reachable: set TORCH_INDEX_URL"
-  gateway="$(docker network inspect bridge -f '{{(index .IPAM.Config 0).Gateway}}')"
+  gateway="$(docker network inspect bridge -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}')"
+  [ -n "$gateway" ] || gateway="$(ip -4 -o addr show docker0 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}')"
+  [ -n "$gateway" ] || die "no address of the docker bridge to serve the torch wheel on"
   wheel_port="$(free_port)"
   python3 -m http.server "$wheel_port" --bind "$gateway" --directory "$WORK/wheels" >/dev/null 2>&1 &
   WHEEL_PID=$!
@@ -235,7 +238,7 @@ partitions=()
 for n in 1 2 3 4; do
   c="$PROJECT-supernode-$n"
   pid="$(docker logs "$c" 2>&1 | sed -n 's/^supernode: .*--node-config partition-id=\([0-9]*\) num-partitions=4.*/\1/p' | tail -1)"
-  trained="$(docker logs --since "$since" "$c" 2>&1 | grep -ci 'received: train message' || true)"
+  trained="$(docker logs --since "$since" "$c" 2>&1 | grep -c 'Receiving: train message' || true)"
   say "  $c: partition-id=${pid:-none}, train messages during audit 2: $trained"
   [ -n "$pid" ] || die "$c started without a partition-id"
   [ "$trained" -gt 0 ] || die "$c did not train in audit 2"
