@@ -191,19 +191,22 @@ wait_done() {  # ID TIMEOUT -> 0 when succeeded
   done
   say "audit $1 not done after $2 s (status $status)"; return 1
 }
-report() {  # ID: the verdict when the API has one, else the estimates
-  curl -fsS "$API/audits/$1" | python3 -c '
+REPORT_PY='
 import json, sys
 a = json.load(sys.stdin)
-print(f"    audit {a[\"id\"]}: {a[\"status\"]}, {a[\"progress\"][\"round\"]}/{a[\"progress\"][\"num_rounds\"]} rounds")
+p = a["progress"]
+print("    audit %s: %s, %d/%d rounds" % (a["id"], a["status"], p["round"], p["num_rounds"]))
 v = a.get("verdict")
 if v:
-    print(f"    verdict: {v.get(\"status\")}: {v.get(\"summary\")}")
+    print("    verdict: %s: %s" % (v.get("status"), v.get("summary")))
 for e in a["estimates"]:
     eps = e.get("epsilon")
-    eps = "n/a" if eps is None else f"{eps:.3g}"
-    print(f"    estimate {e.get(\"estimator\")} ({e.get(\"threat_model\")}): epsilon {eps} at delta {e.get(\"delta\")}")
+    eps = "n/a" if eps is None else "%.3g" % eps
+    print("    estimate %s (%s): epsilon %s at delta %s"
+          % (e.get("estimator"), e.get("threat_model"), eps, e.get("delta")))
 '
+report() {  # ID: the verdict when the API has one, else the estimates
+  curl -fsS "$API/audits/$1" | python3 -c "$REPORT_PY"
 }
 rounds_of() {  # ID -> the round numbers the service acknowledged (stored), space separated
   curl -fsS "$API/audits/$1/rounds" | python3 -c '
