@@ -166,14 +166,14 @@ say "all services healthy in $((SECONDS - s)) s:"
 
 SPEC='{"name": "%s", "task": "synthetic",
   "task_options": {"dim": 5000}, "num_rounds": %d, "num_clients": 20,
-  "clients_per_round": 6, "participation": "uniform", "num_canaries": 40,
+  "clients_per_round": 6, "participation": "uniform", "num_canaries": %d,
   "noise_multiplier": 0.5, "clip_norm": 1.0, "delta": 1e-5,
   "engine": "deployment", "superlink_address": "superlink:9093",
   "timeout_seconds": 1800}'
-create_audit() {  # NAME ROUNDS -> id
+create_audit() {  # NAME ROUNDS [CANARIES] -> id
   # shellcheck disable=SC2059
   curl -fsS -X POST "$API/audits" -H "Authorization: Bearer $API_KEY" \
-    -H 'Content-Type: application/json' -d "$(printf "$SPEC" "$1" "$2")" \
+    -H 'Content-Type: application/json' -d "$(printf "$SPEC" "$1" "$2" "${3:-40}")" \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])'
 }
 field() {  # ID EXPR(on audit dict `a`) -> value
@@ -237,7 +237,9 @@ export SUPERNODES=4
 say "scaled to 4 SuperNodes in $((SECONDS - s)) s"
 since="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 s=$SECONDS
-A2="$(create_audit "compose e2e: 4 SuperNodes" "${E2E_ROUNDS_SCALED:-3}")"
+# Few canaries: every seen canary is inserted at least once, so with 40 of them in a short audit
+# the cohorts are nearly all canaries and few real clients (the only ones sent to SuperNodes) train.
+A2="$(create_audit "compose e2e: 4 SuperNodes" "${E2E_ROUNDS_SCALED:-5}" 8)"
 wait_done "$A2" 900 || die "second audit"
 say "audit 2 (4 SuperNodes) succeeded in $((SECONDS - s)) s"
 report "$A2"
@@ -258,7 +260,7 @@ say "4 SuperNodes, partitions {${distinct% }}: each trained on its own partition
 # --- 5. restart the service in the middle of an audit ------------------------------------------
 s=$SECONDS
 R3="${E2E_ROUNDS_RESTART:-4}"
-A3="$(create_audit "compose e2e: service restart" "$R3")"
+A3="$(create_audit "compose e2e: service restart" "$R3" 8)"
 while :; do
   r="$(field "$A3" 'a["progress"]["round"]' 2>/dev/null || echo 0)"
   [ "$r" -ge 1 ] && break
