@@ -105,24 +105,26 @@ def test_flower_images_are_the_official_pinned_ones_with_tags_that_exist():
     from importlib.metadata import version
 
     text = (DOCKER / "Dockerfile.flower").read_text()
-    tags = dict(re.findall(r"^ARG (FLWR_TAG|SUPERLINK_TAG)=(\S+)", text, re.M))
+    images = dict(re.findall(r"^ARG (SUPERLINK_IMAGE|SUPEREXEC_IMAGE|SUPERNODE_IMAGE)=(\S+)", text, re.M))
     flwr = version("flwr")
     pythons = _published_python_versions()
     project_python = re.search(r'requires-python = ">=(3\.\d+)', (ROOT / "pyproject.toml").read_text())
     # the app-running images: the project's Python, on Ubuntu (published for every version)
     assert project_python.group(1) in pythons
-    assert tags["FLWR_TAG"] == f"{flwr}-py{project_python.group(1)}-ubuntu24.04"
+    app_tag = f"{flwr}-py{project_python.group(1)}-ubuntu24.04"
+    assert images["SUPEREXEC_IMAGE"] == f"flwr/superexec:{app_tag}"
+    assert images["SUPERNODE_IMAGE"] == f"flwr/supernode:{app_tag}"
     # the SuperLink image exists only for the latest Python Flower supports
-    assert tags["SUPERLINK_TAG"] == f"{flwr}-py{pythons[-1]}-ubuntu24.04"
-    assert "FROM flwr/superlink:${SUPERLINK_TAG} AS superlink" in text
-    assert "FROM flwr/superexec:${FLWR_TAG} AS serverapp" in text
-    assert "FROM flwr/supernode:${FLWR_TAG} AS supernode" in text
+    assert images["SUPERLINK_IMAGE"] == f"flwr/superlink:{flwr}-py{pythons[-1]}-ubuntu24.04"
+    assert "FROM ${SUPERLINK_IMAGE} AS superlink" in text
+    assert "FROM ${SUPEREXEC_IMAGE} AS serverapp" in text
+    assert "FROM ${SUPERNODE_IMAGE} AS supernode" in text
     # the SuperLink stage installs no project code: it runs none (process isolation)
     superlink_stage = text.split("AS superlink", 1)[1].split("\nFROM ", 1)[0]
-    assert "pip install" not in superlink_stage and '"--isolation", "process"' in superlink_stage
+    assert "pip-install" not in superlink_stage and '"--isolation", "process"' in superlink_stage
     compose = (DOCKER / "compose.yaml").read_text()
-    for name, tag in tags.items():
-        assert f"{name}: {tag}" in compose  # compose builds with the same tags
+    for name, image in images.items():
+        assert f"{name}: ${{{name}:-{image}}}" in compose  # compose passes the same defaults
     assert "torch==2.13.0" in (DOCKER / "Dockerfile.service").read_text()
 
 
@@ -291,3 +293,45 @@ def test_supernode_entrypoint_builds_node_config(tmp_path, monkeypatch):
     monkeypatch.setattr(entry, "replica_number", lambda: None)
     monkeypatch.delenv("FLAUDIT_NUM_PARTITIONS")
     assert entry.node_config() == ""
+
+
+def test_supernode_replica_number_is_found_by_name_not_by_reverse_lookup():
+    """Compose's DNS answers `<project>-supernode-<n>` with each replica's address; a reverse
+    lookup of the own address answers the container id from /etc/hosts (issue #24)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sn_entry2", DOCKER / "supernode-entrypoint.py")
+    entry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry)
+    dns = {"flaudit-supernode-1": {"10.0.0.5"}, "flaudit-supernode-2": {"10.0.0.7"},
+           "flaudit-supernode-4": {"10.0.0.9"}}  # replica 3 not in DNS yet
+    lookup = lambda name: dns.get(name, set())  # noqa: E731
+    find = lambda mine, **kw: entry.replica_number(  # noqa: E731
+        "flaudit-supernode", lookup=lookup, addresses=lambda: mine, wait=0, **kw)
+    assert find({"10.0.0.5"}) == 1
+    assert find({"10.0.0.7"}) == 2
+    assert find({"10.0.0.9"}) == 4  # past a gap of one missing name
+    assert find({"10.0.0.99"}, attempts=2) is None
+    assert find(set(), attempts=1) is None
+    # another compose project name (docker compose -p other)
+    dns = {"other-supernode-1": {"10.1.0.2"}, "other-supernode-2": {"10.1.0.3"}}
+    assert entry.replica_number("other-supernode", lookup=lookup, addresses=lambda: {"10.1.0.3"},
+                                wait=0) == 2
+
+
+def test_dockerfiles_fetch_nothing_but_their_bases_and_take_every_base_as_an_argument():
+    """No `# syntax=` line (BuildKit would fetch a frontend image from a registry), every FROM
+    an ARG that compose.yaml passes through, torch from TORCH_INDEX_URL alone (issue #24)."""
+    compose = (DOCKER / "compose.yaml").read_text()
+    for name in ("Dockerfile.service", "Dockerfile.flower"):
+        text = (DOCKER / name).read_text()
+        assert not re.search(r"^#\s*syntax\s*=", text, re.M | re.I), name
+        for image in re.findall(r"^FROM (\S+)", text, re.M):
+            arg = re.fullmatch(r"\$\{(\w+)\}", image)
+            assert arg, f"{name}: FROM {image} is not a build argument"
+            assert f"{arg.group(1)}: ${{{arg.group(1)}:-" in compose, arg.group(1)
+        assert "--index-url" not in text  # the torch index is used for torch only (pip-install.sh)
+    assert "TORCH_INDEX_URL: ${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" in compose
+    assert "POSTGRES_IMAGE:-postgres:" in compose
+    helper = (DOCKER / "pip-install.sh").read_text()
+    assert '--no-deps "$@" "torch==$version"' in helper
