@@ -250,7 +250,10 @@ def canary_participants(
         One sorted int64 array per round.
     """
     unseen_indices = np.asarray(unseen_indices, dtype=np.int64)
-    unseen_rounds = np.asarray(unseen_rounds, dtype=np.int64).reshape(unseen_indices.size, -1)
+    unseen_rounds = np.asarray(unseen_rounds, dtype=np.int64)
+    # (no unseen canary at all, e.g. every canary of a small audit came up seen: (0, r) or empty)
+    unseen_rounds = (unseen_rounds.reshape(unseen_indices.size, -1) if unseen_indices.size
+                     else np.empty((0, 0), dtype=np.int64))
     out = []
     for t, seen in enumerate(seen_by_round):
         virtual = unseen_indices[np.any(unseen_rounds == t, axis=1)]

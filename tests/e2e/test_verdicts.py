@@ -15,6 +15,8 @@ import re
 import shutil
 
 import pytest
+
+from tests.processes import wait_for
 from playwright.sync_api import expect
 
 from tests.e2e.synthetic_runs import run_synthetic_audit
@@ -69,7 +71,11 @@ def audits(service):
     out = {}
     for i, (name, (_, run)) in enumerate(CASES.items()):
         audit_id = run_synthetic_audit(service.client, name=f"{name} audit", seed=i, **run)
-        out[name] = (audit_id, service.client.get(f"/audits/{audit_id}").json())
+        # the body the page is compared with: once the audit has ended (not mid-finalisation)
+        out[name] = (audit_id, wait_for(
+            lambda: (lambda body: body if body["status"] not in ("queued", "running") else None)(
+                service.client.get(f"/audits/{audit_id}").json()),
+            timeout=60, interval=0.2, what=f"the {name} audit to end"))
     return out
 
 

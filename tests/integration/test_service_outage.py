@@ -42,10 +42,11 @@ OUTAGE = float(os.environ.get("FLAUDIT_OUTAGE_SECONDS", "25"))
 ROUNDS = 8
 
 
-def _attach(service_url: str, env: dict, name: str) -> dict:
+def _attach(service_url: str, env: dict, name: str, token_file: Path) -> dict:
     attach = subprocess.run(
         [str(BIN / "flaudit"), "attach", "--url", service_url, "--canaries", str(NUM_CANARIES),
-         "--max-canary-fraction", "1.0", "--name", name, "--format", "run-config"],
+         "--max-canary-fraction", "1.0", "--name", name, "--format", "run-config",
+         "--token-file", str(token_file)],
         env={**env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True, timeout=60,
     )
     assert attach.returncode == 0, attach.stderr
@@ -99,13 +100,13 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         for name in ("A", "B", "C"):  # all attached while the service is up
             app = tmp_path / f"app-{name}"
             make_app(app, extra_client_metric=False)
-            lines = _attach(service.url, env, f"outage {name}")
+            lines = _attach(service.url, env, f"outage {name}", tmp_path / f"{name}.token")
             extra = {}
             if name == "C":  # the app opts into fail-closed
                 pyproject = app / "pyproject.toml"
                 pyproject.write_text(pyproject.read_text().replace(
-                    'flaudit-run-token = ""',
-                    'flaudit-run-token = ""\nflaudit-on-service-error = "continue"'))
+                    'flaudit-run-token-file = ""',
+                    'flaudit-run-token-file = ""\nflaudit-on-service-error = "continue"'))
                 extra = {"flaudit-on-service-error": "stop",
                          "flaudit-ingest-url": f"http://127.0.0.1:{free_port()}"}
             runs[name] = {"app": app, "audit": lines["flaudit-audit-id"], "config": _run_config(
@@ -175,7 +176,7 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         assert run_logs[name].count("training goes on (on_service_error='continue')") == 1, (
             run_logs[name][-3000:])
         assert "the audit service is back (unreachable for" in run_logs[name]
-    tokens = [tomllib.loads(runs[n]["config"].read_text())["flaudit-run-token"] for n in runs]
+    tokens = [(tmp_path / f"{n}.token").read_text().strip() for n in runs]
     for text in [*run_logs.values(), *logs.values(), *bodies]:
         assert not any(token in text for token in tokens)  # no run token in any log or body
     # C chose "stop": its run failed with the clear message, its audit has no claim

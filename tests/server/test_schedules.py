@@ -201,3 +201,15 @@ def test_the_canary_schedule_is_the_participation_schedules_and_fills_no_more_th
         assert plan.seen(t).tolist() == sorted(seen[schedule.canaries(t)].tolist())
         assert len(schedule.cohorts[t - 1]) == 6  # real clients fill the slots canaries leave
         assert set(plan.seen(t).tolist()) <= set(plan.participants(t).tolist())
+
+
+def test_a_schedule_where_every_canary_came_up_seen():
+    """A small audit whose coins made every canary seen (no unseen canary) still plans its rounds
+    (it broke the claim route with a reshape error)."""
+    import numpy as np
+
+    from flaudit.server.schedules import CanarySchedule
+
+    plan = CanarySchedule.from_mask(np.ones(8, dtype=bool), num_rounds=5, canary_repeats=1,
+                                    seed=0, max_per_round=3)
+    assert sum(plan.seen(t).size for t in range(1, 6)) == 8

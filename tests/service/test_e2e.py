@@ -17,6 +17,9 @@ import httpx
 import numpy as np
 import pytest
 
+from flaudit.auditor.claims import audit_claims
+from flaudit.auditor.spec import AuditSpec
+
 from flaudit.auditor.estimators import summarize
 from flaudit.auditor.service.store import Store
 from tests.processes import wait_for, wait_for_audit
@@ -79,6 +82,8 @@ def test_real_simulation_audit_end_to_end_with_secret_scan(tmp_path):
             final_cosines=np.array([i["final_cosine"] for i in cos["items"]]),
             threat_models=["final_model", "all_iterates"], one_run=True,
             num_rounds=cos["num_rounds"],
+            # the final-model normal-score bound tests the audit's claim
+            claims=audit_claims(AuditSpec.model_validate(audit["spec"])),
         )
         served = {(e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
                   for e in audit["estimates"]

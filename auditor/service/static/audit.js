@@ -32,7 +32,7 @@ import { statusBadge } from "./list.js";
 import { sphereCosineDensity, logMaxNullDensity } from "./stats.js";
 
 const POLL_MS = 1500;
-const ESTIMATOR_ORDER = ["gdp_lower_bound", "fdp_one_run", "lower_bound", "one_run", "two_gaussian", "sequential", "analytic"];
+const ESTIMATOR_ORDER = ["normal_scores", "gdp_lower_bound", "fdp_one_run", "lower_bound", "one_run", "two_gaussian", "sequential", "analytic"];
 const THREAT_ORDER = ["known_rounds", "final_model", "all_iterates", "poisson_subsampled"];
 const CORRECTION_ORDER = ["bonferroni", "split", "n/a", "none"];
 
@@ -52,6 +52,7 @@ export function compareEstimates(a, b) {
 
 /** The series of the bounds-over-rounds chart: valid lower bounds on μ, per adversary. */
 const MU_BOUNDS = [
+  { estimator: "normal_scores", threat_model: "known_rounds", label: "normal-score μ bound, adversary sees the rounds a canary joined" },
   { estimator: "gdp_lower_bound", threat_model: "known_rounds", label: "μ bound, adversary sees the rounds a canary joined" },
   { estimator: "gdp_lower_bound", threat_model: "final_model", label: "μ bound, adversary sees the final model" },
   { estimator: "gdp_lower_bound", threat_model: "all_iterates", label: "μ bound, adversary sees every round" },

@@ -89,6 +89,11 @@ export const ESTIMATORS = {
     assumes: "Only that canaries are drawn independently.",
     explains: "The best threshold on the scores; confidence bounds on its two error rates give a lower bound on ε (Andrew et al. §5.1).",
   },
+  normal_scores: {
+    name: "Normal-score bound on μ",
+    assumes: "Independent canary scores (true for orthogonal canaries under Gaussian noise).",
+    explains: "Each canary's score mapped through its exact null to a normal score; their sum, tested against the claimed Gaussian, gives μ_lo near the Neyman–Pearson limit (the test behind the alarm).",
+  },
   gdp_lower_bound: {
     name: "Threshold-test bound on μ",
     assumes: "Independent canary scores (true for orthogonal canaries under Gaussian noise).",
