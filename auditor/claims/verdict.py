@@ -48,7 +48,8 @@ class VerdictStatus(str, Enum):
 
 #: Estimators whose (corrected) results are lower bounds valid at their stated confidence:
 #: Jeffreys-interval ε_lo, the one-run ε bound, the Gaussian-DP μ_lo and the one-run f-DP bound.
-VALID_BOUND_ESTIMATORS = ("lower_bound", "one_run", "gdp_lower_bound", "fdp_one_run")
+VALID_BOUND_ESTIMATORS = ("lower_bound", "one_run", "gdp_lower_bound", "fdp_one_run",
+                          "normal_scores")
 
 #: Human names (the API keeps its identifiers in ``estimator`` / ``test``).
 _BOUND_NAMES = {
@@ -56,6 +57,7 @@ _BOUND_NAMES = {
     "one_run": "one-run ε lower bound",
     "gdp_lower_bound": "Gaussian-DP lower bound",
     "fdp_one_run": "one-run f-DP lower bound",
+    "normal_scores": "normal-score Gaussian-DP lower bound (independent canaries)",
 }
 _SCORE_NAMES = {
     "final_model": "the final model's canary scores",
