@@ -160,7 +160,10 @@ def test_start_an_audit_from_the_page_and_watch_it_live(service, tab, output_dir
 
     # The per-canary cosines download: one row per canary, labels published now it has ended.
     page.goto(service.url + f"/ui/#/audits/{audit_id}")
+    # open the details once the audit has loaded (a click before the first render is lost)
+    expect(page.locator("#verdict-summary")).to_have_text(audit["verdict"]["summary"])
     page.locator("#details > summary").click()
+    expect(page.locator("#download-cosines")).to_be_visible()
     with page.expect_download() as download_info:
         page.locator("#download-cosines").click()
     lines = download_info.value.path().read_text().strip().splitlines()
