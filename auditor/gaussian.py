@@ -8,8 +8,9 @@ compared with the null ``N(0, 1/d)`` by the two-Gaussian epsilon.
 
 Orthogonal family (the default where ``k <= d``): in the canaries' own coordinates the release
 is ``y_j = 1 + sigma u_j`` on the ``k`` canary columns and ``sigma u_i`` on the ``d - k`` others,
-so ``g_j = y_j / (sqrt(d) s)`` with ``d s^2 / sigma^2 ~ d/(d-k) chi2(d - k)``, simulated exactly
-in ``O(k)`` (``projected``) or through the transform (``canaries``).
+so ``g_j`` is ``y_j / s`` with ``(d - k) s^2 / sigma^2 ~ chi2(d - k)``, mapped to the cosine of
+equal probability, simulated exactly in ``O(k)`` (``projected``) or through the transform
+(``canaries``).
 
 Gaussian (iid) family, two ways to simulate the release:
 
@@ -42,6 +43,7 @@ from flaudit.auditor.estimators._validation import (
 )
 from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma
 from flaudit.auditor.estimators.fitted import final_model_epsilon
+from flaudit.auditor.estimators.null import cosine_equivalent
 from flaudit.auditor.estimators.lower_bound import Bonferroni, epsilon_lower_bound
 from flaudit.auditor.results import EpsilonResult, VarianceTreatment
 from flaudit.auditor.statistics import null_standardized_cosines
@@ -103,7 +105,7 @@ def _projected_orthogonal(sigma: float, d: int, k: int, rng: np.random.Generator
     if d == k or sigma == 0:  # no energy outside the canaries: plain cosines
         return np.clip(y / np.linalg.norm(y), -1.0, 1.0)
     null_energy = sigma**2 * float(rng.chisquare(d - k)) / (d - k)
-    return np.clip(y / math.sqrt(d * null_energy), -1.0, 1.0)
+    return cosine_equivalent(y / math.sqrt(null_energy), d - k, d)
 
 
 def _materialised_cosines(
@@ -114,7 +116,7 @@ def _materialised_cosines(
         rho = canary_sum(seed, np.arange(k), d, family=family) + sigma * rng.standard_normal(d)
         canaries = OrthogonalCanaries(seed, d)
         positions = canaries.positions(np.arange(k))
-        return null_standardized_cosines(canaries.transpose_apply(rho), positions, positions)
+        return null_standardized_cosines(canaries.transpose_apply(rho), positions)
     rho = np.zeros(d, dtype=np.float64)
     for _, block in iter_canary_chunks(seed, k, d, chunk_size, family=family):
         rho += block.sum(axis=0, dtype=np.float64)

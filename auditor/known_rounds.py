@@ -23,17 +23,24 @@ For an unseen canary, ``R_j`` is drawn from the same schedule, so seen and unsee
 computed the same way (the unseen ones check the null). The measured noise scale of each round
 (:func:`noise_scale` on the unseen canaries) is kept as a diagnostic only.
 
+The seen canaries of one round share that round's noise scale (the statistics are studentized
+by one ``s``, :func:`flaudit.auditor.statistics.null_standardized_cosines`), so their scores
+are not independent. The exact claim test therefore works per round: the seen participants'
+studentized values summed, ``R_t = sum_j t_jt / sqrt(c_t)``, which under DP-FedAvg's Gaussian
+noise is noncentral Student-t with the scale's ``scale_dof`` degrees of freedom
+(:class:`flaudit.auditor.claims.normal_scores.RoundSums`); rounds are independent.
+
 Pure numpy, streaming, ``O(k)`` state (:class:`KnownRoundsState`: plain arrays, no seed).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from flaudit.auditor.estimators.null import null_probit
+from flaudit.auditor.estimators.null import null_probit, studentized_from_cosine
 from flaudit.auditor.validation import check_integer_at_least
 
 __all__ = ["KnownRoundsStatistic", "KnownRoundsState", "noise_scale"]
@@ -82,11 +89,19 @@ class KnownRoundsState:
         (k,) ``|R_j|`` so far (int64).
     num_rounds : int
         Rounds folded in (including rounds skipped for want of a noise scale).
+    round_sums : numpy.ndarray
+        (T',) per round with a seen participant, ``R_t = sum_j t_jt / sqrt(c_t)`` over its seen
+        participants' studentized values (float64; empty for a state saved before they
+        existed).
+    round_counts : numpy.ndarray
+        (T',) ``c_t``, the seen participants behind each ``R_t`` (int64).
     """
 
     sums: np.ndarray
     counts: np.ndarray
     num_rounds: int = 0
+    round_sums: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    round_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 class KnownRoundsStatistic:
@@ -102,15 +117,24 @@ class KnownRoundsStatistic:
         Resume from a previous :meth:`state` (its arrays are copied).
     min_null : int
         Fewest noise-only cosines a round needs for the diagnostic ``last_noise_scale``.
+    scale_dof : int, optional
+        Degrees of freedom of the noise scale each round's statistics share
+        (:func:`flaudit.auditor.statistics.scale_dof`: ``d - k`` for orthogonal canaries);
+        default ``dim`` (plain cosines).
     """
 
     def __init__(self, num_canaries: int, *, dim: int, state: KnownRoundsState | None = None,
-                 min_null: int = 2) -> None:
+                 min_null: int = 2, scale_dof: int | None = None) -> None:
         check_integer_at_least(num_canaries, "num_canaries", 1)
         check_integer_at_least(dim, "dim", 2)
         check_integer_at_least(min_null, "min_null", 1)
+        if scale_dof is not None:
+            check_integer_at_least(scale_dof, "scale_dof", 1)
         self.num_canaries, self.dim, self.min_null = num_canaries, dim, min_null
+        self.scale_dof = int(dim if scale_dof is None else scale_dof)
         k = self.num_canaries
+        self._round_sums: list[float] = []
+        self._round_counts: list[int] = []
         if state is None:
             self._sums = np.zeros(k, dtype=np.float64)
             self._counts = np.zeros(k, dtype=np.int64)
@@ -127,6 +151,10 @@ class KnownRoundsStatistic:
             if not np.all(np.isfinite(sums)) or np.any(counts < 0):
                 raise ValueError("state.sums must be finite and state.counts >= 0")
             self._sums, self._counts = sums, counts
+            self._round_sums = [float(v) for v in np.asarray(state.round_sums, dtype=np.float64)]
+            self._round_counts = [int(v) for v in np.asarray(state.round_counts, dtype=np.int64)]
+            if len(self._round_sums) != len(self._round_counts):
+                raise ValueError("state.round_sums and state.round_counts differ in length")
             num_rounds = int(state.num_rounds) if isinstance(state.num_rounds, np.integer) else state.num_rounds
             check_integer_at_least(num_rounds, "state.num_rounds", 0)
             self._num_rounds = num_rounds
@@ -154,7 +182,8 @@ class KnownRoundsStatistic:
         null_mask : numpy.ndarray of bool
             (k,) canaries whose cosine this round is pure noise (the unseen canaries): the
             round's noise scale is measured on them (:func:`noise_scale`) as a diagnostic
-            (``last_noise_scale``); the scores do not use it.
+            (``last_noise_scale``); the others among the participants (the seen canaries
+            inserted) make the round's entry of :attr:`rounds`.
 
         Raises
         ------
@@ -174,12 +203,27 @@ class KnownRoundsStatistic:
         if part.any():
             self._sums[part] += null_probit(cos[part], self.dim)
             self._counts[part] += 1
+        seen = part & ~null
+        count = int(seen.sum())
+        if count:
+            studentized = studentized_from_cosine(cos[seen], self.scale_dof, self.dim)
+            self._round_sums.append(float(np.sum(studentized)) / math.sqrt(count))
+            self._round_counts.append(count)
 
     @property
     def scores(self) -> np.ndarray:
         """(k,) ``sum_{t in R_j} Z_jt / sqrt(|R_j|)``; NaN where ``|R_j| = 0``."""
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(self._counts > 0, self._sums / np.sqrt(self._counts), np.nan)
+
+    @property
+    def rounds(self) -> "RoundSums":
+        """The per-round sums of the seen participants' studentized values, for the exact
+        claim test (:class:`flaudit.auditor.claims.normal_scores.RoundSums`)."""
+        from flaudit.auditor.claims.normal_scores import RoundSums
+
+        return RoundSums(np.array(self._round_sums, dtype=np.float64),
+                         np.array(self._round_counts, dtype=np.int64), float(self.scale_dof))
 
     @property
     def num_participations(self) -> np.ndarray:
@@ -194,4 +238,6 @@ class KnownRoundsStatistic:
     def state(self) -> KnownRoundsState:
         """A copy of the running sums and counts (resumable; no seed, no cosines of old rounds)."""
         return KnownRoundsState(sums=self._sums.copy(), counts=self._counts.copy(),
-                                num_rounds=self._num_rounds)
+                                num_rounds=self._num_rounds,
+                                round_sums=np.array(self._round_sums, dtype=np.float64),
+                                round_counts=np.array(self._round_counts, dtype=np.int64))

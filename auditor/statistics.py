@@ -6,15 +6,16 @@ maximum over rounds (Andrew et al. Alg. 3); at the end it needs ``cos(c_j, theta
 this for either canary family (:class:`flaudit.auditor.canaries.CanaryFamily`):
 
 - ``orthogonal``: all ``k`` cosines are coordinates of one fast transform ``R^T v``: two or three DCTs
-  per vector whatever ``k``, memory ``O(d + k)``. The cosines are *null-standardized*: divided
-  by the empirical null scale ``sqrt(d) * s`` instead of ``||v||``, where ``s^2`` is the mean
-  square of the coordinates of ``R^T v`` outside the seen canaries (the ``d - k_seen``
-  directions orthogonal to every seen canary: unseen canaries and unused columns). Without
-  it the seen canaries' own energy in ``||v||`` shrinks every cosine by
-  ``sqrt(1 - canary energy / ||v||^2)`` and the estimate measures the effective noise
-  ``sqrt(sigma^2 + k/d)`` (the interference of Keinan et al. through the normalisation); with
-  it an unseen canary's statistic is ``N(0, 1/d)`` up to ``O(1/d)`` and a seen canary's mean is
-  its signal over the *non-canary* part of ``v`` (docs/estimators.md);
+  per vector whatever ``k``, memory ``O(d + k)``. The cosines are *null-standardized*: each
+  canary coordinate is divided by the noise scale ``s`` measured on the ``d - k`` coordinates
+  of ``R^T v`` that no canary touches, instead of by ``||v||``, and reported as the cosine of
+  equal probability (:func:`null_standardized_cosines`). Without it the seen canaries' own
+  energy in ``||v||`` shrinks every cosine by ``sqrt(1 - canary energy / ||v||^2)`` and the
+  estimate measures the effective noise ``sqrt(sigma^2 + k/d)`` (the interference of Keinan et
+  al. through the normalisation); with it an absent canary's statistic follows the cosine null
+  ``F_d`` exactly (for a random basis) and a seen canary's is its signal over the noise
+  (docs/estimators.md). Every canary of one release shares ``s``; the claim tests account for
+  that (:func:`scale_dof`);
 - ``gaussian``: canaries regenerated chunk by chunk (memory ``O(chunk_size * d + k)``, ``k d``
   normal draws per vector), or a bank kept in memory when the caller grants a byte budget
   (``cache_bytes``).
@@ -28,12 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from flaudit.auditor.canaries import (
-    CanaryFamily, OrthogonalCanaries, canary_vectors, resolve_canary_family, seen_mask,
+    CanaryFamily, OrthogonalCanaries, canary_vectors, resolve_canary_family,
 )
 from flaudit.auditor.transform import CHUNK, is_torch_tensor, sum_of_squares, torch
 from flaudit.auditor.validation import check_at_least, check_integer_at_least
 
-__all__ = ["cosines", "null_standardized_cosines", "CosineTracker", "TrackerState"]
+__all__ = ["cosines", "null_standardized_cosines", "scale_dof", "CosineTracker", "TrackerState"]
 
 
 def _all_finite(array) -> bool:
@@ -101,34 +102,47 @@ def cosines(unit_rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
     return (unit_rows @ vector).astype(np.float64) / norm
 
 
-def null_standardized_cosines(projected, positions: np.ndarray, seen_positions: np.ndarray
-                              ) -> np.ndarray:
+def null_standardized_cosines(projected, positions: np.ndarray) -> np.ndarray:
     """Orthogonal family: the canaries' statistic from ``y = R^T v`` (float64, in ``[-1, 1]``).
 
-    ``y[positions] / (sqrt(d) s)`` with ``s^2`` the mean square of ``y`` outside
-    ``seen_positions``: the energy of ``v`` orthogonal to every seen canary per remaining
-    dimension (module docstring). Plain cosines ``y[positions] / ||y||`` when that energy is
-    nil (``v`` inside the seen canaries' span, or every coordinate seen); zeros for ``v = 0``.
-    ``projected`` may be a torch tensor (any device): only ``k``-sized values leave it, the sum
-    of squares accumulates in float64 chunk by chunk.
+    Each canary coordinate is studentized by the noise scale measured where no canary is,
+    ``t_j = y_j / s`` with ``s^2`` the mean square of ``y`` over the ``d - k`` coordinates
+    outside ``positions`` (``dof = d - k``), and reported as the cosine with the same
+    probability (:func:`flaudit.auditor.estimators.null.cosine_equivalent`): when canary ``j``
+    is absent from ``v`` its statistic follows the exact cosine null ``F_d``, and a seen
+    canary's is its signal over the noise, not shrunk by the other canaries' energy in
+    ``||v||`` (module docstring). Plain cosines ``y[positions] / ||y||`` when there is no such
+    coordinate (``k = d``) or ``v`` has no energy there; zeros for ``v = 0``. ``projected`` may
+    be a torch tensor (any device): only ``k``-sized values leave it, the sum of squares
+    accumulates in float64 chunk by chunk.
     """
+    from flaudit.auditor.estimators.null import cosine_equivalent
+
     dim = projected.shape[0]
     if is_torch_tensor(projected):
-        def gather(index):
-            index = torch.as_tensor(index, device=projected.device)
-            return projected[index].double().cpu().numpy()
+        index = torch.as_tensor(positions, device=projected.device)
+        dots = projected[index].double().cpu().numpy()
     else:
-        def gather(index):
-            return projected[index].astype(np.float64)
-    dots = gather(positions)
+        dots = projected[positions].astype(np.float64)
     total = sum_of_squares(projected)
     if total == 0.0:
         return np.zeros(dots.shape[0], dtype=np.float64)
-    seen_energy = float(np.sum(np.square(gather(seen_positions))))
-    rest = dim - seen_positions.size
-    null_energy = (total - seen_energy) / rest if rest else 0.0
-    scale = np.sqrt(dim * null_energy) if null_energy > 1e-12 * total else np.sqrt(total)
-    return np.clip(dots / scale, -1.0, 1.0)
+    dof = dim - positions.size
+    outside = total - float(np.sum(np.square(dots)))
+    if dof < 1 or outside <= 1e-12 * total:
+        return np.clip(dots / np.sqrt(total), -1.0, 1.0)
+    return cosine_equivalent(dots / np.sqrt(outside / dof), dof, dim)
+
+
+def scale_dof(family: CanaryFamily, *, num_canaries: int, dim: int) -> int:
+    """Degrees of freedom of the noise scale behind the canaries' statistics: ``d - k`` for the
+    orthogonal family (:func:`null_standardized_cosines`), ``d`` for plain cosines (the Gaussian
+    family, or ``k = d``), whose common ``||v||`` has relative spread ``1/sqrt(2 d)`` under
+    isotropic noise. The exact claim tests (:mod:`flaudit.auditor.claims.normal_scores`) use
+    it: the scale is shared by every canary of a release."""
+    if CanaryFamily(family) is CanaryFamily.orthogonal and dim > num_canaries:
+        return int(dim) - int(num_canaries)
+    return int(dim)
 
 
 @dataclass
@@ -202,7 +216,6 @@ class CosineTracker:
         if self.family is CanaryFamily.orthogonal:
             self._orthogonal = OrthogonalCanaries(seed, self.dim, workers=workers, backend=backend)
             self._positions = self._orthogonal.positions(np.arange(self.num_canaries))
-            self._seen_positions = self._positions[seen_mask(seed, self.num_canaries)]
             self.workers = self._orthogonal.workers
         else:
             self.workers = 1 if workers is None else int(workers)
@@ -222,6 +235,11 @@ class CosineTracker:
         elif state.max_cosines.shape != (self.num_canaries,):
             raise ValueError("state does not match num_canaries")
         self._state = state
+
+    @property
+    def scale_dof(self) -> int:
+        """Degrees of freedom of the noise scale the statistics share (:func:`scale_dof`)."""
+        return scale_dof(self.family, num_canaries=self.num_canaries, dim=self.dim)
 
     def __repr__(self) -> str:  # never show the seed
         return (
@@ -244,7 +262,6 @@ class CosineTracker:
         if self._orthogonal is not None:  # numpy or torch back end, chosen per call
             return null_standardized_cosines(
                 self._orthogonal.transpose_apply(vector, consume=consume), self._positions,
-                self._seen_positions,
             )
         if is_torch_tensor(vector):
             vector = vector.detach().cpu().numpy()

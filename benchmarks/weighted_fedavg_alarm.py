@@ -67,8 +67,9 @@ def main() -> None:
             seen=seen_mask(canary_seed, k), dim=tracker.dim, delta=spec.delta,
             max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
             threat_models=["final_model", "all_iterates"], final=True,
-            known_rounds_scores=reporter.known_rounds.scores, claims=audit_claims(spec),
-            num_rounds=rounds)[3]
+            known_rounds_scores=reporter.known_rounds.scores,
+            known_rounds_rounds=reporter.known_rounds.rounds, scale_dof=tracker.scale_dof,
+            claims=audit_claims(spec), num_rounds=rounds)[3]
         factors = list(strategy.weight_factors.values())
         return (decide(spec, tests, look=num_looks(spec)).status, float(np.mean(factors)),
                 float(np.max(factors)))

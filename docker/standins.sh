@@ -39,12 +39,19 @@ if have "$PY_TAG" && have "$FLOWER_TAG" && have "$PG_TAG"; then
 fi
 
 ROOTFS_TAG=flaudit-standin/rootfs:bookworm
+# BuildKit needs the CLI's buildx plugin, which Debian's docker.io (bookworm) lacks, and a
+# newer CLI refuses DOCKER_BUILDKIT=1 without it: these FROM/ENV/USER-only builds use the classic
+# builder then (nothing to fetch either way).
+if docker buildx version >/dev/null 2>&1; then BUILDKIT=1; else BUILDKIT=0; fi
 meta() {  # TAG, then Dockerfile instructions on stdin (no build context: nothing is copied)
-  { echo "FROM $ROOTFS_TAG"; cat; } | DOCKER_BUILDKIT=1 docker build -q -t "$1" - >/dev/null
+  local out
+  out="$({ echo "FROM $ROOTFS_TAG"; cat; } | DOCKER_BUILDKIT=$BUILDKIT docker build -q -t "$1" - 2>&1)" \
+    || { echo "standins: docker build of $1 failed: $out" >&2; return 1; }
 }
 start=$SECONDS
 if ! have "$ROOTFS_TAG"; then
-command -v debootstrap >/dev/null || { apt-get update -qq >&2 && apt-get install -y -qq debootstrap >&2; }
+command -v debootstrap >/dev/null || { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1; } \
+  || { echo "standins: could not install debootstrap from Debian's packages" >&2; exit 1; }
 work="$(mktemp -d /var/tmp/flaudit-standin.XXXXXX)"
 trap 'umount "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
 root="$work/rootfs"

@@ -793,7 +793,8 @@ class LocalRoundReporter:
         if self.null_mask is not None and metadata.participants is not None:
             k = self.tracker.num_canaries
             if self.known_rounds is None:
-                self.known_rounds = KnownRoundsStatistic(k, dim=self.tracker.dim)
+                self.known_rounds = KnownRoundsStatistic(k, dim=self.tracker.dim,
+                                                         scale_dof=self.tracker.scale_dof)
             self.known_rounds.update(
                 round_cosines, participant_mask(metadata.participants, k), self.null_mask
             )

@@ -27,6 +27,7 @@ import numpy as np
 
 from flaudit.auditor.bugs import DPBug
 from flaudit.auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
+from flaudit.auditor.estimators.null import cosine_equivalent
 from flaudit.auditor.gaussian import gaussian_mechanism_cosines
 from flaudit.auditor.known_rounds import KnownRoundsStatistic
 from flaudit.auditor.statistics import CosineTracker
@@ -192,6 +193,13 @@ class FedAvgAuditResult:
     known_rounds_history, known_rounds_counts_history, max_cosines_history : numpy.ndarray
         (T, k): the known-rounds scores, their participation counts and the running max cosines
         after each round, for alarms evaluated at every look.
+    known_rounds_rounds : RoundSums
+        The per-round sums of the exact claim test at the end
+        (:attr:`flaudit.auditor.known_rounds.KnownRoundsStatistic.rounds`).
+    known_rounds_round_of : numpy.ndarray
+        The round each entry of ``known_rounds_rounds`` comes from (:meth:`rounds_at`).
+    scale_dof : int
+        Degrees of freedom of the noise scale the statistics share.
     canary_participations : int
         Rounds each seen canary actually joined.
     claimed_participations : int
@@ -214,6 +222,17 @@ class FedAvgAuditResult:
     known_rounds_counts_history: np.ndarray = field(default=None, repr=False)
     max_cosines_history: np.ndarray = field(default=None, repr=False)
     num_rounds: int | None = None
+    known_rounds_rounds: object = field(default=None, repr=False)
+    known_rounds_round_of: np.ndarray = field(default=None, repr=False)
+    scale_dof: int | None = None
+
+    def rounds_at(self, t: int):
+        """The exact claim test's per-round sums after round ``t`` (the look after round t)."""
+        from flaudit.auditor.claims.normal_scores import RoundSums
+
+        keep = self.known_rounds_round_of <= t
+        rounds = self.known_rounds_rounds
+        return RoundSums(rounds.sums[keep], rounds.counts[keep], rounds.dof)
 
 
 def _client_updates(config: FedAvgSimulation, count: int, direction: np.ndarray,
@@ -288,7 +307,8 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         repeats=min(config.canary_repeats, config.num_rounds),
         rng=np.random.default_rng(sched_seed.spawn(1)[0]),
     )
-    known = KnownRoundsStatistic(k, dim=d)
+    known = KnownRoundsStatistic(k, dim=d, scale_dof=tracker.scale_dof)
+    round_of: list[int] = []
     known_history = np.empty((config.num_rounds, k))
     counts_history = np.zeros((config.num_rounds, k), dtype=np.int64)
     max_history = np.empty((config.num_rounds, k))
@@ -347,7 +367,9 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         participants = np.zeros(k, dtype=bool)
         participants[seen_idx[inserted]] = True
         participants[unseen_idx[np.any(unseen_rounds == t - 1, axis=1)]] = True
+        entries = len(known.rounds.sums)
         known.update(tracker.all_cosines(update.astype(np.float32)), participants, ~mask)
+        round_of += [t] * (len(known.rounds.sums) - entries)
         known_history[t - 1] = known.scores
         counts_history[t - 1] = known.num_participations
         theta, delta_t = optimizer.step(theta, update)
@@ -368,6 +390,9 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         known_rounds_counts_history=counts_history,
         max_cosines_history=max_history,
         num_rounds=config.num_rounds,
+        known_rounds_rounds=known.rounds,
+        known_rounds_round_of=np.array(round_of, dtype=np.int64),
+        scale_dof=tracker.scale_dof,
     )
 
 
@@ -416,7 +441,8 @@ def gaussian_mechanism_scores(
     follows the exact null (:func:`sample_null_cosines`). ``orthogonal`` family (the default
     where ``k <= d``): in the canaries' coordinates ``rho`` is ``1 + sigma u_j`` (seen),
     ``sigma u_j`` (unseen) and ``sigma u_i`` on the ``d - k`` unused columns; the statistic is
-    the tracker's null-standardized cosine (:func:`flaudit.auditor.statistics.null_standardized_cosines`),
+    the tracker's null-standardized cosine (:func:`flaudit.auditor.statistics.null_standardized_cosines`:
+    studentized by the unused columns' scale, mapped to the cosine of equal probability),
     simulated exactly in ``O(k)``.
 
     Returns
@@ -435,10 +461,10 @@ def gaussian_mechanism_scores(
     scores = np.empty(k)
     if family is CanaryFamily.orthogonal:
         y = sigma * rng.standard_normal(k) + seen
-        null_energy = (float(np.sum(y[~seen] ** 2)) + sigma**2 * float(rng.chisquare(d - k))
-                       if d > k else float(np.sum(y[~seen] ** 2))) / (d - n_seen)
-        scale = math.sqrt(d * null_energy) if null_energy > 0 else float(np.linalg.norm(y))
-        return np.clip(y / scale, -1.0, 1.0), seen
+        if d == k or sigma == 0:  # no energy where no canary is: plain cosines
+            return np.clip(y / np.linalg.norm(y), -1.0, 1.0), seen
+        null_energy = sigma**2 * float(rng.chisquare(d - k)) / (d - k)
+        return cosine_equivalent(y / math.sqrt(null_energy), d - k, d), seen
     scores[seen] = gaussian_mechanism_cosines(
         sigma, d, n_seen, seed=int(rng.integers(2**62)), family=family
     )

@@ -2,8 +2,8 @@
 
 * claims as trade-off curves: :func:`audit_claims`, :class:`GaussianDPClaim`, :class:`NoDPClaim`
   (:mod:`flaudit.auditor.estimators.gdp`);
-* the tests, one file each: normal-score tests (:mod:`.normal_scores`, tier
-  ``independent_canaries``) and the one-run f-DP guessing game (:mod:`.fdp`, tier
+* the tests, one file each: normal-score tests, exact on the rounds' studentized sums
+  (:mod:`.normal_scores`, tier ``independent_canaries``) and the one-run f-DP guessing game (:mod:`.fdp`, tier
   ``assumption_free``);
 * the alarm over every look (:mod:`.alarm`) and the audit design (:mod:`.design`);
 * the verdict (:mod:`.verdict`) and the alarm's words for a spec (:mod:`.alerts`: alerts,
@@ -25,7 +25,9 @@ from flaudit.auditor.estimators.gdp import (
 from .alarm import ALARM_ALPHA, AlarmDecision, alarm_guarantee, decide_alarm, look_level
 from .design import AuditDesign, audit_design
 from .fdp import fdp_claim_test, fdp_mu_lo
-from .normal_scores import NormalScoreTest, final_model_normal_scores, normal_score_test
+from .normal_scores import (
+    NormalScoreTest, RoundSums, final_model_normal_scores, final_model_rounds, normal_score_test,
+)
 from .tiers import AlarmTest, ValidityTier
 from .verdict import Verdict, VerdictStatus, audit_verdict, largest_valid_bound
 
@@ -33,6 +35,6 @@ __all__ = [
     "ALARM_ALPHA", "AlarmDecision", "AlarmTest", "AuditDesign", "ClaimTestResult",
     "EpsilonDeltaCurveClaim", "GaussianDPClaim", "NoDPClaim", "NormalScoreTest", "ValidityTier",
     "alarm_guarantee", "audit_claims", "audit_design", "decide_alarm", "fdp_claim_test",
-    "fdp_mu_lo", "final_model_normal_scores", "gdp_delta", "gdp_epsilon", "look_level",
-    "normal_score_test", "Verdict", "VerdictStatus", "audit_verdict", "largest_valid_bound",
+    "fdp_mu_lo", "final_model_normal_scores", "final_model_rounds", "gdp_delta", "gdp_epsilon",
+    "look_level", "normal_score_test", "RoundSums", "Verdict", "VerdictStatus", "audit_verdict", "largest_valid_bound",
 ]

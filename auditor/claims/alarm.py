@@ -209,7 +209,11 @@ def decide_alarm(tests, *, look: int, num_looks: int, claims=None, alpha: float 
         if level <= 0 or float(item["p_value"]) > level:
             continue
         mu_lo = _mu_lo(test, item, level)
-        entry = dict(item, level=level)
+        # kept with the alert: without the per-round arrays the exact test carries (its
+        # statistic, counts and claim stay)
+        details = {k: v for k, v in (item.get("details") or {}).items()
+                   if k not in ("round_sums", "round_counts")}
+        entry = dict(item, level=level, details=details)
         rejected.append(entry)
         refutation = {
             "test": test.value, "threat_model": item.get("threat_model"),

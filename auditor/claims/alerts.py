@@ -200,10 +200,12 @@ def spec_verdict(
     rounds_received: int,
     missing_rounds: Iterable[int] | None = None,
     rounds_without_canaries: Iterable[int] | None = None,
+    weight_factor: float | None = None,
 ) -> Verdict:
     """:func:`~flaudit.auditor.claims.verdict.audit_verdict` for one audit spec: its claim and
     its design from the spec; stopped on the alarm when ``spec.stop_on_alarm`` and the run
-    ended at the alarm's round."""
+    ended at the alarm's round; ``weight_factor``: the largest of the rounds' (a weighted
+    FedAvg)."""
     spec = _spec(spec)
     design = audit_design(spec)
     stopped = None
@@ -215,7 +217,7 @@ def spec_verdict(
         claim=spec_claim(spec, design), design=design, alarm=alarm, estimates=estimates,
         state=state, rounds_received=rounds_received, num_rounds=spec.num_rounds,
         missing_rounds=missing_rounds, rounds_without_canaries=rounds_without_canaries,
-        stopped_at_round=stopped,
+        stopped_at_round=stopped, weight_factor=weight_factor,
     )
 
 

@@ -132,7 +132,9 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
     canaries_clear = int(math.ceil(2 * (need_clear / r + 1.645 * math.sqrt(need_clear / r))))
     # one sentence that also reads as a clause after "this audit" (the verdict embeds it)
     if s_star is None:
-        summary = f"Cannot catch any bug: with {k} canaries no seen canary is expected."
+        # about half the canaries are seen; in the unluckiest 5% of runs, none are
+        summary = (f"Cannot catch any bug in {power:.0%} of runs: with {k} canaries, too few "
+                   "are seen.")
     else:
         summary = (f"Catches {'only ' if s_star < CLEAR_BUG_NOISE_SCALE else ''}noise × "
                    f"{s_star:.2f} or smaller (μ ≥ {det_mu:.3g}, ε ≥ {det_eps:.3g} "

@@ -1,20 +1,30 @@
-"""Claim tests on normal scores, calibrated at the claimed Gaussian (issue #19 item 1).
+"""Claim tests calibrated at the claimed Gaussian (issue #19 item 1), exact for DP-FedAvg.
 
 Every statistic flaudit scores a canary with has a *known* null: with the canary absent, its
-direction is independent of the release, so its cosine follows the exact null law ``F_d`` of a
-random direction (:mod:`flaudit.auditor.estimators.null`). The normal score
-``Z = Phi^-1(F_d(cos))`` is then exactly ``N(0, 1)``. If the mechanism is ``mu``-Gaussian DP
-towards the canary, every threshold test on ``Z`` has power at most ``1 - G_mu(size)``, which
-(docs/estimators.md, "Normal-score claim tests", averaging over the random direction with
-Jensen's inequality) says ``P(Z_seen > t) <= P(N(mu, 1) > t)`` for every ``t``: each seen score
-is stochastically below ``N(mu, 1)``. For independent seen scores, any non-negative weighted sum
-is then stochastically below the same sum of independent ``N(mu_j, 1)``, so
+statistic follows the cosine null ``F_d`` (:mod:`flaudit.auditor.estimators.null`), so its normal
+score ``Z = Phi^-1(F_d(cos))`` is exactly ``N(0, 1)``. If the mechanism is ``mu``-Gaussian DP
+towards the canary, every threshold test on ``Z`` has power at most ``1 - G_mu(size)``, so each
+seen score is stochastically below ``N(mu, 1)`` (docs/estimators.md, "Normal-score claim
+tests").
 
-    reject when  sum_j w_j S_j > sum_j w_j mu_j + z_{1-a} * ||w||
+Summing seen scores needs more than that: the statistics of one release share its noise scale
+(the cosine's ``||v||``, or the orthogonal family's studentizing ``s``), so a release whose scale
+came out small inflates all its seen scores at once. Under DP-FedAvg's Gaussian noise the sum is
+exact instead: in noise units a seen canary's coordinate is ``lam + N(0, 1)`` (``lam``: its
+per-participation signal, at most the claimed ``1/z``) and the scale is ``sqrt(chi2_nu / nu)``,
+independent of it, so the seen participants' studentized values summed over one release,
 
-has level at most ``a``. Under the alternative "noise x s" each score shifts to ``mu_j / s``, so
-``w_j = mu_j`` is the Neyman-Pearson test. Inverting it over the scale of the claim gives the
-lower confidence bound ``mu_lo``.
+    R_t = sum_j t_jt / sqrt(c_t)  ~  noncentral t(nu, sqrt(c_t) * lam),
+
+and releases (rounds) are independent. Each ``R_t`` is mapped to its exact normal score under
+the claim, ``Y_t = Phi^-1(F_nct(R_t; nu, sqrt(c_t) lam_claim))``, and
+
+    reject when  sum_t sqrt(c_t) Y_t / sqrt(sum_t c_t) > z_{1-a}
+
+has level exactly ``a`` at the claim and below it for every smaller signal (the noncentral t
+grows stochastically with its noncentrality). With a known scale (``nu = inf``) this is the
+Neyman-Pearson test of the claim against "noise x s" on independent ``N(lam, 1)`` scores.
+Inverting it over ``lam`` gives the lower confidence bound ``mu_lo``.
 
 Pure numpy/scipy: arrays in, numbers out.
 """
@@ -25,11 +35,168 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
+from scipy import optimize, special, stats
 
-from flaudit.auditor.estimators.null import null_probit
+from flaudit.auditor.estimators.null import null_probit, studentized_from_cosine
 
-__all__ = ["final_model_normal_scores", "NormalScoreTest", "normal_score_test"]
+__all__ = ["final_model_normal_scores", "final_model_rounds", "NormalScoreTest", "RoundSums",
+           "nct_log_cdf", "normal_score_test"]
+
+
+@dataclass(frozen=True)
+class RoundSums:
+    """The exact claim tests' data: per release (round, or the final model), the seen
+    canaries' studentized statistics summed.
+
+    Attributes
+    ----------
+    sums : numpy.ndarray
+        (T,) ``R_t = sum_j t_jt / sqrt(c_t)``.
+    counts : numpy.ndarray
+        (T,) ``c_t >= 1``: seen canaries (participations) behind each ``R_t``.
+    dof : float
+        Degrees of freedom of each release's noise scale (``inf``: the scale is known and the
+        ``t_jt`` are independent ``N(lam, 1)``-bounded normal scores).
+    """
+
+    sums: np.ndarray
+    counts: np.ndarray
+    dof: float
+
+    def __post_init__(self) -> None:
+        sums = np.asarray(self.sums, dtype=np.float64).ravel()
+        counts = np.asarray(self.counts, dtype=np.int64).ravel()
+        if sums.shape != counts.shape:
+            raise ValueError(f"sums and counts differ in shape: {sums.shape} and {counts.shape}")
+        if np.any(counts < 1):
+            raise ValueError("counts must be >= 1")
+        if np.any(np.isnan(sums)):
+            raise ValueError("sums contains NaN")
+        if not float(self.dof) > 0:
+            raise ValueError(f"dof must be > 0 (or inf), got {self.dof!r}")
+        object.__setattr__(self, "sums", sums)
+        object.__setattr__(self, "counts", counts)
+        object.__setattr__(self, "dof", float(self.dof))
+
+    @classmethod
+    def from_scores(cls, scores, participations=None) -> "RoundSums":
+        """Independent normal scores with a known scale (``dof = inf``): score ``S_j`` of
+        ``n_j`` participations (``sum`` of its per-round scores over ``sqrt(n_j)``) counts as
+        one release with ``c = n_j`` (the test only sees ``sum sqrt(c) (R - sqrt(c) lam)``,
+        the same however the scores are grouped). NaN scores and ``n_j = 0`` are left out."""
+        s = np.asarray(scores, dtype=np.float64).ravel()
+        n = (np.ones(s.shape, dtype=np.int64) if participations is None
+             else np.asarray(participations, dtype=np.int64).ravel())
+        if n.shape != s.shape:
+            raise ValueError(f"participations must have the shape of scores {s.shape}, got {n.shape}")
+        keep = np.isfinite(s) & (n > 0)
+        return cls(s[keep], n[keep], math.inf)
+
+    @property
+    def num_scores(self) -> int:
+        return int(self.counts.sum())
+
+
+#: Gauss-Hermite rule for :func:`nct_log_cdf` (80 nodes: its normal scores agree with scipy's
+#: to 1e-4 and better for ``nu >= 30``, and with an adaptive integral far in the tails).
+_HERMITE_X, _HERMITE_W = np.polynomial.hermite.hermgauss(80)
+#: Below this many degrees of freedom the quadrature's Laplace centring is too rough (its normal
+#: score is off by up to 0.11 at ``nu = 2-3``): scipy's noncentral t is used where it converges.
+_QUADRATURE_MIN_DOF = 30.0
+#: The lowest normal score a release counts with (its evidence *for* the claim is capped).
+_Y_FLOOR = -40.0
+#: Where the normal approximation of the noncentral t is this far out, the exact score is
+#: beyond the floor or past any level (its error there is a few units at most).
+_APPROX_CUT = 60.0
+
+
+def nct_log_cdf(r, dof: float, delta) -> np.ndarray:
+    """``log P(T <= r)`` for the noncentral Student-t ``T = (delta + N(0, 1)) / U`` with
+    ``U = sqrt(chi2_dof / dof)``, accurate from the centre to the far tails (scipy's
+    ``nct.cdf`` returns NaN there, e.g. 10 standard deviations below ``delta`` at ``dof = 600``).
+
+    ``P = E_U[Phi(r U - delta)]``, integrated over ``w = log U`` (no boundary): the integrand
+    ``h(w) = log Phi(r e^w - delta) + dof w - dof e^(2w) / 2`` is centred at its mode (bisection
+    on ``h'``, which falls from ``+dof`` to ``-inf``) and scaled by its curvature, then
+    Gauss-Hermite in log space (``log_ndtr`` keeps far tails). ``dof = inf``: the normal law.
+    """
+    r, delta = np.broadcast_arrays(np.asarray(r, dtype=np.float64),
+                                   np.asarray(delta, dtype=np.float64))
+    if math.isinf(dof):
+        return special.log_ndtr(r - delta)
+
+    def mills(x):  # phi(x) / Phi(x), stable in both tails
+        return np.exp(-0.5 * x * x - 0.5 * math.log(2 * math.pi) - special.log_ndtr(x))
+
+    def slope(w):
+        u = np.exp(w)
+        return r * u * mills(r * u - delta) + dof - dof * u * u
+
+    lo, hi = np.full(r.shape, -60.0), np.full(r.shape, 10.0)
+    for _ in range(56):  # 70 / 2^56 ~ 1e-15
+        mid = 0.5 * (lo + hi)
+        rising = slope(mid) > 0
+        lo, hi = np.where(rising, mid, lo), np.where(rising, hi, mid)
+    w = 0.5 * (lo + hi)
+    u = np.exp(w)
+    x = r * u - delta
+    m = mills(x)
+    curvature = r * u * m - r * r * u * u * m * (x + m) - 2 * dof * u * u
+    width = 1.0 / np.sqrt(np.maximum(-curvature, 1e-300))
+    nodes = w[..., None] + math.sqrt(2.0) * width[..., None] * _HERMITE_X
+    at = np.exp(nodes)
+    log_f = (special.log_ndtr(r[..., None] * at - delta[..., None]) + dof * nodes
+             - dof * at * at / 2)
+    terms = log_f + np.log(_HERMITE_W) + _HERMITE_X ** 2
+    log_norm = math.log(2.0) + (dof / 2) * math.log(dof / 2) - special.gammaln(dof / 2)
+    return (log_norm + np.log(math.sqrt(2.0) * width)
+            + special.logsumexp(terms, axis=-1))
+
+
+def _round_scores(rounds: RoundSums, lam: float) -> np.ndarray:
+    """``Y_t``: the exact normal score of each ``R_t`` under a per-participation signal ``lam``
+    (``N(0, 1)`` when every seen participation carries exactly ``lam``), each from its own tail
+    so both stay accurate. Releases whose normal approximation (Abramowitz & Stegun 26.7.10) is
+    beyond +-60 standard deviations are not integrated: above, ``+inf`` (the claim is out of
+    the question); below, the floor."""
+    delta = np.sqrt(rounds.counts) * lam
+    sums = rounds.sums
+    if math.isinf(rounds.dof):
+        return np.maximum(sums - delta, _Y_FLOOR)
+    nu = rounds.dof
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        approx = (sums * (1 - 1 / (4 * nu)) - delta) / np.sqrt(1 + sums * sums / (2 * nu))
+        out = np.where(approx > _APPROX_CUT, np.inf, _Y_FLOOR)
+        middle = np.abs(approx) <= _APPROX_CUT
+        if np.any(middle):
+            r, d = sums[middle], delta[middle]
+            if nu >= _QUADRATURE_MIN_DOF:  # each release from the side it lies on
+                lower = approx[middle] <= 0
+                scores = np.empty(r.shape)
+                scores[lower] = special.ndtri_exp(
+                    np.minimum(nct_log_cdf(r[lower], nu, d[lower]), 0.0))
+                scores[~lower] = -special.ndtri_exp(
+                    np.minimum(nct_log_cdf(-r[~lower], nu, -d[~lower]), 0.0))
+                out[middle] = scores
+            else:
+                cdf, sf = stats.nct.cdf(r, nu, d), stats.nct.sf(r, nu, d)
+                log_cdf, log_sf = np.log(cdf), np.log(sf)
+                # scipy is reliable in the bulk; beyond 1e-15 on either side (or where it does
+                # not converge) the quadrature, whose error there is small
+                far = ~(np.isfinite(log_cdf) & np.isfinite(log_sf)) | (
+                    np.minimum(log_cdf, log_sf) < math.log(1e-15))
+                if np.any(far):
+                    log_cdf[far] = nct_log_cdf(r[far], nu, d[far])
+                    log_sf[far] = nct_log_cdf(-r[far], nu, -d[far])
+                out[middle] = np.where(log_cdf < math.log(0.5),
+                                       special.ndtri_exp(np.minimum(log_cdf, 0.0)),
+                                       -special.ndtri_exp(np.minimum(log_sf, 0.0)))
+        # a sum at or below 0 needs N <= -delta: P(T <= r) <= Phi(-delta), so Y <= -delta
+        out = np.where(sums <= 0, np.minimum(out, -delta), out)
+    out = np.where(np.isposinf(sums), np.inf, out)  # a cosine of exactly 1: no noise at all
+    # at most Y_FLOOR below: max(Y, floor) is stochastically below N(0, 1) wherever Y is (up to
+    # Phi(floor) ~ 1e-350), and no single release can outweigh every other in the sum
+    return np.maximum(np.nan_to_num(out, nan=_Y_FLOOR), _Y_FLOOR)
 
 
 def final_model_normal_scores(cosines, dim: int) -> np.ndarray:
@@ -37,84 +204,118 @@ def final_model_normal_scores(cosines, dim: int) -> np.ndarray:
     return np.asarray(null_probit(np.asarray(cosines, dtype=np.float64), int(dim)), dtype=np.float64)
 
 
+def final_model_rounds(cosines, dim: int, *, dof: float) -> RoundSums:
+    """The seen canaries' final-model statistics as one release (they share its noise scale
+    of ``dof`` degrees of freedom: :func:`flaudit.auditor.statistics.scale_dof`)."""
+    x = np.asarray(cosines, dtype=np.float64).ravel()
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return RoundSums(np.zeros(0), np.zeros(0, dtype=np.int64), dof)
+    t = studentized_from_cosine(x, dof, int(dim))
+    return RoundSums(np.array([float(np.sum(t)) / math.sqrt(x.size)]), np.array([x.size]), dof)
+
+
 @dataclass(frozen=True)
 class NormalScoreTest:
-    """The weighted normal-score test of one look.
-
-    The claim says canary ``j``'s score is below ``N(lam * a_j, 1)`` (``lam``: the claimed
-    per-participation Gaussian-DP parameter, ``a_j = sqrt(n_j)``); the weights are ``a_j``.
+    """The exact claim test of one look on per-release sums (module docstring).
 
     Attributes
     ----------
-    statistic : float
-        ``sum_j a_j S_j``.
-    claimed_mean : float
-        ``lam_claim * sum_j a_j^2``.
-    scale : float
-        ``||a||`` (the standard deviation under the calibration).
-    num_scores : int
-        Scores used.
+    rounds : RoundSums
+        The releases' sums.
+    lam_claim : float
+        The claimed per-participation Gaussian-DP parameter (``1/z`` for DP-FedAvg).
     mu_per_unit : float
         ``mu / lam`` for the reported ``mu`` (``sqrt(r)`` for the known-rounds claim of ``r``
-        rounds; 1 for a claim on one score per canary).
+        rounds; 1 for the final model, one score per canary).
     """
 
-    statistic: float
-    claimed_mean: float
-    scale: float
-    num_scores: int
+    rounds: RoundSums
     lam_claim: float
     mu_per_unit: float
 
     @property
-    def z(self) -> float:
-        """Standardised excess over the claim (``+inf`` with no scores... never: 0 then)."""
-        if self.scale == 0:
+    def num_scores(self) -> int:
+        """Seen participations behind the test."""
+        return self.rounds.num_scores
+
+    def _z(self, lam: float) -> float:
+        total = self.num_scores
+        if total == 0:
             return 0.0
-        return (self.statistic - self.claimed_mean) / self.scale
+        y = _round_scores(self.rounds, lam)
+        if np.any(np.isposinf(y)):  # a release with no noise at all: beyond every signal
+            return math.inf
+        if np.any(np.isnan(y)):
+            raise FloatingPointError(f"normal-score test: a release's score is NaN at lam={lam!r}")
+        with np.errstate(over="ignore"):  # a huge finite score: the sum is +inf, as it should
+            return float(np.sum(np.sqrt(self.rounds.counts) * y)) / math.sqrt(total)
+
+    @property
+    def z(self) -> float:
+        """Standardised excess over the claim: ``N(0, 1)`` at the claim boundary."""
+        return self._z(self.lam_claim)
 
     @property
     def p_value(self) -> float:
-        """One-sided p-value of the claim (exact under the calibration; 1 with no scores)."""
+        """One-sided p-value of the claim (exact at the boundary; 1 with no scores)."""
         if self.num_scores == 0:
             return 1.0
         return float(special.ndtr(-self.z))
 
     def mu_lo(self, level: float) -> float:
         """Lower confidence bound (confidence ``1 - level``) on the claimed quantity ``mu``:
-        the smallest claim scale the test does not reject, clipped at 0."""
-        if self.num_scores == 0 or self.scale == 0:
+        the smallest signal the test does not reject, clipped at 0 (``inf`` when a release
+        is beyond every signal: a cosine of exactly 1, no noise)."""
+        if self.num_scores == 0:
             return 0.0
-        lam = (self.statistic - float(special.ndtri(1.0 - level)) * self.scale) / self.scale ** 2
-        return max(0.0, lam) * self.mu_per_unit
+        crit = float(special.ndtri(1.0 - level))
+
+        def excess(lam: float) -> float:
+            return self._z(lam) - crit
+
+        if excess(0.0) <= 0:
+            return 0.0
+        finite = self.rounds.sums[np.isfinite(self.rounds.sums)]
+        if finite.size < self.rounds.sums.size:
+            return math.inf
+        # a known-scale guess, doubled until the test no longer rejects
+        hi = max(1.0, float(np.sum(np.sqrt(self.rounds.counts) * finite)) / self.num_scores)
+        while excess(hi) > 0:
+            hi *= 2.0
+            if hi > 1e12:
+                return math.inf
+        lam = optimize.brentq(excess, 0.0, hi, xtol=1e-10, rtol=1e-10)
+        return float(lam) * self.mu_per_unit
 
     def to_details(self) -> dict:
-        return {"statistic": self.statistic, "claimed_mean": self.claimed_mean,
-                "scale": self.scale, "num_scores": self.num_scores,
+        return {"statistic": self.z, "num_scores": self.num_scores,
+                "round_sums": [float(v) for v in self.rounds.sums],
+                "round_counts": [int(v) for v in self.rounds.counts],
+                "dof": "inf" if math.isinf(self.rounds.dof) else self.rounds.dof,
                 "lam_claim": self.lam_claim, "mu_per_unit": self.mu_per_unit}
 
     @classmethod
     def from_details(cls, details: dict) -> "NormalScoreTest":
-        return cls(float(details["statistic"]), float(details["claimed_mean"]),
-                   float(details["scale"]), int(details["num_scores"]),
-                   float(details["lam_claim"]), float(details["mu_per_unit"]))
+        dof = details["dof"]
+        rounds = RoundSums(np.asarray(details["round_sums"], dtype=np.float64),
+                           np.asarray(details["round_counts"], dtype=np.int64),
+                           math.inf if dof == "inf" else float(dof))
+        return cls(rounds, float(details["lam_claim"]), float(details["mu_per_unit"]))
 
 
-def normal_score_test(scores, *, claim_mu: float, participations=None,
+def normal_score_test(rounds: RoundSums, *, claim_mu: float,
                       claim_participations: int = 1) -> NormalScoreTest:
-    """The Neyman-Pearson normal-score test of a Gaussian-DP claim.
+    """The exact test of a Gaussian-DP claim on per-release sums (module docstring).
 
     Parameters
     ----------
-    scores : array_like
-        Seen canaries' normal scores ``S_j`` (NaN entries are left out).
+    rounds : RoundSums
+        The seen canaries' per-release sums (:attr:`flaudit.auditor.known_rounds.KnownRoundsStatistic.rounds`,
+        :func:`final_model_rounds`, or :meth:`RoundSums.from_scores` for independent scores).
     claim_mu : float
         The claimed ``mu`` for ``claim_participations`` participations (``sqrt(r)/z`` for the
         known-rounds claim with ``r`` repeats; the whole claim for the final model).
-    participations : array_like of int, optional
-        ``n_j``: participations behind each score so far (known rounds); the claim for canary
-        ``j`` is then ``claim_mu * sqrt(n_j / claim_participations)``. Omitted: every score
-        carries the whole claim.
     claim_participations : int
         ``r``, the participations ``claim_mu`` is for.
 
@@ -122,27 +323,11 @@ def normal_score_test(scores, *, claim_mu: float, participations=None,
     -------
     NormalScoreTest
     """
-    s = np.asarray(scores, dtype=np.float64).ravel()
-    if participations is None:
-        n = np.full(s.shape, float(claim_participations))
-    else:
-        n = np.asarray(participations, dtype=np.float64).ravel()
-        if n.shape != s.shape:
-            raise ValueError(f"participations must have the shape of scores {s.shape}, got {n.shape}")
-    keep = np.isfinite(s) & (n > 0)
-    s, n = s[keep], n[keep]
+    if not isinstance(rounds, RoundSums):
+        raise TypeError(f"rounds must be a RoundSums, got {type(rounds).__name__}")
     if claim_mu < 0 or not math.isfinite(claim_mu):
         raise ValueError(f"claim_mu must be finite and >= 0, got {claim_mu!r}")
     if claim_participations < 1:
         raise ValueError(f"claim_participations must be >= 1, got {claim_participations!r}")
-    a = np.sqrt(n)
     lam = claim_mu / math.sqrt(claim_participations)
-    scale = float(np.sqrt(np.sum(a * a)))
-    return NormalScoreTest(
-        statistic=float(np.sum(a * s)),
-        claimed_mean=float(lam * np.sum(a * a)),
-        scale=scale,
-        num_scores=int(s.size),
-        lam_claim=float(lam),
-        mu_per_unit=math.sqrt(claim_participations),
-    )
+    return NormalScoreTest(rounds, float(lam), math.sqrt(claim_participations))

@@ -11,9 +11,11 @@ class ValidityTier(str, Enum):
     """How much a refutation relies on.
 
     ``independent_canaries``: normal-score tests (:mod:`flaudit.auditor.claims.normal_scores`).
-    Valid for every mechanism that meets its claim towards each canary *and* whose seen-canary
-    scores are independent given the seen/unseen labels -- orthogonal canaries under isotropic
-    Gaussian noise, i.e. every correct DP-FedAvg run. They reach the Neyman-Pearson power.
+    Exact for DP-FedAvg with Gaussian noise: the seen canaries' coordinates are independent
+    Gaussians around a signal of at most the claimed ``1/z`` (orthogonal canaries, isotropic
+    noise), studentized by a noise scale measured where no canary is (the scale they share is
+    part of the exact law). They reach the Neyman-Pearson power when that scale rests on many
+    coordinates.
 
     ``assumption_free``: the one-run f-DP guessing game (Mahloujifar et al. 2025) on random
     seen/unseen labels: valid for every mechanism that meets its claim, dependent canaries

@@ -8,9 +8,11 @@ A test that calls a canary "seen" when its score exceeds ``t`` has a false-posit
 empirical curve the true one may lie; the ``mu_lo`` curve is ``G_{mu_lo}`` for the audit's valid
 lower bound ``mu_lo``. A claim is refuted where the truth must lie below the claimed curve.
 
-The band treats the seen canaries' scores as independent draws: true for orthogonal canaries
-under isotropic Gaussian noise (every correct DP-FedAvg run; the ``independent_canaries`` tier of
-docs/estimators.md); it is a picture of the evidence, not the test the verdict rests on.
+The band treats the seen canaries' scores as independent draws. Under DP-FedAvg's Gaussian noise
+with orthogonal canaries they are independent given the release's noise scale, which they share
+(docs/estimators.md, "One release, one scale"): close to independent when the scale rests on many
+more coordinates than there are canaries, not otherwise. It is a picture of the evidence, not the
+test the verdict rests on (:mod:`flaudit.auditor.claims.normal_scores` is exact).
 
 Pure math: arrays in, lists of numbers out (JSON-ready). The scores are normal scores
 ``Z = Phi^-1(F_null(score))``, exactly N(0, 1) for a canary the model never saw.

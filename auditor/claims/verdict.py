@@ -46,10 +46,13 @@ class VerdictStatus(str, Enum):
     running = "running"
 
 
-#: Estimators whose (corrected) results are lower bounds valid at their stated confidence:
-#: Jeffreys-interval ε_lo, the one-run ε bound, the Gaussian-DP μ_lo and the one-run f-DP bound.
-VALID_BOUND_ESTIMATORS = ("lower_bound", "one_run", "gdp_lower_bound", "fdp_one_run",
-                          "normal_scores")
+#: Estimators whose results are lower bounds valid at their stated confidence for the mechanism
+#: audited: the one-run ε bound and the one-run f-DP bound (any mechanism: they rest on the random
+#: seen/unseen labels alone) and the normal-score μ_lo (exact for DP-FedAvg with Gaussian noise).
+#: The threshold bounds (``lower_bound``, ``gdp_lower_bound``) are reported but not counted: their
+#: confidence intervals take the canaries' scores as independent, and the scores of one release
+#: share its noise scale (docs/estimators.md, "One release, one scale").
+VALID_BOUND_ESTIMATORS = ("one_run", "fdp_one_run", "normal_scores")
 
 #: Human names (the API keeps its identifiers in ``estimator`` / ``test``).
 _BOUND_NAMES = {
@@ -57,7 +60,7 @@ _BOUND_NAMES = {
     "one_run": "one-run ε lower bound",
     "gdp_lower_bound": "Gaussian-DP lower bound",
     "fdp_one_run": "one-run f-DP lower bound",
-    "normal_scores": "normal-score Gaussian-DP lower bound (independent canaries)",
+    "normal_scores": "normal-score Gaussian-DP lower bound (DP-FedAvg with Gaussian noise)",
 }
 _SCORE_NAMES = {
     "final_model": "the final model's canary scores",
@@ -71,7 +74,7 @@ TEST_NAMES = {
     "known_rounds_fdp_one_run": "the one-run f-DP guessing game on the known rounds",
 }
 _TIER_NAMES = {
-    "independent_canaries": "valid when canaries are independent, as in correct DP-FedAvg",
+    "independent_canaries": "valid for DP-FedAvg with Gaussian noise, the mechanism audited",
     "assumption_free": "valid for every mechanism that meets the claim",
 }
 
@@ -230,6 +233,26 @@ def _gap_text(gaps: dict | None, *, ended: bool = True) -> str:
     return f" Gaps: {text}; the audit covers the rest, with less power."
 
 
+def _weighting_text(weight_factor: float | None, claim: dict, mu_lo: float | None) -> str:
+    """The note on weighted aggregation (empty for equal weights): the heaviest reply moved the
+    model by ``weight_factor`` times the C/n the noise is calibrated for, so correct noise gives
+    a client that heavy up to ``weight_factor * mu`` (its rounds' factors are at most that).
+    With ``mu_lo`` (a refutation): whether that explains the leakage measured."""
+    if weight_factor is None or not weight_factor > 1 + 1e-6:
+        return ""
+    heavy_mu = weight_factor * claim["mu"]
+    influence = (f"the weighted average gives the heaviest client {_g(weight_factor)}× the "
+                 "influence (C/n) the noise is calibrated for, so a client that heavy is "
+                 f"protected only at μ = {_g(heavy_mu)}")
+    if mu_lo is None:
+        return f" Weighting: {influence}; cap the weights or weight uniformly."
+    if mu_lo <= heavy_mu:
+        return (f" The weighting, not the noise, breaks the claim: {influence}, and the leakage "
+                "measured is within that; cap the weights or weight uniformly.")
+    return (f" Not the weighting alone: {influence}, and the leakage measured is above even "
+            "that, so the noise falls short too.")
+
+
 def _refutation(alarm: dict, claim: dict) -> tuple[dict, str]:
     """``verdict.refuted_by`` and its sentence from the alarm's record."""
     by = dict(alarm.get("refuted_by") or {})
@@ -266,6 +289,7 @@ def audit_verdict(
     missing_rounds: Iterable[int] | None = None,
     rounds_without_canaries: Iterable[int] | None = None,
     stopped_at_round: int | None = None,
+    weight_factor: float | None = None,
 ) -> Verdict:
     """The verdict of one audit.
 
@@ -293,6 +317,11 @@ def audit_verdict(
         Rounds trained without their canaries (the service was away when they were fetched).
     stopped_at_round : int, optional
         Training was stopped on the alarm at this round (``stop_on_alarm``).
+    weight_factor : float, optional
+        The largest round ``weight_factor`` reported (a user's weighted FedAvg: the heaviest
+        reply's weight × replies / total weight; 1 or None for equal weights). Above 1 the
+        verdict says what the weighting does to the claim and, when refuted, whether the
+        weighting alone explains the leakage measured (:func:`_weighting_text`).
     """
     design_d = _as_dict(design)
     bound = largest_valid_bound(estimates)
@@ -314,10 +343,12 @@ def audit_verdict(
             head, gap_text = f"Stopped at round {stopped_at_round}: claim refuted", ""
         else:
             head, gap_text = f"Claim refuted {where}", _gap_text(gaps, ended=ended)
-        summary = f"{head}: the run does not meet its claim of {what}; {because}"
+        summary = (f"{head}: the run does not meet its claim of {what}; {because}"
+                   + _weighting_text(weight_factor, claim, _number(refuted_by.get("mu_lo"))))
         return Verdict(VerdictStatus.claim_refuted, summary + gap_text, claim=claim,
                        refuted_by=refuted_by, tier=refuted_by.get("tier"), round=t,
                        stopped=stopped_at_round is not None, **common)
+    weighting = _weighting_text(weight_factor, claim, None)
     testable = bool(design_d.get("testable", True)) if design_d else True
     can = clause((design_d or {}).get("summary"))
     advice = clause((design_d or {}).get("advice"))
@@ -331,16 +362,17 @@ def audit_verdict(
         else:
             summary = (f"Running ({progress}): no evidence against the claim of {what} so far"
                        + (f"; this audit {can}" if can else "") + ".")
-        return Verdict(VerdictStatus.running, summary + _gap_text(gaps, ended=False),
+        return Verdict(VerdictStatus.running, summary + weighting + _gap_text(gaps, ended=False),
                        claim=claim, **common)
     if not testable:
         return Verdict(VerdictStatus.inconclusive,
-                       f"Inconclusive: {cannot}" + _gap_text(gaps), claim=claim, **common)
+                       f"Inconclusive: {cannot}" + weighting + _gap_text(gaps), claim=claim,
+                       **common)
     if state != "succeeded":
         summary = (f"Inconclusive: the run {state} after {rounds_received} of {num_rounds} "
                    f"rounds, before the audit could test its claim of {what}; no claim test "
                    "rejected it on the rounds received.")
-        return Verdict(VerdictStatus.inconclusive, summary, claim=claim, **common)
+        return Verdict(VerdictStatus.inconclusive, summary + weighting, claim=claim, **common)
     summary = (f"Consistent with the claim of {what}: no claim test rejected it"
-               + (f"; this audit {can}" if can else "") + "." + _gap_text(gaps))
+               + (f"; this audit {can}" if can else "") + "." + weighting + _gap_text(gaps))
     return Verdict(VerdictStatus.consistent, summary, claim=claim, **common)

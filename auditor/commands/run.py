@@ -155,8 +155,9 @@ class AlarmWatch:
             max_cosines=tracker.max_cosines, final_cosines=None, threat_models=["all_iterates"],
             one_run=False, known_rounds_scores=None if known is None else known.scores,
             known_rounds_participations=None if known is None else known.num_participations,
+            known_rounds_rounds=None if known is None else known.rounds,
             canary_repeats=self.spec.canary_repeats,
-            claims=audit_claims(self.spec), num_rounds=server_round,
+            claims=audit_claims(self.spec), num_rounds=server_round, scale_dof=tracker.scale_dof,
         )
         alarm = decide(self.spec, summary.claim_tests, look=server_round)
         self.alerts = build_alerts(spec=self.spec, dim=None, rounds_stored=server_round,
@@ -191,8 +192,9 @@ class AlarmWatch:
             threat_models=[t.value for t in spec.threat_models],
             bootstrap=bootstrap, one_run=True,  # the same estimates the service reports
             known_rounds_scores=scores, known_rounds_participations=counts,
+            known_rounds_rounds=None if known is None else known.rounds,
             canary_repeats=spec.canary_repeats, claims=audit_claims(spec),
-            num_rounds=tracker.num_rounds,
+            num_rounds=tracker.num_rounds, scale_dof=tracker.scale_dof,
         )
         estimates = list(summary.estimates) + list(audit_analytic_epsilon(spec))
         # the final look; the per-round looks ran during training, as in the service

@@ -491,7 +491,8 @@ def gdp_lower_bound(
         "Phi^-1(FNR_up) (Clopper-Pearson; "
         + ("exact null FPR" if unseen is None else "FPR on unseen canaries")
         + f"; {_correction_label(correction)}); epsilon is that of the mu_lo-Gaussian mechanism "
-        f"at delta: a valid refutation of any mu-GDP claim with mu < mu_lo = {mu_lo:.4g}",
+        f"at delta. Valid when the scores are independent; one release's scores share its noise "
+        f"scale, which can make it overstate (docs/estimators.md): mu_lo = {mu_lo:.4g}",
         details=details,
     )
 

@@ -370,6 +370,7 @@ def epsilon_lower_bound(
         confidence=confidence,
         method="threshold test on cosines: Jeffreys upper bound on FNR, "
         + ("exact null CDF for FPR" if unseen is None else "Jeffreys upper bound on FPR")
-        + f"; {label} (Andrew et al. §5.1)",
+        + f"; {label} (Andrew et al. §5.1); the intervals take the scores as independent "
+        "(one release's scores share its noise scale: docs/estimators.md)",
         details=details,
     )

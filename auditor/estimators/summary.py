@@ -46,7 +46,7 @@ from flaudit.auditor.estimators.lower_bound import Bonferroni, NoCorrection, eps
 from flaudit.auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_pdf
 from flaudit.auditor.estimators.one_run import one_run_lower_bound
 from flaudit.auditor.claims.fdp import fdp_claim_test
-from flaudit.auditor.claims.normal_scores import final_model_normal_scores, normal_score_test
+from flaudit.auditor.claims.normal_scores import RoundSums, final_model_rounds, normal_score_test
 from flaudit.auditor.claims.tiers import AlarmTest, ValidityTier
 from flaudit.auditor.results import Correction, Diagnostic, EpsilonResult, Estimator, VarianceTreatment
 
@@ -145,6 +145,8 @@ def summarize(
     num_rounds: int | None = None,
     known_rounds_participations=None,
     canary_repeats: int = 1,
+    known_rounds_rounds=None,
+    scale_dof: float | None = None,
 ) -> AuditSummary:
     """All estimates for one audit's canary statistics.
 
@@ -187,6 +189,17 @@ def summarize(
         omitted: every scored canary is taken to carry the whole claim (conservative).
     canary_repeats : int
         ``r``: the participations the known-rounds claim ``sqrt(r)/z`` is for.
+    known_rounds_rounds : RoundSums, optional
+        The seen participants' studentized values summed per round
+        (:attr:`flaudit.auditor.known_rounds.KnownRoundsStatistic.rounds`): the known-rounds
+        normal-score test is exact on them (:mod:`flaudit.auditor.claims.normal_scores`).
+        Omitted: the test takes the known-rounds scores as independent with a known scale
+        (:meth:`~flaudit.auditor.claims.normal_scores.RoundSums.from_scores`), which holds only
+        when the scale is estimated from far more coordinates than canaries.
+    scale_dof : float, optional
+        Degrees of freedom of the noise scale the final-model statistics share
+        (:func:`flaudit.auditor.statistics.scale_dof`: ``d - k`` for orthogonal canaries);
+        default ``dim`` (plain cosines).
     num_rounds : int, optional
         Rounds the max-over-rounds cosines cover. With it, the all-iterates estimate fits its
         Gaussians after the max-of-T null map (:func:`flaudit.auditor.estimators.fitted.max_null_probit`);
@@ -266,13 +279,17 @@ def summarize(
             claim_tests.extend(
                 claim_test(s, claim=c, d=d, threat_model=FINAL_MODEL) for c in claims
             )
-            if known_claim is not None and known_claim.is_claim:
-                test = normal_score_test(final_model_normal_scores(s, d), claim_mu=known_claim.mu)
+            claimed = known_claim is not None and known_claim.is_claim
+            test = normal_score_test(
+                final_model_rounds(s, d, dof=d if scale_dof is None else scale_dof),
+                claim_mu=known_claim.mu if claimed else 0.0)
+            if claimed:
                 claim_tests.append(_normal_score_result(
                     test, known_claim, FINAL_MODEL, AlarmTest.final_model_normal_scores,
-                    "final-model normal scores Phi^-1(F_d(cos)) (exact null) summed over the seen "
-                    "canaries, calibrated at N(mu, 1) each"))
-                estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, confidence))
+                    "the seen canaries' final-model statistics studentized by the model's noise "
+                    "scale and summed: noncentral Student-t under Gaussian noise, calibrated at "
+                    "the claimed mu each (exact)"))
+            estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, confidence))
             diagnostics.append(anderson_darling(s, name="seen_final"))
             if bootstrap:
                 diagnostics.append(
@@ -362,17 +379,22 @@ def summarize(
                 raise ValueError(f"known_rounds_participations must have shape ({k},), got "
                                  f"{counts.shape}")
         if s.size >= 1:
+            rounds = known_rounds_rounds
+            if rounds is None:
+                rounds = RoundSums.from_scores(
+                    known[seen_mask & scored],
+                    None if counts is None else counts[seen_mask & scored])
             test = normal_score_test(
-                known[seen_mask & scored], claim_mu=known_claim.mu if known_claim is not None
+                rounds, claim_mu=known_claim.mu if known_claim is not None
                 and known_claim.is_claim else 0.0,
-                participations=None if counts is None else counts[seen_mask & scored],
                 claim_participations=int(canary_repeats))
             estimates.append(_normal_score_bound(test, KNOWN_ROUNDS, delta, confidence))
             if known_claim is not None and known_claim.is_claim:
                 claim_tests.append(_normal_score_result(
                     test, known_claim, KNOWN_ROUNDS, AlarmTest.known_rounds_normal_scores,
-                    "known-rounds normal scores (exact null per round) summed over the seen "
-                    "canaries' participations, calibrated at N(sqrt(n_j)/z, 1) each"))
+                    "the seen canaries' statistics in their known rounds, studentized by each "
+                    "round's noise scale and summed per round: noncentral Student-t under "
+                    "Gaussian noise, calibrated at the claimed 1/z per participation (exact)"))
         if u.size:
             diagnostics.append(unseen_normal_scores_check(u))
         if known_claim is not None and known_claim.is_claim and int(scored.sum()) >= 2:
@@ -398,9 +420,10 @@ def _normal_score_bound(test, threat_model: str, delta: float, confidence: float
         delta=delta,
         correction=Correction.not_applicable,
         confidence=confidence,
-        method="Gaussian-DP lower bound from the normal-score test (exact null, one test, no "
-        "threshold search); valid when the seen canaries' scores are independent "
-        "(orthogonal canaries, Gaussian noise); epsilon is that of the mu_lo-Gaussian mechanism",
+        method="Gaussian-DP lower bound from inverting the normal-score test (one test, no "
+        "threshold search); exact for DP-FedAvg's Gaussian noise with orthogonal canaries; "
+        "epsilon is that of the mu_lo-Gaussian mechanism",
         details={"mu": mu_lo, "num_scores": test.num_scores,
-                 "tier": ValidityTier.independent_canaries.value},
+                 "tier": ValidityTier.independent_canaries.value, "dof": test.rounds.dof,
+                 "num_releases": int(test.rounds.counts.size)},
     )

@@ -466,8 +466,13 @@ def run_deployment_audit(
     unreachable_grace: float = 60.0,
     on_started: Callable[[int], None] | None = None,
     control_factory: Callable[..., SuperLinkControl] | None = None,
+    flower_run_id: int | None = None,
 ) -> DeploymentResult:
     """Run one audit's ServerApp on the SuperLink named in ``spec`` and wait until it ends.
+
+    With ``flower_run_id``, nothing is submitted: the run already trains on the SuperLink (it
+    was started by a service instance that has since stopped) and this watches it as if it had
+    just started it: status polls, cancel, timeout.
 
     Parameters
     ----------
@@ -493,6 +498,9 @@ def run_deployment_audit(
         Called with the Flower run id once the SuperLink accepted the run.
     control_factory : callable, optional
         Builds the Control API client (tests); default :class:`SuperLinkControl`.
+    flower_run_id : int, optional
+        Watch this run instead of starting one (``canary_seed``, ``ingest_url`` and
+        ``run_token`` are then unused: the run has them).
 
     Returns
     -------
@@ -521,20 +529,26 @@ def run_deployment_audit(
     if root_certificates is None:
         root_certificates = os.environ.get("FLAUDIT_SUPERLINK_ROOT_CERTIFICATES") or None
     address = spec.superlink_address
-    run_config = build_run_config(
-        spec, audit_id=audit_id, canary_seed=canary_seed, ingest_url=ingest_url, run_token=run_token
-    )
     started = time.monotonic()
-    run_id = start_flower_run(
-        address=address,
-        run_config=run_config,
-        app_dir=app_dir,
-        root_certificates=root_certificates,
-        timeout=min(budget, 300.0),
-    )
-    log.info("audit %s: Flower run %s started on SuperLink %s", audit_id, run_id, address)
-    if on_started is not None:
-        on_started(run_id)
+    if flower_run_id is None:
+        run_config = build_run_config(
+            spec, audit_id=audit_id, canary_seed=canary_seed, ingest_url=ingest_url,
+            run_token=run_token,
+        )
+        run_id = start_flower_run(
+            address=address,
+            run_config=run_config,
+            app_dir=app_dir,
+            root_certificates=root_certificates,
+            timeout=min(budget, 300.0),
+        )
+        log.info("audit %s: Flower run %s started on SuperLink %s", audit_id, run_id, address)
+        if on_started is not None:
+            on_started(run_id)
+    else:
+        run_id = int(flower_run_id)
+        log.info("audit %s: watching Flower run %s on SuperLink %s again", audit_id, run_id,
+                 address)
     factory = control_factory or SuperLinkControl
     control = factory(address, root_certificates=root_certificates)
     cancelled = timed_out = False
@@ -627,9 +641,13 @@ def deployment_worker(payload: dict) -> None:
 
     Runs in the runner's worker process (its own process group). ``payload`` carries
     ``audit_id``, ``spec`` (dict), ``seed`` (decimal string), ``token``, ``base_url`` and
-    ``timeout``, as for the simulation worker. SIGTERM -- what the runner sends first on cancel,
-    timeout or shutdown -- asks the SuperLink to stop the Flower run before the worker exits, so
-    no run keeps training for an audit the service has given up on.
+    ``timeout``, as for the simulation worker, and ``notify`` (set by the runner's worker
+    entry): the Flower run id is sent back once the SuperLink accepted the run. With
+    ``flower_run_id`` in the payload the worker watches that run instead of starting one (the
+    service took the audit back after a restart). SIGTERM -- what the runner sends on cancel or
+    timeout -- asks the SuperLink to stop the Flower run before the worker exits, so no run
+    keeps training for an audit the service has given up on; a service shutdown instead
+    SIGKILLs the worker and leaves the run training (:meth:`Runner.stop`).
 
     Raises
     ------
@@ -648,6 +666,8 @@ def deployment_worker(payload: dict) -> None:
     cancel = _SignalFlag()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: cancel.set())
+    notify = payload.get("notify")
+    watched = payload.get("flower_run_id")
     try:
         result = run_deployment_audit(
             spec,
@@ -658,6 +678,8 @@ def deployment_worker(payload: dict) -> None:
             timeout=float(payload.get("timeout") or spec.timeout_seconds),
             cancel_event=cancel,
             stop_grace=2.0,
+            on_started=(lambda run_id: notify("flower_run", str(run_id))) if notify else None,
+            flower_run_id=None if watched is None else int(watched),
         )
     except DeploymentError as exc:
         raise DeploymentError(redact(str(exc))) from None

@@ -121,6 +121,8 @@ def summary_parts(
     canary_repeats: int = 1,
     claims: list | None = None,
     num_rounds: int | None = None,
+    known_rounds_rounds=None,
+    scale_dof: int | None = None,
 ) -> tuple[list[dict], list[dict], dict, list]:
     """Estimates, diagnostics, histograms and claim tests from
     :func:`flaudit.auditor.estimators.summarize`.
@@ -146,6 +148,8 @@ def summary_parts(
         canary_repeats=canary_repeats,
         claims=claims,
         num_rounds=num_rounds,
+        known_rounds_rounds=known_rounds_rounds,
+        scale_dof=scale_dof,
     )
     histograms = {}
     for key, hist in (summary.histograms or {}).items():
@@ -402,7 +406,8 @@ class LiveAudits:
             seen = seen_mask(secret.seed, k)
             known_rounds = None
             if participants is not None:
-                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds)
+                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds,
+                                                 scale_dof=tracker.scale_dof)
                 mask = np.zeros(k, dtype=bool)
                 mask[participants] = True
                 statistic.update(round_cosines, mask, ~seen)
@@ -419,9 +424,11 @@ class LiveAudits:
                     known_rounds_scores=None if known_rounds is None else known_rounds.scores,
                     known_rounds_participations=None if known_rounds is None
                     else known_rounds.num_participations,
+                    known_rounds_rounds=None if known_rounds is None else known_rounds.rounds,
                     canary_repeats=spec.canary_repeats,
                     claims=audit_claims(spec),
                     num_rounds=t,
+                    scale_dof=tracker.scale_dof,
                 )
             if tracking:
                 self._so_far[audit_id] = change
@@ -498,10 +505,12 @@ class LiveAudits:
             if max_cosines is None:
                 wanted = [tm for tm in wanted if tm != ThreatModel.all_iterates]
             seen = seen_mask(secret.seed, k)
-            scores = counts = None
+            scores = counts = rounds = None
             if secret.known_rounds is not None and ThreatModel.all_iterates in wanted:
-                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds)
+                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds,
+                                                 scale_dof=tracker.scale_dof)
                 scores, counts = statistic.scores, statistic.num_participations
+                rounds = statistic.rounds
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if wanted:
                 estimates, diagnostics, histograms, tests = summary_parts(
@@ -514,9 +523,11 @@ class LiveAudits:
                     final=True,
                     known_rounds_scores=scores,
                     known_rounds_participations=counts,
+                    known_rounds_rounds=rounds,
                     canary_repeats=spec.canary_repeats,
                     claims=audit_claims(spec),
                     num_rounds=secret.rounds_stored,
+                    scale_dof=tracker.scale_dof,
                 )
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(

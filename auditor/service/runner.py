@@ -16,6 +16,10 @@ Engines
 ``flaudit.server.simulation.run_simulation_audit`` in the worker.
 ``deployment``: :func:`deployment_worker` runs the audit's ServerApp on ``spec.superlink_address``
 via :mod:`flaudit.auditor.service.deployment` (``flwr run`` with the run config of docs/architecture.md).
+The worker sends the Flower run id back as soon as the SuperLink accepted the run; it is stored
+(``flower_run_id``). That run trains on the SuperLink, not here: :meth:`Runner.stop` leaves it
+training and releases the audit, and a starting runner adopts released or orphaned deployment
+audits and watches their runs again (:meth:`Store.adopt_flower_runs`).
 """
 
 from __future__ import annotations
@@ -105,6 +109,9 @@ def _worker_entry(target: str, payload: dict, conn, parent_pid: int) -> None:
         pass
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     seed = int(payload["seed"])
+    # Progress messages to the runner before the final one (the deployment worker sends the
+    # Flower run id: Runner._read_message).
+    payload["notify"] = lambda kind, value: conn.send((str(kind), str(value)))
     try:
         module_name, _, func_name = target.partition(":")
         func = getattr(importlib.import_module(module_name), func_name)
@@ -213,7 +220,12 @@ class Runner:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the loop and every worker; audits still running end failed with a reason."""
+        """Stop the loop and every worker. A deployment audit whose Flower run the SuperLink
+        accepted is released, not ended: its run trains on (the service going away must not
+        stop the training it watches), its ServerApp keeps its reports until the service
+        answers again, and the next instance to start watches the run again
+        (:meth:`Store.adopt_flower_runs`). Every other audit still running ends failed with a
+        reason."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -221,6 +233,9 @@ class Runner:
         with self._lock:
             workers = list(self._workers.values())
         for worker in workers:
+            self._read_message(worker)
+            if worker.extra.get("flower_run_id") is not None and self._detach(worker):
+                continue
             self._kill(worker)
             audit = self.store.get_audit(worker.audit_id)
             rounds = audit.rounds_stored if audit else 0
@@ -231,6 +246,24 @@ class Runner:
                 only_if=("running",),
             )
             self._reaped(worker)
+
+    def _detach(self, worker: _Worker) -> bool:
+        """Stop watching a deployment audit without stopping its Flower run: SIGKILL (the
+        worker turns only SIGTERM into ``flwr stop``), then release the lease."""
+        pid = worker.process.pid
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                worker.process.kill()
+        worker.process.join(timeout=5)
+        kill_tagged_processes(worker.audit_id)
+        released = self.store.release(worker.audit_id, owner=self.settings.instance_id)
+        if released:
+            log.info("audit %s: service stopping; Flower run %s trains on and is watched again "
+                     "when the service starts", worker.audit_id, worker.extra["flower_run_id"])
+        self._reaped(worker, keep_run_token=released)
+        return released
 
     def wake(self) -> None:
         self._wake.set()
@@ -281,16 +314,26 @@ class Runner:
         for audit_id in self.store.audit_ids_with_status("queued")[:free]:
             self._launch(audit_id)
 
-    def _launch(self, audit_id: str) -> None:
+    def _launch(self, audit_id: str, *, flower_run_id: str | None = None) -> None:
+        """Start the worker of a queued audit; with ``flower_run_id``, of an adopted running
+        deployment audit (the worker watches that run; its budget is what is left of the
+        spec's ``timeout_seconds`` since the audit started)."""
         audit = self.store.get_audit(audit_id)
         if audit is None:
             return
         spec = AuditSpec.model_validate(audit.spec)
-        token = secrets.token_urlsafe(32)
-        if not self.store.mark_running(
-            audit_id, run_token=token, owner=self.settings.instance_id
-        ):
-            return
+        timeout = float(spec.timeout_seconds)
+        if flower_run_id is None:
+            token = secrets.token_urlsafe(32)
+            if not self.store.mark_running(
+                audit_id, run_token=token, owner=self.settings.instance_id
+            ):
+                return
+        else:  # the run has its token; the service keeps only its hash
+            token = ""
+            if audit.started_at is not None:
+                elapsed = (utcnow() - as_utc(audit.started_at)).total_seconds()
+                timeout = max(1.0, timeout - elapsed)
         target = (
             self.settings.deployment_target
             if spec.engine == Engine.deployment
@@ -302,8 +345,10 @@ class Runner:
             "seed": str(self.store.canary_seed(audit_id)),
             "token": token,
             "base_url": self.settings.public_url,
-            "timeout": float(spec.timeout_seconds),
+            "timeout": timeout,
         }
+        if flower_run_id is not None:
+            payload["flower_run_id"] = flower_run_id
         receiver, sender = self._ctx.Pipe(duplex=False)
         process = self._ctx.Process(
             target=_worker_entry,
@@ -323,10 +368,11 @@ class Runner:
             sender.close()
             del payload
         log.info("audit %s started in worker pid %s", audit_id, process.pid)
+        worker = _Worker(audit_id, process, receiver, time.monotonic(), timeout)
+        if flower_run_id is not None:
+            worker.extra["flower_run_id"] = flower_run_id
         with self._lock:
-            self._workers[audit_id] = _Worker(
-                audit_id, process, receiver, time.monotonic(), float(spec.timeout_seconds)
-            )
+            self._workers[audit_id] = worker
         self._on_change(audit_id)
 
     def _keep_leases(self) -> None:
@@ -349,6 +395,12 @@ class Runner:
         for audit_id in self.store.fail_interrupted(lease_seconds=self.settings.lease_seconds):
             log.warning("audit %s failed: its service instance stopped renewing its lease", audit_id)
             self._on_change(audit_id)
+        for audit_id, flower_run_id in self.store.adopt_flower_runs(
+            self.settings.instance_id, lease_seconds=self.settings.lease_seconds
+        ):
+            log.warning("audit %s: its service instance stopped during the run; watching its "
+                        "Flower run %s again", audit_id, flower_run_id)
+            self._launch(audit_id, flower_run_id=flower_run_id)
 
     def _end_silent_runs(self) -> None:
         """Every ``silence_check_seconds``: end external audits whose run has not been heard
@@ -362,9 +414,16 @@ class Runner:
             self._on_change(audit_id)
 
     def _read_message(self, worker: _Worker) -> None:
+        """Read what the worker sent: progress (``("flower_run", id)``: recorded at once, so a
+        stopping service can leave that run training) and its final ``ok``/``error``."""
         try:
             while worker.message is None and worker.conn.poll():
-                worker.message = worker.conn.recv()
+                message = worker.conn.recv()
+                if message[0] == "flower_run":
+                    worker.extra["flower_run_id"] = message[1]
+                    self.store.set_flower_run(worker.audit_id, message[1])
+                else:
+                    worker.message = message
         except (EOFError, OSError):
             pass
 
@@ -436,13 +495,16 @@ class Runner:
                 pass
         kill_tagged_processes(worker.audit_id)
 
-    def _reaped(self, worker: _Worker) -> None:
+    def _reaped(self, worker: _Worker, *, keep_run_token: bool = False) -> None:
+        """Forget an ended worker; its run token stops working unless ``keep_run_token`` (a
+        released deployment audit: its run still reports)."""
         with self._lock:
             self._workers.pop(worker.audit_id, None)
         try:
             worker.conn.close()
         except OSError:
             pass
-        self.store.clear_run_token(worker.audit_id)
+        if not keep_run_token:
+            self.store.clear_run_token(worker.audit_id)
         self._on_change(worker.audit_id)
         self._wake.set()

@@ -123,8 +123,8 @@ class VerdictOut(BaseModel):
         "mu, epsilon, delta, confidence (the dashboard's measured tile).",
     )
     tier: str | None = Field(
-        None, description="Validity tier of the refuting test: independent_canaries or "
-        "assumption_free."
+        None, description="Validity tier of the refuting test: independent_canaries (exact for "
+        "DP-FedAvg with Gaussian noise) or assumption_free (any mechanism meeting the claim)."
     )
     round: int | None = Field(None, description="Round where the alarm fired (null: at the end).")
     gaps: dict[str, Any] | None = Field(
@@ -238,6 +238,37 @@ class AuditOut(BaseModel):
         examples=["If the implementation satisfies its claim, the error alarm fires with "
                   "probability at most 5% over all looks ..."],
     )
+    tradeoff: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "The f-DP picture (final model): over a grid of false-positive rates `alpha`, the "
+            "claimed trade-off curve `claim` (G_mu of the claim), the `mu_lo` curve of the "
+            "valid lower bound, and, once the audit has ended (the seen/unseen split is secret "
+            "before), the `empirical` curve of the seen canaries' normal scores and its lower "
+            "confidence `band` (DKW, simultaneous at `confidence`); also `claim_mu`, "
+            "`mu_lo_value`, `mu_lo_from` (the estimate it comes from), `num_seen`, `null`, "
+            "`score`, `threat_model`. Curves not available are null."
+        ),
+    )
+    flower_run_id: str | None = Field(
+        None,
+        description=(
+            "The Flower run on the SuperLink (engine 'deployment'), once the SuperLink accepted "
+            "it: `flwr log <id>` shows its ServerApp's log. A service restart leaves that run "
+            "training and watches it again."
+        ),
+        examples=["7236461735498436921"],
+    )
+    max_weight_factor: float | None = Field(
+        None,
+        description=(
+            "The largest round `weight_factor` the run reported (a weighted FedAvg: the heaviest "
+            "reply's influence in units of the C/n the noise is calibrated for); null when never "
+            "reported (equal weights). Above 1 the claim does not hold for a client that heavy; "
+            "the verdict and an alert say so."
+        ),
+        examples=[3.2],
+    )
     bug_injected: str | None = Field(
         None,
         description=(
@@ -256,10 +287,18 @@ class AuditOut(BaseModel):
     links: dict[str, str]
 
 
+class VerdictBrief(BaseModel):
+    """The verdict as the audit list shows it (the whole verdict: ``GET /audits/{id}``)."""
+
+    status: Literal["claim_refuted", "consistent", "inconclusive", "no_dp_claim", "running"]
+    summary: str = Field(description="The verdict's sentence, as on the audit's page.")
+
+
 class AuditSummary(BaseModel):
     id: str
     name: str
     status: AuditStatus
+    verdict: VerdictBrief = Field(description="Does the DP claim hold? (status and sentence)")
     progress: Progress
     headline_epsilon: float | None = Field(
         None,
@@ -293,6 +332,10 @@ class RoundOut(BaseModel):
         description="Euclidean norm of the round's released update rho_bar_t (the vector ingested "
         "for round t: the noisy aggregate before the server optimizer).",
     )
+    weight_factor: float | None = Field(
+        None, description="The round's weight factor as reported (weighted aggregation; null: "
+        "not reported, equal weights).",
+    )
     received_at: datetime
     estimates: list[dict[str, Any]] = Field(description="Estimates after this round.")
 
@@ -324,6 +367,15 @@ class CosinesOut(BaseModel):
     audit_id: str
     status: AuditStatus
     dim: int | None
+    scale_dof: int | None = Field(
+        None,
+        description=(
+            "Degrees of freedom of the noise scale that the statistics of one release share "
+            "(d - k for orthogonal canaries, d for plain cosines): pass it as `scale_dof` to "
+            "`flaudit.auditor.estimators.summarize` to recompute the exact normal-score "
+            "tests. Null before the initial model."
+        ),
+    )
     delta: float
     num_rounds: int = Field(description="Rounds covered by max_cosine.")
     labels_published: bool = Field(description="True once the audit has ended.")
@@ -363,6 +415,19 @@ class RoundMetadataQuery(BaseModel):
             "float32 values: the round's participants (seen canaries inserted and unseen canaries "
             "whose drawn rounds include t, merged). Omit it on every round of an audit that "
             "reports no participants (then no known-rounds statistic)."
+        ),
+    )
+    weight_factor: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_COHORT,
+        allow_inf_nan=False,
+        description=(
+            "Weighted aggregation (a FedAvg weighting replies by num-examples): the heaviest "
+            "reply's weight × replies / total weight, i.e. its influence in units of the C/n the "
+            "noise is calibrated for (CanaryAuditStrategy inserts canaries at that weight). "
+            "Omit it, or send 1, for equal weights. Above 1 the verdict says the weighting "
+            "protects a client that heavy only at weight_factor × the claimed μ."
         ),
     )
     canaries_missing: str | None = Field(

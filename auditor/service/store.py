@@ -12,8 +12,10 @@ Running audits carry an owner lease: the id of the service instance whose runner
 worker (``owner_id``) and that instance's last heartbeat (``owner_heartbeat_at``). Restart
 recovery fails running audits whose lease expired, and at once those whose owner is provably
 gone (a previous process of this very instance: :func:`owner_is_gone`), so several instances can
-share one database. Columns added after the first release are added on start-up
-(:func:`_add_columns`).
+share one database. A deployment audit is the exception: its Flower run trains on the
+SuperLink without us, so a stopping instance releases it (:meth:`Store.release`) and the next
+one takes it back (:meth:`Store.adopt_flower_runs`) instead of failing it. Columns added after
+the first release are added on start-up (:func:`_add_columns`).
 
 An external audit (the user's own Flower app) belongs to the run that declared its claim
 (``run_id``); ``last_contact_at`` is when that run was last heard from (claim, any ingest, a
@@ -167,6 +169,13 @@ class Audit(Base):
         DateTime(timezone=True), nullable=True
     )
     gaps: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    # Deployment audits: the Flower run on the SuperLink (decimal; Flower's run ids are 64-bit
+    # unsigned). A service that stops leaves that run training and releases the audit; the next
+    # instance to start takes it back (:meth:`Store.adopt_flower_runs`).
+    flower_run_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # The largest round weight_factor reported (a user's weighted FedAvg; None: never reported,
+    # as for equal weights in our own apps): the verdict says what the weighting does.
+    max_weight_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     def __repr__(self) -> str:  # never show secrets
         return f"Audit(id={self.id!r}, status={self.status!r})"
@@ -190,6 +199,7 @@ class AuditRound(Base):
     train_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
     accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
     delta_norm: Mapped[float | None] = mapped_column(Float, nullable=True)  # API: update_norm
+    weight_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
     # Secret until the audit ended (never served): the round's canary participants, <i4.
     participants: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
     estimates: Mapped[list | None] = mapped_column(JSON, nullable=True)
@@ -466,6 +476,69 @@ class Store:
                     ended.append(row.id)
         return ended
 
+    # -- deployment audits across service restarts ---------------------------------------
+    def set_flower_run(self, audit_id: str, flower_run_id: int | str) -> bool:
+        """Record the Flower run of a running deployment audit (once the SuperLink accepted
+        it); False if the audit is not running."""
+        with self.session() as s, s.begin():
+            return _update_audit_if(
+                s, audit_id, Audit.status == "running",
+                flower_run_id=str(int(flower_run_id)), updated_at=utcnow(),
+            )
+
+    def release(self, audit_id: str, *, owner: str) -> bool:
+        """``owner`` stops watching the running audit but leaves its Flower run training (a
+        service shutdown): the lease ends now, so the next instance to start (or any live one)
+        takes the audit back at once. The run token stays valid: the run's buffered reports are
+        accepted when they arrive. False if the audit is not running or not ``owner``'s."""
+        with self.session() as s, s.begin():
+            return _update_audit_if(
+                s, audit_id, Audit.status == "running", Audit.owner_id == owner,
+                Audit.flower_run_id.is_not(None),
+                owner_id=None, owner_heartbeat_at=None, updated_at=utcnow(),
+            )
+
+    def adopt_flower_runs(self, owner: str, *, lease_seconds: float) -> list[tuple[str, str]]:
+        """Take over running deployment audits whose Flower run is known and whose owner is
+        gone (released, lease expired, or provably dead as seen from ``owner``:
+        :func:`owner_is_gone`). Returns
+        ``[(audit_id, flower_run_id)]`` now owned by ``owner``, whose runner watches those runs
+        again. Each take-over is one conditional ``UPDATE`` (the owner and heartbeat read), so
+        two instances never both adopt an audit."""
+        expired = utcnow() - timedelta(seconds=lease_seconds)
+        with self.session() as s:
+            rows = s.execute(
+                select(Audit.id, Audit.spec, Audit.owner_id, Audit.owner_heartbeat_at,
+                       Audit.flower_run_id).where(
+                    Audit.status == "running", Audit.flower_run_id.is_not(None)
+                )
+            ).all()
+        adopted = []
+        for row in rows:
+            if (row.spec or {}).get("engine") != "deployment" or row.owner_id == owner:
+                continue
+            heartbeat = as_utc(row.owner_heartbeat_at)
+            gone = (
+                row.owner_id is None
+                or heartbeat is None
+                or heartbeat < expired
+                or owner_is_gone(row.owner_id, owner)
+            )
+            if not gone:
+                continue
+            same_owner = (Audit.owner_id.is_(None) if row.owner_id is None
+                          else Audit.owner_id == row.owner_id)
+            same_beat = (Audit.owner_heartbeat_at.is_(None) if row.owner_heartbeat_at is None
+                         else Audit.owner_heartbeat_at == row.owner_heartbeat_at)
+            now = utcnow()
+            with self.session() as s, s.begin():
+                if _update_audit_if(
+                    s, row.id, Audit.status == "running", same_owner, same_beat,
+                    owner_id=owner, owner_heartbeat_at=now, updated_at=now,
+                ):
+                    adopted.append((row.id, row.flower_run_id))
+        return adopted
+
     def rotate_run_token(self, audit_id: str, *, run_token: str) -> bool:
         """Replace the run token of a running audit (the old one stops working at once)."""
         now = utcnow()
@@ -570,15 +643,17 @@ class Store:
             ).one_or_none()
         if row is None:
             return None
+        max_cosines = bytes_to_array(row.max_cosines)
         return SecretState(
             seed=self._open(row.canary_seed),
             dim=row.dim,
             rounds_stored=row.rounds_stored,
             has_final=bool(row.has_final),
-            max_cosines=bytes_to_array(row.max_cosines),
+            max_cosines=max_cosines,
             last_cosines=bytes_to_array(row.last_cosines),
             initial_model=bytes_to_array(row.initial_model, "<f4"),
-            known_rounds=known_rounds_from_bytes(row.known_rounds_state, row.rounds_stored),
+            known_rounds=None if max_cosines is None else known_rounds_from_bytes(
+                row.known_rounds_state, row.rounds_stored, num_canaries=max_cosines.size),
         )
 
     def initial_model_bytes(self, audit_id: str) -> bytes | None:
@@ -638,16 +713,21 @@ class Store:
     ) -> None:
         """Round row + tracker state (cosine maxima, known-rounds statistic) + estimates in one
         transaction (optimistic on the round); ``gap`` (``{round, kind, reason}``) is appended
-        to the audit's gaps in the same transaction."""
+        to the audit's gaps and the round's ``weight_factor`` raises the audit's
+        ``max_weight_factor`` in the same transaction."""
         t = int(round_row["round"])
         extra = {}
         if known_rounds is not None:
             extra["known_rounds_state"] = known_rounds_to_bytes(known_rounds)
+        weight = round_row.get("weight_factor")
         now = utcnow()
         with self.session() as s, s.begin():
             if gap is not None:
                 gaps = list(s.scalar(select(Audit.gaps).where(Audit.id == audit_id)) or [])
                 extra["gaps"] = [*gaps, gap]
+            if weight is not None:
+                largest = s.scalar(select(Audit.max_weight_factor).where(Audit.id == audit_id))
+                extra["max_weight_factor"] = max(float(weight), largest or float(weight))
             if not _update_audit_if(
                 s, audit_id, Audit.rounds_stored == t - 1, Audit.status == "running",
                 rounds_stored=t,
@@ -735,8 +815,10 @@ class Store:
         ``lease_seconds``, or (with ``instance_id``, at start-up) an owner that
         :func:`owner_is_gone` proves dead: a restart fails its interrupted audits at once, not
         after the lease. Their worker died with its service (a simulation cannot resume
-        mid-run); the reason says how many rounds were stored. Audits of live instances, and
-        audits of runs flaudit does not start (``engine = "external"``), are left alone."""
+        mid-run); the reason says how many rounds were stored. Audits of live instances, audits
+        of runs flaudit does not start (``engine = "external"``), and deployment audits whose
+        Flower run is known (it trains on the SuperLink without us:
+        :meth:`adopt_flower_runs`) are left alone."""
         expired = utcnow() - timedelta(seconds=lease_seconds)
         failed = []
         with self.session() as s:
@@ -761,6 +843,8 @@ class Store:
             audit = self.get_audit(audit_id)
             if audit is None or audit.spec.get("engine") == "external":
                 continue  # the user's own run goes on without us: it may keep reporting
+            if audit.spec.get("engine") == "deployment" and audit.flower_run_id is not None:
+                continue  # its Flower run trains on: adopt_flower_runs takes it back
             reason = (
                 f"service restarted during the run; {audit.rounds_stored} rounds were stored"
             )
@@ -806,18 +890,30 @@ def owner_is_gone(owner_id: str, instance_id: str) -> bool:
 
 
 def known_rounds_to_bytes(state: KnownRoundsState) -> bytes:
-    """``sums`` (<f8) then ``counts`` (<i8); ``num_rounds`` is the audit's ``rounds_stored``."""
-    return array_to_bytes(state.sums, "<f8") + array_to_bytes(state.counts, "<i8")
+    """``sums`` (<f8) and ``counts`` (<i8) per canary, then ``round_sums`` (<f8) and
+    ``round_counts`` (<i8) per round with a seen participant; ``num_rounds`` is the audit's
+    ``rounds_stored``."""
+    return (array_to_bytes(state.sums, "<f8") + array_to_bytes(state.counts, "<i8")
+            + array_to_bytes(np.asarray(state.round_sums, dtype=np.float64), "<f8")
+            + array_to_bytes(np.asarray(state.round_counts, dtype=np.int64), "<i8"))
 
 
-def known_rounds_from_bytes(data: bytes | None, num_rounds: int) -> KnownRoundsState | None:
+def known_rounds_from_bytes(data: bytes | None, num_rounds: int,
+                            num_canaries: int) -> KnownRoundsState | None:
+    """The inverse of :func:`known_rounds_to_bytes`. A state written before the per-round sums
+    existed (``16 k`` bytes) loads with none: the exact claim test then counts only the rounds
+    stored after the upgrade (less power, never a wrong rejection)."""
     if data is None:
         return None
-    half = len(data) // 2
+    k = int(num_canaries)
+    head, rest = data[: 16 * k], data[16 * k :]
+    half = len(rest) // 2
     return KnownRoundsState(
-        sums=bytes_to_array(data[:half], "<f8"),
-        counts=bytes_to_array(data[half:], "<i8"),
+        sums=bytes_to_array(head[: 8 * k], "<f8"),
+        counts=bytes_to_array(head[8 * k :], "<i8"),
         num_rounds=int(num_rounds),
+        round_sums=bytes_to_array(rest[:half], "<f8") if rest else np.zeros(0),
+        round_counts=bytes_to_array(rest[half:], "<i8") if rest else np.zeros(0, dtype=np.int64),
     )
 
 

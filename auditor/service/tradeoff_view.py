@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..claims import final_model_normal_scores
 from ..claims.tradeoff import tradeoff_picture
 from ..estimators.gdp import GaussianDPClaim, audit_claims
 from ..spec import AuditSpec
@@ -20,16 +21,6 @@ from .store import ENDED_STATUSES, Audit, Store
 from .views import audit_view, cosine_columns
 
 __all__ = ["tradeoff_view", "audit_view_with_tradeoff"]
-
-
-def _normal_scores(cosines: np.ndarray, dim: int) -> np.ndarray:
-    try:  # the power stream's one home for normal scores, once merged
-        from ..claims import final_model_normal_scores
-    except ImportError:
-        from ..estimators.null import null_probit
-
-        return null_probit(cosines, dim)
-    return final_model_normal_scores(cosines, dim)
 
 
 def _claim_mu(audit: Audit, verdict: dict | None) -> float | None:
@@ -46,13 +37,12 @@ def _claim_mu(audit: Audit, verdict: dict | None) -> float | None:
 
 def _mu_lo(audit: Audit) -> tuple[float | None, dict | None]:
     """The valid lower bound on mu from the same scores as the picture: the final-model
-    threshold-test bound (exact null, corrected over thresholds), so that its curve and the
+    normal-score bound (exact for DP-FedAvg with Gaussian noise), so that its curve and the
     empirical band tell one story. The audit's largest valid bound (the verdict's, maybe of
     another threat model) is on the page's "measured" tile."""
     for e in audit.estimates or []:
         mu = (e.get("details") or {}).get("mu")
-        if (e.get("estimator") == "gdp_lower_bound" and e.get("threat_model") == "final_model"
-                and e.get("correction") != "none"
+        if (e.get("estimator") == "normal_scores" and e.get("threat_model") == "final_model"
                 and isinstance(mu, (int, float)) and math.isfinite(mu)):
             return float(mu), e
     return None, None
@@ -69,7 +59,7 @@ def tradeoff_view(store: Store, audit: Audit, *, verdict: dict | None = None,
         final = columns.arrays.get("final_cosines")
         if final is not None and columns.seen is not None:
             scores = np.asarray(final, dtype=np.float64)[np.asarray(columns.seen, dtype=bool)]
-            seen_z = _normal_scores(scores[np.isfinite(scores)], int(audit.dim))
+            seen_z = final_model_normal_scores(scores[np.isfinite(scores)], int(audit.dim))
     picture = tradeoff_picture(seen_z, claim_mu=claim_mu, mu_lo=mu_lo, num_points=101)
     picture["threat_model"] = "final_model"
     picture["mu_lo_from"] = None if bound is None else {

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.canaries import resolve_canary_family, seen_mask
 from flaudit.auditor.claims.alerts import bug_label, first_alarm, spec_alarm_guarantee, spec_verdict
 from flaudit.auditor.progress import eta_seconds
+from flaudit.auditor.statistics import scale_dof
 
 from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc
 
@@ -81,6 +82,7 @@ def audit_verdict_view(audit: Audit) -> dict[str, Any]:
         state=audit.status, rounds_received=int(audit.rounds_stored or 0),
         missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
         rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
+        weight_factor=audit.max_weight_factor,
     )
     return verdict.to_dict()
 
@@ -129,6 +131,21 @@ def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
     return gaps, alerts
 
 
+def weighting_alerts(audit: Audit) -> list[dict]:
+    """A warning when the run's aggregation weighted some reply above the C/n the noise is
+    calibrated for (the largest round ``weight_factor`` reported above 1)."""
+    factor = audit.max_weight_factor
+    if factor is None or not factor > 1 + 1e-6:
+        return []
+    return [{"level": "warning", "message": (
+        f"weighted aggregation: the weighted average gives the heaviest client up to "
+        f"{factor:.3g}× the influence (C/n) the DP noise is calibrated for, so the claim does "
+        "not hold for a client that heavy (its privacy loss is up to that many times the "
+        "claimed μ); the canaries are inserted at that weight, so this audit measures it. Cap "
+        "the weights or weight uniformly."
+    )}]
+
+
 def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
     ended = audit.status in ENDED_STATUSES
     base = f"/audits/{audit.id}"
@@ -151,9 +168,11 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "dim": audit.dim,
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],
-        "alerts": [*(audit.alerts or []), *gap_alerts],
+        "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(audit)],
         "gaps": gaps,
         "alarm_guarantee": spec_alarm_guarantee(audit.spec),
+        "flower_run_id": audit.flower_run_id,
+        "max_weight_factor": audit.max_weight_factor,
         "bug_injected": bug_label(audit.spec),
         "histograms": _merge_histograms(audit.histograms or {}, ended),
         "metrics": audit.metrics or {},
@@ -170,10 +189,12 @@ def audit_summary_view(audit: Audit) -> dict[str, Any]:
     headline = audit.headline_epsilon
     if headline is not None and not math.isfinite(headline):
         headline = None
+    verdict = audit_verdict_view(audit)
     return {
         "id": audit.id,
         "name": audit.name,
         "status": audit.status,
+        "verdict": {"status": verdict["status"], "summary": verdict["summary"]},
         "progress": progress_view(audit),
         "headline_epsilon": headline,
         "created_at": _iso(audit.created_at),
@@ -194,6 +215,7 @@ def round_view(row: AuditRound, *, ended: bool) -> dict[str, Any]:
         "train_loss": row.train_loss,
         "accuracy": row.accuracy,
         "update_norm": row.delta_norm,
+        "weight_factor": row.weight_factor,
         "received_at": _iso(row.received_at),
         "estimates": row.estimates or [],
     }
@@ -278,10 +300,16 @@ def cosines_view(
     columns = cosine_columns(store, audit, cache=cache)
     ended = audit.status in ENDED_STATUSES
     k = int(audit.spec["num_canaries"])
+    dof = None
+    if audit.dim:
+        family = resolve_canary_family(audit.spec.get("canary_family"), num_canaries=k,
+                                       dim=int(audit.dim))
+        dof = scale_dof(family, num_canaries=k, dim=int(audit.dim))
     return {
         "audit_id": audit.id,
         "status": audit.status,
         "dim": audit.dim,
+        "scale_dof": dof,
         "delta": float(audit.spec["delta"]),
         "num_rounds": int(audit.rounds_stored or 0),
         "labels_published": ended,

@@ -64,6 +64,7 @@ def first_alarm(config: FedAvgSimulation, claims, seed: int) -> tuple[int | None
         summary = summarize(seen=seen, dim=d, delta=delta, threat_models=(),
                             known_rounds_scores=result.known_rounds_history[t - 1],
                             known_rounds_participations=result.known_rounds_counts_history[t - 1],
+                            known_rounds_rounds=result.rounds_at(t), scale_dof=result.scale_dof,
                             canary_repeats=config.canary_repeats, claims=claims)
         alarm = decide_alarm(summary.claim_tests, look=t, num_looks=looks, claims=claims,
                              delta=delta)
@@ -73,6 +74,7 @@ def first_alarm(config: FedAvgSimulation, claims, seed: int) -> tuple[int | None
                       final_cosines=result.final_cosines,
                       known_rounds_scores=result.known_rounds_scores,
                       known_rounds_participations=result.known_rounds_counts_history[-1],
+                      known_rounds_rounds=result.known_rounds_rounds, scale_dof=result.scale_dof,
                       canary_repeats=config.canary_repeats, claims=claims)
     alarm = decide_alarm(final.claim_tests, look=looks, num_looks=looks, claims=claims, delta=delta)
     if alarm.status == "error":

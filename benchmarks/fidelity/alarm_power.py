@@ -7,8 +7,10 @@ schedule drew for it). With the noise ``s`` times the claimed noise, a seen cana
 normal score is ``N(1 / (z s), 1)`` and its final-model normal score ``N(1 / (z s sqrt(T)), 1)``
 (the noise of all ``T`` rounds accumulates in the final model; no momentum, clients' projections
 negligible); unseen scores are exactly ``N(0, 1)`` (the exact null). This is the distribution the
-statistics have in DP-FedAvg with orthogonal canaries and Gaussian noise (the end-to-end cells of
-docs/fidelity.md run the real simulator).
+statistics have in DP-FedAvg with orthogonal canaries and Gaussian noise when the noise scale is
+measured on far more coordinates than there are canaries (``d - k`` large: the scores are then
+independent and the claim tests take them with a known scale, ``RoundSums.from_scores``); the
+end-to-end cells of docs/fidelity.md run the real simulator, shared scale included.
 
 Per run and look ``t = 1 .. T + 1`` (``T + 1`` is the final look):
 * **new alarm** (auditor/claims): the known-rounds normal-score test on the seen canaries scored
@@ -39,7 +41,7 @@ from scipy import special, stats
 
 from flaudit.auditor.claims.alarm import look_level
 from flaudit.auditor.claims.fdp import fdp_claim_test
-from flaudit.auditor.claims.normal_scores import normal_score_test
+from flaudit.auditor.claims.normal_scores import RoundSums, normal_score_test
 from flaudit.auditor.claims.tiers import AlarmTest
 from flaudit.auditor.estimators.gdp import GaussianDPClaim, claim_test
 from flaudit.auditor.estimators.lower_bound import Bonferroni
@@ -77,10 +79,10 @@ def new_alarm_first_look(run: dict, *, num_rounds: int, z: float = 1.0, alpha: f
     seen, rounds, known = run["seen"], run["rounds"], run["known"]
     for t in range(1, looks + 1):
         scored = rounds <= min(t, num_rounds)
-        test = normal_score_test(known[seen & scored], claim_mu=claim.mu)
+        test = normal_score_test(RoundSums.from_scores(known[seen & scored]), claim_mu=claim.mu)
         if test.p_value <= look_level(AlarmTest.known_rounds_normal_scores, t, looks, alpha=alpha):
             return t
-    final = normal_score_test(run["final"][seen], claim_mu=claim.mu)
+    final = normal_score_test(RoundSums.from_scores(run["final"][seen]), claim_mu=claim.mu)
     if final.p_value <= look_level(AlarmTest.final_model_normal_scores, looks, looks, alpha=alpha):
         return looks
     if with_fdp:
@@ -211,7 +213,8 @@ def coverage_table(*, runs: int, ks=(50, 100, 200, 500, 1000), mus=(0.0, 0.5, 1.
             for _ in range(runs):
                 n = int((rng.random(k) < 0.5).sum())
                 scores = rng.normal(mu, 1.0, n) if law is None else law(rng, n, mu)
-                lo = normal_score_test(scores, claim_mu=mu).mu_lo(1.0 - confidence)
+                lo = normal_score_test(RoundSums.from_scores(scores), claim_mu=mu).mu_lo(
+                    1.0 - confidence)
                 over += lo > mu
                 total += lo
             rows.append({"k": k, "law": name, "mu": mu, "runs": runs, "over": over,

@@ -77,13 +77,17 @@ def one_run(config: FedAvgSimulation, claims, eps_claim: float, seed: int) -> di
     for t in range(1, config.num_rounds + 1):
         summary = summarize(seen=seen, dim=d, delta=delta, threat_models=("all_iterates",),
                             max_cosines=result.max_cosines_history[t - 1],
-                            known_rounds_scores=result.known_rounds_history[t - 1], claims=claims)
+                            known_rounds_scores=result.known_rounds_history[t - 1],
+                            known_rounds_rounds=result.rounds_at(t), scale_dof=result.scale_dof,
+                            claims=claims)
         statuses.append(decide_alarm(summary.claim_tests, look=t, num_looks=looks).status)
         with_poisson.append(decide_alarm(summary.claim_tests, look=t, num_looks=looks,
                                          poisson_warning=True).status)
     final = summarize(seen=seen, dim=d, delta=delta, max_cosines=result.max_cosines,
                       final_cosines=result.final_cosines,
-                      known_rounds_scores=result.known_rounds_scores, claims=claims, one_run=True)
+                      known_rounds_scores=result.known_rounds_scores,
+                      known_rounds_rounds=result.known_rounds_rounds, scale_dof=result.scale_dof,
+                      claims=claims, one_run=True)
     final_status = decide_alarm(final.claim_tests, look=looks, num_looks=looks).status
     statuses.append(final_status)
     with_poisson.append(decide_alarm(final.claim_tests, look=looks, num_looks=looks,

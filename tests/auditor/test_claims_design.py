@@ -58,6 +58,9 @@ def test_tiny_audit_is_not_testable_and_says_what_would_make_it():
     assert not design.testable
     needed = int(design.advice.split("at least ")[1].split()[0])
     assert needed > 6 and audit_design(_spec(k=needed, z=2.0)).testable
+    # about 3 of 6 canaries are seen, so the sentence must not say none are: in the unluckiest
+    # 5% of runs, too few are
+    assert design.summary == "Cannot catch any bug in 95% of runs: with 6 canaries, too few are seen."
 
 
 def test_detectable_noise_scale_matches_its_closed_form():

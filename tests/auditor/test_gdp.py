@@ -135,7 +135,7 @@ def test_result_provenance():
     res = gdp_lower_bound(s, u, delta=1e-6)
     assert res.estimator is Estimator.gdp_lower_bound and res.mu == res.details["mu"]
     assert res.epsilon == pytest.approx(gdp_epsilon(res.mu, 1e-6))
-    assert "mu < mu_lo" in res.method and res.to_dict()["details"]["mu"] == res.mu
+    assert "share its noise scale" in res.method and "mu_lo = " in res.method and res.to_dict()["details"]["mu"] == res.mu
     with pytest.raises(ValueError, match="d is required"):
         gdp_lower_bound(s, delta=1e-6)
     with pytest.raises(ValueError, match="correction"):

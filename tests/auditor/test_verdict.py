@@ -24,19 +24,23 @@ def _est(estimator, eps, correction="bonferroni", confidence=0.95, **details):
             "details": details}
 
 
-def test_the_largest_valid_bound_includes_the_gaussian_dp_and_f_dp_bounds():
+def test_the_largest_valid_bound_counts_the_bounds_valid_for_the_mechanism_audited():
+    """Counted: the normal-score mu_lo (exact for DP-FedAvg with Gaussian noise) and the one-run
+    bounds (any mechanism). Not counted: estimates, uncorrected maxima, and the threshold bounds,
+    whose intervals take one release's scores as independent although they share its scale."""
     estimates = [
-        _est("lower_bound", 0.4), _est("lower_bound", 9.0, correction="none"),  # uncorrected
+        _est("lower_bound", 9.0), _est("lower_bound", 9.5, correction="none"),
+        _est("gdp_lower_bound", 8.0, mu=2.5),  # shared scale: shown, not counted
         _est("one_run", 0.3), _est("two_gaussian", 50.0, correction="n/a", confidence=None),
         _est("analytic", 4.4, correction="n/a", confidence=None),
-        _est("gdp_lower_bound", 2.2, mu=0.9), _est("fdp_one_run", 1.1, mu=0.5),
+        _est("normal_scores", 2.2, correction="n/a", mu=0.9), _est("fdp_one_run", 1.1, mu=0.5),
     ]
     bound = largest_valid_bound(estimates)
-    assert bound["estimator"] == "gdp_lower_bound" and bound["epsilon"] == 2.2
+    assert bound["estimator"] == "normal_scores" and bound["epsilon"] == 2.2
     assert bound["mu"] == 0.9 and bound["confidence"] == 0.95 and bound["name"]
     estimates.append(_est("fdp_one_run", "inf", mu=math.inf))
     assert largest_valid_bound(estimates)["epsilon"] == math.inf
-    assert largest_valid_bound([_est("two_gaussian", 3.0)]) is None
+    assert largest_valid_bound([_est("two_gaussian", 3.0), _est("gdp_lower_bound", 3.0)]) is None
 
 
 @pytest.mark.parametrize("state, design, alarm, status, start", [
@@ -108,3 +112,51 @@ def test_an_error_alarm_is_kept_once_fired_with_its_round():
     assert sum(a["level"] == "error" for a in alerts) == 1
     verdict = spec_verdict(spec, alarm=record, state="running", rounds_received=5)
     assert verdict.status is VerdictStatus.claim_refuted and verdict.round == 2
+
+
+def _refuted(mu_lo):
+    return {"round": 3, "refuted_by": {"threat_model": "known_rounds", "mu_lo": mu_lo,
+                                       "epsilon_lo": 9.0, "confidence": 0.95,
+                                       "tier": "independent_canaries"}}
+
+
+@pytest.mark.parametrize("factor", [None, 1.0, 1.0 + 1e-9])
+def test_equal_weights_add_nothing_to_the_verdict(factor):
+    plain = audit_verdict(claim=CLAIM, design=TESTABLE, alarm=_refuted(2.5), state="succeeded",
+                          rounds_received=10, num_rounds=10)
+    weighted = audit_verdict(claim=CLAIM, design=TESTABLE, alarm=_refuted(2.5),
+                             state="succeeded", rounds_received=10, num_rounds=10,
+                             weight_factor=factor)
+    assert weighted.summary == plain.summary and "weight" not in plain.summary
+
+
+def test_a_refutation_within_the_weighting_blames_the_weighting_not_the_noise():
+    """Correct noise with a client weighted 3.2x C/n protects it at 3.2 x mu: a measured
+    mu_lo of 2.5 (claim 1) is what that weighting allows, so the weighting breaks the claim;
+    a mu_lo of 4 is more than the weighting explains, so the noise is short too."""
+    kw = dict(claim=CLAIM, design=TESTABLE, state="succeeded", rounds_received=10,
+              num_rounds=10, weight_factor=3.2)
+    weighting = audit_verdict(alarm=_refuted(2.5), **kw)
+    assert weighting.status is VerdictStatus.claim_refuted
+    assert weighting.summary.startswith("Claim refuted at round 3")
+    assert "The weighting, not the noise, breaks the claim" in weighting.summary
+    assert "3.2× the influence (C/n)" in weighting.summary
+    assert "protected only at μ = 3.2" in weighting.summary
+    assert weighting.summary.endswith("cap the weights or weight uniformly.")
+    both = audit_verdict(alarm=_refuted(4.0), **kw)
+    assert "Not the weighting alone" in both.summary and "the noise falls short too" in both.summary
+    assert "not the noise" not in both.summary
+    # the boundary: mu_lo exactly at what the weighting allows is still the weighting's
+    assert "not the noise" in audit_verdict(alarm=_refuted(3.2), **kw).summary
+
+
+def test_an_unrefuted_weighted_run_still_says_what_the_weighting_does():
+    for state, design, status in [("succeeded", TESTABLE, VerdictStatus.consistent),
+                                  ("succeeded", WEAK, VerdictStatus.inconclusive),
+                                  ("running", TESTABLE, VerdictStatus.running)]:
+        verdict = audit_verdict(claim=CLAIM, design=design, state=state, rounds_received=4,
+                                num_rounds=10, weight_factor=2.0)
+        assert verdict.status is status
+        assert "Weighting: the weighted average gives the heaviest client 2× the influence" \
+            in verdict.summary
+        assert "protected only at μ = 2" in verdict.summary

@@ -335,3 +335,34 @@ def test_dockerfiles_fetch_nothing_but_their_bases_and_take_every_base_as_an_arg
     assert "POSTGRES_IMAGE:-postgres:" in compose
     helper = (DOCKER / "pip-install.sh").read_text()
     assert '--no-deps "$@" "torch==$version"' in helper
+
+
+def test_image_dependency_layers_follow_pyproject():
+    """docker/project-deps.py: every runtime dependency of pyproject.toml (and the extras asked
+    for) but torch, which the builds take from its own index first; the Flower images' flwr
+    replaced (no Ray). The sources are installed after it with --no-deps, so nothing is missed."""
+    import sys
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def deps(*args):
+        done = subprocess.run([sys.executable, str(DOCKER / "project-deps.py"),
+                               str(ROOT / "pyproject.toml"), *args],
+                              capture_output=True, text=True, check=True)
+        return done.stdout.split()
+
+    service = deps("postgres")
+    expected = [d for d in project["dependencies"] + project["optional-dependencies"]["postgres"]
+                if not d.startswith("torch")]
+    assert service == expected and not any(d.startswith("torch") for d in service)
+    flower = deps("--flwr", "flwr==1.41.0")
+    assert "flwr==1.41.0" in flower and not any(d.startswith("flwr[") for d in flower)
+    assert len(flower) == len(project["dependencies"]) - 1
+    for name in ("Dockerfile.service", "Dockerfile.flower"):
+        text = (DOCKER / name).read_text()
+        torch = text.index("torch 2.13.0")
+        deps_layer = text.index("flaudit-project-deps.py pyproject.toml")
+        sources = text.index("auditor ./auditor")
+        assert torch < deps_layer < sources, name
+        assert "--no-deps ." in text, name

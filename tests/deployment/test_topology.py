@@ -25,9 +25,12 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -164,75 +167,99 @@ def _stored_seed(database_url: str, audit_id: str) -> int:
 # -- the test ---------------------------------------------------------------------------------
 
 
+@dataclass
+class Topology:
+    procs: Processes
+    database_url: str
+    link_port: int
+    api: str
+    api_port: int
+    service_env: dict
+
+
+def _start_service(top: Topology, name: str) -> None:
+    """``flaudit serve`` on the topology's port and database (compose: the flaudit service)."""
+    top.procs.start(name, [
+        str(BIN / "python"), "-m", "flaudit.auditor.cli", "serve", "--host", "127.0.0.1",
+        "--port", str(top.api_port), "--database-url", top.database_url,
+    ], top.service_env)
+    wait_for(lambda: http_ok(f"{top.api}/readyz") or
+             (not top.procs.alive(name) and pytest.fail(top.procs.log(name)[-3000:])),
+             timeout=90, interval=0.3, what=f"service /readyz ({name})")
+
+
+def _start_topology(tmp_path: Path, stack: ExitStack) -> Topology:
+    """compose.yaml's services as processes: PostgreSQL, SuperLink, serverapp executor, the
+    flaudit service and two SuperNodes through the image's entry point."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = Processes(logs)
+    database_url = stack.enter_context(postgres_database())
+    stack.callback(procs.stop_all)
+
+    # superlink: compose.yaml's command, on a free loopback port
+    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]
+    link_port = free_port()
+    link_command = [str(arg) for arg in compose["superlink"]["command"]]
+    link_command[link_command.index("--host") + 1] = "127.0.0.1"
+    link_command[link_command.index("--port") + 1] = str(link_port)
+    link_command[link_command.index("--database") + 1] = str(tmp_path / "superlink.db")
+    assert "--insecure" in link_command
+    link_home = tmp_path / "superlink-home"
+    link_home.mkdir()
+    procs.start("superlink", [str(BIN / "flower-superlink"), *link_command],
+                flower_env(link_home))
+    # serverapp: the executor that runs the ServerApps (compose: --isolation process)
+    executor = [str(arg) for arg in compose["serverapp"]["command"]]
+    executor[executor.index("--runtime-api-address") + 1] = f"127.0.0.1:{link_port}"
+    executor_home = tmp_path / "serverapp-home"
+    executor_home.mkdir()
+    procs.start("serverapp", [str(BIN / "flower-superexec"), *executor],
+                flower_env(executor_home))
+
+    # flaudit service, pointed at PostgreSQL (compose: FLAUDIT_DATABASE_URL from .env)
+    api_port = free_port()
+    api = f"http://127.0.0.1:{api_port}"
+    service_env = flower_env(tmp_path / "service-flwr-home")
+    service_env.update(FLAUDIT_API_KEY=KEY, FLAUDIT_SECRET_KEY=TEST_SECRET_KEY,
+                       FLAUDIT_PUBLIC_URL=api,
+                       FLAUDIT_FLOWER_APP_DIR=str(ROOT))
+    service_env.pop("FLAUDIT_API_KEY_FILE", None)
+    top = Topology(procs, database_url, link_port, api, api_port, service_env)
+
+    wait_for(lambda: http_ok(f"http://127.0.0.1:{link_port}/health") or
+             (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:])),
+             timeout=60, interval=0.3, what="SuperLink /health")
+
+    # two SuperNodes through the image's entry point (partition ids via node config)
+    for i in range(2):
+        home = tmp_path / f"supernode-{i}-home"
+        home.mkdir()
+        env = flower_env(home)
+        env.update(FLAUDIT_SUPERLINK=f"127.0.0.1:{link_port}", FLAUDIT_PARTITION_ID=str(i),
+                   FLAUDIT_NUM_PARTITIONS="2")
+        env.pop("FLAUDIT_SUPERLINK_ROOT_CERTIFICATES", None)
+        procs.start(f"supernode-{i}", [
+            str(BIN / "python"), str(ROOT / "docker" / "supernode-entrypoint.py"),
+            *map(str, compose["supernode"]["command"]), "--port", str(free_port()),
+        ], env)
+
+    _start_service(top, "flaudit")
+    wait_for(lambda: all("SuperNode ID" in procs.log(f"supernode-{i}") for i in range(2)),
+             timeout=60, interval=0.3, what="both SuperNodes registered")
+    for i in range(2):
+        assert f"--node-config partition-id={i} num-partitions=2" in procs.log(f"supernode-{i}")
+    return top
+
+
 @pytest.mark.timeout(420)
 def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
     from flaudit.auditor.service.deployment import RunState, SuperLinkControl
 
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    procs = Processes(logs)
     bodies: list[str] = []
     with ExitStack() as stack:
-        database_url = stack.enter_context(postgres_database())
-        stack.callback(procs.stop_all)
-
-        # superlink: compose.yaml's command, on a free loopback port
-        compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]
-        link_port = free_port()
-        link_command = [str(arg) for arg in compose["superlink"]["command"]]
-        link_command[link_command.index("--host") + 1] = "127.0.0.1"
-        link_command[link_command.index("--port") + 1] = str(link_port)
-        link_command[link_command.index("--database") + 1] = str(tmp_path / "superlink.db")
-        assert "--insecure" in link_command
-        link_home = tmp_path / "superlink-home"
-        link_home.mkdir()
-        procs.start("superlink", [str(BIN / "flower-superlink"), *link_command],
-                    flower_env(link_home))
-        # serverapp: the executor that runs the ServerApps (compose: --isolation process)
-        executor = [str(arg) for arg in compose["serverapp"]["command"]]
-        executor[executor.index("--runtime-api-address") + 1] = f"127.0.0.1:{link_port}"
-        executor_home = tmp_path / "serverapp-home"
-        executor_home.mkdir()
-        procs.start("serverapp", [str(BIN / "flower-superexec"), *executor],
-                    flower_env(executor_home))
-
-        # flaudit service, pointed at PostgreSQL (compose: FLAUDIT_DATABASE_URL from .env)
-        api_port = free_port()
-        api = f"http://127.0.0.1:{api_port}"
-        service_env = flower_env(tmp_path / "service-flwr-home")
-        service_env.update(FLAUDIT_API_KEY=KEY, FLAUDIT_SECRET_KEY=TEST_SECRET_KEY,
-                           FLAUDIT_PUBLIC_URL=api,
-                           FLAUDIT_FLOWER_APP_DIR=str(ROOT))
-        service_env.pop("FLAUDIT_API_KEY_FILE", None)
-        procs.start("flaudit", [
-            str(BIN / "python"), "-m", "flaudit.auditor.cli", "serve", "--host", "127.0.0.1",
-            "--port", str(api_port), "--database-url", database_url,
-        ], service_env)
-
-        wait_for(lambda: http_ok(f"http://127.0.0.1:{link_port}/health") or
-                 (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:])),
-                 timeout=60, interval=0.3, what="SuperLink /health")
-
-        # two SuperNodes through the image's entry point (partition ids via node config)
-        for i in range(2):
-            home = tmp_path / f"supernode-{i}-home"
-            home.mkdir()
-            env = flower_env(home)
-            env.update(FLAUDIT_SUPERLINK=f"127.0.0.1:{link_port}", FLAUDIT_PARTITION_ID=str(i),
-                       FLAUDIT_NUM_PARTITIONS="2")
-            env.pop("FLAUDIT_SUPERLINK_ROOT_CERTIFICATES", None)
-            procs.start(f"supernode-{i}", [
-                str(BIN / "python"), str(ROOT / "docker" / "supernode-entrypoint.py"),
-                *map(str, compose["supernode"]["command"]), "--port", str(free_port()),
-            ], env)
-
-        wait_for(lambda: http_ok(f"{api}/readyz") or
-                 (not procs.alive("flaudit") and pytest.fail(procs.log("flaudit")[-3000:])),
-                 timeout=90, interval=0.3, what="service /readyz")
-        wait_for(lambda: all("SuperNode ID" in procs.log(f"supernode-{i}") for i in range(2)),
-                 timeout=60, interval=0.3, what="both SuperNodes registered")
-        for i in range(2):
-            assert f"--node-config partition-id={i} num-partitions=2" in procs.log(f"supernode-{i}")
+        top = _start_topology(tmp_path, stack)
+        procs, database_url, link_port, api = top.procs, top.database_url, top.link_port, top.api
 
         spec = dict(TINY_DEPLOYMENT_AUDIT, superlink_address=f"127.0.0.1:{link_port}")
         with httpx.Client(base_url=api, timeout=30) as http:
@@ -303,6 +330,67 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
         for form in (str(secret), format(secret, "x"), hex(secret)):
             for text in texts:
                 assert form not in text
+
+
+@pytest.mark.timeout(420)
+def test_a_service_restart_leaves_the_flower_run_training_and_the_audit_resumes(tmp_path):
+    """compose's `docker compose restart flaudit` mid-audit, as processes: SIGTERM to the
+    service while its deployment audit trains, a new service on the same port and database.
+    The Flower run must train on while the service is away (never stopped), its ServerApp
+    must deliver what it kept, and the audit must end succeeded with every round: none that
+    was acknowledged before the restart lost, none missing after it."""
+    from flaudit.auditor.service.deployment import RunState, SuperLinkControl
+
+    bodies: list[str] = []
+    num_rounds = 6
+    with ExitStack() as stack:
+        top = _start_topology(tmp_path, stack)
+        procs = top.procs
+        spec = dict(TINY_DEPLOYMENT_AUDIT, name="deployment topology restart",
+                    num_rounds=num_rounds, superlink_address=f"127.0.0.1:{top.link_port}")
+        http = stack.enter_context(httpx.Client(base_url=top.api, timeout=30))
+        control = stack.enter_context(SuperLinkControl(f"127.0.0.1:{top.link_port}"))
+        created = http.post("/audits", json=spec, headers=AUTH)
+        assert created.status_code == 201, created.text
+        audit_id = created.json()["id"]
+
+        def first_round():
+            body = http.get(f"/audits/{audit_id}").json()
+            assert body["status"] in ("queued", "running"), (body["status"], body.get("reason"))
+            return body if body["progress"]["round"] >= 1 and body["flower_run_id"] else None
+
+        audit = wait_for(first_round, timeout=200, interval=0.3, what="the audit's round 1")
+        run_id = int(audit["flower_run_id"])
+        before = [r["round"] for r in http.get(f"/audits/{audit_id}/rounds").json()["items"]]
+        assert before and audit["progress"]["round"] < num_rounds, before
+
+        # what `docker compose restart` sends first; the service detaches from the run
+        service = next(proc for name, proc in procs.started if name == "flaudit")
+        os.kill(service.pid, signal.SIGTERM)
+        service.wait(timeout=60)
+        state, _ = control.status(run_id)
+        assert state is RunState.running, state  # the training goes on without the service
+        assert "trains on and is watched again" in procs.log("flaudit")
+        time.sleep(5)  # a restart's outage: the ServerApp keeps its reports meanwhile
+        _start_service(top, "flaudit-restarted")
+
+        audit = wait_for_audit(http, audit_id, timeout=300, bodies=bodies,
+                               what="the audit to end after the restart")
+        state = wait_for(lambda: (s := control.status(run_id)[0]).finished and s, timeout=60,
+                         interval=0.5, what="the Flower run to finish")
+        logs = {name: procs.log(name) for name, _ in procs.started}
+        assert audit["status"] == "succeeded", (audit.get("reason"), logs["flaudit-restarted"][-3000:])
+        assert state is RunState.completed, state  # never stopped
+        after = [r["round"] for r in http.get(f"/audits/{audit_id}/rounds").json()["items"]]
+        assert set(before) <= set(after) and after == list(range(1, num_rounds + 1)), after
+        assert audit["gaps"] == []
+        assert audit["flower_run_id"] == str(run_id)
+        assert f"watching its Flower run {run_id} again" in logs["flaudit-restarted"]
+        seed = _stored_seed(top.database_url, audit_id)
+
+    for text in [*bodies, *logs.values()]:
+        for form in (str(seed), format(seed, "x"), hex(seed)):
+            assert form not in text
 
 
 @pytest.mark.timeout(180)

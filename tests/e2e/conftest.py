@@ -56,8 +56,9 @@ class Service:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory) -> Service:
-    """The real service (``flaudit.auditor.service.app:create_app``) on a free port with a temporary
-    SQLite database and ``FLAUDIT_API_KEY`` set; stopped (runner included) at the end."""
+    """The real service (``flaudit.auditor.service.app:create_app``, its audits' canary seeds
+    reproducible: :mod:`tests.e2e.seeded_app`) on a free port with a temporary SQLite database
+    and ``FLAUDIT_API_KEY`` set; stopped (runner included) at the end."""
     tmp = tmp_path_factory.mktemp("dashboard-service")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -77,7 +78,8 @@ def service(tmp_path_factory) -> Service:
     log_file = open(log_path, "wb")
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "uvicorn", "--factory", "flaudit.auditor.service.app:create_app",
+            # the real app, with reproducible canary seeds (tests/e2e/seeded_app.py)
+            sys.executable, "-m", "uvicorn", "--factory", "tests.e2e.seeded_app:create_app",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
         ],
         cwd=REPO,

@@ -63,7 +63,7 @@ DESIGN = {"summary": "catches noise × 0.8 or smaller (ε ≥ 5.1 at δ = 1e-6) 
 
 def _verdict(status="running", summary=RUNNING, bound_eps=4.2, bound_mu=1.1):
     bound = None if bound_eps is None else {
-        "estimator": "gdp_lower_bound", "name": "Threshold-test bound on μ",
+        "estimator": "normal_scores", "name": "Normal-score bound on μ",
         "threat_model": "known_rounds", "mu": bound_mu, "epsilon": bound_eps, "delta": 1e-6,
         "confidence": 0.95}
     return {"status": status, "summary": summary,
@@ -96,7 +96,7 @@ def _audit(status: str, *, round_: int, alerts=(), reason=None, guarantee=GUARAN
         "estimates": [
             _estimate(math.inf, "two_gaussian", "final_model", variance="fitted"),
             _estimate(1.5, "two_gaussian", "final_model", variance="null"),
-            _estimate(4.2, "gdp_lower_bound", "known_rounds", correction="bonferroni", confidence=0.95, mu=1.1),
+            _estimate(4.2, "normal_scores", "known_rounds", correction="n/a", confidence=0.95, mu=1.1),
             _estimate(4.2, "lower_bound", "final_model", correction="bonferroni", confidence=0.95),
             _estimate(7.0, "lower_bound", "all_iterates", correction="none", confidence=0.95),
             _estimate(0.3, "one_run", "final_model", correction="bonferroni", confidence=0.95),

@@ -140,3 +140,24 @@ def test_each_verdict_reads_in_ten_seconds(name, audits, service, tab, output_di
     text = visible_text_with_details_open(page)
     assert internal_identifiers(text) == [], internal_identifiers(text)
     assert tab.console_errors == []
+
+
+@pytest.mark.timeout(120)
+def test_the_audit_list_shows_each_verdict(audits, service, tab, output_dir):
+    """The list answers "did the claim hold?" for every ended audit: the verdict's word under
+    the status badge, the API's sentence as its tooltip."""
+    page = tab.page
+    page.set_viewport_size({"width": 1280, "height": 640})
+    page.goto(f"{service.url}/ui/#/audits")
+    titles = {"claim_refuted": "Claim refuted", "consistent": "Consistent with the claim",
+              "inconclusive": "Inconclusive", "no_dp_claim": "No DP claim"}
+    for name, (audit_id, body) in audits.items():
+        line = page.locator(f'tr[data-audit-id="{audit_id}"] .list-verdict')
+        expect(line).to_have_attribute("data-verdict", CASES[name][0])
+        expect(line).to_have_text(re.compile(re.escape(titles[CASES[name][0]]) + "$"))
+        expect(line).to_have_attribute("title", body["verdict"]["summary"])
+    shot = os.path.join(str(output_dir), "audit-list.png")
+    page.screenshot(path=shot, full_page=False)
+    if os.environ.get("FLAUDIT_UPDATE_SCREENSHOTS") == "1":  # docs/dashboard.md shows it
+        shutil.copyfile(shot, os.path.join(DOCS_IMG, os.path.basename(shot)))
+    assert tab.console_errors == []

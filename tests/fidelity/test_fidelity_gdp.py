@@ -44,7 +44,9 @@ def test_halved_noise_is_an_error_alarm_at_k_1000():
     claims = simulation_claims(SMALL)  # the honest claim: it never knows the bug
     summary = summarize(seen=result.seen, dim=result.dim, delta=1e-6,
                         max_cosines=result.max_cosines, final_cosines=result.final_cosines,
-                        known_rounds_scores=result.known_rounds_scores, claims=claims)
+                        known_rounds_scores=result.known_rounds_scores,
+                        known_rounds_rounds=result.known_rounds_rounds,
+                        scale_dof=result.scale_dof, claims=claims)
     looks = config.num_rounds + 1
     decision = decide_alarm(summary.claim_tests, look=looks, num_looks=looks, claims=claims)
     assert decision.status == "error"

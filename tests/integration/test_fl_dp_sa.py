@@ -143,7 +143,9 @@ def alarm_status(reporter) -> str:
         seen=seen_mask(SEED, K), dim=tracker.dim, delta=spec.delta,
         max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
         threat_models=["final_model", "all_iterates"], final=True,
-        known_rounds_scores=reporter.known_rounds.scores, claims=audit_claims(spec),
+        known_rounds_scores=reporter.known_rounds.scores,
+        known_rounds_rounds=reporter.known_rounds.rounds, scale_dof=tracker.scale_dof,
+        claims=audit_claims(spec),
         num_rounds=spec.num_rounds)[3]
     return decide(spec, tests, look=num_looks(spec)).status
 

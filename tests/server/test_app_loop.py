@@ -295,3 +295,53 @@ def test_the_audit_work_runs_while_the_clients_train():
     assert starts == [1, 2, 3] and events[-1] == ("final", None)
     waits = [r["audit_wait_seconds"] for r in result["rounds"]]
     assert len(waits) == 3 and all(w >= 0 for w in waits)
+
+
+class PushPullGrid:
+    """Flower's Grid push/pull surface: each reply becomes available ``delays[i]`` seconds after
+    the push; ``send_and_receive`` (Flower's 3 s pull loop) must not be used."""
+
+    def __init__(self, delays):
+        self.delays, self.pulls = delays, 0
+
+    def push_messages(self, messages):
+        self.pushed_at = time.monotonic()
+        self.messages = list(messages)
+        return [f"m{i}" for i in range(len(self.messages))]
+
+    def pull_messages(self, message_ids):
+        self.pulls += 1
+        now = time.monotonic() - self.pushed_at
+        out = []
+        for i, msg in enumerate(self.messages):
+            if f"m{i}" in message_ids and self.delays[i] <= now:
+                reply = Message(RecordDict(), reply_to=msg)
+                reply.metadata.__dict__["_reply_to_message_id"] = f"m{i}"
+                out.append(reply)
+        return out
+
+    def send_and_receive(self, messages, *, timeout=None):
+        raise AssertionError("Flower's send_and_receive sleeps 3 s between pulls")
+
+
+def _train_messages(n):
+    from flwr.app import MessageType
+
+    return [Message(RecordDict(), message_type=MessageType.TRAIN, dst_node_id=1, group_id="1")
+            for _ in range(n)]
+
+
+def test_replies_are_pulled_soon_after_they_arrive_and_the_timeout_holds():
+    from flaudit.server.app import REPLY_POLL_SECONDS, send_and_receive
+
+    grid = PushPullGrid([0.0, 0.5])
+    started = time.monotonic()
+    replies = send_and_receive(grid, _train_messages(2), timeout=10)
+    took = time.monotonic() - started
+    assert len(replies) == 2 and grid.pulls >= 2
+    assert took < 0.5 + 5 * REPLY_POLL_SECONDS  # not Flower's 3 s step
+    # a reply that never comes: the others are returned once the timeout has passed
+    grid = PushPullGrid([0.0, 1e9])
+    started = time.monotonic()
+    replies = send_and_receive(grid, _train_messages(2), timeout=0.6)
+    assert len(replies) == 1 and 0.6 <= time.monotonic() - started < 3.0

@@ -71,8 +71,9 @@ def audit(dp_class, noise_seed):
         seen=seen_mask(SEED, K), dim=tracker.dim, delta=spec.delta,
         max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
         threat_models=["final_model", "all_iterates"], final=True,
-        known_rounds_scores=reporter.known_rounds.scores, claims=audit_claims(spec),
-        num_rounds=ROUNDS,
+        known_rounds_scores=reporter.known_rounds.scores,
+        known_rounds_rounds=reporter.known_rounds.rounds, scale_dof=tracker.scale_dof,
+        claims=audit_claims(spec), num_rounds=ROUNDS,
     )
     alarm = decide(spec, tests, look=num_looks(spec))
     return alarm, fedavg.aggregated, grid.sent, strategy, reporter

@@ -332,8 +332,9 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
         seen=labels, dim=cos["dim"], delta=cos["delta"],
         max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
         final_cosines=final, threat_models=["final_model", "all_iterates"], one_run=True,
-        num_rounds=cos["num_rounds"],
+        num_rounds=cos["num_rounds"], scale_dof=cos["scale_dof"],
     )
+    assert cos["scale_dof"] == dim - 20  # orthogonal canaries: the d - k unused coordinates
     service = {(e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
                for e in done["estimates"] if e["estimator"] != "analytic"}
     for est in recomputed.estimates:

@@ -81,7 +81,7 @@ def test_real_simulation_audit_end_to_end_with_secret_scan(tmp_path):
             max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
             final_cosines=np.array([i["final_cosine"] for i in cos["items"]]),
             threat_models=["final_model", "all_iterates"], one_run=True,
-            num_rounds=cos["num_rounds"],
+            num_rounds=cos["num_rounds"], scale_dof=cos["scale_dof"],
             # the final-model normal-score bound tests the audit's claim
             claims=audit_claims(AuditSpec.model_validate(audit["spec"])),
         )

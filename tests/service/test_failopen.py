@@ -235,6 +235,31 @@ def test_explicit_resume_continues_after_the_last_stored_round(client, store):
     assert audit["spec"]["num_rounds"] == 5 and audit["gaps"] == []
 
 
+def test_a_resume_claiming_only_the_rounds_left_is_accepted_whatever_canaries_are_seen(client):
+    """A resumed run may claim only the rounds it has left; the audit keeps its spec, whose
+    canary plan was checked when the claim was first declared. 64 canaries, about 32 seen, fit
+    5 rounds of 16 slots but never 1 round of 16 (P < 1e-4): the plan is not checked again."""
+    audit_id, token = _attach(client, num_canaries=64)
+    claim = {"noise_multiplier": 0.5, "clip_norm": S, "num_rounds": 5, "num_clients": 16,
+             "clients_per_round": 16}
+
+    def put(run_id, num_rounds, **params):
+        return client.put(f"/audits/{audit_id}/claim", params=params,
+                          json={**claim, "num_rounds": num_rounds},
+                          headers={"Authorization": f"Bearer {token}",
+                                   "X-Flaudit-Run-Id": run_id})
+
+    assert put("run-first", 5).status_code == 200
+    # a first claim of 1 round would not fit the seen canaries: the check is real
+    fresh_id, fresh_token = _attach(client, num_canaries=64)
+    refused = client.put(f"/audits/{fresh_id}/claim", json={**claim, "num_rounds": 1},
+                         headers={"Authorization": f"Bearer {fresh_token}"})
+    assert refused.status_code == 422 and "cohort slots" in refused.json()["detail"]
+    resumed = put("run-resumed", 1, resume="true")
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["resumed"] is True and resumed.json()["spec"]["num_rounds"] == 5
+
+
 def test_a_round_that_does_not_fit_the_buffer_is_a_stated_gap(client, store):
     audit_id, token = _attach(client)
     switch = Switch(client._transport)

@@ -11,6 +11,7 @@ from flaudit.auditor.known_rounds import KnownRoundsStatistic
 from flaudit.auditor.service.live import LiveAudits
 from flaudit.auditor.service.schemas import AuditOut
 from flaudit.server.reporting import HttpRoundReporter, RoundMetadata
+from tests.canary_reference import expected_statistics
 
 from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
 
@@ -39,20 +40,23 @@ def _run(seed: int):
 
 def _expected_state(updates, participants, canaries, seen, upto, seed):
     """The statistic from the orthogonal family's null-standardized cosines, computed here
-    independently of the service's code (the normal scores are not scale-free, so plain cosines
-    would differ by ~4%)."""
-    statistic = KnownRoundsStatistic(K, dim=DIM)
+    independently of the service's code (tests/canary_reference.py: scipy's Student-t and Beta
+    laws; the normal scores are not scale-free, so plain cosines would differ by ~4%)."""
+    statistic = KnownRoundsStatistic(K, dim=DIM, scale_dof=DIM - K)
     for update, part in zip(updates[:upto], participants[:upto]):
-        u = update.astype(np.float64)
         mask = np.zeros(K, dtype=bool)
         mask[part] = True
-        # the service's orthogonal-family statistic: dots over the null energy per dimension
-        # outside the seen canaries (statistics.null_standardized_cosines)
-        dots = canaries @ u
-        rest = DIM - int(seen.sum())
-        null_energy = (float(u @ u) - float(np.sum(dots[seen] ** 2))) / rest
-        statistic.update(np.clip(dots / np.sqrt(DIM * null_energy), -1, 1), mask, ~seen)
+        cos = expected_statistics(seed, K, update, family="orthogonal", vectors=canaries)
+        statistic.update(cos, mask, ~seen)
     return statistic.state()
+
+
+def _assert_same_state(state, want):
+    np.testing.assert_allclose(state.sums, want.sums, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(state.counts, want.counts)
+    # the exact claim test's per-round sums of the seen participants' studentized values
+    np.testing.assert_allclose(state.round_sums, want.round_sums, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(state.round_counts, want.round_counts)
 
 
 def _put_round(client, audit_id, t, update, part, headers, **meta):
@@ -74,8 +78,7 @@ def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_insta
         # durable before the 2xx: the stored state is the statistic over rounds 1..t
         state = store.load_secret_state(audit_id).known_rounds
         want = _expected_state(updates, participants, canaries, seen, t, seed)
-        np.testing.assert_allclose(state.sums, want.sums, rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(state.counts, want.counts)
+        _assert_same_state(state, want)
         assert state.num_rounds == t
 
     # a fresh LiveAudits (another process, empty caches) continues from the stored state
@@ -85,8 +88,8 @@ def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_insta
         assert fresh.ingest_round(audit_id, t, updates[t - 1], dict(META, num_failures=0), mask) == "stored"
     state = store.load_secret_state(audit_id).known_rounds
     want = _expected_state(updates, participants, canaries, seen, T, seed)
-    np.testing.assert_allclose(state.sums, want.sums, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(state.counts, want.counts)
+    _assert_same_state(state, want)
+    assert len(state.round_sums) == int(np.sum([np.any(seen[p]) for p in participants]))
     np.testing.assert_array_equal(state.counts, np.ones(K))  # every canary had its one round
 
     # participants are stored (secret) and never served
@@ -136,7 +139,14 @@ def test_http_reporter_sends_the_released_update_with_its_participants(client, s
     state = store.load_secret_state(audit_id).known_rounds
     assert state.counts.tolist() == [0, 1, 0, 1, 0, 0, 0, 1] + [0] * (K - 8)
     row = client.get(f"/audits/{audit_id}/rounds").json()["items"][0]
-    assert row["update_norm"] == pytest.approx(np.sqrt(DIM))
+    assert row["update_norm"] == pytest.approx(np.sqrt(DIM)) and row["weight_factor"] is None
+    # a weighted FedAvg's round: the wrapper's weight factor travels with the round
+    reporter.report_round(2, np.ones(DIM, dtype=np.float32),
+                          RoundMetadata(1.0, 5, 1, 0, 0.0, 0.5, participants=(2,),
+                                        weight_factor=2.5))
+    rows = client.get(f"/audits/{audit_id}/rounds").json()["items"]
+    assert [r["weight_factor"] for r in rows] == [None, 2.5]
+    assert client.get(f"/audits/{audit_id}").json()["max_weight_factor"] == 2.5
 
 
 def test_audit_states_its_alarm_guarantee_and_says_no_dp_claim_without_noise(client, store):

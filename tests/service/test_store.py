@@ -137,6 +137,41 @@ def test_owner_lease_decides_which_running_audits_restart_recovery_fails(store):
     assert store.heartbeat("instance-c", [dead.id]) == [dead.id]
 
 
+def test_a_released_deployment_audit_is_adopted_not_failed(store):
+    """A stopping service leaves a deployment audit's Flower run training: restart recovery
+    must not fail it; exactly one instance takes it back; a live owner keeps it."""
+    deployment = dict(SPEC, engine="deployment", superlink_address="superlink:9093")
+    released = store.create_audit(name="released", spec=deployment, canary_seed=1)
+    live = store.create_audit(name="live", spec=deployment, canary_seed=2)
+    unknown_run = store.create_audit(name="not started", spec=deployment, canary_seed=3)
+    simulation = store.create_audit(name="sim", spec=SPEC, canary_seed=4)
+    for audit in (released, live, unknown_run, simulation):
+        store.mark_running(audit.id, run_token="tok", owner="instance-a")
+    big = 2**64 - 5  # Flower's run ids are unsigned 64-bit: they do not fit a BIGINT
+    assert store.set_flower_run(released.id, big) and store.set_flower_run(live.id, 7)
+    assert store.get_audit(released.id).flower_run_id == str(big)
+    _store_round(store, released.id, 1)
+    # instance-a stops: it releases the audit whose run trains on (not the one of another owner)
+    assert not store.release(released.id, owner="instance-b")
+    assert store.release(released.id, owner="instance-a")
+    assert not store.release(unknown_run.id, owner="instance-a")  # no Flower run known: not released
+    # the lease of a live owner is respected; the released audit is taken over at once, once
+    assert store.adopt_flower_runs("instance-b", lease_seconds=60) == [(released.id, str(big))]
+    assert store.adopt_flower_runs("instance-c", lease_seconds=60) == []
+    audit = store.get_audit(released.id)
+    assert audit.status == "running" and audit.owner_id == "instance-b"
+    assert store.run_token_hash(released.id) is not None  # the run's buffered reports still count
+    assert audit.rounds_stored == 1
+    # recovery fails what cannot resume and leaves a run that trains on to the adoption
+    time.sleep(0.3)
+    assert store.heartbeat("instance-b", [released.id]) == []
+    failed = set(store.fail_interrupted(lease_seconds=0.2))
+    assert failed == {unknown_run.id, simulation.id}
+    assert store.get_audit(live.id).status == "running"  # instance-a's lease expired: adoptable
+    assert store.adopt_flower_runs("instance-b", lease_seconds=0.2) == [(live.id, "7")]
+    assert not store.set_flower_run(unknown_run.id, 9)  # ended audits take no run
+
+
 def test_columns_added_later_are_added_to_an_old_table(tmp_path):
     from sqlalchemy import create_engine, inspect
 

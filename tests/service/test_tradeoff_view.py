@@ -28,8 +28,8 @@ def test_tradeoff_of_an_ended_audit(keyed):
     assert picture["num_seen"] > 0 and len(picture["empirical"]) == alpha.size
     assert all(b <= e for b, e in zip(picture["band"], picture["empirical"]))
     estimates = keyed.get(f"/audits/{audit_id}").json()["estimates"]
-    final_mu = [e["details"]["mu"] for e in estimates if e["estimator"] == "gdp_lower_bound"
-                and e["threat_model"] == "final_model" and e["correction"] != "none"]
+    final_mu = [e["details"]["mu"] for e in estimates if e["estimator"] == "normal_scores"
+                and e["threat_model"] == "final_model"]
     assert picture["mu_lo_value"] == pytest.approx(final_mu[0])
 
 

@@ -435,10 +435,15 @@ def put_claim(
                 for e in exc.errors(include_url=False, include_context=False)
             ],
         ) from None
-    try:  # the seen canaries take cohort slots: at most clients_per_round per round
-        canary_plan(store.canary_seed(audit_id), spec)
-    except ValueError as exc:
-        raise _fail(422, str(exc)) from None
+    # The seen canaries take cohort slots: at most clients_per_round per round. A resumed run
+    # keeps the stored spec (its num_rounds may count only the rounds left), checked when the
+    # claim was first declared: checking the plan over the rounds left would refuse a resume
+    # whenever more canaries are seen than those rounds have slots.
+    if not (resume and audit.started_at is not None):
+        try:
+            canary_plan(store.canary_seed(audit_id), spec)
+        except ValueError as exc:
+            raise _fail(422, str(exc)) from None
     wanted = spec.model_dump(mode="json")
     if audit.started_at is not None:
         if mine is None or audit.run_id is None or mine == audit.run_id:

@@ -53,9 +53,7 @@ export function compareEstimates(a, b) {
 /** The series of the bounds-over-rounds chart: valid lower bounds on μ, per adversary. */
 const MU_BOUNDS = [
   { estimator: "normal_scores", threat_model: "known_rounds", label: "normal-score μ bound, adversary sees the rounds a canary joined" },
-  { estimator: "gdp_lower_bound", threat_model: "known_rounds", label: "μ bound, adversary sees the rounds a canary joined" },
-  { estimator: "gdp_lower_bound", threat_model: "final_model", label: "μ bound, adversary sees the final model" },
-  { estimator: "gdp_lower_bound", threat_model: "all_iterates", label: "μ bound, adversary sees every round" },
+  { estimator: "normal_scores", threat_model: "final_model", label: "normal-score μ bound, adversary sees the final model" },
   { estimator: "fdp_one_run", threat_model: "final_model", label: "guessing-game μ bound, final model" },
 ];
 

@@ -86,17 +86,17 @@ export const ESTIMATORS = {
   },
   lower_bound: {
     name: "Threshold-test bound on ε",
-    assumes: "Only that canaries are drawn independently.",
+    assumes: "Independent canary scores; those of one round share its noise scale, so it is shown, not counted as the measured bound.",
     explains: "The best threshold on the scores; confidence bounds on its two error rates give a lower bound on ε (Andrew et al. §5.1).",
   },
   normal_scores: {
     name: "Normal-score bound on μ",
-    assumes: "Independent canary scores (true for orthogonal canaries under Gaussian noise).",
-    explains: "Each canary's score mapped through its exact null to a normal score; their sum, tested against the claimed Gaussian, gives μ_lo near the Neyman–Pearson limit (the test behind the alarm).",
+    assumes: "DP-FedAvg with Gaussian noise (exact: the noise scale a round's canaries share is part of the test).",
+    explains: "The inserted canaries' scores, studentized by the round's noise scale and summed, tested against the claimed Gaussian: μ_lo near the Neyman–Pearson limit (the test behind the alarm)."
   },
   gdp_lower_bound: {
     name: "Threshold-test bound on μ",
-    assumes: "Independent canary scores (true for orthogonal canaries under Gaussian noise).",
+    assumes: "Independent canary scores; those of one round share its noise scale, which can make it overstate on small models with many canaries: shown, not counted as the measured bound.",
     explains: "μ ≥ Φ⁻¹(1 − FPR) − Φ⁻¹(FNR) with upper confidence bounds on both rates; reads the whole trade-off curve, so it is tighter than an (ε, δ) point.",
   },
   one_run: {

@@ -6,12 +6,12 @@ import { fmtEps, fmtTime, headline, STATUS_ICON, TERMINAL, VERDICT_STYLE } from 
 
 const PAGE_SIZE = 20;
 
-/** The verdict's heading word under the status badge, when the list item carries a verdict
- * (``verdict.status``; the sentence is on the audit's page). */
+/** The verdict's heading word under the status badge (``verdict.status``; its sentence is the
+ * tooltip and, whole, on the audit's page). A running audit's badge says enough. */
 function verdictLine(verdict) {
   const style = VERDICT_STYLE[verdict?.status];
-  if (!style) return null;
-  return h("div", { class: `list-verdict tone-${style.tone}`, "data-verdict": verdict.status }, h("span", { "aria-hidden": "true" }, `${style.icon} `), style.title);
+  if (!style || verdict.status === "running") return null;
+  return h("div", { class: `list-verdict tone-${style.tone}`, "data-verdict": verdict.status, title: verdict.summary || "" }, h("span", { "aria-hidden": "true" }, `${style.icon} `), style.title);
 }
 
 export function statusBadge(status) {
