@@ -54,10 +54,14 @@ class InProcessGrid:
 def in_process_simulation(monkeypatch, flower_task_identity):
     calls = []
 
+    # The DP noise is seeded too (the n-th run here gets noise seed 1000 + n). With noise from
+    # the OS, the correct k = 8 run below ended refuted in 9 of 400 runs (measured on 2026-11-26:
+    # within the alarm's 5%), which failed one CI run; a test must give the same answer every time.
     def fake(spec, *, canary_seed, reporter, timeout=None, progress=None, **kwargs):
         calls.append(canary_seed)
         runtime = AuditRuntime(spec=spec, canary_seed=canary_seed, reporter=reporter,
-                               progress=progress, deadline=time.monotonic() + 60)
+                               progress=progress, deadline=time.monotonic() + 60,
+                               noise_seed=1000 + len(calls) - 1)
         return dict(run_audit(InProcessGrid(), runtime))
 
     monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", fake)
