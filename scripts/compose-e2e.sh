@@ -220,8 +220,17 @@ if v:
 for e in a["estimates"]:
     eps = e.get("epsilon")
     eps = "n/a" if eps is None else "%.3g" % eps
+    variant = [e.get("threat_model")]  # the variant, as the dashboard labels it
+    if e.get("variance") in ("null", "fitted"):
+        variant.append("variance " + ("fixed at 1/d" if e["variance"] == "null" else "fitted"))
+    if e.get("correction") == "none":
+        variant.append("uncorrected")
+    elif e.get("correction") in ("bonferroni", "split"):
+        variant.append("correction " + e["correction"])
+    if e.get("estimator") == "analytic" and (e.get("details") or {}).get("accountant"):
+        variant.append(str(e["details"]["accountant"]).upper())
     print("    estimate %s (%s): epsilon %s at delta %s"
-          % (e.get("estimator"), e.get("threat_model"), eps, e.get("delta")))
+          % (e.get("estimator"), ", ".join(variant), eps, e.get("delta")))
 '
 report() {  # ID: the verdict when the API has one, else the estimates
   curl -fsS "$API/audits/$1" | python3 -c "$REPORT_PY"
