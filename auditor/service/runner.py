@@ -377,8 +377,9 @@ class Runner:
 
     def _keep_leases(self) -> None:
         """Every third of the lease: renew this instance's lease on its running audits, stop
-        workers whose audit ended elsewhere (e.g. cancelled through another instance), and fail
-        running audits whose owner's lease expired (that instance died with its workers)."""
+        workers whose audit ended elsewhere (e.g. cancelled through another instance; not one
+        that watches the Flower run of a succeeded audit to its end: :meth:`_finishing`), and
+        fail running audits whose owner's lease expired (that instance died with its workers)."""
         now = time.monotonic()
         if now < self._next_heartbeat:
             return
@@ -388,10 +389,11 @@ class Runner:
         for audit_id in self.store.heartbeat(self.settings.instance_id, owned):
             with self._lock:
                 worker = self._workers.get(audit_id)
-            if worker is not None:
-                log.info("audit %s ended outside this instance; stopping its worker", audit_id)
-                self._kill(worker)
-                self._reaped(worker)
+            if worker is None or self._finishing(worker):
+                continue
+            log.info("audit %s ended outside this instance; stopping its worker", audit_id)
+            self._kill(worker)
+            self._reaped(worker)
         for audit_id in self.store.fail_interrupted(lease_seconds=self.settings.lease_seconds):
             log.warning("audit %s failed: its service instance stopped renewing its lease", audit_id)
             self._on_change(audit_id)
@@ -401,6 +403,24 @@ class Runner:
             log.warning("audit %s: its service instance stopped during the run; watching its "
                         "Flower run %s again", audit_id, flower_run_id)
             self._launch(audit_id, flower_run_id=flower_run_id)
+
+    def _finishing(self, worker: _Worker) -> bool:
+        """Whether ``worker`` watches a Flower run whose audit has succeeded: the final model is
+        in, and the run ends on its own (its ServerApp may still be closing). The worker is left
+        to see the run finish; killing it would stop a run that is completing (SIGTERM is
+        ``flwr stop``). It still ends at its own budget, as any deployment worker does."""
+        if worker.extra.get("finishing"):
+            return True
+        self._read_message(worker)
+        if worker.extra.get("flower_run_id") is None:
+            return False
+        audit = self.store.get_audit(worker.audit_id)
+        if audit is None or audit.status != "succeeded":
+            return False
+        worker.extra["finishing"] = True
+        log.info("audit %s succeeded; its worker watches Flower run %s to its end",
+                 worker.audit_id, worker.extra["flower_run_id"])
+        return True
 
     def _end_silent_runs(self) -> None:
         """Every ``silence_check_seconds``: end external audits whose run has not been heard
