@@ -1,29 +1,33 @@
-"""flaudit's auditor: canaries, cosine statistics and epsilon estimators (pure math), plus the
-audit service in :mod:`flaudit.auditor.service`."""
+"""flaudit's math: canaries, cosine statistics, epsilon estimators and the claim tests. Pure:
+arrays and specs in, numbers out; no I/O, no Flower, no web (the service is :mod:`flaudit.service`).
+Layers inside (checked by ``lint-imports``): ``claims`` > ``statistics`` > ``estimators`` > the core
+modules (``spec``, ``schedules``, ``canaries``, ``transform``, ``results``, ...)."""
 
-from flaudit.auditor.canaries import (
-    Canaries, CanaryFamily, canary_sum, canary_vector, canary_vectors, new_master_seed,
-    resolve_canary_family, seen_mask,
+from .canaries import (
+    Canaries,
+    CanaryFamily,
+    canary_sum,
+    canary_vector,
+    canary_vectors,
+    new_master_seed,
+    resolve_canary_family,
+    seen_mask,
 )
-from flaudit.auditor.estimators import (
-    AuditSummary,
+from .claims import AuditSummary, GaussianDPClaim, audit_claims, claim_test, summarize
+from .claims.gaussian import GaussianAuditResult, gaussian_mechanism_audit
+from .claims.known_rounds import KnownRoundsState, KnownRoundsStatistic
+from .estimators import (
     Bonferroni,
     NoCorrection,
     Split,
-    GaussianDPClaim,
     analytic_epsilon,
-    audit_claims,
-    claim_test,
     epsilon_lower_bound,
     gdp_lower_bound,
     one_run_lower_bound,
-    summarize,
     two_gaussian_epsilon,
 )
-from flaudit.auditor.gaussian import GaussianAuditResult, gaussian_mechanism_audit
-from flaudit.auditor.known_rounds import KnownRoundsState, KnownRoundsStatistic
-from flaudit.auditor.results import Correction, Diagnostic, EpsilonResult, Estimator, VarianceTreatment
-from flaudit.auditor.statistics import CosineTracker
+from .results import Correction, Diagnostic, EpsilonResult, Estimator, VarianceTreatment
+from .statistics import CosineTracker
 
 __all__ = [
     "CanaryFamily",

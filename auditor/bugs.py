@@ -3,7 +3,7 @@
 :class:`DPBug` names the implementation errors :mod:`flaudit.server.simulated_audit` can inject.
 :class:`InjectedBug` is one of them with its size, as ``flaudit run --inject-bug`` and the
 service's spec field ``inject_bug`` accept it for a real DP-FedAvg run (``flaudit.server.dpfedavg`` and
-``flaudit.server.schedules`` apply it). The claim of an audit never knows about the bug: the analytic
+``flaudit.auditor.schedules`` apply it). The claim of an audit never knows about the bug: the analytic
 epsilon and the claims are computed from the honest spec, so an audit that works raises its
 alarm.
 """

@@ -44,10 +44,8 @@ from enum import Enum
 import numpy as np
 import scipy.fft
 
-from flaudit.auditor.transform import (
-    SignBits, dct_numpy, dct_torch, is_torch_tensor, resolve_backend, torch,
-)
-from flaudit.auditor.validation import check_at_least, check_integer_at_least
+from .transform import SignBits, dct_numpy, dct_torch, is_torch_tensor, resolve_backend, torch
+from .validation import check_at_least, check_integer_at_least
 
 __all__ = [
     "CanaryFamily",

@@ -5,10 +5,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
-__all__ = ["Estimator", "VarianceTreatment", "Correction", "EpsilonResult", "Diagnostic"]
+__all__ = ["ThreatModel", "Estimator", "VarianceTreatment", "Correction", "EpsilonResult", "Diagnostic"]
+
+
+class ThreatModel(StrEnum):
+    """What the adversary sees, for every number the audit reports (one type everywhere).
+
+    A spec chooses among ``final_model`` and ``all_iterates``; claims add the accountants' models
+    (``known_rounds``: a canary in known rounds; ``poisson_subsampled``: Poisson-sampled
+    DP-FedAvg), and the Gaussian-mechanism audit reports ``gaussian_mechanism``.
+    """
+
+    final_model = "final_model"
+    all_iterates = "all_iterates"
+    known_rounds = "known_rounds"
+    poisson_subsampled = "poisson_subsampled"
+    gaussian_mechanism = "gaussian_mechanism"
 
 
 class Estimator(str, Enum):
@@ -42,7 +57,7 @@ class EpsilonResult:
 
     epsilon: float
     estimator: Estimator
-    threat_model: str  # "final_model" | "all_iterates" | "gaussian_mechanism" | accountant name
+    threat_model: ThreatModel | str  # a ThreatModel; an accountant name for analytic results
     delta: float
     variance: VarianceTreatment = VarianceTreatment.not_applicable
     correction: Correction = Correction.not_applicable

@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from flaudit.auditor.bugs import DPBug, InjectedBug
-from flaudit.auditor.canaries import CanaryFamily
+from .bugs import DPBug, InjectedBug
+from .canaries import CanaryFamily
+from .results import ThreatModel
 
 __all__ = [
     "AdaptiveClipping",
@@ -164,13 +165,6 @@ def _check_builtin_options(task: str, options: dict[str, Any]) -> None:
         )
 
 
-class ThreatModel(str, Enum):
-    """What the adversary sees: only the final model, or every round's model."""
-
-    final_model = "final_model"
-    all_iterates = "all_iterates"
-
-
 class Participation(str, Enum):
     """How the cohort of round t is chosen (real clients and seen canaries alike)."""
 
@@ -266,8 +260,9 @@ class AuditSpec(SpecModel):
     client_learning_rate: float = Field(0.1, gt=0, le=1e3)
     batch_size: int = Field(32, ge=1, le=1_000_000)
     delta: float = Field(1e-6, gt=0, lt=1, description="delta for every epsilon reported.")
-    threat_models: list[ThreatModel] = Field(
-        default_factory=lambda: [ThreatModel.final_model, ThreatModel.all_iterates], min_length=1
+    threat_models: list[Literal[ThreatModel.final_model, ThreatModel.all_iterates]] = Field(
+        default_factory=lambda: [ThreatModel.final_model, ThreatModel.all_iterates], min_length=1,
+        description="What the adversary sees: the final model, every round's model, or both.",
     )
     engine: Engine = Engine.simulation
     superlink_address: str | None = Field(

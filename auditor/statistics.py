@@ -28,11 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flaudit.auditor.canaries import (
-    CanaryFamily, OrthogonalCanaries, canary_vectors, resolve_canary_family,
-)
-from flaudit.auditor.transform import CHUNK, is_torch_tensor, sum_of_squares, torch
-from flaudit.auditor.validation import check_at_least, check_integer_at_least
+from .canaries import CanaryFamily, OrthogonalCanaries, canary_vectors, resolve_canary_family
+from .estimators.null import cosine_equivalent
+from .transform import CHUNK, is_torch_tensor, sum_of_squares, torch
+from .validation import check_at_least, check_integer_at_least
 
 __all__ = ["cosines", "null_standardized_cosines", "scale_dof", "CosineTracker", "TrackerState"]
 
@@ -116,7 +115,6 @@ def null_standardized_cosines(projected, positions: np.ndarray) -> np.ndarray:
     be a torch tensor (any device): only ``k``-sized values leave it, the sum of squares
     accumulates in float64 chunk by chunk.
     """
-    from flaudit.auditor.estimators.null import cosine_equivalent
 
     dim = projected.shape[0]
     if is_torch_tensor(projected):

@@ -26,14 +26,13 @@ flipping the IEEE sign bit chunk by chunk: exact, and ``d / 8`` bytes per sign r
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
+import sys
 
 import numpy as np
 import scipy.fft
-
-import importlib
-import sys
 
 
 class _LazyTorch:

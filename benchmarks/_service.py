@@ -27,7 +27,7 @@ def free_port() -> int:
 
 
 def _new_secret_key() -> str:
-    from flaudit.auditor.service.sealing import generate_secret_key
+    from flaudit.service.sealing import generate_secret_key
 
     return generate_secret_key()
 
@@ -43,7 +43,7 @@ def running_service(extra_env: dict[str, str] | None = None) -> Iterator[tuple[s
     url = f"http://127.0.0.1:{port}"
     log = open(tmp / "service.log", "wb")
     service = subprocess.Popen(
-        [sys.executable, "-m", "flaudit.auditor.cli", "serve", "--port", str(port),
+        [sys.executable, "-m", "flaudit.commands.cli", "serve", "--port", str(port),
          "--database-url", f"sqlite:///{tmp / 'bench.db'}", "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )

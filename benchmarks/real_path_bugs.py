@@ -6,7 +6,7 @@ training of the built-in task, canary insertion, DP-FedAvg aggregation with the 
 reporting of the released update and participants) against
 ``flaudit.server.simulation.InProcessGrid`` -- the same loop and client code as ``flaudit run``,
 without Ray's processes (which change no number) -- evaluated exactly as ``flaudit run`` does
-(``flaudit.auditor.commands.run.AlarmWatch``: the alarm at every per-round look and at the
+(``flaudit.commands.run.AlarmWatch``: the alarm at every per-round look and at the
 final look, then the verdict). The claim is always the honest spec's.
 
 Rerun (the README's bug demo, 20 runs per row):
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from flaudit.auditor.bugs import InjectedBug
 from flaudit.auditor.canaries import seen_mask
-from flaudit.auditor.commands.run import AlarmWatch, load_spec
+from flaudit.commands.run import AlarmWatch, load_spec
 from flaudit.auditor.spec import AuditSpec
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.simulation import run_inprocess_audit

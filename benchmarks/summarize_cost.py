@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from flaudit.auditor.estimators import summarize
+from flaudit.auditor.claims import summarize
 
 CALLS = [
     ("per round: max_cosines only", dict(max=True)),
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     dims = (10**6, 500)
-    from flaudit.auditor.estimators.gdp import audit_claims
+    from flaudit.auditor.claims.curves import audit_claims
     from flaudit.auditor.spec import AuditSpec
 
     claims = audit_claims(AuditSpec(num_canaries=args.k, num_clients=10 * args.k))

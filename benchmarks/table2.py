@@ -4,7 +4,7 @@ sigma in {4.22, 1.54, 0.541} (analytic epsilon 1, 3, 10 at delta = 1e-6), d = 1e
 The paper reports eps_est = 0.972 +- 0.148, 3.04 +- 0.137, 9.98 +- 0.190 over 50 runs.
 We report mean / std over runs (with a 95% interval for the std) for both variance treatments (sigma_hat^2 = 1/d, the default;
 and the fitted sigma_hat) plus the 95% lower bound eps_lo, using the exact projected simulation
-(flaudit.auditor.gaussian, method="projected"), and cross-check a few runs with materialised canaries
+(flaudit.auditor.claims.gaussian, method="projected"), and cross-check a few runs with materialised canaries
 (method="canaries": 2 k d normal draws per run). Not a test: results go to docs/benchmarks.md.
 
 Next to each row: the information bound on the spread, eps'(mu) / sqrt(k). With every canary's
@@ -26,7 +26,7 @@ import numpy as np
 from scipy import stats
 
 from flaudit.auditor.estimators import gaussian_sigma_for_epsilon
-from flaudit.auditor.gaussian import gaussian_epsilon_for_sigma, gaussian_mechanism_audit
+from flaudit.auditor.claims.gaussian import gaussian_epsilon_for_sigma, gaussian_mechanism_audit
 
 PAPER = {1.0: (0.972, 0.148), 3.0: (3.04, 0.137), 10.0: (9.98, 0.190)}
 

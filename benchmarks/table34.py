@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from flaudit.auditor.canaries import seen_mask  # noqa: E402
-from flaudit.auditor.estimators import summarize  # noqa: E402
+from flaudit.auditor.claims import summarize  # noqa: E402
 from flaudit.auditor.spec import AuditSpec  # noqa: E402
 from flaudit.server.reporting import LocalRoundReporter  # noqa: E402
 

@@ -36,8 +36,8 @@ def main() -> None:
     from flwr.supercore.task_identity import TaskIdentity
 
     from flaudit.auditor.canaries import seen_mask
-    from flaudit.auditor.estimators.gdp import audit_claims
-    from flaudit.auditor.service.live import decide, num_looks, summary_parts
+    from flaudit.auditor.claims.curves import audit_claims
+    from flaudit.service.live import decide, num_looks, summary_parts
     from flaudit.auditor.spec import AuditClaim, AuditSpec
     from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries
     from tests.server.test_wrapper import ClaimRecorder, CountingFedAvg, LoopGrid

@@ -20,7 +20,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from flaudit.clients.tasks import Task, load_task, model_vector, set_model_vector
+from .tasks import Task, load_task, model_vector, set_model_vector
 
 __all__ = ["app", "local_update"]
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from flaudit.server.vectors import flatten, unflatten
+from ..protocol.vectors import flatten, unflatten
 
 __all__ = [
     "Task",

@@ -6,7 +6,7 @@ The main loop (:func:`run_audit`)
 2. waits for the SuperNodes and maps their (random) node ids to stable partition ids
    (sorted node ids; partition ``p`` is trained on node ``p mod #nodes``);
 3. draws the participation schedule for real clients and seen canaries alike
-   (:func:`flaudit.server.schedules.participation_schedule`);
+   (:func:`flaudit.auditor.schedules.participation_schedule`);
 4. per round: sends the global model to the scheduled real clients, collects their deltas
    (clients that fail or time out are dropped and counted), adds ``S(t) c_j`` for each scheduled
    seen canary, clips, sums, adds noise, takes a server step (:mod:`flaudit.server.dpfedavg`) and reports
@@ -39,12 +39,20 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from flaudit.auditor.bugs import DPBug
-from flaudit.auditor.canaries import Canaries, new_master_seed, resolve_canary_family, seen_mask
-from flaudit.auditor.spec import AuditSpec
-from flaudit.server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
-from flaudit.server.reporting import RoundMetadata, RoundReporter
-from flaudit.server.schedules import CanarySchedule, participation_schedule
+from ..auditor.bugs import DPBug
+from ..auditor.canaries import Canaries, new_master_seed, resolve_canary_family, seen_mask
+from ..auditor.schedules import canary_plan, participation_schedule
+from ..auditor.spec import AuditSpec
+from ..clients.tasks import load_task, set_model_vector
+from ..protocol.wire import (
+    RUN_CONFIG_AUDIT_ID,
+    RUN_CONFIG_CANARY_SEED,
+    RUN_CONFIG_INGEST_URL,
+    RUN_CONFIG_RUN_TOKEN,
+    RUN_CONFIG_SPEC,
+)
+from .dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
+from .reporting import HttpRoundReporter, LocalRoundReporter, RoundMetadata, RoundReporter
 
 __all__ = ["AuditRuntime", "run_audit", "make_server_app", "app", "MIN_DIM", "check_dimension"]
 
@@ -157,7 +165,6 @@ def _wait_for_nodes(grid: Grid, runtime: AuditRuntime) -> list[int]:
 
 def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     """Run one audited DP-FedAvg training; return a summary (no seed, no canary identities)."""
-    from flaudit.clients.tasks import load_task  # torch: only where the model is needed
 
     spec = runtime.spec
     started = time.monotonic()
@@ -191,8 +198,8 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     # canaries take the cohort slots of real clients (real_slots above); aggregate_round divides
     # by the calibration size m whatever the replies, so canaries beyond m do not dilute the
     # mechanism and need no cap here (the wrapper's FedAvg divides by its reply count: capped)
-    plan = CanarySchedule.from_mask(mask, num_rounds=spec.num_rounds, canary_repeats=repeats,
-                                    seed=spec.data_seed)
+    plan = canary_plan(runtime.canary_seed, num_canaries=spec.num_canaries,
+                       num_rounds=spec.num_rounds, canary_repeats=repeats, data_seed=spec.data_seed)
     noise_rng = np.random.default_rng(runtime.noise_seed)
     optimizer = ServerOptimizer(
         learning_rate=spec.server_learning_rate, momentum=spec.server_momentum
@@ -336,7 +343,6 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
 
     import torch
 
-    from flaudit.clients.tasks import set_model_vector
 
     torch.set_num_threads(1)
     net = task.build_model()
@@ -388,14 +394,6 @@ def _parse_seed(value: Any) -> int:
 
 def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
     """Build the deployment runtime from the Flower run config (see module docstring)."""
-    from flaudit.auditor.service.deployment import (  # the keys the service writes
-        RUN_CONFIG_AUDIT_ID,
-        RUN_CONFIG_CANARY_SEED,
-        RUN_CONFIG_INGEST_URL,
-        RUN_CONFIG_RUN_TOKEN,
-        RUN_CONFIG_SPEC,
-    )
-    from flaudit.server.reporting import HttpRoundReporter
 
     run_config = {k: v for k, v in run_config.items() if v != ""}  # "" = not set
     spec_json = run_config.get(RUN_CONFIG_SPEC)
@@ -431,7 +429,6 @@ class _LazyLocal:
     """Stand-alone demo reporter: a lazily created LocalRoundReporter that logs cosine means."""
 
     def __init__(self, spec: AuditSpec, seed: int) -> None:
-        from flaudit.server.reporting import LocalRoundReporter
 
         self._spec, self._seed = spec, seed
         self.inner = LocalRoundReporter.for_audit(

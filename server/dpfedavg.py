@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flaudit.auditor.bugs import DPBug, InjectedBug
-from flaudit.auditor.validation import check_at_least, check_positive
+from ..auditor.bugs import DPBug, InjectedBug
+from ..auditor.validation import check_at_least, check_positive
 
 __all__ = [
     "clip_update",

@@ -20,10 +20,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from flaudit.auditor.canaries import CanaryFamily, seen_mask
-from flaudit.auditor.known_rounds import KnownRoundsStatistic
-from flaudit.auditor.statistics import CosineTracker
-from flaudit.auditor.validation import check_at_least
+from ..auditor.canaries import CanaryFamily, seen_mask
+from ..auditor.claims.known_rounds import KnownRoundsStatistic
+from ..auditor.statistics import CosineTracker
+from ..auditor.validation import check_at_least
+from ..protocol.wire import RUN_ID_HEADER
 
 __all__ = [
     "RoundMetadata",
@@ -43,7 +44,7 @@ class RoundMetadata:
 
     ``participants`` are the canary indices "in" the round: the seen canaries inserted and the
     unseen canaries whose rounds (drawn by the same schedule, never inserted) include it, merged
-    and sorted (:func:`flaudit.server.schedules.canary_participants`). The list does not reveal which
+    and sorted (:func:`flaudit.auditor.schedules.canary_participants`). The list does not reveal which
     canaries are seen, but it is secret data all the same: kept out of ``repr`` and of the query.
     """
 
@@ -225,7 +226,6 @@ class HttpRoundReporter:
 
         import httpx
 
-        from flaudit.auditor.service.external import RUN_ID_HEADER
 
         if on_service_error not in ON_SERVICE_ERROR:
             raise ValueError(

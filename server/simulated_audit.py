@@ -7,7 +7,7 @@ Used by ``benchmarks/fidelity`` and ``tests/fidelity`` to check that the audit's
 what they say (see ``docs/fidelity.md``).
 
 :func:`simulate_dpfedavg_audit` runs the SAME participation schedule
-(:func:`flaudit.server.schedules.participation_schedule`) and the SAME aggregation math
+(:func:`flaudit.auditor.schedules.participation_schedule`) and the SAME aggregation math
 (:func:`flaudit.server.dpfedavg.aggregate_round`, :class:`flaudit.server.dpfedavg.ServerOptimizer`) as the Flower
 ServerApp, with real clients replaced by a simple model: client ``i`` in round ``t`` sends
 ``S * (a * u + b * g_it / sqrt(d))`` with a fixed unit direction ``u`` shared by every client and
@@ -25,14 +25,18 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from flaudit.auditor.bugs import DPBug
-from flaudit.auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
-from flaudit.auditor.estimators.null import cosine_equivalent
-from flaudit.auditor.gaussian import gaussian_mechanism_cosines
-from flaudit.auditor.known_rounds import KnownRoundsStatistic
-from flaudit.auditor.statistics import CosineTracker
-from flaudit.server.dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round, clip_update
-from flaudit.server.schedules import canary_rounds, participation_schedule
+from ..auditor.bugs import DPBug
+from ..auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
+from ..auditor.claims.curves import audit_claims
+from ..auditor.claims.gaussian import gaussian_mechanism_cosines
+from ..auditor.claims.known_rounds import KnownRoundsStatistic
+from ..auditor.claims.normal_scores import RoundSums
+from ..auditor.claims.summary import summarize
+from ..auditor.estimators.analytic import analytic_epsilon
+from ..auditor.estimators.null import cosine_equivalent
+from ..auditor.schedules import canary_rounds, participation_schedule
+from ..auditor.statistics import CosineTracker
+from .dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
 
 __all__ = [
     "DPBug",
@@ -188,14 +192,14 @@ class FedAvgAuditResult:
     seen : numpy.ndarray
         Seen mask.
     known_rounds_scores : numpy.ndarray
-        (k,) known-rounds scores at the end (:class:`flaudit.auditor.known_rounds.KnownRoundsStatistic`
+        (k,) known-rounds scores at the end (:class:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic`
         on the released aggregates ``rho_bar_t``; NaN for a canary never counted).
     known_rounds_history, known_rounds_counts_history, max_cosines_history : numpy.ndarray
         (T, k): the known-rounds scores, their participation counts and the running max cosines
         after each round, for alarms evaluated at every look.
     known_rounds_rounds : RoundSums
         The per-round sums of the exact claim test at the end
-        (:attr:`flaudit.auditor.known_rounds.KnownRoundsStatistic.rounds`).
+        (:attr:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic.rounds`).
     known_rounds_round_of : numpy.ndarray
         The round each entry of ``known_rounds_rounds`` comes from (:meth:`rounds_at`).
     scale_dof : int
@@ -228,7 +232,6 @@ class FedAvgAuditResult:
 
     def rounds_at(self, t: int):
         """The exact claim test's per-round sums after round ``t`` (the look after round t)."""
-        from flaudit.auditor.claims.normal_scores import RoundSums
 
         keep = self.known_rounds_round_of <= t
         rounds = self.known_rounds_rounds
@@ -403,7 +406,6 @@ def simulation_claims(config: FedAvgSimulation) -> list:
     Poisson participation, the Poisson-subsampled curve with ``q`` as the service computes it."""
     from types import SimpleNamespace
 
-    from flaudit.auditor.estimators.gdp import audit_claims
 
     return audit_claims(SimpleNamespace(
         accounted_noise_multiplier=config.accounted_noise_multiplier,
@@ -436,7 +438,7 @@ def gaussian_mechanism_scores(
     release ``rho = sum_seen c_j + N(0, sigma^2 I_d)`` (sensitivity 1, so the true epsilon is the
     Gaussian mechanism's at ``sigma``).
 
-    ``gaussian`` family: seen cosines come from :func:`flaudit.auditor.gaussian.gaussian_mechanism_cosines`
+    ``gaussian`` family: seen cosines come from :func:`flaudit.auditor.claims.gaussian.gaussian_mechanism_cosines`
     (exact projected simulation); an unseen canary is independent of ``rho``, so its cosine
     follows the exact null (:func:`sample_null_cosines`). ``orthogonal`` family (the default
     where ``k <= d``): in the canaries' coordinates ``rho`` is ``1 + sigma u_j`` (seen),
@@ -480,7 +482,6 @@ def claimed_epsilons(config: FedAvgSimulation) -> dict[str, float]:
     and PLD) and the known-rounds bound (Gaussian mechanism composed ``canary_repeats`` times),
     the reference Andrew et al. compare against. Keys: ``poisson_rdp``, ``poisson_pld``,
     ``known_rounds``."""
-    from flaudit.auditor.estimators.analytic import analytic_epsilon
 
     results = analytic_epsilon(
         config.noise_multiplier, claimed_sampling_probability(config), config.num_rounds,
@@ -496,7 +497,6 @@ def claimed_epsilons(config: FedAvgSimulation) -> dict[str, float]:
 def audit_epsilons(result: FedAvgAuditResult, *, delta: float, one_run: bool = True) -> dict[str, float]:
     """Every estimate :func:`flaudit.auditor.estimators.summarize` gives for a simulated run, flattened
     to ``{"<threat model>/<estimator>/<variance or correction>": epsilon}``."""
-    from flaudit.auditor.estimators.summary import summarize
 
     summary = summarize(seen=result.seen, dim=result.dim, delta=delta,
                         max_cosines=result.max_cosines, final_cosines=result.final_cosines,

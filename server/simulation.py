@@ -13,9 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from flaudit.auditor.spec import AuditSpec
-from flaudit.auditor.validation import check_at_least, check_positive
-from flaudit.server.reporting import RoundReporter
+from ..auditor.spec import AuditSpec
+from ..auditor.validation import check_at_least, check_positive
+from ..clients.app import app as client_app
+from ..clients.app import train
+from .app import AuditRuntime, make_server_app, run_audit
+from .reporting import RoundReporter
 
 __all__ = ["run_simulation_audit", "run_inprocess_audit", "InProcessGrid", "DEFAULT_MAX_SUPERNODES"]
 
@@ -71,8 +74,6 @@ def run_simulation_audit(
     """
     from flwr.simulation import run_simulation
 
-    from flaudit.clients.app import app as client_app
-    from flaudit.server.app import AuditRuntime, make_server_app
 
     if timeout is None:
         timeout = spec.timeout_seconds
@@ -140,7 +141,6 @@ class InProcessGrid:
     def send_and_receive(self, messages, *, timeout: float | None = None):
         from flwr.app import Error, Message
 
-        from flaudit.clients.app import train
 
         replies = []
         for msg in messages:
@@ -166,7 +166,6 @@ def run_inprocess_audit(
     """
     from flwr.supercore.task_identity import TaskIdentity
 
-    from flaudit.server.app import AuditRuntime, run_audit
 
     if timeout is None:
         timeout = spec.timeout_seconds

@@ -3,14 +3,14 @@
 In the spirit of Flower's ``DifferentialPrivacyServerSideFixedClipping``: wrap your (DP) strategy
 and keep everything else. The two lines a Flower app adds (docs/flower.md)::
 
-    from flaudit.server.wrapper import CanaryAuditStrategy
+    from .wrapper import CanaryAuditStrategy
     strategy = CanaryAuditStrategy.from_env(strategy)   # after building your DP strategy
 
 ``from_env`` reads ``FLAUDIT_AUDIT_ID``, ``FLAUDIT_URL`` and ``FLAUDIT_RUN_TOKEN`` (printed once
 by ``flaudit attach`` / ``POST /audits`` with ``"engine": "external"``; the token may instead be
 in a file named by ``FLAUDIT_RUN_TOKEN_FILE``, never in the run config). The canary seed never
 reaches the app: the wrapper fetches each round's canary vectors from the service, which schedules them by the same rule as its built-in audits
-(:class:`flaudit.server.schedules.CanarySchedule`); round ``t + 1``'s canaries are fetched and
+(:class:`flaudit.auditor.schedules.CanarySchedule`); round ``t + 1``'s canaries are fetched and
 round ``t`` reported on a background thread while round ``t + 1`` trains (``flush()``).
 
 What the wrapper does
@@ -58,16 +58,16 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
-from flwr.supercore.differential_privacy import KEY_NORM_BIT
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+from flwr.supercore.differential_privacy import KEY_NORM_BIT
 
-from flaudit.auditor.canaries import Canaries, CanaryFamily, resolve_canary_family, seen_mask
-from flaudit.auditor.service.external import RUN_CONFIG_KEYS
-from flaudit.auditor.validation import check_at_least, check_positive
-from flaudit.server.reporting import RoundMetadata, RoundReporter
-from flaudit.server.schedules import CanarySchedule
-from flaudit.server.vectors import flatten, unflatten
+from ..auditor.canaries import Canaries, CanaryFamily, resolve_canary_family
+from ..auditor.schedules import canary_plan
+from ..auditor.validation import check_at_least, check_positive
+from ..protocol.vectors import flatten, unflatten
+from ..protocol.wire import RUN_CONFIG_KEYS
+from .reporting import HttpRoundReporter, RoundMetadata, RoundReporter
 
 __all__ = ["CanaryAuditStrategy", "LegacyCanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
            "ENV_RUN_TOKEN", "ENV_RUN_TOKEN_FILE"]
@@ -187,8 +187,8 @@ def _weight_key(strategy: Strategy) -> str:
 class LocalCanaries:
     """Canaries generated in this process from a seed (tests, ``flaudit run``-style local use).
 
-    The same rule as the service's external audits (:func:`flaudit.auditor.service.external.canary_plan`,
-    :class:`flaudit.server.schedules.CanarySchedule`): the seen set from the seed,
+    The same rule as the service's external audits (:func:`flaudit.service.external.canary_plan`,
+    :class:`flaudit.auditor.schedules.CanarySchedule`): the seen set from the seed,
     ``canary_repeats`` rounds per seen canary from ``data_seed``, at most ``clients_per_round``
     canaries per round (they take cohort slots; ``None``: no cap), the family from
     ``canary_family`` by :func:`flaudit.auditor.canaries.resolve_canary_family` once the model
@@ -207,10 +207,9 @@ class LocalCanaries:
         self._seed = int(canary_seed)
         self.num_canaries = int(num_canaries)
         self.canary_family = None if canary_family is None else CanaryFamily(canary_family)
-        self._plan = CanarySchedule.from_mask(
-            seen_mask(self._seed, int(num_canaries)), num_rounds=int(num_rounds),
-            canary_repeats=int(canary_repeats), seed=int(data_seed),
-            max_per_round=clients_per_round,
+        self._plan = canary_plan(
+            self._seed, num_canaries=num_canaries, num_rounds=num_rounds,
+            canary_repeats=canary_repeats, data_seed=data_seed, max_per_round=clients_per_round,
         )
         self.by_round = {t: self._plan.seen(t) for t in range(1, int(num_rounds) + 1)}
         self._canaries: Canaries | None = None
@@ -250,7 +249,6 @@ def _reporter_from_env(run_config: Mapping[str, Any] | None, *,
     """The service client of the audit named by the environment or the run config (``from_env``):
     ``on_service_error`` from ``FLAUDIT_ON_SERVICE_ERROR`` or the run-config key
     ``flaudit-on-service-error`` (default ``"continue"``), ``resume`` from ``FLAUDIT_RESUME``."""
-    from flaudit.server.reporting import HttpRoundReporter
 
     config = dict(run_config or {})
     if str(config.get("flaudit-run-token", "") or ""):

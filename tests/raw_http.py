@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from flaudit.auditor.service.http_protocol import MAX_HEAD_BYTES
+from flaudit.service.http_protocol import MAX_HEAD_BYTES
 
 
 def connect(port: int) -> socket.socket:

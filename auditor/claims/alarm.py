@@ -26,11 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-
-from flaudit.auditor.claims.normal_scores import NormalScoreTest
-from flaudit.auditor.claims.tiers import AlarmTest, ValidityTier
-from flaudit.auditor.estimators._validation import check_confidence
-from flaudit.auditor.validation import check_integer_at_least
+from ..estimators._validation import check_confidence
+from ..estimators.gdp import gdp_epsilon
+from ..results import ThreatModel
+from ..validation import check_integer_at_least
+from .fdp import fdp_mu_lo
+from .normal_scores import NormalScoreTest
+from .tiers import AlarmTest, ValidityTier
 
 __all__ = ["ALARM_ALPHA", "ALARM_BUDGET", "PER_ROUND_SHARE", "AlarmDecision", "decide_alarm",
            "look_level", "alarm_guarantee"]
@@ -50,7 +52,7 @@ PER_ROUND_SHARE: dict[AlarmTest, float] = {
     AlarmTest.known_rounds_fdp_one_run: 0.0,
 }
 
-_KNOWN_ROUNDS = "known_rounds"
+_KNOWN_ROUNDS = ThreatModel.known_rounds
 
 
 def look_level(test: AlarmTest | str, look: int, num_looks: int, *,
@@ -149,7 +151,6 @@ def _mu_lo(test: AlarmTest, data: dict, level: float) -> float | None:
         except (KeyError, TypeError, ValueError):
             return None
     if test is AlarmTest.known_rounds_fdp_one_run:
-        from flaudit.auditor.claims.fdp import fdp_mu_lo
 
         try:
             return fdp_mu_lo(int(details["correct"]), int(details["guesses"]), int(details["m"]),
@@ -179,7 +180,6 @@ def decide_alarm(tests, *, look: int, num_looks: int, claims=None, alpha: float 
     delta : float, optional
         delta at which ``refuted_by["epsilon_lo"]`` reads ``mu_lo`` (omitted: None).
     """
-    from flaudit.auditor.estimators.gdp import gdp_epsilon
 
     data = [_as_dict(t) for t in tests]
     if claims is not None:

@@ -10,6 +10,8 @@ import math
 from typing import Any, Iterable, Mapping
 
 from ..bugs import InjectedBug
+from ..canaries import resolve_canary_family
+from ..estimators import interference_warning
 from ..spec import AuditSpec, Participation
 from . import AlarmDecision, alarm_guarantee, audit_claims, audit_design, decide_alarm
 from .verdict import TEST_NAMES, Verdict, audit_verdict, clause
@@ -149,8 +151,6 @@ def build_alerts(
         if alert is not None and not (kept is not None and alert["level"] == "error"):
             alerts.append(alert)
     if dim and dim >= 2:
-        from ..canaries import resolve_canary_family
-        from ..estimators import interference_warning
 
         family = resolve_canary_family(
             spec.canary_family, num_canaries=spec.num_canaries, dim=int(dim)

@@ -24,6 +24,7 @@ from typing import Any
 
 from scipy import special
 
+from ..estimators.gdp import gdp_epsilon
 from .alarm import ALARM_ALPHA, look_level
 from .fdp import design_guesses, fdp_mu_lo
 from .tiers import AlarmTest
@@ -100,7 +101,6 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
     """The audit design of ``spec`` (an :class:`flaudit.auditor.spec.AuditSpec`, or anything with
     ``accounted_noise_multiplier``, ``canary_repeats``, ``num_canaries``, ``num_rounds`` and
     ``delta``)."""
-    from flaudit.auditor.estimators.gdp import gdp_epsilon
 
     z = float(spec.accounted_noise_multiplier)
     r = int(spec.canary_repeats)

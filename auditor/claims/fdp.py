@@ -16,15 +16,8 @@ import math
 import numpy as np
 from scipy import special
 
-from flaudit.auditor.estimators.gdp import (
-    ClaimTestResult,
-    GaussianDPClaim,
-    _guess_counts,
-    _guess_game_feasible,
-    fdp_one_run_p_value,
-)
-from flaudit.auditor.results import Correction
-
+from ..results import Correction
+from .claim_test import ClaimTestResult, _guess_counts, fdp_one_run_p_value
 from .tiers import AlarmTest
 
 __all__ = ["design_guesses", "fdp_claim_test", "fdp_mu_lo"]

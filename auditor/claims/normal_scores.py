@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special, stats
 
-from flaudit.auditor.estimators.null import null_probit, studentized_from_cosine
+from ..estimators.null import null_probit, studentized_from_cosine
 
 __all__ = ["final_model_normal_scores", "final_model_rounds", "NormalScoreTest", "RoundSums",
            "nct_log_cdf", "normal_score_test"]
@@ -311,7 +311,7 @@ def normal_score_test(rounds: RoundSums, *, claim_mu: float,
     Parameters
     ----------
     rounds : RoundSums
-        The seen canaries' per-release sums (:attr:`flaudit.auditor.known_rounds.KnownRoundsStatistic.rounds`,
+        The seen canaries' per-release sums (:attr:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic.rounds`,
         :func:`final_model_rounds`, or :meth:`RoundSums.from_scores` for independent scores).
     claim_mu : float
         The claimed ``mu`` for ``claim_participations`` participations (``sqrt(r)/z`` for the

@@ -1,83 +1,39 @@
 """Every epsilon estimator, lower bound, diagnostic and the analytic accounting, as pure
 functions over arrays of canary cosines. See ``docs/estimators.md``."""
 
-from flaudit.auditor.estimators.alarm import (
-    ALARM_ALPHA,
-    AlarmDecision,
-    alarm_guarantee,
-    decide_alarm,
-    look_level,
-)
-from flaudit.auditor.estimators.analytic import (
+from .analytic import (
     analytic_epsilon,
     audit_analytic_epsilon,
     gaussian_epsilon_for_sigma,
     gaussian_sigma_for_epsilon,
 )
-from flaudit.auditor.estimators.diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
-from flaudit.auditor.estimators.fitted import (
+from .diagnostics import anderson_darling, bootstrap_interval, unseen_vs_null
+from .fitted import (
     all_iterates_estimate,
     exact_null_epsilon,
     final_model_epsilon,
     final_model_estimates,
 )
-from flaudit.auditor.estimators.gdp import (
-    ClaimTestResult,
-    EpsilonDeltaCurveClaim,
-    GaussianDPClaim,
-    GaussianDPResult,
-    NoDPClaim,
-    audit_claims,
-    claim_test,
-    fdp_one_run_lower_bound,
-    fdp_one_run_p_value,
-    gdp_epsilon,
-    gdp_lower_bound,
-    poisson_subsampled_claim,
-)
-from flaudit.auditor.estimators.interference import effective_noise_multiplier, interference_warning
-from flaudit.auditor.estimators.lower_bound import (
+from .gdp import GaussianDPResult, gdp_delta, gdp_epsilon, gdp_lower_bound
+from .interference import effective_noise_multiplier, interference_warning
+from .lower_bound import (
     Bonferroni,
     NoCorrection,
     Split,
-    epsilon_lower_bound,
     clopper_pearson_upper,
+    epsilon_lower_bound,
     jeffreys_upper,
 )
-from flaudit.auditor.estimators.null import null_cdf, null_logsf, null_pdf, null_sf
-from flaudit.auditor.estimators.one_run import one_run_lower_bound, one_run_p_value
-from flaudit.auditor.estimators.sequential import (
-    SequentialDPTest,
-    mmd_threshold,
-    sequential_epsilon_lower_bound,
-)
-from flaudit.auditor.estimators.summary import AuditSummary, Histogram, summarize
-from flaudit.auditor.estimators.two_gaussian import (
-    gaussian_mechanism_delta,
-    hockey_stick_divergence,
-    two_gaussian_epsilon,
-)
+from .null import null_cdf, null_logsf, null_pdf, null_sf
+from .one_run import one_run_lower_bound, one_run_p_value
+from .sequential import SequentialDPTest, mmd_threshold, sequential_epsilon_lower_bound
+from .two_gaussian import gaussian_mechanism_delta, hockey_stick_divergence, two_gaussian_epsilon
 
 __all__ = [
-    "ALARM_ALPHA",
-    "AlarmDecision",
-    "alarm_guarantee",
-    "decide_alarm",
-    "look_level",
-    "AuditSummary",
-    "ClaimTestResult",
-    "EpsilonDeltaCurveClaim",
-    "GaussianDPClaim",
     "GaussianDPResult",
-    "NoDPClaim",
-    "audit_claims",
-    "claim_test",
     "clopper_pearson_upper",
-    "fdp_one_run_lower_bound",
-    "fdp_one_run_p_value",
     "gdp_epsilon",
     "gdp_lower_bound",
-    "poisson_subsampled_claim",
     "Bonferroni",
     "Histogram",
     "NoCorrection",
@@ -107,6 +63,5 @@ __all__ = [
     "one_run_lower_bound",
     "one_run_p_value",
     "sequential_epsilon_lower_bound",
-    "summarize",
     "two_gaussian_epsilon",
 ]

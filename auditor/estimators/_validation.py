@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from flaudit.auditor.results import VarianceTreatment
+from ..results import VarianceTreatment
 
 
 def check_delta(delta: float, name: str = "delta") -> float:

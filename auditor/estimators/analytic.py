@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from flaudit.auditor.estimators._validation import check_delta, check_nonnegative
-from flaudit.auditor.results import EpsilonResult, Estimator
+from ..results import EpsilonResult, Estimator
+from ._validation import check_delta, check_nonnegative
 
 #: Integer orders only: fractional orders near 1 make the RDP accountant log convergence warnings.
 _RDP_ORDERS = [float(a) for a in range(2, 65)] + [80.0, 96.0, 128.0, 192.0, 256.0, 512.0, 1024.0]

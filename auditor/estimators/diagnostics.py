@@ -9,9 +9,9 @@ from collections.abc import Callable
 import numpy as np
 from scipy import special
 
-from flaudit.auditor.estimators._validation import check_dim, check_scores
-from flaudit.auditor.estimators.null import null_cdf
-from flaudit.auditor.results import Diagnostic
+from ..results import Diagnostic
+from ._validation import check_dim, check_scores
+from .null import null_cdf
 
 __all__ = ["anderson_darling", "unseen_vs_null", "bootstrap_interval"]
 

@@ -7,12 +7,10 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from flaudit.auditor.estimators._validation import (
-    check_delta, check_dim, check_gaussian_variance, check_scores,
-)
-from flaudit.auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logpdf, null_logsf, null_probit
-from flaudit.auditor.estimators.two_gaussian import two_gaussian_epsilon
-from flaudit.auditor.results import EpsilonResult, Estimator, VarianceTreatment
+from ..results import EpsilonResult, Estimator, ThreatModel, VarianceTreatment
+from ._validation import check_delta, check_dim, check_gaussian_variance, check_scores
+from .null import EXACT_NULL_BELOW_DIM, null_logpdf, null_logsf, null_probit
+from .two_gaussian import two_gaussian_epsilon
 
 __all__ = [
     "final_model_epsilon",
@@ -22,8 +20,8 @@ __all__ = [
     "max_null_probit",
 ]
 
-FINAL_MODEL = "final_model"
-ALL_ITERATES = "all_iterates"
+FINAL_MODEL = ThreatModel.final_model
+ALL_ITERATES = ThreatModel.all_iterates
 
 
 def _fit(values: np.ndarray) -> tuple[float, float]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from flaudit.auditor.canaries import CanaryFamily
+from ..canaries import CanaryFamily
 
 __all__ = [
     "effective_noise_multiplier",

@@ -21,14 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from flaudit.auditor.estimators._validation import (
-    check_confidence,
-    check_delta,
-    check_dim,
-    check_scores,
-)
-from flaudit.auditor.estimators.null import EXACT_NULL_BELOW_DIM, null_logsf
-from flaudit.auditor.results import Correction, EpsilonResult, Estimator
+from ..results import Correction, EpsilonResult, Estimator
+from ._validation import check_confidence, check_delta, check_dim, check_scores
+from .null import EXACT_NULL_BELOW_DIM, null_logsf
 
 __all__ = [
     "NoCorrection",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from flaudit.auditor.estimators._validation import check_dim
+from ._validation import check_dim
 
 __all__ = ["null_probit", "null_logsf", "null_sf", "null_cdf", "null_pdf", "null_logpdf",
            "EXACT_NULL_BELOW_DIM", "cosine_equivalent", "studentized_from_cosine"]

@@ -19,13 +19,8 @@ import math
 import numpy as np
 from scipy import special
 
-from flaudit.auditor.estimators._validation import (
-    check_confidence,
-    check_delta,
-    check_mask,
-    check_scores,
-)
-from flaudit.auditor.results import Correction, EpsilonResult, Estimator
+from ..results import Correction, EpsilonResult, Estimator
+from ._validation import check_confidence, check_delta, check_mask, check_scores
 
 __all__ = ["one_run_lower_bound", "one_run_p_value", "one_run_epsilon", "default_guess_grid"]
 

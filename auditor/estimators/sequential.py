@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flaudit.auditor.estimators._validation import check_delta, check_finite
-from flaudit.auditor.results import Correction, EpsilonResult, Estimator
+from ..results import Correction, EpsilonResult, Estimator
+from ._validation import check_delta, check_finite
 
 __all__ = [
     "SequentialDPTest",

@@ -16,7 +16,7 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from flaudit.auditor.estimators._validation import check_delta, check_finite, check_nonnegative
+from ._validation import check_delta, check_finite, check_nonnegative
 
 __all__ = ["two_gaussian_epsilon", "hockey_stick_divergence", "gaussian_mechanism_delta"]
 

@@ -24,8 +24,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from flaudit.auditor.claims import decide_alarm  # noqa: E402
-from flaudit.auditor.estimators.summary import summarize  # noqa: E402
-from flaudit.server.simulated_audit import (  # noqa: E402
+from flaudit.auditor.claims.summary import summarize  # noqa: E402
+from flaudit.server.simulated_audit import (
     DPBug,
     FedAvgSimulation,
     simulate_dpfedavg_audit,

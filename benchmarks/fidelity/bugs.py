@@ -3,7 +3,7 @@
 Simulated DP-FedAvg (flaudit.server.simulated_audit: the server's own schedule and aggregation code, numpy
 clients) with one injected bug per row. The *claim* is what the service shows for the configured
 (z, q, T, canary_repeats) via dp-accounting (flaudit.server.simulated_audit.claimed_epsilons, same call as
-flaudit.auditor.service.live.analytic_results). The alarm is raised when any valid 95% lower bound the
+flaudit.service.live.analytic_results). The alarm is raised when any valid 95% lower bound the
 service computes (eps_lo with Bonferroni for final model and all iterates, the one-run bound for
 both statistics) exceeds the known-rounds claim -- the bound that applies to a canary inserted in
 exactly ``canary_repeats`` rounds. Alarm rates against the Poisson-subsampled claim and the share

@@ -38,8 +38,9 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from flaudit.auditor.estimators import SequentialDPTest, decide_alarm, summarize  # noqa: E402
-from flaudit.server.simulated_audit import (  # noqa: E402
+from flaudit.auditor.estimators import SequentialDPTest  # noqa: E402
+from flaudit.auditor.claims import decide_alarm, summarize
+from flaudit.server.simulated_audit import (
     DPBug,
     FedAvgSimulation,
     claimed_epsilons,

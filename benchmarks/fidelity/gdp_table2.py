@@ -3,7 +3,7 @@ all inserted, delta = 10^-6): power and validity of mu_lo beside today's epsilon
 
 For each true epsilon (and a row with nothing inserted: true epsilon 0), ``--reps`` independent
 releases ``rho = sum_j c_j + N(0, sigma^2 I)`` are simulated exactly in distribution
-(:func:`flaudit.auditor.gaussian.gaussian_mechanism_cosines`), and on the same cosines:
+(:func:`flaudit.auditor.claims.gaussian.gaussian_mechanism_cosines`), and on the same cosines:
 
 * ``gdp``: :func:`flaudit.auditor.estimators.gdp_lower_bound` (exact null FPR, Clopper-Pearson FNR,
   GDP_BONFERRONI: two thresholds, 95%), read as the epsilon at delta of the mu_lo-Gaussian
@@ -37,11 +37,11 @@ import numpy as np  # noqa: E402
 from flaudit.auditor.claims.normal_scores import final_model_rounds, normal_score_test  # noqa: E402
 from flaudit.auditor.estimators import epsilon_lower_bound  # noqa: E402
 from flaudit.auditor.estimators.analytic import gaussian_sigma_for_epsilon  # noqa: E402
-from flaudit.auditor.estimators.gdp import (  # noqa: E402
-    GaussianDPClaim, claim_test, gdp_epsilon, gdp_lower_bound,
-)
+from flaudit.auditor.claims.curves import GaussianDPClaim
+from flaudit.auditor.claims.claim_test import claim_test
+from flaudit.auditor.estimators.gdp import gdp_epsilon, gdp_lower_bound
 from flaudit.auditor.estimators.lower_bound import Bonferroni  # noqa: E402
-from flaudit.auditor.gaussian import gaussian_mechanism_cosines  # noqa: E402
+from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines  # noqa: E402
 from flaudit.server.simulated_audit import sample_null_cosines  # noqa: E402
 from benchmarks.fidelity._common import clopper_pearson  # noqa: E402
 

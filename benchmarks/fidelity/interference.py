@@ -1,7 +1,7 @@
 """Interference (Keinan et al. 2025): epsilon-estimate bias as k/d grows, per canary family.
 
 All k canaries are inserted into one release rho = sum_j c_j + N(0, sigma^2 I_d) (Andrew et al.
-Alg. 1, exact projected simulation flaudit.auditor.gaussian.gaussian_mechanism_cosines); the estimate is
+Alg. 1, exact projected simulation flaudit.auditor.claims.gaussian.gaussian_mechanism_cosines); the estimate is
 the final-model two-Gaussian epsilon with variance 1/d (Table 2's) and with the fitted variance.
 Bias = mean estimate / analytic epsilon - 1. The "predicted" column is the closed-form route:
 the audit measures the effective noise sigma_eff = sqrt(sigma^2 + k/d)
@@ -34,9 +34,15 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from flaudit.auditor.estimators import final_model_epsilon  # noqa: E402
-from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon  # noqa: E402
-from flaudit.auditor.estimators.interference import effective_noise_multiplier, interference_warning  # noqa: E402
-from flaudit.auditor.gaussian import gaussian_mechanism_cosines  # noqa: E402
+from flaudit.auditor.estimators.analytic import (
+    gaussian_epsilon_for_sigma,
+    gaussian_sigma_for_epsilon,
+)
+from flaudit.auditor.estimators.interference import (
+    effective_noise_multiplier,
+    interference_warning,
+)
+from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines  # noqa: E402
 from flaudit.auditor.results import VarianceTreatment  # noqa: E402
 from benchmarks.fidelity._common import dump  # noqa: E402
 

@@ -29,8 +29,16 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from flaudit.auditor.estimators import Bonferroni, NoCorrection, Split, epsilon_lower_bound  # noqa: E402
-from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon  # noqa: E402
+from flaudit.auditor.estimators import (
+    Bonferroni,
+    NoCorrection,
+    Split,
+    epsilon_lower_bound,
+)
+from flaudit.auditor.estimators.analytic import (
+    gaussian_epsilon_for_sigma,
+    gaussian_sigma_for_epsilon,
+)
 from flaudit.auditor.estimators.one_run import one_run_lower_bound  # noqa: E402
 from flaudit.server.simulated_audit import gaussian_mechanism_scores  # noqa: E402
 from benchmarks.fidelity._common import clopper_pearson, dump, rate_consistent_with  # noqa: E402

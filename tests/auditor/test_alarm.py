@@ -19,7 +19,7 @@ from flaudit.auditor.claims import (
     look_level,
 )
 from flaudit.auditor.claims.fdp import fdp_claim_test
-from flaudit.auditor.estimators import summarize
+from flaudit.auditor.claims import summarize
 from flaudit.auditor.spec import AuditSpec
 
 

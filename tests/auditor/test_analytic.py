@@ -3,7 +3,11 @@ import math
 import dp_accounting
 import pytest
 
-from flaudit.auditor.estimators import analytic_epsilon, gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
+from flaudit.auditor.estimators import (
+    analytic_epsilon,
+    gaussian_epsilon_for_sigma,
+    gaussian_sigma_for_epsilon,
+)
 from flaudit.auditor.results import Estimator
 
 

@@ -2,7 +2,11 @@ import numpy as np
 import pytest
 
 from flaudit.auditor.canaries import (
-    CanaryFamily, canary_vector, canary_vectors, iter_canary_chunks, seen_mask,
+    CanaryFamily,
+    canary_vector,
+    canary_vectors,
+    iter_canary_chunks,
+    seen_mask,
 )
 from flaudit.auditor.statistics import CosineTracker
 

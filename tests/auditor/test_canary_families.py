@@ -5,8 +5,13 @@ import pytest
 from scipy import stats
 
 from flaudit.auditor.canaries import (
-    CanaryFamily, OrthogonalCanaries, canary_sum, canary_vector, canary_vectors,
-    resolve_canary_family, seen_mask,
+    CanaryFamily,
+    OrthogonalCanaries,
+    canary_sum,
+    canary_vector,
+    canary_vectors,
+    resolve_canary_family,
+    seen_mask,
 )
 from flaudit.auditor.spec import AuditSpec
 from flaudit.auditor.statistics import CosineTracker
@@ -157,7 +162,7 @@ def test_canary_sum_is_the_sum_of_the_vectors(family):
 
 def test_gaussian_mechanism_exact_simulation_matches_the_transform():
     """Orthogonal family: the O(k) simulation and real canaries through the transform agree."""
-    from flaudit.auditor.gaussian import gaussian_mechanism_cosines
+    from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines
 
     sigma, d, k = 0.5, 2000, 400
     runs = {method: np.concatenate([

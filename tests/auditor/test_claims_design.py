@@ -10,7 +10,8 @@ import pytest
 
 from flaudit.auditor.claims import audit_design
 from flaudit.auditor.claims.fdp import fdp_mu_lo
-from flaudit.auditor.estimators.gdp import GaussianDPClaim, _guess_game_feasible
+from flaudit.auditor.claims.curves import GaussianDPClaim
+from flaudit.auditor.claims.claim_test import _guess_game_feasible
 
 
 def _spec(k=1000, z=1.0, r=1, T=10, delta=1e-6):

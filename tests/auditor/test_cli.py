@@ -10,7 +10,7 @@ import json
 import pytest
 
 from flaudit import __version__
-from flaudit.auditor import cli
+from flaudit.commands import cli
 from flaudit.auditor.bugs import InjectedBug
 
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from flaudit.auditor.commands import gaussian
+from flaudit.commands import gaussian
 
 
 def _run(argv, capsys):
@@ -39,7 +39,7 @@ def test_bad_arguments_exit_with_message(capsys):
 
 
 def test_module_does_not_import_heavy_packages():
-    code = ("import sys, flaudit.auditor.commands.gaussian; "
+    code = ("import sys, flaudit.commands.gaussian; "
             "print(any(m in sys.modules for m in ('flwr', 'torch', 'fastapi')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 import logging
 
-from flaudit.auditor.commands._progress import RoundProgress, fmt_seconds
-from flaudit.auditor.commands._table import fmt_number
+from flaudit.commands._progress import RoundProgress, fmt_seconds
+from flaudit.commands._table import fmt_number
 
 
 class FakeClock:
@@ -70,7 +70,7 @@ def test_number_and_duration_formats():
 def test_every_option_of_every_subcommand_has_help():
     import argparse
 
-    from flaudit.auditor.cli import build_parser
+    from flaudit.commands.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

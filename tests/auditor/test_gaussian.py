@@ -5,7 +5,7 @@ import pytest
 from scipy import stats
 
 from flaudit.auditor import gaussian_mechanism_audit
-from flaudit.auditor.gaussian import gaussian_mechanism_cosines
+from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines
 
 
 def test_projected_simulation_matches_materialised_canaries_in_distribution():

@@ -12,17 +12,15 @@ from hypothesis import strategies as st
 
 from flaudit.auditor import gdp_lower_bound
 from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma
-from flaudit.auditor.estimators.gdp import (
+from flaudit.auditor.claims.curves import (
     EpsilonDeltaCurveClaim,
     GaussianDPClaim,
     NoDPClaim,
     audit_claims,
-    claim_test,
-    fdp_one_run_lower_bound,
-    gdp_delta,
-    gdp_epsilon,
     poisson_subsampled_claim,
 )
+from flaudit.auditor.claims.claim_test import claim_test, fdp_one_run_lower_bound
+from flaudit.auditor.estimators.gdp import gdp_delta, gdp_epsilon
 from flaudit.auditor.estimators.lower_bound import Bonferroni, NoCorrection, Split
 from flaudit.auditor.results import Estimator
 from flaudit.server.simulated_audit import sample_null_cosines

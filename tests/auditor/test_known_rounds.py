@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from flaudit.auditor.known_rounds import KnownRoundsState, KnownRoundsStatistic, noise_scale
+from flaudit.auditor.claims.known_rounds import KnownRoundsState, KnownRoundsStatistic, noise_scale
 
 
 def _rounds(rng, *, k, num_rounds, repeats):

@@ -6,7 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flaudit.auditor import epsilon_lower_bound
-from flaudit.auditor.estimators import Bonferroni, NoCorrection, Split, gaussian_sigma_for_epsilon, jeffreys_upper
+from flaudit.auditor.estimators import (
+    Bonferroni,
+    NoCorrection,
+    Split,
+    gaussian_sigma_for_epsilon,
+    jeffreys_upper,
+)
 from flaudit.auditor.results import Correction, Estimator
 
 

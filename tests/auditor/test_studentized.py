@@ -16,13 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from flaudit.auditor.claims.normal_scores import (
-    RoundSums, final_model_rounds, normal_score_test,
-)
+from flaudit.auditor.claims.normal_scores import RoundSums, final_model_rounds, normal_score_test
 from flaudit.auditor.estimators.null import (
-    cosine_equivalent, null_cdf, null_probit, studentized_from_cosine,
+    cosine_equivalent,
+    null_cdf,
+    null_probit,
+    studentized_from_cosine,
 )
-from flaudit.auditor.known_rounds import KnownRoundsState, KnownRoundsStatistic
+from flaudit.auditor.claims.known_rounds import KnownRoundsState, KnownRoundsStatistic
 from flaudit.auditor.statistics import null_standardized_cosines
 
 

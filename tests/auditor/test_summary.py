@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from flaudit.auditor.estimators import AuditSummary, summarize
+from flaudit.auditor.claims import AuditSummary, summarize
 from flaudit.auditor.results import Correction, Estimator, VarianceTreatment
 
 

@@ -1,4 +1,4 @@
-"""flaudit.auditor.service.deployment without a SuperLink: run config, Flower CLI config, status parsing,
+"""flaudit.server.deployment without a SuperLink: run config, Flower CLI config, status parsing,
 the wait/cancel/timeout loop against a fake Control API, and that secrets never leak into errors.
 The real thing (SuperLink + SuperNodes + service) is tests/deployment/test_topology.py."""
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flaudit.auditor.service import deployment as dep
-from flaudit.auditor.service.deployment import (
+from flaudit.server import deployment as dep
+from flaudit.server.deployment import (
     DeploymentError,
     DeploymentResult,
     RunState,

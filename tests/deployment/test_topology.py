@@ -152,8 +152,8 @@ def private_cluster():
 
 def _stored_seed(database_url: str, audit_id: str) -> int:
     """The audit's secret seed, read from the database (for the leak scan only)."""
-    from flaudit.auditor.service.sealing import SeedCipher
-    from flaudit.auditor.service.store import Store
+    from flaudit.service.sealing import SeedCipher
+    from flaudit.service.store import Store
 
     store = Store(database_url, cipher=SeedCipher([TEST_SECRET_KEY]))
     try:
@@ -180,7 +180,7 @@ class Topology:
 def _start_service(top: Topology, name: str) -> None:
     """``flaudit serve`` on the topology's port and database (compose: the flaudit service)."""
     top.procs.start(name, [
-        str(BIN / "python"), "-m", "flaudit.auditor.cli", "serve", "--host", "127.0.0.1",
+        str(BIN / "python"), "-m", "flaudit.commands.cli", "serve", "--host", "127.0.0.1",
         "--port", str(top.api_port), "--database-url", top.database_url,
     ], top.service_env)
     wait_for(lambda: http_ok(f"{top.api}/readyz") or
@@ -254,7 +254,7 @@ def _start_topology(tmp_path: Path, stack: ExitStack) -> Topology:
 
 @pytest.mark.timeout(420)
 def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
-    from flaudit.auditor.service.deployment import RunState, SuperLinkControl
+    from flaudit.server.deployment import RunState, SuperLinkControl
 
     bodies: list[str] = []
     with ExitStack() as stack:
@@ -339,7 +339,7 @@ def test_a_service_restart_leaves_the_flower_run_training_and_the_audit_resumes(
     The Flower run must train on while the service is away (never stopped), its ServerApp
     must deliver what it kept, and the audit must end succeeded with every round: none that
     was acknowledged before the restart lost, none missing after it."""
-    from flaudit.auditor.service.deployment import RunState, SuperLinkControl
+    from flaudit.server.deployment import RunState, SuperLinkControl
 
     bodies: list[str] = []
     num_rounds = 6
@@ -398,7 +398,7 @@ def test_tls_override_command_serves_supernodes_and_control_api(tmp_path):
     """The SuperLink command of docker/compose.tls.yaml, with certificates from
     docker/generate-certs.sh: a SuperNode (image entry point, CA only) registers over TLS, the
     HTTPS health check passes with the CA, and flaudit's Control API client talks to it."""
-    from flaudit.auditor.service.deployment import DeploymentError, SuperLinkControl
+    from flaudit.server.deployment import DeploymentError, SuperLinkControl
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")

@@ -56,7 +56,7 @@ class Service:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory) -> Service:
-    """The real service (``flaudit.auditor.service.app:create_app``, its audits' canary seeds
+    """The real service (``flaudit.service.app:create_app``, its audits' canary seeds
     reproducible: :mod:`tests.e2e.seeded_app`) on a free port with a temporary SQLite database
     and ``FLAUDIT_API_KEY`` set; stopped (runner included) at the end."""
     tmp = tmp_path_factory.mktemp("dashboard-service")
@@ -156,7 +156,7 @@ def output_dir() -> Path:
 @pytest.fixture(scope="module")
 def static_url():
     """The dashboard's static files alone, from a plain HTTP server (no API behind them)."""
-    from flaudit.auditor.service.app import STATIC_DIR
+    from flaudit.service.app import STATIC_DIR
 
     class QuietHandler(http.server.SimpleHTTPRequestHandler):
         def log_message(self, format, *args):  # noqa: A002 (the stdlib's signature)

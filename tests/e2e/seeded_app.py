@@ -1,4 +1,4 @@
-"""The real service app (``flaudit.auditor.service.app:create_app``) with reproducible canary
+"""The real service app (``flaudit.service.app:create_app``) with reproducible canary
 seeds, for the browser tests' uvicorn subprocess.
 
 The service draws each audit's secret canary seed from the OS. The verdict tests feed real
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import itertools
 
-import flaudit.auditor.service.routers.audits as audits_router
-from flaudit.auditor.service.app import create_app as _create_app
+import flaudit.service.routers.audits as audits_router
+from flaudit.service.app import create_app as _create_app
 
 #: Large and secret-looking, like a drawn seed (128 bits).
 SEED_BASE = 0x5EED_2026_1126_E2E0_7E57_0F1A_C0DE

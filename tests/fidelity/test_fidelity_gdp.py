@@ -7,9 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flaudit.auditor.estimators import decide_alarm, summarize
-from flaudit.auditor.estimators.gdp import claim_test
-from flaudit.server.simulated_audit import DPBug, FedAvgSimulation, simulate_dpfedavg_audit, simulation_claims
+from flaudit.auditor.claims import decide_alarm, summarize
+from flaudit.auditor.claims.claim_test import claim_test
+from flaudit.server.simulated_audit import (
+    DPBug,
+    FedAvgSimulation,
+    simulate_dpfedavg_audit,
+    simulation_claims,
+)
 
 SMALL = FedAvgSimulation(dim=5000, num_clients=500, clients_per_round=50, num_rounds=5,
                          num_canaries=1000, canary_repeats=1, noise_multiplier=1.0,

@@ -10,9 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flaudit.auditor.estimators import final_model_epsilon
-from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
+from flaudit.auditor.estimators.analytic import (
+    gaussian_epsilon_for_sigma,
+    gaussian_sigma_for_epsilon,
+)
 from flaudit.auditor.estimators.interference import effective_noise_multiplier, interference_warning
-from flaudit.auditor.gaussian import gaussian_mechanism_cosines
+from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines
 
 DELTA = 1e-5
 

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma, gaussian_sigma_for_epsilon
+from flaudit.auditor.estimators.analytic import (
+    gaussian_epsilon_for_sigma,
+    gaussian_sigma_for_epsilon,
+)
 from flaudit.auditor.estimators.null import null_cdf
 from flaudit.server.simulated_audit import gaussian_mechanism_scores, sample_null_cosines
 from benchmarks.fidelity.validity import BOUNDS, VALID, run_bounds

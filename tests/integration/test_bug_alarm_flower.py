@@ -11,7 +11,7 @@ import pytest
 import flaudit.auditor.canaries
 import flaudit.server.simulation
 from flaudit.auditor.canaries import seen_mask
-from flaudit.auditor.cli import main as cli_main
+from flaudit.commands.cli import main as cli_main
 
 pytestmark = pytest.mark.slow
 

@@ -131,8 +131,8 @@ def run_app(tmp_path: Path, monkeypatch, *, heavy: int, noise: float):
 def alarm_status(reporter) -> str:
     """The service's own alarm decision on this run's statistics (final look)."""
     from flaudit.auditor.canaries import seen_mask
-    from flaudit.auditor.estimators.gdp import audit_claims
-    from flaudit.auditor.service.live import decide, num_looks, summary_parts
+    from flaudit.auditor.claims.curves import audit_claims
+    from flaudit.service.live import decide, num_looks, summary_parts
     from flaudit.auditor.spec import AuditClaim, AuditSpec
 
     spec = AuditClaim(**reporter.claims[0]).apply(AuditSpec(

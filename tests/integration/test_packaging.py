@@ -28,7 +28,7 @@ def _tracked_modules() -> set[str]:
     listed = subprocess.run(["git", "ls-files", "flaudit", "auditor", "server", "clients"],
                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     return {p if p.startswith("flaudit/") else f"flaudit/{p}" for p in listed
-            if p.endswith(".py") or p.startswith("auditor/service/static/")}
+            if p.endswith(".py") or p.startswith("service/static/")}
 
 
 @pytest.mark.timeout(300)
@@ -48,7 +48,7 @@ def test_the_wheel_installs_a_working_flaudit_outside_the_source_tree(tmp_path):
         scripts.read_string(archive.read(entry_points).decode())
     missing = _tracked_modules() - names
     assert not missing, f"not in the wheel: {sorted(missing)}"
-    assert scripts["console_scripts"]["flaudit"] == "flaudit.auditor.cli:main"
+    assert scripts["console_scripts"]["flaudit"] == "flaudit.commands.cli:main"
     assert not any(n.startswith(("tests/", "docs/", "docker/")) for n in names)
     top_level = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert top_level == {"flaudit"}, f"import names installed besides flaudit: {top_level}"
@@ -58,13 +58,13 @@ def test_the_wheel_installs_a_working_flaudit_outside_the_source_tree(tmp_path):
     site = sysconfig.get_paths()["purelib"]
     code = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
-        "import flaudit.server.wrapper, flaudit.auditor.service.app, flaudit.auditor.cli\n"
+        "import flaudit.server.wrapper, flaudit.service.app, flaudit.commands.cli\n"
         "from flaudit.server.wrapper import CanaryAuditStrategy\n"
         "from importlib.resources import files\n"
-        "assert files('flaudit.auditor.service').joinpath('static').is_dir()\n"
+        "assert files('flaudit.service').joinpath('static').is_dir()\n"
         "print(flaudit.server.wrapper.__file__)\n"
         "sys.argv = ['flaudit', 'attach', '--help']\n"
-        "flaudit.auditor.cli.main()\n"
+        "flaudit.commands.cli.main()\n"
     )
     run = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path / "site"), site],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flaudit.auditor.service.deployment import RunState, SuperLinkControl
+from flaudit.server.deployment import RunState, SuperLinkControl
 from tests.integration.test_byo_flower_app import API_KEY, NUM_CANARIES, _run_config, make_app
 from tests.processes import BIN, Processes, flower_env, free_port, wait_for, wait_for_audit
 from tests.service.service_process import ServiceProcess

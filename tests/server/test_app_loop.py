@@ -15,7 +15,7 @@ from flaudit.auditor.statistics import CosineTracker
 from flaudit.clients.tasks import load_task
 from flaudit.server.app import AuditRuntime, check_dimension, run_audit
 from flaudit.server.reporting import LocalRoundReporter
-from flaudit.server.schedules import participation_schedule
+from flaudit.auditor.schedules import participation_schedule
 
 SEED = 0xC0FFEE
 

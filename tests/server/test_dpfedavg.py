@@ -15,7 +15,7 @@ from flaudit.server.dpfedavg import (
     canary_update,
     clip_update,
 )
-from flaudit.server.vectors import flatten, unflatten
+from flaudit.protocol.vectors import flatten, unflatten
 
 
 @settings(max_examples=40, deadline=None)

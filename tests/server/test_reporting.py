@@ -8,7 +8,12 @@ import pytest
 
 from flaudit.auditor.canaries import canary_vectors, seen_mask
 from flaudit.auditor.statistics import CosineTracker
-from flaudit.server.reporting import HttpRoundReporter, LocalRoundReporter, ReportingError, RoundMetadata
+from flaudit.server.reporting import (
+    HttpRoundReporter,
+    LocalRoundReporter,
+    ReportingError,
+    RoundMetadata,
+)
 
 META = RoundMetadata(clip_norm=0.5, cohort_size=4, num_canaries_inserted=1, num_failures=0,
                      clipped_fraction=0.25, noise_stddev=0.5)
@@ -171,7 +176,7 @@ def test_local_reporter_gives_canary_statistics():
 
 
 def test_local_reporter_feeds_the_known_rounds_statistic_from_participants():
-    from flaudit.auditor.known_rounds import KnownRoundsStatistic
+    from flaudit.auditor.claims.known_rounds import KnownRoundsStatistic
     from flaudit.server.reporting import participant_mask
 
     seed, k, d = 77, 40, 3000

@@ -14,8 +14,8 @@ from flwr.app import Error, Message
 import flaudit.auditor.canaries
 import flaudit.server.simulation
 from flaudit.auditor.canaries import seen_mask
-from flaudit.auditor.cli import main as cli_main
-from flaudit.auditor.commands.run import load_spec
+from flaudit.commands.cli import main as cli_main
+from flaudit.commands.run import load_spec
 from flaudit.clients.app import train
 from flaudit.server.app import AuditRuntime, run_audit
 
@@ -136,7 +136,7 @@ def test_run_command_module_imports_no_heavy_packages():
     import subprocess
     import sys
 
-    code = ("import sys, flaudit.auditor.commands.run; "
+    code = ("import sys, flaudit.commands.run; "
             "heavy = [m for m in ('flwr', 'torch', 'fastapi', 'ray') if m in sys.modules]; "
             "print(heavy); sys.exit(1 if heavy else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flaudit.server.schedules import canary_schedule, participation_schedule
+from flaudit.auditor.schedules import canary_schedule, participation_schedule
 
 
 def _schedule(**overrides):
@@ -139,7 +139,7 @@ def test_audit_spec_rejects_more_canary_repeats_than_rounds():
 
 
 def test_unseen_canaries_get_rounds_by_the_same_rule_and_participants_merge_both():
-    from flaudit.server.schedules import canary_participants, unseen_canary_rounds
+    from flaudit.auditor.schedules import canary_participants, unseen_canary_rounds
 
     rounds = unseen_canary_rounds(500, num_rounds=12, repeats=3, seed=4)
     # one round per period, exactly as canary_rounds draws them for the seen canaries
@@ -189,7 +189,7 @@ def test_canaries_take_cohort_slots_never_more_than_the_cohort(repeats, rounds, 
 
 def test_the_canary_schedule_is_the_participation_schedules_and_fills_no_more_than_m():
     from flaudit.auditor.canaries import seen_mask
-    from flaudit.server.schedules import CanarySchedule
+    from flaudit.auditor.schedules import CanarySchedule
 
     mask = seen_mask(4242, 40)
     plan = CanarySchedule.from_mask(mask, num_rounds=10, canary_repeats=2, seed=5, max_per_round=6)
@@ -208,7 +208,7 @@ def test_a_schedule_where_every_canary_came_up_seen():
     (it broke the claim route with a reshape error)."""
     import numpy as np
 
-    from flaudit.server.schedules import CanarySchedule
+    from flaudit.auditor.schedules import CanarySchedule
 
     plan = CanarySchedule.from_mask(np.ones(8, dtype=bool), num_rounds=5, canary_repeats=1,
                                     seed=0, max_per_round=3)

@@ -136,7 +136,7 @@ def test_canaries_take_cohort_slots_and_rounds_are_reported():
 
 def test_local_canaries_follow_the_built_in_schedule():
     """The wrapper's canaries of round t are the built-in ServerApp's (same schedule rule)."""
-    from flaudit.server.schedules import participation_schedule
+    from flaudit.auditor.schedules import participation_schedule
 
     canaries = LocalCanaries(SEED, num_canaries=40, num_rounds=6, canary_repeats=2, data_seed=3)
     seen = np.flatnonzero(seen_mask(SEED, 40))

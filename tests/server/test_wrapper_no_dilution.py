@@ -48,8 +48,8 @@ class QuietNoise(DifferentialPrivacyServerSideFixedClipping):
 
 def audit(dp_class, noise_seed):
     """Run the wrapped app; return (alarm, replies aggregated per round, claim, reporter)."""
-    from flaudit.auditor.estimators.gdp import audit_claims
-    from flaudit.auditor.service.live import decide, num_looks, summary_parts
+    from flaudit.auditor.claims.curves import audit_claims
+    from flaudit.service.live import decide, num_looks, summary_parts
 
     np.random.seed(noise_seed)  # Flower's DP noise draws from numpy's global generator
     fedavg = CountingFedAvg(fraction_train=2 / 3, min_train_nodes=2, min_available_nodes=3,

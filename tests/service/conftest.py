@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from flaudit.auditor.service.app import create_app
-from flaudit.auditor.service.sealing import SeedCipher
-from flaudit.auditor.service.settings import Settings
-from flaudit.auditor.service.store import Store
+from flaudit.service.app import create_app
+from flaudit.service.sealing import SeedCipher
+from flaudit.service.settings import Settings
+from flaudit.service.store import Store
 from tests.processes import TEST_SECRET_KEY
 
 API_KEY = "test-key-" + "x" * 16

@@ -12,7 +12,7 @@ from tests.processes import ROOT, TEST_SECRET_KEY, free_port, stop_process, wait
 
 
 class ServiceProcess:
-    """``python -m flaudit.auditor.cli serve`` with its own log file; ``kill9()`` or ``stop()`` it."""
+    """``python -m flaudit.commands.cli serve`` with its own log file; ``kill9()`` or ``stop()`` it."""
 
     def __init__(self, database_url: str, log_path: Path, *, api_key: str, port: int | None = None,
                  env: dict | None = None, args: tuple[str, ...] = ()) -> None:
@@ -25,7 +25,7 @@ class ServiceProcess:
         full_env.pop("FLAUDIT_SECRET_KEY_FILE", None)
         self._log = open(log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "flaudit.auditor.cli", "serve", "--port", str(self.port),
+            [sys.executable, "-m", "flaudit.commands.cli", "serve", "--port", str(self.port),
              "--database-url", database_url, *args],
             cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
         )

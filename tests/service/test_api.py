@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from flaudit.auditor.canaries import seen_mask
-from flaudit.auditor.estimators import summarize
-from flaudit.auditor.service.auth import NO_KEY_CONFIGURED
-from flaudit.auditor.service.schemas import AuditList, AuditOut, CosinesOut
+from flaudit.auditor.claims import summarize
+from flaudit.service.auth import NO_KEY_CONFIGURED
+from flaudit.service.schemas import AuditList, AuditOut, CosinesOut
 from flaudit.auditor.spec import AuditSpec
 from tests.canary_reference import expected_statistics
 
@@ -131,7 +131,7 @@ def test_reads_can_require_the_key(store):
 
 
 def test_api_key_file_with_several_keys(tmp_path, monkeypatch):
-    from flaudit.auditor.service.settings import Settings, load_api_keys
+    from flaudit.service.settings import Settings, load_api_keys
 
     path = tmp_path / "keys"
     path.write_text("# comment\nkey-one\n\n key-two \n")
@@ -156,7 +156,7 @@ def test_api_key_file_with_several_keys(tmp_path, monkeypatch):
 def test_a_bad_setting_in_the_environment_is_refused_naming_the_variable(
     monkeypatch, variable, value, message
 ):
-    from flaudit.auditor.service.settings import Settings
+    from flaudit.service.settings import Settings
 
     monkeypatch.setenv(variable, value)
     with pytest.raises(ValueError, match=message):
@@ -460,7 +460,7 @@ class _Sized:
 
 
 def test_read_cache_keeps_cosines_within_its_byte_budget_and_audit_count():
-    from flaudit.auditor.service.app import ReadCache
+    from flaudit.service.app import ReadCache
 
     cache = ReadCache(cosine_bytes=100, cosine_audits=2)
     loads = []
@@ -489,7 +489,7 @@ def test_read_cache_decodes_once_for_concurrent_readers():
     import threading
     import time
 
-    from flaudit.auditor.service.app import ReadCache
+    from flaudit.service.app import ReadCache
 
     cache = ReadCache()
     loads = []
@@ -559,7 +559,7 @@ def test_eta_counts_round_times_not_the_start_up(client, store):
 
     from sqlalchemy import update
 
-    from flaudit.auditor.service.store import Audit, utcnow
+    from flaudit.service.store import Audit, utcnow
 
     audit_id, headers = _running(client, store)
     with store.session() as s, s.begin():

@@ -18,7 +18,7 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from flaudit.auditor.service.store import Store, utcnow
+from flaudit.service.store import Store, utcnow
 from tests.processes import ROOT, wait_for
 
 from .conftest import BACKENDS, POSTGRES_URL

@@ -20,8 +20,8 @@ import pytest
 from flaudit.auditor.claims import audit_claims
 from flaudit.auditor.spec import AuditSpec
 
-from flaudit.auditor.estimators import summarize
-from flaudit.auditor.service.store import Store
+from flaudit.auditor.claims import summarize
+from flaudit.service.store import Store
 from tests.processes import wait_for, wait_for_audit
 
 from .conftest import CIPHER

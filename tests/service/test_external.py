@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from flaudit.auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
-from flaudit.auditor.service.external import round_canaries
+from flaudit.service.external import round_canaries
 from flaudit.auditor.spec import AuditSpec
-from flaudit.server.schedules import participation_schedule
+from flaudit.auditor.schedules import participation_schedule
 
 from .conftest import AUTH, make_client
 

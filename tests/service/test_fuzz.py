@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flaudit.auditor.service.app import create_app
-from flaudit.auditor.service.settings import Settings
-from flaudit.auditor.service.store import Store
+from flaudit.service.app import create_app
+from flaudit.service.settings import Settings
+from flaudit.service.store import Store
 from flaudit.auditor.spec import AuditSpec
 
 from .conftest import API_KEY, CIPHER, SMALL_SPEC, make_client

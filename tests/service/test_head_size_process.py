@@ -10,7 +10,7 @@ import re
 import httpx
 import pytest
 
-from flaudit.auditor.service.http_protocol import MAX_HEAD_BYTES
+from flaudit.service.http_protocol import MAX_HEAD_BYTES
 
 from tests.raw_http import assert_431, exchange
 

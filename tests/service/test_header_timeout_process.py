@@ -121,7 +121,7 @@ def test_the_dashboard_and_api_answer_as_before(service):
 
 def _serve(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "flaudit.auditor.cli", "serve", "--port", "9", *args],
+        [sys.executable, "-m", "flaudit.commands.cli", "serve", "--port", "9", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
 

@@ -17,7 +17,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from flaudit.auditor.service.http_protocol import MAX_HEAD_BYTES, http_protocol
+from flaudit.service.http_protocol import MAX_HEAD_BYTES, http_protocol
 from tests.processes import free_port
 from tests.raw_http import (
     assert_431, connect, read_response, read_until_closed, send_all_you_can,

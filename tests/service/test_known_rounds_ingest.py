@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from flaudit.auditor.canaries import canary_vectors, seen_mask
-from flaudit.auditor.known_rounds import KnownRoundsStatistic
-from flaudit.auditor.service.live import LiveAudits
-from flaudit.auditor.service.schemas import AuditOut
+from flaudit.auditor.claims.known_rounds import KnownRoundsStatistic
+from flaudit.service.live import LiveAudits
+from flaudit.service.schemas import AuditOut
 from flaudit.server.reporting import HttpRoundReporter, RoundMetadata
 from tests.canary_reference import expected_statistics
 
@@ -94,7 +94,7 @@ def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_insta
 
     # participants are stored (secret) and never served
     with store.session() as s:
-        from flaudit.auditor.service.store import AuditRound
+        from flaudit.service.store import AuditRound
 
         rows = s.query(AuditRound).filter_by(audit_id=audit_id).order_by(AuditRound.round).all()
         assert [np.frombuffer(r.participants, "<i4").tolist() for r in rows] == [
@@ -183,7 +183,7 @@ def test_bug_injection_needs_the_operators_flag(store):
 
 
 def test_external_audits_get_participants_from_the_service_schedule():
-    from flaudit.auditor.service.external import round_canaries, round_participants
+    from flaudit.service.external import round_canaries, round_participants
     from flaudit.auditor.spec import AuditSpec
 
     spec = AuditSpec.model_validate({**SMALL_SPEC, "num_rounds": 6, "canary_repeats": 2})

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 from flaudit.auditor.canaries import CanaryFamily
 from flaudit.auditor.claims.alerts import build_alerts, decide
 from flaudit.auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
-from flaudit.auditor.service.live import headline_epsilon, to_jsonable
+from flaudit.service.live import headline_epsilon, to_jsonable
 from flaudit.auditor.spec import AuditSpec
 
 SPEC = AuditSpec(num_canaries=100, num_clients=1000, clients_per_round=10)
@@ -43,8 +43,8 @@ def test_epsilon_lower_bounds_above_analytic_are_never_alarms():
 
 def _tests(mu_seen, *, k=400, seed=0, spec=SPEC):
     """Claim tests of one look on known-rounds scores of a mechanism with this mu."""
-    from flaudit.auditor.estimators import summarize
-    from flaudit.auditor.estimators.gdp import audit_claims
+    from flaudit.auditor.claims import summarize
+    from flaudit.auditor.claims.curves import audit_claims
 
     rng = np.random.default_rng(seed)
     seen = rng.random(k) < 0.5
@@ -140,7 +140,7 @@ def test_to_jsonable_never_emits_non_finite_floats(values):
 def test_model_change_follows_the_server_optimizer_with_momentum():
     """theta_t - theta_0 rebuilt from the released updates points where the ServerApp's own
     optimizer moved the model (the learning rate only scales it)."""
-    from flaudit.auditor.service.live import _ModelChange
+    from flaudit.service.live import _ModelChange
     from flaudit.server.dpfedavg import ServerOptimizer
 
     rng = np.random.default_rng(4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from flaudit.auditor.service.store import Store
+from flaudit.service.store import Store
 from tests.processes import wait_for
 
 from .conftest import CIPHER

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from flaudit.auditor.service.runner import Runner, _Worker
-from flaudit.auditor.service.settings import Settings
+from flaudit.service.runner import Runner, _Worker
+from flaudit.service.settings import Settings
 from tests.processes import wait_for
 
 DEPLOYMENT = {"num_rounds": 3, "num_canaries": 4, "delta": 1e-5, "engine": "deployment",

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-import flaudit.auditor.service.store as store_module
-from flaudit.auditor.service.headers import CONTENT_SECURITY_POLICY
-from flaudit.auditor.service.store import Store
+import flaudit.service.store as store_module
+from flaudit.service.headers import CONTENT_SECURITY_POLICY
+from flaudit.service.store import Store
 
 from .conftest import AUTH, f32, start_run, submit
 
@@ -67,7 +67,7 @@ def test_security_headers_on_dashboard_api_and_errors(client):
 
 def test_dashboard_has_no_inline_script_or_style():
     """The CSP forbids inline code: the page must not need any."""
-    from flaudit.auditor.service.app import STATIC_DIR
+    from flaudit.service.app import STATIC_DIR
 
     html = (STATIC_DIR / "index.html").read_text()
     assert "<style" not in html and " style=" not in html and " on" + "click=" not in html
@@ -92,7 +92,7 @@ def test_the_database_alone_does_not_reveal_the_seed(store):
 
 
 def test_a_wrong_or_missing_key_is_a_clear_error(tmp_path):
-    from flaudit.auditor.service.sealing import SecretKeyError, SeedCipher, generate_secret_key
+    from flaudit.service.sealing import SecretKeyError, SeedCipher, generate_secret_key
 
     url = f"sqlite:///{tmp_path / 'k.db'}"
     store = Store(url, cipher=SeedCipher([generate_secret_key()]))
@@ -111,7 +111,7 @@ def test_a_wrong_or_missing_key_is_a_clear_error(tmp_path):
 
 
 def test_plain_seeds_of_an_old_database_are_encrypted_on_start_up(tmp_path):
-    from flaudit.auditor.service.sealing import SeedCipher, generate_secret_key
+    from flaudit.service.sealing import SeedCipher, generate_secret_key
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = Store(url)  # no cipher: how a version without encryption stored seeds
@@ -119,7 +119,7 @@ def test_plain_seeds_of_an_old_database_are_encrypted_on_start_up(tmp_path):
     old.dispose()
     store = Store(url, cipher=SeedCipher([generate_secret_key()]))
     with store.session() as s:
-        from flaudit.auditor.service.store import Audit
+        from flaudit.service.store import Audit
 
         assert s.get(Audit, audit_id).canary_seed.startswith("fernet:")
     assert store.canary_seed(audit_id) == 123456789
@@ -127,8 +127,8 @@ def test_plain_seeds_of_an_old_database_are_encrypted_on_start_up(tmp_path):
 
 
 def test_rotate_secret_key_command_reencrypts_every_seed(tmp_path):
-    from flaudit.auditor.cli import main
-    from flaudit.auditor.service.sealing import SecretKeyError, SeedCipher, generate_secret_key
+    from flaudit.commands.cli import main
+    from flaudit.service.sealing import SecretKeyError, SeedCipher, generate_secret_key
 
     old_key, new_key = generate_secret_key(), generate_secret_key()
     (tmp_path / "old").write_text(old_key + "\n")
@@ -156,7 +156,7 @@ def test_rotate_secret_key_command_reencrypts_every_seed(tmp_path):
 
 
 def test_serve_refuses_to_start_without_a_secret_key(tmp_path, monkeypatch, capsys):
-    from flaudit.auditor.cli import main
+    from flaudit.commands.cli import main
 
     for name in ("FLAUDIT_SECRET_KEY", "FLAUDIT_SECRET_KEY_FILE"):
         monkeypatch.delenv(name, raising=False)
@@ -170,8 +170,11 @@ def test_serve_refuses_to_start_without_a_secret_key(tmp_path, monkeypatch, caps
 
 
 def test_a_corrupt_stored_seed_is_refused_without_echoing_it():
-    from flaudit.auditor.service.sealing import (
-        SEALED_PREFIX, SecretKeyError, SeedCipher, generate_secret_key,
+    from flaudit.service.sealing import (
+        SEALED_PREFIX,
+        SecretKeyError,
+        SeedCipher,
+        generate_secret_key,
     )
 
     cipher = SeedCipher([generate_secret_key()])

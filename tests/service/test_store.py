@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from flaudit.auditor.service.store import StaleRound, bytes_to_array, array_to_bytes, hash_token
+from flaudit.service.store import StaleRound, bytes_to_array, array_to_bytes, hash_token
 
 SPEC = {"num_rounds": 3, "num_canaries": 4, "delta": 1e-5}
 
@@ -175,7 +175,7 @@ def test_a_released_deployment_audit_is_adopted_not_failed(store):
 def test_columns_added_later_are_added_to_an_old_table(tmp_path):
     from sqlalchemy import create_engine, inspect
 
-    from flaudit.auditor.service.store import Store
+    from flaudit.service.store import Store
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = create_engine(url)

@@ -9,7 +9,7 @@ import secrets
 import httpx
 import pytest
 
-from flaudit.auditor.service.store import Store
+from flaudit.service.store import Store
 from tests.processes import wait_for
 
 from .conftest import POSTGRES_URL, _drop

@@ -36,7 +36,7 @@ def fixed_canary_seeds(monkeypatch):
     correct run below would end refuted in about 4% of test runs (8 of 200 with random seeds,
     measured on 2026-11-26: the verdict's own 5% false-alarm level) and one CI run cannot tell
     that from a bug. Fixed, large, secret-looking seeds make every run here the same run."""
-    import flaudit.auditor.service.routers.audits as audits_router
+    import flaudit.service.routers.audits as audits_router
 
     seeds = iter(range(0x5EED_2026_1126_0F1A_0D17_C0DE_CAFE, 2**128))
     monkeypatch.setattr(audits_router, "new_master_seed", lambda: next(seeds))

@@ -1,4 +1,0 @@
-"""The audit service: FastAPI app (REST API + dashboard), SQLAlchemy store, runner, auth.
-
-Import :func:`flaudit.auditor.service.app.create_app` to build the application.
-"""

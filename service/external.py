@@ -1,0 +1,100 @@
+"""Audits of a run flaudit does not start (``engine = "external"``): the user's own Flower app.
+
+The secret canary seed never leaves the service. The app's :class:`flaudit.server.wrapper.CanaryAuditStrategy`
+holds only the audit id, the ingest URL and a run token; it
+
+1. declares its DP claim (``PUT /audits/{id}/claim``), read from the wrapped Flower strategy;
+2. reports ``theta_0`` as for any audit (sets ``d``);
+3. before aggregating round ``t``, fetches the round's canary vectors
+   (``GET /audits/{id}/rounds/{t}/canaries``): the seen canaries that :func:`round_canaries`
+   schedules for ``t``, by the same rule as a built-in audit
+   (:func:`flaudit.auditor.schedules.canary_schedule`, ``canary_repeats`` rounds each, seeded by
+   ``data_seed``);
+4. reports ``Delta_t`` and the final model as for any audit.
+
+One run per audit: the wrapper sends a run identity (header :data:`RUN_ID_HEADER`, a random id
+per ServerApp process) with every request; the first run to declare its claim owns the audit,
+and requests of any other run are refused (409) unless it resumes explicitly
+(``PUT .../claim?resume=true``, the same claim), which hands the audit over to it.
+
+Who was inserted in round ``t`` is therefore a function of the stored spec and seed
+(:func:`round_canaries`), for built-in and external audits alike: nothing extra is stored.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..auditor.canaries import Canaries, canary_vectors, resolve_canary_family
+from ..auditor.schedules import canary_plan as build_canary_plan
+from ..auditor.spec import AuditSpec
+
+__all__ = [
+    "canary_plan", "round_canaries", "round_participants", "round_canary_vectors",
+    "round_canary_sum", "attach_environment",
+]
+
+
+def canary_plan(seed: int, spec: AuditSpec):
+    """The audit's :class:`flaudit.auditor.schedules.CanarySchedule`: the one rule (built-in and
+    external audits alike) for which canaries are in each round; seen canaries take cohort slots,
+    at most ``clients_per_round`` per round."""
+
+    return build_canary_plan(
+        seed, num_canaries=spec.num_canaries, num_rounds=spec.num_rounds,
+        canary_repeats=spec.canary_repeats, data_seed=spec.data_seed,
+        max_per_round=spec.clients_per_round,
+    )
+
+
+def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
+    """Indices ``j`` of the seen canaries inserted in round ``t`` (1-based), ascending
+    (:func:`canary_plan`).
+
+    Raises
+    ------
+    ValueError
+        If ``t`` is not in ``1 .. num_rounds``.
+    """
+    return canary_plan(seed, spec).seen(t)
+
+
+def round_participants(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
+    """Canary indices "in" round ``t`` for the known-rounds statistic, ascending: the seen
+    canaries inserted (:func:`round_canaries`) and the unseen canaries whose rounds, drawn by
+    the same rule, include ``t`` -- what the built-in ServerApp reports with each round.
+    """
+    return canary_plan(seed, spec).participants(t)
+
+
+def round_canary_vectors(seed: int, spec: AuditSpec, t: int, dim: int) -> np.ndarray:
+    """The unit canary vectors of round ``t``, float32 of shape ``(c, dim)`` (rows ascending j),
+    of the audit's canary family (resolved from the spec, ``k`` and ``d`` as the tracker does)."""
+    family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
+    return canary_vectors(seed, round_canaries(seed, spec, t), dim, family=family)
+
+
+def round_canary_sum(seed: int, spec: AuditSpec, t: int, dim: int) -> tuple[np.ndarray, int]:
+    """``(sum of round t's unit canaries, c)``: float32 ``(dim,)`` and the number of canaries.
+
+    What the wrapper needs to insert the round's ``c`` canaries as ``c`` replies of
+    ``clip_norm * sum / c`` each (docs/estimators.md, "Canary replies from the round's sum"):
+    ``4 d`` bytes on the wire whatever ``c``. One fast transform for the orthogonal family.
+    """
+    family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
+    indices = round_canaries(seed, spec, t)
+    canaries = Canaries(seed, dim, family=family)
+    if canaries._orthogonal is not None:
+        total = canaries._orthogonal.sum_of(indices, dtype=np.float32)
+    else:
+        total = canaries.sum_of(indices).astype(np.float32)
+    return total, int(indices.size)
+
+
+def attach_environment(*, audit_id: str, ingest_url: str, run_token: str) -> dict[str, str]:
+    """The environment lines a ServerApp needs to attach (``CanaryAuditStrategy.from_env``)."""
+    return {
+        "FLAUDIT_AUDIT_ID": audit_id,
+        "FLAUDIT_URL": ingest_url.rstrip("/"),
+        "FLAUDIT_RUN_TOKEN": run_token,
+    }

@@ -1,0 +1,618 @@
+"""Ingest routes used by the ServerApp's ``HttpRoundReporter`` (docs/architecture.md).
+
+Bodies are raw little-endian float32 vectors (``Content-Type: application/octet-stream``); a
+round's body may append its ``num_participants`` canary indices as little-endian int32.
+Oversized bodies are refused from ``Content-Length`` before reading, and reading stops as soon
+as a streamed body passes the limit. Every 2xx means the data is committed to the database.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
+
+from ...auditor.spec import AuditClaim, AuditSpec, Engine
+from ...protocol.wire import RUN_ID_HEADER
+from ..auth import require_run_token
+from ..external import canary_plan, round_canaries, round_canary_sum, round_canary_vectors
+from ..live import IngestError
+from ..schemas import (
+    ClaimAck,
+    FinalMetricsQuery,
+    HeartbeatAck,
+    IngestAck,
+    MissingRound,
+    RoundMetadataQuery,
+)
+from .deps import AuditId
+
+router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)])
+
+_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/octet-stream": {
+                "schema": {"type": "string", "format": "binary"},
+            }
+        },
+        "description": (
+            "Raw little-endian float32 vector of length d. Rounds: the released update ρ̄_t, "
+            "followed by num_participants little-endian int32 canary indices when that query "
+            "parameter is set."
+        ),
+    }
+}
+_ERRORS = {
+    400: {"description": "Body not a whole number of float32 values, or truncated."},
+    401: {"description": "Missing or invalid run token."},
+    404: {"description": "No audit with this id."},
+    409: {"description": (
+        "Out of order, audit not running, initial model missing, or the audit belongs to "
+        "another run (X-Flaudit-Run-Id)."
+    )},
+    413: {"description": "Body larger than 4*d bytes or the configured maximum."},
+    415: {"description": "Content-Type is not application/octet-stream."},
+    422: {"description": "Wrong length, NaN/Inf values, or invalid query metadata."},
+}
+
+
+def _fail(code: int, message: str) -> HTTPException:
+    return HTTPException(status_code=code, detail=message)
+
+
+async def read_float32_body(request: Request, *, limit: int, what: str) -> np.ndarray:
+    """Read a raw float32 body of at most ``limit`` bytes and check it value by value."""
+    return _float32_values(await _read_body(request, limit=limit, what=what), what)
+
+
+async def _read_body(request: Request, *, limit: int, what: str) -> bytearray:
+    """The raw octet-stream body (at most ``limit`` bytes, not empty), in one writable buffer."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/octet-stream":
+        raise _fail(
+            415,
+            f"{what}: Content-Type must be application/octet-stream (raw little-endian float32), "
+            f"got {content_type or 'none'!r}",
+        )
+    declared = request.headers.get("content-length")
+    declared_len = None
+    if declared is not None:
+        try:
+            declared_len = int(declared)
+        except ValueError:
+            raise _fail(400, f"{what}: invalid Content-Length header") from None
+        if declared_len > limit:
+            raise _fail(
+                413, f"{what}: body of {declared_len} bytes exceeds the limit of {limit} bytes"
+            )
+    # streamed into one buffer: with a Content-Length (every client of ours sends one) it is
+    # allocated once at the declared size, so the body is never held twice (no chunk list +
+    # join); without one, chunks are collected and joined (at most the limit, twice)
+    buffer = bytearray(declared_len) if declared_len is not None else None
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        async for chunk in request.stream():
+            end = total + len(chunk)
+            if end > limit:
+                raise _fail(413, f"{what}: body exceeds the limit of {limit} bytes")
+            if buffer is not None and end > declared_len:
+                raise _fail(400, f"{what}: body longer than its Content-Length ({declared_len})")
+            if buffer is not None:
+                buffer[total:end] = chunk
+            else:
+                chunks.append(chunk)
+            total = end
+    except ClientDisconnect:
+        raise _fail(400, f"{what}: truncated body (client disconnected after {total} bytes)") from None
+    if declared_len is not None and total != declared_len:
+        raise _fail(
+            400, f"{what}: truncated body: Content-Length is {declared_len}, received {total} bytes"
+        )
+    if total == 0:
+        raise _fail(422, f"{what}: empty body; expected raw little-endian float32 values")
+    return buffer if buffer is not None else bytearray(b"".join(chunks))
+
+
+def _float32_values(data: bytearray | memoryview, what: str) -> np.ndarray:
+    """The body's float32 values: a view of ``data`` (no copy), checked chunk by chunk."""
+    total = len(data)
+    if total % 4:
+        raise _fail(
+            400,
+            f"{what}: body length {total} bytes is not a multiple of 4; expected raw "
+            "little-endian float32 values (wrong dtype or truncated body)",
+        )
+    vector = np.frombuffer(data, dtype="<f4")
+    step = 1 << 20
+    for start in range(0, vector.shape[0], step):
+        if np.isfinite(vector[start : start + step]).all():
+            continue
+        bad = np.flatnonzero(~np.isfinite(vector))
+        kinds = "NaN" if np.isnan(vector[bad[0]]) else "Inf"
+        raise _fail(
+            422,
+            f"{what}: contains {bad.size} non-finite value(s) (NaN or Inf); first is {kinds} at "
+            f"index {int(bad[0])}",
+        )
+    return vector
+
+
+_DECLARE_CLAIM_FIRST = "declare the claim first (PUT /audits/{id}/claim; CanaryAuditStrategy does)"
+
+
+def _is_external(audit) -> bool:
+    return audit.spec.get("engine") == Engine.external.value
+
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+def _run_id(request: Request) -> str | None:
+    """The run identity of the request (header ``X-Flaudit-Run-Id``), checked; None if absent."""
+    value = request.headers.get(RUN_ID_HEADER)
+    if value is None:
+        return None
+    if not _RUN_ID.match(value):
+        raise _fail(422, f"{RUN_ID_HEADER}: 1 to 64 letters, digits, '_', '.', ':' or '-'")
+    return value
+
+
+def _other_run(audit, mine: str) -> str:
+    started = audit.started_at.isoformat(timespec="seconds") if audit.started_at else "?"
+    return (
+        f"audit {audit.id} belongs to another run: run {audit.run_id} declared its claim at "
+        f"{started} and reports to it; this run ({mine}) may not mix its rounds into it. Start "
+        "a new audit for this run (`flaudit attach`, or POST /audits with engine 'external'), "
+        "or, if this run continues that training after a crash, resume explicitly "
+        "(CanaryAuditStrategy.from_env(..., resume=True) or FLAUDIT_RESUME=1)"
+    )
+
+
+def _check_owner(request: Request, audit) -> None:
+    """An external audit takes data only from the run that owns it (409 naming the audit)."""
+    mine = _run_id(request)
+    if _is_external(audit) and audit.run_id is not None and mine not in (None, audit.run_id):
+        raise _fail(409, _other_run(audit, mine))
+
+
+async def _precheck(request: Request, audit_id: str, *, need_dim: bool):
+    audit = await run_in_threadpool(request.app.state.store.get_audit, audit_id)
+    if audit is None:
+        raise _fail(404, f"audit {audit_id!r} not found")
+    if _is_external(audit) and audit.started_at is None and audit.status == "running":
+        raise _fail(409, _DECLARE_CLAIM_FIRST)
+    _check_owner(request, audit)
+    if need_dim and audit.dim is None:
+        raise _fail(409, "send the initial model first (PUT /audits/{id}/initial-model)")
+    return audit
+
+
+async def _ingest(request: Request, func, *args):
+    audit_id = args[0]
+    cache = request.app.state.read_cache
+    store = request.app.state.store
+
+    def work():
+        try:
+            return func(*args)
+        finally:
+            cache.refresh(store, audit_id)
+
+    try:
+        return await run_in_threadpool(work)
+    except IngestError as exc:
+        raise _fail(exc.status_code, exc.message) from None
+
+
+def _check_length(vector: np.ndarray, dim: int, what: str) -> None:
+    if vector.shape[0] != dim:
+        raise _fail(
+            422,
+            f"{what}: wrong length: expected {dim} float32 values ({4 * dim} bytes), "
+            f"got {vector.shape[0]}",
+        )
+
+
+async def _read_vector(request: Request, dim: int, what: str) -> np.ndarray:
+    """The body as ``d`` float32 values: read at most ``4 d`` bytes (or the body limit), 422 if it
+    is not exactly ``d`` values."""
+    limit = min(4 * dim, request.app.state.settings.max_body_bytes)
+    vector = await read_float32_body(request, limit=limit, what=what)
+    _check_length(vector, dim, what)
+    return vector
+
+
+def _participant_indices(data: bytes, num_canaries: int) -> np.ndarray:
+    """The appended int32 indices, checked: each in ``[0, k)``, none twice (422 naming
+    ``participants`` otherwise)."""
+    indices = np.frombuffer(data, dtype="<i4").astype(np.int64)
+    if indices.size:
+        if indices.min() < 0:
+            raise _fail(422, f"participants: negative canary index {int(indices.min())}")
+        if indices.max() >= num_canaries:
+            raise _fail(
+                422,
+                f"participants: canary index {int(indices.max())} out of range "
+                f"(num_canaries={num_canaries})",
+            )
+        if np.unique(indices).size != indices.size:
+            raise _fail(422, "participants: a canary index is listed twice")
+    return indices
+
+
+async def _read_round_body(
+    request: Request, dim: int, num_participants: int | None, num_canaries: int, what: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``d`` float32 values, then ``num_participants`` int32 canary indices (if given)."""
+    if num_participants is None:
+        return await _read_vector(request, dim, what), None
+    if num_participants > num_canaries:
+        raise _fail(
+            422,
+            f"num_participants: {num_participants} exceeds num_canaries={num_canaries}",
+        )
+    expected = 4 * (dim + num_participants)
+    limit = min(expected, request.app.state.settings.max_body_bytes)
+    data = await _read_body(request, limit=limit, what=what)
+    if len(data) != expected:
+        raise _fail(
+            422,
+            f"{what}: wrong length: expected {dim} float32 values and num_participants="
+            f"{num_participants} int32 indices ({expected} bytes), got {len(data)} bytes",
+        )
+    view = memoryview(data)  # slices of a memoryview share the body's buffer
+    vector = _float32_values(view[: 4 * dim], what)
+    return vector, _participant_indices(bytes(view[4 * dim :]), num_canaries)
+
+
+@router.put(
+    "/{audit_id}/initial-model",
+    response_model=IngestAck,
+    responses=_ERRORS,
+    openapi_extra=_BODY,
+    summary="Ingest θ_0 (sets the model dimension d)",
+)
+async def put_initial_model(audit_id: AuditId, request: Request) -> IngestAck:
+    await _precheck(request, audit_id, need_dim=False)
+    settings = request.app.state.settings
+    vector = await read_float32_body(request, limit=settings.max_body_bytes, what="initial model")
+    result = await _ingest(request, request.app.state.live.ingest_initial, audit_id, vector)
+    return IngestAck(audit_id=audit_id, stored=result == "stored", dim=int(vector.shape[0]))
+
+
+@router.put(
+    "/{audit_id}/rounds/{t}",
+    response_model=IngestAck,
+    responses=_ERRORS,
+    openapi_extra=_BODY,
+    summary="Ingest round t's released update ρ̄_t, its metadata and canary participants",
+)
+async def put_round(
+    audit_id: AuditId,
+    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    metadata: Annotated[RoundMetadataQuery, Query()],
+    request: Request,
+) -> IngestAck:
+    """Idempotent: the same t again is a no-op (200, `stored: false`). t must be the next
+    round; later rounds get 409 before the body is read."""
+    audit = await _precheck(request, audit_id, need_dim=True)
+    if t <= audit.rounds_stored:
+        ack = await run_in_threadpool(request.app.state.live.round_ack, audit_id)
+        return IngestAck(audit_id=audit_id, stored=False, round=t, dim=audit.dim, **ack)
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; ingest refused")
+    if t != audit.rounds_stored + 1:
+        raise _fail(
+            409, f"round {t} is out of order: the next round must be {audit.rounds_stored + 1}"
+        )
+    gap = None
+    canaries_missing = metadata.canaries_missing
+    if canaries_missing is not None:
+        if metadata.num_canaries_inserted != 0:
+            raise _fail(422, "canaries_missing: a round trained without canaries must say "
+                             f"num_canaries_inserted=0, got {metadata.num_canaries_inserted}")
+        gap = {"round": t, "kind": "no_canaries", "reason": canaries_missing}
+    if _is_external(audit) and gap is None:
+        await run_in_threadpool(_check_inserted, request, audit, t, metadata.num_canaries_inserted)
+    vector, participants = await _read_round_body(
+        request, audit.dim, metadata.num_participants, int(audit.spec["num_canaries"]),
+        f"round {t} update",
+    )
+    if gap is not None:  # no canary was in this round: it adds nothing to the known-rounds test
+        participants = np.empty(0, dtype=np.int64)
+    result = await _ingest(
+        request,
+        # the body's buffer is ours: the canary transform may run in it (no copy of d values)
+        functools.partial(request.app.state.live.ingest_round, consume=True),
+        audit_id,
+        t,
+        vector,
+        metadata.model_dump(exclude={"num_participants", "canaries_missing"}),
+        participants,
+        gap,
+    )
+    ack = await run_in_threadpool(request.app.state.live.round_ack, audit_id)  # alarm, stop
+    return IngestAck(audit_id=audit_id, stored=result == "stored", round=t, dim=audit.dim, **ack)
+
+
+@router.put(
+    "/{audit_id}/final-model",
+    response_model=IngestAck,
+    responses=_ERRORS,
+    openapi_extra=_BODY,
+    summary="Ingest the final model θ_T (ends the audit: succeeded)",
+)
+async def put_final_model(
+    audit_id: AuditId,
+    metrics: Annotated[FinalMetricsQuery, Query()],
+    request: Request,
+) -> IngestAck:
+    audit = await _precheck(request, audit_id, need_dim=True)
+    if audit.has_final:
+        return IngestAck(audit_id=audit_id, stored=False, dim=audit.dim)
+    vector = await _read_vector(request, audit.dim, "final model")
+    values = {k: v for k, v in metrics.model_dump().items() if v is not None}
+    result = await _ingest(request, request.app.state.live.ingest_final, audit_id, vector, values)
+    return IngestAck(audit_id=audit_id, stored=result == "stored", dim=audit.dim)
+
+
+def _check_inserted(request: Request, audit, t: int, inserted: int) -> None:
+    """An external run must insert exactly the canaries the service served for round ``t``."""
+    spec = AuditSpec.model_validate(audit.spec)
+    seed = request.app.state.store.canary_seed(audit.id)
+    if t > spec.num_rounds:
+        raise _fail(409, f"round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+    served = int(round_canaries(seed, spec, t).size)
+    del seed
+    if inserted != served:
+        raise _fail(
+            422,
+            f"num_canaries_inserted: round {t} must insert the {served} canaries served by "
+            f"GET /audits/{{id}}/rounds/{t}/canaries, got {inserted}",
+        )
+
+
+@router.put(
+    "/{audit_id}/claim",
+    response_model=ClaimAck,
+    responses={
+        401: _ERRORS[401],
+        404: _ERRORS[404],
+        409: {"description": (
+            "Not an external audit, not running, a different claim stored, or the audit "
+            "belongs to another run (resume=true to take it over with the same claim)."
+        )},
+        422: {"description": "A claim field is invalid, or the completed spec is inconsistent."},
+    },
+    summary="Declare the DP claim of an external run (its ServerApp does, once)",
+)
+def put_claim(
+    audit_id: AuditId,
+    claim: AuditClaim,
+    request: Request,
+    resume: Annotated[bool, Query(description=(
+        "Continue the audit of the same training after its ServerApp crashed: the run sending "
+        "this claim (X-Flaudit-Run-Id) takes the audit over and continues after its last "
+        "stored round. The claim must be the one declared (num_rounds aside)."
+    ))] = False,
+) -> ClaimAck:
+    """The settings of the run as its Flower strategy has them (noise multiplier, clipping,
+    sampling, rounds). They complete the audit's spec, so the analytic epsilon and every alarm
+    use them. The first run to declare its claim owns the audit (header X-Flaudit-Run-Id);
+    another run is refused (409) unless it resumes explicitly. Idempotent: the same claim of
+    the same run again is a no-op; a different one is refused (409)."""
+    store = request.app.state.store
+    mine = _run_id(request)
+    audit = store.get_audit(audit_id)
+    if audit is None:
+        raise _fail(404, f"audit {audit_id!r} not found")
+    if not _is_external(audit):
+        raise _fail(409, "only an audit with engine 'external' takes a claim from its ServerApp")
+    try:
+        spec = claim.apply(AuditSpec.model_validate(audit.spec))
+    except ValidationError as exc:
+        raise HTTPException(
+            status_code=422,
+            detail=[
+                {"loc": ["body", *map(str, e["loc"])], "msg": e["msg"], "type": e["type"]}
+                for e in exc.errors(include_url=False, include_context=False)
+            ],
+        ) from None
+    # The seen canaries take cohort slots: at most clients_per_round per round. A resumed run
+    # keeps the stored spec (its num_rounds may count only the rounds left), checked when the
+    # claim was first declared: checking the plan over the rounds left would refuse a resume
+    # whenever more canaries are seen than those rounds have slots.
+    if not (resume and audit.started_at is not None):
+        try:
+            canary_plan(store.canary_seed(audit_id), spec)
+        except ValueError as exc:
+            raise _fail(422, str(exc)) from None
+    wanted = spec.model_dump(mode="json")
+    if audit.started_at is not None:
+        if mine is None or audit.run_id is None or mine == audit.run_id:
+            if audit.spec == wanted:
+                return ClaimAck(audit_id=audit_id, stored=False, spec=spec,
+                                rounds_stored=audit.rounds_stored)
+            raise _fail(409, "a different claim was declared for this audit already")
+        if not resume:
+            raise _fail(409, _other_run(audit, mine))
+        return _resume(request, audit, mine, wanted)
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; claim refused")
+    if not store.declare_claim(audit_id, spec=wanted, run_id=mine):
+        raise _fail(409, "the claim was declared meanwhile, or the audit ended")
+    request.app.state.read_cache.invalidate(audit_id)
+    return ClaimAck(audit_id=audit_id, stored=True, spec=spec)
+
+
+def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
+    """Hand ``audit`` to run ``mine`` (explicit resume): same claim, audit still running."""
+    if audit.status != "running":
+        raise _fail(409, f"audit {audit.id} is {audit.status} ({audit.reason or 'ended'}); it "
+                         "cannot be resumed: start a new audit for this run")
+    stored = {k: v for k, v in audit.spec.items() if k != "num_rounds"}
+    if stored != {k: v for k, v in wanted.items() if k != "num_rounds"}:
+        raise _fail(409, f"resume: the claim differs from the one declared for audit {audit.id}; "
+                         "a resumed run must keep the DP settings (noise, clipping, sampling)")
+    if not request.app.state.store.resume_run(audit.id, run_id=mine, previous=audit.run_id):
+        raise _fail(409, "the audit changed owner or ended meanwhile; try again")
+    request.app.state.read_cache.invalidate(audit.id)
+    return ClaimAck(audit_id=audit.id, stored=False, spec=AuditSpec.model_validate(audit.spec),
+                    rounds_stored=audit.rounds_stored, resumed=True)
+
+
+@router.put(
+    "/{audit_id}/heartbeat",
+    response_model=HeartbeatAck,
+    responses={401: _ERRORS[401], 404: _ERRORS[404],
+               409: {"description": "Audit not running, claim missing, or another run's."}},
+    summary="The run is alive (sent while training is slow); no body",
+)
+async def put_heartbeat(audit_id: AuditId, request: Request) -> HeartbeatAck:
+    """An external audit ends when its run is not heard from for ``timeout_seconds`` (claim,
+    any ingest, or this heartbeat); the wrapper sends one whenever it has been quiet for a
+    fraction of that limit."""
+    audit = await _precheck(request, audit_id, need_dim=False)
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}: {audit.reason or 'ended'}")
+    if not await run_in_threadpool(request.app.state.store.touch, audit_id):
+        raise _fail(409, "the audit ended meanwhile")
+    return HeartbeatAck(audit_id=audit_id, status="running",
+                        silence_limit_seconds=float(audit.spec.get("timeout_seconds", 3600)))
+
+
+@router.put(
+    "/{audit_id}/rounds/{t}/missing",
+    response_model=IngestAck,
+    responses={
+        401: _ERRORS[401], 404: _ERRORS[404],
+        409: {"description": "Not the next round, audit not running, or another run's."},
+        422: {"description": "No reason given."},
+    },
+    summary="Round t was trained but cannot be reported: record it as a gap",
+)
+async def put_missing_round(
+    audit_id: AuditId,
+    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    body: MissingRound,
+    request: Request,
+) -> IngestAck:
+    """The audit moves past round ``t`` without its update and lists it in ``gaps`` (kind
+    ``not_reported``): the all-iterates and known-rounds statistics skip it; the final model
+    still carries its canaries. Idempotent: a round already passed is a no-op."""
+    audit = await _precheck(request, audit_id, need_dim=True)
+    if t <= audit.rounds_stored:
+        return IngestAck(audit_id=audit_id, stored=False, round=t, dim=audit.dim)
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; ingest refused")
+    if t != audit.rounds_stored + 1 or t > int(audit.spec.get("num_rounds", 0)):
+        raise _fail(409, f"round {t} is out of order: the next round must be "
+                         f"{audit.rounds_stored + 1} (of {audit.spec.get('num_rounds')})")
+
+    def work() -> bool:
+        try:
+            return request.app.state.store.store_missing_round(audit_id, t=t, reason=body.reason)
+        finally:
+            request.app.state.read_cache.refresh(request.app.state.store, audit_id)
+
+    if not await run_in_threadpool(work):
+        raise _fail(409, f"round {t} was stored meanwhile or the audit ended")
+    return IngestAck(audit_id=audit_id, stored=True, round=t, dim=audit.dim)
+
+
+@router.get(
+    "/{audit_id}/rounds/{t}/canaries",
+    responses={
+        200: {
+            "content": {"application/octet-stream": {}},
+            "description": (
+                "Raw little-endian float32 of shape (c, d): the unit vectors of the seen "
+                "canaries to insert in round t (headers X-Canary-Count, X-Canary-Dim)."
+            ),
+        },
+        401: _ERRORS[401],
+        404: _ERRORS[404],
+        409: {"description": "No claim or initial model yet, not external, or not running."},
+        422: {"description": "t outside 1..num_rounds."},
+    },
+    summary="The canary vectors an external run inserts in round t",
+)
+async def get_round_canaries(
+    audit_id: AuditId,
+    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    request: Request,
+) -> Response:
+    """What the ServerApp's wrapper adds to round t, scaled to that round's clip norm: the
+    service schedules the canaries (same rule as built-in audits) and keeps the seed."""
+    audit = await _precheck(request, audit_id, need_dim=True)
+    if not _is_external(audit):
+        raise _fail(409, "canaries are served only to audits with engine 'external'")
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; no canaries served")
+    spec = AuditSpec.model_validate(audit.spec)
+    if t > spec.num_rounds:
+        raise _fail(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+
+    def vectors() -> np.ndarray:
+        return round_canary_vectors(request.app.state.store.canary_seed(audit_id), spec, t, audit.dim)
+
+    block = await run_in_threadpool(vectors)
+    return Response(
+        content=np.ascontiguousarray(block, dtype="<f4").tobytes(),
+        media_type="application/octet-stream",
+        headers={"X-Canary-Count": str(block.shape[0]), "X-Canary-Dim": str(audit.dim)},
+    )
+
+
+@router.get(
+    "/{audit_id}/rounds/{t}/canary-sum",
+    responses={
+        200: {
+            "content": {"application/octet-stream": {}},
+            "description": (
+                "Raw little-endian float32 of shape (d,): the sum of the c unit canaries to "
+                "insert in round t (headers X-Canary-Count = c, X-Canary-Dim = d). The wrapper "
+                "inserts c replies of clip_norm * sum / c each: 4 d bytes whatever c."
+            ),
+        },
+        401: _ERRORS[401],
+        404: _ERRORS[404],
+        409: {"description": "No claim or initial model yet, not external, or not running."},
+        422: {"description": "t outside 1..num_rounds."},
+    },
+    summary="The sum of the canaries an external run inserts in round t",
+)
+async def get_round_canary_sum(
+    audit_id: AuditId,
+    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    request: Request,
+) -> Response:
+    """Like ``GET .../canaries`` but one vector: the canaries' sum (docs/estimators.md, "Canary
+    replies from the round's sum", says which mechanisms this is exact for)."""
+    audit = await _precheck(request, audit_id, need_dim=True)
+    if not _is_external(audit):
+        raise _fail(409, "canaries are served only to audits with engine 'external'")
+    if audit.status != "running":
+        raise _fail(409, f"audit is {audit.status}; no canaries served")
+    spec = AuditSpec.model_validate(audit.spec)
+    if t > spec.num_rounds:
+        raise _fail(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+
+    def total() -> tuple[np.ndarray, int]:
+        return round_canary_sum(request.app.state.store.canary_seed(audit_id), spec, t, audit.dim)
+
+    vector, count = await run_in_threadpool(total)
+    return Response(
+        content=np.ascontiguousarray(vector, dtype="<f4").tobytes(),
+        media_type="application/octet-stream",
+        headers={"X-Canary-Count": str(count), "X-Canary-Dim": str(audit.dim)},
+    )

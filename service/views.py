@@ -1,0 +1,336 @@
+"""Turn stored rows into the JSON shapes of the API (see docs/api.md).
+
+Until an audit has ended, nothing here reveals the secret seen/unseen split: histogram counts of
+seen and unseen canaries are merged into ``canaries`` and the per-canary ``seen`` label is null.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..auditor.canaries import resolve_canary_family, seen_mask
+from ..auditor.claims.alerts import bug_label, first_alarm, spec_alarm_guarantee, spec_verdict
+from ..auditor.progress import eta_seconds
+from ..auditor.statistics import scale_dof
+from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc
+
+__all__ = [
+    "audit_verdict_view",
+    "audit_view",
+    "audit_summary_view",
+    "round_view",
+    "CosineColumns",
+    "cosine_columns",
+    "cosines_version",
+    "cosines_view",
+    "cosines_csv",
+]
+
+
+def _iso(value) -> str | None:
+    value = as_utc(value)
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def progress_view(audit: Audit, round_times=None) -> dict[str, Any]:
+    """Round t of T and the ETA from the times rounds 1..t arrived (``round_times``; without
+    them, as in the audit list, no ETA): the Flower/Ray start-up is not round time."""
+    num_rounds = int(audit.spec.get("num_rounds", 0) or 0)
+    t = int(audit.rounds_stored or 0)
+    eta = None
+    if audit.status == "running" and round_times is not None and len(round_times) == t > 0:
+        eta = eta_seconds([as_utc(at).timestamp() for at in round_times], num_rounds)
+        eta = None if eta is None else round(eta, 3)
+    elif audit.status in ENDED_STATUSES:
+        eta = 0.0 if audit.status == "succeeded" else None
+    return {
+        "round": t,
+        "num_rounds": num_rounds,
+        "fraction": (t / num_rounds) if num_rounds else 0.0,
+        "eta_seconds": eta,
+    }
+
+
+def _merge_histograms(histograms: dict, ended: bool) -> dict:
+    if ended or not histograms:
+        return histograms or {}
+    merged = {}
+    for key, hist in histograms.items():
+        if isinstance(hist, dict) and "seen" in hist and "unseen" in hist:
+            hist = dict(hist)
+            seen, unseen = hist.pop("seen"), hist.pop("unseen")
+            try:
+                hist["canaries"] = (np.asarray(seen) + np.asarray(unseen)).tolist()
+            except (TypeError, ValueError):
+                hist["canaries"] = None
+        merged[key] = hist
+    return merged
+
+
+def audit_verdict_view(audit: Audit) -> dict[str, Any]:
+    """The audit's verdict (:func:`flaudit.auditor.claims.alerts.spec_verdict`) as JSON."""
+    gaps = getattr(audit, "gaps", None) or []  # rounds the run lacks (fail-open reporting)
+    verdict = spec_verdict(
+        audit.spec, alarm=first_alarm(audit.alerts), estimates=audit.estimates or [],
+        state=audit.status, rounds_received=int(audit.rounds_stored or 0),
+        missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
+        rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
+        weight_factor=audit.max_weight_factor,
+    )
+    return verdict.to_dict()
+
+
+#: What a gap costs the audit, by kind (the audit JSON's ``gaps[].cost``).
+GAP_COSTS = {
+    "no_canaries": (
+        "trained without canaries: the seen canaries scheduled for this round were never "
+        "inserted, so they carry no signal; estimates and power drop, the lower bounds and the "
+        "alarm stay valid"
+    ),
+    "not_reported": (
+        "trained but not reported: the all-iterates and known-rounds statistics skip this "
+        "round (its canaries count only through the final model, which is unaffected)"
+    ),
+}
+
+
+def _spans(rounds: list[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    out, start = [], None
+    for i, t in enumerate(rounds):
+        if start is None:
+            start = t
+        if i + 1 == len(rounds) or rounds[i + 1] != t + 1:
+            out.append(str(start) if start == t else f"{start}-{t}")
+            start = None
+    return ", ".join(out)
+
+
+def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
+    """The rounds the audit lacks, ``[{round, kind, reason, cost}]`` in round order, and one
+    warning alert per kind saying which rounds and what that costs."""
+    gaps = sorted((dict(g) for g in (audit.gaps or [])), key=lambda g: (g["round"], g["kind"]))
+    alerts = []
+    for gap in gaps:
+        gap["cost"] = GAP_COSTS.get(gap.get("kind"), "")
+    for kind, cost in GAP_COSTS.items():
+        rounds = sorted({g["round"] for g in gaps if g.get("kind") == kind})
+        if rounds:
+            reasons = sorted({g["reason"] for g in gaps if g.get("kind") == kind})
+            word = "round" if len(rounds) == 1 else "rounds"
+            alerts.append({"level": "warning", "message": (
+                f"{word} {_spans(rounds)} {cost} ({'; '.join(reasons)[:300]})"
+            )})
+    return gaps, alerts
+
+
+def weighting_alerts(audit: Audit) -> list[dict]:
+    """A warning when the run's aggregation weighted some reply above the C/n the noise is
+    calibrated for (the largest round ``weight_factor`` reported above 1)."""
+    factor = audit.max_weight_factor
+    if factor is None or not factor > 1 + 1e-6:
+        return []
+    return [{"level": "warning", "message": (
+        f"weighted aggregation: the weighted average gives the heaviest client up to "
+        f"{factor:.3g}× the influence (C/n) the DP noise is calibrated for, so the claim does "
+        "not hold for a client that heavy (its privacy loss is up to that many times the "
+        "claimed μ); the canaries are inserted at that weight, so this audit measures it. Cap "
+        "the weights or weight uniformly."
+    )}]
+
+
+def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
+    ended = audit.status in ENDED_STATUSES
+    base = f"/audits/{audit.id}"
+    verdict = audit_verdict_view(audit)
+    reason = audit.reason
+    if reason is None and verdict["stopped"]:
+        reason = f"stopped at round {verdict['round']}: claim refuted (stop_on_alarm)"
+    gaps, gap_alerts = gaps_view(audit)
+    return {
+        "id": audit.id,
+        "name": audit.name,
+        "status": audit.status,
+        "reason": reason,
+        "verdict": verdict,
+        "spec": audit.spec,
+        "created_at": _iso(audit.created_at),
+        "started_at": _iso(audit.started_at),
+        "finished_at": _iso(audit.finished_at),
+        "progress": progress_view(audit, round_times),
+        "dim": audit.dim,
+        "estimates": audit.estimates or [],
+        "diagnostics": audit.diagnostics or [],
+        "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(audit)],
+        "gaps": gaps,
+        "alarm_guarantee": spec_alarm_guarantee(audit.spec),
+        "flower_run_id": audit.flower_run_id,
+        "max_weight_factor": audit.max_weight_factor,
+        "bug_injected": bug_label(audit.spec),
+        "histograms": _merge_histograms(audit.histograms or {}, ended),
+        "metrics": audit.metrics or {},
+        "links": {
+            "self": base,
+            "rounds": f"{base}/rounds",
+            "cosines": f"{base}/cosines",
+            "cancel": f"{base}/cancel",
+        },
+    }
+
+
+def audit_summary_view(audit: Audit) -> dict[str, Any]:
+    headline = audit.headline_epsilon
+    if headline is not None and not math.isfinite(headline):
+        headline = None
+    verdict = audit_verdict_view(audit)
+    return {
+        "id": audit.id,
+        "name": audit.name,
+        "status": audit.status,
+        "verdict": {"status": verdict["status"], "summary": verdict["summary"]},
+        "progress": progress_view(audit),
+        "headline_epsilon": headline,
+        "created_at": _iso(audit.created_at),
+    }
+
+
+def round_view(row: AuditRound, *, ended: bool) -> dict[str, Any]:
+    """One round's row. The number of seen canaries inserted is withheld (null) until the audit
+    has ended: summed over rounds it would tell how many canaries are seen."""
+    return {
+        "round": row.round,
+        "clip_norm": row.clip_norm,
+        "cohort_size": row.cohort_size,
+        "num_canaries_inserted": row.num_canaries_inserted if ended else None,
+        "num_failures": row.num_failures,
+        "clipped_fraction": row.clipped_fraction,
+        "noise_stddev": row.noise_stddev,
+        "train_loss": row.train_loss,
+        "accuracy": row.accuracy,
+        "update_norm": row.delta_norm,
+        "weight_factor": row.weight_factor,
+        "received_at": _iso(row.received_at),
+        "estimates": row.estimates or [],
+    }
+
+
+_COSINE_FIELDS = ["index", "max_cosine", "last_cosine", "final_cosine", "final_model_cosine", "seen"]
+_COSINE_ARRAYS = ("max_cosines", "last_cosines", "final_cosines", "final_model_cosines")
+
+
+@dataclass(frozen=True)
+class CosineColumns:
+    """One audit's per-canary statistics, decoded: the stored arrays (``None`` until stored)
+    and the seen/unseen labels, present only if the audit had ended when they were read.
+    The arrays are read-only: a :class:`~flaudit.service.app.ReadCache` shares them."""
+
+    arrays: dict[str, np.ndarray | None]
+    seen: np.ndarray | None
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [*self.arrays.values(), self.seen]
+        return sum(a.nbytes for a in arrays if a is not None)
+
+
+def cosines_version(audit: Audit) -> tuple:
+    """What the decoded per-canary statistics of ``audit`` depend on: the arrays change only
+    with a stored round or the final model, the labels with the status (published once ended)."""
+    return (
+        int(audit.rounds_stored or 0),
+        bool(audit.has_final),
+        audit.status,
+        int(audit.spec["num_canaries"]),
+    )
+
+
+def cosine_columns(store: Store, audit: Audit, *, cache=None) -> CosineColumns:
+    """Decode the per-canary arrays of ``audit`` (and its labels if it has ended), or take them
+    from ``cache`` (a :class:`~flaudit.service.app.ReadCache`) if it holds them for
+    :func:`cosines_version` of ``audit``."""
+
+    def load() -> CosineColumns:
+        arrays = store.cosine_arrays(audit.id)
+        k = int(audit.spec["num_canaries"])
+        labels = seen_mask(store.canary_seed(audit.id), k) if audit.status in ENDED_STATUSES else None
+        for array in (*arrays.values(), labels):
+            if array is not None:
+                array.flags.writeable = False
+        return CosineColumns(arrays={name: arrays[name] for name in _COSINE_ARRAYS}, seen=labels)
+
+    if cache is None:
+        return load()
+    return cache.cosines(audit.id, cosines_version(audit), load)
+
+
+def _cosine_items(columns: CosineColumns, k: int, start: int, stop: int):
+    """Per-canary rows ``start <= j < stop`` (the label only once the audit has ended); only
+    the rows' slices of the arrays are converted."""
+    stop = min(stop, k)
+    if start >= stop:
+        return
+    values = {}
+    for name in _COSINE_FIELDS[1:5]:
+        array = columns.arrays[f"{name}s"]
+        values[name] = None if array is None else array[start:stop].tolist()
+    seen = None if columns.seen is None else columns.seen[start:stop].tolist()
+    for i in range(stop - start):
+        item: dict[str, Any] = {"index": start + i}
+        for name, column in values.items():
+            item[name] = None if column is None or not math.isfinite(column[i]) else column[i]
+        item["seen"] = None if seen is None else seen[i]
+        yield item
+
+
+def cosines_view(
+    store: Store, audit: Audit, *, limit: int, offset: int = 0, cache=None
+) -> dict[str, Any]:
+    """One page of the per-canary statistics: canaries ``offset`` to ``offset + limit - 1``.
+
+    With ``cache`` (the app's ``ReadCache``) the arrays are decoded once per stored round,
+    final model or status change, and a page costs O(``limit``) after that.
+    """
+    columns = cosine_columns(store, audit, cache=cache)
+    ended = audit.status in ENDED_STATUSES
+    k = int(audit.spec["num_canaries"])
+    dof = None
+    if audit.dim:
+        family = resolve_canary_family(audit.spec.get("canary_family"), num_canaries=k,
+                                       dim=int(audit.dim))
+        dof = scale_dof(family, num_canaries=k, dim=int(audit.dim))
+    return {
+        "audit_id": audit.id,
+        "status": audit.status,
+        "dim": audit.dim,
+        "scale_dof": dof,
+        "delta": float(audit.spec["delta"]),
+        "num_rounds": int(audit.rounds_stored or 0),
+        "labels_published": ended,
+        "total": k,
+        "offset": offset,
+        "limit": limit,
+        "items": list(_cosine_items(columns, k, offset, offset + limit)),
+    }
+
+
+def cosines_csv(store: Store, audit: Audit, *, chunk: int = 10_000, cache=None):
+    """The per-canary statistics of every canary as CSV text, yielded ``chunk`` rows at a time."""
+    columns = cosine_columns(store, audit, cache=cache)
+    k = int(audit.spec["num_canaries"])
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=_COSINE_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for start in range(0, k, chunk):
+        for item in _cosine_items(columns, k, start, start + chunk):
+            writer.writerow({key: ("" if item[key] is None else item[key]) for key in _COSINE_FIELDS})
+        yield out.getvalue()
+        out.seek(0)
+        out.truncate()
+    if out.tell():  # no canary: the header alone
+        yield out.getvalue()

@@ -1,0 +1,90 @@
+"""The code's shape, as docs/architecture.md states it: parts import one way (import-linter's
+contracts in pyproject.toml), imports inside the project are relative and name files that exist,
+none hides inside a function, and no source file grows past what a reader can hold."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ["auditor", "protocol", "service", "server", "clients", "commands"]
+MAX_LINES = 700
+
+
+def _sources():
+    for part in PARTS:
+        yield from sorted((ROOT / part).rglob("*.py"))
+
+
+def _in_type_checking(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            lines.update(range(node.lineno, node.end_lineno + 1))
+    return lines
+
+
+def test_lint_imports_keeps_every_contract():
+    lint = Path(sys.executable).with_name("lint-imports")
+    env = dict(os.environ, LINT_IMPORTS=str(lint))
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "lint-imports.sh")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+    assert done.stdout.count("KEPT") >= 4
+
+
+def test_project_imports_are_relative_and_name_files_that_exist():
+    problems = []
+    for path in _sources():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                problems += [f"{path.relative_to(ROOT)}:{node.lineno} import {a.name}"
+                             for a in node.names if a.name.split(".")[0] == "flaudit"]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level == 0:
+                    if (node.module or "").split(".")[0] == "flaudit":
+                        problems.append(f"{path.relative_to(ROOT)}:{node.lineno} absolute {node.module}")
+                    continue
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                if base == ROOT and not node.module:
+                    base = ROOT / "flaudit"  # `from .. import __version__`: the package itself
+                target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+                if not (target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()):
+                    problems.append(f"{path.relative_to(ROOT)}:{node.lineno} names no file: "
+                                    f"{'.' * node.level}{node.module or ''}")
+    assert not problems, "\n".join(problems)
+
+
+def test_no_project_import_hides_inside_a_function():
+    hidden = []
+    for path in _sources():
+        tree = ast.parse(path.read_text())
+        guarded = _in_type_checking(tree)
+        top = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.ImportFrom) and node.level > 0 and id(node) not in top
+                    and node.lineno not in guarded):
+                hidden.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not hidden, "project imports inside functions:\n" + "\n".join(hidden)
+
+
+def test_no_source_file_is_longer_than_a_reader_can_hold():
+    long = {str(p.relative_to(ROOT)): n for p in _sources()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"source files over {MAX_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("path", [p for p in _sources() if p.stat().st_size > 0],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_module_says_what_it_owns(path):
+    assert ast.get_docstring(ast.parse(path.read_text())), f"{path} has no module docstring"
