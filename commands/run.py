@@ -33,8 +33,6 @@ from ..auditor.claims.alerts import (
 from ..auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
 from ..auditor.estimators import audit_analytic_epsilon
 from ..auditor.spec import AuditSpec, ThreatModel
-from ..server.reporting import LocalRoundReporter
-from ..server.simulation import run_simulation_audit
 from ._progress import RoundProgress
 from ._table import fmt_number, print_table
 
@@ -252,6 +250,11 @@ def main(args: argparse.Namespace) -> int:
     if warning:
         print(textwrap.fill(f"WARNING: {warning}", width=100, subsequent_indent="  "),
               file=sys.stderr)
+
+    # deferred: Flower and torch load only once a valid spec is about to train (`flaudit run` on
+    # a bad spec answers at once; tests/server/test_run_command.py checks the module stays light)
+    from ..server.reporting import LocalRoundReporter
+    from ..server.simulation import run_simulation_audit
 
     seed = new_master_seed()
     reporter = AlarmWatch(spec, LocalRoundReporter.for_audit(

@@ -241,7 +241,7 @@ def default_app_dir() -> Path:
     configured = os.environ.get("FLAUDIT_FLOWER_APP_DIR")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
 
 
 def _flwr_executable() -> str:

@@ -12,6 +12,7 @@ import pytest
 from flwr.app import Error, Message
 
 import flaudit.auditor.canaries
+import flaudit.commands.run
 import flaudit.server.simulation
 from flaudit.auditor.canaries import seen_mask
 from flaudit.commands.cli import main as cli_main
@@ -77,7 +78,7 @@ def in_process_simulation(monkeypatch, flower_task_identity):
                 yield seed
 
     seeds = balanced_seeds()
-    monkeypatch.setattr(flaudit.auditor.canaries, "new_master_seed", lambda: next(seeds))
+    monkeypatch.setattr(flaudit.commands.run, "new_master_seed", lambda: next(seeds))
     return calls
 
 
