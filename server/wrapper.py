@@ -52,7 +52,7 @@ import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -65,9 +65,11 @@ from flwr.serverapp.strategy import Strategy
 from flaudit.auditor.canaries import Canaries, CanaryFamily, resolve_canary_family, seen_mask
 from flaudit.auditor.service.external import RUN_CONFIG_KEYS
 from flaudit.auditor.validation import check_at_least, check_positive
-from flaudit.server.reporting import RoundMetadata, RoundReporter
+from flaudit.server.reporting import ReportingError, RoundMetadata, RoundReporter
 from flaudit.server.schedules import CanarySchedule
 from flaudit.server.vectors import flatten, unflatten
+
+from .audit_notes import design_line, refusal_line
 
 __all__ = ["CanaryAuditStrategy", "LegacyCanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
            "ENV_RUN_TOKEN", "ENV_RUN_TOKEN_FILE"]
@@ -445,7 +447,11 @@ class CanaryAuditStrategy(Strategy):
             claim["stop_on_alarm"] = True
         declare = getattr(self.reporter, "declare_claim", None)
         if declare is not None:
-            declare(claim)
+            try:
+                declare(claim)
+            except ReportingError as error:  # e.g. more canaries than the federation holds
+                log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
+                raise
         self.num_rounds = int(num_rounds)
         self._claimed = True
         self._cohort = int(claim["clients_per_round"])
@@ -453,6 +459,9 @@ class CanaryAuditStrategy(Strategy):
             "%d rounds", claim["noise_multiplier"],
             f"clip norm {claim['clip_norm']}" if "clip_norm" in claim else "adaptive clipping",
             claim["clients_per_round"], claim["num_clients"], num_rounds)
+        design = design_line(getattr(self.reporter, "claim_ack", None))
+        if design is not None:  # what the audit will catch, before round 1
+            log(INFO, "%s", design)
         return claim
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, *args: Any,
@@ -832,8 +841,15 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
             claim["clip_norm"] = self._clip_norm
         declare = getattr(self.reporter, "declare_claim", None)
         if declare is not None:
-            declare(claim)
+            try:
+                declare(claim)
+            except ReportingError as error:
+                log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
+                raise
         self._claimed = True
+        design = design_line(getattr(self.reporter, "claim_ack", None))
+        if design is not None:
+            log(INFO, "%s", design)
 
     def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
         """The wrapped strategy's clients, less one per canary scheduled this round."""
