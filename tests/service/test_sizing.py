@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import httpx
 import pytest
@@ -178,3 +179,18 @@ def test_flaudit_attach_refuses_a_bad_count(capsys):
     with pytest.raises(SystemExit):
         cli.main(["attach", "--canaries", "1"])
     assert "at least 2 canaries" in capsys.readouterr().err
+
+
+def test_docs_show_the_lines_the_serverapp_logs(client, flwr_log):
+    """docs/flower.md quotes the design line and the refusal line: they are what the code logs
+    (flaudit attach's default delta, 1e-5)."""
+    page = (Path(__file__).parents[2] / "docs" / "flower.md").read_text()
+    documented = [line for line in page.splitlines() if line.startswith("flaudit: ")]
+    body, token = _create(client, delta=1e-5)
+    _wrapped(client, body["id"], token["Authorization"].split()[1]).declare(_Grid(), 10)
+    body, token = _create(client, num_canaries=100, delta=1e-5)
+    with pytest.raises(ReportingError):
+        _wrapped(client, body["id"], token["Authorization"].split()[1]).declare(_Grid(), 5)
+    logged = [m.replace(body["id"], "<id>") for _, m in flwr_log
+              if m.startswith(("flaudit: audit design", "flaudit: the audit service refused"))]
+    assert logged == documented
