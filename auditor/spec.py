@@ -453,11 +453,25 @@ class AuditClaim(SpecModel):
         description="How the strategy samples nodes (Flower's FedAvg: uniform without replacement).",
     )
     strategy: str = Field("", max_length=200, description="The wrapped strategy, for the record.")
+    num_canaries: int | Literal["auto"] | None = Field(
+        None,
+        description="Canaries the ServerApp asks for (CanaryAuditStrategy(num_canaries=...)): "
+        "a number fixes them for an audit created with `auto`; `auto` or null keeps the audit's "
+        "setting. A number that differs from the one the audit fixed is refused.",
+    )
     stop_on_alarm: bool | None = Field(
         None,
         description="The wrapper ends training when the DP alarm fires "
         "(CanaryAuditStrategy(stop_on_alarm=True)); null keeps the audit spec's setting.",
     )
+
+    @field_validator("num_canaries")
+    @classmethod
+    def _check_num_canaries(cls, value: int | str | None) -> int | str | None:
+        if value is not None and value != AUTO_CANARIES and not 2 <= value <= 1_000_000:
+            raise ValueError(f"num_canaries must be an integer from 2 to 1000000 or "
+                             f"\"{AUTO_CANARIES}\", got {value}")
+        return value
 
     def apply(self, spec: AuditSpec) -> AuditSpec:
         """``spec`` with the claimed settings (validated again as a whole).
@@ -467,8 +481,19 @@ class AuditClaim(SpecModel):
         pydantic.ValidationError
             If the merged spec is inconsistent (e.g. more seen canaries than
             ``max_canary_fraction`` allows for ``num_clients``).
+        ValueError
+            If the claim asks for a number of canaries other than the one the audit fixed.
         """
         values = spec.model_dump()
-        values.update(self.model_dump(exclude={"strategy"}
+        values.update(self.model_dump(exclude={"strategy", "num_canaries"}
                                       | ({"stop_on_alarm"} if self.stop_on_alarm is None else set())))
+        wanted = self.num_canaries
+        if wanted not in (None, AUTO_CANARIES) and wanted != spec.num_canaries:
+            if spec.sized:
+                raise ValueError(
+                    f"num_canaries: the ServerApp asks for {wanted} canaries, but the audit was "
+                    f"created with {spec.num_canaries}; create the audit with "
+                    "num_canaries = \"auto\" (flaudit attach --canaries auto) to let the app "
+                    "choose, or drop num_canaries from CanaryAuditStrategy")
+            values["num_canaries"] = wanted
         return AuditSpec.model_validate(values)

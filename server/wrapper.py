@@ -63,6 +63,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from flaudit.auditor.canaries import Canaries, CanaryFamily, resolve_canary_family, seen_mask
+from flaudit.auditor.claims.sizing import check_num_canaries
 from flaudit.auditor.service.external import RUN_CONFIG_KEYS
 from flaudit.auditor.validation import check_at_least, check_positive
 from flaudit.server.reporting import ReportingError, RoundMetadata, RoundReporter
@@ -330,6 +331,11 @@ class CanaryAuditStrategy(Strategy):
         later rounds send no messages and ``start`` reports the model of that round as the
         final one; the audit records where and why. Default False (the alarm is reported, the
         run goes on).
+    num_canaries : int or "auto", optional
+        Canaries for an audit created with ``num_canaries = "auto"`` (the bring-your-own
+        default): a number fixes them, ``"auto"`` (or None, the default) lets the service choose
+        them from the federation this strategy declares (docs/flower.md). A number other than
+        the one the audit fixed is refused and the audit fails.
 
     Raises
     ------
@@ -346,8 +352,11 @@ class CanaryAuditStrategy(Strategy):
         clip_norm: float | None = None,
         num_rounds: int | None = None,
         stop_on_alarm: bool = False,
+        num_canaries: int | str | None = None,
     ) -> None:
         _refuse_legacy(strategy)
+        self._num_canaries = (None if num_canaries is None
+                              else check_num_canaries(num_canaries))
         read_claim(strategy, num_rounds=1, num_nodes=1)
         if clip_norm is not None:
             check_positive(clip_norm, "clip_norm")
@@ -445,6 +454,8 @@ class CanaryAuditStrategy(Strategy):
             claim["clip_norm"] = self._clip_norm
         if self.stop_on_alarm:
             claim["stop_on_alarm"] = True
+        if self._num_canaries is not None:
+            claim["num_canaries"] = self._num_canaries
         declare = getattr(self.reporter, "declare_claim", None)
         if declare is not None:
             try:

@@ -42,6 +42,7 @@ __all__ = [
     "CanarySizing",
     "auto_sizing",
     "canaries_needed",
+    "check_num_canaries",
     "capped_advice",
     "choose_canaries",
     "clients_needed",
@@ -64,6 +65,22 @@ MAX_NUM_CANARIES = 1_000_000
 REPEATS = (1, 2, 4, 8)
 #: How far :func:`rounds_needed` / :func:`clients_needed` look (x the current value).
 _SEARCH_FACTOR = 1000
+
+
+def check_num_canaries(value: Any, name: str = "num_canaries") -> int | str:
+    """``value`` as a number of canaries (an integer from 2 to 1000000) or ``"auto"``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``.
+    """
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_NUM_CANARIES:
+        raise ValueError(f"{name} must be an integer from 2 to {MAX_NUM_CANARIES} or "
+                         f"\"{AUTO}\", got {value!r}")
+    return int(value)
 
 
 def seen_low(k: int) -> int:

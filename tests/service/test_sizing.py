@@ -109,13 +109,13 @@ class _Grid:
         return [11, 12, 13]
 
 
-def _wrapped(client, audit_id, token):
+def _wrapped(client, audit_id, token, **options):
     http = httpx.Client(transport=client._transport, base_url="http://testserver")
     reporter = HttpRoundReporter("http://testserver", audit_id, token, client=http, backoff=0.0)
     dp = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(fraction_evaluate=0.0), noise_multiplier=1.0, clipping_norm=0.1,
         num_sampled_clients=2)
-    return CanaryAuditStrategy(dp, reporter=reporter)
+    return CanaryAuditStrategy(dp, reporter=reporter, **options)
 
 
 class _Lines(logging.Handler):
@@ -194,3 +194,29 @@ def test_docs_show_the_lines_the_serverapp_logs(client, flwr_log):
     logged = [m.replace(body["id"], "<id>") for _, m in flwr_log
               if m.startswith(("flaudit: audit design", "flaudit: the audit service refused"))]
     assert logged == documented
+
+
+def test_the_wrapper_may_fix_the_canaries_of_an_auto_audit(client, flwr_log):
+    body, token = _create(client)
+    run_token = token["Authorization"].split()[1]
+    strategy = _wrapped(client, body["id"], run_token, num_canaries=12)
+    strategy.declare(_Grid(), 10)
+    assert client.get(f"/audits/{body['id']}").json()["spec"]["num_canaries"] == 12
+    assert any(m.startswith("flaudit: audit design: 12 canaries") for _, m in flwr_log)
+    # an audit that fixed its canaries refuses another number (and ends: it cannot start)
+    fixed, token = _create(client, num_canaries=20)
+    with pytest.raises(ReportingError, match="asks for 12 canaries"):
+        _wrapped(client, fixed["id"], token["Authorization"].split()[1],
+                 num_canaries=12).declare(_Grid(), 10)
+    assert client.get(f"/audits/{fixed['id']}").json()["status"] == "failed"
+    # "auto" from the app keeps the audit's own number
+    fixed, token = _create(client, num_canaries=20)
+    _wrapped(client, fixed["id"], token["Authorization"].split()[1],
+             num_canaries="auto").declare(_Grid(), 10)
+    assert client.get(f"/audits/{fixed['id']}").json()["spec"]["num_canaries"] == 20
+
+
+@pytest.mark.parametrize("bad", [1, "many", 2.0, True, 10**7])
+def test_the_wrapper_checks_num_canaries(client, bad):
+    with pytest.raises(ValueError, match="num_canaries must be an integer from 2"):
+        _wrapped(client, "x", "y", num_canaries=bad)

@@ -441,6 +441,10 @@ def put_claim(
                 for e in errors
             ],
         ) from None
+    except ValueError as exc:  # the claim asks for other canaries than the audit fixed
+        if first:
+            _refuse_federation(request, audit, str(exc))
+        raise _fail(422, str(exc)) from None
     # The seen canaries take cohort slots: at most clients_per_round per round; "auto" chooses
     # the canaries here, from the federation. A resumed run keeps the stored spec (its
     # num_rounds may count only the rounds left), checked when the claim was first declared:
