@@ -302,16 +302,23 @@ def capped_advice(spec, needed: int, *, alpha: float = ALARM_ALPHA,
             f"{t // r} rounds per canary period; seen canaries take cohort slots), fewer than "
             f"the {needed} this claim needs")
     if fed["max_canary_fraction"] < 1 and fed["num_clients"] is not None and cap < n * (t // r):
-        return (f"{head}: raise max_canary_fraction (now {fed['max_canary_fraction']:g}; "
-                "--max-canary-fraction) or add clients to make this audit testable.")
+        return (f"{head}: allow seen canaries a larger share of the population (now "
+                f"{fed['max_canary_fraction']:g}; --max-canary-fraction) or add clients to make "
+                "this audit testable.")
     options = []
     rounds = rounds_needed(noise_multiplier=z, alpha=alpha, power=power, **fed)
     if rounds is not None:
-        options.append(f"train {rounds} rounds")
+        options.append((f"train {rounds} rounds", {**fed, "num_rounds": rounds}))
     clients = clients_needed(noise_multiplier=z, alpha=alpha, power=power, **fed)
     if clients is not None:
-        options.append(f"sample {clients} clients per round")
+        options.append((f"sample {clients} clients per round",
+                        {**fed, "clients_per_round": clients}))
     if not options:
         return f"{head}; no number of rounds or sampled clients makes it testable."
-    return (f"{head}: {' or '.join(options)} (with num_canaries = \"auto\") to make this audit "
-            "testable.")
+    words = []
+    for text, there in options:  # with the canaries "auto" would choose there
+        sized = choose_canaries(noise_multiplier=z, alpha=alpha, power=power, **there)
+        repeats = (f", each seen canary in {sized.canary_repeats} rounds"
+                   if sized.canary_repeats > 1 else "")
+        words.append(f"{text} ({sized.num_canaries} canaries{repeats})")
+    return f"{head}: {' or '.join(words)} to make this audit testable."

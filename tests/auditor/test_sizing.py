@@ -103,7 +103,7 @@ def test_inconclusive_advice_is_achievable():
     assert needed <= max_canaries(clients_per_round=100, num_rounds=10)
     # the population fraction binds: say so
     fraction = audit_design(_spec(6, N=3, f=0.5))
-    assert "max_canary_fraction" in fraction.advice
+    assert "--max-canary-fraction" in fraction.advice
     assert capped_advice(_spec(20), 5) is None
 
 
