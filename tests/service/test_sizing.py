@@ -77,6 +77,7 @@ def test_a_claim_the_federation_cannot_satisfy_ends_the_audit_at_once(client, k,
     audit = client.get(f"/audits/{body['id']}").json()
     assert audit["status"] == "failed" and audit["finished_at"] is not None
     assert audit["reason"].startswith("refused before round 1: ") and words in audit["reason"]
+    assert "Value error" not in audit["reason"]
     assert "Running" not in audit["verdict"]["summary"]
     listed = client.get("/audits", headers=AUTH).json()["items"]
     assert [a["status"] for a in listed if a["id"] == body["id"]] == ["failed"]

@@ -433,7 +433,8 @@ def put_claim(
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False)
         if first:
-            _refuse_federation(request, audit, "; ".join(e["msg"] for e in errors))
+            _refuse_federation(request, audit, "; ".join(
+                e["msg"].removeprefix("Value error, ") for e in errors))
         raise HTTPException(
             status_code=422,
             detail=[
