@@ -43,5 +43,5 @@ def refusal_line(audit_id: str, error: BaseException) -> str:
         detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])[1:]))}: {d.get('msg')}"
                            for d in detail if isinstance(d, dict))
     reason = str(detail) if detail else text
-    return (f"flaudit: the audit service refused this run's claim: {reason} (audit {audit_id}: "
-            "see its page or GET /audits/{id})".replace("{id}", str(audit_id)))
+    return (f"flaudit: the audit service refused this run's claim: {reason} (the audit's page "
+            f"and GET /audits/{audit_id} say the same)")
