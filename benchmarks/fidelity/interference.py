@@ -38,10 +38,7 @@ from flaudit.auditor.estimators.analytic import (
     gaussian_epsilon_for_sigma,
     gaussian_sigma_for_epsilon,
 )
-from flaudit.auditor.estimators.interference import (
-    effective_noise_multiplier,
-    interference_warning,
-)
+from flaudit.auditor.estimators.interference import effective_noise_multiplier, interference_warning
 from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines  # noqa: E402
 from flaudit.auditor.results import VarianceTreatment  # noqa: E402
 from benchmarks.fidelity._common import dump  # noqa: E402

@@ -29,15 +29,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from flaudit.auditor.estimators import final_model_epsilon  # noqa: E402
-from flaudit.auditor.estimators.analytic import (
-    analytic_epsilon,
-    gaussian_sigma_for_epsilon,
-)
-from flaudit.server.simulated_audit import (
-    FedAvgSimulation,
-    audit_epsilons,
-    simulate_dpfedavg_audit,
-)
+from flaudit.auditor.estimators.analytic import analytic_epsilon, gaussian_sigma_for_epsilon
+from flaudit.server.simulated_audit import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit
 from benchmarks.fidelity._common import dump, fmt  # noqa: E402
 
 TARGETS = (math.inf, 300.0, 100.0, 30.0)

@@ -29,12 +29,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from flaudit.auditor.estimators import (
-    Bonferroni,
-    NoCorrection,
-    Split,
-    epsilon_lower_bound,
-)
+from flaudit.auditor.estimators import Bonferroni, NoCorrection, Split, epsilon_lower_bound
 from flaudit.auditor.estimators.analytic import (
     gaussian_epsilon_for_sigma,
     gaussian_sigma_for_epsilon,
