@@ -17,6 +17,8 @@ import os
 import shlex
 import sys
 
+from ..spec import AuditSpec
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=os.environ.get("FLAUDIT_URL", "http://127.0.0.1:8000"),
@@ -31,6 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-canary-fraction", type=float, default=None,
                         help="Largest share of seen canaries in the population (small "
                         "federations need more than the default 0.5).")
+    parser.add_argument("--start-timeout", type=float, default=None, metavar="SECONDS",
+                        help="The audit ends failed ('the run never started') if no ServerApp "
+                        "declares its claim within this many seconds (default 600).")
     parser.add_argument("--rotate", metavar="AUDIT_ID",
                         help="Rotate the run token of this audit instead of creating one.")
     parser.add_argument("--format", choices=("sh", "dotenv", "json", "run-config"), default="sh",
@@ -95,6 +100,8 @@ def main(args: argparse.Namespace) -> int:
                     "canary_repeats": args.repeats, "delta": args.delta}
             if args.max_canary_fraction is not None:
                 body["max_canary_fraction"] = args.max_canary_fraction
+            if args.start_timeout is not None:
+                body["start_timeout_seconds"] = args.start_timeout
             response = httpx.post(f"{base}/audits", json=body, headers=headers, timeout=30)
     except httpx.HTTPError as error:
         print(f"flaudit attach: cannot reach the service at {base} ({type(error).__name__}); "
@@ -103,7 +110,8 @@ def main(args: argparse.Namespace) -> int:
     if response.status_code >= 400:
         print(f"flaudit attach: HTTP {response.status_code}: {response.text[:500]}", file=sys.stderr)
         return 1
-    env = response.json()["environment"]
+    created = response.json()
+    env = created["environment"]
     if args.token_file:  # apps write their run config to disk: the token goes in a file
         path = os.path.abspath(args.token_file)
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -126,4 +134,9 @@ def main(args: argparse.Namespace) -> int:
           "shown once (rotate a leaked token with `flaudit attach --rotate "
           f"{env['FLAUDIT_AUDIT_ID']}`); follow it at {base}/audits/{env['FLAUDIT_AUDIT_ID']}",
           file=sys.stderr)
+    start = (AuditSpec.model_fields["start_timeout_seconds"].default
+             if args.start_timeout is None else args.start_timeout)
+    if not args.rotate:
+        print(f"flaudit: if no ServerApp declares its claim within {float(start):g} s, the audit "
+              "ends failed: the run never started (--start-timeout)", file=sys.stderr)
     return 0

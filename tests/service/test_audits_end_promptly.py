@@ -1,0 +1,223 @@
+"""Every audit ends, promptly (issue #28, items 3 and 6): a refused round (not finite, wrong
+length) or a refused final model ends the audit with a verdict on the rounds it has and the
+reason; a silent run is given up after a limit that follows its round cadence (at least 2
+minutes, at most ``timeout_seconds``), with a reason that is true when the final model never
+came; an attached audit whose run never claims it ends "the run never started" after
+``start_timeout_seconds``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import numpy as np
+import pytest
+
+from flaudit.auditor import cli
+from flaudit.auditor.service.silence import (
+    CADENCE_FACTOR,
+    MIN_SILENCE_SECONDS,
+    silence_limit,
+    start_limit,
+)
+from flaudit.auditor.service.store import as_utc, utcnow
+from flaudit.auditor.spec import AuditSpec
+
+from .conftest import AUTH, SMALL_SPEC, f32, start_run, submit
+from .fake_engine import synthetic_run
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _times(*seconds: float) -> list[datetime]:
+    return [T0 + timedelta(seconds=s) for s in seconds]
+
+
+# -- the rule ---------------------------------------------------------------------------------
+def test_the_silence_limit_follows_the_median_round_gap_within_its_floor_and_timeout():
+    spec = {"timeout_seconds": 3600}
+    # 30 s rounds (one slow outlier does not move the median): 10 x 30 s
+    limit = silence_limit(spec, _times(0, 30, 60, 90, 400, 430))
+    assert limit.seconds == CADENCE_FACTOR * 30
+    assert "median 30 s between its rounds" in limit.rule
+    # fast rounds: the floor
+    assert silence_limit(spec, _times(0, 1, 2, 3)).seconds == MIN_SILENCE_SECONDS
+    # slow rounds: capped by timeout_seconds
+    assert silence_limit({"timeout_seconds": 900}, _times(0, 600, 1200)).seconds == 900
+    # fewer than two rounds: no cadence yet, timeout_seconds
+    for times in ([], _times(0)):
+        limit = silence_limit(spec, times)
+        assert limit.seconds == 3600 and "fewer than two rounds" in limit.rule
+    # a timeout below the floor wins (an explicit, short timeout_seconds)
+    assert silence_limit({"timeout_seconds": 5}, _times(0, 1, 2)).seconds == 5
+
+
+def test_the_start_limit_is_start_timeout_seconds_at_most_timeout_seconds():
+    assert start_limit({"timeout_seconds": 3600}).seconds == 600  # a spec from before the field
+    assert start_limit({"timeout_seconds": 3600, "start_timeout_seconds": 30}).seconds == 30
+    limit = start_limit({"timeout_seconds": 10, "start_timeout_seconds": 600})
+    assert limit.seconds == 10 and "timeout_seconds" in limit.rule
+
+
+@pytest.mark.parametrize("value", [0, -1, 8 * 24 * 3600, "soon"])
+def test_start_timeout_seconds_is_validated_naming_the_field(client, value):
+    body = {"engine": "external", "num_canaries": 8, "start_timeout_seconds": value}
+    response = client.post("/audits", json=body, headers=AUTH)
+    assert response.status_code == 422
+    assert any("start_timeout_seconds" in ".".join(map(str, e["loc"]))
+               for e in response.json()["detail"])
+    assert AuditSpec().start_timeout_seconds == 600
+
+
+# -- the watchdog -----------------------------------------------------------------------------
+def _external(store, **spec):
+    spec = {"engine": "external", "num_rounds": 20, "num_canaries": 8, **spec}
+    return store.create_audit(name="x", spec=spec, canary_seed=1, run_token="t"), spec
+
+
+def test_a_dead_run_is_given_up_after_10_median_gaps_at_least_2_minutes(sqlite_store,
+                                                                         monkeypatch):
+    store = sqlite_store
+    audit, spec = _external(store, timeout_seconds=3600)
+    assert store.declare_claim(audit.id, spec=spec, run_id="r")
+    assert store.touch(audit.id)
+    last = as_utc(store.get_audit(audit.id).last_contact_at)
+    # 11 rounds arrived 20 s apart, the last one at the last contact; then the run died
+    times = [last - timedelta(seconds=20 * (10 - i)) for i in range(11)]
+    monkeypatch.setattr(store, "round_times", lambda audit_id: times)
+    since = last - timedelta(hours=1)
+    assert store.end_silent_external(since=since, now=last + timedelta(seconds=199)) == []
+    assert store.end_silent_external(since=since, now=last + timedelta(seconds=201)) == [audit.id]
+    ended = store.get_audit(audit.id)
+    assert ended.status == "failed"
+    assert ended.reason.startswith("the run stopped reporting: nothing heard for more than "
+                                   "200 s (10x the median 20 s between its rounds, at least "
+                                   "120 s, at most timeout_seconds = 3600 s; last contact ")
+    assert "rounds 1-20 and the final model were never reported" in ended.reason
+
+
+def test_all_rounds_but_no_final_model_says_the_final_model_never_came(sqlite_store,
+                                                                       monkeypatch):
+    store = sqlite_store
+    audit, spec = _external(store, num_rounds=3)
+    assert store.declare_claim(audit.id, spec=spec, run_id="r")
+    for t in (1, 2, 3):  # (the rounds' bodies do not matter to the watchdog)
+        assert store.store_missing_round(audit.id, t=t, reason="test")
+    last = as_utc(store.get_audit(audit.id).last_contact_at)
+    monkeypatch.setattr(store, "round_times", lambda audit_id: _times(0, 1, 2))
+    now = last + timedelta(seconds=MIN_SILENCE_SECONDS + 1)
+    assert store.end_silent_external(since=last, now=now) == [audit.id]
+    reason = store.get_audit(audit.id).reason
+    assert reason.endswith("after 3 of 3 rounds; the final model was never reported"), reason
+
+
+def test_an_attached_audit_whose_run_never_claims_it_ends_the_run_never_started(client, store):
+    body = client.post("/audits", json={"engine": "external", "num_canaries": 8,
+                                        "start_timeout_seconds": 30}, headers=AUTH).json()
+    created = as_utc(store.get_audit(body["id"]).created_at)
+    assert store.end_silent_external(since=created, now=created + timedelta(seconds=29)) == []
+    assert store.end_silent_external(since=created, now=created + timedelta(seconds=31)) == [
+        body["id"]]
+    audit = client.get(f"/audits/{body['id']}").json()
+    assert audit["status"] == "failed"
+    assert audit["reason"].startswith(
+        "the run never started: no Flower run declared its claim within 30 s of the audit's "
+        "creation (start_timeout_seconds = 30 s)")
+    assert audit["verdict"]["status"] != "running"
+
+
+# -- a refused round ends the audit -----------------------------------------------------------
+def _first_rounds(client, store, rounds: int):
+    audit_id = submit(client)
+    headers = start_run(store, audit_id)
+    spec = AuditSpec.model_validate(SMALL_SPEC)
+    theta0, deltas, meta = synthetic_run(7, spec, 400)
+    base = f"/audits/{audit_id}"
+    assert client.put(f"{base}/initial-model", content=f32(theta0),
+                      headers=headers).status_code == 200
+    for t in range(1, rounds + 1):
+        r = client.put(f"{base}/rounds/{t}", params=meta[t - 1], content=f32(deltas[t - 1]),
+                       headers=headers)
+        assert r.status_code == 200, r.text
+    return audit_id, headers, deltas, meta
+
+
+@pytest.mark.parametrize("problem", ["nan", "inf", "short"])
+def test_a_refused_round_ends_the_audit_on_the_rounds_it_has_with_the_reason(
+        client, store, problem):
+    audit_id, headers, deltas, meta = _first_rounds(client, store, 2)
+    before = client.get(f"/audits/{audit_id}").json()
+    assert before["estimates"]  # the two rounds' estimates
+    body = deltas[2].copy()
+    if problem == "nan":
+        body[5] = np.nan
+    elif problem == "inf":
+        body[5] = np.inf
+    else:
+        body = body[:-1]
+    r = client.put(f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(body),
+                   headers=headers)
+    assert r.status_code == 422
+    audit = client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "failed"
+    assert audit["reason"].startswith("round 3 was refused (round 3 update: ")
+    assert "the audit ended on the 2 round(s) it has; rounds 3-4 and the final model were " \
+           "never received" in audit["reason"]
+    assert ("training diverged" in audit["reason"]) == (problem != "short")
+    assert [(g["round"], g["kind"]) for g in audit["gaps"]] == [(3, "not_reported"),
+                                                                (4, "not_reported")]
+    assert "final model never arrived" in audit["gaps"][0]["cost"]
+    assert audit["verdict"]["status"] in ("inconclusive", "claim_refuted")
+    assert "after 2 of 4 rounds" in audit["verdict"]["summary"] or \
+        audit["verdict"]["status"] == "claim_refuted"
+    assert audit["estimates"] == before["estimates"]  # the verdict stands on the rounds it has
+    assert audit["progress"]["round"] == 2
+    # later data of the diverged run is refused, naming the state
+    again = client.put(f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(deltas[2]),
+                       headers=headers)
+    assert again.status_code in (401, 409)
+
+
+def test_a_refused_final_model_ends_the_audit_and_a_malformed_body_does_not(client, store):
+    audit_id, headers, deltas, meta = _first_rounds(client, store, 4)
+    base = f"/audits/{audit_id}"
+    # a body cut mid-value (transport trouble, not the model): refused, the audit goes on
+    r = client.put(f"{base}/final-model", content=f32(np.zeros(400))[:-2], headers=headers)
+    assert r.status_code == 400
+    assert client.get(base).json()["status"] == "running"
+    final = np.full(400, np.nan, dtype=np.float32)
+    r = client.put(f"{base}/final-model", content=f32(final), headers=headers)
+    assert r.status_code == 422 and "non-finite" in r.json()["detail"]
+    audit = client.get(base).json()
+    assert audit["status"] == "failed" and audit["gaps"] == []
+    assert audit["reason"].startswith("the final model was refused (final model: contains 400 "
+                                      "non-finite value(s)")
+    assert "ended on the 4 round(s) it has" in audit["reason"]
+    assert audit["verdict"]["status"] != "running"
+
+
+def test_a_started_audit_is_not_ended_before_its_start_limit_by_the_start_rule(store):
+    """The start rule applies only to audits that no run claimed."""
+    audit = store.create_audit(name="x", spec={"engine": "external", "num_rounds": 3,
+                                               "num_canaries": 8, "start_timeout_seconds": 1},
+                               canary_seed=1, run_token="t")
+    assert store.declare_claim(audit.id, spec={"engine": "external", "num_rounds": 3,
+                                               "num_canaries": 8, "start_timeout_seconds": 1},
+                               run_id="r")
+    now = utcnow()
+    assert store.end_silent_external(since=now, now=now + timedelta(seconds=60)) == []
+
+
+def test_flaudit_attach_sends_the_start_timeout_and_says_what_happens_without_a_run(
+        client, store, monkeypatch, capsys):
+    monkeypatch.setenv("FLAUDIT_API_KEY", AUTH["Authorization"].split()[1])
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: client.post(
+        url.replace("http://svc", ""), **{k: v for k, v in kw.items() if k != "timeout"}))
+    assert cli.main(["attach", "--url", "http://svc", "--start-timeout", "45",
+                     "--format", "json"]) == 0
+    out = capsys.readouterr()
+    audit_id = json.loads(out.out)["FLAUDIT_AUDIT_ID"]
+    assert store.get_audit(audit_id).spec["start_timeout_seconds"] == 45
+    assert ("if no ServerApp declares its claim within 45 s, the audit ends failed: the run "
+            "never started") in out.err
