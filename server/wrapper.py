@@ -335,7 +335,9 @@ class CanaryAuditStrategy(Strategy):
         round's report) add to one round, all together (default 5 s; ``flaudit.server.budget``).
         Past it the round trains without its canaries (a stated gap) and reports keep going in
         the background, in order. Applies while the reporter fails open
-        (``on_service_error="continue"``); None waits for everything (as ``"stop"`` does).
+        (``on_service_error="continue"``); None waits for everything (as ``"stop"`` does). The
+        claim and theta_0 are sent before round 1, outside the budget (a refused claim stops
+        the run before it trains).
 
     Raises
     ------
@@ -397,7 +399,6 @@ class CanaryAuditStrategy(Strategy):
         self._fetch_work: ThreadPoolExecutor | None = None  # canaries: never behind a report
         self._prefetched: dict[int, Future[np.ndarray]] = {}
         self._reports: list[Future] = []  # handed to the reporter, in order
-        self._initial: Future | None = None
         #: what the audit may add to one round, all its waits together (None: wait for all)
         self.round_budget = (None if round_budget_seconds is None
                              else RoundBudget(round_budget_seconds))
@@ -521,9 +522,6 @@ class CanaryAuditStrategy(Strategy):
         return self._fetch_work.submit(self._fetch_round, server_round, dim)
 
     def _fetch_round(self, server_round: int, dim: int) -> np.ndarray:
-        initial = self._initial
-        if initial is not None:  # the service serves canaries once it holds theta_0
-            initial.result()
         return self._round_canaries(server_round, dim)
 
     def _budgeted(self) -> bool:
@@ -567,13 +565,8 @@ class CanaryAuditStrategy(Strategy):
         self._prefetched.clear()
 
     def _report_initial(self, arrays: ArrayRecord) -> None:
-        if not self._initial_reported:
-            if self._budgeted():  # in the background, before everything else it sends
-                self._initial = self._submit(self.reporter.report_initial,
-                                             _record_vector(arrays))
-                self._reports.append(self._initial)
-            else:
-                self.reporter.report_initial(_record_vector(arrays))
+        if not self._initial_reported:  # before round 1, like the claim: canaries need it
+            self.reporter.report_initial(_record_vector(arrays))
             self._initial_reported = True
 
     # -- training ------------------------------------------------------------------------
