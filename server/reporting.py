@@ -277,6 +277,7 @@ class HttpRoundReporter:
         self._canaries: dict[int, np.ndarray] = {}
         self._no_canaries: dict[int, str] = {}
         self._given_up: set[int] = set()  # rounds that trained without canaries already
+        self._ahead_busy = False  # a thread fetches the next rounds' canaries
         self._num_rounds: int | None = None
         self._silence_limit: float | None = None
         self._round_offset = 0
@@ -693,8 +694,25 @@ class HttpRoundReporter:
             if t in self._given_up:  # too late: the round trained without them
                 return empty
             self._no_canaries.pop(t, None)
-        self._fetch_ahead(t, _held_bytes(block))
+        self._fetch_ahead_later(t, _held_bytes(block))
         return block
+
+    def _fetch_ahead_later(self, t: int, block_bytes: int) -> None:
+        """Fetch the next rounds' canaries on a thread of their own (one at a time), so a
+        round's canaries fetched ahead are handed over at once, even while the service hangs."""
+        with self._cond:
+            if self._ahead_busy or self._closed.is_set():
+                return
+            self._ahead_busy = True
+
+        def work() -> None:
+            try:
+                self._fetch_ahead(t, block_bytes)
+            finally:
+                with self._cond:
+                    self._ahead_busy = False
+
+        threading.Thread(target=work, name="flaudit-canaries-ahead", daemon=True).start()
 
     def _fetch_ahead(self, t: int, block_bytes: int) -> None:
         last = t + self.canaries_ahead
@@ -704,14 +722,14 @@ class HttpRoundReporter:
         for ahead in range(t + 1, last + 1):
             if ahead in self._canaries:
                 continue
-            if sum(_held_bytes(b) for b in self._canaries.values()) + block_bytes > budget:
+            if sum(_held_bytes(b) for b in list(self._canaries.values())) + block_bytes > budget:
                 return
             try:
                 self._canaries[ahead] = self._fetch_canaries(ahead, 1)
             except (_Unreachable, ReportingError):
                 return
-        for old in [r for r in self._canaries if r <= t]:
-            del self._canaries[old]
+        for old in [r for r in list(self._canaries) if r <= t]:
+            self._canaries.pop(old, None)
 
     def _final_delivered(self, _response) -> None:
         self._finished = True

@@ -66,10 +66,10 @@ from flaudit.auditor.canaries import Canaries, CanaryFamily, resolve_canary_fami
 from flaudit.auditor.service.external import RUN_CONFIG_KEYS
 from flaudit.auditor.validation import check_at_least, check_positive
 from flaudit.server.reporting import RoundMetadata, RoundReporter
-
-from .budget import DEFAULT_ROUND_BUDGET, RoundBudget
 from flaudit.server.schedules import CanarySchedule
 from flaudit.server.vectors import flatten, unflatten
+
+from .budget import DEFAULT_ROUND_BUDGET, RoundBudget
 
 __all__ = ["CanaryAuditStrategy", "LegacyCanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
            "ENV_RUN_TOKEN", "ENV_RUN_TOKEN_FILE"]
@@ -558,9 +558,10 @@ class CanaryAuditStrategy(Strategy):
         self._reports = pending
 
     def _close_audit_work(self) -> None:
-        for work in (self._fetch_work, self._audit_work):
-            if work is not None:
-                work.shutdown(wait=True, cancel_futures=True)
+        if self._fetch_work is not None:  # a fetch still hanging on the service is dropped
+            self._fetch_work.shutdown(wait=False, cancel_futures=True)
+        if self._audit_work is not None:
+            self._audit_work.shutdown(wait=True, cancel_futures=True)
         self._audit_work = self._fetch_work = None
         self._prefetched.clear()
 
