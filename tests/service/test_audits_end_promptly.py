@@ -13,6 +13,8 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import numpy as np
 import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
 from flaudit.auditor import cli
 from flaudit.auditor.service.silence import (
@@ -23,11 +25,24 @@ from flaudit.auditor.service.silence import (
 )
 from flaudit.auditor.service.store import as_utc, utcnow
 from flaudit.auditor.spec import AuditSpec
+from flaudit.server.reporting import HttpRoundReporter
+from flaudit.server.wrapper import CanaryAuditStrategy
 
 from .conftest import AUTH, SMALL_SPEC, f32, start_run, submit
 from .fake_engine import synthetic_run
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def flower_identity():
+    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
 
 
 def _times(*seconds: float) -> list[datetime]:
@@ -221,3 +236,53 @@ def test_flaudit_attach_sends_the_start_timeout_and_says_what_happens_without_a_
     assert store.get_audit(audit_id).spec["start_timeout_seconds"] == 45
     assert ("if no ServerApp declares its claim within 45 s, the audit ends failed: the run "
             "never started") in out.err
+
+
+# -- the issue's case: the model goes NaN mid-run, with the real wrapper ------------------------
+class _Grid3:
+    def get_node_ids(self):
+        return [1, 2, 3]
+
+
+def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on(
+        client, store, flower_identity, caplog):
+    body = client.post("/audits", json={"engine": "external", "num_canaries": 16,
+                                        "max_canary_fraction": 1.0, "delta": 1e-5},
+                       headers=AUTH).json()
+    audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
+    http = httpx.Client(transport=client._transport, base_url="http://testserver")
+    reporter = HttpRoundReporter("http://testserver", audit_id, token, client=http,
+                                 backoff=0.01, retry_seconds=0.05)
+    dp = DifferentialPrivacyServerSideFixedClipping(
+        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
+        noise_multiplier=0.5, clipping_norm=0.5, num_sampled_clients=3)
+    strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=6)
+    rng = np.random.default_rng(0)
+    arrays = ArrayRecord([rng.standard_normal((20, 30)).astype(np.float32),
+                          rng.standard_normal(30).astype(np.float32)])
+    with caplog.at_level("ERROR", logger="flaudit.server.reporting"):
+        for t in range(1, 7):  # the clients' updates blow up from round 3
+            messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), _Grid3()))
+            current = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
+            replies = []
+            for msg in messages:
+                vec = current + 0.01 * rng.standard_normal(630).astype(np.float32)
+                if t >= 3:
+                    vec[:] = np.nan
+                replies.append(Message(content=RecordDict({
+                    "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
+                    "metrics": MetricRecord({"num-examples": 10})}), reply_to=msg))
+            arrays, _ = strategy.aggregate_train(t, replies)
+            strategy.flush()
+    reporter.close()
+    audit = client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "failed"
+    assert audit["reason"].startswith("round 3 was refused (round 3 update: contains 630 "
+                                      "non-finite value(s) (NaN or Inf)")
+    assert "ended on the 2 round(s) it has; rounds 3-6 and the final model" in audit["reason"]
+    assert "training diverged" in audit["reason"]
+    assert audit["verdict"]["status"] in ("inconclusive", "claim_refuted")
+    assert [g["round"] for g in audit["gaps"] if g["kind"] == "not_reported"] == [3, 4, 5, 6]
+    # the ServerApp says once that the audit stopped; training went on to round 6
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 1 and "non-finite" in refusals[0]
