@@ -492,7 +492,7 @@ class HttpRoundReporter:
             quiet = time.monotonic() - self._last_contact
             if interval is not None and self._disabled is None and quiet >= interval:
                 try:
-                    self._request("PUT", "heartbeat", attempts=1)
+                    self._heartbeat_acknowledged(self._request("PUT", "heartbeat", attempts=1))
                     self._came_back()
                 except _Unreachable as error:
                     if self._fail_open:
@@ -505,6 +505,15 @@ class HttpRoundReporter:
             with self._cond:
                 if not self._outbox:
                     self._cond.wait(timeout)
+
+    def _heartbeat_acknowledged(self, response) -> None:
+        """The service's silence limit follows the run's round cadence: heartbeat by it."""
+        try:
+            limit = float(response.json()["silence_limit_seconds"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if limit > 0:
+            self._silence_limit = limit
 
     def _heartbeat_interval(self) -> float | None:
         if not self._claimed or self._finished:
