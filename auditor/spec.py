@@ -278,8 +278,7 @@ class AuditSpec(SpecModel):
     start_timeout_seconds: float = Field(
         600, gt=0, le=7 * 24 * 3600,
         description="engine = external: the audit ends failed ('the run never started') when "
-        "no Flower run declares its claim this many seconds after the audit's creation (at "
-        "most timeout_seconds).",
+        "no Flower run declares its claim this many seconds after the audit's creation.",
     )
     stop_on_alarm: bool = Field(
         False,

@@ -3,7 +3,7 @@
 Two limits, both read by :meth:`flaudit.auditor.service.store.Store.end_silent_external`:
 
 * **Start:** an audit whose run never declared its claim ends ``failed`` ("the run never
-  started") ``start_timeout_seconds`` after its creation (at most ``timeout_seconds``).
+  started") ``start_timeout_seconds`` after its creation.
 * **Silence:** a run that has started is given up after a silence that follows its own round
   cadence: ``CADENCE_FACTOR`` times the median time between the rounds received, at least
   ``MIN_SILENCE_SECONDS``, at most the spec's ``timeout_seconds`` (which alone applies until
@@ -46,9 +46,6 @@ def _timeout(spec: Mapping[str, Any]) -> float:
 def start_limit(spec: Mapping[str, Any]) -> SilenceLimit:
     """How long an external audit waits for its run to declare its claim."""
     start = float(spec.get("start_timeout_seconds") or DEFAULT_START_TIMEOUT)
-    timeout = _timeout(spec)
-    if timeout < start:
-        return SilenceLimit(timeout, f"timeout_seconds = {timeout:g} s")
     return SilenceLimit(start, f"start_timeout_seconds = {start:g} s")
 
 

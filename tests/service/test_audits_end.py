@@ -154,7 +154,8 @@ def test_a_restart_fails_interrupted_audits_at_once_and_keeps_external_ones(kind
 
 def test_silence_counts_from_the_last_contact_or_the_service_start(sqlite_store):
     store = sqlite_store
-    spec = {"engine": "external", "num_rounds": 3, "timeout_seconds": 10, "num_canaries": 8}
+    spec = {"engine": "external", "num_rounds": 3, "timeout_seconds": 10, "num_canaries": 8,
+            "start_timeout_seconds": 10}
     waiting = store.create_audit(name="w", spec=spec, canary_seed=1, run_token="w")
     assert store.end_silent_external(since=utcnow(), now=utcnow() + timedelta(seconds=9)) == []
     assert store.end_silent_external(since=utcnow(), now=utcnow() + timedelta(seconds=11)) == [

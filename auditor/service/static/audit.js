@@ -310,7 +310,7 @@ export function renderAudit(root, id) {
 
   // An attached audit ends "the run never started" if no run claims it in time (start_timeout_seconds).
   function waitingText(a) {
-    const limit = a.started_at ? null : Math.min(a.spec?.start_timeout_seconds ?? 600, a.spec?.timeout_seconds ?? 3600);
+    const limit = a.started_at ? null : (a.spec?.start_timeout_seconds ?? 600);
     return limit == null ? "waiting for your Flower app…" : `waiting for your Flower app… (the audit ends if no run starts within ${fmtDuration(limit)} of its creation)`;
   }
 
