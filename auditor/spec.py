@@ -284,6 +284,11 @@ class AuditSpec(SpecModel):
     )
     data_seed: int = Field(0, ge=0, le=MAX_INTEGER, description="Seed for data partitioning and schedules (not secret).")
     timeout_seconds: float = Field(3600, gt=0, le=7 * 24 * 3600)
+    start_timeout_seconds: float = Field(
+        600, gt=0, le=7 * 24 * 3600,
+        description="engine = external: the audit ends failed ('the run never started') when "
+        "no Flower run declares its claim this many seconds after the audit's creation.",
+    )
     stop_on_alarm: bool = Field(
         False,
         description="End training at the round where the DP alarm's error level fires (the "

@@ -17,6 +17,7 @@ import os
 import shlex
 import sys
 
+from ..auditor.spec import AuditSpec
 from ..protocol.wire import RUN_CONFIG_KEYS
 
 
@@ -38,6 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-canary-fraction", type=float, default=None,
                         help="Largest share of seen canaries in the population (small "
                         "federations need more than the default 0.5).")
+    parser.add_argument("--start-timeout", type=float, default=None, metavar="SECONDS",
+                        help="The audit ends failed ('the run never started') if no ServerApp "
+                        "declares its claim within this many seconds (default 600).")
     parser.add_argument("--rotate", metavar="AUDIT_ID",
                         help="Rotate the run token of this audit instead of creating one.")
     parser.add_argument("--format", choices=("sh", "dotenv", "json", "run-config"), default="sh",
@@ -117,6 +121,8 @@ def main(args: argparse.Namespace) -> int:
                 body["canary_repeats"] = args.repeats
             if args.max_canary_fraction is not None:
                 body["max_canary_fraction"] = args.max_canary_fraction
+            if args.start_timeout is not None:
+                body["start_timeout_seconds"] = args.start_timeout
             response = httpx.post(f"{base}/audits", json=body, headers=headers, timeout=30)
     except httpx.HTTPError as error:
         print(f"flaudit attach: cannot reach the service at {base} ({type(error).__name__}); "
@@ -151,4 +157,9 @@ def main(args: argparse.Namespace) -> int:
     summary = (created.get("design") or {}).get("summary")
     if summary:  # with --canaries auto: the ServerApp's log gives the design before round 1
         print(f"flaudit: design: {summary}", file=sys.stderr)
+    start = (AuditSpec.model_fields["start_timeout_seconds"].default
+             if args.start_timeout is None else args.start_timeout)
+    if not args.rotate:
+        print(f"flaudit: if no ServerApp declares its claim within {float(start):g} s, the audit "
+              "ends failed: the run never started (--start-timeout)", file=sys.stderr)
     return 0

@@ -198,6 +198,9 @@ class HttpRoundReporter:
         Rounds of canaries fetched ahead of training (external audits).
     drain_seconds : float
         How long ``report_final`` waits for buffered data to be delivered.
+    fetch_timeout : float
+        Per-request timeout of a canary fetch (they are on the training path: at most the
+        wrapper's round budget, ``flaudit.server.budget``).
     heartbeat_seconds : float, optional
         Quiet time before a heartbeat (default: a quarter of the audit's ``timeout_seconds``,
         between 1 and 60 s).
@@ -220,6 +223,7 @@ class HttpRoundReporter:
         drain_seconds: float = 60.0,
         heartbeat_seconds: float | None = None,
         retry_seconds: float = 5.0,
+        fetch_timeout: float = 5.0,
         client=None,
     ) -> None:
         import uuid
@@ -237,6 +241,7 @@ class HttpRoundReporter:
         check_at_least(canaries_ahead, "canaries_ahead", 0)
         check_at_least(drain_seconds, "drain_seconds", 0)
         check_at_least(retry_seconds, "retry_seconds", 0.01)
+        check_at_least(fetch_timeout, "fetch_timeout", 0.01)
         if heartbeat_seconds is not None:
             check_at_least(heartbeat_seconds, "heartbeat_seconds", 0.01)
         self.base_url = base_url.rstrip("/")
@@ -250,6 +255,7 @@ class HttpRoundReporter:
         self.canaries_ahead = int(canaries_ahead)
         self.drain_seconds = float(drain_seconds)
         self.retry_seconds = float(retry_seconds)
+        self.fetch_timeout = float(fetch_timeout)
         self._heartbeat_seconds = heartbeat_seconds
         self._client = client or httpx.Client(
             timeout=httpx.Timeout(timeout, connect=min(float(timeout), 5.0))
@@ -270,6 +276,8 @@ class HttpRoundReporter:
         self._error: ReportingError | None = None  # "stop": raised at the next call
         self._canaries: dict[int, np.ndarray] = {}
         self._no_canaries: dict[int, str] = {}
+        self._given_up: set[int] = set()  # rounds that trained without canaries already
+        self._ahead_busy = False  # a thread fetches the next rounds' canaries
         self._num_rounds: int | None = None
         self._silence_limit: float | None = None
         self._round_offset = 0
@@ -484,7 +492,7 @@ class HttpRoundReporter:
             quiet = time.monotonic() - self._last_contact
             if interval is not None and self._disabled is None and quiet >= interval:
                 try:
-                    self._request("PUT", "heartbeat", attempts=1)
+                    self._heartbeat_acknowledged(self._request("PUT", "heartbeat", attempts=1))
                     self._came_back()
                 except _Unreachable as error:
                     if self._fail_open:
@@ -497,6 +505,15 @@ class HttpRoundReporter:
             with self._cond:
                 if not self._outbox:
                     self._cond.wait(timeout)
+
+    def _heartbeat_acknowledged(self, response) -> None:
+        """The service's silence limit follows the run's round cadence: heartbeat by it."""
+        try:
+            limit = float(response.json()["silence_limit_seconds"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if limit > 0:
+            self._silence_limit = limit
 
     def _heartbeat_interval(self) -> float | None:
         if not self._claimed or self._finished:
@@ -611,6 +628,7 @@ class HttpRoundReporter:
         response = self._request(
             "GET", f"rounds/{int(server_round) + self._round_offset}/canary-sum",
             attempts=attempts, headers={"Accept": "application/octet-stream"},
+            timeout=self.fetch_timeout,
         )
         count = int(response.headers["X-Canary-Count"])
         dim = int(response.headers["X-Canary-Dim"])
@@ -619,8 +637,27 @@ class HttpRoundReporter:
             return np.empty((0, dim), dtype=np.float32)
         return np.broadcast_to(total / np.float32(count), (count, dim))
 
+    @property
+    def missing_canaries(self) -> dict[int, str]:
+        """Rounds whose canaries could not be had so far, with the reason (a copy)."""
+        with self._cond:
+            return dict(self._no_canaries)
+
+    def without_canaries(self, server_round: int, reason: str) -> None:
+        """Round ``server_round`` trains without its canaries (they did not arrive within the
+        wrapper's round budget): reported with ``canaries_missing``; a fetch of them still in
+        flight is dropped when it returns."""
+        with self._cond:
+            if int(server_round) in self._given_up:
+                return
+            self._given_up.add(int(server_round))
+        self._without_canaries(server_round, reason)  # (stated once: a failed fetch may have)
+
     def _without_canaries(self, server_round: int, reason: str) -> np.ndarray:
-        self._no_canaries[int(server_round)] = reason
+        with self._cond:
+            if int(server_round) in self._no_canaries:  # stated once
+                return np.empty((0, 0), dtype=np.float32)
+            self._no_canaries[int(server_round)] = reason
         self._gap(server_round, "no_canaries", reason)
         logger.warning("flaudit: round %d trains without canaries: %s", server_round, reason)
         return np.empty((0, 0), dtype=np.float32)
@@ -642,7 +679,7 @@ class HttpRoundReporter:
                 return self._fetch_canaries(t, self.max_retries + 1)
             except _Unreachable as error:
                 raise self._stopped("GET", f"rounds/{t}/canaries", error) from None
-        if self._disabled is not None:
+        if self._disabled is not None or t in self._given_up:
             return empty
         block = self._canaries.pop(t, None)
         if block is None:
@@ -656,14 +693,36 @@ class HttpRoundReporter:
                 block = self._fetch_canaries(t, 1 if down else min(self.max_retries, 2) + 1)
             except _Unreachable as error:
                 self._went_down(error.problem)
+                if t in self._given_up:
+                    return empty
                 return self._without_canaries(t, f"service unreachable ({error.problem})")
             except ReportingError as error:
                 self._refused(error, f"the canaries of round {t}")
                 return empty
         # fetched after all (an earlier attempt, e.g. a prefetch during the outage, had failed)
-        self._no_canaries.pop(t, None)
-        self._fetch_ahead(t, _held_bytes(block))
+        with self._cond:
+            if t in self._given_up:  # too late: the round trained without them
+                return empty
+            self._no_canaries.pop(t, None)
+        self._fetch_ahead_later(t, _held_bytes(block))
         return block
+
+    def _fetch_ahead_later(self, t: int, block_bytes: int) -> None:
+        """Fetch the next rounds' canaries on a thread of their own (one at a time), so a
+        round's canaries fetched ahead are handed over at once, even while the service hangs."""
+        with self._cond:
+            if self._ahead_busy or self._closed.is_set():
+                return
+            self._ahead_busy = True
+
+        def work() -> None:
+            try:
+                self._fetch_ahead(t, block_bytes)
+            finally:
+                with self._cond:
+                    self._ahead_busy = False
+
+        threading.Thread(target=work, name="flaudit-canaries-ahead", daemon=True).start()
 
     def _fetch_ahead(self, t: int, block_bytes: int) -> None:
         last = t + self.canaries_ahead
@@ -673,14 +732,14 @@ class HttpRoundReporter:
         for ahead in range(t + 1, last + 1):
             if ahead in self._canaries:
                 continue
-            if sum(_held_bytes(b) for b in self._canaries.values()) + block_bytes > budget:
+            if sum(_held_bytes(b) for b in list(self._canaries.values())) + block_bytes > budget:
                 return
             try:
                 self._canaries[ahead] = self._fetch_canaries(ahead, 1)
             except (_Unreachable, ReportingError):
                 return
-        for old in [r for r in self._canaries if r <= t]:
-            del self._canaries[old]
+        for old in [r for r in list(self._canaries) if r <= t]:
+            self._canaries.pop(old, None)
 
     def _final_delivered(self, _response) -> None:
         self._finished = True

@@ -69,6 +69,7 @@ from ..auditor.validation import check_at_least, check_positive
 from ..protocol.vectors import flatten, unflatten
 from ..protocol.wire import RUN_CONFIG_KEYS
 from .audit_notes import design_line, refusal_line
+from .budget import DEFAULT_ROUND_BUDGET, RoundBudget
 from .reporting import HttpRoundReporter, ReportingError, RoundMetadata, RoundReporter
 
 __all__ = ["CanaryAuditStrategy", "LegacyCanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
@@ -333,6 +334,14 @@ class CanaryAuditStrategy(Strategy):
         default): a number fixes them, ``"auto"`` (or None, the default) lets the service choose
         them from the federation this strategy declares (docs/flower.md). A number other than
         the one the audit fixed is refused and the audit fails.
+    round_budget_seconds : float or None
+        Never stall a round: the most the audit's waits (the round's canaries, the previous
+        round's report) add to one round, all together (default 5 s; ``flaudit.server.budget``).
+        Past it the round trains without its canaries (a stated gap) and reports keep going in
+        the background, in order. Applies while the reporter fails open
+        (``on_service_error="continue"``); None waits for everything (as ``"stop"`` does). The
+        claim and theta_0 are sent before round 1, outside the budget (a refused claim stops
+        the run before it trains).
 
     Raises
     ------
@@ -350,6 +359,7 @@ class CanaryAuditStrategy(Strategy):
         num_rounds: int | None = None,
         stop_on_alarm: bool = False,
         num_canaries: int | str | None = None,
+        round_budget_seconds: float | None = DEFAULT_ROUND_BUDGET,
     ) -> None:
         _refuse_legacy(strategy)
         self._num_canaries = (None if num_canaries is None
@@ -393,8 +403,12 @@ class CanaryAuditStrategy(Strategy):
         # the audit's own network and CPU work (fetching round t+1's canaries, reporting round
         # t's release) runs in order on one thread while the clients train
         self._audit_work: ThreadPoolExecutor | None = None
+        self._fetch_work: ThreadPoolExecutor | None = None  # canaries: never behind a report
         self._prefetched: dict[int, Future[np.ndarray]] = {}
-        self._reported: Future[None] | None = None
+        self._reports: list[Future] = []  # handed to the reporter, in order
+        #: what the audit may add to one round, all its waits together (None: wait for all)
+        self.round_budget = (None if round_budget_seconds is None
+                             else RoundBudget(round_budget_seconds))
         self.stop_on_alarm = bool(stop_on_alarm)
         self.stopped_at_round: int | None = None
         self._last: np.ndarray | None = None
@@ -517,6 +531,19 @@ class CanaryAuditStrategy(Strategy):
             self._audit_work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flaudit-audit")
         return self._audit_work.submit(fn, *args)
 
+    def _submit_fetch(self, server_round: int, dim: int) -> Future:
+        if self._fetch_work is None:
+            self._fetch_work = ThreadPoolExecutor(max_workers=1,
+                                                  thread_name_prefix="flaudit-canaries")
+        return self._fetch_work.submit(self._fetch_round, server_round, dim)
+
+    def _fetch_round(self, server_round: int, dim: int) -> np.ndarray:
+        return self._round_canaries(server_round, dim)
+
+    def _budgeted(self) -> bool:
+        return (self.round_budget is not None
+                and getattr(self.reporter, "on_service_error", "continue") == "continue")
+
     def flush(self) -> None:
         """Wait until every round handed to the reporter has been reported.
 
@@ -525,18 +552,37 @@ class CanaryAuditStrategy(Strategy):
         the last round (``num_rounds``) flush by themselves; call it when you drive the strategy
         yourself and read the reporter in between.
         """
-        reported, self._reported = self._reported, None
-        if reported is not None:
+        reports, self._reports = self._reports, []
+        for reported in reports:
             reported.result()
 
+    def _settle(self) -> None:
+        """The reports handed over so far, waited for within the round's budget (fail open):
+        one still in flight past it keeps going in the background; an error of a finished one
+        stops the run here. Without a budget: :meth:`flush`."""
+        if not self._budgeted():
+            self.flush()
+            return
+        if self._reports and not self._reports[-1].done():
+            self.round_budget.wait(self._reports[-1], "the report of the previous round")
+        pending = []
+        for reported in self._reports:
+            if reported.done():
+                reported.result()
+            else:
+                pending.append(reported)
+        self._reports = pending
+
     def _close_audit_work(self) -> None:
+        if self._fetch_work is not None:  # a fetch still hanging on the service is dropped
+            self._fetch_work.shutdown(wait=False, cancel_futures=True)
         if self._audit_work is not None:
             self._audit_work.shutdown(wait=True, cancel_futures=True)
-            self._audit_work = None
+        self._audit_work = self._fetch_work = None
         self._prefetched.clear()
 
     def _report_initial(self, arrays: ArrayRecord) -> None:
-        if not self._initial_reported:
+        if not self._initial_reported:  # before round 1, like the claim: canaries need it
             self.reporter.report_initial(_record_vector(arrays))
             self._initial_reported = True
 
@@ -547,6 +593,8 @@ class CanaryAuditStrategy(Strategy):
         """The wrapped strategy's messages, less one per canary scheduled this round."""
         if not self._claimed and self.num_rounds is not None:
             self.declare(grid, self.num_rounds)
+        if self.round_budget is not None:
+            self.round_budget.start(server_round)
         if self._stop_requested(server_round):
             return []
         self._current = arrays
@@ -569,15 +617,15 @@ class CanaryAuditStrategy(Strategy):
         self.displaced[server_round] = displaced
         if self.num_rounds is None or server_round < self.num_rounds:  # while the clients train
             if server_round + 1 not in self._prefetched:
-                self._prefetched[server_round + 1] = self._submit(
-                    self._round_canaries, server_round + 1, dim
-                )
+                self._prefetched[server_round + 1] = self._submit_fetch(server_round + 1, dim)
         if displaced == 0:
             return messages
         drop = set(self._slot_rng.choice(len(messages), size=displaced, replace=False).tolist())
         return [m for i, m in enumerate(messages) if i not in drop]
 
     def _take_canaries(self, server_round: int, dim: int) -> np.ndarray:
+        if self._budgeted():
+            return self._take_canaries_in_budget(server_round, dim)
         prefetched = self._prefetched.pop(server_round, None)
         block = prefetched.result() if prefetched is not None else None
         # an empty prefetch may be an outage that is over now (fail-open): ask again
@@ -585,11 +633,33 @@ class CanaryAuditStrategy(Strategy):
             block = self._round_canaries(server_round, dim)
         return block
 
+    def _take_canaries_in_budget(self, server_round: int, dim: int) -> np.ndarray:
+        """The round's canaries if they arrive within the round budget; else none (a gap the
+        reporter states), the fetch left to finish in the background and be dropped."""
+        t = int(server_round)
+        future = self._prefetched.pop(t, None) or self._submit_fetch(t, dim)
+        done, block = self.round_budget.wait(future, f"the canaries of round {t}")
+        missing = getattr(self.reporter, "missing_canaries", {})
+        if done and block.shape[0] == 0 and t in missing:
+            # the prefetch failed: the outage may be over now, ask again within the budget
+            done, block = self.round_budget.wait(self._submit_fetch(t, dim),
+                                                 f"the canaries of round {t}")
+        if done:
+            return block
+        reason = (f"the canaries did not arrive within the round budget "
+                  f"({self.round_budget.seconds:g} s): the service is slow or unreachable")
+        give_up = getattr(self.reporter, "without_canaries", None)
+        if give_up is not None:
+            give_up(t, reason)
+        else:
+            log(WARNING, "flaudit: round %d trains without canaries: %s", t, reason)
+        return np.empty((0, dim), dtype=np.float32)
+
     def _stop_requested(self, server_round: int) -> bool:
         """Stop on alarm: after round t's report says the claim is refuted, rounds t+1.. send
         no messages (waits for round t's report before round t+1, only with the option)."""
         if self.stopped_at_round is None and self.stop_on_alarm and self._last is not None:
-            self.flush()
+            self._settle()
             reason = getattr(self.reporter, "stop_reason", None)
             if reason:
                 self.stopped_at_round = server_round - 1
@@ -707,7 +777,8 @@ class CanaryAuditStrategy(Strategy):
         if arrays is not None and current is not None:
             new = _record_vector(arrays)
             self._last = new
-            self.flush()  # round t-1's, in order; its error stops the run here
+            self._settle()  # round t-1's, in order (within the round budget); its error stops
+            # the run here
             participants = getattr(self._canaries, "participants", None)
             metadata = RoundMetadata(
                 clip_norm=clip_norm,
@@ -722,8 +793,8 @@ class CanaryAuditStrategy(Strategy):
             )
             if weight_factor is not None:
                 metadata = replace(metadata, weight_factor=weight_factor)
-            self._reported = self._submit(self.reporter.report_round, server_round,
-                                          new - current, metadata)
+            self._reports.append(self._submit(self.reporter.report_round, server_round,
+                                              new - current, metadata))
             if server_round == self.num_rounds:
                 self._final = new
                 if not self._in_start and not self._final_reported:

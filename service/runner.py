@@ -397,13 +397,14 @@ class Runner:
 
     def _end_silent_runs(self) -> None:
         """Every ``silence_check_seconds``: end external audits whose run has not been heard
-        from for their ``timeout_seconds`` (:meth:`Store.end_silent_external`)."""
+        from for their silence limit, or whose run never started
+        (:meth:`Store.end_silent_external`)."""
         now = time.monotonic()
         if now < self._next_silence_check:
             return
         self._next_silence_check = now + self.settings.silence_check_seconds
         for audit_id in self.store.end_silent_external(since=self._started_at):
-            log.warning("audit %s failed: its run stopped reporting (timeout_seconds)", audit_id)
+            log.warning("audit %s failed: its run never started or stopped reporting", audit_id)
             self._on_change(audit_id)
 
     def _read_message(self, worker: _Worker) -> None:

@@ -184,7 +184,8 @@ class HeartbeatAck(BaseModel):
     audit_id: str
     status: str
     silence_limit_seconds: float = Field(
-        description="The audit ends when its run is not heard from for this long (timeout_seconds)."
+        description="The audit ends when its run is not heard from for this long: 10x the "
+        "median time between its rounds, at least 120 s, at most timeout_seconds."
     )
 
 

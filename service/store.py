@@ -19,7 +19,8 @@ the first release are added on start-up (:func:`_add_columns`).
 
 An external audit (the user's own Flower app) belongs to the run that declared its claim
 (``run_id``); ``last_contact_at`` is when that run was last heard from (claim, any ingest, a
-heartbeat): :meth:`Store.end_silent_external` ends it after ``timeout_seconds`` of silence.
+heartbeat): :meth:`Store.end_silent_external` ends it after a silence that follows its round
+cadence (service/silence.py), or when it never starts.
 ``gaps`` lists the rounds the audit lacks (``[{round, kind, reason}]``): trained without
 canaries (``no_canaries``) or trained but never reported (``not_reported``).
 """
@@ -60,6 +61,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, deferred, mapped_co
 
 from ..auditor.claims.known_rounds import KnownRoundsState
 from .sealing import NO_SECRET_KEY, SecretKeyError, SeedCipher, is_sealed, open_unsealed
+from .silence import silence_limit, start_limit
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -413,16 +415,18 @@ class Store:
 
     def end_silent_external(self, *, since: datetime, now: datetime | None = None) -> list[str]:
         """Fail running external audits whose run has not been heard from (claim, ingest,
-        heartbeat) for longer than their spec's ``timeout_seconds``, counted from the later of
-        the last contact and ``since`` (this instance's start: a service outage is not the
-        run's silence). An audit still waiting for its claim counts from its creation. The
-        reason says when the run was last heard from and which rounds are missing."""
+        heartbeat) for longer than their silence limit (:func:`.silence.silence_limit`: from the
+        run's round cadence, at most ``timeout_seconds``), counted from the later of the last
+        contact and ``since`` (this instance's start: a service outage is not the run's
+        silence). An audit still waiting for its claim ends "the run never started" after
+        :func:`.silence.start_limit`, counted from its creation. The reason says when the run
+        was last heard from and what never arrived (rounds, the final model)."""
         now = now or utcnow()
         since = as_utc(since)
         with self.session() as s:
             rows = s.execute(
                 select(Audit.id, Audit.spec, Audit.last_contact_at, Audit.started_at,
-                       Audit.created_at, Audit.rounds_stored, Audit.gaps).where(
+                       Audit.created_at, Audit.rounds_stored, Audit.gaps, Audit.has_final).where(
                     Audit.status == "running", Audit.run_token_hash.is_not(None)
                 )
             ).all()
@@ -432,13 +436,14 @@ class Store:
             if spec.get("engine") != "external":
                 continue
             contact = as_utc(row.last_contact_at or row.started_at or row.created_at)
-            limit = float(spec.get("timeout_seconds") or 3600)
-            if (now - max(contact, since)).total_seconds() <= limit:
-                continue
             if row.started_at is None:
-                reason = (f"no run declared its claim within {limit:g} s of the audit's creation "
-                          "(timeout_seconds): start the Flower app with the printed environment "
-                          "sooner, or create the audit with a larger timeout_seconds")
+                limit = start_limit(spec)
+                if (now - max(contact, since)).total_seconds() <= limit.seconds:
+                    continue
+                reason = (f"the run never started: no Flower run declared its claim within "
+                          f"{limit.seconds:g} s of the audit's creation ({limit.rule}); start the "
+                          "Flower app with the printed environment sooner, or create the audit "
+                          "with a larger start_timeout_seconds (flaudit attach --start-timeout)")
                 with self.session() as s, s.begin():
                     if _update_audit_if(
                         s, row.id, Audit.status == "running", Audit.started_at.is_(None),
@@ -446,6 +451,9 @@ class Store:
                         run_token_hash=None,
                     ):
                         ended.append(row.id)
+                continue
+            limit = silence_limit(spec, self.round_times(row.id))
+            if (now - max(contact, since)).total_seconds() <= limit.seconds:
                 continue
             num_rounds = int(spec.get("num_rounds") or 0)
             stored = int(row.rounds_stored or 0)
@@ -458,9 +466,11 @@ class Store:
                 gaps.extend({"round": t, "kind": "not_reported",
                              "reason": "the run stopped reporting"}
                             for t in range(stored + 1, num_rounds + 1))
+            elif not row.has_final:
+                missing = "; the final model was never reported"
             reason = (
-                f"the run stopped reporting: nothing heard for more than {limit:g} s "
-                f"(timeout_seconds; last contact {contact.isoformat(timespec='seconds')}) after "
+                f"the run stopped reporting: nothing heard for more than {limit.seconds:g} s "
+                f"({limit.rule}; last contact {contact.isoformat(timespec='seconds')}) after "
                 f"{stored} of {num_rounds} rounds{missing}"
             )
             with self.session() as s, s.begin():  # re-checked: the run may just have reported
@@ -474,6 +484,28 @@ class Store:
                 ):
                     ended.append(row.id)
         return ended
+
+    def end_refused(self, audit_id: str, *, t: int, reason: str) -> bool:
+        """End a running audit whose run sent data that cannot be audited (round ``t``'s update
+        or, ``t`` past the last round, the final model: not finite, wrong length): ``failed``
+        with ``reason``, the rounds from ``t`` on recorded as not reported (gaps). The estimates
+        and alarm of the rounds stored stay: the verdict is on those. False if the audit was
+        not running (or ``t`` is not the next round)."""
+        now = utcnow()
+        with self.session() as s, s.begin():
+            row = s.execute(select(Audit.spec, Audit.gaps, Audit.rounds_stored)
+                            .where(Audit.id == audit_id)).one_or_none()
+            if row is None:
+                return False
+            num_rounds = int((row.spec or {}).get("num_rounds") or 0)
+            gaps = list(row.gaps or [])
+            gaps.extend({"round": r, "kind": "not_reported", "reason": reason[:300]}
+                        for r in range(int(t), num_rounds + 1))
+            return _update_audit_if(
+                s, audit_id, Audit.status == "running", Audit.rounds_stored == row.rounds_stored,
+                status="failed", reason=reason, finished_at=now, updated_at=now,
+                run_token_hash=None, gaps=gaps,
+            )
 
     # -- deployment audits across service restarts ---------------------------------------
     def set_flower_run(self, audit_id: str, flower_run_id: int | str) -> bool:

@@ -101,6 +101,14 @@ GAP_COSTS = {
 }
 
 
+#: The cost of a ``not_reported`` gap of an audit that ended without its final model.
+NOT_REPORTED_NO_FINAL = (
+    "trained but not reported: the all-iterates and known-rounds statistics skip this round, "
+    "and the final model never arrived either, so its canaries carry no signal at all (the "
+    "final-model estimates stand on the model after the last round received)"
+)
+
+
 def _spans(rounds: list[int]) -> str:
     """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
     out, start = [], None
@@ -118,9 +126,12 @@ def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
     warning alert per kind saying which rounds and what that costs."""
     gaps = sorted((dict(g) for g in (audit.gaps or [])), key=lambda g: (g["round"], g["kind"]))
     alerts = []
+    costs = GAP_COSTS
+    if audit.status in ENDED_STATUSES and not audit.has_final:
+        costs = {**GAP_COSTS, "not_reported": NOT_REPORTED_NO_FINAL}
     for gap in gaps:
-        gap["cost"] = GAP_COSTS.get(gap.get("kind"), "")
-    for kind, cost in GAP_COSTS.items():
+        gap["cost"] = costs.get(gap.get("kind"), "")
+    for kind, cost in costs.items():
         rounds = sorted({g["round"] for g in gaps if g.get("kind") == kind})
         if rounds:
             reasons = sorted({g["reason"] for g in gaps if g.get("kind") == kind})

@@ -37,6 +37,7 @@ from ..schemas import (
     MissingRound,
     RoundMetadataQuery,
 )
+from ..silence import silence_limit
 from .deps import AuditId
 
 router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)])
@@ -72,6 +73,14 @@ _ERRORS = {
 
 def _fail(code: int, message: str) -> HTTPException:
     return HTTPException(status_code=code, detail=message)
+
+
+class _Unusable(HTTPException):
+    """A complete body the audit cannot use (not finite, wrong length): a 422 that also ends
+    a running audit (docs/flower.md, "When an audit ends")."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(status_code=422, detail=message)
 
 
 async def read_float32_body(request: Request, *, limit: int, what: str) -> np.ndarray:
@@ -144,8 +153,7 @@ def _float32_values(data: bytearray | memoryview, what: str) -> np.ndarray:
             continue
         bad = np.flatnonzero(~np.isfinite(vector))
         kinds = "NaN" if np.isnan(vector[bad[0]]) else "Inf"
-        raise _fail(
-            422,
+        raise _Unusable(
             f"{what}: contains {bad.size} non-finite value(s) (NaN or Inf); first is {kinds} at "
             f"index {int(bad[0])}",
         )
@@ -221,8 +229,7 @@ async def _ingest(request: Request, func, *args):
 
 def _check_length(vector: np.ndarray, dim: int, what: str) -> None:
     if vector.shape[0] != dim:
-        raise _fail(
-            422,
+        raise _Unusable(
             f"{what}: wrong length: expected {dim} float32 values ({4 * dim} bytes), "
             f"got {vector.shape[0]}",
         )
@@ -270,8 +277,7 @@ async def _read_round_body(
     limit = min(expected, request.app.state.settings.max_body_bytes)
     data = await _read_body(request, limit=limit, what=what)
     if len(data) != expected:
-        raise _fail(
-            422,
+        raise _Unusable(
             f"{what}: wrong length: expected {dim} float32 values and num_participants="
             f"{num_participants} int32 indices ({expected} bytes), got {len(data)} bytes",
         )
@@ -329,10 +335,14 @@ async def put_round(
         gap = {"round": t, "kind": "no_canaries", "reason": canaries_missing}
     if _is_external(audit) and gap is None:
         await run_in_threadpool(_check_inserted, request, audit, t, metadata.num_canaries_inserted)
-    vector, participants = await _read_round_body(
-        request, audit.dim, metadata.num_participants, int(audit.spec["num_canaries"]),
-        f"round {t} update",
-    )
+    try:
+        vector, participants = await _read_round_body(
+            request, audit.dim, metadata.num_participants, int(audit.spec["num_canaries"]),
+            f"round {t} update",
+        )
+    except _Unusable as exc:
+        await _end_refused(request, audit, t, exc)
+        raise
     if gap is not None:  # no canary was in this round: it adds nothing to the known-rounds test
         participants = np.empty(0, dtype=np.int64)
     result = await _ingest(
@@ -365,10 +375,43 @@ async def put_final_model(
     audit = await _precheck(request, audit_id, need_dim=True)
     if audit.has_final:
         return IngestAck(audit_id=audit_id, stored=False, dim=audit.dim)
-    vector = await _read_vector(request, audit.dim, "final model")
+    try:
+        vector = await _read_vector(request, audit.dim, "final model")
+    except _Unusable as exc:
+        await _end_refused(request, audit, None, exc)
+        raise
     values = {k: v for k, v in metrics.model_dump().items() if v is not None}
     result = await _ingest(request, request.app.state.live.ingest_final, audit_id, vector, values)
     return IngestAck(audit_id=audit_id, stored=result == "stored", dim=audit.dim)
+
+
+async def _end_refused(request: Request, audit, t: int | None, exc: _Unusable) -> None:
+    """A running audit whose run sent an unusable round ``t`` (None: the final model) ends
+    ``failed`` on the rounds it has, the reason naming what was refused and why; its rounds
+    from ``t`` on are gaps. The training that diverged produces no usable round after it."""
+    if audit.status != "running" or audit.has_final:
+        return
+    stored = int(audit.rounds_stored)
+    what = f"round {t}" if t is not None else "the final model"
+    reason = (f"{what} was refused ({exc.detail}), so the audit ended on the {stored} round(s) "
+              "it has" + (f"; rounds {t}-{audit.spec.get('num_rounds')} and the final model "
+                          "were never received" if t is not None else
+                          "; the final-model statistic stands on the model after the last "
+                          "round received") + (
+              ". A model that is not finite usually means the training diverged (with DP "
+              "noise: a learning rate or noise too large for the clip norm)"
+              if "non-finite" in str(exc.detail) else ""))
+    store = request.app.state.store
+
+    def work() -> bool:
+        try:
+            return store.end_refused(audit.id, t=t if t is not None else stored + 1,
+                                     reason=reason)
+        finally:
+            request.app.state.read_cache.refresh(store, audit.id)
+
+    if await run_in_threadpool(work):
+        request.app.state.live.forget(audit.id)
 
 
 def _check_inserted(request: Request, audit, t: int, inserted: int) -> None:
@@ -509,16 +552,18 @@ def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
     summary="The run is alive (sent while training is slow); no body",
 )
 async def put_heartbeat(audit_id: AuditId, request: Request) -> HeartbeatAck:
-    """An external audit ends when its run is not heard from for ``timeout_seconds`` (claim,
-    any ingest, or this heartbeat); the wrapper sends one whenever it has been quiet for a
-    fraction of that limit."""
+    """An external audit ends when its run is not heard from (claim, any ingest, or this
+    heartbeat) for its silence limit: 10x the median time between its rounds, at least 120 s,
+    at most ``timeout_seconds`` (returned here); the wrapper sends one whenever it has been
+    quiet for a fraction of that limit."""
     audit = await _precheck(request, audit_id, need_dim=False)
     if audit.status != "running":
         raise _fail(409, f"audit is {audit.status}: {audit.reason or 'ended'}")
     if not await run_in_threadpool(request.app.state.store.touch, audit_id):
         raise _fail(409, "the audit ended meanwhile")
+    times = await run_in_threadpool(request.app.state.store.round_times, audit_id)
     return HeartbeatAck(audit_id=audit_id, status="running",
-                        silence_limit_seconds=float(audit.spec.get("timeout_seconds", 3600)))
+                        silence_limit_seconds=silence_limit(audit.spec, times).seconds)
 
 
 @router.put(

@@ -308,6 +308,12 @@ export function renderAudit(root, id) {
     }
   }
 
+  // An attached audit ends "the run never started" if no run claims it in time (start_timeout_seconds).
+  function waitingText(a) {
+    const limit = a.started_at ? null : (a.spec?.start_timeout_seconds ?? 600);
+    return limit == null ? "waiting for your Flower app…" : `waiting for your Flower app… (the audit ends if no run starts within ${fmtDuration(limit)} of its creation)`;
+  }
+
   function renderProgress(a) {
     const p = a.progress || {};
     const round = p.round ?? 0;
@@ -315,7 +321,7 @@ export function renderAudit(root, id) {
     const fraction = p.fraction ?? (total ? round / total : 0);
     const text = a.status === "queued" ? "Waiting to start" : `Round ${round} of ${total}`;
     let sub = "";
-    if (a.status === "running" && round === 0) sub = a.spec?.engine === "external" ? "waiting for your Flower app…" : "starting the Flower run…";
+    if (a.status === "running" && round === 0) sub = a.spec?.engine === "external" ? waitingText(a) : "starting the Flower run…";
     else if (a.status === "running") sub = p.eta_seconds != null ? `about ${fmtDuration(p.eta_seconds)} left` : "estimating time left…";
     else if (TERMINAL.has(a.status) && a.started_at && a.finished_at) sub = `took ${fmtDuration((new Date(a.finished_at) - new Date(a.started_at)) / 1000)}`;
     fill(

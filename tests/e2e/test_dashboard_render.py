@@ -196,6 +196,29 @@ def test_failed_audit_shows_the_reason_and_stops_polling(static_url, tab):
 
 
 @pytest.mark.timeout(60)
+def test_an_attached_audit_says_when_it_stops_waiting_and_why_it_ended(static_url, tab):
+    """Issue #28: an attached audit whose run never claims it says how long it waits; once
+    ended, why (the run never started)."""
+    audit = _audit("running", round_=0)
+    audit["spec"] = {**audit["spec"], "engine": "external", "start_timeout_seconds": 600}
+    audit["started_at"] = None
+    _serve(tab, audit)
+    page = tab.page
+    page.goto(static_url + "index.html#/audits/abc")
+    expect(page.locator("#eta")).to_contain_text(
+        "waiting for your Flower app… (the audit ends if no run starts within 10 min 0 s")
+    reason = ("the run never started: no Flower run declared its claim within 600 s of the "
+              "audit's creation (start_timeout_seconds = 600 s)")
+    ended = {**audit, "status": "failed", "reason": reason,
+             "finished_at": "2026-01-01T00:10:01Z"}
+    tab.page.unroute("**/audits**")
+    _serve(tab, ended)
+    page.reload()
+    expect(page.locator("#failure-reason")).to_contain_text("the run never started")
+    assert tab.console_errors == []
+
+
+@pytest.mark.timeout(60)
 def test_reads_that_need_the_key_ask_once_and_keep_it_out_of_urls(static_url, tab):
     key = "read-key-123"
     auth_log: list = []

@@ -305,7 +305,7 @@ def test_client_side_adaptive_clipping_aggregates_canaries_with_the_norm_bit():
 
 def test_canaries_are_fetched_and_rounds_reported_while_the_clients_train():
     """configure_train needs round t's canaries (how many nodes they displace) and starts
-    fetching round t+1's on the audit thread; aggregate_train hands the round to the audit
+    fetching round t+1's on its canary thread; aggregate_train hands the round to the audit
     thread and returns; a report's error surfaces at the next round (nothing lost)."""
     import threading
 
@@ -339,7 +339,7 @@ def test_canaries_are_fetched_and_rounds_reported_while_the_clients_train():
         replies = _replies(messages, model, [np.full(630, 1e-3, np.float32)] * 3,
                            [{"num-examples": 5} for _ in range(3)])
         strategy._prefetched[t + 1].result()  # round t+1's canaries, fetched while t trains
-        assert fetched[-1][0] == t + 1 and fetched[-1][1].startswith("flaudit-audit")
+        assert fetched[-1][0] == t + 1 and fetched[-1][1].startswith("flaudit-canaries")
         arrays, _ = strategy.aggregate_train(t, replies)
         if t == 1:
             assert reporter.rounds == []  # still being reported: aggregate_train did not wait

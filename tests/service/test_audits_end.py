@@ -1,5 +1,5 @@
 """Every audit ends (issue #21), with real processes: an external run that dies (kill -9) is
-ended after its silence limit (the spec's ``timeout_seconds``) with a reason and the missing
+ended after its silence limit (here the spec's ``timeout_seconds``: fewer than two rounds) with a reason and the missing
 rounds as gaps, while a live run that is only slow is kept alive by the wrapper's heartbeat;
 a restarted service fails the built-in audits its previous process was running at once (not
 after the lease) and does not count its own downtime as an external run's silence."""
@@ -92,7 +92,8 @@ def test_a_dead_external_run_is_ended_after_its_silence_limit(kind, tmp_path):
         assert audit["status"] == "failed"
         assert audit["reason"].startswith(
             f"the run stopped reporting: nothing heard for more than {SILENCE:g} s "
-            "(timeout_seconds; last contact ")
+            f"(timeout_seconds = {SILENCE:g} s; fewer than two rounds arrived to measure the "
+            "run's cadence; last contact ")
         assert "after 1 of 5 rounds; rounds 2-5 and the final model were never reported" in (
             audit["reason"])
         assert [(g["round"], g["kind"]) for g in audit["gaps"]] == [
@@ -153,12 +154,14 @@ def test_a_restart_fails_interrupted_audits_at_once_and_keeps_external_ones(kind
 
 def test_silence_counts_from_the_last_contact_or_the_service_start(sqlite_store):
     store = sqlite_store
-    spec = {"engine": "external", "num_rounds": 3, "timeout_seconds": 10, "num_canaries": 8}
+    spec = {"engine": "external", "num_rounds": 3, "timeout_seconds": 10, "num_canaries": 8,
+            "start_timeout_seconds": 10}
     waiting = store.create_audit(name="w", spec=spec, canary_seed=1, run_token="w")
     assert store.end_silent_external(since=utcnow(), now=utcnow() + timedelta(seconds=9)) == []
     assert store.end_silent_external(since=utcnow(), now=utcnow() + timedelta(seconds=11)) == [
         waiting.id]  # no claim within timeout_seconds of its creation
-    assert "no run declared its claim within 10 s" in store.get_audit(waiting.id).reason
+    assert store.get_audit(waiting.id).reason.startswith(
+        "the run never started: no Flower run declared its claim within 10 s")
     audit = store.create_audit(name="x", spec=spec, canary_seed=1, run_token="t")
     assert store.declare_claim(audit.id, spec=spec, run_id="r")  # the run starts
     started = utcnow()

@@ -1,0 +1,311 @@
+"""Every audit ends, promptly (issue #28, items 3 and 6): a refused round (not finite, wrong
+length) or a refused final model ends the audit with a verdict on the rounds it has and the
+reason; a silent run is given up after a limit that follows its round cadence (at least 2
+minutes, at most ``timeout_seconds``), with a reason that is true when the final model never
+came; an attached audit whose run never claims it ends "the run never started" after
+``start_timeout_seconds``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+
+from flaudit.commands import cli
+from flaudit.service.silence import CADENCE_FACTOR, MIN_SILENCE_SECONDS, silence_limit, start_limit
+from flaudit.service.store import as_utc, utcnow
+from flaudit.auditor.spec import AuditSpec
+from flaudit.server.reporting import HttpRoundReporter
+from flaudit.server.wrapper import CanaryAuditStrategy
+
+from .conftest import AUTH, SMALL_SPEC, f32, start_run, submit
+from .fake_engine import synthetic_run
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def flower_identity():
+    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+
+
+def _times(*seconds: float) -> list[datetime]:
+    return [T0 + timedelta(seconds=s) for s in seconds]
+
+
+# -- the rule ---------------------------------------------------------------------------------
+def test_the_silence_limit_follows_the_median_round_gap_within_its_floor_and_timeout():
+    spec = {"timeout_seconds": 3600}
+    # 30 s rounds (one slow outlier does not move the median): 10 x 30 s
+    limit = silence_limit(spec, _times(0, 30, 60, 90, 400, 430))
+    assert limit.seconds == CADENCE_FACTOR * 30
+    assert "median 30 s between its rounds" in limit.rule
+    # fast rounds: the floor
+    assert silence_limit(spec, _times(0, 1, 2, 3)).seconds == MIN_SILENCE_SECONDS
+    # slow rounds: capped by timeout_seconds
+    assert silence_limit({"timeout_seconds": 900}, _times(0, 600, 1200)).seconds == 900
+    # fewer than two rounds: no cadence yet, timeout_seconds
+    for times in ([], _times(0)):
+        limit = silence_limit(spec, times)
+        assert limit.seconds == 3600 and "fewer than two rounds" in limit.rule
+    # a timeout below the floor wins (an explicit, short timeout_seconds)
+    assert silence_limit({"timeout_seconds": 5}, _times(0, 1, 2)).seconds == 5
+
+
+def test_the_start_limit_is_start_timeout_seconds_whatever_timeout_seconds():
+    assert start_limit({"timeout_seconds": 3600}).seconds == 600  # a spec from before the field
+    assert start_limit({"timeout_seconds": 3600, "start_timeout_seconds": 30}).seconds == 30
+    limit = start_limit({"timeout_seconds": 10, "start_timeout_seconds": 600})
+    assert limit.seconds == 600 and "start_timeout_seconds = 600 s" in limit.rule
+
+
+@pytest.mark.parametrize("value", [0, -1, 8 * 24 * 3600, "soon"])
+def test_start_timeout_seconds_is_validated_naming_the_field(client, value):
+    body = {"engine": "external", "num_canaries": 8, "start_timeout_seconds": value}
+    response = client.post("/audits", json=body, headers=AUTH)
+    assert response.status_code == 422
+    assert any("start_timeout_seconds" in ".".join(map(str, e["loc"]))
+               for e in response.json()["detail"])
+    assert AuditSpec().start_timeout_seconds == 600
+
+
+# -- the watchdog -----------------------------------------------------------------------------
+def _external(store, **spec):
+    spec = {"engine": "external", "num_rounds": 20, "num_canaries": 8, **spec}
+    return store.create_audit(name="x", spec=spec, canary_seed=1, run_token="t"), spec
+
+
+def test_a_dead_run_is_given_up_after_10_median_gaps_at_least_2_minutes(sqlite_store,
+                                                                         monkeypatch):
+    store = sqlite_store
+    audit, spec = _external(store, timeout_seconds=3600)
+    assert store.declare_claim(audit.id, spec=spec, run_id="r")
+    assert store.touch(audit.id)
+    last = as_utc(store.get_audit(audit.id).last_contact_at)
+    # 11 rounds arrived 20 s apart, the last one at the last contact; then the run died
+    times = [last - timedelta(seconds=20 * (10 - i)) for i in range(11)]
+    monkeypatch.setattr(store, "round_times", lambda audit_id: times)
+    since = last - timedelta(hours=1)
+    assert store.end_silent_external(since=since, now=last + timedelta(seconds=199)) == []
+    assert store.end_silent_external(since=since, now=last + timedelta(seconds=201)) == [audit.id]
+    ended = store.get_audit(audit.id)
+    assert ended.status == "failed"
+    assert ended.reason.startswith("the run stopped reporting: nothing heard for more than "
+                                   "200 s (10x the median 20 s between its rounds, at least "
+                                   "120 s, at most timeout_seconds = 3600 s; last contact ")
+    assert "rounds 1-20 and the final model were never reported" in ended.reason
+
+
+def test_all_rounds_but_no_final_model_says_the_final_model_never_came(sqlite_store,
+                                                                       monkeypatch):
+    store = sqlite_store
+    audit, spec = _external(store, num_rounds=3)
+    assert store.declare_claim(audit.id, spec=spec, run_id="r")
+    for t in (1, 2, 3):  # (the rounds' bodies do not matter to the watchdog)
+        assert store.store_missing_round(audit.id, t=t, reason="test")
+    last = as_utc(store.get_audit(audit.id).last_contact_at)
+    monkeypatch.setattr(store, "round_times", lambda audit_id: _times(0, 1, 2))
+    now = last + timedelta(seconds=MIN_SILENCE_SECONDS + 1)
+    assert store.end_silent_external(since=last, now=now) == [audit.id]
+    reason = store.get_audit(audit.id).reason
+    assert reason.endswith("after 3 of 3 rounds; the final model was never reported"), reason
+
+
+def test_an_attached_audit_whose_run_never_claims_it_ends_the_run_never_started(client, store):
+    body = client.post("/audits", json={"engine": "external", "num_canaries": 8,
+                                        "start_timeout_seconds": 30}, headers=AUTH).json()
+    created = as_utc(store.get_audit(body["id"]).created_at)
+    assert store.end_silent_external(since=created, now=created + timedelta(seconds=29)) == []
+    assert store.end_silent_external(since=created, now=created + timedelta(seconds=31)) == [
+        body["id"]]
+    audit = client.get(f"/audits/{body['id']}").json()
+    assert audit["status"] == "failed"
+    assert audit["reason"].startswith(
+        "the run never started: no Flower run declared its claim within 30 s of the audit's "
+        "creation (start_timeout_seconds = 30 s)")
+    assert audit["verdict"]["status"] != "running"
+
+
+# -- a refused round ends the audit -----------------------------------------------------------
+def _first_rounds(client, store, rounds: int):
+    audit_id = submit(client)
+    headers = start_run(store, audit_id)
+    spec = AuditSpec.model_validate(SMALL_SPEC)
+    theta0, deltas, meta = synthetic_run(7, spec, 400)
+    base = f"/audits/{audit_id}"
+    assert client.put(f"{base}/initial-model", content=f32(theta0),
+                      headers=headers).status_code == 200
+    for t in range(1, rounds + 1):
+        r = client.put(f"{base}/rounds/{t}", params=meta[t - 1], content=f32(deltas[t - 1]),
+                       headers=headers)
+        assert r.status_code == 200, r.text
+    return audit_id, headers, deltas, meta
+
+
+@pytest.mark.parametrize("problem", ["nan", "inf", "short"])
+def test_a_refused_round_ends_the_audit_on_the_rounds_it_has_with_the_reason(
+        client, store, problem):
+    audit_id, headers, deltas, meta = _first_rounds(client, store, 2)
+    before = client.get(f"/audits/{audit_id}").json()
+    assert before["estimates"]  # the two rounds' estimates
+    body = deltas[2].copy()
+    if problem == "nan":
+        body[5] = np.nan
+    elif problem == "inf":
+        body[5] = np.inf
+    else:
+        body = body[:-1]
+    r = client.put(f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(body),
+                   headers=headers)
+    assert r.status_code == 422
+    audit = client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "failed"
+    assert audit["reason"].startswith("round 3 was refused (round 3 update: ")
+    assert "the audit ended on the 2 round(s) it has; rounds 3-4 and the final model were " \
+           "never received" in audit["reason"]
+    assert ("training diverged" in audit["reason"]) == (problem != "short")
+    assert [(g["round"], g["kind"]) for g in audit["gaps"]] == [(3, "not_reported"),
+                                                                (4, "not_reported")]
+    assert "final model never arrived" in audit["gaps"][0]["cost"]
+    assert audit["verdict"]["status"] in ("inconclusive", "claim_refuted")
+    assert "after 2 of 4 rounds" in audit["verdict"]["summary"] or \
+        audit["verdict"]["status"] == "claim_refuted"
+    assert audit["estimates"] == before["estimates"]  # the verdict stands on the rounds it has
+    assert audit["progress"]["round"] == 2
+    # later data of the diverged run is refused, naming the state
+    again = client.put(f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(deltas[2]),
+                       headers=headers)
+    assert again.status_code in (401, 409)
+
+
+def test_a_refused_final_model_ends_the_audit_and_a_malformed_body_does_not(client, store):
+    audit_id, headers, deltas, meta = _first_rounds(client, store, 4)
+    base = f"/audits/{audit_id}"
+    # a body cut mid-value (transport trouble, not the model): refused, the audit goes on
+    r = client.put(f"{base}/final-model", content=f32(np.zeros(400))[:-2], headers=headers)
+    assert r.status_code == 400
+    assert client.get(base).json()["status"] == "running"
+    final = np.full(400, np.nan, dtype=np.float32)
+    r = client.put(f"{base}/final-model", content=f32(final), headers=headers)
+    assert r.status_code == 422 and "non-finite" in r.json()["detail"]
+    audit = client.get(base).json()
+    assert audit["status"] == "failed" and audit["gaps"] == []
+    assert audit["reason"].startswith("the final model was refused (final model: contains 400 "
+                                      "non-finite value(s)")
+    assert "ended on the 4 round(s) it has" in audit["reason"]
+    assert audit["verdict"]["status"] != "running"
+
+
+def test_a_started_audit_is_not_ended_before_its_start_limit_by_the_start_rule(store):
+    """The start rule applies only to audits that no run claimed."""
+    audit = store.create_audit(name="x", spec={"engine": "external", "num_rounds": 3,
+                                               "num_canaries": 8, "start_timeout_seconds": 1},
+                               canary_seed=1, run_token="t")
+    assert store.declare_claim(audit.id, spec={"engine": "external", "num_rounds": 3,
+                                               "num_canaries": 8, "start_timeout_seconds": 1},
+                               run_id="r")
+    now = utcnow()
+    assert store.end_silent_external(since=now, now=now + timedelta(seconds=60)) == []
+
+
+def test_flaudit_attach_sends_the_start_timeout_and_says_what_happens_without_a_run(
+        client, store, monkeypatch, capsys):
+    monkeypatch.setenv("FLAUDIT_API_KEY", AUTH["Authorization"].split()[1])
+    monkeypatch.setattr(httpx, "post", lambda url, **kw: client.post(
+        url.replace("http://svc", ""), **{k: v for k, v in kw.items() if k != "timeout"}))
+    assert cli.main(["attach", "--url", "http://svc", "--start-timeout", "45",
+                     "--format", "json"]) == 0
+    out = capsys.readouterr()
+    audit_id = json.loads(out.out)["FLAUDIT_AUDIT_ID"]
+    assert store.get_audit(audit_id).spec["start_timeout_seconds"] == 45
+    assert ("if no ServerApp declares its claim within 45 s, the audit ends failed: the run "
+            "never started") in out.err
+
+
+# -- the issue's case: the model goes NaN mid-run, with the real wrapper ------------------------
+class _Grid3:
+    def get_node_ids(self):
+        return [1, 2, 3]
+
+
+def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on(
+        client, store, flower_identity, caplog):
+    body = client.post("/audits", json={"engine": "external", "num_canaries": 16,
+                                        "max_canary_fraction": 1.0, "delta": 1e-5},
+                       headers=AUTH).json()
+    audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
+    http = httpx.Client(transport=client._transport, base_url="http://testserver")
+    reporter = HttpRoundReporter("http://testserver", audit_id, token, client=http,
+                                 backoff=0.01, retry_seconds=0.05)
+    dp = DifferentialPrivacyServerSideFixedClipping(
+        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
+        noise_multiplier=0.5, clipping_norm=0.5, num_sampled_clients=3)
+    strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=6)
+    rng = np.random.default_rng(0)
+    arrays = ArrayRecord([rng.standard_normal((20, 30)).astype(np.float32),
+                          rng.standard_normal(30).astype(np.float32)])
+    with caplog.at_level("ERROR", logger="flaudit.server.reporting"):
+        for t in range(1, 7):  # the clients' updates blow up from round 3
+            messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), _Grid3()))
+            current = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
+            replies = []
+            for msg in messages:
+                vec = current + 0.01 * rng.standard_normal(630).astype(np.float32)
+                if t >= 3:
+                    vec[:] = np.nan
+                replies.append(Message(content=RecordDict({
+                    "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
+                    "metrics": MetricRecord({"num-examples": 10})}), reply_to=msg))
+            arrays, _ = strategy.aggregate_train(t, replies)
+            strategy.flush()
+    reporter.close()
+    audit = client.get(f"/audits/{audit_id}").json()
+    assert audit["status"] == "failed"
+    assert audit["reason"].startswith("round 3 was refused (round 3 update: contains 630 "
+                                      "non-finite value(s) (NaN or Inf)")
+    assert "ended on the 2 round(s) it has; rounds 3-6 and the final model" in audit["reason"]
+    assert "training diverged" in audit["reason"]
+    assert audit["verdict"]["status"] in ("inconclusive", "claim_refuted")
+    assert [g["round"] for g in audit["gaps"] if g["kind"] == "not_reported"] == [3, 4, 5, 6]
+    # the ServerApp says once that the audit stopped; training went on to round 6
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 1 and "non-finite" in refusals[0]
+
+
+def test_the_heartbeat_answers_the_current_silence_limit_and_the_wrapper_follows_it(client):
+    body = client.post("/audits", json={"engine": "external", "num_canaries": 8,
+                                        "max_canary_fraction": 1.0}, headers=AUTH).json()
+    audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
+    run = {"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": "r1"}
+    claim = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_rounds": 5, "num_clients": 4,
+             "clients_per_round": 4}
+    assert client.put(f"/audits/{audit_id}/claim", json=claim, headers=run).status_code == 200
+    raw = {**run, "Content-Type": "application/octet-stream"}
+    assert client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(64)),
+                      headers=raw).status_code == 200
+    beat = client.put(f"/audits/{audit_id}/heartbeat", headers=run).json()
+    assert beat["silence_limit_seconds"] == 3600  # no cadence yet: timeout_seconds
+    meta = {"clip_norm": 0.5, "cohort_size": 4, "num_canaries_inserted": 0, "num_failures": 0,
+            "clipped_fraction": 0, "noise_stddev": 0.5, "canaries_missing": "test"}
+    for t in (1, 2, 3):  # fast rounds
+        r = client.put(f"/audits/{audit_id}/rounds/{t}", params=meta,
+                       content=f32(np.full(64, 0.01)), headers=raw)
+        assert r.status_code == 200, r.text
+    beat = client.put(f"/audits/{audit_id}/heartbeat", headers=run)
+    assert beat.json()["silence_limit_seconds"] == MIN_SILENCE_SECONDS
+    reporter = HttpRoundReporter("http://testserver", audit_id, token)
+    reporter._claimed = True
+    reporter._heartbeat_acknowledged(beat)
+    assert reporter._heartbeat_interval() == MIN_SILENCE_SECONDS / 4  # 30 s, not 60
+    reporter.close()
