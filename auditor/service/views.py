@@ -83,6 +83,7 @@ def audit_verdict_view(audit: Audit) -> dict[str, Any]:
         missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
         rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
         weight_factor=audit.max_weight_factor,
+        canary_weight_factor=audit.max_canary_weight_factor,
     )
     return verdict.to_dict()
 
@@ -131,17 +132,22 @@ def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
     return gaps, alerts
 
 
-def weighting_alerts(audit: Audit) -> list[dict]:
-    """A warning when the run's aggregation weighted some reply above the C/n the noise is
-    calibrated for (the largest round ``weight_factor`` reported above 1)."""
-    factor = audit.max_weight_factor
-    if factor is None or not factor > 1 + 1e-6:
+def weighting_alerts(verdict: dict) -> list[dict]:
+    """A warning when the run's aggregation weighted some reply enough above the C/n the noise
+    is calibrated for to break the claim (the verdict's ``weighting``: the same answer and the
+    same words as its sentence)."""
+    weighting = verdict.get("weighting") or {}
+    if not weighting.get("breaks_claim"):
         return []
+    noise = ("the claim tests run at that influence and the alarm fired: the noise falls short "
+             "for the weighting used too" if verdict.get("cause") == "noise_and_weighting" else
+             "the claim tests run at that influence, so an alarm would mean the noise falls "
+             "short for the weighting used")
     return [{"level": "warning", "message": (
         f"weighted aggregation: the weighted average gives the heaviest client up to "
-        f"{factor:.3g}× the influence (C/n) the DP noise is calibrated for, so the claim does "
-        "not hold for a client that heavy (its privacy loss is up to that many times the "
-        "claimed μ); the canaries are inserted at that weight, so this audit measures it. Cap "
+        f"{weighting['weight_factor']:.3g}× the influence (C/n) the DP noise is calibrated for, "
+        f"so the claim does not hold for a client that heavy (protected only at μ = "
+        f"{weighting['heaviest_mu']:.3g}, claimed {weighting['claim_mu']:.3g}); {noise}. Cap "
         "the weights or weight uniformly."
     )}]
 
@@ -168,7 +174,7 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "dim": audit.dim,
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],
-        "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(audit)],
+        "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(verdict)],
         "gaps": gaps,
         "alarm_guarantee": spec_alarm_guarantee(audit.spec),
         "flower_run_id": audit.flower_run_id,
