@@ -294,10 +294,10 @@ def _bound_text(bound: dict | None, by: dict, claim: dict, conf: str) -> str:
         eps = bound.get("epsilon")
         return (f"the leakage is at least μ = {_g(bound['mu'])}"
                 + (f" (ε ≥ {_g(eps, 2)} at δ = {claim['delta']:g})" if eps is not None else "")
-                + f" ({bound['name']}, {_conf(bound.get('confidence'))})")
+                + f" at {_conf(bound.get('confidence'))} by the {bound['name']}")
     if bound is not None:
         return (f"the leakage is at least ε = {_g(bound['epsilon'], 2)} at δ = "
-                f"{claim['delta']:g} ({bound['name']}, {_conf(bound.get('confidence'))})")
+                f"{claim['delta']:g} at {_conf(bound.get('confidence'))} by the {bound['name']}")
     mu_lo, eps_lo = _number(by.get("mu_lo")), _number(by.get("epsilon_lo"))
     if mu_lo is not None:
         return (f"the leakage is at least μ = {_g(mu_lo)}"

@@ -97,9 +97,20 @@ GAP_COSTS = {
     ),
     "not_reported": (
         "trained but not reported: the all-iterates and known-rounds statistics skip this "
-        "round (its canaries count only through the final model, which is unaffected)"
+        "round"
     ),
 }
+#: What a ``not_reported`` gap leaves, by whether the final model arrived.
+_NOT_REPORTED_FINAL = {
+    True: " (its canaries count only through the final model, which arrived)",
+    False: " (its canaries would count through the final model, which never arrived: they "
+           "count nowhere)",
+}
+
+
+def _gap_cost(kind: str, has_final: bool) -> str:
+    cost = GAP_COSTS.get(kind, "")
+    return cost + _NOT_REPORTED_FINAL[bool(has_final)] if kind == "not_reported" else cost
 
 
 def _spans(rounds: list[int]) -> str:
@@ -119,9 +130,11 @@ def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
     warning alert per kind saying which rounds and what that costs."""
     gaps = sorted((dict(g) for g in (audit.gaps or [])), key=lambda g: (g["round"], g["kind"]))
     alerts = []
+    has_final = bool(getattr(audit, "has_final", False))
     for gap in gaps:
-        gap["cost"] = GAP_COSTS.get(gap.get("kind"), "")
-    for kind, cost in GAP_COSTS.items():
+        gap["cost"] = _gap_cost(gap.get("kind"), has_final)
+    for kind in GAP_COSTS:
+        cost = _gap_cost(kind, has_final)
         rounds = sorted({g["round"] for g in gaps if g.get("kind") == kind})
         if rounds:
             reasons = sorted({g["reason"] for g in gaps if g.get("kind") == kind})
@@ -139,10 +152,11 @@ def weighting_alerts(verdict: dict) -> list[dict]:
     weighting = verdict.get("weighting") or {}
     if not weighting.get("breaks_claim"):
         return []
-    noise = ("the claim tests run at that influence and the alarm fired: the noise falls short "
-             "for the weighting used too" if verdict.get("cause") == "noise_and_weighting" else
-             "the claim tests run at that influence, so an alarm would mean the noise falls "
-             "short for the weighting used")
+    tested = (f"the claim tests run at the heaviest influence the canaries carried (μ = "
+              f"{weighting.get('tested_mu', weighting['heaviest_mu']):.3g})")
+    noise = (f"{tested} and the alarm fired: the noise falls short for the weighting used too"
+             if verdict.get("cause") == "noise_and_weighting" else
+             f"{tested}, so an alarm would mean the noise falls short for the weighting used")
     return [{"level": "warning", "message": (
         f"weighted aggregation: the weighted average gives the heaviest client up to "
         f"{weighting['weight_factor']:.3g}× the influence (C/n) the DP noise is calibrated for, "
