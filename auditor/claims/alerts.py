@@ -54,10 +54,22 @@ def bug_label(spec: AuditSpec | Mapping) -> str | None:
     return f"bug injected: {bug.label} (testing only; the claim does not know about it)"
 
 
-def spec_alarm_guarantee(spec: AuditSpec | Mapping) -> str:
-    """One sentence: what the DP alarm guarantees for this spec, or "No DP claim: ..."."""
+def spec_alarm_guarantee(spec: AuditSpec | Mapping, *,
+                         canary_weight_factor: float | None = None) -> str:
+    """One sentence: what the DP alarm guarantees for this spec, or "No DP claim: ...";
+    ``canary_weight_factor`` above 1 (a weighted FedAvg): one more, saying the claim tests run
+    at the heaviest influence the canaries carried."""
     spec = _spec(spec)
-    return alarm_guarantee(_alarming_claims(spec), num_looks=num_looks(spec))
+    claims = _alarming_claims(spec)
+    text = alarm_guarantee(claims, num_looks=num_looks(spec))
+    if canary_weight_factor is not None and canary_weight_factor > 1 + 1e-6 \
+            and any(c.is_claim for c in claims):
+        heavy = audit_claims(spec.model_copy(update={"participation": Participation.uniform}),
+                             weight_factor=canary_weight_factor)[0]
+        text += (f" Weighted aggregation: the claim tests run at the heaviest influence the "
+                 f"canaries carried ({canary_weight_factor:.3g}× C/n), i.e. against "
+                 f"{heavy.mu:.3g}-Gaussian DP, what the claimed noise gives a canary that heavy.")
+    return text
 
 
 def decide(spec: AuditSpec, claim_tests: list, *, look: int,

@@ -190,7 +190,8 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "diagnostics": audit.diagnostics or [],
         "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(verdict)],
         "gaps": gaps,
-        "alarm_guarantee": spec_alarm_guarantee(audit.spec),
+        "alarm_guarantee": spec_alarm_guarantee(
+            audit.spec, canary_weight_factor=audit.max_canary_weight_factor),
         "flower_run_id": audit.flower_run_id,
         "max_weight_factor": audit.max_weight_factor,
         "bug_injected": bug_label(audit.spec),

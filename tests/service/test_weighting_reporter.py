@@ -100,6 +100,7 @@ def test_weighted_half_noise_is_blamed_on_the_noise(client):
     tested = verdict["refuted_by"]["claim_mu"]
     assert 1.0 < tested <= 1.6 + 1e-9
     assert "The weighting breaks the claim too" in verdict["summary"]
+    assert f"against {tested:.3g}-Gaussian DP" in audit["alarm_guarantee"]
     assert "not the noise" not in verdict["summary"]
 
 
