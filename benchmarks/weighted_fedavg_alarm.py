@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import random
 import sys
 import tempfile
 from collections import Counter
@@ -78,6 +79,10 @@ def main() -> None:
                                 min_available_nodes=len(nodes), fraction_evaluate=0.0)
         dp = dp_class(fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=n)
         strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=rounds)
+        # reproducible: Flower samples nodes with Python's random, the wrapper picks the nodes the
+        # canaries displace with its own generator
+        random.seed(seed)
+        strategy._slot_rng = np.random.default_rng(seed)
         strategy.start(LoopGrid(nodes=nodes, weights=weights, seed=seed),
                        ArrayRecord([np.zeros(1000, np.float32)]), num_rounds=rounds)
         reporter.close()

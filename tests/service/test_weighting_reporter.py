@@ -15,6 +15,8 @@ answers the two questions apart:
 
 from __future__ import annotations
 
+import random
+
 import httpx
 import numpy as np
 import pytest
@@ -80,6 +82,10 @@ def _audit(client, *, dp_class, weights, noise_seed=1) -> tuple[dict, CanaryAudi
                             fraction_evaluate=0.0)
     dp = dp_class(fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=2)
     strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=ROUNDS)
+    # reproducible: Flower samples nodes with Python's random, the wrapper picks the nodes the
+    # canaries displace with its own generator
+    random.seed(noise_seed)
+    strategy._slot_rng = np.random.default_rng(noise_seed)
     strategy.start(LoopGrid(nodes=NODES, weights=weights, seed=noise_seed),
                    ArrayRecord([np.zeros(DIM, np.float32)]), num_rounds=ROUNDS)
     reporter.close()
