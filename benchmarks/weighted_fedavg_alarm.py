@@ -12,7 +12,7 @@ noise (as claimed; x 0.5, a planted bug behind the claim's back). Columns: how m
 with each verdict status and cause, and the largest weight factor.
 
 Rerun: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/weighted_fedavg_alarm.py --seeds 5``
-(5.7 minutes on 2 shared cores, 2026-11-27).
+(6.2 minutes on 2 shared cores, 2026-11-27).
 """
 
 from __future__ import annotations
