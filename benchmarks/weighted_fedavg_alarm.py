@@ -1,21 +1,28 @@
-"""Weighted FedAvg under CanaryAuditStrategy (issue #22 item 3): error-alarm rate and weight factor.
+"""Weighted FedAvg under CanaryAuditStrategy (issue #28 item 1): which cause the verdict names.
 
-Flower's ``DifferentialPrivacyServerSideFixedClipping`` (z = 1, C = 1) around Flower's ``FedAvg``
-weighted by ``num-examples``, 10 of 20 in-process nodes sampled per round (Flower's own
-``Strategy.start`` loop, no Ray), d = 1000; canaries take cohort slots at the round's largest
-weight. Rows: all nodes weight 5, and node 11 weight 50 (10x). Columns: runs whose final-look
-alarm (the service's own decision code) is "error", the mean and max per-round weight factor
-``w_max * replies / sum(w)``.
+Flower's ``DifferentialPrivacyServerSideFixedClipping`` (z = 1, C = 1) around Flower's
+``FedAvg`` weighted by ``num-examples``, 10 of 20 in-process nodes sampled per round (Flower's
+own ``Strategy.start`` loop, no Ray), d = 1000; canaries from the real service app (in process,
+SQLite) through the real ``HttpRoundReporter``, at the running largest weight. The service runs
+its claim tests after every round and at the end, at the heaviest influence the canaries
+carried; the verdict is the one ``GET /audits/{id}`` returns.
 
-Rerun: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/weighted_fedavg_alarm.py --seeds 4
---canaries 400 --rounds 100`` (about 3 minutes on 2 shared cores).
+Rows: weights (all 5; node 11 weighs 8, i.e. up to 1.6x C/n; node 11 weighs 50, up to 10x) x
+noise (as claimed; x 0.5, a planted bug behind the claim's back). Columns: how many runs ended
+with each verdict status and cause, and the largest weight factor.
+
+Rerun: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/weighted_fedavg_alarm.py --seeds 5``
+(6.2 minutes on 2 shared cores, 2026-11-27).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import random
 import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -25,66 +32,83 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--canaries", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
 
+    import httpx
     from flwr.app import ArrayRecord
     from flwr.common.logger import FLOWER_LOGGER
     from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
     from flwr.supercore.task_identity import TaskIdentity
 
-    from flaudit.auditor.canaries import seen_mask
-    from flaudit.auditor.claims.curves import audit_claims
-    from flaudit.service.live import decide, num_looks, summary_parts
-    from flaudit.auditor.spec import AuditClaim, AuditSpec
-    from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries
-    from tests.server.test_wrapper import ClaimRecorder, CountingFedAvg, LoopGrid
+    from flaudit.server.reporting import HttpRoundReporter
+    from flaudit.server.wrapper import CanaryAuditStrategy
+    from tests.server.test_wrapper import CountingFedAvg, LoopGrid
+    from tests.service.conftest import AUTH, CIPHER, make_client
+    from flaudit.service.store import Store
+
+    class HalfNoise(DifferentialPrivacyServerSideFixedClipping):
+        """The planted bug: claims ``noise_multiplier``, adds half of that noise."""
+
+        def aggregate_train(self, server_round, replies):
+            claimed = self.noise_multiplier
+            self.noise_multiplier = claimed / 2
+            try:
+                return super().aggregate_train(server_round, replies)
+            finally:
+                self.noise_multiplier = claimed
 
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
     FLOWER_LOGGER.setLevel(logging.ERROR)
+    logging.getLogger("flaudit").setLevel(logging.ERROR)
     k, rounds, nodes, n = args.canaries, args.rounds, tuple(range(11, 31)), 10
+    spec = {"name": "weighted", "engine": "external", "num_canaries": k,
+            "max_canary_fraction": 1.0, "delta": 1e-5}
 
-    def run(weights: dict, seed: int) -> tuple[str, float, float]:
+    def run(client, dp_class, weights: dict, seed: int) -> tuple[str, str | None, float]:
+        body = client.post("/audits", json=spec, headers=AUTH).json()
+        env = body["environment"]
+        http = httpx.Client(transport=client._transport, base_url="http://testserver")
+        reporter = HttpRoundReporter("http://testserver", env["FLAUDIT_AUDIT_ID"],
+                                     env["FLAUDIT_RUN_TOKEN"], client=http, backoff=0.01,
+                                     retry_seconds=0.05)
         np.random.seed(seed)  # Flower's DP noise
         fedavg = CountingFedAvg(fraction_train=n / len(nodes), min_train_nodes=n,
                                 min_available_nodes=len(nodes), fraction_evaluate=0.0)
-        dp = DifferentialPrivacyServerSideFixedClipping(
-            fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=n)
-        canary_seed = 1000 + seed
-        reporter = ClaimRecorder.for_audit(canary_seed=canary_seed, num_canaries=k)
-        canaries = LocalCanaries(canary_seed, num_canaries=k, num_rounds=rounds,
-                                 clients_per_round=n)
-        strategy = CanaryAuditStrategy(dp, reporter=reporter, canaries=canaries)
+        dp = dp_class(fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=n)
+        strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=rounds)
+        # reproducible: Flower samples nodes with Python's random, the wrapper picks the nodes the
+        # canaries displace with its own generator
+        random.seed(seed)
+        strategy._slot_rng = np.random.default_rng(seed)
         strategy.start(LoopGrid(nodes=nodes, weights=weights, seed=seed),
                        ArrayRecord([np.zeros(1000, np.float32)]), num_rounds=rounds)
-        spec = AuditClaim(**reporter.claims[0]).apply(AuditSpec(
-            name="weighted", engine="external", num_canaries=k, canary_repeats=1,
-            max_canary_fraction=1.0, delta=1e-5))
-        tracker = reporter.tracker
-        tests = summary_parts(
-            seen=seen_mask(canary_seed, k), dim=tracker.dim, delta=spec.delta,
-            max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
-            threat_models=["final_model", "all_iterates"], final=True,
-            known_rounds_scores=reporter.known_rounds.scores,
-            known_rounds_rounds=reporter.known_rounds.rounds, scale_dof=tracker.scale_dof,
-            claims=audit_claims(spec), num_rounds=rounds)[3]
-        factors = list(strategy.weight_factors.values())
-        return (decide(spec, tests, look=num_looks(spec)).status, float(np.mean(factors)),
-                float(np.max(factors)))
+        reporter.close()
+        audit = client.get(f"/audits/{env['FLAUDIT_AUDIT_ID']}").json()
+        verdict = audit["verdict"]
+        return verdict["status"], verdict.get("cause"), float(audit["max_weight_factor"] or 1)
 
-    print(f"k = {args.canaries}, T = {args.rounds}, {n} of {len(nodes)} nodes, z = 1, "
+    print(f"k = {k}, T = {rounds}, {n} of {len(nodes)} nodes, z = 1, d = 1000, "
           f"{args.seeds} runs each")
-    print("| weights | error alarms | mean weight factor | max weight factor |")
+    print("| weights | noise | verdicts (status / cause) | max weight factor |")
     print("|---|---|---|---|")
-    cases = (("all 5", {node: 5 for node in nodes}),
+    cases = (("all 5 (1x)", {node: 5 for node in nodes}),
+             ("node 11: 8, others 5 (1.6x)", {11: 8, **{node: 5 for node in nodes[1:]}}),
              ("node 11: 50, others 5 (10x)", {11: 50, **{node: 5 for node in nodes[1:]}}))
-    for label, weights in cases:
-        out = [run(weights, seed) for seed in range(args.seeds)]
-        errors = sum(status == "error" for status, _, _ in out)
-        print(f"| {label} | {errors}/{len(out)} | {np.mean([o[1] for o in out]):.2f} | "
-              f"{max(o[2] for o in out):.2f} |", flush=True)
+    noises = (("as claimed", DifferentialPrivacyServerSideFixedClipping), ("x 0.5 (bug)", HalfNoise))
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(f"sqlite:///{tmp}/bench.db", cipher=CIPHER)
+        with make_client(store) as client:
+            for label, weights in cases:
+                for noise, dp_class in noises:
+                    out = [run(client, dp_class, weights, seed) for seed in range(args.seeds)]
+                    counts = Counter(f"{s} / {c or '-'}" for s, c, _ in out)
+                    shown = ", ".join(f"{v}× {key}" for key, v in sorted(counts.items()))
+                    print(f"| {label} | {noise} | {shown} | {max(o[2] for o in out):.2f} |",
+                          flush=True)
+        store.dispose()
 
 
 if __name__ == "__main__":

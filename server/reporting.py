@@ -654,12 +654,13 @@ class HttpRoundReporter:
         self._without_canaries(server_round, reason)  # (stated once: a failed fetch may have)
 
     def _without_canaries(self, server_round: int, reason: str) -> np.ndarray:
+        # a failed prefetch and the round's own second try both end here, and a later try may
+        # still succeed: the round is logged once, when it is reported without canaries
         with self._cond:
-            if int(server_round) in self._no_canaries:  # stated once
-                return np.empty((0, 0), dtype=np.float32)
+            first = int(server_round) not in self._no_canaries
             self._no_canaries[int(server_round)] = reason
-        self._gap(server_round, "no_canaries", reason)
-        logger.warning("flaudit: round %d trains without canaries: %s", server_round, reason)
+        if first:
+            self._gap(server_round, "no_canaries", reason)
         return np.empty((0, 0), dtype=np.float32)
 
     def round_canaries(self, server_round: int) -> np.ndarray:
@@ -758,6 +759,7 @@ class HttpRoundReporter:
         missing = self._no_canaries.pop(t, None)
         if missing is not None and metadata.num_canaries_inserted == 0:
             params["canaries_missing"] = missing[:300]
+            logger.warning("flaudit: round %d trains without canaries: %s", t, missing)
         content = _body(update, metadata.participants)
         self._deliver(_Item("PUT", "rounds/{t}", f"round {t}",
                             {"content": content, "params": params},

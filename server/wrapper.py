@@ -400,6 +400,7 @@ class CanaryAuditStrategy(Strategy):
         #: per round: largest weight x replies / total weight (1: equal weights); above 1 the
         #: weighting gives the heaviest reply more than the C/n the noise is calibrated for
         self.weight_factors: dict[int, float] = {}
+        self._weighting_warned = False  # the weighting warning: once per run
         # the audit's own network and CPU work (fetching round t+1's canaries, reporting round
         # t's release) runs in order on one thread while the clients train
         self._audit_work: ThreadPoolExecutor | None = None
@@ -764,12 +765,9 @@ class CanaryAuditStrategy(Strategy):
             if total > 0 and count:
                 weight_factor = weight * count / total
                 self.weight_factors[server_round] = weight_factor
-                if weight_factor > 1 + 1e-9:
-                    log(WARNING, "flaudit: round %s: weighting by '%s' gives the heaviest reply "
-                        "%.3g x the influence C/n that the DP noise is calibrated for; a client "
-                        "of that weight has %.3g x the claimed privacy loss (the weighting, not "
-                        "the noise, breaks the claim: cap weights or weight uniformly)",
-                        server_round, self.weight_key, weight_factor, weight_factor)
+                if weight_factor > 1 + 1e-9 and not self._weighting_warned:
+                    self._weighting_warned = True
+                    _warn_weighting(server_round, self.weight_key, weight_factor)
         elif current is not None and not valid:
             log(WARNING, "flaudit: round %s has no valid reply; no canary inserted", server_round)
         self._prefetched.pop(server_round, None)  # not used: dropped
@@ -880,6 +878,7 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
         self._max_weight = 0.0
         self.displaced: dict[int, int] = {}
         self.weight_factors: dict[int, float] = {}
+        self._weighting_warned = False  # the weighting warning: once per run
 
     @classmethod
     def from_env(cls, strategy: Any, *, num_rounds: int,
@@ -1001,11 +1000,9 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
             if total > 0:
                 weight_factor = round(weight) * count / total
                 self.weight_factors[server_round] = weight_factor
-                if weight_factor > 1 + 1e-9:
-                    log(WARNING, "flaudit: round %s: weighting by num_examples gives the "
-                        "heaviest client %.3g x the influence C/n the DP noise is calibrated "
-                        "for (the weighting, not the noise, breaks the claim)", server_round,
-                        weight_factor)
+                if weight_factor > 1 + 1e-9 and not self._weighting_warned:
+                    self._weighting_warned = True
+                    _warn_weighting(server_round, "num_examples", weight_factor)
         parameters, metrics_out = self.strategy.aggregate_fit(server_round, results, failures)
         if parameters is not None and current is not None:
             new = flatten(parameters_to_ndarrays(parameters))
@@ -1047,6 +1044,16 @@ def _accountant_spent(strategy: Strategy) -> Any:
         if getattr(item, "accountant", None) is not None and hasattr(item, "privacy_spent"):
             return item.privacy_spent()
     return None
+
+
+def _warn_weighting(server_round: int, key: str, factor: float) -> None:
+    """The weighting warning, said once per run (the largest factor is in the audit)."""
+    log(WARNING, "flaudit: round %s: weighting by '%s' gives the heaviest reply %.3g x the "
+        "influence C/n the DP noise is calibrated for, so the claim does not hold for a client "
+        "that heavy (up to %.3g x the claimed mu); the audit tests the noise at the canaries' "
+        "weight and its verdict says whether the noise, the weighting or both break the claim. "
+        "Cap the weights or weight uniformly. (Said once per run.)",
+        server_round, key, factor, factor)
 
 
 def _noise_multiplier(strategy: Strategy) -> float:

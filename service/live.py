@@ -165,6 +165,12 @@ def summary_parts(
             list(summary.claim_tests))
 
 
+def _heaviest(*factors: Any) -> float | None:
+    """The largest of the round ``weight_factor``s given (None: none reported)."""
+    values = [float(f) for f in factors if _number(f) is not None]
+    return max(values) if values else None
+
+
 def headline_epsilon(estimates: list[dict]) -> float | None:
     """The one number the audit list shows: the final-model two-Gaussian estimate with the null
     variance (the paper's Table 2 variant) if present, else the all-iterates two-Gaussian one."""
@@ -409,6 +415,11 @@ class LiveAudits:
                 mask[participants] = True
                 statistic.update(round_cosines, mask, ~seen)
                 known_rounds = statistic
+            # a weighted FedAvg: the claims at the heaviest influence the canaries carried so
+            # far (docs/estimators.md, "Weighted FedAvg: two answers")
+            heaviest = _heaviest(
+                audit.max_canary_weight_factor,
+                metadata.get("weight_factor") if metadata.get("num_canaries_inserted") else None)
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if ThreatModel.all_iterates in spec.threat_models:
                 estimates, diagnostics, histograms, tests = summary_parts(
@@ -423,7 +434,7 @@ class LiveAudits:
                     else known_rounds.num_participations,
                     known_rounds_rounds=None if known_rounds is None else known_rounds.rounds,
                     canary_repeats=spec.canary_repeats,
-                    claims=audit_claims(spec),
+                    claims=audit_claims(spec, weight_factor=heaviest),
                     num_rounds=t,
                     scale_dof=tracker.scale_dof,
                 )
@@ -435,7 +446,7 @@ class LiveAudits:
                         dim=secret.dim, delta=spec.delta, t=t, num_rounds=spec.num_rounds,
                     )
             all_estimates = estimates + list(audit.analytic or [])
-            alarm = decide(spec, tests, look=t)
+            alarm = decide(spec, tests, look=t, weight_factor=heaviest)
             alerts = build_alerts(
                 spec=spec, dim=secret.dim, rounds_stored=t, has_final=False, alarm=alarm,
                 round=t, previous=audit.alerts,
@@ -522,14 +533,16 @@ class LiveAudits:
                     known_rounds_participations=counts,
                     known_rounds_rounds=rounds,
                     canary_repeats=spec.canary_repeats,
-                    claims=audit_claims(spec),
+                    claims=audit_claims(spec, weight_factor=audit.max_canary_weight_factor),
                     num_rounds=secret.rounds_stored,
                     scale_dof=tracker.scale_dof,
                 )
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(
                 spec=spec, dim=secret.dim, rounds_stored=secret.rounds_stored, has_final=True,
-                alarm=decide(spec, tests, look=num_looks(spec)), previous=audit.alerts,
+                alarm=decide(spec, tests, look=num_looks(spec),
+                             weight_factor=audit.max_canary_weight_factor),
+                previous=audit.alerts,
             )
             try:
                 self.store.store_final(

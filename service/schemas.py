@@ -127,6 +127,18 @@ class VerdictOut(BaseModel):
         "DP-FedAvg with Gaussian noise) or assumption_free (any mechanism meeting the claim)."
     )
     round: int | None = Field(None, description="Round where the alarm fired (null: at the end).")
+    cause: Literal["noise", "weighting", "noise_and_weighting"] | None = Field(
+        None, description="claim_refuted only: what breaks the claim. `noise`: a claim test "
+        "rejected it at the heaviest influence the canaries carried (the noise falls short for "
+        "the weighting used); `weighting`: the recorded weights alone give the heaviest client "
+        "more than the claim (weighting.breaks_claim) while the noise passed; "
+        "`noise_and_weighting`: both.", examples=["noise"],
+    )
+    weighting: dict[str, Any] | None = Field(
+        None, description="A weighted FedAvg (largest round weight_factor above 1): "
+        "weight_factor, claim_mu, heaviest_mu (= weight_factor × claim_mu, what correct noise "
+        "gives the heaviest client), breaks_claim (heaviest_mu above the claim by more than 1%)."
+    )
     gaps: dict[str, Any] | None = Field(
         None, description="Rounds missing: rounds_received, num_rounds, missing_rounds."
     )
@@ -424,7 +436,7 @@ class RoundMetadataQuery(BaseModel):
     )
     weight_factor: float | None = Field(
         None,
-        gt=0,
+        ge=1,
         le=MAX_COHORT,
         allow_inf_nan=False,
         description=(

@@ -177,6 +177,9 @@ class Audit(Base):
     # The largest round weight_factor reported (a user's weighted FedAvg; None: never reported,
     # as for equal weights in our own apps): the verdict says what the weighting does.
     max_weight_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The largest weight_factor of a round that carried canaries: the heaviest influence the
+    # canaries carried, where the claim tests run (docs/estimators.md, "Weighted FedAvg").
+    max_canary_weight_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     def __repr__(self) -> str:  # never show secrets
         return f"Audit(id={self.id!r}, status={self.status!r})"
@@ -759,6 +762,11 @@ class Store:
             if weight is not None:
                 largest = s.scalar(select(Audit.max_weight_factor).where(Audit.id == audit_id))
                 extra["max_weight_factor"] = max(float(weight), largest or float(weight))
+                if int(round_row.get("num_canaries_inserted") or 0) > 0:
+                    carried = s.scalar(select(Audit.max_canary_weight_factor)
+                                       .where(Audit.id == audit_id))
+                    extra["max_canary_weight_factor"] = max(float(weight),
+                                                            carried or float(weight))
             if not _update_audit_if(
                 s, audit_id, Audit.rounds_stored == t - 1, Audit.status == "running",
                 rounds_stored=t,

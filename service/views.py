@@ -83,6 +83,7 @@ def audit_verdict_view(audit: Audit) -> dict[str, Any]:
         missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
         rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
         weight_factor=audit.max_weight_factor,
+        canary_weight_factor=audit.max_canary_weight_factor,
     )
     return verdict.to_dict()
 
@@ -96,17 +97,20 @@ GAP_COSTS = {
     ),
     "not_reported": (
         "trained but not reported: the all-iterates and known-rounds statistics skip this "
-        "round (its canaries count only through the final model, which is unaffected)"
+        "round"
     ),
+}
+#: What a ``not_reported`` gap leaves, by whether the final model arrived.
+_NOT_REPORTED_FINAL = {
+    True: " (its canaries count only through the final model, which arrived)",
+    False: " (its canaries would count through the final model, but the final model never "
+           "arrived: they count nowhere)",
 }
 
 
-#: The cost of a ``not_reported`` gap of an audit that ended without its final model.
-NOT_REPORTED_NO_FINAL = (
-    "trained but not reported: the all-iterates and known-rounds statistics skip this round, "
-    "and the final model never arrived either, so its canaries carry no signal at all (the "
-    "final-model estimates stand on the model after the last round received)"
-)
+def _gap_cost(kind: str, has_final: bool) -> str:
+    cost = GAP_COSTS.get(kind, "")
+    return cost + _NOT_REPORTED_FINAL[bool(has_final)] if kind == "not_reported" else cost
 
 
 def _spans(rounds: list[int]) -> str:
@@ -126,12 +130,11 @@ def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
     warning alert per kind saying which rounds and what that costs."""
     gaps = sorted((dict(g) for g in (audit.gaps or [])), key=lambda g: (g["round"], g["kind"]))
     alerts = []
-    costs = GAP_COSTS
-    if audit.status in ENDED_STATUSES and not audit.has_final:
-        costs = {**GAP_COSTS, "not_reported": NOT_REPORTED_NO_FINAL}
+    has_final = bool(getattr(audit, "has_final", False))
     for gap in gaps:
-        gap["cost"] = costs.get(gap.get("kind"), "")
-    for kind, cost in costs.items():
+        gap["cost"] = _gap_cost(gap.get("kind"), has_final)
+    for kind in GAP_COSTS:
+        cost = _gap_cost(kind, has_final)
         rounds = sorted({g["round"] for g in gaps if g.get("kind") == kind})
         if rounds:
             reasons = sorted({g["reason"] for g in gaps if g.get("kind") == kind})
@@ -142,17 +145,23 @@ def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
     return gaps, alerts
 
 
-def weighting_alerts(audit: Audit) -> list[dict]:
-    """A warning when the run's aggregation weighted some reply above the C/n the noise is
-    calibrated for (the largest round ``weight_factor`` reported above 1)."""
-    factor = audit.max_weight_factor
-    if factor is None or not factor > 1 + 1e-6:
+def weighting_alerts(verdict: dict) -> list[dict]:
+    """A warning when the run's aggregation weighted some reply enough above the C/n the noise
+    is calibrated for to break the claim (the verdict's ``weighting``: the same answer and the
+    same words as its sentence)."""
+    weighting = verdict.get("weighting") or {}
+    if not weighting.get("breaks_claim"):
         return []
+    tested = (f"the claim tests run at the heaviest influence the canaries carried (μ = "
+              f"{weighting.get('tested_mu', weighting['heaviest_mu']):.3g})")
+    noise = (f"{tested} and the alarm fired: the noise falls short for the weighting used too"
+             if verdict.get("cause") == "noise_and_weighting" else
+             f"{tested}, so an alarm would mean the noise falls short for the weighting used")
     return [{"level": "warning", "message": (
         f"weighted aggregation: the weighted average gives the heaviest client up to "
-        f"{factor:.3g}× the influence (C/n) the DP noise is calibrated for, so the claim does "
-        "not hold for a client that heavy (its privacy loss is up to that many times the "
-        "claimed μ); the canaries are inserted at that weight, so this audit measures it. Cap "
+        f"{weighting['weight_factor']:.3g}× the influence (C/n) the DP noise is calibrated for, "
+        f"so the claim does not hold for a client that heavy (protected only at μ = "
+        f"{weighting['heaviest_mu']:.3g}, claimed {weighting['claim_mu']:.3g}); {noise}. Cap "
         "the weights or weight uniformly."
     )}]
 
@@ -179,9 +188,10 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "dim": audit.dim,
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],
-        "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(audit)],
+        "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(verdict)],
         "gaps": gaps,
-        "alarm_guarantee": spec_alarm_guarantee(audit.spec),
+        "alarm_guarantee": spec_alarm_guarantee(
+            audit.spec, canary_weight_factor=audit.max_canary_weight_factor),
         "flower_run_id": audit.flower_run_id,
         "max_weight_factor": audit.max_weight_factor,
         "bug_injected": bug_label(audit.spec),

@@ -56,17 +56,32 @@ def bug_label(spec: AuditSpec | Mapping) -> str | None:
     return f"bug injected: {bug.label} (testing only; the claim does not know about it)"
 
 
-def spec_alarm_guarantee(spec: AuditSpec | Mapping) -> str:
-    """One sentence: what the DP alarm guarantees for this spec, or "No DP claim: ..."."""
+def spec_alarm_guarantee(spec: AuditSpec | Mapping, *,
+                         canary_weight_factor: float | None = None) -> str:
+    """One sentence: what the DP alarm guarantees for this spec, or "No DP claim: ...";
+    ``canary_weight_factor`` above 1 (a weighted FedAvg): one more, saying the claim tests run
+    at the heaviest influence the canaries carried."""
     spec = _spec(spec)
-    return alarm_guarantee(_alarming_claims(spec), num_looks=num_looks(spec))
+    claims = _alarming_claims(spec)
+    text = alarm_guarantee(claims, num_looks=num_looks(spec))
+    if canary_weight_factor is not None and canary_weight_factor > 1 + 1e-6 \
+            and any(c.is_claim for c in claims):
+        heavy = audit_claims(spec.model_copy(update={"participation": Participation.uniform}),
+                             weight_factor=canary_weight_factor)[0]
+        text += (f" Weighted aggregation: the claim tests run at the heaviest influence the "
+                 f"canaries carried ({canary_weight_factor:.3g}× C/n), i.e. against "
+                 f"{heavy.mu:.3g}-Gaussian DP, what the claimed noise gives a canary that heavy.")
+    return text
 
 
-def decide(spec: AuditSpec, claim_tests: list, *, look: int) -> AlarmDecision:
+def decide(spec: AuditSpec, claim_tests: list, *, look: int,
+           weight_factor: float | None = None) -> AlarmDecision:
     """The alarm at ``look`` of :func:`num_looks` over this look's claim tests (its
-    ``refuted_by`` reads ``mu_lo`` as ε at the spec's δ)."""
+    ``refuted_by`` reads ``mu_lo`` as ε at the spec's δ); ``weight_factor``: the heaviest
+    influence the canaries carried so far, the one the tests were run at
+    (:func:`~flaudit.auditor.claims.audit_claims`)."""
     return decide_alarm(claim_tests, look=look, num_looks=num_looks(spec),
-                        claims=audit_claims(spec), delta=spec.delta)
+                        claims=audit_claims(spec, weight_factor=weight_factor), delta=spec.delta)
 
 
 def alarm_record(decision: AlarmDecision, *, round: int | None) -> dict | None:
@@ -201,11 +216,12 @@ def spec_verdict(
     missing_rounds: Iterable[int] | None = None,
     rounds_without_canaries: Iterable[int] | None = None,
     weight_factor: float | None = None,
+    canary_weight_factor: float | None = None,
 ) -> Verdict:
     """:func:`~flaudit.auditor.claims.verdict.audit_verdict` for one audit spec: its claim and
     its design from the spec; stopped on the alarm when ``spec.stop_on_alarm`` and the run
     ended at the alarm's round; ``weight_factor``: the largest of the rounds' (a weighted
-    FedAvg)."""
+    FedAvg); ``canary_weight_factor``: the largest of the rounds that carried canaries."""
     spec = _spec(spec)
     design = audit_design(spec)
     stopped = None
@@ -218,6 +234,7 @@ def spec_verdict(
         state=state, rounds_received=rounds_received, num_rounds=spec.num_rounds,
         missing_rounds=missing_rounds, rounds_without_canaries=rounds_without_canaries,
         stopped_at_round=stopped, weight_factor=weight_factor,
+        canary_weight_factor=canary_weight_factor,
     )
 
 

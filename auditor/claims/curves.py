@@ -193,7 +193,7 @@ def _poisson_curve(z: float, q: float, num_rounds: int, value_discretization_int
     )
 
 
-def audit_claims(spec) -> list[TradeOffClaim]:
+def audit_claims(spec, *, weight_factor: float | None = None) -> list[TradeOffClaim]:
     """The DP claims of an audit (:class:`flaudit.auditor.spec.AuditSpec`) as trade-off curves: one place
     for the service, ``flaudit run`` and the fidelity suite.
 
@@ -204,13 +204,28 @@ def audit_claims(spec) -> list[TradeOffClaim]:
       Poisson-subsampled curve (:func:`poisson_subsampled_claim`) with
       ``q = spec.sampling_probability`` and ``T = spec.num_rounds``.
 
-    Noise multiplier 0 gives :class:`NoDPClaim` in place of each.
+    ``weight_factor`` (a weighted FedAvg: the heaviest influence a canary carried, in units of
+    the ``C/n`` the noise is calibrated for; None or at most 1: uniform): the claims *at that
+    influence*, what correct noise gives a canary that heavy -- ``W * mu`` for the known-rounds
+    claim, noise multiplier ``z / W`` for the Poisson-subsampled one (docs/estimators.md,
+    "Weighted FedAvg: two answers"). Noise multiplier 0 gives :class:`NoDPClaim` in place of each.
     """
     z = float(spec.accounted_noise_multiplier)
     r = int(spec.canary_repeats)
+    w = 1.0 if weight_factor is None else float(weight_factor)
+    if not math.isfinite(w):
+        raise ValueError(f"weight_factor must be finite, got {weight_factor!r}")
+    w = max(1.0, w)
     claims: list[TradeOffClaim] = []
     if z == 0:
         claims.append(NoDPClaim(threat_model=KNOWN_ROUNDS))
+    elif w > 1.0:
+        claims.append(GaussianDPClaim(
+            w * math.sqrt(r) / z, threat_model=KNOWN_ROUNDS,
+            description=f"Gaussian DP mu = {w:.4g} * sqrt({r}) / {z:g}: a canary in {r} known "
+            f"round(s) with noise multiplier {z:g}, at {w:.4g}x the influence C/n (the heaviest "
+            "weight of a weighted FedAvg)",
+        ))
     else:
         claims.append(GaussianDPClaim(
             math.sqrt(r) / z, threat_model=KNOWN_ROUNDS,
@@ -219,5 +234,5 @@ def audit_claims(spec) -> list[TradeOffClaim]:
         ))
     participation = getattr(spec.participation, "value", spec.participation)
     if participation == "poisson":
-        claims.append(poisson_subsampled_claim(z, spec.sampling_probability, spec.num_rounds))
+        claims.append(poisson_subsampled_claim(z / w, spec.sampling_probability, spec.num_rounds))
     return claims

@@ -7,7 +7,9 @@ Statuses (:class:`VerdictStatus`):
 * ``claim_refuted`` -- the DP alarm's error level fired at some look: a claim test rejected the
   claim with the alarm's overall confidence (the union bound over every look and test), so the
   claim is broken, whatever later looks say. Names the claim, the valid lower bound that refutes
-  it, its confidence, the round and the validity tier.
+  it, its confidence, the round and the validity tier. Also, once the run ended, when the
+  recorded weighting alone breaks the claim (a weighted FedAvg whose heaviest client the noise
+  protects only at ``W * mu``): ``cause`` says which.
 * ``consistent`` -- the run ended, the audit could test its claim (its design says so) and no
   claim test rejected it; says what the audit could have caught.
 * ``inconclusive`` -- the audit cannot refute its claim (too few canaries or repeats, per its
@@ -16,7 +18,16 @@ Statuses (:class:`VerdictStatus`):
 * ``running`` -- provisional: the run goes on and nothing has rejected the claim yet.
 
 :func:`largest_valid_bound` is the one function that decides which reported estimates are valid
-lower bounds (the dashboard's "measured" tile shows exactly its answer).
+lower bounds (the dashboard's "measured" tile shows exactly its answer); the refuted verdict's
+sentence quotes the same bound and names the alarm's round as when it fired.
+
+Weighted FedAvg (``weight_factor`` ``W > 1``, the heaviest reply's weight in units of the
+``C/n`` the noise is calibrated for) gets two answers (docs/estimators.md, "Weighted FedAvg:
+two answers"): (a) is the noise right for the weighting used? The claim tests run at the
+heaviest influence the canaries carried (``W * mu``), so the alarm fires only on evidence
+against that: ``cause`` "noise". (b) Does the weighting break the claim for the heaviest
+clients? From the recorded factors alone (:func:`weighting_answer`): ``cause`` "weighting", or
+"noise_and_weighting" when both.
 """
 
 from __future__ import annotations
@@ -27,15 +38,28 @@ from enum import Enum
 from typing import Any, Iterable, Mapping
 
 __all__ = [
+    "CAUSES",
     "TEST_NAMES",
     "VALID_BOUND_ESTIMATORS",
+    "WEIGHTING_TOLERANCE",
     "Verdict",
     "VerdictStatus",
     "audit_verdict",
     "clause",
     "is_valid_bound",
     "largest_valid_bound",
+    "weighting_answer",
 ]
+
+#: What a refuted verdict blames (``Verdict.cause``): the noise (a claim test rejected the claim
+#: at the heaviest influence the canaries carried), the weighting (the recorded weights alone
+#: give the heaviest client more than the claim), or both.
+CAUSES = ("noise", "weighting", "noise_and_weighting")
+
+#: The weighting breaks the claim when the heaviest client's mu, ``W * mu``, exceeds the claim by
+#: more than this fraction (``W > 1.01``): a claim is stated to about 3 digits, and a 1% excess in
+#: mu is far below what any audit of it resolves.
+WEIGHTING_TOLERANCE = 0.01
 
 
 class VerdictStatus(str, Enum):
@@ -149,6 +173,8 @@ class Verdict:
     round: int | None = None
     gaps: dict | None = None
     stopped: bool = False
+    cause: str | None = None
+    weighting: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe (a non-finite float becomes the string "inf"/"-inf", as in estimates)."""
@@ -163,6 +189,8 @@ class Verdict:
             "round": self.round,
             "gaps": self.gaps,
             "stopped": self.stopped,
+            "cause": self.cause,
+            "weighting": self.weighting,
         })
 
 
@@ -233,48 +261,87 @@ def _gap_text(gaps: dict | None, *, ended: bool = True) -> str:
     return f" Gaps: {text}; the audit covers the rest, with less power."
 
 
-def _weighting_text(weight_factor: float | None, claim: dict, mu_lo: float | None) -> str:
-    """The note on weighted aggregation (empty for equal weights): the heaviest reply moved the
-    model by ``weight_factor`` times the C/n the noise is calibrated for, so correct noise gives
-    a client that heavy up to ``weight_factor * mu`` (its rounds' factors are at most that).
-    With ``mu_lo`` (a refutation): whether that explains the leakage measured."""
+def weighting_answer(weight_factor: float | None, claim_mu: float, *,
+                     canary_weight_factor: float | None = None,
+                     tolerance: float = WEIGHTING_TOLERANCE) -> dict | None:
+    """Does the weighting break the claim for the heaviest clients? From the recorded factors
+    alone: the heaviest reply moved the model ``W = weight_factor`` times the ``C/n`` the noise
+    is calibrated for, so correct noise protects a client that heavy at ``W * claim_mu``
+    (its rounds' factors are at most ``W``). None for equal weights (``W`` None or 1).
+
+    Returns ``{"weight_factor", "claim_mu", "heaviest_mu", "breaks_claim", "tested_mu"}``;
+    ``breaks_claim``: ``W * mu > mu * (1 + tolerance)``; ``tested_mu``: the claim at the
+    heaviest influence the canaries carried (``canary_weight_factor``, at most ``W``; None:
+    ``W``), where the claim tests ran."""
     if weight_factor is None or not weight_factor > 1 + 1e-6:
-        return ""
-    heavy_mu = weight_factor * claim["mu"]
-    influence = (f"the weighted average gives the heaviest client {_g(weight_factor)}× the "
-                 "influence (C/n) the noise is calibrated for, so a client that heavy is "
-                 f"protected only at μ = {_g(heavy_mu)}")
-    if mu_lo is None:
-        return f" Weighting: {influence}; cap the weights or weight uniformly."
-    if mu_lo <= heavy_mu:
-        return (f" The weighting, not the noise, breaks the claim: {influence}, and the leakage "
-                "measured is within that; cap the weights or weight uniformly.")
-    return (f" Not the weighting alone: {influence}, and the leakage measured is above even "
-            "that, so the noise falls short too.")
+        return None
+    w, mu = float(weight_factor), float(claim_mu)
+    carried = w if canary_weight_factor is None else max(1.0, float(canary_weight_factor))
+    return {"weight_factor": w, "claim_mu": mu, "heaviest_mu": w * mu,
+            "breaks_claim": w * mu > mu * (1 + tolerance), "tested_mu": carried * mu}
 
 
-def _refutation(alarm: dict, claim: dict) -> tuple[dict, str]:
-    """``verdict.refuted_by`` and its sentence from the alarm's record."""
+def _influence(weighting: dict) -> str:
+    return (f"the weighted average gives the heaviest client {_g(weighting['weight_factor'])}× "
+            "the influence (C/n) the noise is calibrated for, so a client that heavy is "
+            f"protected only at μ = {_g(weighting['heaviest_mu'])}")
+
+
+def _bound_text(bound: dict | None, by: dict, claim: dict, conf: str) -> str:
+    """The leakage measured, in the words of the final valid bound (the tile's), else the
+    alarm's own ``mu_lo``."""
+    if bound is not None and bound.get("mu") is not None:
+        eps = bound.get("epsilon")
+        return (f"the leakage is at least μ = {_g(bound['mu'])}"
+                + (f" (ε ≥ {_g(eps, 2)} at δ = {claim['delta']:g})" if eps is not None else "")
+                + f" at {_conf(bound.get('confidence'))} by the {bound['name']}")
+    if bound is not None:
+        return (f"the leakage is at least ε = {_g(bound['epsilon'], 2)} at δ = "
+                f"{claim['delta']:g} at {_conf(bound.get('confidence'))} by the {bound['name']}")
+    mu_lo, eps_lo = _number(by.get("mu_lo")), _number(by.get("epsilon_lo"))
+    if mu_lo is not None:
+        return (f"the leakage is at least μ = {_g(mu_lo)}"
+                + (f" (ε ≥ {_g(eps_lo, 2)} at δ = {claim['delta']:g})" if eps_lo is not None
+                   else "")
+                + f" at {conf}")
+    p = _number(by.get("p_value"))
+    return f"the claim tests reject it at {conf}" + (f" (p = {p:.2g})" if p is not None else "")
+
+
+def _conf(confidence: Any) -> str:
+    value = _number(confidence)
+    return f"{value:.0%} confidence" if value is not None else "its stated confidence"
+
+
+def _refutation(alarm: dict, claim: dict, bound: dict | None) -> tuple[dict, str]:
+    """``verdict.refuted_by`` and its sentence from the alarm's record; the leakage is quoted
+    from ``bound`` (the final valid one, the tile's), the alarm's round named as when it
+    fired. Tested at the heaviest influence (the record's ``claim_mu`` above the claim's mu):
+    the sentence says so, and that the noise falls short for the weighting used."""
     by = dict(alarm.get("refuted_by") or {})
     threat_model = by.get("threat_model")
     by.setdefault("name", TEST_NAMES.get(by.get("test"))
                   or _SCORE_NAMES.get(threat_model, str(threat_model or "a claim test")))
     by["round"] = alarm.get("round")
-    mu_lo, eps_lo = _number(by.get("mu_lo")), _number(by.get("epsilon_lo"))
-    confidence = _number(by.get("confidence"))
-    conf = f"{confidence:.0%} confidence" if confidence is not None else "the alarm's confidence"
-    if mu_lo is not None:
-        bound = (f"the leakage is at least μ = {_g(mu_lo)}"
-                 + (f" (ε ≥ {_g(eps_lo, 2)} at δ = {claim['delta']:g})" if eps_lo is not None
-                    else "")
-                 + f" at {conf}, measured on {by['name']}")
-    else:
-        p = _number(by.get("p_value"))
-        bound = (f"{by['name']} reject it at {conf}"
-                 + (f" (p = {p:.2g})" if p is not None else ""))
+    conf = _conf(by.get("confidence")) if by.get("confidence") is not None \
+        else "the alarm's confidence"
+    tested = _number(by.get("claim_mu"))
+    noise = ""
+    if tested is not None and claim.get("mu") and tested > claim["mu"] * (1 + 1e-6):
+        noise = (f"the noise falls short: tested at the heaviest client's influence "
+                 f"({_g(tested / claim['mu'])}× the C/n the noise is calibrated for, where "
+                 f"correct noise gives μ = {_g(tested)}), ")
+    t = alarm.get("round")
+    when = f"at round {t}" if t is not None else "at the end of training"
     tier = by.get("tier")
     tier_text = f"; {_TIER_NAMES[tier]}" if tier in _TIER_NAMES else ""
-    return by, f"{bound}{tier_text}."
+    return by, (f"{noise}{_bound_text(bound, by, claim, conf)}; the alarm fired {when} on "
+                f"{by['name']}{tier_text}.")
+
+
+def _weighting_refutation(weighting: dict, what: str) -> str:
+    return (f"Claim refuted by the weighting, not the noise: {_influence(weighting)}, above the "
+            f"claim of {what}; cap the weights or weight uniformly.")
 
 
 def audit_verdict(
@@ -290,6 +357,7 @@ def audit_verdict(
     rounds_without_canaries: Iterable[int] | None = None,
     stopped_at_round: int | None = None,
     weight_factor: float | None = None,
+    canary_weight_factor: float | None = None,
 ) -> Verdict:
     """The verdict of one audit.
 
@@ -320,8 +388,13 @@ def audit_verdict(
     weight_factor : float, optional
         The largest round ``weight_factor`` reported (a user's weighted FedAvg: the heaviest
         reply's weight × replies / total weight; 1 or None for equal weights). Above 1 the
-        verdict says what the weighting does to the claim and, when refuted, whether the
-        weighting alone explains the leakage measured (:func:`_weighting_text`).
+        verdict answers two questions (module docstring): the alarm's tests ran at the
+        heaviest influence, so an alarm blames the noise; :func:`weighting_answer` says
+        whether the weighting alone breaks the claim (``cause`` "weighting" or
+        "noise_and_weighting").
+    canary_weight_factor : float, optional
+        The largest ``weight_factor`` of a round that carried canaries: the influence the claim
+        tests ran at (None: ``weight_factor``).
     """
     design_d = _as_dict(design)
     bound = largest_valid_bound(estimates)
@@ -335,20 +408,28 @@ def audit_verdict(
                        "test; the estimates measure leakage only.", **common)
     claim = dict(claim)
     what = _claim_text(claim)
+    weighting = weighting_answer(weight_factor, claim["mu"],
+                                 canary_weight_factor=canary_weight_factor)
+    common["weighting"] = weighting
+    breaks = weighting is not None and weighting["breaks_claim"]
     if alarm is not None:
-        refuted_by, because = _refutation(alarm, claim)
+        refuted_by, because = _refutation(alarm, claim, bound)
         t = alarm.get("round")
         where = f"at round {t}" if t is not None else "at the end of training"
         if stopped_at_round is not None:  # the missing rounds are the ones never trained
             head, gap_text = f"Stopped at round {stopped_at_round}: claim refuted", ""
         else:
             head, gap_text = f"Claim refuted {where}", _gap_text(gaps, ended=ended)
-        summary = (f"{head}: the run does not meet its claim of {what}; {because}"
-                   + _weighting_text(weight_factor, claim, _number(refuted_by.get("mu_lo"))))
+        summary = f"{head}: the run does not meet its claim of {what}; {because}"
+        if breaks:
+            summary += (f" The weighting breaks the claim too: {_influence(weighting)}; cap the "
+                        "weights or weight uniformly.")
         return Verdict(VerdictStatus.claim_refuted, summary + gap_text, claim=claim,
                        refuted_by=refuted_by, tier=refuted_by.get("tier"), round=t,
-                       stopped=stopped_at_round is not None, **common)
-    weighting = _weighting_text(weight_factor, claim, None)
+                       stopped=stopped_at_round is not None,
+                       cause="noise_and_weighting" if breaks else "noise", **common)
+    note = (f" Weighting: {_influence(weighting)}; the claim tests run at that influence; cap "
+            "the weights or weight uniformly.") if breaks else ""
     testable = bool(design_d.get("testable", True)) if design_d else True
     can = clause((design_d or {}).get("summary"))
     advice = clause((design_d or {}).get("advice"))
@@ -362,17 +443,31 @@ def audit_verdict(
         else:
             summary = (f"Running ({progress}): no evidence against the claim of {what} so far"
                        + (f"; this audit {can}" if can else "") + ".")
-        return Verdict(VerdictStatus.running, summary + weighting + _gap_text(gaps, ended=False),
+        return Verdict(VerdictStatus.running, summary + note + _gap_text(gaps, ended=False),
                        claim=claim, **common)
+    if breaks:  # (b) refutes; (a) says what the noise did at the weighting used
+        if not testable:
+            noise = (" Whether the noise is right for the weighting used is untested: "
+                     + cannot[0].upper() + cannot[1:])
+        elif state != "succeeded":
+            noise = (f" The noise: no claim test rejected the claim at the heaviest client's "
+                     f"influence on the {rounds_received} of {num_rounds} rounds received "
+                     f"(the run {state}).")
+        else:
+            noise = (" The noise is consistent with the claim for the weighting used: tested at "
+                     f"the heaviest influence the canaries carried (μ = "
+                     f"{_g(weighting['tested_mu'])}), no claim test rejected it" + (f"; this audit {can}" if can else "") + ".")
+        return Verdict(VerdictStatus.claim_refuted,
+                       _weighting_refutation(weighting, what) + noise + _gap_text(gaps),
+                       claim=claim, cause="weighting", **common)
     if not testable:
-        return Verdict(VerdictStatus.inconclusive,
-                       f"Inconclusive: {cannot}" + weighting + _gap_text(gaps), claim=claim,
-                       **common)
+        return Verdict(VerdictStatus.inconclusive, f"Inconclusive: {cannot}" + _gap_text(gaps),
+                       claim=claim, **common)
     if state != "succeeded":
         summary = (f"Inconclusive: the run {state} after {rounds_received} of {num_rounds} "
                    f"rounds, before the audit could test its claim of {what}; no claim test "
                    "rejected it on the rounds received.")
-        return Verdict(VerdictStatus.inconclusive, summary + weighting, claim=claim, **common)
+        return Verdict(VerdictStatus.inconclusive, summary, claim=claim, **common)
     summary = (f"Consistent with the claim of {what}: no claim test rejected it"
-               + (f"; this audit {can}" if can else "") + "." + weighting + _gap_text(gaps))
+               + (f"; this audit {can}" if can else "") + "." + _gap_text(gaps))
     return Verdict(VerdictStatus.consistent, summary, claim=claim, **common)

@@ -63,7 +63,8 @@ _ERRORS = {
     404: {"description": "No audit with this id."},
     409: {"description": (
         "Out of order, audit not running, initial model missing, or the audit belongs to "
-        "another run (X-Flaudit-Run-Id)."
+        "another run (X-Flaudit-Run-Id), or a run is bound and the request has no "
+        "X-Flaudit-Run-Id."
     )},
     413: {"description": "Body larger than 4*d bytes or the configured maximum."},
     415: {"description": "Content-Type is not application/octet-stream."},
@@ -191,11 +192,21 @@ def _other_run(audit, mine: str) -> str:
     )
 
 
+def _no_run_id(audit) -> str:
+    return (
+        f"audit {audit.id} is bound to run {audit.run_id}: a request without the "
+        f"{RUN_ID_HEADER} header cannot show it comes from that run, so it is refused (nothing "
+        f"stored). Send {RUN_ID_HEADER} with every request of the run (CanaryAuditStrategy "
+        "does), or start a new audit for this run"
+    )
+
+
 def _check_owner(request: Request, audit) -> None:
-    """An external audit takes data only from the run that owns it (409 naming the audit)."""
+    """An external audit takes data only from the run that owns it (409 naming the audit):
+    once a run is bound, a request of another run, or without the run id header, is refused."""
     mine = _run_id(request)
-    if _is_external(audit) and audit.run_id is not None and mine not in (None, audit.run_id):
-        raise _fail(409, _other_run(audit, mine))
+    if _is_external(audit) and audit.run_id is not None and mine != audit.run_id:
+        raise _fail(409, _no_run_id(audit) if mine is None else _other_run(audit, mine))
 
 
 async def _precheck(request: Request, audit_id: str, *, need_dim: bool):
@@ -500,6 +511,8 @@ def put_claim(
             raise _fail(422, str(exc)) from None
     wanted = spec.model_dump(mode="json")
     if audit.started_at is not None:
+        if mine is None and audit.run_id is not None:
+            raise _fail(409, _no_run_id(audit))
         if mine is None or audit.run_id is None or mine == audit.run_id:
             if audit.spec == wanted:
                 return ClaimAck(audit_id=audit_id, stored=False, spec=spec,

@@ -82,6 +82,27 @@ def test_audit_claims_known_rounds_mu_and_adaptive_clipping():
     assert claim.mu > known.mu
 
 
+@pytest.mark.parametrize("factor, scale", [(None, 1.0), (0.5, 1.0), (1.0, 1.0), (2.5, 2.5)])
+def test_audit_claims_at_the_heaviest_influence(factor, scale):
+    """A weighted FedAvg's canary of weight factor W has sensitivity W x C/n: the known-rounds
+    claim at W x mu, the Poisson-subsampled one at noise multiplier z / W; W <= 1 changes
+    nothing (the claim is never weakened below the uniform one)."""
+    spec = AuditSpec(noise_multiplier=2.0, canary_repeats=4, num_canaries=20,
+                     participation="poisson", num_clients=100, clients_per_round=10,
+                     num_rounds=5)
+    q = spec.sampling_probability
+    plain, plain_poisson = audit_claims(spec)
+    known, poisson = audit_claims(spec, weight_factor=factor)
+    assert known.mu == pytest.approx(scale * plain.mu)
+    expected = poisson_subsampled_claim(2.0 / scale, q, 5)
+    a = np.array([0.01, 0.1, 0.3])
+    assert np.allclose(poisson.tradeoff(a), expected.tradeoff(a))
+    if scale > 1:
+        assert np.all(poisson.tradeoff(a) < plain_poisson.tradeoff(a))  # a weaker promise
+    with pytest.raises(ValueError, match="weight_factor"):
+        audit_claims(spec, weight_factor=float("inf"))
+
+
 def _gauss(rng, mu, n_seen, n_unseen):
     return rng.normal(mu, 1.0, n_seen), rng.normal(0.0, 1.0, n_unseen)
 

@@ -130,33 +130,83 @@ def test_equal_weights_add_nothing_to_the_verdict(factor):
     assert weighted.summary == plain.summary and "weight" not in plain.summary
 
 
-def test_a_refutation_within_the_weighting_blames_the_weighting_not_the_noise():
-    """Correct noise with a client weighted 3.2x C/n protects it at 3.2 x mu: a measured
-    mu_lo of 2.5 (claim 1) is what that weighting allows, so the weighting breaks the claim;
-    a mu_lo of 4 is more than the weighting explains, so the noise is short too."""
+def _refuted_at(mu_lo, tested_mu):
+    alarm = _refuted(mu_lo)
+    alarm["refuted_by"]["claim_mu"] = tested_mu
+    return alarm
+
+
+def test_an_alarm_tested_at_the_heaviest_influence_blames_the_noise():
+    """The alarm's tests ran at W x mu (the record's claim_mu): an alarm is evidence that the
+    noise falls short for the weighting used, whatever mu_lo is measured; a weighting that
+    breaks the claim is said too (cause noise_and_weighting)."""
     kw = dict(claim=CLAIM, design=TESTABLE, state="succeeded", rounds_received=10,
               num_rounds=10, weight_factor=3.2)
-    weighting = audit_verdict(alarm=_refuted(2.5), **kw)
-    assert weighting.status is VerdictStatus.claim_refuted
-    assert weighting.summary.startswith("Claim refuted at round 3")
-    assert "The weighting, not the noise, breaks the claim" in weighting.summary
-    assert "3.2× the influence (C/n)" in weighting.summary
-    assert "protected only at μ = 3.2" in weighting.summary
-    assert weighting.summary.endswith("cap the weights or weight uniformly.")
-    both = audit_verdict(alarm=_refuted(4.0), **kw)
-    assert "Not the weighting alone" in both.summary and "the noise falls short too" in both.summary
-    assert "not the noise" not in both.summary
-    # the boundary: mu_lo exactly at what the weighting allows is still the weighting's
-    assert "not the noise" in audit_verdict(alarm=_refuted(3.2), **kw).summary
+    verdict = audit_verdict(alarm=_refuted_at(3.5, 3.2), **kw)
+    assert verdict.status is VerdictStatus.claim_refuted and verdict.cause == "noise_and_weighting"
+    assert verdict.summary.startswith("Claim refuted at round 3")
+    assert "the noise falls short: tested at the heaviest client's influence (3.2×" in verdict.summary
+    assert "correct noise gives μ = 3.2" in verdict.summary
+    assert "The weighting breaks the claim too" in verdict.summary
+    assert "not the noise" not in verdict.summary
+    assert verdict.weighting == {"weight_factor": 3.2, "claim_mu": 1.0, "heaviest_mu": 3.2,
+                                 "breaks_claim": True, "tested_mu": 3.2}
+    # a weighting within the tolerance: tested there, blamed on the noise alone
+    slight = audit_verdict(alarm=_refuted_at(1.4, 1.005), **{**kw, "weight_factor": 1.005})
+    assert slight.cause == "noise" and "weighting breaks" not in slight.summary
+    assert slight.weighting["breaks_claim"] is False
 
 
-def test_an_unrefuted_weighted_run_still_says_what_the_weighting_does():
-    for state, design, status in [("succeeded", TESTABLE, VerdictStatus.consistent),
-                                  ("succeeded", WEAK, VerdictStatus.inconclusive),
-                                  ("running", TESTABLE, VerdictStatus.running)]:
-        verdict = audit_verdict(claim=CLAIM, design=design, state=state, rounds_received=4,
+def test_the_sentence_quotes_the_final_valid_bound_and_the_alarms_round():
+    """The tile's bound (the final valid one), not the alarm round's mu_lo, is the leakage the
+    sentence states; the alarm's round is when it fired."""
+    estimates = [_est("normal_scores", 12.0, correction="n/a", mu=3.85)]
+    verdict = audit_verdict(claim=CLAIM, design=TESTABLE, alarm=_refuted_at(1.1, 1.5),
+                            estimates=estimates, state="succeeded", rounds_received=10,
+                            num_rounds=10, weight_factor=1.5)
+    assert verdict.largest_valid_bound["mu"] == 3.85
+    assert "the leakage is at least μ = 3.85" in verdict.summary
+    assert "μ = 1.1" not in verdict.summary
+    assert "the alarm fired at round 3" in verdict.summary
+
+
+def test_correct_noise_under_a_heavy_weighting_is_refuted_by_the_weighting_not_the_noise():
+    for state, design, noise in [
+            ("succeeded", TESTABLE, "The noise is consistent with the claim for the weighting used"),
+            ("succeeded", WEAK, "Whether the noise is right for the weighting used is untested"),
+            ("failed", TESTABLE, "The noise: no claim test rejected")]:
+        verdict = audit_verdict(claim=CLAIM, design=design, state=state, rounds_received=10,
                                 num_rounds=10, weight_factor=2.0)
-        assert verdict.status is status
-        assert "Weighting: the weighted average gives the heaviest client 2× the influence" \
-            in verdict.summary
-        assert "protected only at μ = 2" in verdict.summary
+        assert verdict.status is VerdictStatus.claim_refuted and verdict.cause == "weighting"
+        assert verdict.summary.startswith("Claim refuted by the weighting, not the noise: the "
+                                          "weighted average gives the heaviest client 2×")
+        assert "protected only at μ = 2" in verdict.summary and noise in verdict.summary
+        assert verdict.refuted_by is None and verdict.round is None
+    # the tests ran at the heaviest influence the canaries carried, which the sentence names
+    carried = audit_verdict(claim=CLAIM, design=TESTABLE, state="succeeded", rounds_received=10,
+                            num_rounds=10, weight_factor=2.0, canary_weight_factor=1.25)
+    assert "the heaviest influence the canaries carried (μ = 1.25)" in carried.summary
+    assert carried.weighting["tested_mu"] == 1.25 and carried.weighting["heaviest_mu"] == 2.0
+
+
+def test_a_running_weighted_run_says_what_the_weighting_does():
+    verdict = audit_verdict(claim=CLAIM, design=TESTABLE, state="running", rounds_received=4,
+                            num_rounds=10, weight_factor=2.0)
+    assert verdict.status is VerdictStatus.running and verdict.cause is None
+    assert "Weighting: the weighted average gives the heaviest client 2× the influence" \
+        in verdict.summary
+    assert "the claim tests run at that influence" in verdict.summary
+    # within the tolerance: nothing to say, and the verdict is the unweighted one
+    slight = audit_verdict(claim=CLAIM, design=TESTABLE, state="succeeded", rounds_received=10,
+                           num_rounds=10, weight_factor=1.005)
+    assert slight.status is VerdictStatus.consistent and "weight" not in slight.summary
+
+
+def test_unweighted_refutations_blame_the_noise_and_consistent_verdicts_nothing():
+    refuted = audit_verdict(claim=CLAIM, design=TESTABLE, alarm=_refuted(2.5),
+                            state="succeeded", rounds_received=10, num_rounds=10)
+    assert refuted.cause == "noise" and refuted.weighting is None
+    assert "falls short" not in refuted.summary  # tested at the claim itself
+    consistent = audit_verdict(claim=CLAIM, design=TESTABLE, state="succeeded",
+                               rounds_received=10, num_rounds=10)
+    assert consistent.cause is None and consistent.to_dict()["cause"] is None

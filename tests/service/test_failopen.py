@@ -58,6 +58,10 @@ class Grid3:
         return [1, 2, 3]
 
 
+def _run_auth(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
 def _attach(client, **spec):
     body = client.post("/audits", json={**EXTERNAL, **spec}, headers=AUTH).json()
     env = body["environment"]
@@ -134,6 +138,11 @@ def test_training_goes_on_through_an_outage_and_the_audit_states_its_gaps(client
     warnings = [r.getMessage() for r in caplog.records if "unreachable (" in r.getMessage()
                 and "training goes on" in r.getMessage()]
     assert len(warnings) == 1, warnings  # one clear warning for the outage
+    # "round N trains without canaries": once per round (a failed prefetch and the round's own
+    # second try both hit the outage; issue #28 item 7), and only for the rounds that did
+    bare = [r.getMessage() for r in caplog.records if "trains without canaries" in r.getMessage()]
+    said = [int(m.split("round ")[1].split()[0]) for m in bare]
+    assert len(said) == len(set(said)) and set(said) == set(gap_rounds), bare
 
 
 def test_a_run_started_while_the_service_is_down_trains_and_is_audited_when_it_is_back(
@@ -201,6 +210,23 @@ def test_a_second_run_is_refused_by_name_and_the_first_runs_data_stays_intact(cl
                    headers={"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": "run-third",
                             "Content-Type": "application/octet-stream"})
     assert r.status_code == 409 and "belongs to another run" in r.json()["detail"]
+    # and a round without the run id header (an old wrapper, curl): refused, naming the audit
+    # and the header (issue #28 item 5: a foreign round 3 was stored and ended the audit)
+    bare_headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}
+    for path, params in ((f"/audits/{audit_id}/rounds/3",
+                          {"clip_norm": 0.5, "cohort_size": 3, "num_canaries_inserted": 0}),
+                         (f"/audits/{audit_id}/final-model", {})):
+        r = client.put(path, content=np.zeros(DIM, "<f4").tobytes(), params=params,
+                       headers=bare_headers)
+        assert r.status_code == 409, r.text
+        detail = r.json()["detail"]
+        assert f"audit {audit_id}" in detail and "X-Flaudit-Run-Id" in detail
+        assert "run-first" in detail
+    claim = client.put(f"/audits/{audit_id}/claim", headers=_run_auth(token),
+                       json={"noise_multiplier": 0.5, "clip_norm": S, "num_rounds": 4,
+                             "num_clients": 3, "clients_per_round": 3})
+    assert claim.status_code == 409 and "X-Flaudit-Run-Id" in claim.json()["detail"]
+    assert store.get_audit(audit_id).status == "running"
     second.close()
     after = client.get(f"/audits/{audit_id}/rounds").json()["items"]
     assert after == before  # nothing of the other runs was stored, nothing silently dropped
@@ -271,5 +297,20 @@ def test_a_round_that_does_not_fit_the_buffer_is_a_stated_gap(client, store):
     not_reported = [g for g in audit["gaps"] if g["kind"] == "not_reported"]
     assert [g["round"] for g in not_reported] == [3]
     assert "buffer" in not_reported[0]["reason"] and "final model" in not_reported[0]["cost"]
+    assert "which arrived" in not_reported[0]["cost"]
     assert [r["round"] for r in client.get(f"/audits/{audit_id}/rounds").json()["items"]] == [
         1, 2, 4]
+
+
+def test_a_not_reported_gap_says_whether_the_final_model_arrived():
+    """Issue #28 item 7: the gap text never claims the final model is unaffected when it never
+    came (a run that died after its rounds went unreported)."""
+    from types import SimpleNamespace
+
+    from flaudit.service.views import gaps_view
+
+    gap = {"round": 3, "kind": "not_reported", "reason": "the service was unreachable"}
+    for has_final, words in ((True, "which arrived"), (False, "never arrived")):
+        gaps, alerts = gaps_view(SimpleNamespace(gaps=[dict(gap)], has_final=has_final))
+        assert words in gaps[0]["cost"] and words in alerts[0]["message"]
+        assert "unaffected" not in gaps[0]["cost"]

@@ -137,30 +137,49 @@ def test_a_correct_run_is_consistent_and_says_what_the_audit_could_catch(client,
     assert bound["name"] and bound["confidence"] == pytest.approx(0.95)
 
 
-def test_a_weighted_run_is_refuted_and_the_verdict_blames_the_weighting(client, store):
+def test_a_weighted_run_with_correct_noise_is_refuted_by_the_weighting_not_the_noise(
+        client, store):
     """Correct noise, but the canaries (at the heaviest client's weight) move the model 3x
-    C/n: the claim does not hold for that client, the audit refutes it, and the verdict, an
-    alert and the rounds say the weighting, not the noise, did it."""
-    audit_id, _ = _run(client, store, BASE, noise_scale=1.0, weight_factor=3.0)
+    C/n: the claim tests run at that influence (mu = 3) and pass, so the noise is stated as
+    consistent; the recorded weighting alone refutes the claim, in the verdict, an alert and
+    the rounds."""
+    audit_id, acks = _run(client, store, BASE, noise_scale=1.0, weight_factor=3.0)
+    assert all(a["alarm"] is None for a in acks)
     audit = client.get(f"/audits/{audit_id}").json()
     verdict = audit["verdict"]
-    assert verdict["status"] == "claim_refuted", verdict
-    assert verdict["refuted_by"]["mu_lo"] <= 3.0  # a lower bound on the true mu = 3
-    assert "The weighting, not the noise, breaks the claim" in verdict["summary"]
+    assert verdict["status"] == "claim_refuted" and verdict["cause"] == "weighting", verdict
+    assert verdict["summary"].startswith("Claim refuted by the weighting, not the noise")
+    assert "The noise is consistent with the claim for the weighting used" in verdict["summary"]
     assert "3× the influence (C/n)" in verdict["summary"]
+    assert verdict["weighting"]["heaviest_mu"] == pytest.approx(3.0)
+    assert verdict["weighting"]["tested_mu"] == pytest.approx(3.0)
+    assert verdict["refuted_by"] is None
     assert audit["max_weight_factor"] == pytest.approx(3.0)
-    assert any(a["level"] == "warning" and a["message"].startswith("weighted aggregation")
-               for a in audit["alerts"])
+    alerts = [a for a in audit["alerts"] if a["message"].startswith("weighted aggregation")]
+    assert len(alerts) == 1 and alerts[0]["level"] == "warning"
+    assert "protected only at μ = 3" in alerts[0]["message"]
+    assert not any(a["level"] == "error" for a in audit["alerts"])
     rounds = client.get(f"/audits/{audit_id}/rounds").json()["items"]
     assert [r["weight_factor"] for r in rounds] == pytest.approx([3.0] * 4)
 
 
-def test_a_weighted_run_with_too_little_noise_is_not_blamed_on_the_weighting(client, store):
+def test_a_weighted_run_with_too_little_noise_blames_the_noise(client, store):
     audit_id, _ = _run(client, store, BASE, noise_scale=0.2, weight_factor=1.5)
-    verdict = _verdict(client, audit_id)
-    assert verdict["status"] == "claim_refuted" and verdict["refuted_by"]["mu_lo"] > 1.5
-    assert "Not the weighting alone" in verdict["summary"]
+    audit = client.get(f"/audits/{audit_id}").json()
+    verdict = audit["verdict"]
+    assert verdict["status"] == "claim_refuted", verdict
+    assert verdict["cause"] == "noise_and_weighting"
+    assert verdict["refuted_by"]["claim_mu"] == pytest.approx(1.5)  # tested at 1.5 x mu
+    assert "the noise falls short: tested at the heaviest client's influence (1.5×" \
+        in verdict["summary"]
+    assert "The weighting breaks the claim too" in verdict["summary"]
     assert "not the noise" not in verdict["summary"]
+    # the sentence's bound is the tile's (the final valid one), the alarm's round is when
+    bound = verdict["largest_valid_bound"]
+    assert f"the leakage is at least μ = {bound['mu']:.3g}" in verdict["summary"]
+    assert f"the alarm fired at round {verdict['round']}" in verdict["summary"]
+    (alert,) = [a for a in audit["alerts"] if a["message"].startswith("weighted aggregation")]
+    assert "the noise falls short for the weighting used too" in alert["message"]
 
 
 def test_equal_weights_say_nothing_of_weighting(client, store):
@@ -168,10 +187,11 @@ def test_equal_weights_say_nothing_of_weighting(client, store):
     audit = client.get(f"/audits/{audit_id}").json()
     assert audit["max_weight_factor"] == 1.0
     assert "weight" not in audit["verdict"]["summary"]
+    assert audit["verdict"]["cause"] == "noise" and audit["verdict"]["weighting"] is None
     assert not any("weighted" in a["message"] for a in audit["alerts"])
 
 
-@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "0", "heavy"])
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "0", "0.5", "0.999", "heavy"])
 def test_a_bad_weight_factor_is_refused_naming_it(client, store, bad):
     audit_id = client.post("/audits", json=BASE, headers=AUTH).json()["id"]
     headers = start_run(store, audit_id)
