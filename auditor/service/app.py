@@ -20,10 +20,11 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .evidence_store import commit_seed
 from .headers import SecurityHeaders
 from .limits import RequestLimits
 from .live import LiveAudits
-from .routers import audits, health, ingest
+from .routers import audits, evidence, health, ingest
 from .runner import Runner
 from .settings import Settings
 from .store import Store
@@ -195,9 +196,9 @@ def _submit_demo(store: Store, path: str) -> None:
         log.info("demo: audits exist already; not submitting %s", path)
         return
     spec = AuditSpec.model_validate_json(Path(path).read_text(encoding="utf-8"))
-    audit = store.create_audit(
-        name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed()
-    )
+    seed = new_master_seed()
+    audit = store.create_audit(name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=seed)
+    commit_seed(store, audit.id, seed)
     log.info("demo: submitted %s as audit %s", path, audit.id)
 
 
@@ -275,6 +276,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     app.include_router(audits.router)
     app.include_router(ingest.router)
     app.include_router(health.router)
+    app.include_router(evidence.router)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:
