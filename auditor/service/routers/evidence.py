@@ -12,7 +12,8 @@ from ..evidence_schemas import CommitmentOut, EvidenceOut, KeyList
 from ..evidence_store import list_signing_keys
 from ..report import render_report
 from ..store import ENDED_STATUSES, Store
-from ..views import _iso, audit_view
+from ..tradeoff_view import audit_view_with_tradeoff
+from ..views import _iso
 from .deps import AuditId
 
 router = APIRouter(tags=["evidence"])
@@ -78,8 +79,8 @@ def get_report(audit_id: AuditId, request: Request) -> HTMLResponse:
     store: Store = request.app.state.store
     audit = _ended_audit(store, audit_id)
     bundle = build_bundle(store, audit)
-    html = render_report(audit_view(audit), bundle, [r.estimates or [] for r in
-                                                      store.list_rounds(audit_id)])
+    view = audit_view_with_tradeoff(store, audit)
+    html = render_report(view, bundle, [r.estimates or [] for r in store.list_rounds(audit_id)])
     return HTMLResponse(html, headers={
         "Content-Disposition": f'attachment; filename="{audit_id}-report.html"'})
 
