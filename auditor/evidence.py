@@ -38,7 +38,8 @@ BUNDLE_FORMAT = "flaudit-evidence/1"
 #: the last digits of a root finder; a tampered number differs far more).
 RTOL = 1e-6
 ATOL = 1e-9
-#: Bootstrap resamples of the service's final look (``live.summary_parts(final=True)``).
+#: Bootstrap resamples of the service's final look (``live.summary_parts(final=True)``); a
+#: bundle's ``statistics.bootstrap`` says how many its estimates used.
 FINAL_BOOTSTRAP = 200
 CANONICALIZATION = (
     "flaudit-jcs/1: UTF-8 JSON of the bundle without its 'signature' member, object keys sorted "
@@ -271,7 +272,8 @@ def recompute(bundle: dict) -> Recomputed:
                 max_cosines=max_cosines if ThreatModel.all_iterates.value in wanted else None,
                 final_cosines=_array(stats.get("final_cosines"))
                 if ThreatModel.final_model.value in wanted else None,
-                threat_models=wanted, one_run=True, bootstrap=FINAL_BOOTSTRAP,
+                threat_models=wanted, one_run=True,
+                bootstrap=int(stats.get("bootstrap", FINAL_BOOTSTRAP)),
                 known_rounds_scores=None if known is None else known.scores,
                 known_rounds_participations=None if known is None else known.num_participations,
                 known_rounds_rounds=None if known is None else known.rounds,

@@ -15,7 +15,8 @@ from typing import Any
 from ..canaries import resolve_canary_family, seen_mask
 from ..claims.alerts import first_alarm
 from ..evidence import (
-    BUNDLE_FORMAT, CANONICALIZATION, COMMITMENT_SCHEME, canonical_json, digest, jsonable,
+    BUNDLE_FORMAT, CANONICALIZATION, COMMITMENT_SCHEME, FINAL_BOOTSTRAP, canonical_json, digest,
+    jsonable,
 )
 from ..spec import AuditSpec, Engine
 from ..statistics import scale_dof
@@ -90,6 +91,7 @@ def _statistics(store: Store, audit: Audit) -> dict[str, Any]:
         "num_canaries": k,
         "rounds_stored": int(audit.rounds_stored or 0),
         "has_final": bool(audit.has_final),
+        "bootstrap": FINAL_BOOTSTRAP,
         "seen": seen_mask(secret.seed, k) if secret is not None else None,
         **{name: arrays[name] for name in
            ("max_cosines", "last_cosines", "final_cosines", "final_model_cosines")},

@@ -114,7 +114,7 @@ def _tradeoff_svg(picture: dict) -> str:
     legend = []
     for key, color, text in (("claim", "#3056b8", f"claimed (μ = {_fmt(picture.get('claim_mu'))})"),
                              ("empirical", "#b3261e", "seen canaries' empirical curve"),
-                             ("band", "#f3c7c4", f"{_fmt(picture.get('confidence'))} lower band"),
+                             ("band", "#f3c7c4", "lower confidence band"),
                              ("mu_lo", "#8a5a00", f"μ_lo = {_fmt(picture.get('mu_lo_value'))}")):
         if picture.get(key):
             legend.append(f'<span style="color:{color}">■</span> {escape(text)}')
