@@ -199,7 +199,7 @@ def _check_seed(result: Recomputed, bundle: dict, seen: np.ndarray, k: int) -> N
         return
     if seed is None:
         result.checks.append(Check("canary_seed", None, "seed not revealed (spec "
-                                   "reveal_canary_seed off): the seen/unseen split is not checked"))
+                                   "reveal_seed off): the seen/unseen split is not checked"))
         return
     if seed_commitment(int(seed), bytes.fromhex(salt)) != commitment:
         result.commitment_failed = True

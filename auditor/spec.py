@@ -281,7 +281,7 @@ class AuditSpec(SpecModel):
         "claim is refuted), so a broken run stops producing a model; the audit records the "
         "round and the reason. Off by default: the run goes on and the alarm is reported.",
     )
-    reveal_canary_seed: bool = Field(
+    reveal_seed: bool = Field(
         False,
         description="Once the audit has ended, put its canary seed in the evidence bundle "
         "(GET /audits/{id}/evidence), so a verifier checks it against the commitment published "

@@ -41,7 +41,7 @@ def run_bundle(*, spec, seed: int, commitment: dict, reporter, summary, estimate
                "clipped_fraction": m.clipped_fraction, "noise_stddev": m.noise_stddev,
                "weight_factor": m.weight_factor} for t, m in local.rounds]
     weights = [r["weight_factor"] for r in rounds if r["weight_factor"] is not None]
-    reveal = bool(spec.reveal_canary_seed)
+    reveal = bool(spec.reveal_seed)
     verdict_dict = jsonable(verdict.to_dict())
     claim = spec_claim(spec)
     bundle = {

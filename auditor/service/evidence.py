@@ -1,6 +1,6 @@
 """The evidence bundle of an ended audit (``GET /audits/{id}/evidence``, docs/evidence.md): its
 spec, claim, published statistics, recorded estimates, alarm and verdict, the canary-seed
-commitment (and the seed itself when the spec says ``reveal_canary_seed``), versions and times,
+commitment (and the seed itself when the spec says ``reveal_seed``), versions and times,
 signed with the service's Ed25519 key over the canonical form
 (:func:`flaudit.auditor.evidence.canonical_json`). ``flaudit verify`` recomputes it with
 :func:`flaudit.auditor.evidence.recompute`.
@@ -129,7 +129,7 @@ def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:
         "verdict": verdict,
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],
-        "canary_seed": commitment_view(store, audit, reveal=spec.reveal_canary_seed),
+        "canary_seed": commitment_view(store, audit, reveal=spec.reveal_seed),
         "versions": versions(),
         "times": {"created_at": _iso(audit.created_at), "started_at": _iso(audit.started_at),
                   "finished_at": _iso(audit.finished_at)},

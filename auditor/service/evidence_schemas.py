@@ -23,11 +23,11 @@ class CommitmentOut(BaseModel):
     salt: str | None = Field(
         None, pattern=r"^[0-9a-f]{32}$",
         description="Revealed with the seed only: an ended audit whose spec sets "
-        "reveal_canary_seed, in its evidence bundle.")
+        "reveal_seed, in its evidence bundle.")
     seed: str | None = Field(
         None, pattern=r"^[0-9]{1,40}$",
         description="The canary seed in decimal: only in the evidence bundle of an ended audit "
-        "whose spec sets reveal_canary_seed; null everywhere else.")
+        "whose spec sets reveal_seed; null everywhere else.")
 
 
 class SignatureOut(BaseModel):

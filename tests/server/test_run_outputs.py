@@ -51,7 +51,7 @@ def test_a_refuted_claim_is_one_failing_case_and_its_bundle_verifies(tmp_path, c
 def test_a_run_that_is_not_refuted_has_no_failing_case_and_reveals_its_seed_if_asked(
         tmp_path, capsys, in_process_simulation):
     spec = tmp_path / "audit.toml"
-    spec.write_text("reveal_canary_seed = true\n" + SPEC)
+    spec.write_text("reveal_seed = true\n" + SPEC)
     junit, evidence = tmp_path / "audit.xml", tmp_path / "evidence.json"
     assert cli_main(["run", str(spec), "--junit", str(junit), "--evidence", str(evidence)]) == 4
     out, err = capsys.readouterr()

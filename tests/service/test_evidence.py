@@ -42,7 +42,7 @@ def ended(tmp_path_factory):
     with make_client(store) as client:
         out["client"] = client
         correct, _ = _run(client, store, BASE, noise_scale=1.0)
-        broken, _ = _run(client, store, {**BASE, "reveal_canary_seed": True}, noise_scale=0.2)
+        broken, _ = _run(client, store, {**BASE, "reveal_seed": True}, noise_scale=0.2)
         out["ids"] = (correct, broken)
         out["bundles"] = {a: client.get(f"/audits/{a}/evidence").json() for a in (correct, broken)}
         out["audits"] = {a: client.get(f"/audits/{a}").json() for a in (correct, broken)}
