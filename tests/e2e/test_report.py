@@ -4,10 +4,15 @@ pictures are drawn, and no request leaves the file. Also the dashboard's "Downlo
 
 from __future__ import annotations
 
+import threading
+
+import httpx
 import pytest
+import uvicorn
 
 import flaudit.auditor.service.routers.audits as audits_router
 from flaudit.auditor.service.store import Store
+from tests.processes import free_port, wait_for
 from tests.service.conftest import CIPHER, make_client
 from tests.service.test_verdict import BASE, _run
 
@@ -22,7 +27,7 @@ def reports(tmp_path_factory):
     seeds = iter(range(0x5EED_2026_1127_0F1A_0D17_C0DE_0001, 2**128))
     mp = pytest.MonkeyPatch()
     mp.setattr(audits_router, "new_master_seed", lambda: next(seeds))
-    out = {}
+    out = {"store": store}
     try:
         with make_client(store) as client:
             for name, scale in (("refuted", 0.2), ("consistent", 1.0)):
@@ -36,8 +41,8 @@ def reports(tmp_path_factory):
                 out[name] = (client.get(f"/audits/{audit_id}").json(), file, evidence)
     finally:
         mp.undo()
-        store.dispose()
-    return out
+    yield out
+    store.dispose()
 
 
 @pytest.mark.timeout(120)
@@ -69,3 +74,37 @@ def test_the_report_opens_offline_with_the_apis_verdict(name, reports, browser, 
     finally:
         context.close()
     assert requests == [file.as_uri()], requests  # the file itself, nothing else
+
+
+@pytest.mark.timeout(120)
+def test_the_dashboard_downloads_the_report_of_an_ended_audit(reports, browser, tmp_path):
+    """The real app on the same store, served by uvicorn: the audit page's "Download report"
+    link saves the report file, which carries the page's verdict sentence."""
+    audit, _, _ = reports["refuted"]
+    port = free_port()
+    client = make_client(reports["store"])  # the app (no runner), as the service tests build it
+    server = uvicorn.Server(uvicorn.Config(client.app, host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    context = browser.new_context(accept_downloads=True)
+    try:
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+                 if server.started else False, timeout=30, interval=0.2, what="uvicorn")
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{port}/ui/#/audits/{audit['id']}")
+        link = page.locator("#download-report")
+        link.wait_for(state="visible", timeout=20_000)
+        assert link.inner_text() == "Download report"
+        with page.expect_download() as info:
+            link.click()
+        saved = tmp_path / "downloaded.html"
+        info.value.save_as(saved)
+        text = saved.read_text(encoding="utf-8")
+        assert info.value.suggested_filename == f"{audit['id']}-report.html"
+        assert audit["verdict"]["summary"].split(":")[0] in text
+        assert 'id="verdict"' in text
+    finally:
+        context.close()
+        server.should_exit = True
+        thread.join(timeout=10)

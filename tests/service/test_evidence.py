@@ -14,9 +14,11 @@ import pytest
 import flaudit.auditor.service.routers.audits as audits_router
 from flaudit.auditor.cli import main as cli_main
 from flaudit.auditor.evidence import recompute, seed_commitment
-from flaudit.auditor.service.evidence_store import rotate_signing_key
+from flaudit.auditor.service.evidence_store import list_signing_keys, rotate_signing_key
+from flaudit.auditor.service.store import Store
+from tests.processes import TEST_SECRET_KEY
 
-from .conftest import AUTH, make_client
+from .conftest import AUTH, CIPHER, make_client
 from .test_verdict import BASE, _run
 
 SEEDS = iter(range(0x5EED_2026_1127_0F1A_0D17_C0DE_CAFE, 2**128))
@@ -31,9 +33,6 @@ def fixed_canary_seeds(monkeypatch):
 @pytest.fixture(scope="module")
 def ended(tmp_path_factory):
     """One correct and one broken audit, ended, on one SQLite store: their bundles and the keys."""
-    from .conftest import CIPHER
-    from flaudit.auditor.service.store import Store
-
     path = tmp_path_factory.mktemp("evidence")
     store = Store(f"sqlite:///{path / 'flaudit.db'}", cipher=CIPHER)
     mp = pytest.MonkeyPatch()
@@ -187,3 +186,27 @@ def test_a_bundle_signed_by_a_retired_key_verifies_naming_that_key(ended, tmp_pa
     assert code == 0 and f"signed by key {old}, retired at" in out
     code, _ = _verify(tmp_path, fresh, "--public-key", _keys_file(tmp_path, keys))
     assert code == 0
+
+
+def test_rotate_signing_key_command_retires_the_active_key(tmp_path, monkeypatch, capsys):
+    url = f"sqlite:///{tmp_path / 'flaudit.db'}"
+    store = Store(url, cipher=CIPHER)
+    try:
+        first, _ = rotate_signing_key(store)
+        monkeypatch.setenv("FLAUDIT_SECRET_KEY", TEST_SECRET_KEY)
+        assert cli_main(["rotate-signing-key", "--database-url", url]) == 0
+        out = capsys.readouterr().out
+        keys = {k.key_id: k for k in list_signing_keys(store)}
+        (active,) = [k for k in keys.values() if k.retired_at is None]
+        assert f"new signing key {active.key_id}; retired: {first}" in out
+        assert keys[first].retired_at is not None
+        # the private halves are sealed: the database alone does not hold a usable key
+        with store.engine.connect() as conn:
+            sealed = [r[0] for r in conn.exec_driver_sql(
+                "SELECT sealed_private_key FROM flaudit_signing_keys")]
+        assert all(value.startswith("fernet:") for value in sealed)
+        monkeypatch.delenv("FLAUDIT_SECRET_KEY")
+        assert cli_main(["rotate-signing-key", "--database-url", url]) == 2
+        assert "secret key" in capsys.readouterr().err
+    finally:
+        store.dispose()
