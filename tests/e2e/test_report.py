@@ -84,7 +84,7 @@ def test_the_dashboard_downloads_the_report_of_an_ended_audit(reports, browser, 
     port = free_port()
     client = make_client(reports["store"])  # the app (no runner), as the service tests build it
     server = uvicorn.Server(uvicorn.Config(client.app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
+                                           log_config=None))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     context = browser.new_context(accept_downloads=True)

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 
+import httpx
 import numpy as np
 import pytest
+import uvicorn
 
 import flaudit.auditor.service.routers.audits as audits_router
 from flaudit.auditor.cli import main as cli_main
 from flaudit.auditor.evidence import recompute, seed_commitment
 from flaudit.auditor.service.evidence_store import list_signing_keys, rotate_signing_key
 from flaudit.auditor.service.store import Store
-from tests.processes import TEST_SECRET_KEY
+from tests.processes import TEST_SECRET_KEY, free_port, wait_for
 
 from .conftest import AUTH, CIPHER, make_client
 from .test_verdict import BASE, _run
@@ -210,3 +213,23 @@ def test_rotate_signing_key_command_retires_the_active_key(tmp_path, monkeypatch
         assert "secret key" in capsys.readouterr().err
     finally:
         store.dispose()
+
+
+def test_verify_reads_the_keys_from_a_running_service(ended, tmp_path, capsys):
+    """``--url``: GET /keys of the real app (uvicorn on the test store)."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(make_client(ended["store"]).app, host="127.0.0.1",
+                                           port=port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started and httpx.get(
+            f"http://127.0.0.1:{port}/healthz").status_code == 200, timeout=30, interval=0.2,
+            what="uvicorn")
+        bundle = ended["bundles"][ended["ids"][1]]
+        code, _ = _verify(tmp_path, bundle, "--url", f"http://127.0.0.1:{port}")
+        assert code == 0 and f"signed by key {bundle['signature']['key_id']}" in \
+            capsys.readouterr().out
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
