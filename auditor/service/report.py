@@ -44,6 +44,20 @@ a{color:inherit;text-decoration:none}}
 
 _W, _H, _PAD = 360, 260, 36
 
+#: The dashboard's human names (static/format.js ``ESTIMATORS`` and ``threatLabel``).
+_ESTIMATOR_NAMES = {
+    "two_gaussian": "Gaussian-fit estimate of ε", "lower_bound": "Threshold-test bound on ε",
+    "normal_scores": "Normal-score bound on μ", "gdp_lower_bound": "Threshold-test bound on μ",
+    "one_run": "Guessing-game bound on ε", "fdp_one_run": "Guessing-game bound on μ",
+    "analytic": "Promised ε (privacy accountant)", "sequential": "Sequential test by betting",
+}
+_THREAT_NAMES = {
+    "final_model": "sees the final model", "all_iterates": "sees every round's update",
+    "known_rounds": "sees the rounds a canary joined",
+    "poisson_subsampled": "sees every update, rounds random",
+    "gaussian_mechanism": "one Gaussian mechanism",
+}
+
 
 def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, bool) or value is None:
@@ -188,16 +202,17 @@ def _value(v: Any) -> str:
 
 
 def _estimates_table(estimates: list[dict]) -> str:
-    head = ("<tr><th>estimate</th><th>adversary</th><th>ε</th><th>valid bound</th>"
+    head = ("<tr><th>estimate</th><th>adversary</th><th>ε</th><th>counted as a valid bound</th>"
             "<th>confidence</th></tr>")
     rows = []
     for e in estimates:
-        name = e.get("estimator")
-        variant = ", ".join(str(e[k]) for k in ("variance", "correction")
-                            if e.get(k) and e.get(k) != "not_applicable")
+        name = _ESTIMATOR_NAMES.get(str(e.get("estimator")), "Other estimate")
+        variant = ", ".join(f"{k} {e[k]}" for k in ("variance", "correction")
+                            if e.get(k) and e.get(k) not in ("not_applicable", "n/a"))
         rows.append(
             f"<tr><td>{escape(str(name))}{escape(f' ({variant})' if variant else '')}</td>"
-            f"<td>{escape(str(e.get('threat_model') or '–'))}</td>"
+            f"<td>{escape(_THREAT_NAMES.get(str(e.get('threat_model')), str(e.get('threat_model'))))}"
+            "</td>"
             f"<td class=num>{escape(_fmt(e.get('epsilon')))}</td>"
             f"<td>{'yes' if is_valid_bound(e) else 'no'}</td>"
             f"<td class=num>{escape(_fmt(e.get('confidence')))}</td></tr>")
