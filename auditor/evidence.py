@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .canaries import resolve_canary_family, seen_mask
-from .claims import audit_claims
+from .claims import ALARM_ALPHA, audit_claims, gdp_epsilon, look_level
 from .claims.alerts import alarm_record, decide, num_looks, spec_claim, spec_verdict
 from .estimators import audit_analytic_epsilon, summarize
 from .known_rounds import KnownRoundsState, KnownRoundsStatistic
@@ -211,6 +211,33 @@ def _check_seed(result: Recomputed, bundle: dict, seen: np.ndarray, k: int) -> N
            "the revealed seed matches its commitment and gives this split")
 
 
+def _check_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict) -> None:
+    """An alarm of look t < T: its p-value came from round t's statistics, which the bundle does
+    not hold (only their running maxima); what follows from the spec is checked: the number of
+    looks, the level of the test at that look, the p-value under it, the confidence and the ε of
+    its μ_lo at the spec's δ."""
+    by = alarm.get("refuted_by") or {}
+    looks = num_looks(spec)
+    recorded = {"num_looks": alarm.get("num_looks"), "level": by.get("level"),
+                "confidence": by.get("confidence"), "epsilon_lo": by.get("epsilon_lo"),
+                "p_value_within_level": by.get("p_value") is not None
+                and by.get("level") is not None and by["p_value"] <= by["level"]}
+    try:
+        level = look_level(by.get("test"), int(alarm.get("look")), looks)
+    except (TypeError, ValueError):
+        level = None
+    mu_lo = by.get("mu_lo")
+    recomputed = {"num_looks": looks, "level": level, "confidence": 1.0 - ALARM_ALPHA,
+                  "epsilon_lo": None if mu_lo is None else float(gdp_epsilon(mu_lo, spec.delta)),
+                  "p_value_within_level": True}
+    found = first_difference(recorded, recomputed, "alarm.refuted_by")
+    result.checks.append(Check("alarm", found is None, (
+        f"fired at round {alarm['round']}: its p-value came from that round's statistics, which "
+        "the bundle does not hold, so the p-value is taken as recorded; its look, level, "
+        "confidence and ε are recomputed")))
+    result.mismatch = result.mismatch or found
+
+
 def recompute(bundle: dict) -> Recomputed:
     """Recompute every checkable part of ``bundle`` from its spec and statistics.
 
@@ -293,9 +320,7 @@ def recompute(bundle: dict) -> Recomputed:
                [e for e in recorded_estimates if e.get("estimator") == "analytic"], analytic)
     alarm = bundle.get("alarm")
     if alarm is not None and alarm.get("round") is not None:
-        result.checks.append(Check("alarm", None, (
-            f"fired at round {alarm['round']} on that round's statistics, which the bundle does "
-            "not hold (only their maxima): taken as recorded")))
+        _check_early_alarm(result, spec, alarm)
     elif dim and seen is not None and stats.get("has_final"):
         final = alarm_record(decide(spec, tests, look=num_looks(spec)), round=None)
         _check(result, "alarm", alarm, jsonable(final))

@@ -87,6 +87,9 @@ def test_every_estimate_is_recomputed_not_copied(ended):
     result = recompute(bundle)
     checked = {c.name: c.ok for c in result.checks}
     assert result.ok and checked["estimates"] is True and checked["verdict"] is True
+    broken = recompute(ended["bundles"][ended["ids"][1]])
+    assert broken.ok and ended["bundles"][ended["ids"][1]]["alarm"]["round"] is not None
+    assert {c.name: c.ok for c in broken.checks}["alarm"] is True  # its level, ε, looks
     assert checked["diagnostics"] is True and checked["claim"] is True
     kinds = {e["estimator"] for e in bundle["estimates"]}
     assert "analytic" in kinds and len(kinds) >= 4
@@ -101,6 +104,7 @@ def test_every_estimate_is_recomputed_not_copied(ended):
     (lambda b: b["claim"].__setitem__("mu", b["claim"]["mu"] * 1.1), "claim.mu"),
     (lambda b: b["spec"].__setitem__("noise_multiplier", 1.3), "claim.mu"),
     (lambda b: b["verdict"].__setitem__("status", "consistent"), "verdict.status"),
+    (lambda b: b["alarm"]["refuted_by"].__setitem__("level", 0.05), "alarm.refuted_by.level"),
 ])
 def test_a_tampered_number_is_caught_with_its_field_named(ended, tmp_path, capsys, tamper, field):
     bundle = copy.deepcopy(ended["bundles"][ended["ids"][1]])
