@@ -237,3 +237,20 @@ def test_verify_reads_the_keys_from_a_running_service(ended, tmp_path, capsys):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_a_pretty_printed_bundle_still_verifies_and_help_lists_the_exit_statuses(ended, tmp_path,
+                                                                                 capsys):
+    bundle = ended["bundles"][ended["ids"][0]]
+    path = tmp_path / "pretty.json"
+    path.write_text(json.dumps(dict(reversed(list(bundle.items()))), indent=2,
+                               ensure_ascii=True), encoding="utf-8")
+    assert cli_main(["verify", str(path)]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli_main(["verify", "--help"])
+    out = capsys.readouterr().out
+    for line in ("0  every recomputed number matches", "3  a recorded number differs",
+                 "4  bad signature", "5  the revealed canary seed", "2  usage"):
+        assert line in out
+    assert cli_main(["verify", str(tmp_path / "missing.json")]) == 2
