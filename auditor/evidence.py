@@ -211,6 +211,30 @@ def _check_seed(result: Recomputed, bundle: dict, seen: np.ndarray, k: int) -> N
            "the revealed seed matches its commitment and gives this split")
 
 
+def _recompute_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict, at_look: dict,
+                           seen: np.ndarray, dim: int) -> None:
+    """The alarm of look t < T from the statistics the service kept of that look: the
+    all-iterates claim tests as the service ran them after round t (``live.ingest_round``)."""
+    t, k = int(at_look["round"]), spec.num_canaries
+    family = resolve_canary_family(spec.canary_family, num_canaries=k, dim=dim)
+    dof = scale_dof(family, num_canaries=k, dim=dim)
+    known = _known_rounds(at_look, k, dim, dof)
+    tests: list = []
+    if ThreatModel.all_iterates in spec.threat_models:
+        tests = list(summarize(
+            seen=seen, dim=dim, delta=spec.delta, max_cosines=_array(at_look["max_cosines"]),
+            final_cosines=None, threat_models=[ThreatModel.all_iterates.value], one_run=True,
+            bootstrap=0, known_rounds_scores=None if known is None else known.scores,
+            known_rounds_participations=None if known is None else known.num_participations,
+            known_rounds_rounds=None if known is None else known.rounds,
+            canary_repeats=spec.canary_repeats, claims=audit_claims(spec), num_rounds=t,
+            scale_dof=dof,
+        ).claim_tests)
+    recomputed = jsonable(alarm_record(decide(spec, tests, look=t), round=t))
+    _check(result, "alarm", alarm, recomputed,
+           f"fired at round {t}: recomputed from that look's statistics")
+
+
 def _check_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict) -> None:
     """An alarm of look t < T: its p-value came from round t's statistics, which the bundle does
     not hold (only their running maxima); what follows from the spec is checked: the number of
@@ -319,7 +343,11 @@ def recompute(bundle: dict) -> Recomputed:
         _check(result, "estimates (analytic)",
                [e for e in recorded_estimates if e.get("estimator") == "analytic"], analytic)
     alarm = bundle.get("alarm")
-    if alarm is not None and alarm.get("round") is not None:
+    at_look = stats.get("alarm_statistics")
+    if alarm is not None and alarm.get("round") is not None and at_look is not None \
+            and dim and seen is not None:
+        _recompute_early_alarm(result, spec, alarm, at_look, seen, int(dim))
+    elif alarm is not None and alarm.get("round") is not None:
         _check_early_alarm(result, spec, alarm)
     elif dim and seen is not None and stats.get("has_final"):
         final = alarm_record(decide(spec, tests, look=num_looks(spec)), round=None)

@@ -20,7 +20,7 @@ from ..evidence import (
 )
 from ..spec import AuditSpec, Engine
 from ..statistics import scale_dof
-from .evidence_store import get_commitment, sign
+from .evidence_store import get_alarm_statistics, get_commitment, sign
 from .store import ENDED_STATUSES, Audit, Store
 from .views import _iso, audit_verdict_view, gaps_view
 
@@ -95,14 +95,29 @@ def _statistics(store: Store, audit: Audit) -> dict[str, Any]:
         "seen": seen_mask(secret.seed, k) if secret is not None else None,
         **{name: arrays[name] for name in
            ("max_cosines", "last_cosines", "final_cosines", "final_model_cosines")},
-        "known_rounds": None if known is None else {
-            "sums": known.sums, "counts": known.counts, "num_rounds": known.num_rounds,
-            "round_sums": known.round_sums, "round_counts": known.round_counts,
-        },
+        "known_rounds": _known(known),
         "rounds": rounds,
         "gaps": gaps,
         "max_weight_factor": audit.max_weight_factor,
+        "alarm_statistics": _alarm_statistics(store, audit.id),
     })
+
+
+def _known(state) -> dict | None:
+    return None if state is None else {
+        "sums": state.sums, "counts": state.counts, "num_rounds": state.num_rounds,
+        "round_sums": state.round_sums, "round_counts": state.round_counts,
+    }
+
+
+def _alarm_statistics(store: Store, audit_id: str) -> dict | None:
+    """The statistics of the look where the alarm first fired during training (None: it did
+    not, or it fired at the final look, whose statistics are the final ones)."""
+    saved = get_alarm_statistics(store, audit_id)
+    if saved is None:
+        return None
+    return {"round": saved["round"], "max_cosines": saved["max_cosines"],
+            "known_rounds": _known(saved["known_rounds"])}
 
 
 def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:

@@ -18,14 +18,18 @@ from datetime import datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from sqlalchemy import DateTime, ForeignKey, String, Text, select, update
+from sqlalchemy import DateTime, ForeignKey, Integer, LargeBinary, String, Text, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ..evidence import seed_commitment
-from .store import Base, Store, utcnow
+from .store import (
+    Base, Store, array_to_bytes, bytes_to_array, known_rounds_from_bytes, known_rounds_to_bytes,
+    utcnow,
+)
 
 __all__ = [
-    "KeyInfo", "SeedCommitment", "SigningKey", "active_signing_key", "commit_seed",
+    "AlarmStatistics", "KeyInfo", "SeedCommitment", "SigningKey", "get_alarm_statistics",
+    "save_alarm_statistics", "active_signing_key", "commit_seed",
     "ensure_tables", "get_commitment", "list_signing_keys", "public_key_b64", "rotate_signing_key",
     "sign",
 ]
@@ -63,6 +67,21 @@ class SigningKey(Base):
         return f"SigningKey(key_id={self.key_id!r}, retired={self.retired_at is not None})"
 
 
+class AlarmStatistics(Base):
+    """The statistics of the look at which an audit's error alarm first fired (round t < T): the
+    running max cosines and the known-rounds state after round t, so that ``flaudit verify``
+    recomputes that look's claim tests (the audit row keeps only the latest of both)."""
+
+    __tablename__ = "flaudit_alarm_statistics"
+
+    audit_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("flaudit_audits.id", ondelete="CASCADE"), primary_key=True
+    )
+    round: Mapped[int] = mapped_column(Integer)
+    max_cosines: Mapped[bytes] = mapped_column(LargeBinary)
+    known_rounds_state: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+
+
 @dataclass(frozen=True)
 class KeyInfo:
     key_id: str
@@ -76,7 +95,8 @@ def ensure_tables(store: Store) -> None:
     if getattr(store, "_evidence_tables", False):
         return
     Base.metadata.create_all(
-        store.engine, tables=[SeedCommitment.__table__, SigningKey.__table__]
+        store.engine,
+        tables=[SeedCommitment.__table__, SigningKey.__table__, AlarmStatistics.__table__]
     )
     store._evidence_tables = True
 
@@ -170,3 +190,28 @@ def sign(store: Store, payload: bytes) -> tuple[str, str, str]:
     key_id, private = active_signing_key(store)
     signature = base64.b64encode(private.sign(payload)).decode("ascii")
     return key_id, public_key_b64(private), signature
+
+
+def save_alarm_statistics(store: Store, audit_id: str, *, round: int, max_cosines,
+                          known_rounds=None) -> None:
+    """Keep the statistics of the look where the alarm first fired (once per audit)."""
+    ensure_tables(store)
+    with store.session() as s, s.begin():
+        if s.get(AlarmStatistics, audit_id) is None:
+            s.add(AlarmStatistics(
+                audit_id=audit_id, round=int(round), max_cosines=array_to_bytes(max_cosines),
+                known_rounds_state=None if known_rounds is None
+                else known_rounds_to_bytes(known_rounds)))
+
+
+def get_alarm_statistics(store: Store, audit_id: str) -> dict | None:
+    """``{"round", "max_cosines", "known_rounds"}`` of the alarm's look, or None."""
+    ensure_tables(store)
+    with store.session() as s:
+        row = s.get(AlarmStatistics, audit_id)
+        if row is None:
+            return None
+        max_cosines = bytes_to_array(row.max_cosines)
+        known = known_rounds_from_bytes(row.known_rounds_state, row.round,
+                                        num_canaries=max_cosines.size)
+        return {"round": row.round, "max_cosines": max_cosines, "known_rounds": known}

@@ -89,7 +89,13 @@ def test_every_estimate_is_recomputed_not_copied(ended):
     assert result.ok and checked["estimates"] is True and checked["verdict"] is True
     broken = recompute(ended["bundles"][ended["ids"][1]])
     assert broken.ok and ended["bundles"][ended["ids"][1]]["alarm"]["round"] is not None
-    assert {c.name: c.ok for c in broken.checks}["alarm"] is True  # its level, ε, looks
+    alarm_check = next(c for c in broken.checks if c.name == "alarm")
+    assert alarm_check.ok is True and "recomputed from that look's statistics" in alarm_check.note
+    # without the look's statistics (a bundle of an older service): what the spec fixes
+    older = copy.deepcopy(ended["bundles"][ended["ids"][1]])
+    older["statistics"]["alarm_statistics"] = None
+    alarm_check = next(c for c in recompute(older).checks if c.name == "alarm")
+    assert alarm_check.ok is True and "taken as recorded" in alarm_check.note
     assert checked["diagnostics"] is True and checked["claim"] is True
     kinds = {e["estimator"] for e in bundle["estimates"]}
     assert "analytic" in kinds and len(kinds) >= 4
@@ -105,6 +111,10 @@ def test_every_estimate_is_recomputed_not_copied(ended):
     (lambda b: b["spec"].__setitem__("noise_multiplier", 1.3), "claim.mu"),
     (lambda b: b["verdict"].__setitem__("status", "consistent"), "verdict.status"),
     (lambda b: b["alarm"]["refuted_by"].__setitem__("level", 0.05), "alarm.refuted_by.level"),
+    (lambda b: [b["statistics"]["alarm_statistics"]["known_rounds"][key].__setitem__(
+        slice(None), [0.0] * len(b["statistics"]["alarm_statistics"]["known_rounds"][key]))
+        for key in ("sums", "round_sums")], "alarm"),
+    (lambda b: b["alarm"]["refuted_by"].__setitem__("p_value", 0.5), "alarm.refuted_by.p_value"),
 ])
 def test_a_tampered_number_is_caught_with_its_field_named(ended, tmp_path, capsys, tamper, field):
     bundle = copy.deepcopy(ended["bundles"][ended["ids"][1]])
