@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .evidence_store import commit_seed
+from .evidence_store import active_signing_key, commit_seed
 from .headers import SecurityHeaders
 from .limits import RequestLimits
 from .live import LiveAudits
@@ -231,6 +231,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
             )
         if settings.demo_spec_path:
             _submit_demo(app.state.store, settings.demo_spec_path)
+        active_signing_key(app.state.store)  # evidence bundles: made here, not by a GET
         # Import the estimators now (not at the first round) and move everything alive after
         # start-up out of the garbage collector's view: full collections over the ~10^5
         # start-up objects otherwise stall the event loop for 100s of ms under ingest.
