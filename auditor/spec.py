@@ -295,6 +295,13 @@ class AuditSpec(SpecModel):
         "claim is refuted), so a broken run stops producing a model; the audit records the "
         "round and the reason. Off by default: the run goes on and the alarm is reported.",
     )
+    reveal_seed: bool = Field(
+        False,
+        description="Once the audit has ended, put its canary seed in the evidence bundle "
+        "(GET /audits/{id}/evidence), so a verifier checks it against the commitment published "
+        "at creation and recomputes the seen/unseen split. Off by default: the seed is never "
+        "shown anywhere else (docs/evidence.md).",
+    )
     inject_bug: InjectedBug | None = Field(
         None,
         description="Testing only: run DP-FedAvg with this deliberate DP bug, which the claim "

@@ -17,6 +17,8 @@ SUBCOMMANDS = {
     "attach": "Create an audit for your own Flower app and print the environment it needs.",
     "generate-secret-key": "Print a new key for FLAUDIT_SECRET_KEY (encrypts canary seeds at rest).",
     "rotate-secret-key": "Re-encrypt every stored canary seed with a new secret key.",
+    "verify": "Check an evidence bundle offline: recompute every number, check its signature.",
+    "rotate-signing-key": "Retire the service's evidence signing key and make a new one.",
 }
 
 

@@ -34,6 +34,7 @@ from ..auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
 from ..auditor.estimators import audit_analytic_epsilon
 from ..auditor.spec import AuditSpec, ThreatModel
 from ._progress import RoundProgress
+from ._run_outputs import commit, junit_xml, run_bundle
 from ._table import fmt_number, print_table
 
 #: Exit status per verdict (documented in ``--help``), so a CI job can gate on an audit.
@@ -72,6 +73,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-on-alarm", action="store_true",
                         help="end training at the round where the DP alarm fires (sets the "
                              "spec's stop_on_alarm)")
+    parser.add_argument("--evidence", type=Path, default=None, metavar="FILE",
+                        help="write the audit's evidence bundle (unsigned; check it with "
+                             "`flaudit verify FILE --allow-unsigned`; docs/evidence.md)")
+    parser.add_argument("--junit", type=Path, default=None, metavar="FILE",
+                        help="write JUnit XML: one test case per claim test, a refuted claim "
+                             "failing with the verdict sentence")
     parser.add_argument("--inject-bug", default=None, metavar="BUG[=FACTOR]",
                         help="testing only: run with a deliberate DP bug the claim does not know "
                              "about: noise_scale=0.5, no_noise, noise_divided_twice, "
@@ -257,6 +264,9 @@ def main(args: argparse.Namespace) -> int:
     from ..server.simulation import run_simulation_audit
 
     seed = new_master_seed()
+    commitment = commit(seed)
+    started_at = commitment["committed_at"]
+    print(f"canary seed commitment: {commitment['commitment']}", file=sys.stderr)
     reporter = AlarmWatch(spec, LocalRoundReporter.for_audit(
         canary_seed=seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family
     ), seen=seen_mask(seed, spec.num_canaries))
@@ -287,6 +297,14 @@ def main(args: argparse.Namespace) -> int:
         "max_seen_mean": float(np.mean(tracker.max_cosines[mask])) if mask.any() else None,
         "max_unseen_mean": float(np.mean(tracker.max_cosines[~mask])) if (~mask).any() else None,
     }
+    if args.evidence is not None:
+        args.evidence.write_text(json.dumps(run_bundle(
+            spec=spec, seed=seed, commitment=commitment, reporter=reporter, summary=summary,
+            estimates=estimates, alerts=alerts, verdict=verdict, bootstrap=args.bootstrap,
+            started_at=started_at), indent=1), encoding="utf-8")
+    if args.junit is not None:
+        args.junit.write_bytes(junit_xml(spec=spec, summary=summary, alerts=alerts,
+                                         verdict=verdict, seconds=float(result["seconds"])))
     if args.json:
         out = {
             "verdict": verdict.to_dict(),

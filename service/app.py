@@ -24,10 +24,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..auditor import estimators as _estimators  # noqa: F401 - imported at start-up (see lifespan)
 from ..auditor.canaries import new_master_seed
 from ..auditor.spec import AuditSpec
+from .evidence_store import active_signing_key, commit_seed
 from .headers import SecurityHeaders
 from .limits import RequestLimits
 from .live import LiveAudits
-from .routers import audits, health, ingest
+from .routers import audits, evidence, health, ingest
 from .runner import Runner
 from .settings import Settings
 from .store import Store
@@ -197,9 +198,9 @@ def _submit_demo(store: Store, path: str) -> None:
         log.info("demo: audits exist already; not submitting %s", path)
         return
     spec = AuditSpec.model_validate_json(Path(path).read_text(encoding="utf-8"))
-    audit = store.create_audit(
-        name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed()
-    )
+    seed = new_master_seed()
+    audit = store.create_audit(name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=seed)
+    commit_seed(store, audit.id, seed)
     log.info("demo: submitted %s as audit %s", path, audit.id)
 
 
@@ -232,6 +233,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
             )
         if settings.demo_spec_path:
             _submit_demo(app.state.store, settings.demo_spec_path)
+        active_signing_key(app.state.store)  # evidence bundles: made here, not by a GET
         # Move everything alive after start-up (the estimators are imported at module level,
         # not at the first round) out of the garbage collector's view: full collections over the
         # ~10^5 start-up objects otherwise stall the event loop for 100s of ms under ingest.
@@ -273,6 +275,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     app.include_router(audits.router)
     app.include_router(ingest.router)
     app.include_router(health.router)
+    app.include_router(evidence.router)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

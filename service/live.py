@@ -28,6 +28,7 @@ from ..auditor.estimators import audit_analytic_epsilon, final_model_estimates
 from ..auditor.spec import AuditSpec, Engine, ThreatModel
 from ..auditor.statistics import CosineTracker
 from ..auditor.transform import sum_of_squares
+from .evidence_store import save_alarm_statistics
 from .external import round_participants
 from .store import StaleRound, Store
 
@@ -474,6 +475,10 @@ class LiveAudits:
                 )
             except StaleRound as exc:
                 raise IngestError(409, str(exc)) from None
+            if alarm.status == "error" and first_alarm(audit.alerts) is None:
+                save_alarm_statistics(self.store, audit_id, round=t, max_cosines=max_cosines,
+                                      known_rounds=None if known_rounds is None
+                                      else known_rounds.state())  # for flaudit verify
             self.version += 1
             return "stored"
 

@@ -157,6 +157,11 @@ class AuditCreated(BaseModel):
         description="E.g. the audit cannot test its own claim, and what would make it testable "
         "(the audit is accepted all the same).",
     )
+    seed_commitment: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$",
+        description="Commitment to the audit's secret canary seed, made now, before any score "
+        "exists (also at GET /audits/{id}/commitment and in the evidence bundle; docs/evidence.md).",
+    )
     environment: dict[str, str] | None = Field(
         None,
         description=(

@@ -15,6 +15,7 @@ from ...auditor.claims import audit_design
 from ...auditor.claims.alerts import design_warning
 from ...auditor.spec import AuditSpec, Engine
 from ..auth import read_access, require_api_key
+from ..evidence_store import commit_seed
 from ..external import attach_environment
 from ..schemas import (
     AuditCreated,
@@ -119,11 +120,11 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     if spec.engine == Engine.external:
         # A run flaudit does not start: the user's ServerApp attaches with a run token; the
         # seed stays here (the app fetches each round's canary vectors instead).
-        token = secrets.token_urlsafe(32)
+        token, seed = secrets.token_urlsafe(32), new_master_seed()
         audit = store.create_audit(
-            name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed(),
-            run_token=token,
+            name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=seed, run_token=token,
         )
+        shown["seed_commitment"] = commit_seed(store, audit.id, seed)
         response.headers["Location"] = f"/audits/{audit.id}"
         return AuditCreated(
             id=audit.id,
@@ -136,9 +137,9 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
                 run_token=token,
             ),
         )
-    audit = store.create_audit(
-        name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=new_master_seed()
-    )
+    seed = new_master_seed()
+    audit = store.create_audit(name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=seed)
+    shown["seed_commitment"] = commit_seed(store, audit.id, seed)
     runner = request.app.state.runner
     if runner is not None:
         runner.wake()

@@ -5,7 +5,7 @@
 // rounds against the claim, then the details (every estimate, checks, histograms, the run),
 // collapsed.
 
-import { api, ApiError, promptForKey } from "./api.js";
+import { api, ApiError, apiUrl, promptForKey } from "./api.js";
 import { densityChart, nullDensity, roundsChart, toDensity, tradeoffChart } from "./charts.js";
 import { h, fill, toast } from "./dom.js";
 import {
@@ -270,7 +270,9 @@ export function renderAudit(root, id) {
         toast(`Could not delete: ${err.message}`);
       }
     };
-    fill(actions, terminal ? h("button", { type: "button", class: "danger", id: "delete-audit", onclick: onDelete }, "Delete") : h("button", { type: "button", class: "secondary", id: "cancel-audit", onclick: onCancel }, "Cancel audit"));
+    // an ended audit's printable report: one self-contained HTML file (GET /audits/{id}/report)
+    const report = h("a", { class: "button secondary", id: "download-report", href: String(apiUrl(`/audits/${encodeURIComponent(id)}/report`)), download: `${id}-report.html` }, "Download report");
+    fill(actions, terminal ? [report, h("button", { type: "button", class: "danger", id: "delete-audit", onclick: onDelete }, "Delete")] : h("button", { type: "button", class: "secondary", id: "cancel-audit", onclick: onCancel }, "Cancel audit"));
   }
 
   // --- the verdict -----------------------------------------------------------------------------

@@ -1,0 +1,373 @@
+"""Evidence bundles, the pure part: canonical JSON, the seed commitment, and the recompute that
+``flaudit verify`` runs on a bundle (issue #30; docs/evidence.md).
+
+A bundle holds an ended audit's spec, claim, published per-canary statistics, recorded estimates,
+alarm and verdict. :func:`recompute` runs the same code the service ran at the audit's final look
+(:func:`flaudit.auditor.estimators.summarize`, ``audit_analytic_epsilon``, the claim tests' alarm
+and :func:`flaudit.auditor.claims.alerts.spec_verdict`) on the bundle's statistics and returns the
+first field whose recorded value differs from the recomputed one by more than :data:`RTOL` /
+:data:`ATOL`. Pure: a dict in, checks out; no files, no network, no keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..canaries import resolve_canary_family, seen_mask
+from ..estimators import audit_analytic_epsilon
+from ..estimators.gdp import gdp_epsilon
+from ..results import ThreatModel
+from ..spec import AuditSpec
+from ..statistics import scale_dof
+from .alarm import ALARM_ALPHA, look_level
+from .alerts import alarm_record, decide, num_looks, spec_claim, spec_verdict
+from .curves import audit_claims
+from .known_rounds import KnownRoundsState, KnownRoundsStatistic
+from .summary import summarize
+
+__all__ = [
+    "ATOL", "BUNDLE_FORMAT", "CANONICALIZATION", "COMMITMENT_SCHEME", "RTOL", "Check",
+    "Mismatch", "Recomputed", "canonical_json", "digest", "jsonable", "recompute",
+    "seed_commitment", "signed_part",
+]
+
+BUNDLE_FORMAT = "flaudit-evidence/1"
+#: Relative and absolute tolerance of a recomputed number (another numpy/scipy build may differ in
+#: the last digits of a root finder; a tampered number differs far more).
+RTOL = 1e-6
+ATOL = 1e-9
+#: Bootstrap resamples of the service's final look (``live.summary_parts(final=True)``); a
+#: bundle's ``statistics.bootstrap`` says how many its estimates used.
+FINAL_BOOTSTRAP = 200
+CANONICALIZATION = (
+    "flaudit-jcs/1: UTF-8 JSON of the bundle without its 'signature' member, object keys sorted "
+    "by code point, no whitespace, non-ASCII characters unescaped, numbers as Python's repr "
+    "(shortest round-trip), non-finite numbers written as the strings 'inf', '-inf', 'nan' "
+    "(RFC 8785 for every bundle whose numbers are integers or print alike in both)"
+)
+COMMITMENT_SCHEME = "sha256(salt || seed as 16 bytes big-endian), hex"
+
+
+def jsonable(value: Any) -> Any:
+    """Numpy to plain Python, enums to values, non-finite floats to ``"inf"``/``"-inf"``/``"nan"``
+    (the same shape the service stores)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if hasattr(value, "value") and hasattr(type(value), "__members__"):
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def signed_part(bundle: dict) -> dict:
+    """The bundle without its ``signature`` member: what the signature covers."""
+    return {key: value for key, value in bundle.items() if key != "signature"}
+
+
+def canonical_json(document: Any) -> bytes:
+    """The canonical bytes of ``document`` (:data:`CANONICALIZATION`)."""
+    return json.dumps(jsonable(document), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def digest(bundle: dict) -> str:
+    """``sha256:<hex>`` of the canonical form of the signed part of ``bundle``."""
+    return "sha256:" + hashlib.sha256(canonical_json(signed_part(bundle))).hexdigest()
+
+
+def seed_commitment(seed: int, salt: bytes) -> str:
+    """The commitment to a 128-bit canary seed (:data:`COMMITMENT_SCHEME`)."""
+    return hashlib.sha256(bytes(salt) + int(seed).to_bytes(16, "big")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """The first field whose recorded value is not the recomputed one."""
+
+    field: str
+    recorded: Any
+    recomputed: Any
+
+    def __str__(self) -> str:
+        return f"{self.field}: recorded {self.recorded!r}, recomputed {self.recomputed!r}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One part of a bundle checked (``ok``), or not checkable from the bundle (``ok=None``)."""
+
+    name: str
+    ok: bool | None
+    note: str = ""
+
+
+@dataclass
+class Recomputed:
+    """What :func:`recompute` found: the checks in order and the first mismatch (None: all the
+    recomputed parts match)."""
+
+    checks: list[Check] = field(default_factory=list)
+    mismatch: Mismatch | None = None
+    commitment_failed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatch is None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if value in ("inf", "-inf", "nan"):
+        return float(value)
+    return None
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL)
+
+
+def first_difference(recorded: Any, recomputed: Any, path: str) -> Mismatch | None:
+    """The first place (depth first, keys sorted) where two JSON values differ beyond the
+    tolerance."""
+    a, b = _number(recorded), _number(recomputed)
+    if a is not None and b is not None:
+        return None if _close(a, b) else Mismatch(path, recorded, recomputed)
+    if isinstance(recorded, dict) and isinstance(recomputed, dict):
+        for key in sorted(set(recorded) | set(recomputed)):
+            found = first_difference(recorded.get(key), recomputed.get(key), f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(recorded, list) and isinstance(recomputed, list):
+        if len(recorded) != len(recomputed):
+            return Mismatch(f"{path} (length)", len(recorded), len(recomputed))
+        for i, (x, y) in enumerate(zip(recorded, recomputed)):
+            found = first_difference(x, y, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    return None if recorded == recomputed else Mismatch(path, recorded, recomputed)
+
+
+def _array(values, dtype=np.float64) -> np.ndarray | None:
+    if values is None:
+        return None
+    return np.asarray([float(v) if isinstance(v, str) else v for v in values], dtype=dtype)
+
+
+def _known_rounds(stats: dict, k: int, dim: int, dof: int):
+    state = stats.get("known_rounds")
+    if state is None:
+        return None
+    return KnownRoundsStatistic(k, dim=dim, scale_dof=dof, state=KnownRoundsState(
+        sums=_array(state["sums"]), counts=_array(state["counts"], np.int64),
+        num_rounds=int(state["num_rounds"]), round_sums=_array(state["round_sums"]),
+        round_counts=_array(state["round_counts"], np.int64)))
+
+
+def _check(result: Recomputed, name: str, recorded: Any, recomputed: Any, note: str = "") -> bool:
+    found = first_difference(recorded, recomputed, name)
+    result.checks.append(Check(name, found is None, note))
+    if found is not None and result.mismatch is None:
+        result.mismatch = found
+    return found is None
+
+
+def _check_seed(result: Recomputed, bundle: dict, seen: np.ndarray, k: int) -> None:
+    canary_seed = bundle.get("canary_seed") or {}
+    commitment, salt, seed = (canary_seed.get("commitment"), canary_seed.get("salt"),
+                              canary_seed.get("seed"))
+    if commitment is None:
+        result.checks.append(Check("canary_seed", None, "no commitment (audit created before "
+                                   "commitments existed): the split is not checked"))
+        return
+    if seed is None:
+        result.checks.append(Check("canary_seed", None, "seed not revealed (spec "
+                                   "reveal_seed off): the seen/unseen split is not checked"))
+        return
+    if seed_commitment(int(seed), bytes.fromhex(salt)) != commitment:
+        result.commitment_failed = True
+        _check(result, "canary_seed.commitment", commitment,
+               seed_commitment(int(seed), bytes.fromhex(salt)))
+        return
+    _check(result, "statistics.seen", [bool(x) for x in seen],
+           [bool(x) for x in seen_mask(int(seed), k)],
+           "the revealed seed matches its commitment and gives this split")
+
+
+def _recompute_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict, at_look: dict,
+                           seen: np.ndarray, dim: int) -> None:
+    """The alarm of look t < T from the statistics the service kept of that look: the
+    all-iterates claim tests as the service ran them after round t (``live.ingest_round``)."""
+    t, k = int(at_look["round"]), spec.num_canaries
+    family = resolve_canary_family(spec.canary_family, num_canaries=k, dim=dim)
+    dof = scale_dof(family, num_canaries=k, dim=dim)
+    known = _known_rounds(at_look, k, dim, dof)
+    tests: list = []
+    if ThreatModel.all_iterates in spec.threat_models:
+        tests = list(summarize(
+            seen=seen, dim=dim, delta=spec.delta, max_cosines=_array(at_look["max_cosines"]),
+            final_cosines=None, threat_models=[ThreatModel.all_iterates.value], one_run=True,
+            bootstrap=0, known_rounds_scores=None if known is None else known.scores,
+            known_rounds_participations=None if known is None else known.num_participations,
+            known_rounds_rounds=None if known is None else known.rounds,
+            canary_repeats=spec.canary_repeats, claims=audit_claims(spec), num_rounds=t,
+            scale_dof=dof,
+        ).claim_tests)
+    recomputed = jsonable(alarm_record(decide(spec, tests, look=t), round=t))
+    _check(result, "alarm", alarm, recomputed,
+           f"fired at round {t}: recomputed from that look's statistics")
+
+
+def _check_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict) -> None:
+    """An alarm of look t < T: its p-value came from round t's statistics, which the bundle does
+    not hold (only their running maxima); what follows from the spec is checked: the number of
+    looks, the level of the test at that look, the p-value under it, the confidence and the ε of
+    its μ_lo at the spec's δ."""
+    by = alarm.get("refuted_by") or {}
+    looks = num_looks(spec)
+    recorded = {"num_looks": alarm.get("num_looks"), "level": by.get("level"),
+                "confidence": by.get("confidence"), "epsilon_lo": by.get("epsilon_lo"),
+                "p_value_within_level": by.get("p_value") is not None
+                and by.get("level") is not None and by["p_value"] <= by["level"]}
+    try:
+        level = look_level(by.get("test"), int(alarm.get("look")), looks)
+    except (TypeError, ValueError):
+        level = None
+    mu_lo = by.get("mu_lo")
+    recomputed = {"num_looks": looks, "level": level, "confidence": 1.0 - ALARM_ALPHA,
+                  "epsilon_lo": None if mu_lo is None else float(gdp_epsilon(mu_lo, spec.delta)),
+                  "p_value_within_level": True}
+    found = first_difference(recorded, recomputed, "alarm.refuted_by")
+    result.checks.append(Check("alarm", found is None, (
+        f"fired at round {alarm['round']}: its p-value came from that round's statistics, which "
+        "the bundle does not hold, so the p-value is taken as recorded; its look, level, "
+        "confidence and ε are recomputed")))
+    result.mismatch = result.mismatch or found
+
+
+def recompute(bundle: dict) -> Recomputed:
+    """Recompute every checkable part of ``bundle`` from its spec and statistics.
+
+    Parameters
+    ----------
+    bundle : dict
+        A parsed evidence bundle (format :data:`BUNDLE_FORMAT`).
+
+    Returns
+    -------
+    Recomputed
+        The checks in order and the first mismatch.
+
+    Raises
+    ------
+    ValueError
+        If the bundle is not an evidence bundle or its spec is invalid.
+    """
+    if bundle.get("format") != BUNDLE_FORMAT:
+        raise ValueError(f"not an evidence bundle of format {BUNDLE_FORMAT!r}")
+    result = Recomputed()
+    spec = AuditSpec.model_validate(bundle["spec"])
+    stats = bundle["statistics"]
+    k, dim = spec.num_canaries, stats.get("dim")
+    seen = np.asarray(stats["seen"], dtype=bool) if stats.get("seen") is not None else None
+    if seen is not None:
+        _check_seed(result, bundle, seen, k)
+    claim, recorded_claim = spec_claim(spec), bundle.get("claim")
+    if claim is None or recorded_claim is None:
+        _check(result, "claim", recorded_claim, claim)
+    else:  # the numbers first: a changed spec shows as the claim's mu it implies
+        found = next((m for m in (first_difference(recorded_claim.get(key), claim[key],
+                                                   f"claim.{key}")
+                                  for key in ("mu", "epsilon", "delta", "description"))
+                      if m is not None), None)
+        result.checks.append(Check("claim", found is None, "recomputed from the spec"))
+        result.mismatch = result.mismatch or found
+    _check(result, "statistics.delta", stats.get("delta"), spec.delta)
+    analytic = jsonable([e.to_dict() for e in audit_analytic_epsilon(spec)])
+    recorded_estimates = bundle.get("estimates") or []
+    estimates = recorded_estimates
+    tests: list = []
+    if dim and seen is not None and stats.get("has_final"):
+        family = resolve_canary_family(spec.canary_family, num_canaries=k, dim=int(dim))
+        dof = scale_dof(family, num_canaries=k, dim=int(dim))
+        _check(result, "statistics.scale_dof", stats.get("scale_dof"), dof)
+        max_cosines = _array(stats.get("max_cosines")) if stats.get("rounds_stored") else None
+        wanted = [tm.value for tm in spec.threat_models]
+        if max_cosines is None:
+            wanted = [tm for tm in wanted if tm != ThreatModel.all_iterates.value]
+        known = None
+        if ThreatModel.all_iterates.value in wanted:
+            known = _known_rounds(stats, k, int(dim), dof)
+        computed: list = []
+        diagnostics: list = []
+        if wanted:
+            summary = summarize(
+                seen=seen, dim=int(dim), delta=spec.delta,
+                max_cosines=max_cosines if ThreatModel.all_iterates.value in wanted else None,
+                final_cosines=_array(stats.get("final_cosines"))
+                if ThreatModel.final_model.value in wanted else None,
+                threat_models=wanted, one_run=True,
+                bootstrap=int(stats.get("bootstrap", FINAL_BOOTSTRAP)),
+                known_rounds_scores=None if known is None else known.scores,
+                known_rounds_participations=None if known is None else known.num_participations,
+                known_rounds_rounds=None if known is None else known.rounds,
+                canary_repeats=spec.canary_repeats, claims=audit_claims(spec),
+                num_rounds=int(stats.get("rounds_stored") or 0), scale_dof=dof,
+            )
+            computed = jsonable([e.to_dict() for e in summary.estimates])
+            diagnostics = jsonable([d.to_dict() for d in summary.diagnostics])
+            tests = list(summary.claim_tests)
+        estimates = computed + analytic
+        _check(result, "estimates", recorded_estimates, estimates)
+        _check(result, "diagnostics", bundle.get("diagnostics") or [], diagnostics)
+    else:
+        result.checks.append(Check("estimates", None, "the run ended before its final model: "
+                                   "the estimates of its last round are not recomputed"))
+        _check(result, "estimates (analytic)",
+               [e for e in recorded_estimates if e.get("estimator") == "analytic"], analytic)
+    alarm = bundle.get("alarm")
+    at_look = stats.get("alarm_statistics")
+    if alarm is not None and alarm.get("round") is not None and at_look is not None \
+            and dim and seen is not None:
+        _recompute_early_alarm(result, spec, alarm, at_look, seen, int(dim))
+    elif alarm is not None and alarm.get("round") is not None:
+        _check_early_alarm(result, spec, alarm)
+    elif dim and seen is not None and stats.get("has_final"):
+        final = alarm_record(decide(spec, tests, look=num_looks(spec)), round=None)
+        _check(result, "alarm", alarm, jsonable(final))
+        alarm = final
+    gaps = stats.get("gaps") or []
+    weights = [r.get("weight_factor") for r in stats.get("rounds") or []
+               if r.get("weight_factor") is not None]
+    _check(result, "statistics.max_weight_factor", stats.get("max_weight_factor"),
+           max(weights) if weights else None)
+    verdict = spec_verdict(
+        spec, alarm=alarm, estimates=estimates, state=bundle["audit"]["status"],
+        rounds_received=int(stats.get("rounds_stored") or 0),
+        missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
+        rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
+        weight_factor=stats.get("max_weight_factor"),
+    )
+    _check(result, "verdict", bundle.get("verdict"), jsonable(verdict.to_dict()))
+    return result
