@@ -14,8 +14,6 @@ from typing import Any
 
 from ..auditor.canaries import resolve_canary_family, seen_mask
 from ..auditor.claims.alerts import first_alarm
-from ..auditor.spec import AuditSpec, Engine
-from ..auditor.statistics import scale_dof
 from ..auditor.claims.evidence import (
     BUNDLE_FORMAT,
     CANONICALIZATION,
@@ -25,6 +23,8 @@ from ..auditor.claims.evidence import (
     digest,
     jsonable,
 )
+from ..auditor.spec import AuditSpec, Engine
+from ..auditor.statistics import scale_dof
 from .evidence_store import get_alarm_statistics, get_commitment, sign
 from .store import ENDED_STATUSES, Audit, Store
 from .views import _iso, audit_verdict_view, gaps_view

@@ -1,6 +1,6 @@
 """Store tables of the evidence bundles (issue #30): the canary-seed commitments and the service's
-Ed25519 signing keys. New tables, not new columns of the audit table (a later Alembic migration
-moves them as they are); created on first use by :func:`ensure_tables`.
+Ed25519 signing keys. New tables, not new columns of the audit table; Alembic revision 0002
+creates them (``service/migrations/versions/0002_weighting_and_evidence.py``).
 
 The signing key's private half is sealed at rest like the canary seeds
 (:class:`~flaudit.service.sealing.SeedCipher`, the operator's secret key): the database
@@ -22,9 +22,9 @@ from sqlalchemy import DateTime, ForeignKey, Integer, LargeBinary, String, Text,
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ..auditor.claims.evidence import seed_commitment
-from .store import (
+from .store import Store
+from .tables import (
     Base,
-    Store,
     array_to_bytes,
     bytes_to_array,
     known_rounds_from_bytes,
@@ -96,14 +96,8 @@ class KeyInfo:
 
 
 def ensure_tables(store: Store) -> None:
-    """Create the evidence tables if missing (once per store; idempotent)."""
-    if getattr(store, "_evidence_tables", False):
-        return
-    Base.metadata.create_all(
-        store.engine,
-        tables=[SeedCommitment.__table__, SigningKey.__table__, AlarmStatistics.__table__]
-    )
-    store._evidence_tables = True
+    """The evidence tables exist once the store is open: Alembic revision 0002 creates them
+    (``service/migrations/versions/``). Kept for the callers that used to create them lazily."""
 
 
 def commit_seed(store: Store, audit_id: str, seed: int) -> str:

@@ -71,8 +71,10 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     if objective(0.0) <= 0:
         return 0.0
     hi = max(1.0, mu * mu)
-    while objective(hi) > 0:
+    while math.isfinite(hi) and objective(hi) > 0:
         hi *= 2
+    if not math.isfinite(hi):  # epsilon ~ mu^2 / 2 beyond the float range (mu > ~1e154)
+        return math.inf
     return float(optimize.brentq(objective, 0.0, hi, xtol=1e-12, rtol=1e-10))
 
 

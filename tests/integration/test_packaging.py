@@ -25,10 +25,11 @@ pytestmark = pytest.mark.slow
 def _tracked_modules() -> set[str]:
     """The wheel paths of the repository's modules: ``auditor/x.py`` installs as
     ``flaudit/auditor/x.py`` (one import package, no generic top-level names)."""
-    listed = subprocess.run(["git", "ls-files", "flaudit", "auditor", "server", "clients"],
+    listed = subprocess.run(["git", "ls-files", "flaudit", "auditor", "protocol", "service", "server",
+                             "clients", "commands"],
                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     return {p if p.startswith("flaudit/") else f"flaudit/{p}" for p in listed
-            if p.endswith(".py") or p.startswith("service/static/")}
+            if p.endswith((".py", ".mako")) or p.startswith("service/static/")}
 
 
 @pytest.mark.timeout(300)
@@ -63,10 +64,15 @@ def test_the_wheel_installs_a_working_flaudit_outside_the_source_tree(tmp_path):
         "from importlib.resources import files\n"
         "assert files('flaudit.service').joinpath('static').is_dir()\n"
         "print(flaudit.server.wrapper.__file__)\n"
+        "from flaudit.service import migrations\n"  # the schema migrations ship in the wheel
+        "from flaudit.service.store import Store\n"
+        "assert migrations.__file__.startswith(sys.argv[1])\n"
+        "assert Store('sqlite:///' + sys.argv[3]).revision == migrations.head_revision() != None\n"
         "sys.argv = ['flaudit', 'attach', '--help']\n"
         "flaudit.commands.cli.main()\n"
     )
-    run = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path / "site"), site],
+    run = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path / "site"), site,
+                          str(tmp_path / "flaudit.db")],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "--format" in run.stdout, run.stderr[-2000:]
     assert Path(run.stdout.splitlines()[0]).is_relative_to(tmp_path / "site")

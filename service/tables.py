@@ -1,0 +1,206 @@
+"""The store's tables, in one place: every SQLAlchemy model of the service (``Base.metadata``),
+how values are encoded in their columns, and the one conditional ``UPDATE`` of an audit.
+
+A new table (or column) goes here, **and** in a new Alembic revision in
+``service/migrations/versions/`` that creates it: the store opens a database by upgrading it to
+the newest revision (``migrations.upgrade``), never with ``create_all``. The test
+``tests/service/test_migrations.py`` fails when these models and the revisions disagree.
+
+Numpy arrays (per-canary running maxima, final cosines, the initial model) are stored as raw
+little-endian bytes. The secret canary seed lives in the column ``canary_seed`` that no schema
+serializes (deferred: loaded only when asked for).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+
+import numpy as np
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    update,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, deferred, mapped_column
+
+from ..auditor.claims.known_rounds import KnownRoundsState
+
+__all__ = [
+    "Base",
+    "Audit",
+    "AuditRound",
+    "utcnow",
+    "as_utc",
+    "hash_token",
+    "array_to_bytes",
+    "bytes_to_array",
+    "known_rounds_to_bytes",
+    "known_rounds_from_bytes",
+    "update_audit_if",
+]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """SQLite drops the zone: read naive timestamps back as UTC."""
+    if value is None:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 hex of a run token (only the hash is stored)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def array_to_bytes(array: np.ndarray | None, dtype: str = "<f8") -> bytes | None:
+    if array is None:
+        return None
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
+
+
+def bytes_to_array(data: bytes | None, dtype: str = "<f8") -> np.ndarray | None:
+    if data is None:
+        return None
+    return np.frombuffer(data, dtype=dtype).copy()
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Audit(Base):
+    __tablename__ = "flaudit_audits"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    spec: Mapped[dict] = mapped_column(JSON)
+    # Secret: never part of any schema, log or repr. The 128-bit seed encrypted with the
+    # service's secret key (``fernet:<token>``, see sealing.py); a plain decimal string only in
+    # stores opened without a cipher (tests, library use).
+    canary_seed: Mapped[str] = deferred(mapped_column(Text))
+    run_token_hash: Mapped[str | None] = deferred(mapped_column(String(64), nullable=True))
+    # Owner lease of a running audit: the instance that runs its worker and its last heartbeat.
+    owner_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    owner_heartbeat_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_round_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    dim: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    rounds_stored: Mapped[int] = mapped_column(Integer, default=0)
+    has_final: Mapped[bool] = mapped_column(Boolean, default=False)
+    initial_model: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    max_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    last_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    final_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    final_model_cosines: Mapped[bytes | None] = deferred(
+        mapped_column(LargeBinary, nullable=True)
+    )
+    # Known-rounds statistic (flaudit.auditor.claims.known_rounds.KnownRoundsState): sums <f8 then counts <i8.
+    known_rounds_state: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    analytic: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    estimates: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    diagnostics: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    histograms: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    alerts: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    metrics: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    headline_epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # External audits: the run that owns the audit (declared the claim), when it was last heard
+    # from, and the rounds the audit lacks ([{round, kind, reason}]).
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    last_contact_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    gaps: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    # Deployment audits: the Flower run on the SuperLink (decimal; Flower's run ids are 64-bit
+    # unsigned). A service that stops leaves that run training and releases the audit; the next
+    # instance to start takes it back (:meth:`Store.adopt_flower_runs`).
+    flower_run_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # The largest round weight_factor reported (a user's weighted FedAvg; None: never reported,
+    # as for equal weights in our own apps): the verdict says what the weighting does.
+    max_weight_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The largest weight_factor of a round that carried canaries: the heaviest influence the
+    # canaries carried, where the claim tests run (docs/estimators.md, "Weighted FedAvg").
+    max_canary_weight_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    def __repr__(self) -> str:  # never show secrets
+        return f"Audit(id={self.id!r}, status={self.status!r})"
+
+
+class AuditRound(Base):
+    __tablename__ = "flaudit_rounds"
+    __table_args__ = (UniqueConstraint("audit_id", "round", name="uq_flaudit_rounds_audit_round"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    audit_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("flaudit_audits.id", ondelete="CASCADE"), index=True
+    )
+    round: Mapped[int] = mapped_column(Integer)
+    clip_norm: Mapped[float] = mapped_column(Float)
+    cohort_size: Mapped[int] = mapped_column(Integer)
+    num_canaries_inserted: Mapped[int] = mapped_column(Integer)
+    num_failures: Mapped[int] = mapped_column(Integer)
+    clipped_fraction: Mapped[float | None] = mapped_column(Float, nullable=True)
+    noise_stddev: Mapped[float | None] = mapped_column(Float, nullable=True)
+    train_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    delta_norm: Mapped[float | None] = mapped_column(Float, nullable=True)  # API: update_norm
+    weight_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Secret until the audit ended (never served): the round's canary participants, <i4.
+    participants: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+    estimates: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+def known_rounds_to_bytes(state: KnownRoundsState) -> bytes:
+    """``sums`` (<f8) and ``counts`` (<i8) per canary, then ``round_sums`` (<f8) and
+    ``round_counts`` (<i8) per round with a seen participant; ``num_rounds`` is the audit's
+    ``rounds_stored``."""
+    return (array_to_bytes(state.sums, "<f8") + array_to_bytes(state.counts, "<i8")
+            + array_to_bytes(np.asarray(state.round_sums, dtype=np.float64), "<f8")
+            + array_to_bytes(np.asarray(state.round_counts, dtype=np.int64), "<i8"))
+
+
+def known_rounds_from_bytes(data: bytes | None, num_rounds: int,
+                            num_canaries: int) -> KnownRoundsState | None:
+    """The inverse of :func:`known_rounds_to_bytes`. A state written before the per-round sums
+    existed (``16 k`` bytes) loads with none: the exact claim test then counts only the rounds
+    stored after the upgrade (less power, never a wrong rejection)."""
+    if data is None:
+        return None
+    k = int(num_canaries)
+    head, rest = data[: 16 * k], data[16 * k :]
+    half = len(rest) // 2
+    return KnownRoundsState(
+        sums=bytes_to_array(head[: 8 * k], "<f8"),
+        counts=bytes_to_array(head[8 * k :], "<i8"),
+        num_rounds=int(num_rounds),
+        round_sums=bytes_to_array(rest[:half], "<f8") if rest else np.zeros(0),
+        round_counts=bytes_to_array(rest[half:], "<i8") if rest else np.zeros(0, dtype=np.int64),
+    )
+
+
+def update_audit_if(session: Session, audit_id: str, *conditions, **values) -> bool:
+    """``UPDATE`` audit ``audit_id`` with ``values`` where all ``conditions`` hold (optimistic
+    concurrency: the conditions are checked by the database in the same statement); whether the
+    row was updated."""
+    result = session.execute(update(Audit).where(Audit.id == audit_id, *conditions).values(**values))
+    return result.rowcount > 0
