@@ -17,7 +17,7 @@
 
 Each grid cell ``(nu, delta)`` gets points ``r`` at normal-approximation offsets of both signs
 (``-60 ... 60`` approximate standard deviations from the median), both tails (the upper tail as
-the lower tail of ``-T`` at ``-delta``). Regenerate with (about 20 minutes on 1 core)::
+the lower tail of ``-T`` at ``-delta``). Regenerate with (47 minutes at load ~15 on the shared 2-core box)::
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.fidelity.nct_reference \\
         --out tests/auditor/data/nct_reference.json
