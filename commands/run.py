@@ -216,7 +216,7 @@ class AlarmWatch:
                               has_final=True, alarm=alarm, previous=self.alerts)
         verdict = spec_verdict(spec, alarm=first_alarm(alerts),
                                estimates=[e.to_dict() for e in estimates], state="succeeded",
-                               rounds_received=len(local.rounds))
+                               rounds_received=len(local.rounds), dim=tracker.dim)
         return summary, estimates, alarm, alerts, verdict
 
 

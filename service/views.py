@@ -83,7 +83,7 @@ def audit_verdict_view(audit: Audit) -> dict[str, Any]:
         missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
         rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
         weight_factor=audit.max_weight_factor,
-        canary_weight_factor=audit.max_canary_weight_factor,
+        canary_weight_factor=audit.max_canary_weight_factor, dim=getattr(audit, "dim", None),
     )
     return verdict.to_dict()
 

@@ -217,13 +217,16 @@ def spec_verdict(
     rounds_without_canaries: Iterable[int] | None = None,
     weight_factor: float | None = None,
     canary_weight_factor: float | None = None,
+    dim: int | None = None,
 ) -> Verdict:
     """:func:`~flaudit.auditor.claims.verdict.audit_verdict` for one audit spec: its claim and
     its design from the spec; stopped on the alarm when ``spec.stop_on_alarm`` and the run
     ended at the alarm's round; ``weight_factor``: the largest of the rounds' (a weighted
-    FedAvg); ``canary_weight_factor``: the largest of the rounds that carried canaries."""
+    FedAvg); ``canary_weight_factor``: the largest of the rounds that carried canaries;
+    ``dim``: the model's size once known (the design then accounts for the noise scale's
+    ``d - k`` degrees of freedom)."""
     spec = _spec(spec)
-    design = audit_design(spec)
+    design = audit_design(spec, dim=dim)
     stopped = None
     if (alarm is not None and getattr(spec, "stop_on_alarm", False)
             and alarm.get("round") is not None and state not in ("running", "queued")

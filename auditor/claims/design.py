@@ -13,6 +13,20 @@ i.e. for every ``s <= s* = 1 / (1 + (z_{1-a} + z_power) / (lam * sqrt(N)))``. ``
 taken at its lower 5% quantile (the seen/unseen split is a fair coin per canary), so the 95%
 holds over the split too, to the normal approximation. The earlier looks and the other tests
 only add power: the figure is conservative.
+
+That takes each release's noise scale as known. Once the model's size ``d`` is known (``dim``),
+the scale has ``nu = d - k`` degrees of freedom and each round's studentized sum is noncentral
+t: with ``c = N / T`` seen participations a round, ``delta = sqrt(c) lam`` under the claim and
+``D(x) = sqrt(1 + x^2 / (2 nu))`` its spread at noncentrality ``x`` (normal approximation of the
+noncentral t, Abramowitz & Stegun 26.7.10), a round's exact normal score is about
+``N((delta/s - delta) / D(delta), D(delta/s)^2 / D(delta)^2)`` at noise x ``s``, so the test
+catches it with probability ``power`` when
+
+    sqrt(T) (delta/s - delta) = z_{1-a} D(delta) + z_{power} D(delta/s),
+
+which is the known-scale condition at ``nu = inf``; ``s*`` is its largest root (bisection), and
+no root (a scale of too few degrees of freedom) means no noise scale is caught in ``power`` of
+runs. Checked by Monte Carlo of the exact test (tests/auditor/test_claims_design.py).
 """
 
 from __future__ import annotations
@@ -22,7 +36,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scipy import special
+from scipy import optimize, special
 
 from ..estimators.gdp import gdp_epsilon
 from .alarm import ALARM_ALPHA, look_level
@@ -63,6 +77,8 @@ class AuditDesign:
         What would make the audit testable (or stronger).
     expected_seen_participations : int
         ``N`` used above.
+    scale_dof : float or None
+        ``nu = d - k`` the design accounted for (None: the scale taken as known, ``d`` unknown).
     """
 
     claim_mu: float | None
@@ -78,9 +94,37 @@ class AuditDesign:
     expected_seen_participations: int
     power: float
     alpha: float
+    scale_dof: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@functools.lru_cache(maxsize=1024)
+def _detectable_scale(lam: float, n_seen: int, num_rounds: int, z_level: float, z_power: float,
+                      dof: float) -> float | None:
+    """``s*`` (module docstring): the largest noise scale the known-rounds test catches in
+    ``power`` of runs when each release's scale has ``dof`` degrees of freedom (``inf``: known;
+    None: no scale is caught so often)."""
+    if math.isinf(dof):
+        return 1.0 / (1.0 + (z_level + z_power) / (lam * math.sqrt(n_seen)))
+    delta = math.sqrt(n_seen / num_rounds) * lam
+
+    def spread(x: float) -> float:
+        return math.sqrt(1.0 + x * x / (2.0 * dof))
+
+    def margin(s: float) -> float:  # > 0: noise x s is caught in more than power of runs
+        return (math.sqrt(num_rounds) * (delta / s - delta) - z_level * spread(delta)
+                - z_power * spread(delta / s))
+
+    # margin(1) < 0; scan down from 1 for the first scale that is caught, then bisect
+    grid = [1.0 - 0.01 * i for i in range(1, 100)] + [10.0 ** (-e) for e in range(2, 13)]
+    prev = 1.0
+    for s in grid:
+        if margin(s) > 0:
+            return float(optimize.brentq(margin, s, prev, xtol=1e-12))
+        prev = s
+    return None
 
 
 @functools.lru_cache(maxsize=256)
@@ -90,10 +134,12 @@ def _max_refutable_mu(guesses_per_end: int, k: int, level: float) -> float:
     return fdp_mu_lo(2 * guesses_per_end, 2 * guesses_per_end, k, level)
 
 
-def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> AuditDesign:
+def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
+                 dim: int | None = None) -> AuditDesign:
     """The audit design of ``spec`` (an :class:`flaudit.auditor.spec.AuditSpec`, or anything with
     ``accounted_noise_multiplier``, ``canary_repeats``, ``num_canaries``, ``num_rounds`` and
-    ``delta``)."""
+    ``delta``); ``dim``, the model's size once known, accounts for the noise scale's
+    ``d - k`` degrees of freedom (module docstring)."""
 
     z = float(spec.accounted_noise_multiplier)
     r = int(spec.canary_repeats)
@@ -112,9 +158,12 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
     eps = float(gdp_epsilon(mu, delta))
     level = look_level(AlarmTest.known_rounds_normal_scores, spec.num_rounds + 1,
                        spec.num_rounds + 1, alpha=alpha)
-    z_sum = float(special.ndtri(1 - level) + special.ndtri(power))
-    if n_seen > 0:
-        s_star = 1.0 / (1.0 + z_sum / (lam * math.sqrt(n_seen)))
+    z_level, z_power = float(special.ndtri(1 - level)), float(special.ndtri(power))
+    z_sum = z_level + z_power
+    dof = math.inf if dim is None or int(dim) <= k else float(int(dim) - k)
+    s_star = (_detectable_scale(lam, n_seen, max(1, int(spec.num_rounds)), z_level, z_power, dof)
+              if n_seen > 0 else None)
+    if s_star is not None:
         det_mu = mu / s_star
         det_eps = float(gdp_epsilon(det_mu, delta))
     else:
@@ -127,7 +176,10 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
     canaries_clear = canaries_needed(noise_multiplier=z, canary_repeats=r,
                                      num_rounds=spec.num_rounds, alpha=alpha, power=power)
     # one sentence that also reads as a clause after "this audit" (the verdict embeds it)
-    if s_star is None:
+    if s_star is None and n_seen > 0:
+        summary = (f"Cannot catch any bug in {power:.0%} of runs: the noise scale rests on "
+                   f"d − k = {dof:g} coordinates, too few for {k} canaries.")
+    elif s_star is None:
         # about half the canaries are seen; in the unluckiest 5% of runs, none are
         summary = (f"Cannot catch any bug in {power:.0%} of runs: with {k} canaries, too few "
                    "are seen.")
@@ -136,9 +188,14 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
                    f"{s_star:.2f} or smaller (μ ≥ {det_mu:.3g}, ε ≥ {det_eps:.3g} "
                    f"at δ = {delta:g}) in {power:.0%} of runs.")
     advice = None
-    if not testable:  # more canaries where the federation has slots for them, else more rounds
+    known_scale = (_detectable_scale(lam, n_seen, 1, z_level, z_power, math.inf)
+                   if n_seen > 0 else None)
+    if not testable and known_scale is not None and known_scale >= CLEAR_BUG_NOISE_SCALE:
+        advice = (f"The noise scale rests on only d − k = {dof:g} coordinates: fewer canaries "
+                  "(k well below d/2) would make this audit testable.")
+    elif not testable:  # more canaries where the federation has slots for them, else more rounds
         advice = capped_advice(spec, canaries_clear, alpha=alpha, power=power) or (
             f"Too few canaries to catch even half the claimed noise: use at least "
             f"{canaries_clear} canaries (or more canary repeats) to make this audit testable.")
     return AuditDesign(mu, eps, delta, s_star, det_mu, det_eps, max_mu, testable, summary, advice,
-                       n_seen, power, alpha)
+                       n_seen, power, alpha, None if math.isinf(dof) else dof)

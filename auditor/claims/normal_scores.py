@@ -35,9 +35,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from ..estimators.null import null_probit, studentized_from_cosine
+from .nct import nct_log_cdf, nct_normal_score
 
 __all__ = ["final_model_normal_scores", "final_model_rounds", "NormalScoreTest", "RoundSums",
            "nct_log_cdf", "normal_score_test"]
@@ -97,100 +98,23 @@ class RoundSums:
         return int(self.counts.sum())
 
 
-#: Gauss-Hermite rule for :func:`nct_log_cdf` (80 nodes: its normal scores agree with scipy's
-#: to 1e-4 and better for ``nu >= 30``, and with an adaptive integral far in the tails).
-_HERMITE_X, _HERMITE_W = np.polynomial.hermite.hermgauss(80)
-#: Below this many degrees of freedom the quadrature's Laplace centring is too rough (its normal
-#: score is off by up to 0.11 at ``nu = 2-3``): scipy's noncentral t is used where it converges.
-_QUADRATURE_MIN_DOF = 30.0
 #: The lowest normal score a release counts with (its evidence *for* the claim is capped).
 _Y_FLOOR = -40.0
-#: Where the normal approximation of the noncentral t is this far out, the exact score is
-#: beyond the floor or past any level (its error there is a few units at most).
-_APPROX_CUT = 60.0
-
-
-def nct_log_cdf(r, dof: float, delta) -> np.ndarray:
-    """``log P(T <= r)`` for the noncentral Student-t ``T = (delta + N(0, 1)) / U`` with
-    ``U = sqrt(chi2_dof / dof)``, accurate from the centre to the far tails (scipy's
-    ``nct.cdf`` returns NaN there, e.g. 10 standard deviations below ``delta`` at ``dof = 600``).
-
-    ``P = E_U[Phi(r U - delta)]``, integrated over ``w = log U`` (no boundary): the integrand
-    ``h(w) = log Phi(r e^w - delta) + dof w - dof e^(2w) / 2`` is centred at its mode (bisection
-    on ``h'``, which falls from ``+dof`` to ``-inf``) and scaled by its curvature, then
-    Gauss-Hermite in log space (``log_ndtr`` keeps far tails). ``dof = inf``: the normal law.
-    """
-    r, delta = np.broadcast_arrays(np.asarray(r, dtype=np.float64),
-                                   np.asarray(delta, dtype=np.float64))
-    if math.isinf(dof):
-        return special.log_ndtr(r - delta)
-
-    def mills(x):  # phi(x) / Phi(x), stable in both tails
-        return np.exp(-0.5 * x * x - 0.5 * math.log(2 * math.pi) - special.log_ndtr(x))
-
-    def slope(w):
-        u = np.exp(w)
-        return r * u * mills(r * u - delta) + dof - dof * u * u
-
-    lo, hi = np.full(r.shape, -60.0), np.full(r.shape, 10.0)
-    for _ in range(56):  # 70 / 2^56 ~ 1e-15
-        mid = 0.5 * (lo + hi)
-        rising = slope(mid) > 0
-        lo, hi = np.where(rising, mid, lo), np.where(rising, hi, mid)
-    w = 0.5 * (lo + hi)
-    u = np.exp(w)
-    x = r * u - delta
-    m = mills(x)
-    curvature = r * u * m - r * r * u * u * m * (x + m) - 2 * dof * u * u
-    width = 1.0 / np.sqrt(np.maximum(-curvature, 1e-300))
-    nodes = w[..., None] + math.sqrt(2.0) * width[..., None] * _HERMITE_X
-    at = np.exp(nodes)
-    log_f = (special.log_ndtr(r[..., None] * at - delta[..., None]) + dof * nodes
-             - dof * at * at / 2)
-    terms = log_f + np.log(_HERMITE_W) + _HERMITE_X ** 2
-    log_norm = math.log(2.0) + (dof / 2) * math.log(dof / 2) - special.gammaln(dof / 2)
-    return (log_norm + np.log(math.sqrt(2.0) * width)
-            + special.logsumexp(terms, axis=-1))
 
 
 def _round_scores(rounds: RoundSums, lam: float) -> np.ndarray:
     """``Y_t``: the exact normal score of each ``R_t`` under a per-participation signal ``lam``
     (``N(0, 1)`` when every seen participation carries exactly ``lam``), each from its own tail
-    so both stay accurate. Releases whose normal approximation (Abramowitz & Stegun 26.7.10) is
-    beyond +-60 standard deviations are not integrated: above, ``+inf`` (the claim is out of
-    the question); below, the floor."""
+    so both stay accurate (:func:`flaudit.auditor.claims.nct.nct_normal_score`)."""
     delta = np.sqrt(rounds.counts) * lam
     sums = rounds.sums
     if math.isinf(rounds.dof):
         return np.maximum(sums - delta, _Y_FLOOR)
-    nu = rounds.dof
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        approx = (sums * (1 - 1 / (4 * nu)) - delta) / np.sqrt(1 + sums * sums / (2 * nu))
-        out = np.where(approx > _APPROX_CUT, np.inf, _Y_FLOOR)
-        middle = np.abs(approx) <= _APPROX_CUT
-        if np.any(middle):
-            r, d = sums[middle], delta[middle]
-            if nu >= _QUADRATURE_MIN_DOF:  # each release from the side it lies on
-                lower = approx[middle] <= 0
-                scores = np.empty(r.shape)
-                scores[lower] = special.ndtri_exp(
-                    np.minimum(nct_log_cdf(r[lower], nu, d[lower]), 0.0))
-                scores[~lower] = -special.ndtri_exp(
-                    np.minimum(nct_log_cdf(-r[~lower], nu, -d[~lower]), 0.0))
-                out[middle] = scores
-            else:
-                cdf, sf = stats.nct.cdf(r, nu, d), stats.nct.sf(r, nu, d)
-                log_cdf, log_sf = np.log(cdf), np.log(sf)
-                # scipy is reliable in the bulk; beyond 1e-15 on either side (or where it does
-                # not converge) the quadrature, whose error there is small
-                far = ~(np.isfinite(log_cdf) & np.isfinite(log_sf)) | (
-                    np.minimum(log_cdf, log_sf) < math.log(1e-15))
-                if np.any(far):
-                    log_cdf[far] = nct_log_cdf(r[far], nu, d[far])
-                    log_sf[far] = nct_log_cdf(-r[far], nu, -d[far])
-                out[middle] = np.where(log_cdf < math.log(0.5),
-                                       special.ndtri_exp(np.minimum(log_cdf, 0.0)),
-                                       -special.ndtri_exp(np.minimum(log_sf, 0.0)))
+        out = np.full(sums.shape, _Y_FLOOR)
+        finite = np.isfinite(sums)
+        if np.any(finite):
+            out[finite] = nct_normal_score(sums[finite], rounds.dof, delta[finite])
         # a sum at or below 0 needs N <= -delta: P(T <= r) <= Phi(-delta), so Y <= -delta
         out = np.where(sums <= 0, np.minimum(out, -delta), out)
     out = np.where(np.isposinf(sums), np.inf, out)  # a cosine of exactly 1: no noise at all

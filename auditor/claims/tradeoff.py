@@ -25,7 +25,14 @@ import math
 import numpy as np
 from scipy import special
 
-__all__ = ["tradeoff_picture", "gdp_tradeoff", "empirical_tradeoff", "dkw_margin"]
+__all__ = ["tradeoff_picture", "gdp_tradeoff", "empirical_tradeoff", "dkw_margin", "BAND_ASSUMES"]
+
+#: What the band assumes, said with it (the picture's ``band_assumes``; the page shows it).
+BAND_ASSUMES = (
+    "The band assumes independent scores (Dvoretzky–Kiefer–Wolfowitz). The final model's scores "
+    "share its noise scale, so the band is a picture of the evidence, not a test; the verdict "
+    "rests on the exact normal-score test, which accounts for the shared scale."
+)
 
 
 def gdp_tradeoff(alpha, mu: float) -> np.ndarray:
@@ -102,7 +109,8 @@ def tradeoff_picture(
     dict
         ``alpha`` (grid), ``claim`` (``G_claim_mu`` or None), ``empirical`` (``beta_hat`` or None),
         ``band`` (lower confidence band of ``beta``: the true curve lies above it at every
-        ``alpha`` at once with probability ``confidence``, or None), ``mu_lo`` (``G_mu_lo`` or
+        ``alpha`` at once with probability ``confidence`` for independent scores, or None),
+        ``band_assumes`` (:data:`BAND_ASSUMES`, for the page), ``mu_lo`` (``G_mu_lo`` or
         None), ``score`` (what the scores are), ``null`` ("exact" or "unseen canaries"),
         ``num_seen``, ``num_unseen``, ``confidence``, ``claim_mu``, ``mu_lo_value``.
 
@@ -153,6 +161,7 @@ def tradeoff_picture(
         "claim": curve(claim_mu),
         "empirical": empirical,
         "band": band,
+        "band_assumes": BAND_ASSUMES,
         "mu_lo": curve(mu_lo),
         "score": "normal score Φ⁻¹(F_null(cosine)) of each canary",
         "null": "exact" if unseen is None else "unseen canaries",

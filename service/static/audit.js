@@ -396,7 +396,7 @@ export function renderAudit(root, id) {
     const names = {
       claim: t.claim_mu != null ? `claimed (μ = ${fmtNum(t.claim_mu)})` : "claimed",
       empirical: `measured from ${t.num_seen || 0} inserted canaries`,
-      band: `${conf} confidence band (the truth lies above it)`,
+      band: `${conf} confidence band if scores were independent (a picture, not the test)`,
       mu_lo: t.mu_lo_value != null ? `proven at least this leaky (valid bound μ ≥ ${fmtNum(t.mu_lo_value)})` : "proven at least this leaky (valid bound)",
     };
     // a bound of μ = 0 proves nothing: its curve (the diagonal) is left out, not drawn as news
@@ -411,7 +411,7 @@ export function renderAudit(root, id) {
     });
     const lines = [];
     if (!t.empirical) lines.push(TERMINAL.has(audit.status) ? "No measured curve: the run stored no final-model scores." : "The measured curve and its band appear when the audit ends: which canaries were inserted stays secret while it runs.");
-    else lines.push(`Scores: each canary's final-model cosine mapped to a normal score (exactly standard normal for a canary the model never saw). The band holds at every α at once with ${conf} confidence.`);
+    else lines.push(`Scores: each canary's final-model cosine mapped to a normal score (exactly standard normal for a canary the model never saw). The ${conf} band holds at every α at once. ${t.band_assumes || ""}`);
     if (!t.claim) lines.push("No claimed curve: this run makes no DP claim.");
     if (t.mu_lo_value === 0) lines.push("No lower-bound curve: these scores prove no leakage (μ ≥ 0).");
     pictureNote.textContent = lines.join(" ");

@@ -7,8 +7,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from scipy import special
 
 from flaudit.auditor.claims import audit_design
+from flaudit.auditor.claims.alarm import look_level
+from flaudit.auditor.claims.nct import nct_normal_score
+from flaudit.auditor.claims.tiers import AlarmTest
 from flaudit.auditor.claims.fdp import fdp_mu_lo
 from flaudit.auditor.claims.curves import GaussianDPClaim
 from flaudit.auditor.claims.claim_test import _guess_game_feasible
@@ -73,3 +77,36 @@ def test_detectable_noise_scale_matches_its_closed_form():
     a = look_level(AlarmTest.known_rounds_normal_scores, 11, 11)
     z_sum = special.ndtri(1 - a) + special.ndtri(0.95)
     assert design.detectable_noise_scale == pytest.approx(1 / (1 + z_sum / math.sqrt(n)))
+
+
+@pytest.mark.parametrize("k,dim,rounds", [(900, 1000, 1), (900, 1000, 4), (400, 1000, 1)])
+def test_design_with_the_models_size_keeps_its_promise_where_the_known_scale_does_not(
+        k, dim, rounds):
+    """Monte Carlo of the exact known-rounds test (rounds' studentized sums, noncentral t with
+    d - k degrees of freedom) at the design's s*: about 95% with ``dim``; the known-scale s* is
+    larger (an optimistic promise) and caught less often."""
+    spec = _spec(k=k, z=1.0, r=1, T=rounds)
+    accounted, known = audit_design(spec, dim=dim), audit_design(spec)
+    assert accounted.scale_dof == dim - k and known.scale_dof is None
+    assert accounted.detectable_noise_scale < known.detectable_noise_scale
+    nu, per_round = dim - k, accounted.expected_seen_participations / rounds
+    crit = float(special.ndtri(1 - look_level(AlarmTest.known_rounds_normal_scores, rounds + 1,
+                                              rounds + 1)))
+    rng = np.random.default_rng([k, dim, rounds])
+    runs = 3000
+
+    def power(s):
+        r = ((math.sqrt(per_round) / s + rng.standard_normal((runs, rounds)))
+             / np.sqrt(rng.chisquare(nu, (runs, rounds)) / nu))
+        y = nct_normal_score(r, nu, math.sqrt(per_round))
+        return float(np.mean(y.sum(axis=1) / math.sqrt(rounds) > crit))
+
+    assert 0.93 <= power(accounted.detectable_noise_scale) <= 0.97  # 3000 runs: sd 0.004
+    if k == 900:
+        assert power(known.detectable_noise_scale) < 0.9
+
+
+def test_design_with_a_huge_model_is_the_known_scale_design():
+    spec = _spec(k=1000, T=10)
+    assert audit_design(spec, dim=10**9).detectable_noise_scale == pytest.approx(
+        audit_design(spec).detectable_noise_scale, rel=1e-5)

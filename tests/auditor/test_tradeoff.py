@@ -85,3 +85,10 @@ def test_band_is_no_looser_than_its_dkw_margin():
     p = tradeoff_picture(rng.normal(1, 1, 400), claim_mu=1.0, mu_lo=0.5)
     gap = np.asarray(p["empirical"]) - np.asarray(p["band"])
     assert gap.max() <= dkw_margin(400, 0.05) + 1e-12 and gap.max() > 0
+
+
+def test_the_picture_says_what_its_band_assumes():
+    picture = tradeoff_picture(np.random.default_rng(3).normal(1.0, 1.0, 200), claim_mu=1.0,
+                               mu_lo=0.5)
+    assert "independent scores" in picture["band_assumes"]
+    assert "not a test" in picture["band_assumes"]
