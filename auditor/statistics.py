@@ -90,16 +90,15 @@ def _rescaled(vector: np.ndarray) -> np.ndarray:
     return np.ldexp(vector, -exponent) if abs(exponent) > 32 else vector
 
 
-def _norm(vector: np.ndarray) -> float:
-    return float(np.sqrt(np.sum(np.square(vector), dtype=np.float64)))
-
-
 def cosines(unit_rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """Cosines between unit-norm rows and ``vector`` (0 where ``vector`` is zero), float64."""
-    norm = _norm(vector)
+    """Cosines between unit-norm rows and ``vector`` (0 where ``vector`` is zero), float64.
+
+    No BLAS (``np.einsum`` without ``optimize``): this runs on the audit's threads, beside
+    whatever BLAS work the process does elsewhere (issue #28)."""
+    norm = math.sqrt(sum_of_squares(vector))
     if norm == 0.0:
         return np.zeros(unit_rows.shape[0], dtype=np.float64)
-    return (unit_rows @ vector).astype(np.float64) / norm
+    return np.einsum("ij,j->i", unit_rows, vector).astype(np.float64) / norm
 
 
 def null_standardized_cosines(projected, positions: np.ndarray) -> np.ndarray:

@@ -166,17 +166,29 @@ class SignBits:
 
 
 def sum_of_squares(x) -> float:
-    """``sum x_i^2`` accumulated in float64 chunk by chunk (no float64 copy of ``x``)."""
+    """``sum x_i^2`` accumulated in float64 chunk by chunk (no float64 copy of ``x``).
+
+    No BLAS: each chunk is cast into one preallocated float64 buffer and reduced by
+    ``np.einsum`` (its own loops, as ``optimize`` is off), so the audit's threads never enter
+    OpenBLAS's thread pool (issue #28: ``np.dot`` here hung in ``exec_blas``). Torch tensors
+    reduce by ``square().sum()`` (no BLAS either).
+    """
     total = 0.0
     if is_torch_tensor(x):
         step = _chunk(x.device)
         for a in range(0, x.shape[0], step):
-            c = x[a : a + step].double()
-            total += float(torch.dot(c, c))
+            total += float(x[a : a + step].double().square().sum())
         return total
+    if x.dtype == np.float64:
+        for a in range(0, x.shape[0], CHUNK):
+            c = x[a : a + CHUNK]
+            total += float(np.einsum("i,i->", c, c))
+        return total
+    buffer = np.empty(min(CHUNK, x.shape[0]), dtype=np.float64)
     for a in range(0, x.shape[0], CHUNK):
-        c = x[a : a + CHUNK].astype(np.float64)
-        total += float(np.dot(c, c))
+        c = buffer[: min(CHUNK, x.shape[0] - a)]
+        c[...] = x[a : a + CHUNK]
+        total += float(np.einsum("i,i->", c, c))
     return total
 
 
