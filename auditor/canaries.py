@@ -315,10 +315,10 @@ class OrthogonalCanaries:
                         and vector.ndim == 1 and vector.flags.c_contiguous
                         and vector.flags.writeable)
             x = vector if in_place else np.array(vector, dtype=dtype, copy=True)
-            self._sign_bits[self._rounds].flip(x, 0)
+            self._sign_bits[self._rounds].flip(x, 0, workers=self.workers)
             for r in range(self._rounds, 0, -1):
                 self._blocks(x, first=r % 2 == 1, inverse=True)
-                self._sign_bits[r - 1].flip(x, 0)
+                self._sign_bits[r - 1].flip(x, 0, workers=self.workers)
             return x
         back_to_numpy = not is_torch_tensor(vector)
         if back_to_numpy:

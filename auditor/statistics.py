@@ -101,7 +101,7 @@ def cosines(unit_rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
     return np.einsum("ij,j->i", unit_rows, vector).astype(np.float64) / norm
 
 
-def null_standardized_cosines(projected, positions: np.ndarray) -> np.ndarray:
+def null_standardized_cosines(projected, positions: np.ndarray, *, workers: int = 1) -> np.ndarray:
     """Orthogonal family: the canaries' statistic from ``y = R^T v`` (float64, in ``[-1, 1]``).
 
     Each canary coordinate is studentized by the noise scale measured where no canary is,
@@ -113,7 +113,7 @@ def null_standardized_cosines(projected, positions: np.ndarray) -> np.ndarray:
     ``||v||`` (module docstring). Plain cosines ``y[positions] / ||y||`` when there is no such
     coordinate (``k = d``) or ``v`` has no energy there; zeros for ``v = 0``. ``projected`` may
     be a torch tensor (any device): only ``k``-sized values leave it, the sum of squares
-    accumulates in float64 chunk by chunk.
+    accumulates in float64 chunk by chunk (on ``workers`` threads; the same result).
     """
     from flaudit.auditor.estimators.null import cosine_equivalent
 
@@ -123,7 +123,7 @@ def null_standardized_cosines(projected, positions: np.ndarray) -> np.ndarray:
         dots = projected[index].double().cpu().numpy()
     else:
         dots = projected[positions].astype(np.float64)
-    total = sum_of_squares(projected)
+    total = sum_of_squares(projected, workers=workers)
     if total == 0.0:
         return np.zeros(dots.shape[0], dtype=np.float64)
     dof = dim - positions.size
@@ -261,6 +261,7 @@ class CosineTracker:
         if self._orthogonal is not None:  # numpy or torch back end, chosen per call
             return null_standardized_cosines(
                 self._orthogonal.transpose_apply(vector, consume=consume), self._positions,
+                workers=self.workers,
             )
         if is_torch_tensor(vector):
             vector = vector.detach().cpu().numpy()

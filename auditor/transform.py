@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.fft
 
 import importlib
 import sys
+import threading
 
 from .fourstep import dct3_four_step, four_step_plan
 
@@ -109,6 +111,24 @@ def _chunk(device) -> int:
     return CHUNK * 16 if str(device).startswith("cuda") else CHUNK
 
 
+def map_chunks(length: int, fn, *, workers: int = 1) -> list:
+    """``[fn(a, b) for each CHUNK-long range [a, b) of [0, length)]``, in order, the ranges split
+    into ``workers`` contiguous groups run on their own threads (numpy releases the GIL on long
+    operations). The chunk boundaries do not depend on ``workers``, so neither do the results."""
+    starts = list(range(0, length, CHUNK))
+
+    def run(group):
+        return [fn(a, min(a + CHUNK, length)) for a in group]
+
+    if workers <= 1 or len(starts) < 2:
+        return run(starts)
+    count = min(workers, len(starts))
+    size = -(-len(starts) // count)
+    groups = [starts[i : i + size] for i in range(0, len(starts), size)]
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        return [value for part in pool.map(run, groups) for value in part]
+
+
 # -- signs as bits ---------------------------------------------------------------------------------
 class SignBits:
     """Random signs of one sign round, packed 8 per byte (bit set = ``-1``)."""
@@ -133,13 +153,16 @@ class SignBits:
         self.flip(out, 0)
         return out
 
-    def flip(self, x: np.ndarray, offset: int) -> np.ndarray:
-        """Multiply ``x`` (coordinates ``[offset, offset + len(x))``) by the signs, in place."""
+    def flip(self, x: np.ndarray, offset: int, *, workers: int = 1) -> np.ndarray:
+        """Multiply ``x`` (coordinates ``[offset, offset + len(x))``) by the signs, in place
+        (chunks on ``workers`` threads)."""
         uint, shift = (np.uint32, 31) if x.dtype == np.float32 else (np.uint64, 63)
         raw = x.view(uint)
-        for a in range(0, x.shape[-1], CHUNK):
-            b = min(a + CHUNK, x.shape[-1])
+
+        def flip_chunk(a, b):
             raw[..., a:b] ^= self.bits(offset + a, offset + b).astype(uint) << uint(shift)
+
+        map_chunks(x.shape[-1], flip_chunk, workers=workers if x.ndim == 1 else 1)
         return x
 
     # torch: the packed bytes go to the device once
@@ -167,13 +190,14 @@ class SignBits:
         return x
 
 
-def sum_of_squares(x) -> float:
-    """``sum x_i^2`` accumulated in float64 chunk by chunk (no float64 copy of ``x``).
+def sum_of_squares(x, *, workers: int = 1) -> float:
+    """``sum x_i^2`` accumulated in float64 chunk by chunk (no float64 copy of ``x``); the
+    chunks' sums are added in order, so the result does not depend on ``workers`` (threads).
 
-    No BLAS: each chunk is cast into one preallocated float64 buffer and reduced by
-    ``np.einsum`` (its own loops, as ``optimize`` is off), so the audit's threads never enter
-    OpenBLAS's thread pool (issue #28: ``np.dot`` here hung in ``exec_blas``). Torch tensors
-    reduce by ``square().sum()`` (no BLAS either).
+    No BLAS: each chunk is cast into a float64 buffer and reduced by ``np.einsum`` (its own
+    loops, as ``optimize`` is off), so the audit's threads never enter OpenBLAS's thread pool
+    (issue #28: ``np.dot`` here hung in ``exec_blas``). Torch tensors reduce by
+    ``square().sum()`` (no BLAS either).
     """
     total = 0.0
     if is_torch_tensor(x):
@@ -181,16 +205,18 @@ def sum_of_squares(x) -> float:
         for a in range(0, x.shape[0], step):
             total += float(x[a : a + step].double().square().sum())
         return total
-    if x.dtype == np.float64:
-        for a in range(0, x.shape[0], CHUNK):
-            c = x[a : a + CHUNK]
-            total += float(np.einsum("i,i->", c, c))
-        return total
-    buffer = np.empty(min(CHUNK, x.shape[0]), dtype=np.float64)
-    for a in range(0, x.shape[0], CHUNK):
-        c = buffer[: min(CHUNK, x.shape[0] - a)]
-        c[...] = x[a : a + CHUNK]
-        total += float(np.einsum("i,i->", c, c))
+    buffers = threading.local()
+
+    def chunk_sum(a, b):
+        c = x[a:b]
+        if c.dtype != np.float64:
+            if getattr(buffers, "f64", None) is None:
+                buffers.f64 = np.empty(CHUNK, dtype=np.float64)
+            c = np.copyto(buffers.f64[: b - a], c) or buffers.f64[: b - a]
+        return float(np.einsum("i,i->", c, c))
+
+    for value in map_chunks(x.shape[0], chunk_sum, workers=workers):
+        total += value
     return total
 
 
@@ -415,7 +441,17 @@ def dct3_torch(box: list):
 
 
 def dct_torch(box: list, *, inverse: bool, workers: int):
-    """DCT-II / DCT-III of the tensor ``box.pop()``; odd lengths through scipy on the CPU."""
+    """DCT-II / DCT-III of the tensor ``box.pop()``; odd lengths through scipy on the CPU.
+
+    A long DCT-III of a CPU tensor runs the numpy four-step transform in the tensor's own
+    memory (:mod:`flaudit.auditor.fourstep`; ``4N`` bytes beyond it, on ``workers`` threads)
+    instead of torch's FFT (the reordered input, the FFT's output and its work buffer)."""
+    x = box[0]
+    plan = four_step_plan(x.shape[0]) if inverse and x.device.type == "cpu" else None
+    if plan is not None and x.is_contiguous() and x.dtype in (torch.float32, torch.float64):
+        x = box.pop()
+        dct3_four_step(x.numpy(), plan, workers=workers)  # in place: x and its view share memory
+        return x
     if box[0].shape[0] % 2 == 0:
         return dct3_torch(box) if inverse else dct2_torch(box)
     x = box.pop()

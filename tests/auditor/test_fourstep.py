@@ -76,3 +76,16 @@ def test_tracker_statistics_do_not_depend_on_the_path(monkeypatch):
     monkeypatch.setattr(fourstep, "_MIN_FACTOR", 2)
     four = CosineTracker(7, k, dim, family="orthogonal", backend="numpy", workers=2).all_cosines(v)
     np.testing.assert_allclose(four, plain, atol=1e-5 / np.sqrt(dim))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chunked_passes_do_not_depend_on_workers(dtype, monkeypatch):
+    monkeypatch.setattr(transform, "CHUNK", 7)
+    x = np.random.default_rng(2).standard_normal(1000).astype(dtype)
+    one = transform.sum_of_squares(x, workers=1)
+    assert transform.sum_of_squares(x, workers=3) == one  # bit for bit: chunk sums added in order
+    assert one == pytest.approx(float(np.sum(x.astype(np.float64) ** 2)), rel=1e-12)
+    bits = OrthogonalCanaries(3, 1000)._sign_bits[0]
+    want = x * bits.dense(dtype)
+    np.testing.assert_array_equal(bits.flip(x.copy(), 0, workers=3), want)
+    np.testing.assert_array_equal(bits.flip(x.copy(), 0, workers=1), want)
