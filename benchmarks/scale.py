@@ -75,7 +75,7 @@ def _child(args) -> dict:
             v = update()
         loads.append(os.getloadavg()[0])
         start, start_cpu = time.perf_counter(), time.process_time()
-        if args.code or args.mode == "copy":
+        if args.mode == "copy":
             tracker.all_cosines(v)
         else:
             tracker.all_cosines(v, consume=True)
@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch: the update lives on the GPU (no host copy)")
     parser.add_argument("--compare-with", default=None,
                         help="also run the cells with the flaudit checkout in this directory")
+    parser.add_argument("--compare-modes", nargs="+", default=["copy"], choices=["copy", "consume"],
+                        help="the modes run with --compare-with's code (consume needs code that "
+                             "has all_cosines(consume=True), i.e. from #23 on)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--d", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
@@ -127,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in args.modes:
                     codes = [None] + ([args.compare_with] if args.compare_with else [])
                     for code in codes:
-                        if code and (backend != "numpy" or mode != "copy"):
-                            continue  # the old code has one (numpy, copying) path
+                        if code and (backend != "numpy" or mode not in args.compare_modes):
+                            continue  # compared: the numpy back end, in the modes asked
                         cmd = [sys.executable, __file__, "--child", "--d", str(d), "--k",
                                str(args.k), "--backend", backend, "--threads", str(threads),
                                "--mode", mode, "--rounds", str(args.rounds)]
