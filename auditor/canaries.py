@@ -301,8 +301,10 @@ class OrthogonalCanaries:
         ``backend`` (default: this object's, ``"auto"``) picks numpy/scipy or torch per call
         (:func:`flaudit.auditor.transform.resolve_backend`): a torch tensor is transformed on its
         own device and a torch tensor comes back; a numpy array comes back as numpy. Costs two or
-        three fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``. Peak memory beyond ``v``: ``3 x 4d``
-        bytes (even block lengths); ``consume=True`` lets the numpy back end transform a
+        three fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``. Peak memory beyond ``v``: the working
+        copy plus ``4d`` bytes (the four-step DCT-III's complex buffer, long blocks whose half
+        length factors, :mod:`flaudit.auditor.fourstep`), at most ``3 x 4d`` otherwise (even
+        block lengths); ``consume=True`` lets the numpy back end transform a
         writable float32/float64 ``v`` in place (no working copy: the service's round body,
         read once and scored once), so ``v`` is then overwritten.
         """

@@ -11,17 +11,20 @@ of two back ends, chosen per call (:func:`resolve_backend`):
     the GPU when one is available (one host-to-device copy of the update), on the CPU otherwise.
     Peak memory of one DCT: the reordered input, the FFT's output and its one work buffer, i.e.
     ``3 x 4N`` bytes for float32, nothing kept between calls but ``d / 8`` bytes of sign bits per
-    sign round (per device).
+    sign round (per device). On the CPU a long DCT-III runs the numpy four-step path below in
+    the tensor's own memory.
 ``numpy``
     ``scipy.fft.dct`` / ``idct`` in place (pocketfft): the reference, and the fall-back without
-    torch. Its peak is the working copy plus pocketfft's three ``4N`` buffers (``4 x 4d``).
+    torch; a DCT-III of a length :func:`flaudit.auditor.fourstep.four_step_plan` accepts (from
+    ``2^18``, the rounds' transforms ``R^T``) goes through :mod:`flaudit.auditor.fourstep`:
+    batched short FFTs on ``workers`` threads, ``4N`` bytes beyond the vector.
 
 Odd block lengths (a ``d`` whose 5-smooth block is odd, or an odd remainder block) go through
 scipy on the CPU in both back ends.
 
 Signs are stored as packed bits (``numpy.packbits`` order, bit set = ``-1``) and applied by
-flipping the IEEE sign bit chunk by chunk: exact, and ``d / 8`` bytes per sign round instead of
-``4 d``. Nothing here sees the seed; the sign bits are secret all the same (never printed).
+flipping the IEEE sign bit chunk by chunk (chunks on ``workers`` threads, :func:`map_chunks`):
+exact, and ``d / 8`` bytes per sign round instead of ``4 d``. Nothing here sees the seed; the sign bits are secret all the same (never printed).
 """
 
 from __future__ import annotations
