@@ -11,7 +11,8 @@ per-line buffers:
 
 1. ``Z_k`` from the coefficients ``C`` (as :func:`flaudit.auditor.transform.dct3_torch`):
    ``Y_k = C_k - i C_{N-k}`` (``Y_0 = sqrt2 C_0``), ``V_k = e^{i pi k / 2N} Y_k``,
-   ``Vc_k = conj(V_{M-k})``, ``Z_k = (V_k + Vc_k + i (V_k - Vc_k) e^{2 pi i k / N}) sqrt(N / 2) / 2``,
+   ``Vc_k = conj(V_{M-k})``,
+   ``Z_k = (V_k + Vc_k + i (V_k - Vc_k) e^{2 pi i k / N}) sqrt(N / 2) / 2``,
    written in natural order into one complex buffer of ``M`` values (``4 N`` bytes in float32);
 2. ``z = IFFT_M(Z)`` in place: inverse FFTs of length ``M1`` down the columns, the twiddles
    ``e^{2 pi i k1 n2 / M}``, inverse FFTs of length ``M2`` along the rows; the result is left

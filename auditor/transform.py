@@ -24,7 +24,8 @@ scipy on the CPU in both back ends.
 
 Signs are stored as packed bits (``numpy.packbits`` order, bit set = ``-1``) and applied by
 flipping the IEEE sign bit chunk by chunk (chunks on ``workers`` threads, :func:`map_chunks`):
-exact, and ``d / 8`` bytes per sign round instead of ``4 d``. Nothing here sees the seed; the sign bits are secret all the same (never printed).
+exact, and ``d / 8`` bytes per sign round instead of ``4 d``. Nothing here sees the seed; the
+sign bits are secret all the same (never printed).
 """
 
 from __future__ import annotations
