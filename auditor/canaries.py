@@ -299,8 +299,10 @@ class OrthogonalCanaries:
         ``backend`` (default: this object's, ``"auto"``) picks numpy/scipy or torch per call
         (:func:`flaudit.auditor.transform.resolve_backend`): a torch tensor is transformed on its
         own device and a torch tensor comes back; a numpy array comes back as numpy. Costs two or
-        three fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``. Peak memory beyond ``v``: ``3 x 4d``
-        bytes (even block lengths); ``consume=True`` lets the numpy back end transform a
+        three fast transforms; ``(R^T v)[pi(j)] = <c_j, v>``. Peak memory beyond ``v``: the working
+        copy plus ``4d`` bytes (the four-step DCT-III's complex buffer, long blocks whose half
+        length factors, :mod:`flaudit.auditor.fourstep`), at most ``3 x 4d`` otherwise (even
+        block lengths); ``consume=True`` lets the numpy back end transform a
         writable float32/float64 ``v`` in place (no working copy: the service's round body,
         read once and scored once), so ``v`` is then overwritten.
         """
@@ -313,10 +315,10 @@ class OrthogonalCanaries:
                         and vector.ndim == 1 and vector.flags.c_contiguous
                         and vector.flags.writeable)
             x = vector if in_place else np.array(vector, dtype=dtype, copy=True)
-            self._sign_bits[self._rounds].flip(x, 0)
+            self._sign_bits[self._rounds].flip(x, 0, workers=self.workers)
             for r in range(self._rounds, 0, -1):
                 self._blocks(x, first=r % 2 == 1, inverse=True)
-                self._sign_bits[r - 1].flip(x, 0)
+                self._sign_bits[r - 1].flip(x, 0, workers=self.workers)
             return x
         back_to_numpy = not is_torch_tensor(vector)
         if back_to_numpy:
@@ -463,7 +465,7 @@ class Canaries:
             block = _gaussian_vectors(self._seed, indices[start : start + 64], self.dim,
                                       self.workers)
             for row in block.astype(np.float64):
-                total += row / np.linalg.norm(row)
+                total += row / np.sqrt(np.einsum("i,i->", row, row))  # no BLAS (issue #28)
         return total
 
 

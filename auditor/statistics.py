@@ -30,22 +30,23 @@ import numpy as np
 
 from .canaries import CanaryFamily, OrthogonalCanaries, canary_vectors, resolve_canary_family
 from .estimators.null import cosine_equivalent
-from .transform import CHUNK, is_torch_tensor, sum_of_squares, torch
+from .transform import CHUNK, is_torch_tensor, map_chunks, sum_of_squares, torch
 from .validation import check_at_least, check_integer_at_least
 
 __all__ = ["cosines", "null_standardized_cosines", "scale_dof", "CosineTracker", "TrackerState"]
 
 
-def _all_finite(array) -> bool:
-    """Chunk by chunk: no ``d``-sized boolean temporary."""
+def _all_finite(array, workers: int = 1) -> bool:
+    """Chunk by chunk (on ``workers`` threads): no ``d``-sized boolean temporary."""
     if is_torch_tensor(array):
         step = CHUNK * 16 if array.device.type == "cuda" else CHUNK
         return all(bool(torch.isfinite(array[a : a + step]).all())
                    for a in range(0, array.shape[0], step))
-    return all(bool(np.isfinite(array[a : a + CHUNK]).all()) for a in range(0, array.shape[0], CHUNK))
+    return all(map_chunks(array.shape[0], lambda a, b: bool(np.isfinite(array[a:b]).all()),
+                          workers=workers))
 
 
-def _as_finite_vector(name: str, value, dim: int):
+def _as_finite_vector(name: str, value, dim: int, workers: int = 1):
     if is_torch_tensor(value):  # kept on its device (the torch back end transforms it there)
         if value.ndim != 1 or value.shape[0] != dim:
             raise ValueError(f"{name} must be a vector of length {dim}, got shape {tuple(value.shape)}")
@@ -59,12 +60,12 @@ def _as_finite_vector(name: str, value, dim: int):
         raise ValueError(f"{name} must be a vector of length {dim}, got shape {array.shape}")
     if not np.issubdtype(array.dtype, np.floating):
         raise ValueError(f"{name} must be floating point, got dtype {array.dtype}")
-    if not _all_finite(array):
+    if not _all_finite(array, workers):
         raise ValueError(f"{name} contains NaN or Inf")
     return array.astype(np.float32, copy=False)
 
 
-def _rescaled(vector: np.ndarray) -> np.ndarray:
+def _rescaled(vector: np.ndarray, workers: int = 1) -> np.ndarray:
     """``vector`` times a power of two that brings its largest entry near 1 when it is far from 1.
 
     Cosines do not depend on scale, and a power of two is exact; without it a finite float32
@@ -82,26 +83,31 @@ def _rescaled(vector: np.ndarray) -> np.ndarray:
     vector = np.asarray(vector)
     if vector.size == 0 or not np.issubdtype(vector.dtype, np.floating):
         return vector
-    peak = max(abs(float(vector.max())), abs(float(vector.min())))  # no |v| temporary
+    if vector.ndim == 1:  # chunk by chunk on the workers' threads; NaN propagates as in max()
+        ends = np.array(map_chunks(vector.shape[0], lambda a, b: (vector[a:b].max(),
+                                                                  vector[a:b].min()),
+                                   workers=workers), dtype=np.float64)
+        peak = float(np.max(np.abs(ends)))
+    else:
+        peak = max(abs(float(vector.max())), abs(float(vector.min())))  # no |v| temporary
     if not math.isfinite(peak) or peak == 0.0:
         return vector
     exponent = math.frexp(peak)[1]
     return np.ldexp(vector, -exponent) if abs(exponent) > 32 else vector
 
 
-def _norm(vector: np.ndarray) -> float:
-    return float(np.sqrt(np.sum(np.square(vector), dtype=np.float64)))
-
-
 def cosines(unit_rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """Cosines between unit-norm rows and ``vector`` (0 where ``vector`` is zero), float64."""
-    norm = _norm(vector)
+    """Cosines between unit-norm rows and ``vector`` (0 where ``vector`` is zero), float64.
+
+    No BLAS (``np.einsum`` without ``optimize``): this runs on the audit's threads, beside
+    whatever BLAS work the process does elsewhere (issue #28)."""
+    norm = math.sqrt(sum_of_squares(vector))
     if norm == 0.0:
         return np.zeros(unit_rows.shape[0], dtype=np.float64)
-    return (unit_rows @ vector).astype(np.float64) / norm
+    return np.einsum("ij,j->i", unit_rows, vector).astype(np.float64) / norm
 
 
-def null_standardized_cosines(projected, positions: np.ndarray) -> np.ndarray:
+def null_standardized_cosines(projected, positions: np.ndarray, *, workers: int = 1) -> np.ndarray:
     """Orthogonal family: the canaries' statistic from ``y = R^T v`` (float64, in ``[-1, 1]``).
 
     Each canary coordinate is studentized by the noise scale measured where no canary is,
@@ -113,7 +119,7 @@ def null_standardized_cosines(projected, positions: np.ndarray) -> np.ndarray:
     ``||v||`` (module docstring). Plain cosines ``y[positions] / ||y||`` when there is no such
     coordinate (``k = d``) or ``v`` has no energy there; zeros for ``v = 0``. ``projected`` may
     be a torch tensor (any device): only ``k``-sized values leave it, the sum of squares
-    accumulates in float64 chunk by chunk.
+    accumulates in float64 chunk by chunk (on ``workers`` threads; the same result).
     """
 
     dim = projected.shape[0]
@@ -122,7 +128,7 @@ def null_standardized_cosines(projected, positions: np.ndarray) -> np.ndarray:
         dots = projected[index].double().cpu().numpy()
     else:
         dots = projected[positions].astype(np.float64)
-    total = sum_of_squares(projected)
+    total = sum_of_squares(projected, workers=workers)
     if total == 0.0:
         return np.zeros(dots.shape[0], dtype=np.float64)
     dof = dim - positions.size
@@ -256,10 +262,12 @@ class CosineTracker:
         Orthogonal family: null-standardized cosines (module docstring), clipped to ``[-1, 1]``;
         plain cosines when ``vector`` lies in the span of the seen canaries.
         """
-        vector = _as_finite_vector("vector", _rescaled(vector), self.dim)
+        vector = _as_finite_vector("vector", _rescaled(vector, self.workers), self.dim,
+                                   self.workers)
         if self._orthogonal is not None:  # numpy or torch back end, chosen per call
             return null_standardized_cosines(
                 self._orthogonal.transpose_apply(vector, consume=consume), self._positions,
+                workers=self.workers,
             )
         if is_torch_tensor(vector):
             vector = vector.detach().cpu().numpy()

@@ -11,17 +11,21 @@ of two back ends, chosen per call (:func:`resolve_backend`):
     the GPU when one is available (one host-to-device copy of the update), on the CPU otherwise.
     Peak memory of one DCT: the reordered input, the FFT's output and its one work buffer, i.e.
     ``3 x 4N`` bytes for float32, nothing kept between calls but ``d / 8`` bytes of sign bits per
-    sign round (per device).
+    sign round (per device). On the CPU a long DCT-III runs the numpy four-step path below in
+    the tensor's own memory.
 ``numpy``
     ``scipy.fft.dct`` / ``idct`` in place (pocketfft): the reference, and the fall-back without
-    torch. Its peak is the working copy plus pocketfft's three ``4N`` buffers (``4 x 4d``).
+    torch; a DCT-III of a length :func:`flaudit.auditor.fourstep.four_step_plan` accepts (from
+    ``2^18``, the rounds' transforms ``R^T``) goes through :mod:`flaudit.auditor.fourstep`:
+    batched short FFTs on ``workers`` threads, ``4N`` bytes beyond the vector.
 
 Odd block lengths (a ``d`` whose 5-smooth block is odd, or an odd remainder block) go through
 scipy on the CPU in both back ends.
 
 Signs are stored as packed bits (``numpy.packbits`` order, bit set = ``-1``) and applied by
-flipping the IEEE sign bit chunk by chunk: exact, and ``d / 8`` bytes per sign round instead of
-``4 d``. Nothing here sees the seed; the sign bits are secret all the same (never printed).
+flipping the IEEE sign bit chunk by chunk (chunks on ``workers`` threads, :func:`map_chunks`):
+exact, and ``d / 8`` bytes per sign round instead of ``4 d``. Nothing here sees the seed; the
+sign bits are secret all the same (never printed).
 """
 
 from __future__ import annotations
@@ -30,9 +34,13 @@ import importlib
 import math
 import os
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.fft
+
+from .fourstep import dct3_four_step, four_step_plan
 
 
 class _LazyTorch:
@@ -106,6 +114,24 @@ def _chunk(device) -> int:
     return CHUNK * 16 if str(device).startswith("cuda") else CHUNK
 
 
+def map_chunks(length: int, fn, *, workers: int = 1) -> list:
+    """``[fn(a, b) for each CHUNK-long range [a, b) of [0, length)]``, in order, the ranges split
+    into ``workers`` contiguous groups run on their own threads (numpy releases the GIL on long
+    operations). The chunk boundaries do not depend on ``workers``, so neither do the results."""
+    starts = list(range(0, length, CHUNK))
+
+    def run(group):
+        return [fn(a, min(a + CHUNK, length)) for a in group]
+
+    if workers <= 1 or len(starts) < 2:
+        return run(starts)
+    count = min(workers, len(starts))
+    size = -(-len(starts) // count)
+    groups = [starts[i : i + size] for i in range(0, len(starts), size)]
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        return [value for part in pool.map(run, groups) for value in part]
+
+
 # -- signs as bits ---------------------------------------------------------------------------------
 class SignBits:
     """Random signs of one sign round, packed 8 per byte (bit set = ``-1``)."""
@@ -130,13 +156,16 @@ class SignBits:
         self.flip(out, 0)
         return out
 
-    def flip(self, x: np.ndarray, offset: int) -> np.ndarray:
-        """Multiply ``x`` (coordinates ``[offset, offset + len(x))``) by the signs, in place."""
+    def flip(self, x: np.ndarray, offset: int, *, workers: int = 1) -> np.ndarray:
+        """Multiply ``x`` (coordinates ``[offset, offset + len(x))``) by the signs, in place
+        (chunks on ``workers`` threads)."""
         uint, shift = (np.uint32, 31) if x.dtype == np.float32 else (np.uint64, 63)
         raw = x.view(uint)
-        for a in range(0, x.shape[-1], CHUNK):
-            b = min(a + CHUNK, x.shape[-1])
+
+        def flip_chunk(a, b):
             raw[..., a:b] ^= self.bits(offset + a, offset + b).astype(uint) << uint(shift)
+
+        map_chunks(x.shape[-1], flip_chunk, workers=workers if x.ndim == 1 else 1)
         return x
 
     # torch: the packed bytes go to the device once
@@ -164,18 +193,33 @@ class SignBits:
         return x
 
 
-def sum_of_squares(x) -> float:
-    """``sum x_i^2`` accumulated in float64 chunk by chunk (no float64 copy of ``x``)."""
+def sum_of_squares(x, *, workers: int = 1) -> float:
+    """``sum x_i^2`` accumulated in float64 chunk by chunk (no float64 copy of ``x``); the
+    chunks' sums are added in order, so the result does not depend on ``workers`` (threads).
+
+    No BLAS: each chunk is cast into a float64 buffer and reduced by ``np.einsum`` (its own
+    loops, as ``optimize`` is off), so the audit's threads never enter OpenBLAS's thread pool
+    (issue #28: ``np.dot`` here hung in ``exec_blas``). Torch tensors reduce by
+    ``square().sum()`` (no BLAS either).
+    """
     total = 0.0
     if is_torch_tensor(x):
         step = _chunk(x.device)
         for a in range(0, x.shape[0], step):
-            c = x[a : a + step].double()
-            total += float(torch.dot(c, c))
+            total += float(x[a : a + step].double().square().sum())
         return total
-    for a in range(0, x.shape[0], CHUNK):
-        c = x[a : a + CHUNK].astype(np.float64)
-        total += float(np.dot(c, c))
+    buffers = threading.local()
+
+    def chunk_sum(a, b):
+        c = x[a:b]
+        if c.dtype != np.float64:
+            if getattr(buffers, "f64", None) is None:
+                buffers.f64 = np.empty(CHUNK, dtype=np.float64)
+            c = np.copyto(buffers.f64[: b - a], c) or buffers.f64[: b - a]
+        return float(np.einsum("i,i->", c, c))
+
+    for value in map_chunks(x.shape[0], chunk_sum, workers=workers):
+        total += value
     return total
 
 
@@ -259,6 +303,9 @@ def dct_numpy(x: np.ndarray, *, inverse: bool, workers: int) -> np.ndarray:
     Odd ``N``: that one DCT in place.
     """
     n = x.shape[0]
+    plan = four_step_plan(n) if inverse and x.flags.c_contiguous else None
+    if plan is not None:  # long vectors: a four-step FFT on every core, 4N bytes beyond x
+        return dct3_four_step(x, plan, workers=workers)
     if n % 2 or n < 2:
         out = (scipy.fft.idct if inverse else scipy.fft.dct)(
             x, type=2, norm="ortho", workers=workers, overwrite_x=True)
@@ -397,7 +444,17 @@ def dct3_torch(box: list):
 
 
 def dct_torch(box: list, *, inverse: bool, workers: int):
-    """DCT-II / DCT-III of the tensor ``box.pop()``; odd lengths through scipy on the CPU."""
+    """DCT-II / DCT-III of the tensor ``box.pop()``; odd lengths through scipy on the CPU.
+
+    A long DCT-III of a CPU tensor runs the numpy four-step transform in the tensor's own
+    memory (:mod:`flaudit.auditor.fourstep`; ``4N`` bytes beyond it, on ``workers`` threads)
+    instead of torch's FFT (the reordered input, the FFT's output and its work buffer)."""
+    x = box[0]
+    plan = four_step_plan(x.shape[0]) if inverse and x.device.type == "cpu" else None
+    if plan is not None and x.is_contiguous() and x.dtype in (torch.float32, torch.float64):
+        x = box.pop()
+        dct3_four_step(x.numpy(), plan, workers=workers)  # in place: x and its view share memory
+        return x
     if box[0].shape[0] % 2 == 0:
         return dct3_torch(box) if inverse else dct2_torch(box)
     x = box.pop()

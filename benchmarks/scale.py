@@ -5,8 +5,10 @@ Each cell runs in its own subprocess (its ``ru_maxrss`` is its own): it draws th
 d values; on the GPU too with ``--on-device``), records the peak RSS, builds a ``CosineTracker``
 (set-up timed apart), then times ``--rounds`` calls of ``all_cosines``. Reported: the first round
 with set-up (what the issue's 44.2 s measured), the median round, the extra peak host memory
-(``ru_maxrss`` after minus before, in units of the update's 4d bytes), the peak GPU memory, and the
-1-minute load average next to every timing (the machine may be shared). Every round's time is in
+(``ru_maxrss`` after minus before, in units of the update's 4d bytes), the peak GPU memory, the
+1-minute load average next to every timing (the machine may be shared), and each round's CPU time
+(user + system, all threads: on a loaded machine the wall time says little, and the CPU time over
+the cores bounds what an idle machine would take). Every round's time is in
 the JSON line printed last.
 
 Modes: ``copy`` (the caller keeps its update: a working copy is made) and ``consume`` (the service:
@@ -66,25 +68,26 @@ def _child(args) -> dict:
     start = time.perf_counter()
     tracker = CosineTracker(12345, k, d, family="orthogonal", **options)
     setup = time.perf_counter() - start
-    times, loads = [], []
+    times, cpu, loads = [], [], []
     for r in range(args.rounds):
         if args.mode == "consume" and r:
             v = None
             v = update()
         loads.append(os.getloadavg()[0])
-        start = time.perf_counter()
-        if args.code or args.mode == "copy":
+        start, start_cpu = time.perf_counter(), time.process_time()
+        if args.mode == "copy":
             tracker.all_cosines(v)
         else:
             tracker.all_cosines(v, consume=True)
         if device:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     peak = _peak_bytes()
     out = {"d": d, "k": k, "backend": args.backend, "threads": args.threads, "mode": args.mode,
            "code": args.code or "this", "device": device or "cpu", "setup_s": setup,
            "first_round_with_setup_s": setup + times[0], "round_s": times,
-           "median_round_s": statistics.median(times), "load_1min": loads,
+           "median_round_s": statistics.median(times), "cpu_s": cpu, "load_1min": loads,
            "extra_peak_host_bytes": peak - baseline,
            "extra_peak_in_4d": (peak - baseline) / (4 * d)}
     if device:
@@ -105,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch: the update lives on the GPU (no host copy)")
     parser.add_argument("--compare-with", default=None,
                         help="also run the cells with the flaudit checkout in this directory")
+    parser.add_argument("--compare-modes", nargs="+", default=["copy"], choices=["copy", "consume"],
+                        help="the modes run with --compare-with's code (consume needs code that "
+                             "has all_cosines(consume=True), i.e. from #23 on)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--d", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
@@ -124,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in args.modes:
                     codes = [None] + ([args.compare_with] if args.compare_with else [])
                     for code in codes:
-                        if code and (backend != "numpy" or mode != "copy"):
-                            continue  # the old code has one (numpy, copying) path
+                        if code and (backend != "numpy" or mode not in args.compare_modes):
+                            continue  # compared: the numpy back end, in the modes asked
                         cmd = [sys.executable, __file__, "--child", "--d", str(d), "--k",
                                str(args.k), "--backend", backend, "--threads", str(threads),
                                "--mode", mode, "--rounds", str(args.rounds)]
@@ -149,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                               f"{res['median_round_s']:>7.3f}s {res['first_round_with_setup_s']:>8.2f}s"
                               f" | {res['extra_peak_host_bytes'] / 1e9:>7.2f} GB "
                               f"{res['extra_peak_in_4d']:>5.2f} | "
-                              f"{' '.join(f'{x:.1f}' for x in res['load_1min'])}{gpu}",
+                              f"{' '.join(f'{x:.1f}' for x in res['load_1min'])}{gpu}"
+                              f" | cpu {' '.join(f'{x:.1f}' for x in res.get('cpu_s', []))} s",
                               flush=True)
     print(json.dumps(results))
     return 0

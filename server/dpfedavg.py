@@ -40,7 +40,8 @@ __all__ = [
 
 
 def _norm(vector: np.ndarray) -> float:
-    return float(np.sqrt(np.dot(vector.astype(np.float64), vector.astype(np.float64))))
+    vector = vector.astype(np.float64, copy=False)
+    return float(np.sqrt(np.einsum("i,i->", vector, vector)))  # no BLAS (issue #28)
 
 
 def clip_update(update: np.ndarray, clip_norm: float) -> tuple[np.ndarray, float]:
