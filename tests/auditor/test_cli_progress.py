@@ -54,7 +54,7 @@ def test_tty_bar_keeps_flower_log_records_on_their_own_lines():
     before, after = text.split("DEPRECATED FEATURE: run_simulation", 1)
     drawn, blanks, rest = before.rsplit("\r", 3)[-3:]
     assert "round 1/5" in drawn and blanks.strip() == "" and len(blanks) >= len(drawn)
-    assert rest == ""
+    assert "round" not in rest  # (Flower's own handler, if flwr is imported, writes its prefix)
     assert after.startswith("\n") and "round 2/5" in after
     for line in text.replace("\r", "\n").splitlines():
         assert len(line) <= 100
