@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from flwr.app import Error, Message
 
-import flaudit.auditor.canaries
+import flaudit.commands.run
 import flaudit.server.simulation
 from flaudit.auditor.canaries import seen_mask
 from flaudit.commands.cli import main as cli_main
@@ -64,7 +64,7 @@ def in_process_simulation(monkeypatch, flower_task_identity):
                                noise_seed=1000 + len(calls) - 1)
         return dict(run_audit(InProcessGrid(), runtime))
 
-    monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", fake)
+    monkeypatch.setattr(flaudit.commands.run, "run_simulation_audit", fake)
 
     # Large secret-looking seeds whose split has 2..6 seen of the 8 canaries, so every Gaussian
     # fit is computed and the printed table is the same shape on every run (a random seed gives
@@ -77,7 +77,7 @@ def in_process_simulation(monkeypatch, flower_task_identity):
                 yield seed
 
     seeds = balanced_seeds()
-    monkeypatch.setattr(flaudit.auditor.canaries, "new_master_seed", lambda: next(seeds))
+    monkeypatch.setattr(flaudit.commands.run, "new_master_seed", lambda: next(seeds))
     return calls
 
 
@@ -162,14 +162,14 @@ def test_the_shipped_examples_are_small_specs_that_can_test_their_claim():
 def fixed_demo_seeds(monkeypatch):
     """A fixed secret-looking canary seed (never printed) and noise seed: deterministic runs."""
     seed = 0x5EED_DE30_0BAD_1234_5678_9ABC_DEF1
-    monkeypatch.setattr(flaudit.auditor.canaries, "new_master_seed", lambda: seed)
+    monkeypatch.setattr(flaudit.commands.run, "new_master_seed", lambda: seed)
     real = flaudit.server.simulation.run_simulation_audit
 
     def with_noise_seed(spec, **kwargs):  # the real Flower simulation, reproducible noise
         kwargs.setdefault("noise_seed", 5)
         return real(spec, **kwargs)
 
-    monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", with_noise_seed)
+    monkeypatch.setattr(flaudit.commands.run, "run_simulation_audit", with_noise_seed)
 
 
 @pytest.mark.slow
