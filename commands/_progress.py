@@ -1,8 +1,8 @@
-"""Round progress for ``flaudit run``: a bar on a terminal, one line per round in a log.
+"""Round progress for ``flaudit run``: a tqdm bar on a terminal, one line per round in a log.
 
 The ETA comes from :func:`flaudit.auditor.progress.eta_seconds` (rounds since round 1, not the Flower/Ray
-start-up). Log records of Flower's ``flwr`` logger (e.g. its ``DEPRECATED FEATURE:
-run_simulation`` warning) are printed on their own lines, never into the bar's line.
+start-up), not from tqdm's rate, which would count the start-up; tqdm draws the bar and its line.
+Log records of Flower's ``flwr`` logger are printed on their own lines, never into the bar's line.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import shutil
 import sys
 import time
 from typing import TextIO
+
+from tqdm import tqdm
 
 from ..auditor.progress import eta_seconds
 
@@ -37,14 +39,28 @@ class _BarSafeStream:
         self._progress = progress
 
     def write(self, text: str) -> int:
-        self._progress._clear_line()
+        bar = self._progress._bar
+        if bar is not None:
+            bar.clear()
         self._progress.stream.write(text)
-        if text.endswith("\n"):
-            self._progress._draw()
+        if bar is not None and text.endswith("\n"):
+            bar.refresh()
         return len(text)
 
     def flush(self) -> None:
         self._progress.stream.flush()
+
+
+class _StatusBar(tqdm):
+    """tqdm with our status text (round, pace, ETA) as ``{status}`` in its ``bar_format``."""
+
+    def __init__(self, *args, status: str = "", **kwargs) -> None:
+        self.status = status  # before tqdm draws the bar for the first time
+        super().__init__(*args, **kwargs)
+
+    @property
+    def format_dict(self):
+        return {**super().format_dict, "status": self.status}
 
 
 class RoundProgress:
@@ -74,7 +90,7 @@ class RoundProgress:
         self._clock = clock
         self._started = clock()
         self._times: list[float] = []
-        self._drawn = False
+        self._bar: _StatusBar | None = None  # created at round 1 (the start-up has no bar)
         self._handlers: list[tuple[logging.StreamHandler, TextIO]] = []
 
     # -- context: keep Flower's log records out of the bar's line -----------------------------
@@ -93,9 +109,9 @@ class RoundProgress:
         for handler, previous in self._handlers:
             handler.setStream(previous)
         self._handlers.clear()
-        if self._drawn:
-            self.stream.write("\n")
-            self._drawn = False
+        if self._bar is not None:
+            self._bar.close()  # leaves the bar's last line, ended by a newline
+            self._bar = None
         self.stream.flush()
 
     # -- updates ---------------------------------------------------------------------------
@@ -105,38 +121,32 @@ class RoundProgress:
         while len(self._times) < t:
             self._times.append(now)
         if self.tty:
-            self._clear_line()
             self._draw()
         else:
             self.stream.write(self.line() + "\n")
         self.stream.flush()
 
-    def line(self, width: int | None = None) -> str:
-        """The status text: ``name: round t/T, x s/round, ETA y`` (with a bar when ``width``)."""
+    def line(self) -> str:
+        """One line per round in a log: ``name: round t/T, x s/round, ETA y``."""
+        return f"{self.name}: {self.status()}"
+
+    def status(self) -> str:
+        """``round t/T, x s/round, ETA y`` (``start-up z`` at round 1): the text after the bar."""
         t = len(self._times)
         eta = eta_seconds(self._times, self.total)
         gaps = [b - a for a, b in zip(self._times[:-1], self._times[1:])]
         pace = f", {sorted(gaps)[len(gaps) // 2]:.3g} s/round" if gaps else ""
         start = f", start-up {fmt_seconds(self._times[0] - self._started)}" if t == 1 else ""
-        text = f"round {t}/{self.total}{pace}{start}, ETA {fmt_seconds(eta)}"
-        if width is None:
-            return f"{self.name}: {text}"
-        room = width - len(text) - 4
-        if room < 10:
-            return text[:width - 1]
-        bar = max(0, min(30, room - len(self.name) - 2))
-        filled = round(bar * t / self.total) if self.total else bar
-        head = f"{self.name}: " if bar + len(self.name) + 2 <= room else ""
-        return f"{head}[{'#' * filled}{'.' * (bar - filled)}] {text}"
+        return f"round {t}/{self.total}{pace}{start}, ETA {fmt_seconds(eta)}"
 
     def _draw(self) -> None:
-        if not self._times:
+        if self._bar is None:  # tqdm draws it as it is made
+            self._bar = _StatusBar(
+                total=self.total, initial=len(self._times), status=self.status(),
+                desc=self.name, file=self.stream, bar_format="{desc}: [{bar}] {status}",
+                ncols=min(shutil.get_terminal_size((100, 24)).columns, 100), leave=True,
+            )
             return
-        width = min(shutil.get_terminal_size((100, 24)).columns, 100)
-        self.stream.write("\r" + self.line(width))
-        self._drawn = True
-
-    def _clear_line(self) -> None:
-        if self._drawn:
-            self.stream.write("\r\033[K")
-            self._drawn = False
+        self._bar.status = self.status()
+        self._bar.n = len(self._times)
+        self._bar.refresh()

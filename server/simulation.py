@@ -3,6 +3,14 @@
 The ServerApp runs in a thread of this process, so the secret canary seed and the reporter are
 handed over in memory and never logged. Real clients are partitions mapped onto a few virtual
 SuperNodes (``min(num_clients, max_supernodes)``); each message says which partition to train.
+
+Flower 1.41 marks ``flwr.simulation.run_simulation`` deprecated in favour of ``flwr run``, which
+starts a local SuperLink in simulation mode and runs the ServerApp in a ``flwr-simulation``
+subprocess loaded from a Flower app bundle: the canary seed, the reporter, the progress callback
+and the deadline could then no longer be handed over in memory. ``run_simulation`` is still
+Flower's only in-process entry (ServerApp + ClientApp, Ray backend, ``num_supernodes``,
+``backend_config``), so it stays, and only its deprecation record is dropped
+(:class:`_DropRunSimulationDeprecation`); every other Flower warning is printed (docs/flower.md).
 """
 
 from __future__ import annotations
@@ -23,6 +31,16 @@ from .reporting import RoundReporter
 __all__ = ["run_simulation_audit", "run_inprocess_audit", "InProcessGrid", "DEFAULT_MAX_SUPERNODES"]
 
 DEFAULT_MAX_SUPERNODES = 8
+
+
+class _DropRunSimulationDeprecation(logging.Filter):
+    """Drops the one ``flwr`` record saying ``run_simulation`` is deprecated; passes all others."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            str(record.msg).lstrip().startswith("DEPRECATED FEATURE:")
+            and any("`run_simulation` function is deprecated" in str(a) for a in record.args or ())
+        )
 
 
 def run_simulation_audit(
@@ -104,6 +122,8 @@ def run_simulation_audit(
     flwr_logger = logging.getLogger("flwr")
     previous_level = flwr_logger.level
     flwr_logger.setLevel(logging.WARNING)
+    deprecation = _DropRunSimulationDeprecation()
+    flwr_logger.addFilter(deprecation)
     try:
         run_simulation(
             server_app=make_server_app(runtime),
@@ -112,6 +132,7 @@ def run_simulation_audit(
             backend_config=backend_config,
         )
     finally:
+        flwr_logger.removeFilter(deprecation)
         flwr_logger.setLevel(previous_level)
     if not runtime.result:
         raise RuntimeError("the simulation ended before the audit finished")

@@ -36,6 +36,10 @@ responses, never in the middle of one.
 :func:`http_protocol` makes the protocol class for ``uvicorn.run(http=...)`` on top of the
 implementation uvicorn's ``http="auto"`` picks (httptools when installed, as with
 ``uvicorn[standard]``; h11 otherwise), so the service keeps the parser it had.
+
+None of uvicorn's settings holds these limits (``timeout_keep_alive``, ``limit_concurrency``,
+``h11_max_incomplete_event_size``, ...): tests/service/test_uvicorn_settings_slowloris.py shows it
+and docs/deployment.md ("Slow clients") says what a reverse proxy in front adds.
 """
 
 from __future__ import annotations

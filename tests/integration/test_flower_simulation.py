@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import time
 
 import numpy as np
@@ -32,11 +34,19 @@ def test_simulation_audit_gives_final_and_all_iterate_statistics():
     dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
     reporter = LocalRoundReporter(CosineTracker(SEED, spec.num_canaries, dim, family=spec.canary_family))
     ticks = []
+    flwr_log = io.StringIO()
+    handler = logging.StreamHandler(flwr_log)
+    logging.getLogger("flwr").addHandler(handler)
     started = time.monotonic()
-    result = run_simulation_audit(spec, canary_seed=SEED, reporter=reporter, timeout=200,
-                                  progress=lambda t, total: ticks.append((t, total)), max_supernodes=2,
-                                  noise_seed=3)
+    try:
+        result = run_simulation_audit(spec, canary_seed=SEED, reporter=reporter, timeout=200,
+                                      progress=lambda t, total: ticks.append((t, total)),
+                                      max_supernodes=2, noise_seed=3)
+    finally:
+        logging.getLogger("flwr").removeHandler(handler)
     elapsed = time.monotonic() - started
+    # Flower's run_simulation deprecation is dropped (docs/flower.md), nothing else
+    assert "`run_simulation` function is deprecated" not in flwr_log.getvalue()
     print(f"tiny simulation audit took {elapsed:.1f} s")
     assert ticks == [(t, 4) for t in range(1, 5)]
     assert result["num_rounds"] == 4 and result["dim"] == dim and result["num_failures"] == 0

@@ -163,7 +163,7 @@ def test_the_shipped_examples_are_small_specs_that_can_test_their_claim():
 def fixed_demo_seeds(monkeypatch):
     """A fixed secret-looking canary seed (never printed) and noise seed: deterministic runs."""
     seed = 0x5EED_DE30_0BAD_1234_5678_9ABC_DEF1
-    monkeypatch.setattr(flaudit.auditor.canaries, "new_master_seed", lambda: seed)
+    monkeypatch.setattr(flaudit.commands.run, "new_master_seed", lambda: seed)
     real = flaudit.server.simulation.run_simulation_audit
 
     def with_noise_seed(spec, **kwargs):  # the real Flower simulation, reproducible noise
