@@ -41,7 +41,7 @@ from flwr.serverapp.strategy import (  # noqa: E402
 )
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from flaudit.server.reporting import HttpRoundReporter  # noqa: E402
+from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy  # noqa: E402
 
 SHAPES = [(20, 30), (30,)]

@@ -43,7 +43,7 @@ def main() -> None:
     from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
     from flwr.supercore.task_identity import TaskIdentity
 
-    from flaudit.server.reporting import HttpRoundReporter
+    from flaudit.server.http_reporter import HttpRoundReporter
     from flaudit.server.wrapper import CanaryAuditStrategy
     from tests.server.test_wrapper import CountingFedAvg, LoopGrid
     from tests.service.conftest import AUTH, CIPHER, make_client

@@ -36,11 +36,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    RecordDict,
+)
 from flwr.serverapp import Grid, ServerApp
 
 from ..auditor.bugs import DPBug
-from ..auditor.canaries import Canaries, new_master_seed, resolve_canary_family, seen_mask
+from ..auditor.canaries import (
+    Canaries,
+    new_master_seed,
+    resolve_canary_family,
+    seen_mask,
+)
 from ..auditor.schedules import canary_plan, participation_schedule
 from ..auditor.spec import AuditSpec
 from ..clients.tasks import load_task, set_model_vector
@@ -52,7 +64,8 @@ from ..protocol.wire import (
     RUN_CONFIG_SPEC,
 )
 from .dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
-from .reporting import HttpRoundReporter, LocalRoundReporter, RoundMetadata, RoundReporter
+from .http_reporter import HttpRoundReporter
+from .reporting import LocalRoundReporter, RoundMetadata, RoundReporter
 
 __all__ = ["AuditRuntime", "run_audit", "make_server_app", "app", "MIN_DIM", "check_dimension"]
 

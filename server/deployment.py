@@ -10,7 +10,7 @@ runner hands the audit to :func:`run_deployment_audit`, which
 3. stops the run (Control API ``StopRun``, what ``flwr stop`` does) on cancel or timeout.
 
 The ServerApp reads the run config, trains on the SuperNodes and reports every round to the
-service's ingest routes with :class:`flaudit.server.reporting.HttpRoundReporter` -- the same path as the
+service's ingest routes with :class:`flaudit.server.http_reporter.HttpRoundReporter` -- the same path as the
 embedded default. This module only starts, watches and stops the Flower run.
 
 Run config keys (declared in ``[tool.flwr.app.config]``; see ``docs/architecture.md``)

@@ -4,14 +4,14 @@ itself never imports Flower code).
 
 ``simulation_worker`` trains in Flower's simulation engine; ``deployment_worker`` submits the
 audit's ServerApp to a SuperLink and watches it. Both report rounds to the service over HTTP
-(:class:`.reporting.HttpRoundReporter` -> ingest routes): one data path.
+(:class:`.http_reporter.HttpRoundReporter` -> ingest routes): one data path.
 """
 
 from __future__ import annotations
 
 from ..auditor.spec import AuditSpec
 from .deployment import deployment_worker as run_on_superlink
-from .reporting import HttpRoundReporter
+from .http_reporter import HttpRoundReporter
 from .simulation import run_simulation_audit
 
 __all__ = ["simulation_worker", "deployment_worker"]

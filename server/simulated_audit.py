@@ -26,7 +26,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..auditor.bugs import DPBug
-from ..auditor.canaries import CanaryFamily, canary_vectors, resolve_canary_family, seen_mask
+from ..auditor.canaries import (
+    CanaryFamily,
+    canary_vectors,
+    resolve_canary_family,
+    seen_mask,
+)
 from ..auditor.claims.curves import audit_claims
 from ..auditor.claims.gaussian import gaussian_mechanism_cosines
 from ..auditor.claims.known_rounds import KnownRoundsStatistic

@@ -7,7 +7,7 @@ workers) inherits. Cancelling or timing out kills the whole group and then any p
 carrying the tag, so no Ray process outlives its audit. A watcher thread in the worker kills the
 group when the service process dies (e.g. ``kill -9``).
 
-The worker reports rounds back to this service over HTTP (``flaudit.server.reporting.HttpRoundReporter``
+The worker reports rounds back to this service over HTTP (``flaudit.server.http_reporter.HttpRoundReporter``
 -> ingest routes): one data path for the embedded default and the deployment engine alike.
 
 Engines

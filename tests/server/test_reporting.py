@@ -8,12 +8,8 @@ import pytest
 
 from flaudit.auditor.canaries import canary_vectors, seen_mask
 from flaudit.auditor.statistics import CosineTracker
-from flaudit.server.reporting import (
-    HttpRoundReporter,
-    LocalRoundReporter,
-    ReportingError,
-    RoundMetadata,
-)
+from flaudit.server.reporting import LocalRoundReporter, RoundMetadata
+from flaudit.server.http_reporter import HttpRoundReporter, ReportingError
 
 META = RoundMetadata(clip_norm=0.5, cohort_size=4, num_canaries_inserted=1, num_failures=0,
                      clipped_fraction=0.25, noise_stddev=0.5)

@@ -37,7 +37,8 @@ CLAIM = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_rounds": 5, "num_client
 RUN = textwrap.dedent('''
     import sys, time
     import numpy as np
-    from flaudit.server.reporting import HttpRoundReporter, RoundMetadata
+    from flaudit.server.reporting import RoundMetadata
+    from flaudit.server.http_reporter import HttpRoundReporter
     url, audit_id, token, claim = sys.argv[1], sys.argv[2], sys.argv[3], eval(sys.argv[4])
     reporter = HttpRoundReporter(url, audit_id, token, run_id="the-run")
     reporter.declare_claim(claim)

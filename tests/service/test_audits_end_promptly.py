@@ -20,7 +20,7 @@ from flaudit.commands import cli
 from flaudit.service.silence import CADENCE_FACTOR, MIN_SILENCE_SECONDS, silence_limit, start_limit
 from flaudit.service.store import as_utc, utcnow
 from flaudit.auditor.spec import AuditSpec
-from flaudit.server.reporting import HttpRoundReporter
+from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
 
 from .conftest import AUTH, SMALL_SPEC, f32, start_run, submit

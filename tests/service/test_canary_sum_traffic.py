@@ -9,7 +9,8 @@ import types
 import httpx
 import numpy as np
 
-from flaudit.server.reporting import HttpRoundReporter, RoundMetadata
+from flaudit.server.reporting import RoundMetadata
+from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
 
 from .conftest import AUTH

@@ -17,7 +17,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
-from flaudit.server.reporting import HttpRoundReporter, ReportingError
+from flaudit.server.http_reporter import HttpRoundReporter, ReportingError
 from flaudit.server.wrapper import CanaryAuditStrategy
 
 from .conftest import AUTH

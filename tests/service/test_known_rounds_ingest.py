@@ -10,7 +10,8 @@ from flaudit.auditor.canaries import canary_vectors, seen_mask
 from flaudit.auditor.claims.known_rounds import KnownRoundsStatistic
 from flaudit.service.live import LiveAudits
 from flaudit.service.schemas import AuditOut
-from flaudit.server.reporting import HttpRoundReporter, RoundMetadata
+from flaudit.server.reporting import RoundMetadata
+from flaudit.server.http_reporter import HttpRoundReporter
 from tests.canary_reference import expected_statistics
 
 from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit

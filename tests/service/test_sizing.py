@@ -15,7 +15,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, 
 
 from flaudit.commands import cli
 from flaudit.auditor.claims.sizing import canaries_needed, max_canaries
-from flaudit.server.reporting import HttpRoundReporter, ReportingError
+from flaudit.server.http_reporter import HttpRoundReporter, ReportingError
 from flaudit.server.wrapper import CanaryAuditStrategy
 
 from .conftest import AUTH

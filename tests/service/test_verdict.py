@@ -272,7 +272,7 @@ def test_a_service_audit_stops_its_flower_loop_on_alarm(store):
     """The path of the service's built-in runs: the ServerApp loop (in process, the real
     ClientApp handler), HttpRoundReporter against the service; the ingest answer's ``stop``
     ends training after the alarm's round and the audit records why."""
-    from flaudit.server.reporting import HttpRoundReporter
+    from flaudit.server.http_reporter import HttpRoundReporter
     from flaudit.server.simulation import run_inprocess_audit
 
     spec = {**BASE, "task_options": {"dim": 2000, "test_size": 50}, "num_rounds": 4,

@@ -23,7 +23,7 @@ import pytest
 from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
-from flaudit.server.reporting import HttpRoundReporter
+from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
 
 from tests.server.test_wrapper import CountingFedAvg, LoopGrid

@@ -1,0 +1,244 @@
+"""The strategy wrapper for legacy ``flwr.server.strategy`` strategies
+(:class:`LegacyCanaryAuditStrategy`): the same audit as :class:`.wrapper.CanaryAuditStrategy`
+under ``LegacyContext`` + ``DefaultWorkflow``, SecAgg+ included."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from logging import ERROR, INFO
+from typing import Any
+
+import numpy as np
+from flwr.common.logger import log
+from flwr.supercore.differential_privacy import KEY_NORM_BIT
+
+from ..auditor.validation import check_at_least, check_positive
+from ..protocol.vectors import flatten, unflatten
+from .attach import _reporter_from_env
+from .audit_notes import design_line, refusal_line
+from .http_reporter import ReportingError
+from .reporting import RoundMetadata, RoundReporter
+from .strategies import (
+    _current_clip_norm,
+    _legacy_strategy_class,
+    _mean_value,
+    _metric,
+    _noise_multiplier,
+    _warn_weighting,
+    read_claim,
+)
+
+__all__ = ['LegacyCanaryAuditStrategy']
+
+
+class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
+    """:class:`CanaryAuditStrategy` for legacy ``flwr.server.strategy`` strategies: ``FedAvg``
+    and Flower's four DP wrappers, run by ``LegacyContext`` + ``DefaultWorkflow``, including
+    ``SecAggPlusWorkflow`` with ``secaggplus_mod`` / ``fixedclipping_mod`` clients.
+
+    The same audit: seen canaries take cohort slots (``configure_fit`` leaves ``c`` of the
+    sampled clients out, ``aggregate_fit`` adds ``c`` canary results at the largest
+    ``num_examples`` seen so far), the claim comes from the DP wrapper, every round is reported.
+
+    Under SecAgg+ the server never sees a client's update: after unmasking, Flower hands
+    ``aggregate_fit`` one result per client that all carry the *same* securely aggregated
+    (weighted-average) parameters, each with the client's own ``num_examples``. FedAvg's weighted
+    average of those plus the canary results is exactly the average the canaries would have
+    entered as SecAgg+ clients (it is linear), so the audit is the same; what the auditor sees is
+    what any server sees: the aggregate, the weights and the metrics, never an update.
+
+    Parameters
+    ----------
+    strategy : flwr.server.strategy.Strategy
+        E.g. ``DifferentialPrivacyClientSideFixedClipping(FedAvg(...), ...)`` (Flower's fl-dp-sa).
+    num_rounds : int
+        The ``ServerConfig(num_rounds=...)`` of the ``LegacyContext`` (a legacy strategy is not
+        told the number of rounds).
+    reporter, canaries, clip_norm
+        As for :class:`CanaryAuditStrategy`.
+    """
+
+    def __init__(self, strategy: Any, *, num_rounds: int, reporter: RoundReporter,
+                 canaries: Any = None, clip_norm: float | None = None) -> None:
+        if not isinstance(strategy, _legacy_strategy_class()):
+            raise ValueError(
+                f"strategy must be a flwr.server.strategy.Strategy, got {type(strategy).__name__}"
+                " (Message-API strategies: CanaryAuditStrategy)"
+            )
+        check_at_least(num_rounds, "num_rounds", 1)
+        if clip_norm is not None:
+            check_positive(clip_norm, "clip_norm")
+        if clip_norm is None and _current_clip_norm(strategy) is None:
+            raise ValueError(
+                "clip_norm: the wrapped strategy has no Flower DP wrapper to read the clipping "
+                "norm from; wrap it in DifferentialPrivacyClientSideFixedClipping (or another "
+                "DP wrapper), or pass clip_norm= for your own clipping"
+            )
+        read_claim(strategy, num_rounds=num_rounds, num_nodes=1)
+        self.strategy = strategy
+        self.reporter = reporter
+        self.num_rounds = int(num_rounds)
+        self._canaries = canaries
+        self._clip_norm = None if clip_norm is None else float(clip_norm)
+        self._claimed = False
+        self._initial_reported = False
+        self._final_reported = False
+        self._current: list[np.ndarray] | None = None
+        self._round_block: dict[int, np.ndarray] = {}
+        self._slot_rng = np.random.default_rng()
+        self._max_weight = 0.0
+        self.displaced: dict[int, int] = {}
+        self.weight_factors: dict[int, float] = {}
+        self._weighting_warned = False  # the weighting warning: once per run
+
+    @classmethod
+    def from_env(cls, strategy: Any, *, num_rounds: int,
+                 run_config: Mapping[str, Any] | None = None,
+                 **options: Any) -> "LegacyCanaryAuditStrategy":
+        """As :meth:`CanaryAuditStrategy.from_env`."""
+        return cls(strategy, num_rounds=num_rounds, reporter=_reporter_from_env(run_config),
+                   **options)
+
+    def __repr__(self) -> str:
+        return f"LegacyCanaryAuditStrategy({self.strategy!r})"
+
+    @property
+    def clip_norm(self) -> float:
+        norm = _current_clip_norm(self.strategy)
+        return float(norm if norm is not None else self._clip_norm)
+
+    def _report_initial(self, ndarrays: list[np.ndarray]) -> None:
+        if not self._initial_reported:
+            self.reporter.report_initial(flatten(ndarrays))
+            self._initial_reported = True
+
+    def initialize_parameters(self, client_manager: Any) -> Any:
+        from flwr.common import parameters_to_ndarrays
+
+        parameters = self.strategy.initialize_parameters(client_manager)
+        if parameters is not None:
+            self._declare(client_manager)
+            self._report_initial(parameters_to_ndarrays(parameters))
+        return parameters
+
+    def _declare(self, client_manager: Any) -> None:
+        if self._claimed:
+            return
+        claim = read_claim(self.strategy, num_rounds=self.num_rounds,
+                           num_nodes=int(client_manager.num_available()))
+        if "clip_norm" not in claim and "adaptive_clipping" not in claim:
+            claim["clip_norm"] = self._clip_norm
+        declare = getattr(self.reporter, "declare_claim", None)
+        if declare is not None:
+            try:
+                declare(claim)
+            except ReportingError as error:
+                log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
+                raise
+        self._claimed = True
+        design = design_line(getattr(self.reporter, "claim_ack", None))
+        if design is not None:
+            log(INFO, "%s", design)
+
+    def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
+        """The wrapped strategy's clients, less one per canary scheduled this round."""
+        from flwr.common import parameters_to_ndarrays
+
+        self._declare(client_manager)
+        self._current = parameters_to_ndarrays(parameters)
+        self._report_initial(self._current)
+        pairs = list(self.strategy.configure_fit(server_round, parameters, client_manager))
+        if not pairs:
+            return pairs
+        dim = sum(int(a.size) for a in self._current)
+        block = np.asarray(self._round_canaries(server_round, dim), np.float32).reshape(-1, dim)
+        if block.shape[0] > len(pairs):
+            raise ValueError(
+                f"round {server_round}: {block.shape[0]} canaries are scheduled but the strategy "
+                f"sampled only {len(pairs)} clients; num_sampled_clients must match the clients "
+                "the strategy samples (FedAvg: fraction_fit x clients, at least min_fit_clients)"
+            )
+        self._round_block[server_round] = block
+        self.displaced[server_round] = int(block.shape[0])
+        drop = set(self._slot_rng.choice(len(pairs), size=block.shape[0], replace=False).tolist())
+        return [pair for i, pair in enumerate(pairs) if i not in drop]
+
+    def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
+        if self._canaries is not None:
+            return self._canaries.round_canaries(server_round, dim)
+        return self.reporter.round_canaries(server_round)
+
+    def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple:
+        """Add the round's canary results (at the largest weight seen so far) and aggregate."""
+        from flwr.common import (
+            Code,
+            FitRes,
+            Status,
+            ndarrays_to_parameters,
+            parameters_to_ndarrays,
+        )
+
+        results = list(results)
+        block = self._round_block.pop(server_round, None)
+        current = flatten(self._current) if self._current is not None else None
+        clip_norm = self.clip_norm
+        inserted, weight_factor = 0, None
+        if block is not None and current is not None:
+            weights = [float(res.num_examples) for _, res in results]
+            self._max_weight = max([self._max_weight, *weights])  # heaviest client so far
+            weight = self._max_weight if self._max_weight > 0 else 1.0
+            metrics: dict[str, Any] = {}
+            for key, first in (results[0][1].metrics or {}).items() if results else ():
+                column = [res.metrics.get(key) for _, res in results]
+                if isinstance(first, (int, float)) and not isinstance(first, bool) and all(
+                        isinstance(v, (int, float)) for v in column):
+                    metrics[key] = _mean_value(column, np.asarray(weights))
+                elif key == KEY_NORM_BIT:
+                    metrics[key] = False
+            if KEY_NORM_BIT in metrics:
+                metrics[KEY_NORM_BIT] = False  # a canary has norm S(t): not clipped
+            shapes = [a.shape for a in self._current]
+            dtypes = [a.dtype for a in self._current]
+            for direction in block:
+                model = (current + clip_norm * direction).astype(np.float32)  # per unit of S
+                fit = FitRes(status=Status(code=Code.OK, message=""),
+                             parameters=ndarrays_to_parameters(
+                                 unflatten(model, shapes, dtypes=dtypes)),
+                             num_examples=int(round(weight)), metrics=dict(metrics))
+                results.append((None, fit))
+                inserted += 1
+            total, count = sum(weights) + inserted * round(weight), len(weights) + inserted
+            if total > 0:
+                weight_factor = round(weight) * count / total
+                self.weight_factors[server_round] = weight_factor
+                if weight_factor > 1 + 1e-9 and not self._weighting_warned:
+                    self._weighting_warned = True
+                    _warn_weighting(server_round, "num_examples", weight_factor)
+        parameters, metrics_out = self.strategy.aggregate_fit(server_round, results, failures)
+        if parameters is not None and current is not None:
+            new = flatten(parameters_to_ndarrays(parameters))
+            self.reporter.report_round(server_round, new - current, RoundMetadata(
+                clip_norm=clip_norm,
+                cohort_size=len(results),
+                num_canaries_inserted=inserted,
+                num_failures=len(failures),
+                clipped_fraction=0.0,
+                noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
+                train_loss=_metric(metrics_out, "loss"),
+                participants=(None if not hasattr(self._canaries, "participants") else
+                              tuple(int(j) for j in self._canaries.participants(server_round))),
+                weight_factor=weight_factor,
+            ))
+            if server_round == self.num_rounds and not self._final_reported:
+                self.reporter.report_final(new, {})
+                self._final_reported = True
+        return parameters, metrics_out
+
+    def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list:
+        return self.strategy.configure_evaluate(server_round, parameters, client_manager)
+
+    def aggregate_evaluate(self, server_round: int, results: list, failures: list) -> tuple:
+        return self.strategy.aggregate_evaluate(server_round, results, failures)
+
+    def evaluate(self, server_round: int, parameters: Any) -> Any:
+        return self.strategy.evaluate(server_round, parameters)
