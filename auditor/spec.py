@@ -16,6 +16,7 @@ from flaudit.auditor.bugs import DPBug, InjectedBug
 from flaudit.auditor.canaries import CanaryFamily
 
 __all__ = [
+    "AUTO_CANARIES",
     "AdaptiveClipping",
     "AuditClaim",
     "AuditSpec",
@@ -27,6 +28,9 @@ __all__ = [
     "MAX_MODEL_DIM",
     "BUILTIN_TASK_NAMES",
 ]
+
+#: ``num_canaries`` of an audit that sizes itself (:mod:`flaudit.auditor.claims.sizing`).
+AUTO_CANARIES = "auto"
 
 #: Seen canaries may be at most this fraction of the client population (real + seen canaries)
 #: unless the spec raises ``max_canary_fraction``.
@@ -96,7 +100,7 @@ class SpecModel(BaseModel):
         """``true``/``false`` for a number field is refused, not read as 1/0."""
         if isinstance(value, bool) and info.field_name in cls.model_fields:
             kinds = _annotation_kinds(cls.model_fields[info.field_name].annotation)
-            if kinds and kinds <= {int, float}:
+            if kinds & {int, float} and bool not in kinds:  # (num_canaries: int | "auto")
                 raise ValueError(f"expected a number, got the boolean {str(value).lower()}")
         return value
 
@@ -239,7 +243,15 @@ class AuditSpec(SpecModel):
     max_participations: int | None = Field(
         None, ge=1, le=100_000, description="Cap on participations per client over the run (None: no cap)."
     )
-    num_canaries: int = Field(100, ge=2, le=1_000_000, description="Canaries k (seen + unseen).")
+    num_canaries: int | Literal["auto"] = Field(
+        100,
+        description="Canaries k (seen + unseen), 2 to 1000000, or `auto` (engine `external`, its "
+        "default): chosen when the ServerApp declares its federation, the fewest that make the "
+        "claim testable (catch half the claimed noise in 95% of runs) within the cohort-slot cap "
+        "k <= clients_per_round * floor(num_rounds / canary_repeats); `auto` chooses "
+        "canary_repeats too (docs/estimators.md, \"Sizing the audit\").",
+        examples=[100, "auto"],
+    )
     canary_family: CanaryFamily | None = Field(
         None,
         description="How canaries are drawn: `orthogonal` (columns of a secret random sign + DCT "
@@ -255,7 +267,9 @@ class AuditSpec(SpecModel):
         MAX_CANARY_FRACTION,
         gt=0,
         le=1,
-        description="Largest allowed share of seen canaries in the client population.",
+        description="Largest allowed share of seen canaries in the client population "
+        "(default 0.5; 1.0 for engine `external`, whose canaries take cohort slots and never "
+        "enlarge the population sampled).",
     )
     clip_norm: float | None = Field(1.0, gt=0, le=1e6, description="Fixed clip norm S; null with adaptive.")
     adaptive_clipping: AdaptiveClipping | None = None
@@ -327,11 +341,41 @@ class AuditSpec(SpecModel):
             )
         return address
 
+    @model_validator(mode="before")
+    @classmethod
+    def _external_defaults(cls, data: Any) -> Any:
+        """Bring-your-own audits (engine ``external``) size themselves (``num_canaries =
+        "auto"``) and allow seen canaries up to the whole population (they take cohort slots),
+        unless the request says otherwise."""
+        if isinstance(data, dict) and data.get("engine") in (Engine.external, "external"):
+            data = {"num_canaries": AUTO_CANARIES, "max_canary_fraction": 1.0, **data}
+        return data
+
+    @field_validator("num_canaries")
+    @classmethod
+    def _check_num_canaries(cls, value: int | str) -> int | str:
+        if value != AUTO_CANARIES and not 2 <= value <= 1_000_000:
+            raise ValueError(f"num_canaries must be an integer from 2 to 1000000 or "
+                             f"\"{AUTO_CANARIES}\", got {value}")
+        return value
+
+    @property
+    def sized(self) -> bool:
+        """Whether ``num_canaries`` is a number (``"auto"`` waits for the federation)."""
+        return self.num_canaries != AUTO_CANARIES
+
     @model_validator(mode="after")
     def _check_consistency(self) -> "AuditSpec":
+        if not self.sized:
+            if self.engine != Engine.external:
+                raise ValueError(
+                    "num_canaries: \"auto\" sizes a bring-your-own audit (engine 'external') "
+                    "when its ServerApp declares the federation; give a number for engine "
+                    f"'{self.engine.value}'")
         if (self.clip_norm is None) == (self.adaptive_clipping is None):
             raise ValueError("set exactly one of clip_norm and adaptive_clipping")
-        expected_seen = self.num_canaries / 2
+        # "auto": the canaries are chosen with the claim, within these limits
+        expected_seen = self.num_canaries / 2 if self.sized else 0
         population = self.num_clients + expected_seen
         if self.clients_per_round > population:
             raise ValueError(
@@ -382,7 +426,8 @@ class AuditSpec(SpecModel):
     @property
     def sampling_probability(self) -> float:
         """q = m / N with N = real clients + expected seen canaries (Poisson participation)."""
-        return min(1.0, self.clients_per_round / (self.num_clients + self.num_canaries / 2))
+        seen = self.num_canaries / 2 if self.sized else 0
+        return min(1.0, self.clients_per_round / (self.num_clients + seen))
 
 
 class AuditClaim(SpecModel):
@@ -408,11 +453,25 @@ class AuditClaim(SpecModel):
         description="How the strategy samples nodes (Flower's FedAvg: uniform without replacement).",
     )
     strategy: str = Field("", max_length=200, description="The wrapped strategy, for the record.")
+    num_canaries: int | Literal["auto"] | None = Field(
+        None,
+        description="Canaries the ServerApp asks for (CanaryAuditStrategy(num_canaries=...)): "
+        "a number fixes them for an audit created with `auto`; `auto` or null keeps the audit's "
+        "setting. A number that differs from the one the audit fixed is refused.",
+    )
     stop_on_alarm: bool | None = Field(
         None,
         description="The wrapper ends training when the DP alarm fires "
         "(CanaryAuditStrategy(stop_on_alarm=True)); null keeps the audit spec's setting.",
     )
+
+    @field_validator("num_canaries")
+    @classmethod
+    def _check_num_canaries(cls, value: int | str | None) -> int | str | None:
+        if value is not None and value != AUTO_CANARIES and not 2 <= value <= 1_000_000:
+            raise ValueError(f"num_canaries must be an integer from 2 to 1000000 or "
+                             f"\"{AUTO_CANARIES}\", got {value}")
+        return value
 
     def apply(self, spec: AuditSpec) -> AuditSpec:
         """``spec`` with the claimed settings (validated again as a whole).
@@ -422,8 +481,19 @@ class AuditClaim(SpecModel):
         pydantic.ValidationError
             If the merged spec is inconsistent (e.g. more seen canaries than
             ``max_canary_fraction`` allows for ``num_clients``).
+        ValueError
+            If the claim asks for a number of canaries other than the one the audit fixed.
         """
         values = spec.model_dump()
-        values.update(self.model_dump(exclude={"strategy"}
+        values.update(self.model_dump(exclude={"strategy", "num_canaries"}
                                       | ({"stop_on_alarm"} if self.stop_on_alarm is None else set())))
+        wanted = self.num_canaries
+        if wanted not in (None, AUTO_CANARIES) and wanted != spec.num_canaries:
+            if spec.sized:
+                raise ValueError(
+                    f"num_canaries: the ServerApp asks for {wanted} canaries, but the audit was "
+                    f"created with {spec.num_canaries}; create the audit with "
+                    "num_canaries = \"auto\" (flaudit attach --canaries auto) to let the app "
+                    "choose, or drop num_canaries from CanaryAuditStrategy")
+            values["num_canaries"] = wanted
         return AuditSpec.model_validate(values)

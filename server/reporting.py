@@ -542,6 +542,7 @@ class HttpRoundReporter:
         except ValueError:
             ack = {}
         spec = ack.get("spec") or {}
+        self.claim_ack = ack  # the canaries chosen and the design, for the ServerApp's log
         if self.resume:
             self._round_offset = int(ack.get("rounds_stored") or 0)
             logger.warning("flaudit: resuming audit %s after its round %d",

@@ -52,7 +52,7 @@ import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -63,11 +63,14 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from flaudit.auditor.canaries import Canaries, CanaryFamily, resolve_canary_family, seen_mask
+from flaudit.auditor.claims.sizing import check_num_canaries
 from flaudit.auditor.service.external import RUN_CONFIG_KEYS
 from flaudit.auditor.validation import check_at_least, check_positive
-from flaudit.server.reporting import RoundMetadata, RoundReporter
+from flaudit.server.reporting import ReportingError, RoundMetadata, RoundReporter
 from flaudit.server.schedules import CanarySchedule
 from flaudit.server.vectors import flatten, unflatten
+
+from .audit_notes import design_line, refusal_line
 
 __all__ = ["CanaryAuditStrategy", "LegacyCanaryAuditStrategy", "LocalCanaries", "read_claim", "ENV_AUDIT_ID", "ENV_URL",
            "ENV_RUN_TOKEN", "ENV_RUN_TOKEN_FILE"]
@@ -328,6 +331,11 @@ class CanaryAuditStrategy(Strategy):
         later rounds send no messages and ``start`` reports the model of that round as the
         final one; the audit records where and why. Default False (the alarm is reported, the
         run goes on).
+    num_canaries : int or "auto", optional
+        Canaries for an audit created with ``num_canaries = "auto"`` (the bring-your-own
+        default): a number fixes them, ``"auto"`` (or None, the default) lets the service choose
+        them from the federation this strategy declares (docs/flower.md). A number other than
+        the one the audit fixed is refused and the audit fails.
 
     Raises
     ------
@@ -344,8 +352,11 @@ class CanaryAuditStrategy(Strategy):
         clip_norm: float | None = None,
         num_rounds: int | None = None,
         stop_on_alarm: bool = False,
+        num_canaries: int | str | None = None,
     ) -> None:
         _refuse_legacy(strategy)
+        self._num_canaries = (None if num_canaries is None
+                              else check_num_canaries(num_canaries))
         read_claim(strategy, num_rounds=1, num_nodes=1)
         if clip_norm is not None:
             check_positive(clip_norm, "clip_norm")
@@ -444,9 +455,15 @@ class CanaryAuditStrategy(Strategy):
             claim["clip_norm"] = self._clip_norm
         if self.stop_on_alarm:
             claim["stop_on_alarm"] = True
+        if self._num_canaries is not None:
+            claim["num_canaries"] = self._num_canaries
         declare = getattr(self.reporter, "declare_claim", None)
         if declare is not None:
-            declare(claim)
+            try:
+                declare(claim)
+            except ReportingError as error:  # e.g. more canaries than the federation holds
+                log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
+                raise
         self.num_rounds = int(num_rounds)
         self._claimed = True
         self._cohort = int(claim["clients_per_round"])
@@ -454,6 +471,9 @@ class CanaryAuditStrategy(Strategy):
             "%d rounds", claim["noise_multiplier"],
             f"clip norm {claim['clip_norm']}" if "clip_norm" in claim else "adaptive clipping",
             claim["clients_per_round"], claim["num_clients"], num_rounds)
+        design = design_line(getattr(self.reporter, "claim_ack", None))
+        if design is not None:  # what the audit will catch, before round 1
+            log(INFO, "%s", design)
         return claim
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, *args: Any,
@@ -831,8 +851,15 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
             claim["clip_norm"] = self._clip_norm
         declare = getattr(self.reporter, "declare_claim", None)
         if declare is not None:
-            declare(claim)
+            try:
+                declare(claim)
+            except ReportingError as error:
+                log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
+                raise
         self._claimed = True
+        design = design_line(getattr(self.reporter, "claim_ack", None))
+        if design is not None:
+            log(INFO, "%s", design)
 
     def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
         """The wrapped strategy's clients, less one per canary scheduled this round."""

@@ -26,12 +26,15 @@ from scipy import special
 
 from .alarm import ALARM_ALPHA, look_level
 from .fdp import design_guesses, fdp_mu_lo
+from .sizing import AUTO, CLEAR_BUG_NOISE_SCALE, canaries_needed, capped_advice, seen_low
 from .tiers import AlarmTest
 
 __all__ = ["AuditDesign", "audit_design", "CLEAR_BUG_NOISE_SCALE"]
 
-#: An audit is "testable" when it catches noise x 0.5 (half the claimed noise) in 95% of runs.
-CLEAR_BUG_NOISE_SCALE = 0.5
+#: The design of an external audit with ``num_canaries = "auto"`` before its claim.
+_PENDING = ("Sizes itself when your ServerApp declares its federation (num_canaries = \"auto\"): "
+            "the canaries are chosen then, to catch half the claimed noise in 95% of runs where "
+            "the federation allows it.")
 
 
 @dataclass(frozen=True)
@@ -79,16 +82,6 @@ class AuditDesign:
         return asdict(self)
 
 
-def _seen_low(k: int) -> int:
-    """Lower 5% quantile of Bin(k, 1/2) (normal approximation, at least 0)."""
-    return max(0, int(math.floor(k / 2 - 1.645 * math.sqrt(k) / 2)))
-
-
-def _participations_needed(lam: float, z_sum: float, scale: float) -> int:
-    """Seen participations for the test to catch noise x ``scale``."""
-    return int(math.ceil((z_sum / (lam * (1.0 / scale - 1.0))) ** 2))
-
-
 @functools.lru_cache(maxsize=256)
 def _max_refutable_mu(guesses_per_end: int, k: int, level: float) -> float:
     """The f-DP tier's ``mu_lo`` with every guess right (the slow part of the design: a
@@ -104,9 +97,12 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
 
     z = float(spec.accounted_noise_multiplier)
     r = int(spec.canary_repeats)
-    k = int(spec.num_canaries)
     delta = float(spec.delta)
-    n_seen = _seen_low(k) * r
+    if spec.num_canaries == AUTO:  # an external audit before its ServerApp declared the claim
+        return AuditDesign(None, None, delta, None, None, None, None, True, _PENDING, None, 0,
+                           power, alpha)
+    k = int(spec.num_canaries)
+    n_seen = seen_low(k) * r
     if z == 0:
         return AuditDesign(None, None, delta, None, None, None, None, False,
                            "No DP claim (noise multiplier 0): there is nothing to test.", None,
@@ -128,8 +124,8 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
                            spec.num_rounds + 1, alpha=alpha)
     max_mu = _max_refutable_mu(g, k, fdp_level) if k >= 2 else 0.0
     testable = s_star is not None and s_star >= CLEAR_BUG_NOISE_SCALE
-    need_clear = _participations_needed(lam, z_sum, CLEAR_BUG_NOISE_SCALE)
-    canaries_clear = int(math.ceil(2 * (need_clear / r + 1.645 * math.sqrt(need_clear / r))))
+    canaries_clear = canaries_needed(noise_multiplier=z, canary_repeats=r,
+                                     num_rounds=spec.num_rounds, alpha=alpha, power=power)
     # one sentence that also reads as a clause after "this audit" (the verdict embeds it)
     if s_star is None:
         # about half the canaries are seen; in the unluckiest 5% of runs, none are
@@ -140,9 +136,9 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Au
                    f"{s_star:.2f} or smaller (μ ≥ {det_mu:.3g}, ε ≥ {det_eps:.3g} "
                    f"at δ = {delta:g}) in {power:.0%} of runs.")
     advice = None
-    if not testable:
-        advice = (f"Too few canaries to catch even half the claimed noise: use at least "
-                  f"{canaries_clear} canaries (or more canary repeats) to make this audit "
-                  "testable.")
+    if not testable:  # more canaries where the federation has slots for them, else more rounds
+        advice = capped_advice(spec, canaries_clear, alpha=alpha, power=power) or (
+            f"Too few canaries to catch even half the claimed noise: use at least "
+            f"{canaries_clear} canaries (or more canary repeats) to make this audit testable.")
     return AuditDesign(mu, eps, delta, s_star, det_mu, det_eps, max_mu, testable, summary, advice,
                        n_seen, power, alpha)

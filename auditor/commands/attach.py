@@ -24,9 +24,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key-file", help="File whose first line is the API key "
                         "(default: $FLAUDIT_API_KEY).")
     parser.add_argument("--name", default="my flower app", help="Label of the audit.")
-    parser.add_argument("--canaries", type=int, default=100, help="Canaries k (about half seen).")
-    parser.add_argument("--repeats", type=int, default=1, choices=(1, 2, 4, 8),
-                        help="Rounds each seen canary is inserted in.")
+    parser.add_argument("--canaries", type=_canaries, default="auto",
+                        help="Canaries k (about half seen), or 'auto' (default): chosen when "
+                        "your ServerApp declares its federation, the fewest that make the claim "
+                        "testable, within the k <= sampled clients per round x rounds the "
+                        "federation holds (the ServerApp log says what the audit will catch).")
+    parser.add_argument("--repeats", type=int, default=None, choices=(1, 2, 4, 8),
+                        help="Rounds each seen canary is inserted in (default 1; with "
+                        "--canaries auto, chosen with the canaries).")
     parser.add_argument("--delta", type=float, default=1e-5, help="delta of every epsilon.")
     parser.add_argument("--max-canary-fraction", type=float, default=None,
                         help="Largest share of seen canaries in the population (small "
@@ -41,6 +46,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="Write the run token to PATH (mode 0600) and print its path "
                         "instead of the token (required with --format run-config; PATH must be "
                         "readable where the ServerApp runs).")
+
+
+def _canaries(value: str) -> int | str:
+    """``--canaries``: an integer of at least 2, or ``auto``."""
+    if value.strip().lower() == "auto":
+        return "auto"
+    try:
+        k = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {value!r}") from None
+    if k < 2:
+        raise argparse.ArgumentTypeError(f"at least 2 canaries, got {k}")
+    return k
 
 
 def _api_key(args: argparse.Namespace) -> str:
@@ -92,7 +110,9 @@ def main(args: argparse.Namespace) -> int:
                                   timeout=30)
         else:
             body = {"name": args.name, "engine": "external", "num_canaries": args.canaries,
-                    "canary_repeats": args.repeats, "delta": args.delta}
+                    "delta": args.delta}
+            if args.repeats is not None:
+                body["canary_repeats"] = args.repeats
             if args.max_canary_fraction is not None:
                 body["max_canary_fraction"] = args.max_canary_fraction
             response = httpx.post(f"{base}/audits", json=body, headers=headers, timeout=30)
@@ -103,7 +123,8 @@ def main(args: argparse.Namespace) -> int:
     if response.status_code >= 400:
         print(f"flaudit attach: HTTP {response.status_code}: {response.text[:500]}", file=sys.stderr)
         return 1
-    env = response.json()["environment"]
+    created = response.json()
+    env = created["environment"]
     if args.token_file:  # apps write their run config to disk: the token goes in a file
         path = os.path.abspath(args.token_file)
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -126,4 +147,7 @@ def main(args: argparse.Namespace) -> int:
           "shown once (rotate a leaked token with `flaudit attach --rotate "
           f"{env['FLAUDIT_AUDIT_ID']}`); follow it at {base}/audits/{env['FLAUDIT_AUDIT_ID']}",
           file=sys.stderr)
+    summary = (created.get("design") or {}).get("summary")
+    if summary:  # with --canaries auto: the ServerApp's log gives the design before round 1
+        print(f"flaudit: design: {summary}", file=sys.stderr)
     return 0

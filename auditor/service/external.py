@@ -28,8 +28,10 @@ import numpy as np
 from flaudit.auditor.canaries import Canaries, canary_vectors, resolve_canary_family, seen_mask
 from flaudit.auditor.spec import AuditSpec
 
+from ..claims.sizing import auto_sizing, spec_cap
+
 __all__ = [
-    "canary_plan", "round_canaries", "round_participants", "round_canary_vectors",
+    "size_to_federation", "canary_plan", "round_canaries", "round_participants", "round_canary_vectors",
     "round_canary_sum", "attach_environment", "RUN_CONFIG_KEYS", "RUN_ID_HEADER",
 ]
 
@@ -58,6 +60,40 @@ def canary_plan(seed: int, spec: AuditSpec):
         canary_repeats=spec.canary_repeats, seed=spec.data_seed,
         max_per_round=spec.clients_per_round,
     )
+
+
+def size_to_federation(seed: int, spec: AuditSpec) -> AuditSpec:
+    """``spec`` (completed with its claim) with its canaries fitted to the federation:
+    ``num_canaries = "auto"`` chosen (:func:`flaudit.auditor.claims.sizing.auto_sizing`,
+    ``canary_repeats`` with it), and any number checked against the cohort-slot cap
+    (:func:`flaudit.auditor.claims.sizing.max_canaries`).
+
+    Raises
+    ------
+    ValueError
+        The federation cannot hold the canaries (the message says what to change).
+    """
+    if not spec.sized:
+        sizing = auto_sizing(spec)
+        if sizing.num_canaries < 2:
+            raise ValueError(
+                f"num_canaries: \"auto\" found no room for canaries: the federation has "
+                f"{spec.clients_per_round} sampled client(s) per round and {spec.num_rounds} "
+                "round(s), and an audit needs at least 2 canaries (seen canaries take cohort "
+                "slots); train more rounds or sample more clients per round")
+        spec = AuditSpec.model_validate({**spec.model_dump(), "num_canaries": sizing.num_canaries,
+                                         "canary_repeats": sizing.canary_repeats})
+    cap = spec_cap(spec)
+    if cap is not None and spec.num_canaries > cap:
+        raise ValueError(
+            f"num_canaries: {spec.num_canaries} canaries do not fit this federation: seen "
+            "canaries take cohort slots and any canary may be seen, so at most "
+            f"{spec.clients_per_round} sampled clients per round × "
+            f"{spec.num_rounds // spec.canary_repeats} rounds per canary period = {cap} canaries "
+            "fit; use num_canaries = \"auto\" (flaudit attach --canaries auto), at most "
+            f"{cap} canaries, more rounds or fewer canary_repeats")
+    canary_plan(seed, spec)  # the schedule itself (never refuses within the cap)
+    return spec
 
 
 def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:

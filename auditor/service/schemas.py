@@ -186,6 +186,10 @@ class ClaimAck(BaseModel):
         0, description="Rounds the audit holds already: a resumed run continues after them."
     )
     resumed: bool = Field(False, description="True when this run took the audit over (resume).")
+    design: AuditDesignOut | None = Field(
+        None, description="What the audit can detect with the canaries chosen for this "
+        "federation (num_canaries = \"auto\" is resolved in `spec`); the ServerApp logs its "
+        "summary before round 1.")
 
 
 class HeartbeatAck(BaseModel):

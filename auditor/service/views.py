@@ -17,6 +17,7 @@ import numpy as np
 from flaudit.auditor.canaries import resolve_canary_family, seen_mask
 from flaudit.auditor.claims.alerts import bug_label, first_alarm, spec_alarm_guarantee, spec_verdict
 from flaudit.auditor.progress import eta_seconds
+from flaudit.auditor.spec import AUTO_CANARIES
 from flaudit.auditor.statistics import scale_dof
 
 from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc
@@ -261,6 +262,12 @@ class CosineColumns:
         return sum(a.nbytes for a in arrays if a is not None)
 
 
+def _num_canaries(audit: Audit) -> int:
+    """``k`` of ``audit``; 0 while an external audit's ``"auto"`` waits for its claim."""
+    k = audit.spec["num_canaries"]
+    return 0 if k == AUTO_CANARIES else int(k)
+
+
 def cosines_version(audit: Audit) -> tuple:
     """What the decoded per-canary statistics of ``audit`` depend on: the arrays change only
     with a stored round or the final model, the labels with the status (published once ended)."""
@@ -268,7 +275,7 @@ def cosines_version(audit: Audit) -> tuple:
         int(audit.rounds_stored or 0),
         bool(audit.has_final),
         audit.status,
-        int(audit.spec["num_canaries"]),
+        _num_canaries(audit),
     )
 
 
@@ -279,7 +286,7 @@ def cosine_columns(store: Store, audit: Audit, *, cache=None) -> CosineColumns:
 
     def load() -> CosineColumns:
         arrays = store.cosine_arrays(audit.id)
-        k = int(audit.spec["num_canaries"])
+        k = _num_canaries(audit)
         labels = seen_mask(store.canary_seed(audit.id), k) if audit.status in ENDED_STATUSES else None
         for array in (*arrays.values(), labels):
             if array is not None:
@@ -320,7 +327,7 @@ def cosines_view(
     """
     columns = cosine_columns(store, audit, cache=cache)
     ended = audit.status in ENDED_STATUSES
-    k = int(audit.spec["num_canaries"])
+    k = _num_canaries(audit)
     dof = None
     if audit.dim:
         family = resolve_canary_family(audit.spec.get("canary_family"), num_canaries=k,
@@ -344,7 +351,7 @@ def cosines_view(
 def cosines_csv(store: Store, audit: Audit, *, chunk: int = 10_000, cache=None):
     """The per-canary statistics of every canary as CSV text, yielded ``chunk`` rows at a time."""
     columns = cosine_columns(store, audit, cache=cache)
-    k = int(audit.spec["num_canaries"])
+    k = _num_canaries(audit)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=_COSINE_FIELDS, lineterminator="\n")
     writer.writeheader()

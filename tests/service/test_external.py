@@ -45,13 +45,7 @@ def test_external_audit_end_to_end_without_the_seed_leaving_the_service(client, 
     assert _put(client, f"/audits/{audit_id}/initial-model", np.zeros(DIM), token).status_code == 409
     bad = client.put(f"/audits/{audit_id}/claim", json={**CLAIM, "clip_norm": -1}, headers=token)
     assert bad.status_code == 422 and "clip_norm" in bad.text
-    crowded = client.put(f"/audits/{audit_id}/claim",
-                         json={**CLAIM, "num_clients": 1, "clients_per_round": 20}, headers=token)
-    assert crowded.status_code == 422 and "clients_per_round" in crowded.text
-    # the seen canaries take cohort slots: 16 canaries do not fit 1 slot per round
-    no_room = client.put(f"/audits/{audit_id}/claim", headers=token,
-                         json={**CLAIM, "num_rounds": 2, "clients_per_round": 1})
-    assert no_room.status_code == 422 and "num_canaries" in no_room.text
+    # (a claim the federation cannot satisfy ends the audit: tests/service/test_sizing.py)
     assert client.get(f"/audits/{audit_id}").json()["started_at"] is None  # nothing stored
     ack = client.put(f"/audits/{audit_id}/claim", json=CLAIM, headers=token)
     assert ack.status_code == 200 and ack.json()["stored"] is True

@@ -22,7 +22,7 @@ from flaudit.server.wrapper import CanaryAuditStrategy
 
 from .conftest import AUTH
 
-EXTERNAL = {"name": "failopen", "engine": "external", "num_canaries": 16,
+EXTERNAL = {"name": "failopen", "engine": "external", "num_canaries": 12,  # fits 3 per round x 4 rounds
             "max_canary_fraction": 1.0, "delta": 1e-5}
 S = 0.5
 SHAPES = [(20, 30), (30,)]

@@ -34,7 +34,7 @@ def test_tradeoff_of_an_ended_audit(keyed):
 
 
 def test_no_empirical_curve_while_the_labels_are_secret(keyed):
-    spec = {"name": "live", "engine": "external", "num_canaries": 20, "max_canary_fraction": 1.0}
+    spec = {"name": "live", "engine": "external", "num_canaries": 15, "max_canary_fraction": 1.0}
     body = keyed.post("/audits", json=spec).json()
     token = {"Authorization": f"Bearer {body['environment']['FLAUDIT_RUN_TOKEN']}"}
     claim = {"noise_multiplier": 1.0, "clip_norm": 1.0, "num_rounds": 3, "num_clients": 10,

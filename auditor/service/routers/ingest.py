@@ -23,12 +23,13 @@ from starlette.requests import ClientDisconnect
 from flaudit.auditor.spec import AuditClaim, AuditSpec, Engine
 
 from ..auth import require_run_token
+from ...claims import audit_design
 from ..external import (
     RUN_ID_HEADER,
-    canary_plan,
     round_canaries,
     round_canary_sum,
     round_canary_vectors,
+    size_to_federation,
 )
 from ..live import IngestError
 from ..schemas import (
@@ -436,24 +437,37 @@ def put_claim(
         raise _fail(404, f"audit {audit_id!r} not found")
     if not _is_external(audit):
         raise _fail(409, "only an audit with engine 'external' takes a claim from its ServerApp")
+    # no claim declared yet: a refusal ends the audit
+    first = audit.started_at is None and audit.status == "running"
     try:
         spec = claim.apply(AuditSpec.model_validate(audit.spec))
     except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False)
+        if first:
+            _refuse_federation(request, audit, "; ".join(
+                e["msg"].removeprefix("Value error, ") for e in errors))
         raise HTTPException(
             status_code=422,
             detail=[
                 {"loc": ["body", *map(str, e["loc"])], "msg": e["msg"], "type": e["type"]}
-                for e in exc.errors(include_url=False, include_context=False)
+                for e in errors
             ],
         ) from None
-    # The seen canaries take cohort slots: at most clients_per_round per round. A resumed run
-    # keeps the stored spec (its num_rounds may count only the rounds left), checked when the
-    # claim was first declared: checking the plan over the rounds left would refuse a resume
-    # whenever more canaries are seen than those rounds have slots.
+    except ValueError as exc:  # the claim asks for other canaries than the audit fixed
+        if first:
+            _refuse_federation(request, audit, str(exc))
+        raise _fail(422, str(exc)) from None
+    # The seen canaries take cohort slots: at most clients_per_round per round; "auto" chooses
+    # the canaries here, from the federation. A resumed run keeps the stored spec (its
+    # num_rounds may count only the rounds left), checked when the claim was first declared:
+    # checking the plan over the rounds left would refuse a resume whenever more canaries are
+    # seen than those rounds have slots.
     if not (resume and audit.started_at is not None):
         try:
-            canary_plan(store.canary_seed(audit_id), spec)
+            spec = size_to_federation(store.canary_seed(audit_id), spec)
         except ValueError as exc:
+            if first:
+                _refuse_federation(request, audit, str(exc))
             raise _fail(422, str(exc)) from None
     wanted = spec.model_dump(mode="json")
     if audit.started_at is not None:
@@ -462,7 +476,8 @@ def put_claim(
         if mine is None or audit.run_id is None or mine == audit.run_id:
             if audit.spec == wanted:
                 return ClaimAck(audit_id=audit_id, stored=False, spec=spec,
-                                rounds_stored=audit.rounds_stored)
+                                rounds_stored=audit.rounds_stored,
+                                design=audit_design(spec).to_dict())
             raise _fail(409, "a different claim was declared for this audit already")
         if not resume:
             raise _fail(409, _other_run(audit, mine))
@@ -472,7 +487,17 @@ def put_claim(
     if not store.declare_claim(audit_id, spec=wanted, run_id=mine):
         raise _fail(409, "the claim was declared meanwhile, or the audit ended")
     request.app.state.read_cache.invalidate(audit_id)
-    return ClaimAck(audit_id=audit_id, stored=True, spec=spec)
+    return ClaimAck(audit_id=audit_id, stored=True, spec=spec,
+                    design=audit_design(spec).to_dict())
+
+
+def _refuse_federation(request: Request, audit, problem: str) -> None:
+    """End ``audit`` (``failed``, the reason on the page and in the API) and raise 422: the
+    first claim of its run asks what the federation cannot do, so it will never start."""
+    reason = f"refused before round 1: {problem}"
+    request.app.state.store.finish(audit.id, status="failed", reason=reason, only_if=("running",))
+    request.app.state.read_cache.invalidate(audit.id)
+    raise _fail(422, f"audit {audit.id} failed: {reason}")
 
 
 def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
@@ -487,8 +512,9 @@ def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
     if not request.app.state.store.resume_run(audit.id, run_id=mine, previous=audit.run_id):
         raise _fail(409, "the audit changed owner or ended meanwhile; try again")
     request.app.state.read_cache.invalidate(audit.id)
-    return ClaimAck(audit_id=audit.id, stored=False, spec=AuditSpec.model_validate(audit.spec),
-                    rounds_stored=audit.rounds_stored, resumed=True)
+    spec = AuditSpec.model_validate(audit.spec)
+    return ClaimAck(audit_id=audit.id, stored=False, spec=spec, rounds_stored=audit.rounds_stored,
+                    resumed=True, design=audit_design(spec).to_dict())
 
 
 @router.put(

@@ -539,7 +539,7 @@ export function renderAudit(root, id) {
       row("Training", s.engine === "external" ? "your Flower app (attached)" : `built-in task ${s.task ?? "?"}`),
       row("Model dimension d", a.dim ? String(a.dim) : "–"),
       row("Rounds × cohort", `${s.num_rounds ?? "?"} × ${s.clients_per_round ?? "?"} of ${s.num_clients ?? "?"} clients (${participation})`),
-      row("Canaries", `${s.num_canaries ?? "?"}, each inserted in ${s.canary_repeats ?? 1} round(s)`),
+      row("Canaries", s.num_canaries === "auto" ? "chosen for the federation when your ServerApp declares it" : `${s.num_canaries ?? "?"}, each inserted in ${s.canary_repeats ?? 1} round(s)`),
       row("Noise / clip", `noise multiplier ${s.noise_multiplier ?? "?"}, clip norm ${s.clip_norm ?? "adaptive"}`),
       row("δ", fmtDelta(s.delta)),
       row("Created", fmtTime(a.created_at)),

@@ -1,0 +1,110 @@
+"""The audit sizes itself on a real Flower federation (issue #28, "Done when"): Flower's
+quickstart app with the documented lines, 3 SuperNodes on loopback, 2 sampled per round, 10
+rounds, z = 1, attached with `flaudit attach` and no `--canaries` (the default, "auto"): no
+refusal, the design line in the ServerApp log before round 1, and an honest verdict (the
+federation holds 20 canaries, fewer than z = 1 needs: inconclusive, advising rounds or sampled
+clients, never more canaries than fit). A second run asks for 100 canaries in 5 rounds: its
+audit fails at once with the reason, and the ServerApp log says so in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import tomllib
+
+import httpx
+import pytest
+
+from tests.integration.test_byo_flower_app import API_KEY, CLIP, _run_config, make_app
+from tests.integration.test_service_outage import _submit
+from tests.processes import BIN, Processes, flower_env, free_port, wait_for, wait_for_audit
+from tests.service.service_process import ServiceProcess
+
+pytestmark = pytest.mark.slow
+
+
+def _attach(service_url: str, env: dict, name: str, token_file, *extra: str) -> dict:
+    attach = subprocess.run(
+        [str(BIN / "flaudit"), "attach", "--url", service_url, "--name", name, *extra,
+         "--format", "run-config", "--token-file", str(token_file)],
+        env={**env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True, timeout=60,
+    )
+    assert attach.returncode == 0, attach.stderr
+    return tomllib.loads(attach.stdout)
+
+
+@pytest.mark.timeout(900)
+def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_once(tmp_path):
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    env = flower_env(home, project_on_path=True)
+    for key in ("FLAUDIT_AUDIT_ID", "FLAUDIT_URL", "FLAUDIT_RUN_TOKEN"):
+        env.pop(key, None)
+    link_port = free_port()
+    marker = f"127.0.0.1:{link_port}"
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{marker}"\ninsecure = true\n'
+    )
+    service_port = free_port()
+    service = ServiceProcess(
+        f"sqlite:///{tmp_path / 'flaudit.db'}", tmp_path / "service.log", api_key=API_KEY,
+        port=service_port, env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"},
+    )
+    procs = Processes(tmp_path, cwd=tmp_path)
+    started = time.monotonic()
+    try:
+        procs.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--port",
+                                  str(link_port), "--disable-runtime-dependency-installation"], env)
+        for i in range(3):
+            procs.start(f"supernode{i}", [
+                str(BIN / "flower-supernode"), "--insecure", "--superlink", marker,
+                "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions=3",
+            ], env)
+        http = httpx.Client(base_url=service.url, timeout=30)
+        app = tmp_path / "app"
+        make_app(app, extra_client_metric=False)
+        runs = {}
+        for name, rounds, extra in (("auto", 10, ()), ("too many", 5, ("--canaries", "100"))):
+            lines = _attach(service.url, env, name, tmp_path / f"{name}.token", *extra)
+            config = _run_config(tmp_path / f"{name}.toml", {
+                "noise-multiplier": 1.0, "clipping-norm": CLIP, "num-sampled-clients": 2,
+                "num-server-rounds": rounds, "fraction-evaluate": 0.0, **lines})
+            runs[name] = (lines["flaudit-audit-id"], _submit(app, config, env, tmp_path))
+
+        def run_log(run_id: int) -> str:
+            shown = subprocess.run([str(BIN / "flwr"), "log", str(run_id), "local", "--show"],
+                                   env=env, capture_output=True, text=True, timeout=120,
+                                   cwd=tmp_path)
+            return shown.stdout + shown.stderr
+
+        refused_id, refused_run = runs["too many"]
+        refused = wait_for(
+            lambda: (a := http.get(f"/audits/{refused_id}").json())["status"] != "running" and a,
+            timeout=300, interval=1, what="the impossible audit to end")
+        audit_id, run_id = runs["auto"]
+        audit = wait_for_audit(http, audit_id, timeout=600, bodies=[], what="the auto-sized audit")
+        auto_log, refused_log = run_log(run_id), run_log(refused_run)
+    finally:
+        procs.stop_all()
+        service.stop()
+    print(f"auto-sized run and refused run took {time.monotonic() - started:.1f} s")
+
+    assert refused["status"] == "failed" and "at most 10 canaries" in refused["reason"]
+    assert refused["reason"].startswith("refused before round 1: ")
+    assert "Running" not in refused["verdict"]["summary"]
+    errors = [line for line in refused_log.splitlines()
+              if "flaudit: the audit service refused this run's claim" in line]
+    assert len(errors) == 1 and "at most 10 canaries" in errors[0], refused_log[-3000:]
+
+    assert audit["status"] == "succeeded", audit["reason"]
+    assert audit["spec"]["num_canaries"] == 20 and audit["spec"]["clients_per_round"] == 2
+    design = [i for i, line in enumerate(auto_log.splitlines())
+              if "flaudit: audit design: 20 canaries" in line]
+    first_round = [i for i, line in enumerate(auto_log.splitlines()) if "[ROUND 1/" in line]
+    assert design and first_round and design[0] < first_round[0], auto_log[-3000:]
+    verdict = audit["verdict"]
+    print(f"design line: {auto_log.splitlines()[design[0]]}\nverdict: {verdict['summary']}\n"
+          f"refused: {errors[0]}")
+    assert verdict["status"] in ("inconclusive", "claim_refuted"), verdict  # never "consistent"
+    if verdict["status"] == "inconclusive":
+        assert "train 20 rounds" in verdict["summary"] and "use at least" not in verdict["summary"]
