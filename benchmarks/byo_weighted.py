@@ -30,6 +30,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--together", action="store_true",
+                        help="start every pair at once (default: one pair after the other)")
     args = parser.parse_args()
 
     from tests.integration.byo_weighted import NUM_ROUNDS, Federation, blamed_on_noise
@@ -40,18 +42,22 @@ def main() -> None:
     out: dict[str, list[dict]] = {"x 0.5 (bug)": [], "as claimed": []}
     with tempfile.TemporaryDirectory(prefix="flaudit-byo-bench-") as tmp:
         with Federation(Path(tmp)) as fed:
-            for i in range(args.pairs):
-                pair = [("x 0.5 (bug)", fed.start_run(f"bug {i}", planted_bug="short-noise",
+            def start(i):
+                return [("x 0.5 (bug)", fed.start_run(f"bug {i}", planted_bug="short-noise",
                                                       rounds=rounds)),
                         ("as claimed", fed.start_run(f"correct {i}", rounds=rounds))]
-                audits = fed.wait([run for _, run in pair], timeout=1800)
+
+            batches = ([[run for i in range(args.pairs) for run in start(i)]] if args.together
+                       else (start(i) for i in range(args.pairs)))
+            for i, pair in enumerate(batches):
+                audits = fed.wait([run for _, run in pair], timeout=1800, start_timeout=900)
                 for noise, run in pair:
                     audit = audits[run["audit"]]
                     out[noise].append(audit)
                     v = audit.get("verdict") or {}
-                    print(f"pair {i} {noise}: {audit['status']} {v.get('status')} / "
+                    print(f"{run['name']} {noise}: {audit['status']} {v.get('status')} / "
                           f"{v.get('cause')}, W = {audit.get('max_weight_factor')}, ended "
-                          f"{audit['end_latency_s']:.1f} s after the last round "
+                          f"{audit['end_latency_s']} s after the last round "
                           f"({time.monotonic() - started:.0f} s)", flush=True)
             design = ((audits[pair[0][1]["audit"]].get("verdict") or {}).get("design")
                       or {}).get("summary")
