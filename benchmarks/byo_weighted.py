@@ -9,7 +9,9 @@ real ``flaudit serve`` (SQLite). ``--pairs N`` runs N pairs one after the other,
 planted-bug run (``planted-bug = "short-noise"``: noise x 0.5 behind the claim's back) and a
 correct run training side by side.
 
-Rerun: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/byo_weighted.py --pairs 5``
+Rerun: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/byo_weighted.py --pairs 5`` (a pair
+took 12.5-16.6 minutes on the 2 shared cores at load 14-20, 2026-11-27; ``--pairs 2
+--together``: 15.0 minutes; results in docs/flower.md, "Weighted FedAvg gets two answers").
 """
 
 from __future__ import annotations
