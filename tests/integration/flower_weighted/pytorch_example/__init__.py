@@ -1,0 +1,1 @@
+"""pytorch-example: Flower's advanced-pytorch app, offline, audited by flaudit."""
