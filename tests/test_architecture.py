@@ -93,6 +93,14 @@ def test_no_source_file_is_longer_than_a_reader_can_hold():
     assert not long, f"source files over {MAX_LINES} lines: {long}"
 
 
+def test_no_source_file_is_named_like_a_test():
+    """Flower leaves ``*_test.py`` and ``test_*.py`` out of an app bundle (FAB): such a module
+    would be missing from the ServerApp on a SuperLink (seen: ``claim_test.py``)."""
+    named = [str(p.relative_to(ROOT)) for p in _sources()
+             if p.name.endswith("_test.py") or p.name.startswith("test_")]
+    assert not named, named
+
+
 @pytest.mark.parametrize("path", [p for p in _sources() if p.stat().st_size > 0],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_module_says_what_it_owns(path):

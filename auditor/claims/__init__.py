@@ -1,7 +1,7 @@
 """Claims, claim tests, the alarm and the audit design: one home (issue #19).
 
 * claims as trade-off curves: :func:`audit_claims`, :class:`GaussianDPClaim`, :class:`NoDPClaim`
-  (:mod:`.curves`) and the generic tests of a curve (:mod:`.claim_test`);
+  (:mod:`.curves`) and the generic tests of a curve (:mod:`.curve_tests`);
 * the tests, one file each: normal-score tests, exact on the rounds' studentized sums
   (:mod:`.normal_scores`, tier ``independent_canaries``) and the one-run f-DP guessing game (:mod:`.fdp`, tier
   ``assumption_free``);
@@ -16,7 +16,7 @@ Pure: arrays and specs in, numbers out; no service, no Flower.
 
 from ..estimators.gdp import gdp_delta, gdp_epsilon
 from .alarm import ALARM_ALPHA, AlarmDecision, alarm_guarantee, decide_alarm, look_level
-from .claim_test import ClaimTestResult, claim_test, fdp_one_run_lower_bound, fdp_one_run_p_value
+from .curve_tests import ClaimTestResult, claim_test, fdp_one_run_lower_bound, fdp_one_run_p_value
 from .curves import (
     EpsilonDeltaCurveClaim,
     GaussianDPClaim,

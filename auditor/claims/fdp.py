@@ -17,7 +17,7 @@ import numpy as np
 from scipy import special
 
 from ..results import Correction
-from .claim_test import ClaimTestResult, _guess_counts, fdp_one_run_p_value
+from .curve_tests import ClaimTestResult, _guess_counts, fdp_one_run_p_value
 from .tiers import AlarmTest
 
 __all__ = ["design_guesses", "fdp_claim_test", "fdp_mu_lo"]

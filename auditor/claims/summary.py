@@ -39,7 +39,7 @@ from ..estimators.lower_bound import Bonferroni, NoCorrection, epsilon_lower_bou
 from ..estimators.null import EXACT_NULL_BELOW_DIM, null_pdf
 from ..estimators.one_run import one_run_lower_bound
 from ..results import Correction, Diagnostic, EpsilonResult, Estimator
-from .claim_test import ClaimTestResult, claim_test, fdp_one_run_lower_bound
+from .curve_tests import ClaimTestResult, claim_test, fdp_one_run_lower_bound
 from .curves import KNOWN_ROUNDS
 from .fdp import fdp_claim_test
 from .normal_scores import RoundSums, final_model_rounds, normal_score_test
@@ -174,7 +174,7 @@ def summarize(
         lower bound (threat model ``known_rounds``) and, with ``claims``, its claim tests.
     claims : list, optional
         The audit's trade-off claims (:func:`flaudit.auditor.estimators.gdp.audit_claims`). Each claim
-        is tested (:func:`flaudit.auditor.estimators.gdp.claim_test`, Bonferroni thresholds) on the
+        is tested (:func:`flaudit.auditor.claims.curve_tests.claim_test`, Bonferroni thresholds) on the
         statistics its adversary may use: the ``known_rounds`` claim on the known-rounds scores
         and on the final-model cosines (exact null); the ``poisson_subsampled`` claim on the
         final-model cosines and the max-over-rounds cosines. Results in ``claim_tests`` (feed

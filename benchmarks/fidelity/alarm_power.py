@@ -44,7 +44,7 @@ from flaudit.auditor.claims.fdp import fdp_claim_test
 from flaudit.auditor.claims.normal_scores import RoundSums, normal_score_test
 from flaudit.auditor.claims.tiers import AlarmTest
 from flaudit.auditor.claims.curves import GaussianDPClaim
-from flaudit.auditor.claims.claim_test import claim_test
+from flaudit.auditor.claims.curve_tests import claim_test
 from flaudit.auditor.estimators.lower_bound import Bonferroni
 
 from ._common import clopper_pearson

@@ -12,7 +12,7 @@ releases ``rho = sum_j c_j + N(0, sigma^2 I)`` are simulated exactly in distribu
 * ``normal scores``: ``mu_lo`` of the exact normal-score test on the same cosines
   (:func:`flaudit.auditor.claims.normal_scores.final_model_rounds`, the release's noise scale of
   ``d - k`` degrees of freedom), the verdict's measured bound, read as epsilon at delta;
-* ``claim test``: :func:`flaudit.auditor.estimators.claim_test` against the mechanism's own claim
+* ``claim test``: :func:`flaudit.auditor.claims.claim_test` against the mechanism's own claim
   ``mu = 1/sigma`` (a mechanism exactly on its claim): its rejection rate at 5% is the
   false-alarm rate.
 
@@ -38,7 +38,7 @@ from flaudit.auditor.claims.normal_scores import final_model_rounds, normal_scor
 from flaudit.auditor.estimators import epsilon_lower_bound  # noqa: E402
 from flaudit.auditor.estimators.analytic import gaussian_sigma_for_epsilon  # noqa: E402
 from flaudit.auditor.claims.curves import GaussianDPClaim
-from flaudit.auditor.claims.claim_test import claim_test
+from flaudit.auditor.claims.curve_tests import claim_test
 from flaudit.auditor.estimators.gdp import gdp_epsilon, gdp_lower_bound
 from flaudit.auditor.estimators.lower_bound import Bonferroni  # noqa: E402
 from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines  # noqa: E402

@@ -15,7 +15,7 @@ from flaudit.auditor.claims.nct import nct_normal_score
 from flaudit.auditor.claims.tiers import AlarmTest
 from flaudit.auditor.claims.fdp import fdp_mu_lo
 from flaudit.auditor.claims.curves import GaussianDPClaim
-from flaudit.auditor.claims.claim_test import _guess_game_feasible
+from flaudit.auditor.claims.curve_tests import _guess_game_feasible
 
 
 def _spec(k=1000, z=1.0, r=1, T=10, delta=1e-6):

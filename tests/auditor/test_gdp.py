@@ -19,7 +19,7 @@ from flaudit.auditor.claims.curves import (
     audit_claims,
     poisson_subsampled_claim,
 )
-from flaudit.auditor.claims.claim_test import claim_test, fdp_one_run_lower_bound
+from flaudit.auditor.claims.curve_tests import claim_test, fdp_one_run_lower_bound
 from flaudit.auditor.estimators.gdp import gdp_delta, gdp_epsilon
 from flaudit.auditor.estimators.lower_bound import Bonferroni, NoCorrection, Split
 from flaudit.auditor.results import Estimator

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flaudit.auditor.claims import decide_alarm, summarize
-from flaudit.auditor.claims.claim_test import claim_test
+from flaudit.auditor.claims.curve_tests import claim_test
 from flaudit.server.simulated_audit import (
     DPBug,
     FedAvgSimulation,
