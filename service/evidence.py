@@ -104,6 +104,7 @@ def _statistics(store: Store, audit: Audit) -> dict[str, Any]:
         "rounds": rounds,
         "gaps": gaps,
         "max_weight_factor": audit.max_weight_factor,
+        "max_canary_weight_factor": audit.max_canary_weight_factor,
         "alarm_statistics": _alarm_statistics(store, audit.id),
     })
 

@@ -216,7 +216,7 @@ def _check_seed(result: Recomputed, bundle: dict, seen: np.ndarray, k: int) -> N
 
 
 def _recompute_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict, at_look: dict,
-                           seen: np.ndarray, dim: int) -> None:
+                           seen: np.ndarray, dim: int, stats: dict) -> None:
     """The alarm of look t < T from the statistics the service kept of that look: the
     all-iterates claim tests as the service ran them after round t (``live.ingest_round``)."""
     t, k = int(at_look["round"]), spec.num_canaries
@@ -231,7 +231,7 @@ def _recompute_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict, at_
             bootstrap=0, known_rounds_scores=None if known is None else known.scores,
             known_rounds_participations=None if known is None else known.num_participations,
             known_rounds_rounds=None if known is None else known.rounds,
-            canary_repeats=spec.canary_repeats, claims=audit_claims(spec), num_rounds=t,
+            canary_repeats=spec.canary_repeats, claims=audit_claims(spec, weight_factor=_canary_weight(stats, upto=t)), num_rounds=t,
             scale_dof=dof,
         ).claim_tests)
     recomputed = jsonable(alarm_record(decide(spec, tests, look=t), round=t))
@@ -332,7 +332,8 @@ def recompute(bundle: dict) -> Recomputed:
                 known_rounds_scores=None if known is None else known.scores,
                 known_rounds_participations=None if known is None else known.num_participations,
                 known_rounds_rounds=None if known is None else known.rounds,
-                canary_repeats=spec.canary_repeats, claims=audit_claims(spec),
+                canary_repeats=spec.canary_repeats,
+                claims=audit_claims(spec, weight_factor=_canary_weight(stats)),
                 num_rounds=int(stats.get("rounds_stored") or 0), scale_dof=dof,
             )
             computed = jsonable([e.to_dict() for e in summary.estimates])
@@ -350,7 +351,7 @@ def recompute(bundle: dict) -> Recomputed:
     at_look = stats.get("alarm_statistics")
     if alarm is not None and alarm.get("round") is not None and at_look is not None \
             and dim and seen is not None:
-        _recompute_early_alarm(result, spec, alarm, at_look, seen, int(dim))
+        _recompute_early_alarm(result, spec, alarm, at_look, seen, int(dim), stats)
     elif alarm is not None and alarm.get("round") is not None:
         _check_early_alarm(result, spec, alarm)
     elif dim and seen is not None and stats.get("has_final"):
@@ -362,12 +363,27 @@ def recompute(bundle: dict) -> Recomputed:
                if r.get("weight_factor") is not None]
     _check(result, "statistics.max_weight_factor", stats.get("max_weight_factor"),
            max(weights) if weights else None)
+    if "max_canary_weight_factor" in stats:
+        _check(result, "statistics.max_canary_weight_factor",
+               stats.get("max_canary_weight_factor"), _canary_weight(stats))
     verdict = spec_verdict(
         spec, alarm=alarm, estimates=estimates, state=bundle["audit"]["status"],
         rounds_received=int(stats.get("rounds_stored") or 0),
         missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
         rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
         weight_factor=stats.get("max_weight_factor"),
+        canary_weight_factor=_canary_weight(stats), dim=stats.get("dim"),
     )
     _check(result, "verdict", bundle.get("verdict"), jsonable(verdict.to_dict()))
     return result
+
+
+def _canary_weight(stats: dict, upto: int | None = None) -> float | None:
+    """The heaviest influence a canary carried (rounds ``<= upto``): the largest weight factor
+    of a round that inserted canaries; the claim tests run there (docs/estimators.md,
+    "Weighted FedAvg: two answers")."""
+    weights = [float(r["weight_factor"]) for r in stats.get("rounds") or []
+               if r.get("weight_factor") is not None
+               and int(r.get("num_canaries_inserted") or 0) > 0
+               and (upto is None or int(r.get("round") or 0) <= upto)]
+    return max(weights) if weights else None
