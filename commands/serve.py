@@ -12,7 +12,7 @@ from ..service.app import create_app
 from ..service.http_protocol import MAX_HEAD_BYTES, http_protocol
 from ..service.settings import Settings
 
-DEMO_SPEC = Path(__file__).resolve().parents[2] / "examples" / "quick-audit.json"
+DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "quick-audit.json"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ __all__ = ["CADENCE_FACTOR", "MIN_SILENCE_SECONDS", "DEFAULT_START_TIMEOUT", "Si
            "silence_limit", "start_limit"]
 
 #: The silence limit is this many median round gaps ...
-CADENCE_FACTOR = 10.0
+CADENCE_FACTOR = 5.0
 #: ... and never less than this (seconds).
 MIN_SILENCE_SECONDS = 120.0
 #: ``start_timeout_seconds`` of a spec that predates the field.

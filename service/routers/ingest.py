@@ -566,7 +566,7 @@ def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
 )
 async def put_heartbeat(audit_id: AuditId, request: Request) -> HeartbeatAck:
     """An external audit ends when its run is not heard from (claim, any ingest, or this
-    heartbeat) for its silence limit: 10x the median time between its rounds, at least 120 s,
+    heartbeat) for its silence limit: 5x the median time between its rounds, at least 120 s,
     at most ``timeout_seconds`` (returned here); the wrapper sends one whenever it has been
     quiet for a fraction of that limit."""
     audit = await _precheck(request, audit_id, need_dim=False)
