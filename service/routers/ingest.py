@@ -642,24 +642,11 @@ async def get_round_canaries(
 ) -> Response:
     """What the ServerApp's wrapper adds to round t, scaled to that round's clip norm: the
     service schedules the canaries (same rule as built-in audits) and keeps the seed."""
-    audit = await _precheck(request, audit_id, need_dim=True)
-    if not _is_external(audit):
-        raise _fail(409, "canaries are served only to audits with engine 'external'")
-    if audit.status != "running":
-        raise _fail(409, f"audit is {audit.status}; no canaries served")
-    spec = AuditSpec.model_validate(audit.spec)
-    if t > spec.num_rounds:
-        raise _fail(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+    def vectors(seed: int, spec: AuditSpec, dim: int) -> tuple[np.ndarray, int]:
+        block = round_canary_vectors(seed, spec, t, dim)
+        return block, int(block.shape[0])
 
-    def vectors() -> np.ndarray:
-        return round_canary_vectors(request.app.state.store.canary_seed(audit_id), spec, t, audit.dim)
-
-    block = await run_in_threadpool(vectors)
-    return Response(
-        content=np.ascontiguousarray(block, dtype="<f4").tobytes(),
-        media_type="application/octet-stream",
-        headers={"X-Canary-Count": str(block.shape[0]), "X-Canary-Dim": str(audit.dim)},
-    )
+    return await _serve_canaries(request, audit_id, t, vectors)
 
 
 @router.get(
@@ -687,6 +674,15 @@ async def get_round_canary_sum(
 ) -> Response:
     """Like ``GET .../canaries`` but one vector: the canaries' sum (docs/estimators.md, "Canary
     replies from the round's sum", says which mechanisms this is exact for)."""
+    def total(seed: int, spec: AuditSpec, dim: int) -> tuple[np.ndarray, int]:
+        return round_canary_sum(seed, spec, t, dim)
+
+    return await _serve_canaries(request, audit_id, t, total)
+
+
+async def _serve_canaries(request: Request, audit_id: str, t: int, make) -> Response:
+    """Round ``t``'s canaries of a running external audit as raw little-endian float32, made by
+    ``make(seed, spec, d) -> (array, c)`` off the event loop; the seed stays in the service."""
     audit = await _precheck(request, audit_id, need_dim=True)
     if not _is_external(audit):
         raise _fail(409, "canaries are served only to audits with engine 'external'")
@@ -695,13 +691,10 @@ async def get_round_canary_sum(
     spec = AuditSpec.model_validate(audit.spec)
     if t > spec.num_rounds:
         raise _fail(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
-
-    def total() -> tuple[np.ndarray, int]:
-        return round_canary_sum(request.app.state.store.canary_seed(audit_id), spec, t, audit.dim)
-
-    vector, count = await run_in_threadpool(total)
+    array, count = await run_in_threadpool(
+        lambda: make(request.app.state.store.canary_seed(audit_id), spec, audit.dim))
     return Response(
-        content=np.ascontiguousarray(vector, dtype="<f4").tobytes(),
+        content=np.ascontiguousarray(array, dtype="<f4").tobytes(),
         media_type="application/octet-stream",
         headers={"X-Canary-Count": str(count), "X-Canary-Dim": str(audit.dim)},
     )

@@ -112,8 +112,6 @@ def test_participants_are_validated_naming_the_field_and_nothing_is_stored(clien
     for part, words in (([-1, 2], "negative"), ([3, K], "out of range"), ([4, 4], "twice")):
         r = _put_round(client, audit_id, 1, update, part, headers)
         assert r.status_code == 422 and "participants" in r.text and words in r.text, r.text
-    r = _put_round(client, audit_id, 1, update, [1, 2], headers, num_participants=3)
-    assert r.status_code == 422 and "num_participants=3" in r.text
     r = _put_round(client, audit_id, 1, update, list(range(K + 1)), headers)
     assert r.status_code == 422 and "num_participants" in r.text
     r = client.put(f"/audits/{audit_id}/rounds/1", params={**META, "num_participants": -1},
@@ -126,6 +124,13 @@ def test_participants_are_validated_naming_the_field_and_nothing_is_stored(clien
     assert _put_round(client, audit_id, 1, update, [0, 5], headers).status_code == 200
     r = client.put(f"/audits/{audit_id}/rounds/2", params=META, content=f32(update), headers=headers)
     assert r.status_code == 409 and "participants" in r.text
+    assert store.get_audit(audit_id).rounds_stored == 1
+    # a body whose length does not match its query (2 indices for num_participants=3) is
+    # refused naming the field and, like any complete body that cannot be audited, ends the
+    # audit on the rounds it has (docs/flower.md, "When an attached audit ends")
+    r = _put_round(client, audit_id, 2, update, [1, 2], headers, num_participants=3)
+    assert r.status_code == 422 and "num_participants=3" in r.text
+    assert store.get_audit(audit_id).status == "failed"
     assert store.get_audit(audit_id).rounds_stored == 1
 
 
