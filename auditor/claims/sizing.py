@@ -63,6 +63,8 @@ MIN_AUTO_CANARIES = 32
 MAX_NUM_CANARIES = 1_000_000
 #: ``canary_repeats`` the spec allows.
 REPEATS = (1, 2, 4, 8)
+#: The one-sided 95% normal quantile behind :func:`seen_low`.
+_SEEN_Z = 1.645
 #: How far :func:`rounds_needed` / :func:`clients_needed` look (x the current value).
 _SEARCH_FACTOR = 1000
 
@@ -86,7 +88,7 @@ def check_num_canaries(value: Any, name: str = "num_canaries") -> int | str:
 def seen_low(k: int) -> int:
     """Lower 5% quantile of Bin(k, 1/2) (normal approximation, at least 0): the seen canaries
     the design counts on."""
-    return max(0, int(math.floor(k / 2 - 1.645 * math.sqrt(k) / 2)))
+    return max(0, int(math.floor(k / 2 - _SEEN_Z * math.sqrt(k) / 2)))
 
 
 def max_canaries(*, clients_per_round: int, num_rounds: int, canary_repeats: int = 1,
@@ -128,8 +130,13 @@ def canaries_needed(*, noise_multiplier: float, canary_repeats: int, num_rounds:
         raise ValueError("noise_multiplier must be > 0 (without noise there is no claim)")
     need = math.ceil((_z_sum(num_rounds, alpha, power) * z / (1.0 / scale - 1.0)) ** 2 - 1e-9)
     per_canary = math.ceil(need / r)  # seen canaries needed
-    k = max(2, 2 * per_canary)
-    while seen_low(k) < per_canary:  # seen_low is nondecreasing: a few steps at most
+    # seen_low(k) >= p  <=>  k/2 - c*sqrt(k) >= p (p an integer): solve for sqrt(k), then
+    # step over the float rounding (seen_low is nondecreasing: a few steps at most).
+    c = _SEEN_Z / 2
+    k = max(2, math.ceil((c + math.sqrt(c * c + 2 * per_canary)) ** 2))
+    if k > 2**48:  # beyond float's unit steps (and far beyond any cap): the closed form
+        return k
+    while seen_low(k) < per_canary:
         k += 1
     while k > 2 and seen_low(k - 1) >= per_canary:
         k -= 1

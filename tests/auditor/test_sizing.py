@@ -59,6 +59,19 @@ def test_canaries_needed_is_the_smallest_testable_k(z, r, T):
                                   num_rounds=T) >= 0.5
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("z", [50.0, 1e3, 999999.0, 1e12])
+def test_canaries_needed_for_a_huge_claim_is_the_smallest_k_and_the_design_answers(z):
+    # the fuzzer's noise_multiplier = 999999 took minutes (a step-by-step search over ~1e13 k)
+    k = canaries_needed(noise_multiplier=z, canary_repeats=1, num_rounds=20)
+    if k < 2**48:  # beyond, float has no unit steps: the closed form stands
+        caught = [detectable_noise_scale(noise_multiplier=z, num_canaries=m, canary_repeats=1,
+                                         num_rounds=20) for m in (k, k - 1)]
+        assert caught[0] >= 0.5 - 1e-9 and caught[1] < 0.5, (k, caught)
+    design = audit_design(_spec(100, z=z, T=20, n=10, N=100))
+    assert not design.testable and design.advice
+
+
 def test_seen_low_is_nondecreasing_and_below_half():
     values = [seen_low(k) for k in range(0, 2000)]
     assert all(a <= b for a, b in zip(values, values[1:]))

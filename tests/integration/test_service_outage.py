@@ -54,18 +54,24 @@ def _attach(service_url: str, env: dict, name: str, token_file: Path) -> dict:
 
 
 def _submit(app: Path, run_config: Path, env: dict, cwd: Path) -> int:
+    last: list[str] = []
+
     def submit():
         done = subprocess.run(
             [str(BIN / "flwr"), "run", str(app), "local", "--run-config", str(run_config),
              "--format", "json"],
             env=env, capture_output=True, text=True, timeout=120, cwd=cwd,
         )
+        last[:] = [f"exit {done.returncode}: {done.stdout[-1500:]} {done.stderr[-1500:]}"]
         if done.returncode != 0 or "{" not in done.stdout:
             return None
         payload = json.loads(done.stdout[done.stdout.index("{"):])
         return payload.get("run-id") if payload.get("success") else None
 
-    return int(wait_for(submit, timeout=90, interval=2, what="the SuperLink to accept the run"))
+    try:
+        return int(wait_for(submit, timeout=180, interval=2, what="the SuperLink to accept the run"))
+    except TimeoutError as exc:  # say what `flwr run` answered last
+        raise TimeoutError(f"{exc}; last `flwr run`: {last[0] if last else 'never ran'}") from None
 
 
 @pytest.mark.timeout(900)
