@@ -313,11 +313,14 @@ def _conf(confidence: Any) -> str:
     return f"{value:.0%} confidence" if value is not None else "its stated confidence"
 
 
-def _refutation(alarm: dict, claim: dict, bound: dict | None) -> tuple[dict, str]:
+def _refutation(alarm: dict, claim: dict, bound: dict | None, *,
+                weighted: bool = False) -> tuple[dict, str]:
     """``verdict.refuted_by`` and its sentence from the alarm's record; the leakage is quoted
     from ``bound`` (the final valid one, the tile's), the alarm's round named as when it
-    fired. Tested at the heaviest influence (the record's ``claim_mu`` above the claim's mu):
-    the sentence says so, and that the noise falls short for the weighting used."""
+    fired. In a weighted run (``weighted``) the sentence says that the noise falls short, and
+    at which influence it was tested: the heaviest the canaries carried (the record's
+    ``claim_mu`` above the claim's mu) or, when none of their rounds up to the alarm had a
+    heavier reply, the ``C/n`` the noise is calibrated for."""
     by = dict(alarm.get("refuted_by") or {})
     threat_model = by.get("threat_model")
     by.setdefault("name", TEST_NAMES.get(by.get("test"))
@@ -331,6 +334,9 @@ def _refutation(alarm: dict, claim: dict, bound: dict | None) -> tuple[dict, str
         noise = (f"the noise falls short: tested at the heaviest client's influence "
                  f"({_g(tested / claim['mu'])}× the C/n the noise is calibrated for, where "
                  f"correct noise gives μ = {_g(tested)}), ")
+    elif weighted:
+        noise = ("the noise falls short: tested at the C/n the noise is calibrated for (no "
+                 "round of the canaries up to the alarm had a heavier reply), ")
     t = alarm.get("round")
     when = f"at round {t}" if t is not None else "at the end of training"
     tier = by.get("tier")
@@ -413,7 +419,7 @@ def audit_verdict(
     common["weighting"] = weighting
     breaks = weighting is not None and weighting["breaks_claim"]
     if alarm is not None:
-        refuted_by, because = _refutation(alarm, claim, bound)
+        refuted_by, because = _refutation(alarm, claim, bound, weighted=weighting is not None)
         t = alarm.get("round")
         where = f"at round {t}" if t is not None else "at the end of training"
         if stopped_at_round is not None:  # the missing rounds are the ones never trained

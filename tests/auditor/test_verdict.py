@@ -157,6 +157,21 @@ def test_an_alarm_tested_at_the_heaviest_influence_blames_the_noise():
     assert slight.weighting["breaks_claim"] is False
 
 
+def test_an_alarm_before_any_heavier_canary_round_still_names_the_noise():
+    """A weighted run whose alarm fired before any canary round had a heavier reply: the test
+    ran at the C/n the noise is calibrated for (claim_mu = mu), which is a test of the noise;
+    the sentence names the noise as falling short there (the CI run of 2026-11-27 fired at
+    round 2 with noise x 0.25 and said only "the run does not meet its claim")."""
+    verdict = audit_verdict(claim=CLAIM, design=TESTABLE, alarm=_refuted_at(3.57, 1.0),
+                            state="succeeded", rounds_received=20, num_rounds=20,
+                            weight_factor=1.6)
+    assert verdict.cause == "noise_and_weighting"
+    assert "the noise falls short: tested at the C/n the noise is calibrated for" \
+        in verdict.summary
+    assert "heaviest client's influence (" not in verdict.summary
+    assert "The weighting breaks the claim too" in verdict.summary
+
+
 def test_the_sentence_quotes_the_final_valid_bound_and_the_alarms_round():
     """The tile's bound (the final valid one), not the alarm round's mu_lo, is the leakage the
     sentence states; the alarm's round is when it fired."""

@@ -89,7 +89,8 @@ class Federation:
             self.procs.stop_all()
         self.service.stop()
 
-    def start_run(self, name: str, *, planted_bug: str = "", rounds: int = NUM_ROUNDS) -> dict:
+    def start_run(self, name: str, *, planted_bug: str = "", noise_factor: float = 0.5,
+                  rounds: int = NUM_ROUNDS) -> dict:
         """``flaudit attach`` (canaries auto) and ``flwr run`` with the run config the README
         shows; returns ``{"audit": id, "run": Flower run id, "name": name}``."""
         slug = re.sub(r"\W", "-", name)
@@ -104,7 +105,7 @@ class Federation:
         config = self.root / f"{token.stem}.toml"
         values = {**lines, "noise-multiplier": 1.0, "clipping-norm": CLIP,
                   "num-server-rounds": rounds, "fraction-evaluate": 0.0,
-                  "planted-bug": planted_bug}
+                  "planted-bug": planted_bug, "planted-noise-factor": noise_factor}
         config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()))
 
         def submit():

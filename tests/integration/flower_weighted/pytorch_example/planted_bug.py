@@ -2,21 +2,24 @@
 ``planted-bug`` (``"short-noise"``), so that a test can check that the audit catches it.
 
 ``ShortNoise`` is Flower's ``DifferentialPrivacyServerSideFixedClipping`` that declares its
-noise multiplier ``z`` (the audit reads it as the claim) but adds noise ``0.5 z C / n``.
+noise multiplier ``z`` (the audit reads it as the claim) but adds noise ``f z C / n``, with
+``f`` the run-config key ``planted-noise-factor`` (default :data:`NOISE_FACTOR`, 0.5).
 """
 
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
-#: The factor ``ShortNoise`` applies to the noise it adds.
+#: The factor ``ShortNoise`` applies to the noise it adds, unless the run config says otherwise.
 NOISE_FACTOR = 0.5
 
 
 class ShortNoise(DifferentialPrivacyServerSideFixedClipping):
-    """Claims ``noise_multiplier``, adds ``NOISE_FACTOR`` times that noise."""
+    """Claims ``noise_multiplier``, adds ``noise_factor`` times that noise."""
+
+    noise_factor = NOISE_FACTOR
 
     def aggregate_train(self, server_round, replies):
         claimed = self.noise_multiplier
-        self.noise_multiplier = claimed * NOISE_FACTOR
+        self.noise_multiplier = claimed * self.noise_factor
         try:
             return super().aggregate_train(server_round, replies)
         finally:
@@ -27,7 +30,10 @@ def dp_wrapper_class(run_config):
     """Flower's DP wrapper, or ``ShortNoise`` when the run config asks for the planted bug."""
     bug = run_config.get("planted-bug", "")
     if bug == "short-noise":
-        return ShortNoise
+        factor = float(run_config.get("planted-noise-factor", NOISE_FACTOR))
+        if not 0.0 <= factor < 1.0:
+            raise ValueError(f"planted-noise-factor must be in [0, 1), got {factor!r}")
+        return type("ShortNoise", (ShortNoise,), {"noise_factor": factor})
     if bug:
         raise ValueError(f"unknown planted-bug {bug!r} (known: 'short-noise')")
     return DifferentialPrivacyServerSideFixedClipping
