@@ -1,11 +1,13 @@
 """flaudit: live empirical privacy auditing of DP-FedAvg on Flower with random canary clients.
 
-Installed, the project is one import package: :mod:`flaudit.auditor` (canaries, statistics,
-estimators and the audit service), :mod:`flaudit.server` (the Flower ServerApp, DP-FedAvg with
-canaries, the strategy wrapper) and :mod:`flaudit.clients` (the ClientApp and built-in tasks). In
-the repository these are the top-level folders ``auditor/``, ``server/`` and ``clients/``; the
-lines below let a checkout (tests, ``flwr run .`` from the repository, a Flower app bundle built
-from it) import them under the same names without installing.
+Installed, the project is one import package whose parts are layers (docs/architecture.md):
+:mod:`flaudit.auditor` (the math: canaries, statistics, estimators, claims), :mod:`flaudit.protocol`
+(what the service and the Flower side agree on), :mod:`flaudit.clients` (the ClientApp and
+built-in tasks), :mod:`flaudit.server` (the Flower ServerApp and the strategy wrappers),
+:mod:`flaudit.service` (the audit service) and :mod:`flaudit.commands` (the ``flaudit`` CLI). In
+the repository these are top-level folders side by side; the lines below let a checkout (tests,
+``flwr run .`` from the repository, a Flower app bundle built from it) import them under the
+same names without installing.
 """
 
 from __future__ import annotations
