@@ -42,11 +42,15 @@ from enum import Enum
 
 import numpy as np
 
+from .bugs import DPBug
 from .canaries import seen_mask
+from .spec import AuditSpec, Engine
 from .validation import check_at_least
 
 __all__ = [
     "canary_plan",
+    "audit_canary_plan",
+    "audit_canary_repeats",
     "Schedule",
     "participation_schedule",
     "canary_rounds",
@@ -496,7 +500,7 @@ def canary_plan(
     """The one builder of an audit's canary schedule, used by every caller: the built-in
     ServerApp (:mod:`flaudit.server.app`), the strategy wrapper's local canaries
     (:class:`flaudit.server.wrapper.LocalCanaries`) and the service for external audits
-    (:func:`flaudit.service.external.canary_plan`).
+    (through :func:`audit_canary_plan`).
 
     The seen set follows from the secret seed (:func:`.canaries.seen_mask`), each seen canary
     joins ``canary_repeats`` rounds drawn from ``data_seed``, at most ``max_per_round`` per round
@@ -508,4 +512,34 @@ def canary_plan(
     return CanarySchedule.from_mask(
         seen_mask(int(canary_seed), int(num_canaries)), num_rounds=int(num_rounds),
         canary_repeats=int(canary_repeats), seed=int(data_seed), max_per_round=max_per_round,
+    )
+
+
+def audit_canary_repeats(spec: AuditSpec) -> int:
+    """Rounds each canary of an audit joins: ``spec.canary_repeats``, times the factor of an
+    injected ``extra_participation`` bug (built-in engines only: the clients and the canaries
+    join that many times more often, and the claim does not know; an external audit cannot have
+    a bug, :class:`.spec.AuditSpec` refuses it)."""
+    bug = spec.inject_bug
+    if bug is not None and bug.kind is DPBug.extra_participation:
+        return int(spec.canary_repeats * bug.factor)
+    return int(spec.canary_repeats)
+
+
+def audit_canary_plan(canary_seed: int, spec: AuditSpec) -> CanarySchedule:
+    """The canary schedule of the audit ``spec`` with master seed ``canary_seed``: the one place
+    that turns a spec into :func:`canary_plan`'s arguments, for the built-in ServerApp (seed in
+    memory), the service (deployment audits' canary sums and participants, external audits'
+    canaries) and nobody else.
+
+    Built-in engines (``simulation``, ``deployment``) insert canaries uncapped
+    (``max_per_round=None``: the built-in DP-FedAvg divides by the calibration size ``m``
+    whatever the replies) with :func:`audit_canary_repeats`; engine ``external`` caps them at
+    ``clients_per_round`` (they take cohort slots of the user's FedAvg).
+    """
+    external = spec.engine == Engine.external
+    return canary_plan(
+        canary_seed, num_canaries=spec.num_canaries, num_rounds=spec.num_rounds,
+        canary_repeats=audit_canary_repeats(spec), data_seed=spec.data_seed,
+        max_per_round=spec.clients_per_round if external else None,
     )

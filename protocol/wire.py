@@ -13,7 +13,7 @@ __all__ = [
     "RUN_CONFIG_AUDIT_ID",
     "RUN_CONFIG_INGEST_URL",
     "RUN_CONFIG_RUN_TOKEN",
-    "RUN_CONFIG_CANARY_SEED",
+    "RUN_CONFIG_NUM_SEEN_CANARIES",
     "RUN_CONFIG_SPEC",
     "SIMULATION_WORKER",
     "DEPLOYMENT_WORKER",
@@ -33,11 +33,13 @@ RUN_CONFIG_KEYS = {
 }
 
 #: Run-config keys the service writes for its built-in ServerApp on a SuperLink (deployment
-#: engine), in a 0600 TOML file, never on a command line.
+#: engine), in a 0600 TOML file, never on a command line. No canary seed among them (issue #29):
+#: the ServerApp fetches each round's canary sum from the service, and learns only how many
+#: canaries are seen (a count; which ones is the secret).
 RUN_CONFIG_AUDIT_ID = "flaudit-audit-id"
 RUN_CONFIG_INGEST_URL = "flaudit-ingest-url"
 RUN_CONFIG_RUN_TOKEN = "flaudit-run-token"
-RUN_CONFIG_CANARY_SEED = "canary-seed"
+RUN_CONFIG_NUM_SEEN_CANARIES = "flaudit-num-seen-canaries"
 RUN_CONFIG_SPEC = "flaudit-spec"
 
 #: ``"module:function"`` run in each audit's worker process (spawned; ``service/runner.py``), one

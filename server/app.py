@@ -16,12 +16,17 @@ The main loop (:func:`run_audit`)
    through the :class:`~flaudit.server.reporting.RoundReporter`;
 5. evaluates ``theta_T`` and reports it with the accuracy.
 
-Canaries live only here: no client ever receives one.
+Canaries live only here: no client ever receives one. Round ``t``'s canary sum and participants
+come from a :class:`~flaudit.server.canary_sums.CanarySums`: made from the seed in this process
+(simulation, stand-alone demo) or fetched from the audit service (deployment).
 
 Two entry points: :func:`make_server_app` (simulation: spec, secret seed and reporter are handed
 over in memory) and the module-level ``app`` (deployment: read from the run config keys
-``flaudit-spec`` (JSON), ``canary-seed``, ``flaudit-audit-id``, ``flaudit-ingest-url``,
-``flaudit-run-token``; ``flaudit-min-nodes``, ``flaudit-round-timeout`` optional).
+``flaudit-spec`` (JSON), ``flaudit-num-seen-canaries``, ``flaudit-audit-id``,
+``flaudit-ingest-url``, ``flaudit-run-token``; ``flaudit-min-nodes``, ``flaudit-round-timeout``
+optional). The run config holds no seed (issue #29): whoever reads the SuperLink's run state
+learns how many canaries are seen, not which; the service serves each round's canary sum
+(``GET /audits/{id}/rounds/{t}/canary-sum``) and derives the round's participants itself.
 """
 
 from __future__ import annotations
@@ -46,23 +51,18 @@ from flwr.app import (
 )
 from flwr.serverapp import Grid, ServerApp
 
-from ..auditor.bugs import DPBug
-from ..auditor.canaries import (
-    Canaries,
-    new_master_seed,
-    resolve_canary_family,
-    seen_mask,
-)
-from ..auditor.schedules import canary_plan, participation_schedule
+from ..auditor.canaries import new_master_seed, resolve_canary_family, seen_mask
+from ..auditor.schedules import audit_canary_repeats, participation_schedule
 from ..auditor.spec import AuditSpec
 from ..clients.tasks import load_task, set_model_vector
 from ..protocol.wire import (
     RUN_CONFIG_AUDIT_ID,
-    RUN_CONFIG_CANARY_SEED,
     RUN_CONFIG_INGEST_URL,
+    RUN_CONFIG_NUM_SEEN_CANARIES,
     RUN_CONFIG_RUN_TOKEN,
     RUN_CONFIG_SPEC,
 )
+from .canary_sums import CanarySums, LocalCanarySums, ServiceCanarySums
 from .dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
 from .http_reporter import HttpRoundReporter
 from .reporting import LocalRoundReporter, RoundMetadata, RoundReporter
@@ -94,15 +94,19 @@ def check_dimension(dim: int, num_canaries: int) -> None:
         )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AuditRuntime:
     """What the main loop needs besides the Grid.
 
     Attributes
     ----------
     spec : AuditSpec
-    canary_seed : int
-        Secret master seed (kept out of ``repr``).
+    canary_seed : int, optional
+        Secret master seed (kept out of ``repr``), handed over in memory: the canaries are made
+        in this process (:class:`~flaudit.server.canary_sums.LocalCanarySums`).
+    canaries : CanarySums, optional
+        Instead of the seed, where each round's canary sum comes from (deployment: the service,
+        :class:`~flaudit.server.canary_sums.ServiceCanarySums`). Exactly one of the two.
     reporter : RoundReporter
     deadline : float, optional
         ``time.monotonic()`` value after which the audit raises :class:`TimeoutError`.
@@ -117,14 +121,21 @@ class AuditRuntime:
     """
 
     spec: AuditSpec
-    canary_seed: int = field(repr=False)
     reporter: RoundReporter
+    canary_seed: int | None = field(default=None, repr=False)
+    canaries: CanarySums | None = field(default=None, repr=False)
     deadline: float | None = None
     progress: Callable[[int, int], None] | None = None
     round_timeout: float = 600.0
     min_nodes: int = 1
     noise_seed: int | None = field(default=None, repr=False)
     result: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.canary_seed is None) == (self.canaries is None):
+            raise ValueError("AuditRuntime takes exactly one of canary_seed and canaries")
+        if self.canaries is None:
+            self.canaries = LocalCanarySums(self.canary_seed, self.spec)
 
 
 def _remaining(runtime: AuditRuntime) -> float | None:
@@ -188,31 +199,26 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     dim = int(model.shape[0])
     check_dimension(dim, spec.num_canaries)
     family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
-    mask = seen_mask(runtime.canary_seed, spec.num_canaries)
-    seen = np.flatnonzero(mask)
+    # round t's canary sum and participants (the one canary rule, audit_canary_plan: uncapped,
+    # as aggregate_round divides by the calibration size m whatever the replies, so canaries
+    # beyond m do not dilute the mechanism; the wrapper's FedAvg divides by its reply count:
+    # capped): from the seed here, or from the service, which keeps it (deployment)
+    source: CanarySums = runtime.canaries
+    num_seen = int(source.num_seen)
     bug = spec.inject_bug
-    repeats = spec.canary_repeats
     if bug is not None:
         logger.warning("bug injected: %s (testing only; the claim does not know about it)", bug.label)
-        if bug.kind is DPBug.extra_participation:
-            repeats = int(spec.canary_repeats * bug.factor)
     schedule = participation_schedule(
         num_clients=spec.num_clients,
-        num_seen_canaries=int(seen.size),
+        num_seen_canaries=num_seen,
         num_rounds=spec.num_rounds,
         participation=spec.participation,
         clients_per_round=spec.clients_per_round,
         sampling_probability=spec.sampling_probability,
-        canary_repeats=repeats,
+        canary_repeats=audit_canary_repeats(spec),
         max_participations=spec.max_participations,
         seed=spec.data_seed,
     )
-    # the one canary rule (the wrapper and the service's external audits use it too). Seen
-    # canaries take the cohort slots of real clients (real_slots above); aggregate_round divides
-    # by the calibration size m whatever the replies, so canaries beyond m do not dilute the
-    # mechanism and need no cap here (the wrapper's FedAvg divides by its reply count: capped)
-    plan = canary_plan(runtime.canary_seed, num_canaries=spec.num_canaries,
-                       num_rounds=spec.num_rounds, canary_repeats=repeats, data_seed=spec.data_seed)
     noise_rng = np.random.default_rng(runtime.noise_seed)
     optimizer = ServerOptimizer(
         learning_rate=spec.server_learning_rate, momentum=spec.server_momentum
@@ -235,7 +241,6 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
 
     runtime.reporter.report_initial(model)
     nodes = _wait_for_nodes(grid, runtime)
-    canaries = Canaries(runtime.canary_seed, dim, family=family)  # signs derived once per run
     total_failures = 0
     rounds: list[dict[str, float]] = []
     # The audit's own work -- round t's canary sum (it depends only on the schedule) and
@@ -257,8 +262,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
                     break
             _check_deadline(runtime, f"before round {t}")
             clip_norm = adaptive.clip_norm if adaptive is not None else float(spec.clip_norm)
-            scheduled = plan.seen(t)
-            inserted = audit_work.submit(canaries.sum_of, scheduled)  # while the clients train
+            inserted = audit_work.submit(source.round_sum, t, dim)  # while the clients train
             partitions = schedule.real_clients(t)
             arrays = ArrayRecord([model])
             messages = []
@@ -309,7 +313,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
             total_failures += failures
             _check_deadline(runtime, f"round {t}")
             waited = time.perf_counter()
-            canary_total = inserted.result()
+            canary_total, num_inserted = inserted.result()
             if reported is not None:
                 reported.result()  # round t-1's report (done: it ran before this round's sum)
             waited = time.perf_counter() - waited
@@ -317,7 +321,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
                 client_updates=updates,
                 canary_directions=[],
                 canary_sum=canary_total,
-                num_summed_canaries=int(scheduled.size),
+                num_summed_canaries=num_inserted,
                 clip_norm=clip_norm,
                 noise_multiplier=spec.noise_multiplier,
                 expected_cohort_size=spec.clients_per_round,
@@ -326,15 +330,16 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
                 bug=bug,
             )
             model, _ = optimizer.step(model, aggregate.update)
+            participants = source.participants(t)
             metadata = RoundMetadata(
                 clip_norm=clip_norm,
-                cohort_size=len(updates) + int(scheduled.size),
-                num_canaries_inserted=int(scheduled.size),
+                cohort_size=len(updates) + num_inserted,
+                num_canaries_inserted=num_inserted,
                 num_failures=failures,
                 clipped_fraction=aggregate.clipped_fraction,
                 noise_stddev=aggregate.noise_stddev,
                 train_loss=float(np.mean(losses)) if losses else None,
-                participants=tuple(int(j) for j in plan.participants(t)),
+                participants=None if participants is None else tuple(int(j) for j in participants),
             )
             reported = audit_work.submit(
                 runtime.reporter.report_round, t, aggregate.update.astype(np.float32), metadata
@@ -367,7 +372,7 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         "dim": dim,
         "num_canaries": spec.num_canaries,
         "canary_family": family.value,
-        "num_seen_canaries_inserted": int(seen.size),
+        "num_seen_canaries_inserted": num_seen,
         "num_nodes": len(nodes),
         "num_failures": total_failures,
         "rounds": rounds,
@@ -392,17 +397,21 @@ def make_server_app(runtime: AuditRuntime) -> ServerApp:
     return server_app
 
 
-def _parse_seed(value: Any) -> int:
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
+def _num_seen(run_config: dict[str, Any], spec: AuditSpec) -> int:
+    """The run config's number of seen canaries, checked against ``spec.num_canaries``."""
+    key = RUN_CONFIG_NUM_SEEN_CANARIES
+    if key not in run_config:
+        raise ValueError(f"run config '{key}' is required with '{RUN_CONFIG_INGEST_URL}' (the "
+                         "flaudit service sets it for a deployment audit)")
+    value = run_config[key]
     try:
-        return int(text, 16) if text.lower().startswith("0x") else int(text)
+        count = int(str(value).strip()) if not isinstance(value, bool) else -1
     except ValueError:
-        # never echo the value: it is (a malformed copy of) the secret
-        raise ValueError(
-            "run config 'canary-seed' must be a decimal or 0x-hex integer"
-        ) from None
+        count = -1
+    if not 0 <= count <= spec.num_canaries:
+        raise ValueError(f"run config '{key}' must be an integer in 0..num_canaries "
+                         f"({spec.num_canaries}), got {str(value)[:40]!r}")
+    return count
 
 
 def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
@@ -417,13 +426,18 @@ def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
         clients_per_round=4,
         num_canaries=20,
     )
+    seed: int | None = None
+    canaries: CanarySums | None = None
     if RUN_CONFIG_INGEST_URL in run_config:
-        reporter: RoundReporter = HttpRoundReporter(
+        # a deployment audit: the service keeps the seed and serves each round's canary sum
+        num_seen = _num_seen(run_config, spec)
+        http = HttpRoundReporter(
             str(run_config[RUN_CONFIG_INGEST_URL]),
             str(run_config[RUN_CONFIG_AUDIT_ID]),
             str(run_config[RUN_CONFIG_RUN_TOKEN]),
         )
-        seed = _parse_seed(run_config[RUN_CONFIG_CANARY_SEED])
+        reporter: RoundReporter = http
+        canaries = ServiceCanarySums(http, num_seen=num_seen)
     else:  # stand-alone `flwr run` demo: audit in process, nothing leaves the ServerApp
         seed = new_master_seed()
         reporter = _LazyLocal(spec, seed)
@@ -431,6 +445,7 @@ def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
     return AuditRuntime(
         spec=spec,
         canary_seed=seed,
+        canaries=canaries,
         reporter=reporter,
         deadline=time.monotonic() + spec.timeout_seconds,
         round_timeout=timeout,

@@ -18,15 +18,17 @@ Run config keys (declared in ``[tool.flwr.app.config]``; see ``docs/architecture
 ``flaudit-audit-id``   the audit's id in the service.
 ``flaudit-ingest-url`` base URL of the service as the ServerApp reaches it (``FLAUDIT_PUBLIC_URL``).
 ``flaudit-run-token``  bearer token for the ingest routes, issued to this run only.
-``canary-seed``        the secret 128-bit master seed as a decimal string (TOML integers are 64-bit).
+``flaudit-num-seen-canaries``  how many of the audit's canaries are seen (a count, decimal).
 ``flaudit-spec``       the :class:`flaudit.auditor.spec.AuditSpec` as JSON.
 
 Secrets
 -------
-The canary seed and the run token travel to the SuperLink in a TOML file readable only by this
-process's user (never on a command line). Every message this module raises or logs has both
-redacted. Whoever holds Control API access to the SuperLink can read a run's config: protect the
-Control API (TLS, Flower account auth) as you protect the service's database.
+The canary seed never goes to the SuperLink (issue #29): the ServerApp fetches each round's
+canary sum from the service (``GET .../rounds/{t}/canary-sum``), which derives the round's
+participants too; the run config says how many canaries are seen, not which. The run token
+travels in a TOML file readable only by this process's user (never on a command line); every
+message this module raises or logs has it (and the seed) redacted. Whoever reads a run's config
+on the SuperLink can send rounds to its audit: protect the Control API (TLS, Flower auth).
 
 Connection settings (environment)
 ---------------------------------
@@ -51,11 +53,12 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..auditor.canaries import seen_mask
 from ..auditor.spec import AuditSpec, Engine
 from ..protocol.wire import (
     RUN_CONFIG_AUDIT_ID,
-    RUN_CONFIG_CANARY_SEED,
     RUN_CONFIG_INGEST_URL,
+    RUN_CONFIG_NUM_SEEN_CANARIES,
     RUN_CONFIG_RUN_TOKEN,
     RUN_CONFIG_SPEC,
 )
@@ -65,8 +68,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "RUN_CONFIG_AUDIT_ID",
-    "RUN_CONFIG_CANARY_SEED",
     "RUN_CONFIG_INGEST_URL",
+    "RUN_CONFIG_NUM_SEEN_CANARIES",
     "RUN_CONFIG_RUN_TOKEN",
     "RUN_CONFIG_SPEC",
     "DeploymentError",
@@ -163,9 +166,9 @@ def build_run_config(
     ingest_url: str,
     run_token: str,
 ) -> dict[str, str]:
-    """The Flower run config that hands one audit to the ServerApp.
-
-    Every value is a string: the seed is 128 bits wide, more than a TOML integer holds.
+    """The Flower run config that hands one audit to the ServerApp: no seed, only the number of
+    seen canaries it determines (:func:`flaudit.auditor.canaries.seen_mask`). Every value is a
+    string.
 
     Raises
     ------
@@ -186,7 +189,7 @@ def build_run_config(
         RUN_CONFIG_AUDIT_ID: str(audit_id),
         RUN_CONFIG_INGEST_URL: ingest_url.rstrip("/"),
         RUN_CONFIG_RUN_TOKEN: run_token,
-        RUN_CONFIG_CANARY_SEED: str(int(canary_seed)),
+        RUN_CONFIG_NUM_SEEN_CANARIES: str(int(seen_mask(canary_seed, spec.num_canaries).sum())),
         RUN_CONFIG_SPEC: spec.model_dump_json(),
     }
 
@@ -301,9 +304,7 @@ def start_flower_run(
     app = Path(app_dir) if app_dir is not None else default_app_dir()
     if not (app / "pyproject.toml").is_file():
         raise ValueError(f"app_dir: {app} has no pyproject.toml")
-    redact = _Redactor(
-        [run_config.get(RUN_CONFIG_CANARY_SEED, ""), run_config.get(RUN_CONFIG_RUN_TOKEN, "")]
-    )
+    redact = _Redactor([run_config.get(RUN_CONFIG_RUN_TOKEN, "")])
     with tempfile.TemporaryDirectory(prefix="flaudit-flwr-") as tmp:
         home = Path(tmp)
         (home / "config.toml").write_text(
@@ -483,7 +484,8 @@ def run_deployment_audit(
     spec : AuditSpec
         The audit; ``spec.engine`` must be ``deployment`` and ``spec.superlink_address`` set.
     audit_id, canary_seed, ingest_url, run_token
-        Handed to the ServerApp in the run config (see the module docstring).
+        Handed to the ServerApp in the run config (see the module docstring); of the seed only
+        the number of seen canaries it determines.
     timeout : float, optional
         Seconds to wait for the run (default ``spec.timeout_seconds``); then the run is stopped.
     cancel_event : threading.Event, optional
@@ -659,7 +661,6 @@ def deployment_worker(payload: dict) -> None:
         run and the SuperLink's reason, with the seed and token redacted.
     """
     import signal
-
 
     spec = AuditSpec.model_validate(payload["spec"])
     seed = int(payload["seed"])

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..auditor.validation import check_at_least
 from ..protocol.wire import RUN_ID_HEADER
-from .reporting import ReportingError, RoundMetadata, _held_bytes, _Unreachable
+from .reporting import ReportingError, RoundMetadata, _Unreachable
 
 __all__ = ["HttpRoundReporter", "ReportingError", "ON_SERVICE_ERROR"]
 
@@ -173,7 +173,7 @@ class HttpRoundReporter:
         self._delivered_late = 0  # buffered reports delivered since the outage began
         self._disabled: str | None = None  # the service refused this run: auditing stopped
         self._error: ReportingError | None = None  # "stop": raised at the next call
-        self._canaries: dict[int, np.ndarray] = {}
+        self._canaries: dict[int, tuple[np.ndarray, int]] = {}  # fetched ahead: (sum, c)
         self._no_canaries: dict[int, str] = {}
         self._given_up: set[int] = set()  # rounds that trained without canaries already
         self._ahead_busy = False  # a thread fetches the next rounds' canaries
@@ -519,22 +519,18 @@ class HttpRoundReporter:
                 self._cond.wait(min(left, 0.05))
         return not blocked() and self._disabled is None
 
-    def _fetch_canaries(self, server_round: int, attempts: int) -> np.ndarray:
-        """The round's ``c`` canary replies per unit of clip norm: ``c`` rows ``sum / c``, a
-        read-only broadcast view of one ``d``-vector (``GET .../canary-sum``: ``4 d`` bytes on
-        the wire and in memory whatever ``c``; docs/estimators.md, "Canary replies from the
-        round's sum")."""
+    def _fetch_canaries(self, server_round: int, attempts: int) -> tuple[np.ndarray, int]:
+        """``(sum, c)``: the sum of the round's ``c`` unit canaries, float32 ``(d,)``
+        (``GET .../canary-sum``: ``4 d`` bytes on the wire and in memory whatever ``c``;
+        docs/estimators.md, "Canary replies from the round's sum")."""
         response = self._request(
             "GET", f"rounds/{int(server_round) + self._round_offset}/canary-sum",
             attempts=attempts, headers={"Accept": "application/octet-stream"},
             timeout=self.fetch_timeout,
         )
-        count = int(response.headers["X-Canary-Count"])
         dim = int(response.headers["X-Canary-Dim"])
         total = np.frombuffer(response.content, dtype="<f4").reshape(dim)
-        if count == 0:
-            return np.empty((0, dim), dtype=np.float32)
-        return np.broadcast_to(total / np.float32(count), (count, dim))
+        return total, int(response.headers["X-Canary-Count"])
 
     @property
     def missing_canaries(self) -> dict[int, str]:
@@ -552,7 +548,7 @@ class HttpRoundReporter:
             self._given_up.add(int(server_round))
         self._without_canaries(server_round, reason)  # (stated once: a failed fetch may have)
 
-    def _without_canaries(self, server_round: int, reason: str) -> np.ndarray:
+    def _without_canaries(self, server_round: int, reason: str) -> tuple[np.ndarray, int]:
         # a failed prefetch and the round's own second try both end here, and a later try may
         # still succeed: the round is logged once, when it is reported without canaries
         with self._cond:
@@ -560,18 +556,29 @@ class HttpRoundReporter:
             self._no_canaries[int(server_round)] = reason
         if first:
             self._gap(server_round, "no_canaries", reason)
-        return np.empty((0, 0), dtype=np.float32)
+        return np.empty(0, dtype=np.float32), 0
 
     def round_canaries(self, server_round: int) -> np.ndarray:
-        """The unit canary vectors the service schedules for ``server_round``: float32 ``(c, d)``.
+        """The unit canary vectors the service schedules for ``server_round``: float32 ``(c, d)``,
+        ``c`` canary replies per unit of clip norm, rows ``sum / c``: a read-only broadcast view
+        of one ``d``-vector (:meth:`round_canary_sum`; empty when they cannot be had)."""
+        total, count = self.round_canary_sum(server_round)
+        if count == 0:
+            return np.empty((0, total.shape[0]), dtype=np.float32)
+        return np.broadcast_to(total / np.float32(count), (count, total.shape[0]))
 
-        With ``"continue"``, an empty block when they cannot be had (the round then trains
-        without canaries and is reported so); the next ``canaries_ahead`` rounds' are fetched
-        with them.
+    def round_canary_sum(self, server_round: int) -> tuple[np.ndarray, int]:
+        """``(sum, c)``: the sum of the ``c`` unit canaries the service schedules for
+        ``server_round``, float32 ``(d,)`` (the built-in ServerApp of a deployment audit adds it
+        times the clip norm; the wrapper splits it into ``c`` replies).
+
+        With ``"continue"``, ``c = 0`` (and an empty sum) when they cannot be had (the round
+        then trains without canaries and is reported so); the next ``canaries_ahead`` rounds'
+        are fetched with them.
         """
         self._raise_pending()
         t = int(server_round)
-        empty = np.empty((0, 0), dtype=np.float32)
+        empty = np.empty(0, dtype=np.float32), 0
         if not self._fail_open:
             if t in self._canaries:
                 return self._canaries.pop(t)
@@ -604,7 +611,7 @@ class HttpRoundReporter:
             if t in self._given_up:  # too late: the round trained without them
                 return empty
             self._no_canaries.pop(t, None)
-        self._fetch_ahead_later(t, _held_bytes(block))
+        self._fetch_ahead_later(t, int(block[0].nbytes))
         return block
 
     def _fetch_ahead_later(self, t: int, block_bytes: int) -> None:
@@ -632,7 +639,7 @@ class HttpRoundReporter:
         for ahead in range(t + 1, last + 1):
             if ahead in self._canaries:
                 continue
-            if sum(_held_bytes(b) for b in list(self._canaries.values())) + block_bytes > budget:
+            if sum(int(b[0].nbytes) for b in list(self._canaries.values())) + block_bytes > budget:
                 return
             try:
                 self._canaries[ahead] = self._fetch_canaries(ahead, 1)

@@ -16,7 +16,8 @@ __all__ = ['LocalCanaries']
 class LocalCanaries:
     """Canaries generated in this process from a seed (tests, ``flaudit run``-style local use).
 
-    The same rule as the service's external audits (:func:`flaudit.service.external.canary_plan`,
+    The same rule as the service's external audits
+    (:func:`flaudit.auditor.schedules.audit_canary_plan`,
     :class:`flaudit.auditor.schedules.CanarySchedule`): the seen set from the seed,
     ``canary_repeats`` rounds per seen canary from ``data_seed``, at most ``clients_per_round``
     canaries per round (they take cohort slots; ``None``: no cap), the family from

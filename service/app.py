@@ -28,7 +28,7 @@ from .evidence_store import active_signing_key, commit_seed
 from .headers import SecurityHeaders
 from .limits import RequestLimits
 from .live import LiveAudits
-from .routers import audits, evidence, health, ingest
+from .routers import audits, canaries, evidence, health, ingest
 from .runner import Runner
 from .settings import Settings
 from .store import Store
@@ -274,6 +274,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     app.add_middleware(SecurityHeaders)  # outermost: also on the limits' own 413/408 answers
     app.include_router(audits.router)
     app.include_router(ingest.router)
+    app.include_router(canaries.router)
     app.include_router(health.router)
     app.include_router(evidence.router)
 

@@ -17,8 +17,14 @@ per ServerApp process) with every request; the first run to declare its claim ow
 and requests of any other run are refused (409) unless it resumes explicitly
 (``PUT .../claim?resume=true``, the same claim), which hands the audit over to it.
 
+The built-in ServerApp on a SuperLink (``engine = "deployment"``, issue #29) never holds the
+seed either: it fetches each round's canary sum from the same route (``GET .../canary-sum``,
+:func:`round_canary_sum`, by the built-in rule: uncapped), and the service derives the round's
+participants itself (:func:`round_participants`), as for an external run.
+
 Who was inserted in round ``t`` is therefore a function of the stored spec and seed
-(:func:`round_canaries`), for built-in and external audits alike: nothing extra is stored.
+(:func:`round_canaries`, :func:`flaudit.auditor.schedules.audit_canary_plan`), for built-in and
+external audits alike: nothing extra is stored.
 """
 
 from __future__ import annotations
@@ -27,25 +33,13 @@ import numpy as np
 
 from ..auditor.canaries import Canaries, canary_vectors, resolve_canary_family
 from ..auditor.claims.sizing import auto_sizing, spec_cap
-from ..auditor.schedules import canary_plan as build_canary_plan
+from ..auditor.schedules import audit_canary_plan
 from ..auditor.spec import AuditSpec
 
 __all__ = [
-    "size_to_federation", "canary_plan", "round_canaries", "round_participants", "round_canary_vectors",
+    "size_to_federation", "round_canaries", "round_participants", "round_canary_vectors",
     "round_canary_sum", "attach_environment",
 ]
-
-
-def canary_plan(seed: int, spec: AuditSpec):
-    """The audit's :class:`flaudit.auditor.schedules.CanarySchedule`: the one rule (built-in and
-    external audits alike) for which canaries are in each round; seen canaries take cohort slots,
-    at most ``clients_per_round`` per round."""
-
-    return build_canary_plan(
-        seed, num_canaries=spec.num_canaries, num_rounds=spec.num_rounds,
-        canary_repeats=spec.canary_repeats, data_seed=spec.data_seed,
-        max_per_round=spec.clients_per_round,
-    )
 
 
 def size_to_federation(seed: int, spec: AuditSpec) -> AuditSpec:
@@ -78,28 +72,29 @@ def size_to_federation(seed: int, spec: AuditSpec) -> AuditSpec:
             f"{spec.num_rounds // spec.canary_repeats} rounds per canary period = {cap} canaries "
             "fit; use num_canaries = \"auto\" (flaudit attach --canaries auto), at most "
             f"{cap} canaries, more rounds or fewer canary_repeats")
-    canary_plan(seed, spec)  # the schedule itself (never refuses within the cap)
+    audit_canary_plan(seed, spec)  # the schedule itself (never refuses within the cap)
     return spec
 
 
 def round_canaries(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
     """Indices ``j`` of the seen canaries inserted in round ``t`` (1-based), ascending
-    (:func:`canary_plan`).
+    (:func:`flaudit.auditor.schedules.audit_canary_plan`: the spec's engine says the rule).
 
     Raises
     ------
     ValueError
         If ``t`` is not in ``1 .. num_rounds``.
     """
-    return canary_plan(seed, spec).seen(t)
+    return audit_canary_plan(seed, spec).seen(t)
 
 
 def round_participants(seed: int, spec: AuditSpec, t: int) -> np.ndarray:
     """Canary indices "in" round ``t`` for the known-rounds statistic, ascending: the seen
     canaries inserted (:func:`round_canaries`) and the unseen canaries whose rounds, drawn by
-    the same rule, include ``t`` -- what the built-in ServerApp reports with each round.
+    the same rule, include ``t`` -- what the built-in ServerApp reports with each round of a
+    simulation audit; the service derives them itself for deployment and external audits.
     """
-    return canary_plan(seed, spec).participants(t)
+    return audit_canary_plan(seed, spec).participants(t)
 
 
 def round_canary_vectors(seed: int, spec: AuditSpec, t: int, dim: int) -> np.ndarray:

@@ -380,8 +380,9 @@ class LiveAudits:
             if secret.dim is None:
                 raise IngestError(409, _SEND_INITIAL_MODEL_FIRST)
             _require_length(update, secret.dim)
-            if participants is None and spec.engine == Engine.external:
-                # the service scheduled this run's canaries: it knows the round's participants
+            if participants is None and spec.engine in (Engine.external, Engine.deployment):
+                # the service scheduled this run's canaries (served their sums; the ServerApp
+                # has no seed): it knows the round's participants, on every round alike
                 participants = round_participants(secret.seed, spec, t)
             had_participants = secret.known_rounds is not None
             if t > 1 and had_participants != (participants is not None):

@@ -13,7 +13,7 @@ import re
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
@@ -22,12 +22,7 @@ from ...auditor.claims import audit_design
 from ...auditor.spec import AuditClaim, AuditSpec, Engine
 from ...protocol.wire import RUN_ID_HEADER
 from ..auth import require_run_token
-from ..external import (
-    round_canaries,
-    round_canary_sum,
-    round_canary_vectors,
-    size_to_federation,
-)
+from ..external import round_canaries, size_to_federation
 from ..live import IngestError
 from ..schemas import (
     ClaimAck,
@@ -616,85 +611,3 @@ async def put_missing_round(
     if not await run_in_threadpool(work):
         raise _fail(409, f"round {t} was stored meanwhile or the audit ended")
     return IngestAck(audit_id=audit_id, stored=True, round=t, dim=audit.dim)
-
-
-@router.get(
-    "/{audit_id}/rounds/{t}/canaries",
-    responses={
-        200: {
-            "content": {"application/octet-stream": {}},
-            "description": (
-                "Raw little-endian float32 of shape (c, d): the unit vectors of the seen "
-                "canaries to insert in round t (headers X-Canary-Count, X-Canary-Dim)."
-            ),
-        },
-        401: _ERRORS[401],
-        404: _ERRORS[404],
-        409: {"description": "No claim or initial model yet, not external, or not running."},
-        422: {"description": "t outside 1..num_rounds."},
-    },
-    summary="The canary vectors an external run inserts in round t",
-)
-async def get_round_canaries(
-    audit_id: AuditId,
-    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
-    request: Request,
-) -> Response:
-    """What the ServerApp's wrapper adds to round t, scaled to that round's clip norm: the
-    service schedules the canaries (same rule as built-in audits) and keeps the seed."""
-    def vectors(seed: int, spec: AuditSpec, dim: int) -> tuple[np.ndarray, int]:
-        block = round_canary_vectors(seed, spec, t, dim)
-        return block, int(block.shape[0])
-
-    return await _serve_canaries(request, audit_id, t, vectors)
-
-
-@router.get(
-    "/{audit_id}/rounds/{t}/canary-sum",
-    responses={
-        200: {
-            "content": {"application/octet-stream": {}},
-            "description": (
-                "Raw little-endian float32 of shape (d,): the sum of the c unit canaries to "
-                "insert in round t (headers X-Canary-Count = c, X-Canary-Dim = d). The wrapper "
-                "inserts c replies of clip_norm * sum / c each: 4 d bytes whatever c."
-            ),
-        },
-        401: _ERRORS[401],
-        404: _ERRORS[404],
-        409: {"description": "No claim or initial model yet, not external, or not running."},
-        422: {"description": "t outside 1..num_rounds."},
-    },
-    summary="The sum of the canaries an external run inserts in round t",
-)
-async def get_round_canary_sum(
-    audit_id: AuditId,
-    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
-    request: Request,
-) -> Response:
-    """Like ``GET .../canaries`` but one vector: the canaries' sum (docs/estimators.md, "Canary
-    replies from the round's sum", says which mechanisms this is exact for)."""
-    def total(seed: int, spec: AuditSpec, dim: int) -> tuple[np.ndarray, int]:
-        return round_canary_sum(seed, spec, t, dim)
-
-    return await _serve_canaries(request, audit_id, t, total)
-
-
-async def _serve_canaries(request: Request, audit_id: str, t: int, make) -> Response:
-    """Round ``t``'s canaries of a running external audit as raw little-endian float32, made by
-    ``make(seed, spec, d) -> (array, c)`` off the event loop; the seed stays in the service."""
-    audit = await _precheck(request, audit_id, need_dim=True)
-    if not _is_external(audit):
-        raise _fail(409, "canaries are served only to audits with engine 'external'")
-    if audit.status != "running":
-        raise _fail(409, f"audit is {audit.status}; no canaries served")
-    spec = AuditSpec.model_validate(audit.spec)
-    if t > spec.num_rounds:
-        raise _fail(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
-    array, count = await run_in_threadpool(
-        lambda: make(request.app.state.store.canary_seed(audit_id), spec, audit.dim))
-    return Response(
-        content=np.ascontiguousarray(array, dtype="<f4").tobytes(),
-        media_type="application/octet-stream",
-        headers={"X-Canary-Count": str(count), "X-Canary-Dim": str(audit.dim)},
-    )

@@ -23,6 +23,7 @@ from flaudit.server.deployment import (
     parse_run_status,
     run_deployment_audit,
 )
+from flaudit.auditor.canaries import seen_mask
 from flaudit.auditor.spec import AuditSpec
 from tests.processes import free_port
 
@@ -69,11 +70,11 @@ def test_run_config_carries_the_audit_and_round_trips_through_toml():
     )
     assert set(config) == {
         dep.RUN_CONFIG_AUDIT_ID, dep.RUN_CONFIG_INGEST_URL, dep.RUN_CONFIG_RUN_TOKEN,
-        dep.RUN_CONFIG_CANARY_SEED, dep.RUN_CONFIG_SPEC,
+        dep.RUN_CONFIG_NUM_SEEN_CANARIES, dep.RUN_CONFIG_SPEC,
     }
     parsed = tomllib.loads(dep._run_config_toml(config))
     assert parsed == config
-    assert int(parsed["canary-seed"]) == SEED
+    assert int(parsed["flaudit-num-seen-canaries"]) == int(seen_mask(SEED, 40).sum())
     assert parsed["flaudit-ingest-url"] == "http://flaudit:8000"
     assert AuditSpec.model_validate_json(parsed["flaudit-spec"]) == spec
 
@@ -83,8 +84,26 @@ def test_run_config_keys_are_declared_in_the_flower_app():
     pyproject = tomllib.loads((dep.default_app_dir() / "pyproject.toml").read_text())
     declared = pyproject["tool"]["flwr"]["app"]["config"]
     for key in (dep.RUN_CONFIG_AUDIT_ID, dep.RUN_CONFIG_INGEST_URL, dep.RUN_CONFIG_RUN_TOKEN,
-                dep.RUN_CONFIG_CANARY_SEED, dep.RUN_CONFIG_SPEC):
+                dep.RUN_CONFIG_NUM_SEEN_CANARIES, dep.RUN_CONFIG_SPEC):
         assert key in declared, key
+    assert "canary-seed" not in declared
+
+
+@pytest.mark.parametrize("seed", [SEED, 2**64 + 7, 0xC0FFEE, 12345])
+def test_the_run_config_holds_no_seed(seed):
+    """Issue #29: whoever reads the SuperLink's run state must not learn the seed -- no key for it
+    and no value that holds it, in decimal or hex, in the config or in the TOML file written."""
+    config = build_run_config(_spec(num_canaries=30), audit_id="a1", canary_seed=seed,
+                              ingest_url="http://svc:8000", run_token=TOKEN)
+    assert not any("seed" in key for key in config)
+    forms = {str(seed), hex(seed), format(seed, "x"), format(seed, "X"), f"{seed:#X}"}
+    text = dep._run_config_toml(config)
+    for form in forms:
+        assert form not in text, form
+        assert all(form not in value for value in config.values())
+    spec = AuditSpec.model_validate_json(config[dep.RUN_CONFIG_SPEC])
+    assert spec == _spec(num_canaries=30)  # the spec carries no seed either
+    assert config[dep.RUN_CONFIG_NUM_SEEN_CANARIES] == str(int(seen_mask(seed, 30).sum()))
 
 
 @settings(max_examples=60, deadline=None)
@@ -181,7 +200,9 @@ def test_waits_until_the_run_completes(fake_start):
     assert result.state is RunState.completed and result.succeeded and result.run_id == 4242
     assert started == [4242] and control.polls == 4 and control.closed and not control.stopped
     assert control.address == "127.0.0.1:9"
-    assert fake_start[0]["run_config"]["canary-seed"] == str(SEED)
+    run_config = fake_start[0]["run_config"]
+    assert "canary-seed" not in run_config and str(SEED) not in json.dumps(run_config)
+    assert run_config["flaudit-num-seen-canaries"] == str(int(seen_mask(SEED, 100).sum()))
 
 
 def test_a_failed_run_is_a_result_with_the_reason(fake_start):

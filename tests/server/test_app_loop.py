@@ -3,6 +3,7 @@ failure accounting, what clients receive, timeouts."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -68,7 +69,9 @@ def _run(spec, behaviour, nodes=(101, 102, 103), **runtime_kwargs):
         CosineTracker(SEED, spec.num_canaries, dim, family=spec.canary_family)
     )
     grid = FakeGrid(nodes, behaviour)
-    runtime = AuditRuntime(spec=spec, canary_seed=SEED, reporter=reporter, noise_seed=1, **runtime_kwargs)
+    if "canaries" not in runtime_kwargs:
+        runtime_kwargs["canary_seed"] = SEED
+    runtime = AuditRuntime(spec=spec, reporter=reporter, noise_seed=1, **runtime_kwargs)
     result = run_audit(grid, runtime)
     return result, reporter, grid
 
@@ -106,7 +109,7 @@ def test_clients_receive_the_current_global_model_and_no_canary_information():
 
     def record(node, msg):
         models_seen.append((int(msg.metadata.group_id), msg.content["arrays"].to_numpy_ndarrays()[0].copy()))
-        assert set(msg.content["config"].keys()).isdisjoint({"canary-seed", "canary", "seen"})
+        assert not any("canary" in key or "seen" in key for key in msg.content["config"].keys())
         return np.full_like(models_seen[-1][1], 1e-3)
 
     _, reporter, _ = _run(spec, record)
@@ -188,14 +191,90 @@ def test_adaptive_clipping_moves_the_clip_norm_by_the_quantile_rule():
     assert all(meta.clipped_fraction == 1.0 for _, meta in reporter.rounds if meta.cohort_size > meta.num_canaries_inserted)
 
 
-def test_a_malformed_canary_seed_is_refused_without_echoing_it():
-    from flaudit.server.app import _parse_seed
+def _deployment_config(spec, **overrides):
+    return {"flaudit-spec": spec.model_dump_json(), "flaudit-audit-id": "a1",
+            "flaudit-ingest-url": "http://svc:8000", "flaudit-run-token": "tok",
+            "flaudit-num-seen-canaries": "3", **overrides}
 
-    assert _parse_seed("0x1F") == 31 and _parse_seed(" 42 ") == 42 and _parse_seed(7) == 7
-    with pytest.raises(ValueError, match="canary-seed") as info:
-        _parse_seed("12345secret6789")
-    assert "12345secret6789" not in str(info.value) and info.value.__cause__ is None
-    assert info.value.__suppress_context__
+
+def test_the_deployment_runtime_holds_no_seed_and_fetches_the_canaries():
+    from flaudit.server.app import runtime_from_run_config
+    from flaudit.server.canary_sums import LocalCanarySums, ServiceCanarySums
+
+    spec = _spec()
+    runtime = runtime_from_run_config(_deployment_config(spec))
+    try:
+        assert runtime.canary_seed is None and isinstance(runtime.canaries, ServiceCanarySums)
+        assert runtime.canaries.reporter is runtime.reporter  # one service client
+        assert runtime.canaries.num_seen == 3 and runtime.canaries.participants(1) is None
+    finally:
+        runtime.reporter.close()
+    # the stand-alone `flwr run` demo (no service) makes its canaries from a seed of its own
+    demo = runtime_from_run_config({"num-server-rounds": 2})
+    assert demo.canary_seed is not None and isinstance(demo.canaries, LocalCanarySums)
+    assert str(demo.canary_seed) not in repr(demo)
+
+
+@pytest.mark.parametrize("value", ["", "-1", "7", "x12", "2.5"])
+def test_a_bad_count_of_seen_canaries_is_refused_naming_the_key(value):
+    from flaudit.server.app import runtime_from_run_config
+
+    with pytest.raises(ValueError, match="flaudit-num-seen-canaries"):  # num_canaries = 6
+        runtime_from_run_config(_deployment_config(_spec(), **{"flaudit-num-seen-canaries": value}))
+
+
+def test_the_runtime_takes_exactly_one_source_of_canaries():
+    from flaudit.server.canary_sums import LocalCanarySums
+
+    spec, reporter = _spec(), LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=6)
+    with pytest.raises(ValueError, match="canary_seed and canaries"):
+        AuditRuntime(spec=spec, reporter=reporter)
+    with pytest.raises(ValueError, match="canary_seed and canaries"):
+        AuditRuntime(spec=spec, reporter=reporter, canary_seed=SEED,
+                     canaries=LocalCanarySums(SEED, spec))
+
+
+class _Service:
+    """What ServiceCanarySums asks the HttpRoundReporter for: the service's float32 sums
+    (computed as the service does, flaudit.service.external), and on which thread."""
+
+    def __init__(self, spec):
+        self.spec, self.threads = spec, []
+
+    def round_canary_sum(self, t):
+        from flaudit.service.external import round_canary_sum
+
+        self.threads.append(threading.current_thread().name)
+        return round_canary_sum(SEED, self.spec, t, self.dim)
+
+
+@pytest.mark.parametrize("bug", [None, {"kind": "extra_participation", "factor": 2}])
+def test_canaries_from_the_service_train_the_model_the_seed_trains(bug):
+    """A deployment ServerApp (no seed; sums from the service) inserts what the simulation's
+    in-process canaries insert: same counts, same model up to float32 rounding of the sums;
+    it reports no participants (the service derives them)."""
+    from flaudit.server.canary_sums import LocalCanarySums, ServiceCanarySums
+
+    spec = _spec(noise_multiplier=0.5, canary_repeats=1, inject_bug=bug)
+    zero = lambda node, msg: np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
+    local_result, local, _ = _run(spec, zero)
+    service = _Service(spec.model_copy(update={"engine": "deployment",
+                                               "superlink_address": "h:1"}))
+    service.dim = local_result["dim"]
+    num_seen = LocalCanarySums(SEED, spec).num_seen
+    served_result, served, _ = _run(spec, zero, canaries=ServiceCanarySums(service,
+                                                                           num_seen=num_seen))
+    assert [m.num_canaries_inserted for _, m in served.rounds] == \
+        [m.num_canaries_inserted for _, m in local.rounds]
+    assert sum(m.num_canaries_inserted for _, m in served.rounds) == \
+        spec.canary_repeats * (2 if bug else 1) * num_seen
+    assert all(m.participants is None for _, m in served.rounds)
+    assert all(m.participants is not None for _, m in local.rounds)
+    np.testing.assert_allclose(served.final_model, local.final_model, atol=1e-6)
+    assert served_result["num_seen_canaries_inserted"] == local_result["num_seen_canaries_inserted"]
+    # fetched on the audit's background thread, while the clients train
+    assert len(service.threads) == spec.num_rounds
+    assert all(name.startswith("flaudit-audit") for name in service.threads)
 
 
 def test_rounds_report_the_released_aggregate_and_participants_with_momentum():
