@@ -1,10 +1,10 @@
 """Deployment engine: a SuperLink and two SuperNodes as subprocesses on 127.0.0.1, a 2-round audit
-submitted with `flwr run`, round data received by a minimal in-test ingest server. Everything
-started here is stopped by PID."""
+submitted with `flwr run`, round data received by a minimal in-test ingest server that also serves
+each round's canary sum from the seed, as the service does: the run config holds no seed
+(issue #29). Everything started here is stopped by PID."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -18,8 +18,11 @@ import numpy as np
 import pytest
 
 from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.schedules import audit_canary_plan
 from flaudit.auditor.spec import AuditSpec
 from flaudit.auditor.statistics import CosineTracker
+from flaudit.server.deployment import _run_config_toml, build_run_config
+from flaudit.service.external import round_canary_sum
 from tests.processes import BIN, ROOT, Processes, flower_env, free_port
 
 pytestmark = pytest.mark.slow
@@ -29,10 +32,13 @@ TOKEN = "run-token-for-test"
 
 
 class Ingest:
-    """Records PUTs to /audits/{id}/initial-model, /rounds/{t}, /final-model."""
+    """Records PUTs to /audits/{id}/initial-model, /rounds/{t}, /final-model; serves GET
+    /audits/{id}/rounds/{t}/canary-sum from the seed (what the service does)."""
 
-    def __init__(self, audit_id: str) -> None:
+    def __init__(self, audit_id: str, spec: AuditSpec) -> None:
         self.audit_id = audit_id
+        self.spec = spec
+        self.fetched: list[int] = []
         self.initial = None
         self.rounds: dict[int, tuple[np.ndarray, dict]] = {}
         self.final = None
@@ -44,6 +50,31 @@ class Ingest:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # quiet
                 pass
+
+            def do_GET(self):  # noqa: N802
+                path = self.path.split("?")[0]
+                match = re.fullmatch(rf"/audits/{outer.audit_id}/rounds/(\d+)/canary-sum", path)
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}" or match is None \
+                        or outer.initial is None:
+                    outer.rejected.append(path)
+                    self.send_response(409)
+                    self.end_headers()
+                    return
+                t = int(match.group(1))
+                if t > outer.spec.num_rounds:  # fetched ahead past the last round: the service's 422
+                    self.send_response(422)
+                    self.end_headers()
+                    return
+                total, count = round_canary_sum(SEED, outer.spec, t, outer.initial.size)
+                body = np.ascontiguousarray(total, dtype="<f4").tobytes()
+                outer.fetched.append(t)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("X-Canary-Count", str(count))
+                self.send_header("X-Canary-Dim", str(outer.initial.size))
+                self.end_headers()
+                self.wfile.write(body)
 
             def do_PUT(self):  # noqa: N802
                 from urllib.parse import parse_qsl, urlsplit
@@ -136,19 +167,18 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
     marker = f"127.0.0.1:{link_port}"
     spec = AuditSpec(task="synthetic", task_options={"dim": 3000, "test_size": 200}, num_rounds=2,
                      num_clients=4, clients_per_round=3, participation="uniform", num_canaries=4,
-                     noise_multiplier=0.1, clip_norm=1.0, canary_repeats=1)
-    ingest = Ingest("audit-42")
+                     noise_multiplier=0.1, clip_norm=1.0, canary_repeats=1, engine="deployment",
+                     superlink_address=marker)
+    ingest = Ingest("audit-42", spec)
     (home / "config.toml").write_text(
         f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{marker}"\ninsecure = true\n'
     )
     run_config = tmp_path / "run-config.toml"
-    run_config.write_text("".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in {
-        "flaudit-spec": spec.model_dump_json(),
-        "canary-seed": str(SEED),
-        "flaudit-audit-id": "audit-42",
-        "flaudit-ingest-url": ingest.url,
-        "flaudit-run-token": TOKEN,
-    }.items()) + "flaudit-min-nodes = 2\nflaudit-round-timeout = 120.0\n")
+    config = build_run_config(spec, audit_id="audit-42", canary_seed=SEED, ingest_url=ingest.url,
+                              run_token=TOKEN)
+    text = _run_config_toml(config)
+    assert not any(form in text for form in (str(SEED), hex(SEED), format(SEED, "x")))
+    run_config.write_text(text + "flaudit-min-nodes = 2\nflaudit-round-timeout = 120.0\n")
     procs = Processes(tmp_path, cwd=tmp_path)
 
     started = time.monotonic()
@@ -181,6 +211,7 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
         assert str(SEED) not in text  # the seed never reaches a log
     assert not ingest.rejected
     assert sorted(ingest.rounds) == [1, 2]
+    assert sorted(set(ingest.fetched)) == [1, 2]  # each round's canaries came from the "service"
     d = ingest.initial.size
     assert d > 1000 and ingest.final.size == d
     total = ingest.initial + sum(v for v, _ in ingest.rounds.values())
@@ -193,11 +224,14 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
     inserted = sum(int(p["num_canaries_inserted"]) for _, p in ingest.rounds.values())
     mask = seen_mask(SEED, spec.num_canaries)
     assert inserted == int(mask.sum())
-    # every round names its canary participants (seen inserted + unseen by the same rule); each
-    # seen canary is among them in exactly canary_repeats = 1 round
+    # no round names its canary participants (the ServerApp cannot: it has no seed); the
+    # service derives them, and each seen canary is among them in exactly canary_repeats = 1 round
+    plan = audit_canary_plan(SEED, spec)
     counts = np.zeros(spec.num_canaries, dtype=int)
-    for _, params in ingest.rounds.values():
-        counts[params["participants"]] += 1
+    for t, (_, params) in ingest.rounds.items():
+        assert "participants" not in params and "num_participants" not in params
+        assert int(params["num_canaries_inserted"]) == plan.seen(t).size
+        counts[plan.participants(t)] += 1
     assert np.all(counts[mask] == 1)
     tracker = CosineTracker(SEED, spec.num_canaries, d, family=spec.canary_family)
     tracker.finalize(ingest.final, ingest.initial)

@@ -213,3 +213,32 @@ def test_a_schedule_where_every_canary_came_up_seen():
     plan = CanarySchedule.from_mask(np.ones(8, dtype=bool), num_rounds=5, canary_repeats=1,
                                     seed=0, max_per_round=3)
     assert sum(plan.seen(t).size for t in range(1, 6)) == 8
+
+
+@pytest.mark.parametrize("engine", ["simulation", "deployment", "external"])
+def test_an_audits_canary_plan_follows_its_engine(engine):
+    """audit_canary_plan: built-in engines uncapped with an extra_participation bug's repeats,
+    external capped at clients_per_round; the same (seed, spec) gives the same plan anywhere."""
+    from flaudit.auditor.schedules import audit_canary_plan, canary_plan
+    from flaudit.auditor.spec import AuditSpec
+
+    seed = 2**90 + 17
+    common = dict(num_rounds=8, num_clients=50, clients_per_round=2, num_canaries=8,
+                  canary_repeats=2, data_seed=3, delta=1e-5)
+    if engine == "external":
+        spec = AuditSpec(engine=engine, max_canary_fraction=1.0, **common)
+        want = canary_plan(seed, num_canaries=8, num_rounds=8, canary_repeats=2, data_seed=3,
+                           max_per_round=2)
+    else:
+        extra = {"superlink_address": "h:1"} if engine == "deployment" else {}
+        spec = AuditSpec(engine=engine, inject_bug={"kind": "extra_participation", "factor": 2},
+                         **common, **extra)
+        want = canary_plan(seed, num_canaries=8, num_rounds=8, canary_repeats=4, data_seed=3)
+    plan = audit_canary_plan(seed, spec)
+    for t in range(1, 9):
+        np.testing.assert_array_equal(plan.seen(t), want.seen(t))
+        np.testing.assert_array_equal(plan.participants(t), want.participants(t))
+        if engine == "external":
+            assert plan.seen(t).size <= 2
+    if engine != "external":  # uncapped: some round holds more canaries than the cohort
+        assert max(plan.seen(t).size for t in range(1, 9)) > 2
