@@ -33,10 +33,10 @@ def simulation_worker(payload: dict) -> None:
 def deployment_worker(payload: dict) -> None:
     """Run one audit on a Flower SuperLink (deployment engine) from the worker process.
 
-    Delegates to :func:`.deployment.deployment_worker`: it submits the run with the seed and run
-    token in a private run-config file, watches it, and turns SIGTERM (what the runner sends first
-    on cancel or timeout) into a stop request on the SuperLink (``flwr stop``) within the runner's
-    grace period. Its errors name the Flower run and the SuperLink's reason, with the seed and the
-    run token redacted.
+    Delegates to :func:`.deployment.deployment_worker`: it submits the run with the run token and
+    the number of seen canaries (never the seed: issue #29) in a private run-config file, watches
+    it, and turns SIGTERM (what the runner sends first on cancel or timeout) into a stop request
+    on the SuperLink (``flwr stop``) within the runner's grace period. Its errors name the Flower
+    run and the SuperLink's reason, with the seed and the run token redacted.
     """
     run_on_superlink(payload)
