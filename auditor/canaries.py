@@ -44,6 +44,7 @@ from enum import Enum
 import numpy as np
 import scipy.fft
 
+from .fourstep import four_step_work
 from .transform import SignBits, dct_numpy, dct_torch, is_torch_tensor, resolve_backend, torch
 from .validation import check_at_least, check_integer_at_least
 
@@ -266,11 +267,13 @@ class OrthogonalCanaries:
         cut = self._split if first else self.dim - self._split
         return [(a, b) for a, b in ((0, cut), (cut, self.dim)) if b > a]
 
-    def _blocks(self, x: np.ndarray, *, first: bool, inverse: bool) -> np.ndarray:
-        """``A`` (``first``) or ``B`` applied along the last axis in place, or their transposes."""
+    def _blocks(self, x: np.ndarray, *, first: bool, inverse: bool,
+                work: np.ndarray | None = None) -> np.ndarray:
+        """``A`` (``first``) or ``B`` applied along the last axis in place, or their transposes
+        (``work``: the four-step transforms' buffer, :func:`flaudit.auditor.fourstep.four_step_work`)."""
         for a, b in self._cuts(first):
             if x.ndim == 1:
-                dct_numpy(x[a:b], inverse=inverse, workers=self.workers)
+                dct_numpy(x[a:b], inverse=inverse, workers=self.workers, work=work)
             else:  # rows: scipy copies the strided block
                 x[..., a:b] = scipy.fft.dct(x[..., a:b], type=2, norm="ortho", axis=-1,
                                             workers=self.workers) if not inverse else \
@@ -278,7 +281,8 @@ class OrthogonalCanaries:
                                    workers=self.workers)
         return x
 
-    def _blocks_torch(self, pieces: list, *, first: bool, inverse: bool) -> list:
+    def _blocks_torch(self, pieces: list, *, first: bool, inverse: bool,
+                      work: np.ndarray | None = None) -> list:
         """Torch: the working vector as its blocks (consumed); returns the transformed blocks."""
         cuts = self._cuts(first)
         if [p.shape[0] for p in pieces] != [b - a for a, b in cuts]:  # re-split (non-5-smooth d)
@@ -289,7 +293,7 @@ class OrthogonalCanaries:
         out = []
         while pieces:
             box = [pieces.pop(0)]
-            out.append(dct_torch(box, inverse=inverse, workers=self.workers))
+            out.append(dct_torch(box, inverse=inverse, workers=self.workers, work=work))
         return out
 
     def transpose_apply(self, vector, *, backend: str | None = None, consume: bool = False):
@@ -315,9 +319,13 @@ class OrthogonalCanaries:
                         and vector.ndim == 1 and vector.flags.c_contiguous
                         and vector.flags.writeable)
             x = vector if in_place else np.array(vector, dtype=dtype, copy=True)
+            # one buffer for the two or three transforms: a fresh 4d bytes each time would cost
+            # a page fault per page (~0.3 s a transform at d = 10^8)
+            work = four_step_work({b - a for first in (True, False)
+                                   for a, b in self._cuts(first)}, dtype)
             self._sign_bits[self._rounds].flip(x, 0, workers=self.workers)
             for r in range(self._rounds, 0, -1):
-                self._blocks(x, first=r % 2 == 1, inverse=True)
+                self._blocks(x, first=r % 2 == 1, inverse=True, work=work)
                 self._sign_bits[r - 1].flip(x, 0, workers=self.workers)
             return x
         back_to_numpy = not is_torch_tensor(vector)
@@ -328,9 +336,13 @@ class OrthogonalCanaries:
         dtype = torch.float64 if source.dtype == torch.float64 else torch.float32
         pieces = [source.to(device=device, dtype=dtype, copy=True)]
         del source
+        # on the CPU, one four-step buffer for both transforms where d is 5-smooth (one block:
+        # with two, re-splitting the blocks between transforms would hold a third 4d bytes)
+        work = four_step_work([self.dim], np.float64 if dtype == torch.float64 else np.float32) \
+            if device == "cpu" and self._split == self.dim else None
         self._sign_bits[self._rounds].flip_torch(pieces[0], 0)
         for r in range(self._rounds, 0, -1):
-            pieces = self._blocks_torch(pieces, first=r % 2 == 1, inverse=True)
+            pieces = self._blocks_torch(pieces, first=r % 2 == 1, inverse=True, work=work)
             offset = 0
             for piece in pieces:
                 self._sign_bits[r - 1].flip_torch(piece, offset)

@@ -94,7 +94,8 @@ def resolve_backend(backend: str, vector=None) -> tuple[str, str]:
     """``(backend, device)`` for one call: ``"torch"`` on the tensor's device for a torch tensor
     (``backend="numpy"`` moves it to the CPU); with ``"auto"``, torch on ``cuda`` when a GPU is
     available, else the CPU back end measured faster here (``FLAUDIT_CPU_BACKEND``, default
-    torch: same speed as scipy within noise, a third less memory; docs/benchmarks.md)."""
+    numpy: at d = 10^9 on 2 cores it scores the service's round body in place, 1.10 x 4d
+    extra, where torch copies it, 2.20 x 4d; docs/benchmarks.md)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if backend == "numpy":
@@ -292,7 +293,8 @@ def _half_transforms(x: np.ndarray, *, inverse: bool, workers: int) -> None:
             release_plans(x.dtype)
 
 
-def dct_numpy(x: np.ndarray, *, inverse: bool, workers: int) -> np.ndarray:
+def dct_numpy(x: np.ndarray, *, inverse: bool, workers: int,
+              work: np.ndarray | None = None) -> np.ndarray:
     """Orthonormal DCT-II of the 1-D ``x`` (DCT-III, its transpose, when ``inverse``) in place.
 
     Even ``N = 2L``: ``T_N = P diag(T_L, D S4_L) B`` -- the butterfly ``B`` of ``x_n`` with
@@ -300,12 +302,13 @@ def dct_numpy(x: np.ndarray, *, inverse: bool, workers: int) -> np.ndarray:
     reversed difference is ``D T4`` with ``D = diag((-1)^j)``), and the interleave ``P``. Peak
     memory beyond ``x``: pocketfft's buffers for half the length, or the interleaved copy
     (``4N`` bytes in float32), instead of ``3 x 4N`` for one length-``N`` pocketfft DCT.
-    Odd ``N``: that one DCT in place.
+    Odd ``N``: that one DCT in place. ``work``: the four-step transform's complex buffer
+    (:func:`flaudit.auditor.fourstep.dct3_four_step`), when the caller holds one.
     """
     n = x.shape[0]
     plan = four_step_plan(n) if inverse and x.flags.c_contiguous else None
     if plan is not None:  # long vectors: a four-step FFT on every core, 4N bytes beyond x
-        return dct3_four_step(x, plan, workers=workers)
+        return dct3_four_step(x, plan, workers=workers, work=work)
     if n % 2 or n < 2:
         out = (scipy.fft.idct if inverse else scipy.fft.dct)(
             x, type=2, norm="ortho", workers=workers, overwrite_x=True)
@@ -443,7 +446,7 @@ def dct3_torch(box: list):
     return out
 
 
-def dct_torch(box: list, *, inverse: bool, workers: int):
+def dct_torch(box: list, *, inverse: bool, workers: int, work: np.ndarray | None = None):
     """DCT-II / DCT-III of the tensor ``box.pop()``; odd lengths through scipy on the CPU.
 
     A long DCT-III of a CPU tensor runs the numpy four-step transform in the tensor's own
@@ -453,7 +456,7 @@ def dct_torch(box: list, *, inverse: bool, workers: int):
     plan = four_step_plan(x.shape[0]) if inverse and x.device.type == "cpu" else None
     if plan is not None and x.is_contiguous() and x.dtype in (torch.float32, torch.float64):
         x = box.pop()
-        dct3_four_step(x.numpy(), plan, workers=workers)  # in place: x and its view share memory
+        dct3_four_step(x.numpy(), plan, workers=workers, work=work)  # in place: x and its view share memory
         return x
     if box[0].shape[0] % 2 == 0:
         return dct3_torch(box) if inverse else dct2_torch(box)

@@ -20,6 +20,7 @@ def tiny_four_step(monkeypatch):
     monkeypatch.setattr(fourstep, "_MIN_FACTOR", 2)
     monkeypatch.setattr(fourstep, "_PRE_CHUNK", 7)
     monkeypatch.setattr(fourstep, "_ROW_TABLE", 3)
+    monkeypatch.setattr(fourstep, "_ROW_BLOCK", 2)
     monkeypatch.setattr(transform, "CHUNK", 7)
 
 
@@ -48,6 +49,27 @@ def test_four_step_equals_scipy_dct3(n, dtype, workers, tiny_four_step):
     # through dct_numpy, which routes long inverse transforms here
     np.testing.assert_allclose(transform.dct_numpy(x.copy(), inverse=True, workers=workers), want,
                                atol=tol * np.sqrt(n), rtol=0)
+
+
+@pytest.mark.parametrize("row_block", [1, 3, 16])
+def test_fused_row_pass_and_a_shared_work_buffer(row_block, tiny_four_step, monkeypatch):
+    """Row blocks of any size, with their mirrors (odd ``M1``: the middle row once), and one
+    buffer reused by transforms of different lengths give scipy's DCT-III."""
+    monkeypatch.setattr(fourstep, "_ROW_BLOCK", row_block)
+    lengths = [1000, 24, 8748, 200]
+    work = fourstep.four_step_work(lengths, np.float32)
+    assert work.dtype == np.complex64 and work.shape == (8748 // 2,)
+    assert fourstep.four_step_plan(24)[0] % 2 == 1  # M1 = 3: a middle row without a mirror
+    for n in lengths:
+        x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+        want = scipy.fft.idct(x.astype(np.float64), type=2, norm="ortho")
+        work[:] = np.nan  # what an earlier transform left there must not matter
+        got = fourstep.dct3_four_step(x, fourstep.four_step_plan(n), workers=2, work=work)
+        np.testing.assert_allclose(got, want, atol=2e-6 * np.sqrt(n), rtol=0)
+    assert fourstep.four_step_work([10, 30], np.float64) is None  # no length has a plan
+    with pytest.raises(ValueError, match="work must be a contiguous 1-D complex128"):
+        fourstep.dct3_four_step(np.zeros(1000), fourstep.four_step_plan(1000), workers=1,
+                                work=np.empty(10, np.complex128))
 
 
 @pytest.mark.parametrize("dim", [4000, 4098, 2 * 3**7])
