@@ -339,7 +339,7 @@ async def put_round(
             raise _fail(422, "canaries_missing: a round trained without canaries must say "
                              f"num_canaries_inserted=0, got {metadata.num_canaries_inserted}")
         gap = {"round": t, "kind": "no_canaries", "reason": canaries_missing}
-    if _is_external(audit) and gap is None:
+    if audit.spec.get("engine") in _SERVED_ENGINES and gap is None:
         await run_in_threadpool(_check_inserted, request, audit, t, metadata.num_canaries_inserted)
     try:
         vector, participants = await _read_round_body(
@@ -420,8 +420,13 @@ async def _end_refused(request: Request, audit, t: int | None, exc: _Unusable) -
         request.app.state.live.forget(audit.id)
 
 
+#: Engines whose ServerApp inserts the canaries the service serves (it holds no seed).
+_SERVED_ENGINES = (Engine.external.value, Engine.deployment.value)
+
+
 def _check_inserted(request: Request, audit, t: int, inserted: int) -> None:
-    """An external run must insert exactly the canaries the service served for round ``t``."""
+    """An external or deployment run must insert exactly the canaries the service served for
+    round ``t``."""
     spec = AuditSpec.model_validate(audit.spec)
     seed = request.app.state.store.canary_seed(audit.id)
     if t > spec.num_rounds:
@@ -432,7 +437,7 @@ def _check_inserted(request: Request, audit, t: int, inserted: int) -> None:
         raise _fail(
             422,
             f"num_canaries_inserted: round {t} must insert the {served} canaries served by "
-            f"GET /audits/{{id}}/rounds/{t}/canaries, got {inserted}",
+            f"GET /audits/{{id}}/rounds/{t}/canary-sum (or .../canaries), got {inserted}",
         )
 
 

@@ -120,6 +120,30 @@ def test_a_deployment_audits_participants_are_derived_by_the_service(client, sto
         assert "participants" not in client.get(f"/audits/{dep_id}{path}").text
 
 
+def test_a_deployment_round_must_insert_the_canaries_served(client, store):
+    """The service served round t's sum, so it knows how many canaries the round holds: another
+    count is refused (422, nothing stored); a round without its canaries says 0 and is a gap."""
+    audit_id, headers, spec = _audit(store)
+    assert client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(DIM)),
+                      headers=headers).status_code == 200
+    local = LocalCanarySums(SEED, _as_simulation(spec))
+    total, count = local.round_sum(1, DIM)
+    update = f32((total + 0.01) / 5)
+    for wrong in (count + 1, max(count - 1, 0)):
+        refused = client.put(f"/audits/{audit_id}/rounds/1", content=update, headers=headers,
+                             params=dict(META, num_canaries_inserted=wrong))
+        assert refused.status_code == 422, refused.text
+        assert "num_canaries_inserted" in refused.text and f"the {count} canaries" in refused.text
+    assert client.get(f"/audits/{audit_id}").json()["progress"]["round"] == 0  # nothing stored
+    ok = client.put(f"/audits/{audit_id}/rounds/1", content=update, headers=headers,
+                    params=dict(META, num_canaries_inserted=count))
+    assert ok.status_code == 200, ok.text
+    gap = client.put(f"/audits/{audit_id}/rounds/2", content=f32(np.zeros(DIM)), headers=headers,
+                     params=dict(META, num_canaries_inserted=0, canaries_missing="unreachable"))
+    assert gap.status_code == 200, gap.text
+    assert client.get(f"/audits/{audit_id}").json()["progress"]["round"] == 2
+
+
 class _Grid:
     """Three SuperNodes whose clients send a small constant update."""
 
