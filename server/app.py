@@ -1,24 +1,26 @@
 """Flower ServerApp (Message API): DP-FedAvg with random canary clients.
 
-The main loop (:func:`run_audit`)
+The ServerApp is a Flower app like the ones users bring (issue #29): :func:`run_audit` builds
+the task's initial model ``theta_0``, then runs flaudit's own DP strategy
+(:class:`~flaudit.server.builtin.BuiltinDPFedAvg`: participation schedule, clipping, noise,
+server optimizer, adaptive clipping, injected bugs) inside
+:class:`~flaudit.server.wrapper.CanaryAuditStrategy`, the one place a canary enters a round,
+with Flower's ``Strategy.start``:
 
-1. builds the task's initial model ``theta_0`` and reports it;
-2. waits for the SuperNodes and maps their (random) node ids to stable partition ids
-   (sorted node ids; partition ``p`` is trained on node ``p mod #nodes``);
-3. draws the participation schedule for real clients and seen canaries alike
-   (:func:`flaudit.auditor.schedules.participation_schedule`);
-4. per round: sends the global model to the scheduled real clients, collects their deltas
-   (clients that fail or time out are dropped and counted), adds ``S(t) c_j`` for each scheduled
-   seen canary, clips, sums, adds noise, takes a server step (:mod:`flaudit.server.dpfedavg`) and reports
-   the released noisy aggregate ``rho_bar_t = (rho + noise) / m`` (not ``theta_t - theta_{t-1}``,
-   which mixes rounds under server momentum) with its metadata and the round's canary
-   participants (seen canaries inserted + unseen canaries' drawn rounds, one merged list)
-   through the :class:`~flaudit.server.reporting.RoundReporter`;
-5. evaluates ``theta_T`` and reports it with the accuracy.
+1. the wrapper reports ``theta_0``; the strategy waits for the SuperNodes and maps their
+   (random) node ids to stable partition ids (partition ``p`` on node ``p mod #nodes``);
+2. per round the strategy sends the global model to the scheduled real clients (those that fail
+   or time out are dropped and counted); while they train the wrapper gets the round's canary
+   sum and hands it to the strategy, which adds ``S(t)`` times it to the clipped sum, noises
+   it and steps; the wrapper reports the released noisy aggregate ``rho_bar_t = (rho + noise)
+   / m`` (not ``theta_t - theta_{t-1}``, which mixes rounds under server momentum) with its
+   metadata and the round's canary participants through the
+   :class:`~flaudit.server.reporting.RoundReporter`, on a background thread;
+3. ``theta_T`` is evaluated on the task's test set and reported with the accuracy.
 
-Canaries live only here: no client ever receives one. Round ``t``'s canary sum and participants
-come from a :class:`~flaudit.server.canary_sums.CanarySums`: made from the seed in this process
-(simulation, stand-alone demo) or fetched from the audit service (deployment).
+Canaries live only on the server: no client ever receives one. Round ``t``'s canary sum and
+participants come from a :class:`~flaudit.server.canary_sums.CanarySums`: made from the seed in
+this process (simulation, stand-alone demo) or fetched from the audit service (deployment).
 
 Two entry points: :func:`make_server_app` (simulation: spec, secret seed and reporter are handed
 over in memory) and the module-level ``app`` (deployment: read from the run config keys
@@ -31,30 +33,22 @@ learns how many canaries are seen, not which; the service serves each round's ca
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import (
-    ArrayRecord,
-    ConfigRecord,
-    Context,
-    Message,
-    MessageType,
-    RecordDict,
-)
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
 from ..auditor.canaries import new_master_seed, resolve_canary_family, seen_mask
-from ..auditor.schedules import audit_canary_repeats, participation_schedule
 from ..auditor.spec import AuditSpec
 from ..clients.tasks import load_task, set_model_vector
+from ..protocol.vectors import flatten
 from ..protocol.wire import (
     RUN_CONFIG_AUDIT_ID,
     RUN_CONFIG_INGEST_URL,
@@ -62,9 +56,10 @@ from ..protocol.wire import (
     RUN_CONFIG_RUN_TOKEN,
     RUN_CONFIG_SPEC,
 )
+from .builtin import BuiltinDPFedAvg
 from .canary_sums import CanarySums, LocalCanarySums, ServiceCanarySums
-from .dpfedavg import AdaptiveClipNorm, ServerOptimizer, aggregate_round
 from .http_reporter import HttpRoundReporter
+from .wrapper import CanaryAuditStrategy
 from .reporting import LocalRoundReporter, RoundMetadata, RoundReporter
 
 __all__ = ["AuditRuntime", "run_audit", "make_server_app", "app", "MIN_DIM", "check_dimension"]
@@ -138,18 +133,6 @@ class AuditRuntime:
             self.canaries = LocalCanarySums(self.canary_seed, self.spec)
 
 
-def _remaining(runtime: AuditRuntime) -> float | None:
-    if runtime.deadline is None:
-        return None
-    return runtime.deadline - time.monotonic()
-
-
-def _check_deadline(runtime: AuditRuntime, what: str) -> None:
-    left = _remaining(runtime)
-    if left is not None and left <= 0:
-        raise TimeoutError(f"audit timed out ({what})")
-
-
 #: Seconds between pulls for a round's replies. Flower's deployment Grid sleeps 3 s between
 #: pulls in ``send_and_receive``, which adds up to 3 s to every round after its last reply.
 REPLY_POLL_SECONDS = 0.2
@@ -178,18 +161,35 @@ def send_and_receive(grid: Grid, messages: list[Message], *, timeout: float) -> 
     return replies
 
 
-def _wait_for_nodes(grid: Grid, runtime: AuditRuntime) -> list[int]:
-    while True:
-        nodes = sorted(int(n) for n in grid.get_node_ids())
-        if len(nodes) >= runtime.min_nodes:
-            return nodes
-        _check_deadline(runtime, f"waiting for {runtime.min_nodes} SuperNodes, {len(nodes)} connected")
-        time.sleep(0.5)
+class _RoundGrid:
+    """The Grid as Flower's ``Strategy.start`` sees it in an audit: replies pulled every
+    :data:`REPLY_POLL_SECONDS`, each round's wait at most ``round_timeout`` and never past the
+    audit's deadline, a round with nothing to send answered at once."""
+
+    def __init__(self, grid: Grid, runtime: AuditRuntime) -> None:
+        self._grid, self._runtime = grid, runtime
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None
+                         ) -> list[Message]:
+        messages = list(messages)
+        if not messages:
+            return []
+        wait = self._runtime.round_timeout
+        if self._runtime.deadline is not None:
+            wait = max(0.0, min(wait, self._runtime.deadline - time.monotonic()))
+        return send_and_receive(self._grid, messages, timeout=wait)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
 
 
 def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
-    """Run one audited DP-FedAvg training; return a summary (no seed, no canary identities)."""
+    """Run one audited DP-FedAvg training; return a summary (no seed, no canary identities).
 
+    The ServerApp is a Flower app like a user's: :class:`~flaudit.server.builtin.BuiltinDPFedAvg`
+    inside :class:`~flaudit.server.wrapper.CanaryAuditStrategy` (the one place a canary enters
+    a round), run by Flower's ``Strategy.start``.
+    """
     spec = runtime.spec
     started = time.monotonic()
     task = load_task(
@@ -200,188 +200,52 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     check_dimension(dim, spec.num_canaries)
     family = resolve_canary_family(spec.canary_family, num_canaries=spec.num_canaries, dim=dim)
     # round t's canary sum and participants (the one canary rule, audit_canary_plan: uncapped,
-    # as aggregate_round divides by the calibration size m whatever the replies, so canaries
-    # beyond m do not dilute the mechanism; the wrapper's FedAvg divides by its reply count:
-    # capped): from the seed here, or from the service, which keeps it (deployment)
+    # as BuiltinDPFedAvg divides by the calibration size m whatever the replies, so canaries
+    # beyond m do not dilute the mechanism): from the seed here, or from the service (deployment)
     source: CanarySums = runtime.canaries
-    num_seen = int(source.num_seen)
     bug = spec.inject_bug
     if bug is not None:
         logger.warning("bug injected: %s (testing only; the claim does not know about it)", bug.label)
-    schedule = participation_schedule(
-        num_clients=spec.num_clients,
-        num_seen_canaries=num_seen,
-        num_rounds=spec.num_rounds,
-        participation=spec.participation,
-        clients_per_round=spec.clients_per_round,
-        sampling_probability=spec.sampling_probability,
-        canary_repeats=audit_canary_repeats(spec),
-        max_participations=spec.max_participations,
-        seed=spec.data_seed,
-    )
-    noise_rng = np.random.default_rng(runtime.noise_seed)
-    optimizer = ServerOptimizer(
-        learning_rate=spec.server_learning_rate, momentum=spec.server_momentum
-    )
-    adaptive = None
-    if spec.adaptive_clipping is not None:
-        ac = spec.adaptive_clipping
-        count_stddev = ac.count_stddev(spec.clients_per_round)
-        adaptive = AdaptiveClipNorm(
-            initial_clip_norm=ac.initial_clip_norm,
-            target_quantile=ac.target_quantile,
-            learning_rate=ac.learning_rate,
-            count_stddev=count_stddev,
-        )
-    # Expected real clients per round: the (data-independent) denominator of the clip count.
-    expected_real = spec.clients_per_round * spec.num_clients / (
-        spec.num_clients + spec.num_canaries / 2
-    )
-    task_options = json.dumps(spec.task_options, sort_keys=True)
+    dp = BuiltinDPFedAvg(spec, num_seen_canaries=int(source.num_seen), deadline=runtime.deadline,
+                         min_nodes=runtime.min_nodes, noise_seed=runtime.noise_seed,
+                         progress=runtime.progress)
+    # the audit's own work (the round's canary sum, reporting the previous round) runs on
+    # background threads while the clients train; no round budget: the built-in run waits for it
+    strategy = CanaryAuditStrategy(dp, reporter=runtime.reporter, canaries=source,
+                                   num_rounds=spec.num_rounds, stop_on_alarm=spec.stop_on_alarm,
+                                   round_budget_seconds=None)
+    metrics: dict[str, float] = {}
 
-    runtime.reporter.report_initial(model)
-    nodes = _wait_for_nodes(grid, runtime)
-    total_failures = 0
-    rounds: list[dict[str, float]] = []
-    # The audit's own work -- round t's canary sum (it depends only on the schedule) and
-    # reporting round t's release (scoring it, or sending it to the service) -- runs in order on
-    # one background thread while the clients train, off the round's critical path; a report's
-    # error surfaces at the next round and the last report is awaited before the final model.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="flaudit-audit") as audit_work:
-        reported: Future[None] | None = None
-        stopped: tuple[int, str] | None = None
-        for t in range(1, spec.num_rounds + 1):
-            if spec.stop_on_alarm and reported is not None:
-                # stop on alarm: round t-1's report decides before round t trains (this waits
-                # for the audit's work of round t-1, only with stop_on_alarm)
-                reported.result()
-                reason = getattr(runtime.reporter, "stop_reason", None)
-                if reason:
-                    stopped = (t - 1, str(reason))
-                    logger.warning("stopping training after round %d: %s", t - 1, reason)
-                    break
-            _check_deadline(runtime, f"before round {t}")
-            clip_norm = adaptive.clip_norm if adaptive is not None else float(spec.clip_norm)
-            inserted = audit_work.submit(source.round_sum, t, dim)  # while the clients train
-            partitions = schedule.real_clients(t)
-            arrays = ArrayRecord([model])
-            messages = []
-            for p in partitions:
-                config = ConfigRecord(
-                    {
-                        "partition-id": int(p),
-                        "num-partitions": spec.num_clients,
-                        "task": spec.task,
-                        "task-options": task_options,
-                        "data-seed": spec.data_seed,
-                        "server-round": t,
-                        "local-epochs": spec.local_epochs,
-                        "learning-rate": spec.client_learning_rate,
-                        "batch-size": spec.batch_size,
-                    }
-                )
-                messages.append(
-                    Message(
-                        content=RecordDict({"arrays": arrays, "config": config}),
-                        message_type=MessageType.TRAIN,
-                        dst_node_id=nodes[int(p) % len(nodes)],
-                        group_id=str(t),
-                    )
-                )
-            updates, losses = [], []
-            if messages:
-                timeout = runtime.round_timeout
-                left = _remaining(runtime)
-                if left is not None:
-                    timeout = max(0.0, min(timeout, left))
-                replies = send_and_receive(grid, messages, timeout=timeout)
-                for reply in replies:
-                    if reply.has_error():
-                        continue
-                    try:
-                        delta = reply.content["arrays"].to_numpy_ndarrays()[0]
-                    except (KeyError, IndexError):
-                        continue
-                    delta = np.asarray(delta, dtype=np.float32).reshape(-1)
-                    if delta.shape != (dim,) or not np.all(np.isfinite(delta)):
-                        continue  # a malformed update counts as a failure
-                    updates.append(delta)
-                    metrics = reply.content.get("metrics")
-                    if metrics is not None and "train-loss" in metrics:
-                        losses.append(float(metrics["train-loss"]))
-            failures = len(messages) - len(updates)
-            total_failures += failures
-            _check_deadline(runtime, f"round {t}")
-            waited = time.perf_counter()
-            canary_total, num_inserted = inserted.result()
-            if reported is not None:
-                reported.result()  # round t-1's report (done: it ran before this round's sum)
-            waited = time.perf_counter() - waited
-            aggregate = aggregate_round(
-                client_updates=updates,
-                canary_directions=[],
-                canary_sum=canary_total,
-                num_summed_canaries=num_inserted,
-                clip_norm=clip_norm,
-                noise_multiplier=spec.noise_multiplier,
-                expected_cohort_size=spec.clients_per_round,
-                dim=dim,
-                rng=noise_rng,
-                bug=bug,
-            )
-            model, _ = optimizer.step(model, aggregate.update)
-            participants = source.participants(t)
-            metadata = RoundMetadata(
-                clip_norm=clip_norm,
-                cohort_size=len(updates) + num_inserted,
-                num_canaries_inserted=num_inserted,
-                num_failures=failures,
-                clipped_fraction=aggregate.clipped_fraction,
-                noise_stddev=aggregate.noise_stddev,
-                train_loss=float(np.mean(losses)) if losses else None,
-                participants=None if participants is None else tuple(int(j) for j in participants),
-            )
-            reported = audit_work.submit(
-                runtime.reporter.report_round, t, aggregate.update.astype(np.float32), metadata
-            )
-            rounds.append({"clip_norm": clip_norm, "cohort_size": metadata.cohort_size,
-                           "num_failures": failures, "audit_wait_seconds": waited})
-            if adaptive is not None:
-                adaptive.update(
-                    num_unclipped=len(updates) - aggregate.num_clipped,
-                    expected_count=max(expected_real, 1.0),
-                    rng=noise_rng,
-                )
-            if runtime.progress is not None:
-                runtime.progress(t, spec.num_rounds)
-        if reported is not None:
-            reported.result()
-        if stopped is None and spec.stop_on_alarm and getattr(runtime.reporter, "stop_reason", None):
-            stopped = (len(rounds), str(runtime.reporter.stop_reason))  # fired at the last round
-
-    import torch
-
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        if server_round != spec.num_rounds:  # the final model only (kept after a stop)
+            return None
+        net = task.build_model()
+        set_model_vector(net, flatten(arrays.to_numpy_ndarrays()))
+        metrics.update({k: float(v) for k, v in task.evaluate_fn(net, task.test_data()).items()})
+        return MetricRecord(metrics)
 
     torch.set_num_threads(1)
-    net = task.build_model()
-    set_model_vector(net, model)
-    metrics = {k: float(v) for k, v in task.evaluate_fn(net, task.test_data()).items()}
-    runtime.reporter.report_final(model, metrics)
+    strategy.start(_RoundGrid(grid, runtime), ArrayRecord([model]), spec.num_rounds,
+                   evaluate_fn=evaluate)
+    rounds = [{**dp.round_stats[t], "audit_wait_seconds": strategy.audit_wait_seconds[t]}
+              for t in sorted(dp.round_stats)]
+    stopped = strategy.stopped_at_round
+    reason = getattr(runtime.reporter, "stop_reason", None) if spec.stop_on_alarm else None
     runtime.result = {
         "num_rounds": spec.num_rounds,
         "dim": dim,
         "num_canaries": spec.num_canaries,
         "canary_family": family.value,
-        "num_seen_canaries_inserted": num_seen,
-        "num_nodes": len(nodes),
-        "num_failures": total_failures,
+        "num_seen_canaries_inserted": int(source.num_seen),
+        "num_nodes": len(dp.nodes or []),
+        "num_failures": sum(r["num_failures"] for r in rounds),
         "rounds": rounds,
         "metrics": metrics,
         "seconds": time.monotonic() - started,
         "inject_bug": bug.label if bug is not None else None,
         "rounds_trained": len(rounds),
-        "stopped_at_round": None if stopped is None or stopped[0] >= spec.num_rounds else stopped[0],
-        "stop_reason": None if stopped is None else stopped[1],
+        "stopped_at_round": stopped,
+        "stop_reason": str(reason) if reason else None,
     }
     return runtime.result
 

@@ -177,12 +177,17 @@ def _metric(record: Mapping[str, Any] | None, word: str) -> float | None:
     return None
 
 
-def _final_metrics(result: Any, num_rounds: int) -> dict[str, float]:
+def _final_metrics(result: Any, num_rounds: int, stopped_at_round: int | None = None
+                   ) -> dict[str, float]:
     """Accuracy and loss of the final model: the ServerApp's ``evaluate_fn`` if it ran, else the
-    clients' aggregated evaluation of the last round."""
+    clients' aggregated evaluation of the last round. Stopped on alarm after round ``s``: the
+    model stays that of round ``s``, which ``evaluate_fn`` evaluates at every later round too."""
     out: dict[str, float] = {}
-    for source in ("evaluate_metrics_serverapp", "evaluate_metrics_clientapp"):
-        record = getattr(result, source, {}).get(num_rounds)
+    stopped = num_rounds if stopped_at_round is None else int(stopped_at_round)
+    for source, rounds in (("evaluate_metrics_serverapp", (num_rounds, stopped)),
+                           ("evaluate_metrics_clientapp", (stopped,))):
+        records = getattr(result, source, {})
+        record = next((records[t] for t in rounds if t in records), None)
         for name, word in (("accuracy", "acc"), ("loss", "loss")):
             value = _metric(record, word)
             if name not in out and value is not None and (name != "accuracy" or 0 <= value <= 1):

@@ -48,6 +48,7 @@ Limits
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from logging import ERROR, INFO, WARNING
@@ -164,7 +165,14 @@ class CanaryAuditStrategy(Strategy):
         _refuse_legacy(strategy)
         self._num_canaries = (None if num_canaries is None
                               else check_num_canaries(num_canaries))
-        read_claim(strategy, num_rounds=1, num_nodes=1)
+        # a strategy that takes the round's canary sum (flaudit's own DP-FedAvg,
+        # server/builtin.py) is audited from its spec: nothing to read or declare
+        self._sums_inside = callable(getattr(strategy, "add_canary_sum", None))
+        if self._sums_inside and canaries is None:
+            raise ValueError("canaries: a strategy that takes the round's canary sum needs a "
+                             "canary source with round_sum(t, dim) (server/canary_sums.py)")
+        if not self._sums_inside:
+            read_claim(strategy, num_rounds=1, num_nodes=1)
         if clip_norm is not None:
             check_positive(clip_norm, "clip_norm")
         if clip_norm is None and _current_clip_norm(strategy) is None:
@@ -191,7 +199,10 @@ class CanaryAuditStrategy(Strategy):
         self._final_reported = False
         self._in_start = False
         self._final: np.ndarray | None = None
-        self._claimed = False
+        self._claimed = self._sums_inside
+        self._dim = 0
+        #: per round: seconds the round waited for the audit (its canaries, earlier reports)
+        self.audit_wait_seconds: dict[int, float] = {}
         self._round_block: dict[int, np.ndarray] = {}
         self._slot_rng = np.random.default_rng()
         self._max_weight = 0.0
@@ -247,8 +258,9 @@ class CanaryAuditStrategy(Strategy):
         return f"CanaryAuditStrategy({self.strategy!r})"
 
     def summary(self) -> None:
-        log(INFO, "\t├──> Canary audit: canaries from %s, taking cohort slots",
-            type(self._canaries or self.reporter).__name__)
+        log(INFO, "\t├──> Canary audit: canaries from %s, %s",
+            type(self._canaries or self.reporter).__name__,
+            "their sum added inside the strategy" if self._sums_inside else "taking cohort slots")
         self.strategy.summary()
 
     @property
@@ -297,7 +309,9 @@ class CanaryAuditStrategy(Strategy):
         that writes results or checkpoints there keeps doing so): while it runs, its
         ``configure_train`` and ``aggregate_train`` are this wrapper's, which call its own.
         """
-        self.declare(grid, num_rounds)
+        if not self._claimed:
+            self.declare(grid, num_rounds)
+        self.num_rounds = int(num_rounds)
         self._report_initial(initial_arrays)
         self._in_start = True
         own_start = _overrides_start(self.strategy)
@@ -308,6 +322,9 @@ class CanaryAuditStrategy(Strategy):
                 result = self.strategy.start(grid, initial_arrays, num_rounds, *args, **kwargs)
             else:
                 result = super().start(grid, initial_arrays, num_rounds, *args, **kwargs)
+        except BaseException:
+            self._close_audit_work()
+            raise
         finally:
             self._in_start = False
             if own_start:
@@ -316,7 +333,7 @@ class CanaryAuditStrategy(Strategy):
         self.flush()
         if self._final is not None and not self._final_reported:
             self.reporter.report_final(
-                self._final, _final_metrics(result, self.stopped_at_round or num_rounds)
+                self._final, _final_metrics(result, num_rounds, self.stopped_at_round)
             )
             self._final_reported = True
         spent = _accountant_spent(self.strategy)
@@ -338,7 +355,9 @@ class CanaryAuditStrategy(Strategy):
                                                   thread_name_prefix="flaudit-canaries")
         return self._fetch_work.submit(self._fetch_round, server_round, dim)
 
-    def _fetch_round(self, server_round: int, dim: int) -> np.ndarray:
+    def _fetch_round(self, server_round: int, dim: int) -> Any:
+        if self._sums_inside:  # (sum, c)
+            return self._canaries.round_sum(server_round, dim)
         return self._round_canaries(server_round, dim)
 
     def _budgeted(self) -> bool:
@@ -401,6 +420,11 @@ class CanaryAuditStrategy(Strategy):
         self._current = arrays
         self._report_initial(arrays)
         messages = list(self._inner_configure_train(server_round, arrays, config, grid))
+        if self._sums_inside:  # canaries take no slot: the sum is fetched while clients train
+            self._dim = sum(int(np.prod(a.shape)) for a in arrays.values())
+            if server_round not in self._prefetched:
+                self._prefetched[server_round] = self._submit_fetch(server_round, self._dim)
+            return messages
         if not messages:
             return messages
         self._template = messages[0]
@@ -536,6 +560,8 @@ class CanaryAuditStrategy(Strategy):
         """Add the round's canary replies (at the largest weight seen so far) and aggregate."""
         if self.stopped_at_round is not None:
             return None, None  # stopped on alarm: nothing trained, the model stays
+        if self._sums_inside:
+            return self._aggregate_sums(server_round, replies)
         replies = list(replies)
         valid = [r for r in replies if not r.has_error() and r.content.array_records]
         current = _record_vector(self._current) if self._current is not None else None
@@ -577,7 +603,6 @@ class CanaryAuditStrategy(Strategy):
             self._last = new
             self._settle()  # round t-1's, in order (within the round budget); its error stops
             # the run here
-            participants = getattr(self._canaries, "participants", None)
             metadata = RoundMetadata(
                 clip_norm=clip_norm,
                 cohort_size=len(valid) + inserted,
@@ -586,21 +611,72 @@ class CanaryAuditStrategy(Strategy):
                 clipped_fraction=num_clipped / len(valid) if valid else 0.0,
                 noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
                 train_loss=_metric(metrics_out, "loss"),
-                participants=(None if participants is None
-                              else tuple(int(j) for j in participants(server_round))),
+                participants=self._participants(server_round),
             )
             if weight_factor is not None:
                 metadata = replace(metadata, weight_factor=weight_factor)
-            self._reports.append(self._submit(self.reporter.report_round, server_round,
-                                              new - current, metadata))
-            if server_round == self.num_rounds:
-                self._final = new
-                if not self._in_start and not self._final_reported:
-                    self.flush()
-                    self.reporter.report_final(new, {})
-                    self._final_reported = True
-                    self._close_audit_work()
+            self._report(server_round, new, new - current, metadata)
         return arrays, metrics_out
+
+    def _participants(self, server_round: int) -> tuple[int, ...] | None:
+        participants = getattr(self._canaries, "participants", None)
+        found = None if participants is None else participants(server_round)
+        return None if found is None else tuple(int(j) for j in found)
+
+    def _report(self, server_round: int, new: np.ndarray, update: np.ndarray,
+                metadata: RoundMetadata) -> None:
+        """Hand round ``t``'s release to the reporter (in order, on the audit thread); after
+        the last round, the final model too when no ``start()`` of ours will."""
+        self._reports.append(self._submit(self.reporter.report_round, server_round, update,
+                                          metadata))
+        if server_round == self.num_rounds:
+            self._final = new
+            if not self._in_start and not self._final_reported:
+                self.flush()
+                self.reporter.report_final(new, {})
+                self._final_reported = True
+                self._close_audit_work()
+
+    def _aggregate_sums(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """A strategy that takes the canary sum: hand it round ``t``'s (uncapped: they take no
+        slot), let it aggregate, report its release ``rho_bar_t``."""
+        t = int(server_round)
+        waited = time.perf_counter()
+        total, count = self._take_sum(t)
+        self._settle()  # round t-1's report, in order; its error stops the run here
+        self.audit_wait_seconds[t] = time.perf_counter() - waited
+        self.strategy.add_canary_sum(t, total, count)
+        arrays, metrics_out = self._inner_aggregate_train(t, replies)
+        release = self.strategy.release
+        if arrays is None or release is None:
+            return arrays, metrics_out
+        new = _record_vector(arrays)
+        self._last = new
+        metadata = RoundMetadata(
+            clip_norm=release.clip_norm, cohort_size=release.num_clients + count,
+            num_canaries_inserted=count, num_failures=release.num_failures,
+            clipped_fraction=release.clipped_fraction, noise_stddev=release.noise_stddev,
+            train_loss=release.train_loss, participants=self._participants(t),
+        )
+        self._report(t, new, release.update, metadata)
+        return arrays, metrics_out
+
+    def _take_sum(self, server_round: int) -> tuple[np.ndarray | None, int]:
+        """Round ``t``'s ``(sum, c)``, fetched while its clients trained; within the round
+        budget if there is one (past it the round trains without canaries, a stated gap)."""
+        t = int(server_round)
+        future = self._prefetched.pop(t, None) or self._submit_fetch(t, self._dim)
+        if not self._budgeted():
+            return future.result()
+        done, value = self.round_budget.wait(future, f"the canaries of round {t}")
+        if done:
+            return value
+        give_up = getattr(self.reporter, "without_canaries", None)
+        if give_up is not None:
+            give_up(t, f"the canaries did not arrive within the round budget "
+                       f"({self.round_budget.seconds:g} s)")
+        return None, 0
 
     # -- evaluation: unchanged -----------------------------------------------------------
     def configure_evaluate(

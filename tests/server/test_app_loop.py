@@ -272,9 +272,9 @@ def test_canaries_from_the_service_train_the_model_the_seed_trains(bug):
     assert all(m.participants is not None for _, m in local.rounds)
     np.testing.assert_allclose(served.final_model, local.final_model, atol=1e-6)
     assert served_result["num_seen_canaries_inserted"] == local_result["num_seen_canaries_inserted"]
-    # fetched on the audit's background thread, while the clients train
+    # fetched on the audit's background thread (the wrapper's), while the clients train
     assert len(service.threads) == spec.num_rounds
-    assert all(name.startswith("flaudit-audit") for name in service.threads)
+    assert all(name.startswith("flaudit-canaries") for name in service.threads)
 
 
 def test_rounds_report_the_released_aggregate_and_participants_with_momentum():
