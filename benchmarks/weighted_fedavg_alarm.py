@@ -82,7 +82,7 @@ def main() -> None:
         # reproducible: Flower samples nodes with Python's random, the wrapper picks the nodes the
         # canaries displace with its own generator
         random.seed(seed)
-        strategy._slot_rng = np.random.default_rng(seed)
+        strategy.audit._slot_rng = np.random.default_rng(seed)
         strategy.start(LoopGrid(nodes=nodes, weights=weights, seed=seed),
                        ArrayRecord([np.zeros(1000, np.float32)]), num_rounds=rounds)
         reporter.close()

@@ -57,8 +57,9 @@ from ..protocol.wire import (
     RUN_CONFIG_SPEC,
 )
 from .builtin import BuiltinDPFedAvg
-from .canary_sums import CanarySums, LocalCanarySums, ServiceCanarySums
+from .canary_sums import CanarySums, ServiceCanarySums
 from .http_reporter import HttpRoundReporter
+from .local import LocalCanaries
 from .wrapper import CanaryAuditStrategy
 from .reporting import LocalRoundReporter, RoundMetadata, RoundReporter
 
@@ -98,7 +99,7 @@ class AuditRuntime:
     spec : AuditSpec
     canary_seed : int, optional
         Secret master seed (kept out of ``repr``), handed over in memory: the canaries are made
-        in this process (:class:`~flaudit.server.canary_sums.LocalCanarySums`).
+        in this process (:meth:`~flaudit.server.local.LocalCanaries.for_audit`).
     canaries : CanarySums, optional
         Instead of the seed, where each round's canary sum comes from (deployment: the service,
         :class:`~flaudit.server.canary_sums.ServiceCanarySums`). Exactly one of the two.
@@ -130,7 +131,7 @@ class AuditRuntime:
         if (self.canary_seed is None) == (self.canaries is None):
             raise ValueError("AuditRuntime takes exactly one of canary_seed and canaries")
         if self.canaries is None:
-            self.canaries = LocalCanarySums(self.canary_seed, self.spec)
+            self.canaries = LocalCanaries.for_audit(self.canary_seed, self.spec)
 
 
 #: Seconds between pulls for a round's replies. Flower's deployment Grid sleeps 3 s between

@@ -1,11 +1,12 @@
 """Where the built-in ServerApp gets each round's canaries (:class:`CanarySums`, issue #29).
 
-The main loop (:func:`flaudit.server.app.run_audit`) adds ``S(t)`` times the sum of round ``t``'s
-scheduled seen canaries to the aggregate and reports the round's canary participants. It asks one
-small interface for both, and the secret canary seed is in this process only where it was handed
-over in memory:
+The built-in ServerApp (:func:`flaudit.server.app.run_audit`) runs its DP strategy inside
+:class:`flaudit.server.wrapper.CanaryAuditStrategy`, which takes ``S(t)`` times the sum of round
+``t``'s scheduled seen canaries from one of these (while the clients train), hands it to the
+strategy and reports the round's canary participants. The secret canary seed is in this
+process only where it was handed over in memory:
 
-:class:`LocalCanarySums`
+:class:`flaudit.server.local.LocalCanaries` (:meth:`~flaudit.server.local.LocalCanaries.for_audit`)
     from the seed, in this process: Flower's simulation engine (the seed handed over in memory)
     and the stand-alone ``flwr run`` demo without a service.
 :class:`ServiceCanarySums`
@@ -23,17 +24,14 @@ from typing import Protocol
 
 import numpy as np
 
-from ..auditor.canaries import Canaries, resolve_canary_family, seen_mask
-from ..auditor.schedules import audit_canary_plan
-from ..auditor.spec import AuditSpec
 from ..auditor.validation import check_at_least
 from .http_reporter import HttpRoundReporter
 
-__all__ = ["CanarySums", "LocalCanarySums", "ServiceCanarySums"]
+__all__ = ["CanarySums", "ServiceCanarySums"]
 
 
 class CanarySums(Protocol):
-    """Round ``t``'s canaries as the main loop needs them.
+    """Round ``t``'s canaries as the wrapper needs them for a strategy that takes their sum.
 
     Attributes
     ----------
@@ -53,40 +51,6 @@ class CanarySums(Protocol):
         """Canary indices "in" round ``t`` for the known-rounds statistic, or ``None`` when the
         service derives them itself."""
         ...
-
-
-class LocalCanarySums:
-    """Canary sums made in this process from the secret seed (never shown in ``repr``).
-
-    Parameters
-    ----------
-    canary_seed : int
-        The audit's master seed.
-    spec : AuditSpec
-        The audit (its schedule: :func:`flaudit.auditor.schedules.audit_canary_plan`; its family:
-        :func:`flaudit.auditor.canaries.resolve_canary_family` at the model's ``dim``).
-    """
-
-    def __init__(self, canary_seed: int, spec: AuditSpec) -> None:
-        self._seed = int(canary_seed)
-        self._spec = spec
-        self._plan = audit_canary_plan(self._seed, spec)
-        self.num_seen = int(seen_mask(self._seed, spec.num_canaries).sum())
-        self._canaries: Canaries | None = None
-
-    def __repr__(self) -> str:
-        return f"LocalCanarySums(num_rounds={self._plan.num_rounds})"
-
-    def round_sum(self, t: int, dim: int) -> tuple[np.ndarray, int]:
-        scheduled = self._plan.seen(t)
-        if self._canaries is None or self._canaries.dim != int(dim):  # signs derived once per run
-            family = resolve_canary_family(self._spec.canary_family,
-                                           num_canaries=self._spec.num_canaries, dim=int(dim))
-            self._canaries = Canaries(self._seed, int(dim), family=family)
-        return self._canaries.sum_of(scheduled), int(scheduled.size)
-
-    def participants(self, t: int) -> np.ndarray:
-        return self._plan.participants(t)
 
 
 class ServiceCanarySums:

@@ -1,32 +1,23 @@
 """The strategy wrapper for legacy ``flwr.server.strategy`` strategies
 (:class:`LegacyCanaryAuditStrategy`): the same audit as :class:`.wrapper.CanaryAuditStrategy`
-under ``LegacyContext`` + ``DefaultWorkflow``, SecAgg+ included."""
+under ``LegacyContext`` + ``DefaultWorkflow``, SecAgg+ included. A shell over the same core
+(:class:`.canary_audit.CanaryAudit`: claim, theta_0, canaries, cohort slots, weights,
+participants); what is here translates ``FitRes`` results to and from it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from logging import ERROR, INFO
 from typing import Any
 
 import numpy as np
-from flwr.common.logger import log
 from flwr.supercore.differential_privacy import KEY_NORM_BIT
 
-from ..auditor.validation import check_at_least, check_positive
+from ..auditor.validation import check_at_least
 from ..protocol.vectors import flatten, unflatten
 from .attach import _reporter_from_env
-from .audit_notes import design_line, refusal_line
-from .http_reporter import ReportingError
+from .canary_audit import CanaryAudit
 from .reporting import RoundMetadata, RoundReporter
-from .strategies import (
-    _current_clip_norm,
-    _legacy_strategy_class,
-    _mean_value,
-    _metric,
-    _noise_multiplier,
-    _warn_weighting,
-    read_claim,
-)
+from .strategies import _legacy_strategy_class, _mean_value, _metric, _noise_multiplier, read_claim
 
 __all__ = ['LegacyCanaryAuditStrategy']
 
@@ -66,30 +57,18 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
                 " (Message-API strategies: CanaryAuditStrategy)"
             )
         check_at_least(num_rounds, "num_rounds", 1)
-        if clip_norm is not None:
-            check_positive(clip_norm, "clip_norm")
-        if clip_norm is None and _current_clip_norm(strategy) is None:
-            raise ValueError(
-                "clip_norm: the wrapped strategy has no Flower DP wrapper to read the clipping "
-                "norm from; wrap it in DifferentialPrivacyClientSideFixedClipping (or another "
-                "DP wrapper), or pass clip_norm= for your own clipping"
-            )
+        #: the audit's state and steps, shared with the Message-API wrapper
+        self.audit = CanaryAudit(strategy, reporter, canaries=canaries, clip_norm=clip_norm,
+                                 wrapper_hint="DifferentialPrivacyClientSideFixedClipping")
         read_claim(strategy, num_rounds=num_rounds, num_nodes=1)
         self.strategy = strategy
         self.reporter = reporter
         self.num_rounds = int(num_rounds)
         self._canaries = canaries
-        self._clip_norm = None if clip_norm is None else float(clip_norm)
-        self._claimed = False
-        self._initial_reported = False
-        self._final_reported = False
         self._current: list[np.ndarray] | None = None
         self._round_block: dict[int, np.ndarray] = {}
-        self._slot_rng = np.random.default_rng()
-        self._max_weight = 0.0
-        self.displaced: dict[int, int] = {}
-        self.weight_factors: dict[int, float] = {}
-        self._weighting_warned = False  # the weighting warning: once per run
+        self.displaced = self.audit.displaced
+        self.weight_factors = self.audit.weight_factors
 
     @classmethod
     def from_env(cls, strategy: Any, *, num_rounds: int,
@@ -104,13 +83,11 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
 
     @property
     def clip_norm(self) -> float:
-        norm = _current_clip_norm(self.strategy)
-        return float(norm if norm is not None else self._clip_norm)
+        return self.audit.clip_norm
 
     def _report_initial(self, ndarrays: list[np.ndarray]) -> None:
-        if not self._initial_reported:
-            self.reporter.report_initial(flatten(ndarrays))
-            self._initial_reported = True
+        if not self.audit.initial_reported:
+            self.audit.report_initial(flatten(ndarrays))
 
     def initialize_parameters(self, client_manager: Any) -> Any:
         from flwr.common import parameters_to_ndarrays
@@ -122,23 +99,9 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
         return parameters
 
     def _declare(self, client_manager: Any) -> None:
-        if self._claimed:
-            return
-        claim = read_claim(self.strategy, num_rounds=self.num_rounds,
-                           num_nodes=int(client_manager.num_available()))
-        if "clip_norm" not in claim and "adaptive_clipping" not in claim:
-            claim["clip_norm"] = self._clip_norm
-        declare = getattr(self.reporter, "declare_claim", None)
-        if declare is not None:
-            try:
-                declare(claim)
-            except ReportingError as error:
-                log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
-                raise
-        self._claimed = True
-        design = design_line(getattr(self.reporter, "claim_ack", None))
-        if design is not None:
-            log(INFO, "%s", design)
+        if not self.audit.claimed:
+            self.audit.declare(num_rounds=self.num_rounds,
+                               num_nodes=int(client_manager.num_available()))
 
     def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
         """The wrapped strategy's clients, less one per canary scheduled this round."""
@@ -151,22 +114,13 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
         if not pairs:
             return pairs
         dim = sum(int(a.size) for a in self._current)
-        block = np.asarray(self._round_canaries(server_round, dim), np.float32).reshape(-1, dim)
-        if block.shape[0] > len(pairs):
-            raise ValueError(
-                f"round {server_round}: {block.shape[0]} canaries are scheduled but the strategy "
-                f"sampled only {len(pairs)} clients; num_sampled_clients must match the clients "
-                "the strategy samples (FedAvg: fraction_fit x clients, at least min_fit_clients)"
-            )
+        block = np.asarray(self.audit.round_canaries(server_round, dim),
+                           np.float32).reshape(-1, dim)
+        sent = self.audit.take_slots(server_round, pairs, int(block.shape[0]),
+                                     what="FedAvg: fraction_fit x clients, at least "
+                                          "min_fit_clients")
         self._round_block[server_round] = block
-        self.displaced[server_round] = int(block.shape[0])
-        drop = set(self._slot_rng.choice(len(pairs), size=block.shape[0], replace=False).tolist())
-        return [pair for i, pair in enumerate(pairs) if i not in drop]
-
-    def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
-        if self._canaries is not None:
-            return self._canaries.round_canaries(server_round, dim)
-        return self.reporter.round_canaries(server_round)
+        return sent
 
     def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple:
         """Add the round's canary results (at the largest weight seen so far) and aggregate."""
@@ -185,8 +139,8 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
         inserted, weight_factor = 0, None
         if block is not None and current is not None:
             weights = [float(res.num_examples) for _, res in results]
-            self._max_weight = max([self._max_weight, *weights])  # heaviest client so far
-            weight = self._max_weight if self._max_weight > 0 else 1.0
+            weight, weight_factor = self.audit.canary_weight(
+                server_round, weights, int(block.shape[0]), key="num_examples", integer=True)
             metrics: dict[str, Any] = {}
             for key, first in (results[0][1].metrics or {}).items() if results else ():
                 column = [res.metrics.get(key) for _, res in results]
@@ -207,13 +161,6 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
                              num_examples=int(round(weight)), metrics=dict(metrics))
                 results.append((None, fit))
                 inserted += 1
-            total, count = sum(weights) + inserted * round(weight), len(weights) + inserted
-            if total > 0:
-                weight_factor = round(weight) * count / total
-                self.weight_factors[server_round] = weight_factor
-                if weight_factor > 1 + 1e-9 and not self._weighting_warned:
-                    self._weighting_warned = True
-                    _warn_weighting(server_round, "num_examples", weight_factor)
         parameters, metrics_out = self.strategy.aggregate_fit(server_round, results, failures)
         if parameters is not None and current is not None:
             new = flatten(parameters_to_ndarrays(parameters))
@@ -225,13 +172,12 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
                 clipped_fraction=0.0,
                 noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
                 train_loss=_metric(metrics_out, "loss"),
-                participants=(None if not hasattr(self._canaries, "participants") else
-                              tuple(int(j) for j in self._canaries.participants(server_round))),
+                participants=self.audit.participants(server_round),
                 weight_factor=weight_factor,
             ))
-            if server_round == self.num_rounds and not self._final_reported:
+            if server_round == self.num_rounds and not self.audit.final_reported:
                 self.reporter.report_final(new, {})
-                self._final_reported = True
+                self.audit.final_reported = True
         return parameters, metrics_out
 
     def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list:

@@ -32,11 +32,19 @@ What the wrapper does
   but a server optimizer with momentum inside the inner strategy mixes earlier rounds into it,
   which weakens the per-round statistics (the final-model statistic is unaffected). The
   service derives the round's canary participants itself (it scheduled the canaries).
+* A wrapped strategy that takes the round's canary sum (``add_canary_sum(t, sum, c)``, and
+  ``release`` after ``aggregate_train``: flaudit's own :class:`~flaudit.server.builtin.BuiltinDPFedAvg`,
+  the built-in ServerApp's strategy) gets it before ``aggregate_train`` instead of canary
+  replies: canaries take no slot (it divides by its calibration size whatever the replies), the
+  ``canaries`` source is a :class:`~flaudit.server.canary_sums.CanarySums`, the claim is its
+  spec (nothing declared) and the round's vector is its release ``rho_bar_t``.
 * A wrapped strategy whose class overrides ``start()`` keeps running its own loop.
 * ``accountant=`` strategies are audited (the sample stays ``num_sampled_clients``); the
   accountant's epsilon is logged after ``start()``.
 * :class:`LegacyCanaryAuditStrategy` does the same for ``flwr.server.strategy`` strategies
-  under ``LegacyContext`` + ``DefaultWorkflow``, SecAgg+ included.
+  under ``LegacyContext`` + ``DefaultWorkflow``, SecAgg+ included. Both are shells over one
+  core (:class:`~flaudit.server.canary_audit.CanaryAudit`: claim, theta_0, canaries, cohort
+  slots, weights, participants).
 
 Limits
 ------
@@ -51,7 +59,7 @@ from collections.abc import Iterable, Mapping
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from logging import ERROR, INFO, WARNING
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -62,7 +70,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore.differential_privacy import KEY_NORM_BIT
 
 from ..auditor.claims.sizing import check_num_canaries
-from ..auditor.validation import check_at_least, check_positive
+from ..auditor.validation import check_at_least
 from ..protocol.vectors import unflatten
 from .attach import (
     ENV_AUDIT_ID,
@@ -71,15 +79,13 @@ from .attach import (
     ENV_URL,
     _reporter_from_env,
 )
-from .audit_notes import design_line, refusal_line
 from .budget import DEFAULT_ROUND_BUDGET, RoundBudget
-from .http_reporter import ReportingError
+from .canary_audit import CanaryAudit
 from .legacy import LegacyCanaryAuditStrategy
 from .local import LocalCanaries
 from .reporting import RoundMetadata, RoundReporter
 from .strategies import (
     _accountant_spent,
-    _current_clip_norm,
     _final_metrics,
     _mean_value,
     _metric,
@@ -87,7 +93,6 @@ from .strategies import (
     _overrides_start,
     _record_vector,
     _refuse_legacy,
-    _warn_weighting,
     _weight_key,
     read_claim,
 )
@@ -120,7 +125,9 @@ class CanaryAuditStrategy(Strategy):
     canaries : object, optional
         Has ``round_canaries(server_round, dim)`` returning unit vectors ``(c, dim)`` (and
         optionally ``participants(server_round)``); default: the reporter's
-        ``round_canaries(server_round)`` (the service schedules them).
+        ``round_canaries(server_round)`` (the service schedules them). Required for a strategy
+        that takes the round's sum: a :class:`~flaudit.server.canary_sums.CanarySums`
+        (``round_sum(server_round, dim)``; :class:`~flaudit.server.local.LocalCanaries` is both).
     clip_norm : float, optional
         Clip norm for a strategy without a Flower DP wrapper (read from the wrapper otherwise).
     num_rounds : int, optional
@@ -173,14 +180,9 @@ class CanaryAuditStrategy(Strategy):
                              "canary source with round_sum(t, dim) (server/canary_sums.py)")
         if not self._sums_inside:
             read_claim(strategy, num_rounds=1, num_nodes=1)
-        if clip_norm is not None:
-            check_positive(clip_norm, "clip_norm")
-        if clip_norm is None and _current_clip_norm(strategy) is None:
-            raise ValueError(
-                "clip_norm: the wrapped strategy has no Flower DP wrapper to read the clipping "
-                "norm from; wrap it in DifferentialPrivacyServerSideFixedClipping (or another "
-                "flwr.serverapp.strategy DP wrapper), or pass clip_norm= for your own clipping"
-            )
+        #: the audit's state and steps, shared with the legacy wrapper
+        self.audit = CanaryAudit(strategy, reporter, canaries=canaries, clip_norm=clip_norm)
+        self.audit.claimed = self._sums_inside  # the spec is the claim: nothing to declare
         if num_rounds is not None:
             check_at_least(num_rounds, "num_rounds", 1)
         self.strategy = strategy
@@ -190,28 +192,21 @@ class CanaryAuditStrategy(Strategy):
         self._inner_aggregate_train = strategy.aggregate_train
         self.reporter = reporter
         self._canaries = canaries
-        self._clip_norm = None if clip_norm is None else float(clip_norm)
         self.num_rounds = None if num_rounds is None else int(num_rounds)
         self.weight_key = _weight_key(strategy)
         self._current: ArrayRecord | None = None
         self._template: Message | None = None
-        self._initial_reported = False
-        self._final_reported = False
         self._in_start = False
         self._final: np.ndarray | None = None
-        self._claimed = self._sums_inside
         self._dim = 0
         #: per round: seconds the round waited for the audit (its canaries, earlier reports)
         self.audit_wait_seconds: dict[int, float] = {}
         self._round_block: dict[int, np.ndarray] = {}
-        self._slot_rng = np.random.default_rng()
-        self._max_weight = 0.0
         #: per round: how many of the sampled nodes the canaries displaced (not sent a message)
-        self.displaced: dict[int, int] = {}
+        self.displaced = self.audit.displaced
         #: per round: largest weight x replies / total weight (1: equal weights); above 1 the
         #: weighting gives the heaviest reply more than the C/n the noise is calibrated for
-        self.weight_factors: dict[int, float] = {}
-        self._weighting_warned = False  # the weighting warning: once per run
+        self.weight_factors = self.audit.weight_factors
         # the audit's own network and CPU work (fetching round t+1's canaries, reporting round
         # t's release) runs in order on one thread while the clients train
         self._audit_work: ThreadPoolExecutor | None = None
@@ -266,37 +261,16 @@ class CanaryAuditStrategy(Strategy):
     @property
     def clip_norm(self) -> float:
         """``S(t)`` now: the wrapped DP strategy's current clipping norm (adaptive changes it)."""
-        norm = _current_clip_norm(self.strategy)
-        return float(norm if norm is not None else self._clip_norm)
+        return self.audit.clip_norm
 
     # -- claim and run -------------------------------------------------------------------
     def declare(self, grid: Grid, num_rounds: int) -> dict[str, Any]:
         """Read the claim (strategy, SuperNodes, ``num_rounds``) and send it to the service."""
-        claim = read_claim(self.strategy, num_rounds=num_rounds,
-                           num_nodes=len(list(grid.get_node_ids())))
-        if "clip_norm" not in claim and "adaptive_clipping" not in claim:
-            claim["clip_norm"] = self._clip_norm
-        if self.stop_on_alarm:
-            claim["stop_on_alarm"] = True
-        if self._num_canaries is not None:
-            claim["num_canaries"] = self._num_canaries
-        declare = getattr(self.reporter, "declare_claim", None)
-        if declare is not None:
-            try:
-                declare(claim)
-            except ReportingError as error:  # e.g. more canaries than the federation holds
-                log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
-                raise
+        claim = self.audit.declare(
+            num_rounds=num_rounds, num_nodes=len(list(grid.get_node_ids())),
+            stop_on_alarm=True if self.stop_on_alarm else None, num_canaries=self._num_canaries,
+        )
         self.num_rounds = int(num_rounds)
-        self._claimed = True
-        self._cohort = int(claim["clients_per_round"])
-        log(INFO, "flaudit: claim declared: noise multiplier %s, %s, %d of %d nodes per round, "
-            "%d rounds", claim["noise_multiplier"],
-            f"clip norm {claim['clip_norm']}" if "clip_norm" in claim else "adaptive clipping",
-            claim["clients_per_round"], claim["num_clients"], num_rounds)
-        design = design_line(getattr(self.reporter, "claim_ack", None))
-        if design is not None:  # what the audit will catch, before round 1
-            log(INFO, "%s", design)
         return claim
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, *args: Any,
@@ -309,7 +283,7 @@ class CanaryAuditStrategy(Strategy):
         that writes results or checkpoints there keeps doing so): while it runs, its
         ``configure_train`` and ``aggregate_train`` are this wrapper's, which call its own.
         """
-        if not self._claimed:
+        if not self.audit.claimed:
             self.declare(grid, num_rounds)
         self.num_rounds = int(num_rounds)
         self._report_initial(initial_arrays)
@@ -331,11 +305,11 @@ class CanaryAuditStrategy(Strategy):
                 for name in ("configure_train", "aggregate_train"):
                     self.strategy.__dict__.pop(name, None)
         self.flush()
-        if self._final is not None and not self._final_reported:
+        if self._final is not None and not self.audit.final_reported:
             self.reporter.report_final(
                 self._final, _final_metrics(result, num_rounds, self.stopped_at_round)
             )
-            self._final_reported = True
+            self.audit.final_reported = True
         spent = _accountant_spent(self.strategy)
         if spent is not None:
             log(INFO, "flaudit: Flower's accountant reports epsilon = %.4g at delta = %g after "
@@ -402,16 +376,15 @@ class CanaryAuditStrategy(Strategy):
         self._prefetched.clear()
 
     def _report_initial(self, arrays: ArrayRecord) -> None:
-        if not self._initial_reported:  # before round 1, like the claim: canaries need it
-            self.reporter.report_initial(_record_vector(arrays))
-            self._initial_reported = True
+        if not self.audit.initial_reported:  # before round 1, like the claim: canaries need it
+            self.audit.report_initial(_record_vector(arrays))
 
     # -- training ------------------------------------------------------------------------
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """The wrapped strategy's messages, less one per canary scheduled this round."""
-        if not self._claimed and self.num_rounds is not None:
+        if not self.audit.claimed and self.num_rounds is not None:
             self.declare(grid, self.num_rounds)
         if self.round_budget is not None:
             self.round_budget.start(server_round)
@@ -430,23 +403,14 @@ class CanaryAuditStrategy(Strategy):
         self._template = messages[0]
         dim = sum(int(np.prod(a.shape)) for a in arrays.values())
         block = self._take_canaries(server_round, dim)
-        if block.shape[0] > len(messages):
-            raise ValueError(
-                f"round {server_round}: {block.shape[0]} canaries are scheduled but the strategy "
-                f"sampled only {len(messages)} nodes; canaries take cohort slots, so "
-                "num_sampled_clients must match the nodes the strategy samples (FedAvg: "
-                "fraction_train x nodes, at least min_train_nodes), or use fewer canaries"
-            )
+        sent = self.audit.take_slots(server_round, messages, int(block.shape[0]),
+                                     what="FedAvg: fraction_train x nodes, at least "
+                                          "min_train_nodes")
         self._round_block[server_round] = block
-        displaced = int(block.shape[0])
-        self.displaced[server_round] = displaced
         if self.num_rounds is None or server_round < self.num_rounds:  # while the clients train
             if server_round + 1 not in self._prefetched:
                 self._prefetched[server_round + 1] = self._submit_fetch(server_round + 1, dim)
-        if displaced == 0:
-            return messages
-        drop = set(self._slot_rng.choice(len(messages), size=displaced, replace=False).tolist())
-        return [m for i, m in enumerate(messages) if i not in drop]
+        return sent
 
     def _take_canaries(self, server_round: int, dim: int) -> np.ndarray:
         if self._budgeted():
@@ -494,21 +458,7 @@ class CanaryAuditStrategy(Strategy):
         return self.stopped_at_round is not None
 
     def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
-        """The round's ``c`` canary replies per unit of clip norm, ``(c, dim)``.
-
-        From the service: ``sum / c`` for each of the ``c`` replies (a read-only broadcast view:
-        ``4 d`` bytes fetched and held whatever ``c``); each has norm ``<= 1``, so the wrapped
-        strategy's clipping at ``clip_norm`` leaves ``clip_norm * sum / c`` unchanged and the
-        ``c`` replies add up to ``clip_norm`` times the canaries' sum, exactly what ``c``
-        full-norm canary replies add (docs/estimators.md, "Canary replies from the round's sum").
-        From a local ``canaries`` object: its unit vectors, renormalised in float64.
-        """
-        if self._canaries is not None:
-            block = np.asarray(self._canaries.round_canaries(server_round, dim),
-                               dtype=np.float64).reshape(-1, dim)
-            return block / np.linalg.norm(block, axis=1, keepdims=True)
-        return np.asarray(self.reporter.round_canaries(server_round),
-                          dtype=np.float32).reshape(-1, dim)
+        return self.audit.round_canaries(server_round, dim)
 
     def _canary_metrics(self, valid: list[Message], weight: float) -> RecordDict:
         """MetricRecords with the real replies' names and keys; each value the weighted mean."""
@@ -575,25 +525,14 @@ class CanaryAuditStrategy(Strategy):
                 update = _record_vector(next(iter(reply.content.array_records.values()))) - current
                 num_clipped += int(np.linalg.norm(update.astype(np.float64)) > clip_norm)
             weights = [self._reply_weight(reply) for reply in valid]
-            # worst case for the claim: a canary weighs what the heaviest client seen so far
-            # weighs (it could have been sampled into this round); equal weights: exactly the
-            # clients' weight, as before
-            self._max_weight = max([self._max_weight, *weights])
-            weight = self._max_weight if self._max_weight > 0 else 1.0
+            weight, weight_factor = self.audit.canary_weight(server_round, weights, len(block),
+                                                             key=self.weight_key)
             metrics = self._canary_metrics(valid, weight)
             like = valid[0] if valid else None
             for direction in block:  # per unit of clip norm (see _round_canaries)
                 model = (current + clip_norm * direction).astype(np.float32)
                 replies.append(self._canary_reply(model, like, metrics))
                 inserted += 1
-            total = sum(weights) + inserted * weight
-            count = len(weights) + inserted
-            if total > 0 and count:
-                weight_factor = weight * count / total
-                self.weight_factors[server_round] = weight_factor
-                if weight_factor > 1 + 1e-9 and not self._weighting_warned:
-                    self._weighting_warned = True
-                    _warn_weighting(server_round, self.weight_key, weight_factor)
         elif current is not None and not valid:
             log(WARNING, "flaudit: round %s has no valid reply; no canary inserted", server_round)
         self._prefetched.pop(server_round, None)  # not used: dropped
@@ -611,17 +550,12 @@ class CanaryAuditStrategy(Strategy):
                 clipped_fraction=num_clipped / len(valid) if valid else 0.0,
                 noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
                 train_loss=_metric(metrics_out, "loss"),
-                participants=self._participants(server_round),
+                participants=self.audit.participants(server_round),
             )
             if weight_factor is not None:
                 metadata = replace(metadata, weight_factor=weight_factor)
             self._report(server_round, new, new - current, metadata)
         return arrays, metrics_out
-
-    def _participants(self, server_round: int) -> tuple[int, ...] | None:
-        participants = getattr(self._canaries, "participants", None)
-        found = None if participants is None else participants(server_round)
-        return None if found is None else tuple(int(j) for j in found)
 
     def _report(self, server_round: int, new: np.ndarray, update: np.ndarray,
                 metadata: RoundMetadata) -> None:
@@ -631,10 +565,10 @@ class CanaryAuditStrategy(Strategy):
                                           metadata))
         if server_round == self.num_rounds:
             self._final = new
-            if not self._in_start and not self._final_reported:
+            if not self._in_start and not self.audit.final_reported:
                 self.flush()
                 self.reporter.report_final(new, {})
-                self._final_reported = True
+                self.audit.final_reported = True
                 self._close_audit_work()
 
     def _aggregate_sums(self, server_round: int, replies: Iterable[Message]
@@ -657,7 +591,7 @@ class CanaryAuditStrategy(Strategy):
             clip_norm=release.clip_norm, cohort_size=release.num_clients + count,
             num_canaries_inserted=count, num_failures=release.num_failures,
             clipped_fraction=release.clipped_fraction, noise_stddev=release.noise_stddev,
-            train_loss=release.train_loss, participants=self._participants(t),
+            train_loss=release.train_loss, participants=self.audit.participants(t),
         )
         self._report(t, new, release.update, metadata)
         return arrays, metrics_out

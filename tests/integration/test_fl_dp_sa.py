@@ -105,7 +105,7 @@ def run_app(tmp_path: Path, monkeypatch, *, heavy: int, noise: float):
         canaries = wrapper.LocalCanaries(SEED, num_canaries=K, num_rounds=num_rounds,
                                          clients_per_round=SAMPLED)
         made.append(cls(strategy, num_rounds=num_rounds, reporter=reporter, canaries=canaries))
-        made[-1]._slot_rng = np.random.default_rng(0)  # which sampled clients canaries displace
+        made[-1].audit._slot_rng = np.random.default_rng(0)  # which sampled clients canaries displace
         return made[-1]
 
     monkeypatch.setattr(wrapper.LegacyCanaryAuditStrategy, "from_env", classmethod(local_from_env))

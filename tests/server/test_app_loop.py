@@ -199,7 +199,8 @@ def _deployment_config(spec, **overrides):
 
 def test_the_deployment_runtime_holds_no_seed_and_fetches_the_canaries():
     from flaudit.server.app import runtime_from_run_config
-    from flaudit.server.canary_sums import LocalCanarySums, ServiceCanarySums
+    from flaudit.server.canary_sums import ServiceCanarySums
+    from flaudit.server.local import LocalCanaries
 
     spec = _spec()
     runtime = runtime_from_run_config(_deployment_config(spec))
@@ -211,7 +212,7 @@ def test_the_deployment_runtime_holds_no_seed_and_fetches_the_canaries():
         runtime.reporter.close()
     # the stand-alone `flwr run` demo (no service) makes its canaries from a seed of its own
     demo = runtime_from_run_config({"num-server-rounds": 2})
-    assert demo.canary_seed is not None and isinstance(demo.canaries, LocalCanarySums)
+    assert demo.canary_seed is not None and isinstance(demo.canaries, LocalCanaries)
     assert str(demo.canary_seed) not in repr(demo)
 
 
@@ -224,14 +225,14 @@ def test_a_bad_count_of_seen_canaries_is_refused_naming_the_key(value):
 
 
 def test_the_runtime_takes_exactly_one_source_of_canaries():
-    from flaudit.server.canary_sums import LocalCanarySums
+    from flaudit.server.local import LocalCanaries
 
     spec, reporter = _spec(), LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=6)
     with pytest.raises(ValueError, match="canary_seed and canaries"):
         AuditRuntime(spec=spec, reporter=reporter)
     with pytest.raises(ValueError, match="canary_seed and canaries"):
         AuditRuntime(spec=spec, reporter=reporter, canary_seed=SEED,
-                     canaries=LocalCanarySums(SEED, spec))
+                     canaries=LocalCanaries.for_audit(SEED, spec))
 
 
 class _Service:
@@ -253,7 +254,8 @@ def test_canaries_from_the_service_train_the_model_the_seed_trains(bug):
     """A deployment ServerApp (no seed; sums from the service) inserts what the simulation's
     in-process canaries insert: same counts, same model up to float32 rounding of the sums;
     it reports no participants (the service derives them)."""
-    from flaudit.server.canary_sums import LocalCanarySums, ServiceCanarySums
+    from flaudit.server.canary_sums import ServiceCanarySums
+    from flaudit.server.local import LocalCanaries
 
     spec = _spec(noise_multiplier=0.5, canary_repeats=1, inject_bug=bug)
     zero = lambda node, msg: np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
@@ -261,7 +263,7 @@ def test_canaries_from_the_service_train_the_model_the_seed_trains(bug):
     service = _Service(spec.model_copy(update={"engine": "deployment",
                                                "superlink_address": "h:1"}))
     service.dim = local_result["dim"]
-    num_seen = LocalCanarySums(SEED, spec).num_seen
+    num_seen = LocalCanaries.for_audit(SEED, spec).num_seen
     served_result, served, _ = _run(spec, zero, canaries=ServiceCanarySums(service,
                                                                            num_seen=num_seen))
     assert [m.num_canaries_inserted for _, m in served.rounds] == \

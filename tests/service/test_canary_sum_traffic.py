@@ -11,7 +11,7 @@ import numpy as np
 
 from flaudit.server.reporting import RoundMetadata
 from flaudit.server.http_reporter import HttpRoundReporter
-from flaudit.server.wrapper import CanaryAuditStrategy
+from flaudit.server.canary_audit import CanaryAudit
 
 from .conftest import AUTH
 
@@ -62,11 +62,11 @@ def test_a_byo_round_moves_at_most_three_vectors_whatever_the_number_of_canaries
     # one d-vector per round in the steady state, plus the first round's look-ahead)
     reporter = HttpRoundReporter("http://testserver", audit_id, run_token, client=http,
                                  backoff=0.0, canaries_ahead=0)
-    wrapper = types.SimpleNamespace(_canaries=None, reporter=reporter)
+    audit = CanaryAudit(types.SimpleNamespace(), reporter, clip_norm=0.5)  # both wrappers' core
     clip_norm = 0.5
     for t in (1, 2):
         counter.sent = counter.received = 0
-        replies = CanaryAuditStrategy._round_canaries(wrapper, t, DIM)  # the fetch seam
+        replies = audit.round_canaries(t, DIM)  # the fetch seam
         count = replies.shape[0]
         assert count >= 4  # enough canaries that c full vectors would exceed the bound
         # what the replies add to the aggregate equals the c canaries (old route, c x 4d bytes)

@@ -12,7 +12,8 @@ from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flaudit.auditor.canaries import seen_mask
 from flaudit.auditor.spec import AuditSpec
 from flaudit.server.app import AuditRuntime, run_audit
-from flaudit.server.canary_sums import LocalCanarySums, ServiceCanarySums
+from flaudit.server.canary_sums import ServiceCanarySums
+from flaudit.server.local import LocalCanaries
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.service.store import AuditRound
@@ -55,7 +56,7 @@ def test_the_canary_sum_route_serves_a_deployment_audit_the_simulations_sums(cli
     assert client.get(path.format(t=1), headers=headers).status_code == 409  # no d yet
     assert client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(DIM)),
                       headers=headers).status_code == 200
-    local = LocalCanarySums(SEED, _as_simulation(spec))  # what the simulation inserts
+    local = LocalCanaries.for_audit(SEED, _as_simulation(spec))  # what the simulation inserts
     counts = []
     for t in range(1, spec.num_rounds + 1):
         response = client.get(path.format(t=t), headers=headers)
@@ -84,7 +85,7 @@ def test_a_deployment_audits_participants_are_derived_by_the_service(client, sto
     statistic is what the simulation's ServerApp, sending them, gets."""
     dep_id, dep_headers, spec = _audit(store)
     sim_id, sim_headers, sim_spec = _audit(store, engine="simulation", superlink_address=None)
-    local = LocalCanarySums(SEED, sim_spec)
+    local = LocalCanaries.for_audit(SEED, sim_spec)
     rng = np.random.default_rng(3)
     theta0 = rng.standard_normal(DIM).astype(np.float32)
     for audit_id, headers in ((dep_id, dep_headers), (sim_id, sim_headers)):
@@ -126,7 +127,7 @@ def test_a_deployment_round_must_insert_the_canaries_served(client, store):
     audit_id, headers, spec = _audit(store)
     assert client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(DIM)),
                       headers=headers).status_code == 200
-    local = LocalCanarySums(SEED, _as_simulation(spec))
+    local = LocalCanaries.for_audit(SEED, _as_simulation(spec))
     total, count = local.round_sum(1, DIM)
     update = f32((total + 0.01) / 5)
     for wrong in (count + 1, max(count - 1, 0)):

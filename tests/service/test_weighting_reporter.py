@@ -85,7 +85,7 @@ def _audit(client, *, dp_class, weights, noise_seed=1) -> tuple[dict, CanaryAudi
     # reproducible: Flower samples nodes with Python's random, the wrapper picks the nodes the
     # canaries displace with its own generator
     random.seed(noise_seed)
-    strategy._slot_rng = np.random.default_rng(noise_seed)
+    strategy.audit._slot_rng = np.random.default_rng(noise_seed)
     strategy.start(LoopGrid(nodes=NODES, weights=weights, seed=noise_seed),
                    ArrayRecord([np.zeros(DIM, np.float32)]), num_rounds=ROUNDS)
     reporter.close()
