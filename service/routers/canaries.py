@@ -10,16 +10,15 @@ deployment audit (issue #29), each by its engine's rule
 
 from __future__ import annotations
 
-from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ...auditor.spec import AuditSpec, Engine
 from ..auth import require_run_token
 from ..external import round_canary_sum, round_canary_vectors
-from .deps import AuditId
+from .deps import AuditId, RoundNumber
 from .ingest import _ERRORS, _fail, _precheck
 
 router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)])
@@ -44,7 +43,7 @@ router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(requ
 )
 async def get_round_canaries(
     audit_id: AuditId,
-    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    t: RoundNumber,
     request: Request,
 ) -> Response:
     """What the ServerApp's wrapper adds to round t, scaled to that round's clip norm: the
@@ -76,7 +75,7 @@ async def get_round_canaries(
 )
 async def get_round_canary_sum(
     audit_id: AuditId,
-    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    t: RoundNumber,
     request: Request,
 ) -> Response:
     """Like ``GET .../canaries`` but one vector: the canaries' sum (docs/estimators.md, "Canary

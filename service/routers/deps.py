@@ -19,6 +19,9 @@ AuditId = Annotated[
     ),
 ]
 
+#: A round of an audit in a route's path: 1-based, at most 100 000.
+RoundNumber = Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")]
+
 
 def get_store(request: Request) -> Store:
     return request.app.state.store

@@ -13,7 +13,7 @@ import re
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
@@ -33,7 +33,7 @@ from ..schemas import (
     RoundMetadataQuery,
 )
 from ..silence import silence_limit
-from .deps import AuditId
+from .deps import AuditId, RoundNumber
 
 router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)])
 
@@ -316,7 +316,7 @@ async def put_initial_model(audit_id: AuditId, request: Request) -> IngestAck:
 )
 async def put_round(
     audit_id: AuditId,
-    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    t: RoundNumber,
     metadata: Annotated[RoundMetadataQuery, Query()],
     request: Request,
 ) -> IngestAck:
@@ -591,7 +591,7 @@ async def put_heartbeat(audit_id: AuditId, request: Request) -> HeartbeatAck:
 )
 async def put_missing_round(
     audit_id: AuditId,
-    t: Annotated[int, Path(ge=1, le=100_000, description="Round number, 1-based.")],
+    t: RoundNumber,
     body: MissingRound,
     request: Request,
 ) -> IngestAck:
