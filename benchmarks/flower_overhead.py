@@ -1,12 +1,13 @@
 """Benchmark: what the audit adds to a full Flower round (simulation engine, Ray).
 
 The same task and run (synthetic task, d >= 1M, same data and noise seeds) through the ServerApp
-main loop (:func:`flaudit.server.app.run_audit` in :func:`flaudit.server.simulation.run_simulation_audit`):
+ServerApp (:func:`flaudit.server.app.run_audit`: the built-in DP-FedAvg inside
+``CanaryAuditStrategy``, in :func:`flaudit.server.simulation.run_simulation_audit`):
 
 * ``on``: the audit as ``flaudit run`` runs it -- seen canaries added to each round (one
   :meth:`flaudit.auditor.canaries.Canaries.sum_of`) and every round scored by a
   :class:`~flaudit.server.reporting.LocalRoundReporter` (its :class:`~flaudit.auditor.statistics.CosineTracker`),
-  both on the ServerApp's audit thread while the clients train;
+  both on the wrapper's background threads while the clients train;
 * ``off``: the same run without the audit's work: the same participation schedule (so the same
   real clients train in every round), but the round's canary sum is replaced by zeros *in this
   benchmark process only* (nothing derived, generated or inserted) and the reporter drops every
@@ -71,7 +72,7 @@ class _Stamped:
 def run_once(mode: str, args) -> dict:
     import numpy as np
 
-    import flaudit.server.app
+    import flaudit.server.local
     from flaudit.auditor.canaries import new_master_seed
     from flaudit.auditor.spec import AuditSpec
     from flaudit.server.reporting import LocalRoundReporter
@@ -85,7 +86,7 @@ def run_once(mode: str, args) -> dict:
                      num_canaries=args.canaries,
                      noise_multiplier=1.0, clip_norm=1.0, local_epochs=1, data_seed=1)
     seed = new_master_seed()
-    original = flaudit.server.app.Canaries
+    original = flaudit.server.local.Canaries
     insertion: list[float] = []
 
     class TimedCanaries(original):
@@ -104,11 +105,11 @@ def run_once(mode: str, args) -> dict:
             return np.zeros(self.dim)
 
     if mode == "on":
-        flaudit.server.app.Canaries = TimedCanaries
+        flaudit.server.local.Canaries = TimedCanaries
         inner = LocalRoundReporter.for_audit(canary_seed=seed, num_canaries=spec.num_canaries,
                                              canary_family=spec.canary_family)
     else:
-        flaudit.server.app.Canaries = NoCanaries
+        flaudit.server.local.Canaries = NoCanaries
         inner = _Dropping()
     reporter = _Stamped(inner)
     started = time.perf_counter()
@@ -117,7 +118,7 @@ def run_once(mode: str, args) -> dict:
                                       max_supernodes=2,
                                       num_cpus=2, noise_seed=7)
     finally:
-        flaudit.server.app.Canaries = original
+        flaudit.server.local.Canaries = original
     rounds = [b - a for a, b in zip(reporter.stamps, reporter.stamps[1:])]
     # the audit's own work in rounds 2..T (on its background thread): canary sum + scoring
     audit = [i + s for i, s in zip(insertion[1:], reporter.scoring[1:])]
