@@ -55,8 +55,8 @@ Limits
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 import time
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from logging import INFO, WARNING
@@ -332,7 +332,7 @@ class CanaryAuditStrategy(Strategy):
     def _fetch_round(self, server_round: int, dim: int) -> Any:
         if self._sums_inside:  # (sum, c)
             return self._canaries.round_sum(server_round, dim)
-        return self._round_canaries(server_round, dim)
+        return self.audit.round_canaries(server_round, dim)
 
     def _budgeted(self) -> bool:
         return (self.round_budget is not None
@@ -419,7 +419,7 @@ class CanaryAuditStrategy(Strategy):
         block = prefetched.result() if prefetched is not None else None
         # an empty prefetch may be an outage that is over now (fail-open): ask again
         if block is None or block.shape[0] == 0 or block.shape[1:] != (dim,):
-            block = self._round_canaries(server_round, dim)
+            block = self.audit.round_canaries(server_round, dim)
         return block
 
     def _take_canaries_in_budget(self, server_round: int, dim: int) -> np.ndarray:
@@ -456,9 +456,6 @@ class CanaryAuditStrategy(Strategy):
                 log(WARNING, "flaudit: %s; training stops after round %d (stop_on_alarm)",
                     reason, self.stopped_at_round)
         return self.stopped_at_round is not None
-
-    def _round_canaries(self, server_round: int, dim: int) -> np.ndarray:
-        return self.audit.round_canaries(server_round, dim)
 
     def _canary_metrics(self, valid: list[Message], weight: float) -> RecordDict:
         """MetricRecords with the real replies' names and keys; each value the weighted mean."""
@@ -529,7 +526,7 @@ class CanaryAuditStrategy(Strategy):
                                                              key=self.weight_key)
             metrics = self._canary_metrics(valid, weight)
             like = valid[0] if valid else None
-            for direction in block:  # per unit of clip norm (see _round_canaries)
+            for direction in block:  # per unit of clip norm (see CanaryAudit.round_canaries)
                 model = (current + clip_norm * direction).astype(np.float32)
                 replies.append(self._canary_reply(model, like, metrics))
                 inserted += 1
