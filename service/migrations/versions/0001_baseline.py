@@ -1,5 +1,7 @@
-"""Baseline: the store's tables as the last release before Alembic left them (commit fe90206:
-its ``create_all`` plus every column its start-up ``_add_columns`` added).
+"""Create the audit and round tables, or complete those an earlier flaudit made.
+
+The baseline is the schema the last release before Alembic left (commit fe90206: its
+``create_all`` plus every column its start-up ``_add_columns`` added).
 
 On an empty database this creates ``flaudit_audits`` and ``flaudit_rounds``. On a database an
 earlier flaudit created (the tables exist, no version table: a first-release schema, or a later

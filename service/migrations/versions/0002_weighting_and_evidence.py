@@ -1,4 +1,6 @@
-"""Weighted FedAvg and evidence bundles (issues #28 and #30): the audit's heaviest influence a
+"""Add the canaries' largest weight and the evidence tables (commitments, signing keys).
+
+Weighted FedAvg and evidence bundles (issues #28 and #30): the audit's heaviest influence a
 canary carried (``flaudit_audits.max_canary_weight_factor``), and the evidence tables -- the seed
 commitments, the service's signing keys and the statistics of the look where the alarm first
 fired (models in ``service/evidence_store.py``). Additive only: older rows keep NULL."""
