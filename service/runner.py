@@ -364,7 +364,14 @@ class Runner:
                 worker = self._workers.get(audit_id)
             if worker is None or self._finishing(worker):
                 continue
-            log.info("audit %s ended outside this instance; stopping its worker", audit_id)
+            audit = self.store.get_audit(audit_id)
+            if audit is not None and audit.status == "succeeded":
+                # the normal end: the run's final model is stored; the worker may still be closing
+                log.info("audit %s ended with its final model; stopping its worker", audit_id)
+            else:
+                status = audit.status if audit is not None else "deleted"
+                log.info("audit %s ended outside this instance (%s); stopping its worker",
+                         audit_id, status)
             self._kill(worker)
             self._reaped(worker)
         for audit_id in self.store.fail_interrupted(lease_seconds=self.settings.lease_seconds):

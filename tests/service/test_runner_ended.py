@@ -91,3 +91,23 @@ def test_a_cancelled_deployment_audit_still_stops_its_worker(runner, tmp_path):
     runner._keep_leases()
     assert marker.read_text() == "SIGTERM"  # the worker turns this into a stop request
     assert audit_id not in runner._workers and not worker.process.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("status", "expected", "unexpected"),
+    [("succeeded", "ended with its final model", "outside this instance"),
+     ("cancelled", "ended outside this instance (cancelled)", "final model")],
+)
+def test_the_log_says_how_a_simulation_audit_ended(runner, tmp_path, caplog, status, expected,
+                                                   unexpected):
+    """A simulation audit whose worker stored the final model ended normally: the lease tick
+    that stops its worker says so, and keeps "outside this instance" for an end made elsewhere."""
+    audit_id, worker, _ = _running_deployment_audit(runner, tmp_path, status)
+    worker.extra.pop("flower_run_id")  # a simulation worker: no Flower run to watch
+    assert runner.store.finish(audit_id, status=status, reason=None, only_if=("running",))
+    with caplog.at_level("INFO", logger="flaudit.runner"):
+        runner._keep_leases()
+    lines = [r.getMessage() for r in caplog.records if audit_id in r.getMessage()]
+    assert any(expected in line for line in lines), lines
+    assert not any(unexpected in line for line in lines), lines
+    assert audit_id not in runner._workers
