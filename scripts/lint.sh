@@ -12,7 +12,7 @@ failed=0
 echo "== ruff check"
 "$RUFF" check . || failed=1
 echo "== ruff format --check"
-"$RUFF" format --check . || failed=1
+"$RUFF" format --check --output-format concise . || failed=1  # `ruff format --diff` shows how
 echo "== lint-imports"
 bash scripts/lint-imports.sh || failed=1
 exit "$failed"
