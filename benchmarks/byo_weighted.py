@@ -51,7 +51,7 @@ def main() -> None:
 
             batches = ([[run for i in range(args.pairs) for run in start(i)]] if args.together
                        else (start(i) for i in range(args.pairs)))
-            for i, pair in enumerate(batches):
+            for pair in batches:
                 audits = fed.wait([run for _, run in pair], timeout=1800, start_timeout=900)
                 for noise, run in pair:
                     audit = audits[run["audit"]]

@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 times = res["round_seconds"]
                 results.append(res)
                 row[mode] = res
-                note = "EXTRAPOLATED from k=%d" % res["measured_k"] if res["extrapolated"] else ""
+                note = f"EXTRAPOLATED from k={res['measured_k']}" if res["extrapolated"] else ""
                 if mode == "orthogonal":
                     note = (f"CPU {sorted(res['round_cpu_seconds'])[len(times) // 2]:.3f} s/round; "
                             f"float32 error {res['float32_error_null_sd']:.1e} null sd")

@@ -2,10 +2,11 @@
 
 sigma in {4.22, 1.54, 0.541} (analytic epsilon 1, 3, 10 at delta = 1e-6), d = 1e6, k = 1e3.
 The paper reports eps_est = 0.972 +- 0.148, 3.04 +- 0.137, 9.98 +- 0.190 over 50 runs.
-We report mean / std over runs (with a 95% interval for the std) for both variance treatments (sigma_hat^2 = 1/d, the default;
-and the fitted sigma_hat) plus the 95% lower bound eps_lo, using the exact projected simulation
-(flaudit.auditor.claims.gaussian, method="projected"), and cross-check a few runs with materialised canaries
-(method="canaries": 2 k d normal draws per run). Not a test: results go to docs/benchmarks.md.
+We report mean / std over runs (with a 95% interval for the std) for both variance treatments
+(sigma_hat^2 = 1/d, the default; and the fitted sigma_hat) plus the 95% lower bound eps_lo, using
+the exact projected simulation (flaudit.auditor.claims.gaussian, method="projected"), and
+cross-check a few runs with materialised canaries (method="canaries": 2 k d normal draws per run).
+Not a test: results go to docs/benchmarks.md.
 
 Next to each row: the information bound on the spread, eps'(mu) / sqrt(k). With every canary's
 statistic ~ N(mu, 1) and the null variance known, the sample mean is the efficient estimator

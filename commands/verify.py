@@ -70,7 +70,7 @@ def load_keys(text: str) -> list[dict]:
     """Keys as ``[{key_id?, public_key (base64), retired_at?}]`` from GET /keys JSON, one key's
     JSON, or PEM."""
     stripped = text.strip()
-    if stripped.startswith("{") or stripped.startswith("["):
+    if stripped.startswith(("{", "[")):
         data = json.loads(stripped)
         if isinstance(data, dict) and "keys" in data:
             data = data["keys"]

@@ -16,4 +16,4 @@ done
 find "$tmp" -name __pycache__ -prune -exec rm -rf {} +
 cp pyproject.toml "$tmp/"
 LINT="${LINT_IMPORTS:-$PWD/.venv/bin/lint-imports}"
-cd "$tmp" && PYTHONPATH="$tmp" "$LINT" --config pyproject.toml "$@"
+cd "$tmp" && PYTHONPATH="$tmp" "$LINT" pyproject.toml "$@"

@@ -9,7 +9,8 @@ and keep everything else. The two lines a Flower app adds (docs/flower.md)::
 ``from_env`` reads ``FLAUDIT_AUDIT_ID``, ``FLAUDIT_URL`` and ``FLAUDIT_RUN_TOKEN`` (printed once
 by ``flaudit attach`` / ``POST /audits`` with ``"engine": "external"``; the token may instead be
 in a file named by ``FLAUDIT_RUN_TOKEN_FILE``, never in the run config). The canary seed never
-reaches the app: the wrapper fetches each round's canary vectors from the service, which schedules them by the same rule as its built-in audits
+reaches the app: the wrapper fetches each round's canary vectors from the service, which
+schedules them by the same rule as its built-in audits
 (:class:`flaudit.auditor.schedules.CanarySchedule`); round ``t + 1``'s canaries are fetched and
 round ``t`` reported on a background thread while round ``t + 1`` trains (``flush()``).
 

@@ -301,7 +301,7 @@ def _closing_response(default_headers, status: bytes, detail: str) -> bytes:
 
 
 def _peer(client: tuple[str, int] | None) -> str:
-    return "%s:%d" % client if client else "client"
+    return f"{client[0]}:{client[1]}" if client else "client"
 
 
 def http_protocol(

@@ -96,8 +96,8 @@ class AuditDesignOut(BaseModel):
         description="Largest claim μ this audit can refute, even with perfect separation."
     )
     testable: bool = Field(description="False: this audit cannot refute its own claim.")
-    summary: str = Field(examples=["catches noise × 0.8 or smaller (ε ≥ 4.1 at δ = 1e-6) in "
-                                   "95% of runs; cannot refute claims above μ = 3.7"])
+    summary: str = Field(examples=[("catches noise × 0.8 or smaller (ε ≥ 4.1 at δ = 1e-6) in "
+                                    "95% of runs; cannot refute claims above μ = 3.7")])
     advice: str | None = Field(
         None, description="When not testable or weak: what would make it testable."
     )
@@ -257,8 +257,8 @@ class AuditOut(BaseModel):
             "every look and test it combines), or that the spec makes no DP claim (noise "
             "multiplier 0), so no DP alarm can fire."
         ),
-        examples=["If the implementation satisfies its claim, the error alarm fires with "
-                  "probability at most 5% over all looks ..."],
+        examples=[("If the implementation satisfies its claim, the error alarm fires with "
+                   "probability at most 5% over all looks ...")],
     )
     tradeoff: dict[str, Any] | None = Field(
         None,

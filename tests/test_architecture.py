@@ -40,6 +40,22 @@ def test_lint_imports_keeps_every_contract():
     assert done.stdout.count("KEPT") >= 4
 
 
+def test_ruff_lint_and_format_pass():
+    """ruff's rules and format ([tool.ruff] in pyproject.toml) hold on the whole tree: what
+    `bash scripts/lint.sh` checks, here so that CI runs it."""
+    ruff = Path(sys.executable).with_name("ruff")
+    failures = []
+    for command in ("check", "format --check"):
+        args = [*command.split(), "--no-cache", "--output-format", "concise", "."]
+        done = subprocess.run([str(ruff), *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        if done.returncode != 0:
+            lines = (done.stdout + done.stderr).splitlines()
+            failures.append("\n".join([f"$ ruff {command} .", *lines[-60:]]))
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
+
+
 def test_project_imports_are_relative_and_name_files_that_exist():
     problems = []
     for path in _sources():

@@ -284,7 +284,8 @@ def fdp_one_run_lower_bound(
         if correct == 0 or guesses == 0:
             continue
 
-        def rejected(mu: float) -> bool:
+        # this pair's counts bound as defaults: the closure is only called in this iteration
+        def rejected(mu: float, correct: int = correct, guesses: int = guesses) -> bool:
             return not bool(_guess_game_feasible(GaussianDPClaim(mu), np.array([beta]),
                                                  correct, guesses, m)[0])
 

@@ -159,7 +159,6 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
     level = look_level(AlarmTest.known_rounds_normal_scores, spec.num_rounds + 1,
                        spec.num_rounds + 1, alpha=alpha)
     z_level, z_power = float(special.ndtri(1 - level)), float(special.ndtri(power))
-    z_sum = z_level + z_power
     dof = math.inf if dim is None or int(dim) <= k else float(int(dim) - k)
     s_star = (_detectable_scale(lam, n_seen, max(1, int(spec.num_rounds)), z_level, z_power, dof)
               if n_seen > 0 else None)

@@ -32,10 +32,10 @@ from .two_gaussian import gaussian_mechanism_delta, hockey_stick_divergence, two
 __all__ = [
     "GaussianDPResult",
     "clopper_pearson_upper",
+    "gdp_delta",
     "gdp_epsilon",
     "gdp_lower_bound",
     "Bonferroni",
-    "Histogram",
     "NoCorrection",
     "SequentialDPTest",
     "Split",
@@ -64,4 +64,5 @@ __all__ = [
     "one_run_p_value",
     "sequential_epsilon_lower_bound",
     "two_gaussian_epsilon",
+    "unseen_vs_null",
 ]

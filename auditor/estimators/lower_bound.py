@@ -340,7 +340,8 @@ def epsilon_lower_bound(
                                    alpha / multiplicity, paper_exact=paper_exact)
         fpr, fnr = float(np.exp(log_fpr[0])), float(np.exp(log_fnr[0]))
     label = {
-        Correction.none: "max over all thresholds, uncorrected (the paper's; NOT a valid 95% bound near epsilon 0, see docs/fidelity.md)"
+        Correction.none: ("max over all thresholds, uncorrected (the paper's; NOT a valid 95% bound "
+                          "near epsilon 0, see docs/fidelity.md)")
         + ("; the authors' rule: cos >= a is a positive, alpha for each rate" if paper_exact else ""),
         Correction.bonferroni: "Bonferroni over the thresholds tried",
         Correction.split: f"threshold chosen on a {correction.frac if isinstance(correction, Split) else ''} split",

@@ -36,8 +36,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import math  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 from flaudit.auditor.estimators import SequentialDPTest  # noqa: E402
 from flaudit.auditor.claims import decide_alarm, summarize
 from flaudit.server.simulated_audit import (

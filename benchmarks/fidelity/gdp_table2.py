@@ -98,7 +98,7 @@ def main() -> None:
         n = row["reps"]
         lo, hi = clopper_pearson(row["gdp_exceed"], n)
         target = TARGETS.get(eps)
-        print(f"| {eps:g} | {row['gdp_mean']:.3f} | {'≥ %g' % target if target else '—'} | "
+        print(f"| {eps:g} | {row['gdp_mean']:.3f} | {f'≥ {target:g}' if target else '—'} | "
               f"{row['gdp_exceed']}/{n} ({lo:.1%}–{hi:.1%}) | {row['eps_lo_mean']:.3f} | "
               f"{row['eps_lo_exceed']}/{n} | {row['claim_rejected']}/{n} | "
               f"{row['normal_mean']:.3f} | {row['normal_exceed']}/{n} |", flush=True)

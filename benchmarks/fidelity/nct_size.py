@@ -8,7 +8,8 @@ most ``alpha``. Printed per cell: the rejection rate (the size; target ``alpha``
 Clopper-Pearson interval, and whether the data show the size above ``alpha`` (one-sided exact
 binomial test at 95%), and beside it the share of the same draws above the law's true
 ``1 - alpha`` quantile from scipy's ``nct.isf`` (an independent route, reliable in the bulk):
-the Monte Carlo error of the draws themselves, which the test's rate should match. Rerun (about 1 minute per cell of 20,000 runs on 1 core)::
+the Monte Carlo error of the draws themselves, which the test's rate should match. Rerun (about
+1 minute per cell of 20,000 runs on 1 core)::
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.fidelity.nct_size --runs 20000
 """

@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{m['ks_exact_max']:>12.4f} {m['ks_exact_pooled']:>8.4f} "
                       f"({m['ks_exact_pooled_p']:.2f}) | {m['ad_pooled']:>6.2f} | "
                       f"{m['tail3']:>8.2e} {m['tail4']:>8.2e} | {m['std']:>6.4f}", flush=True)
-    print(f"n per cell: {args.seeds} audits x k = {args.k} (orthogonal k=d: {args.seeds} x d); N(0,1) tails: >3sd 2.70e-03, >4sd 6.33e-05; A^2 5% critical "
-          f"value {AD_CRITICAL_5}")
+    print(f"n per cell: {args.seeds} audits x k = {args.k} (orthogonal k=d: {args.seeds} x d); "
+          f"N(0,1) tails: >3sd 2.70e-03, >4sd 6.33e-05; A^2 5% critical value {AD_CRITICAL_5}")
     print(dump({"seeds": args.seeds, "rows": rows}))
     return 0
 

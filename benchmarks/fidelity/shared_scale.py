@@ -17,11 +17,11 @@ is the same with its seen participants). Two tests of the true claim at level ``
 Printed: how often each rejects the true claim (the false-alarm rate; target ``alpha``), the
 mean ``mu_lo``, and how often the threshold bound ``gdp_lower_bound`` (final model, exact null
 FPR, Clopper-Pearson FNR: its intervals take the seen scores as independent) exceeds the true
-``mu`` at 95% confidence (target ``<= 5%``). With ``--power``: the price of exactness. The claim ``mu = 1`` against releases whose seen
-canaries carry ``1 / s`` (noise x ``s``), the exact test's rejection rate beside the
-Neyman-Pearson limit with a *known* scale and independent scores (``E Phi(sqrt(n) (1/s - 1) -
-z_{1-alpha})`` over the seen count ``n``), which no test with an estimated scale can beat.
-Rerun::
+``mu`` at 95% confidence (target ``<= 5%``). With ``--power``: the price of exactness. The claim
+``mu = 1`` against releases whose seen canaries carry ``1 / s`` (noise x ``s``), the exact test's
+rejection rate beside the Neyman-Pearson limit with a *known* scale and independent scores
+(``E Phi(sqrt(n) (1/s - 1) - z_{1-alpha})`` over the seen count ``n``), which no test with an
+estimated scale can beat. Rerun::
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.fidelity.shared_scale --runs 4000
     PYTHONPATH=. .venv/bin/python -m benchmarks.fidelity.shared_scale --power --runs 2000
@@ -150,9 +150,9 @@ def main(argv=None) -> None:
     for d, k, mu in CELLS:
         row = cell(d, k, mu, runs=args.runs, alpha=args.alpha)
 
-        def rate(hits):
-            lo, hi = clopper_pearson(hits, row["runs"])
-            return f"{hits / row['runs']:.1%} [{lo:.1%}, {hi:.1%}]"
+        def rate(hits, runs=row["runs"]):
+            lo, hi = clopper_pearson(hits, runs)
+            return f"{hits / runs:.1%} [{lo:.1%}, {hi:.1%}]"
 
         print(f"| {d:,} | {k:,} | {mu:g} | {rate(row['before'])} | {rate(row['old'])} "
               f"| {rate(row['new'])} | {row['before_lo']:.3f} / {row['old_lo']:.3f} / "

@@ -27,8 +27,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 from flaudit.auditor.estimators import Bonferroni, NoCorrection, Split, epsilon_lower_bound
 from flaudit.auditor.estimators.analytic import (
     gaussian_epsilon_for_sigma,

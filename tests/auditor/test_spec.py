@@ -73,7 +73,7 @@ def test_every_probe_is_refused_naming_the_field(patch, field):
 
 @pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
 def test_non_standard_json_numbers_are_refused_at_parse_time(token):
-    errors = _error_locs({}, raw='{"noise_multiplier": %s}' % token)
+    errors = _error_locs({}, raw=f'{{"noise_multiplier": {token}}}')
     assert any(e.startswith("noise_multiplier") for e in errors), errors
 
 

@@ -111,7 +111,7 @@ def test_the_known_rounds_test_has_its_level_over_rounds_and_repeats():
     for _ in range(runs):
         seen = rng.random(k) < 0.5
         stat = KnownRoundsStatistic(k, dim=d, scale_dof=d - k)
-        for t in range(rounds):
+        for _ in range(rounds):
             part = rng.random(k) < 0.5  # each canary in about half the rounds
             y = rng.standard_normal(d)
             y[:k][seen & part] += mu / math.sqrt(2)  # per participation: 2 repeats claimed

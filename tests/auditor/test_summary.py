@@ -3,6 +3,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flaudit.auditor.claims import AuditSummary, summarize
 from flaudit.auditor.results import Correction, Estimator, VarianceTreatment
@@ -81,10 +83,6 @@ def test_summary_rejects_bad_input_naming_argument():
         summarize(seen=seen, dim=1, delta=1e-6, final_cosines=final)
     with pytest.raises(ValueError, match="threat_models"):
         summarize(seen=seen, dim=d, delta=1e-6, final_cosines=final, threat_models=("nope",))
-
-
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

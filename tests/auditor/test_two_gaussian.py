@@ -48,7 +48,9 @@ def test_unequal_variances_match_monte_carlo_hockey_stick(params):
     assert max(fwd, bwd) <= delta + 5 * max(se_f, se_b)
     # ... and the closed form of each direction agrees with quadrature
     for a, sa, b, sb in ((mu0, s0, mu1, s1), (mu1, s1, mu0, s0)):
-        integrand = lambda x: max(0.0, stats.norm.pdf(x, a, sa) - math.exp(eps) * stats.norm.pdf(x, b, sb))
+        def integrand(x, a=a, sa=sa, b=b, sb=sb):
+            return max(0.0, stats.norm.pdf(x, a, sa) - math.exp(eps) * stats.norm.pdf(x, b, sb))
+
         quad, _ = integrate.quad(integrand, -30, 30, points=[a, b], limit=400)
         from flaudit.auditor.estimators.two_gaussian import _log_hockey_stick
 

@@ -7,7 +7,6 @@ import types
 
 import numpy as np
 import pytest
-import torch
 
 from flaudit.clients.app import local_update
 from flaudit.clients.tasks import Task, load_task, model_vector, set_model_vector, synthetic_task

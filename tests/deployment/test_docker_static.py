@@ -139,8 +139,8 @@ def test_flower_images_are_the_official_pinned_ones_with_tags_that_exist():
         ("FROM python:3.11-slim\nUSER 1000\n", "no HEALTHCHECK"),
         ("FROM python:3.11-slim\nUSER 1000\nHEALTHCHECK NONE\n", "no HEALTHCHECK"),
         (
-            "FROM python:3.11-slim\nRUN apt-get update && \\\n    python -m pip install numpy==2.1\n"
-            "USER 1000\nHEALTHCHECK CMD true\n",
+            ("FROM python:3.11-slim\nRUN apt-get update && \\\n    python -m pip install numpy==2.1\n"
+             "USER 1000\nHEALTHCHECK CMD true\n"),
             "--no-cache-dir",
         ),
         ("FROM python:3.11-slim\nENV API_KEY=abc\nUSER 1000\nHEALTHCHECK CMD true\n", "secret"),

@@ -73,7 +73,8 @@ def audits(service):
         audit_id = run_synthetic_audit(service.client, name=f"{name} audit", seed=i, **run)
         # the body the page is compared with: once the audit has ended (not mid-finalisation)
         out[name] = (audit_id, wait_for(
-            lambda: (lambda body: body if body["status"] not in ("queued", "running") else None)(
+            lambda audit_id=audit_id: (
+                lambda body: body if body["status"] not in ("queued", "running") else None)(
                 service.client.get(f"/audits/{audit_id}").json()),
             timeout=60, interval=0.2, what=f"the {name} audit to end"))
     return out

@@ -79,7 +79,9 @@ def _run(spec, behaviour, nodes=(101, 102, 103), **runtime_kwargs):
 @pytest.mark.parametrize("canary_family", [None, "gaussian"])
 def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries(canary_family):
     spec = _spec(canary_family=canary_family)
-    zero = lambda node, msg: np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+    def zero(node, msg):
+        return np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+
     result, reporter, grid = _run(spec, zero)
     dim = result["dim"]
     family = resolve_canary_family(canary_family, num_canaries=spec.num_canaries, dim=dim)
@@ -92,6 +94,7 @@ def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries
     )
     theta = reporter.initial_model.astype(np.float64)
     for t, (round_number, meta) in enumerate(reporter.rounds, start=1):
+        assert round_number == t
         expected = sum((0.5 * canary_vector(SEED, int(seen[p]), dim, family=family).astype(np.float64)
                         for p in schedule.canaries(t)), np.zeros(dim)) / 4
         theta += expected
@@ -258,7 +261,9 @@ def test_canaries_from_the_service_train_the_model_the_seed_trains(bug):
     from flaudit.server.local import LocalCanaries
 
     spec = _spec(noise_multiplier=0.5, canary_repeats=1, inject_bug=bug)
-    zero = lambda node, msg: np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
+    def zero(node, msg):
+        return np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
+
     local_result, local, _ = _run(spec, zero)
     service = _Service(spec.model_copy(update={"engine": "deployment",
                                                "superlink_address": "h:1"}))
@@ -283,7 +288,9 @@ def test_rounds_report_the_released_aggregate_and_participants_with_momentum():
     # with server momentum the model delta mixes rounds; the reported vector is the released
     # (rho + noise) / m of the round itself
     spec = _spec(noise_multiplier=0.5, server_momentum=0.9)
-    small = lambda node, msg: np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
+    def small(node, msg):
+        return np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
+
     _, reporter, _ = _run(spec, small)
     velocity = np.zeros_like(reporter.initial_model, dtype=np.float64)
     theta = reporter.initial_model.astype(np.float64)
@@ -312,7 +319,9 @@ def test_rounds_report_the_released_aggregate_and_participants_with_momentum():
 def test_extra_participation_bug_inserts_canaries_more_often_than_claimed():
     spec = _spec(num_rounds=4, canary_repeats=1,
                  inject_bug={"kind": "extra_participation", "factor": 4})
-    zero = lambda node, msg: np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+    def zero(node, msg):
+        return np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+
     result, reporter, _ = _run(spec, zero)
     seen = int(seen_mask(SEED, spec.num_canaries).sum())
     assert sum(m.num_canaries_inserted for _, m in reporter.rounds) == 4 * seen
@@ -331,7 +340,9 @@ def test_a_report_error_on_the_audit_thread_stops_the_run():
     spec = _spec()
     dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
     reporter = _FailingReporter(CosineTracker(SEED, spec.num_canaries, dim))
-    zero = lambda node, msg: np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+    def zero(node, msg):
+        return np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
+
     grid = FakeGrid((101, 102), zero)
     runtime = AuditRuntime(spec=spec, canary_seed=SEED, reporter=reporter, noise_seed=1)
     with pytest.raises(RuntimeError, match="refused round 2"):

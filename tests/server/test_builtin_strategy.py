@@ -73,6 +73,7 @@ def test_the_builtin_strategy_takes_the_canary_sum_uncapped_from_the_wrapper():
     assert max(plan.seen(t).size for t in (1, 2, 3)) > spec.clients_per_round  # uncapped
     assert strategy.displaced == {}  # no cohort slot taken: every scheduled client was sent
     for t, (round_number, meta) in enumerate(reporter.rounds, start=1):
+        assert round_number == t
         sent = [m for m in grid.sent if m.metadata.group_id == str(t)]
         assert len(sent) == dp.schedule.real_clients(t).size
         assert meta.num_canaries_inserted == plan.seen(t).size

@@ -10,7 +10,9 @@ import xml.etree.ElementTree as ET
 from flaudit.commands.cli import main as cli_main
 from flaudit.auditor.claims.evidence import seed_commitment
 
-from tests.server.test_run_command import SPEC, STOP_SPEC, in_process_simulation  # noqa: F401 (fixture)
+from tests.server.test_run_command import SPEC, STOP_SPEC
+# a fixture, re-exported for pytest (`as` marks it used; the tests' parameters take its value)
+from tests.server.test_run_command import in_process_simulation as in_process_simulation
 
 
 def _cases(path):

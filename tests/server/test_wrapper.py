@@ -413,7 +413,7 @@ def test_an_overridden_start_keeps_running_with_canaries_in_its_rounds(tmp_path)
                     self.configure_train(t, arrays, ConfigRecord({}), grid), timeout=None)
                 arrays, _ = self.aggregate_train(t, replies)
                 calls.append(t)
-            (tmp_path / "results.json").write_text('{"rounds": %d}' % num_rounds)
+            (tmp_path / "results.json").write_text(f'{{"rounds": {num_rounds}}}')
             return arrays
 
     reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)

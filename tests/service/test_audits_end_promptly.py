@@ -172,8 +172,8 @@ def test_a_refused_round_ends_the_audit_on_the_rounds_it_has_with_the_reason(
     audit = client.get(f"/audits/{audit_id}").json()
     assert audit["status"] == "failed"
     assert audit["reason"].startswith("round 3 was refused (round 3 update: ")
-    assert "the audit ended on the 2 round(s) it has; rounds 3-4 and the final model were " \
-           "never received" in audit["reason"]
+    assert ("the audit ended on the 2 round(s) it has; rounds 3-4 and the final model were "
+            "never received") in audit["reason"]
     assert ("training diverged" in audit["reason"]) == (problem != "short")
     assert [(g["round"], g["kind"]) for g in audit["gaps"]] == [(3, "not_reported"),
                                                                 (4, "not_reported")]

@@ -17,7 +17,8 @@ from .conftest import AUTH
 
 EXTERNAL = {"name": "byo-traffic", "engine": "external", "num_canaries": 32, "canary_repeats": 4,
             "max_canary_fraction": 1.0, "delta": 1e-5}
-# canaries take cohort slots: 16 sampled per round leave room for the ~8 seen canaries a round (at most 32 canaries fit: 16 × 2-round periods)
+# canaries take cohort slots: 16 sampled per round leave room for the ~8 seen canaries a round
+# (at most 32 canaries fit: 16 × 2-round periods)
 CLAIM = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_rounds": 8, "num_clients": 16,
          "clients_per_round": 16, "strategy": "DifferentialPrivacyServerSideFixedClipping > FedAvg"}
 DIM = 5000

@@ -17,7 +17,8 @@ from flaudit.server.local import LocalCanaries
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.service.store import AuditRound
-from tests.server.conftest import flower_task_identity  # noqa: F401 (a fixture)
+# a fixture, re-exported for pytest (`as` marks it used; the tests' parameters take its value)
+from tests.server.conftest import flower_task_identity as flower_task_identity
 
 from .conftest import f32, make_client, start_run
 
@@ -168,7 +169,7 @@ class _Recording(LocalRoundReporter):
 
 
 def test_a_deployment_serverapp_without_the_seed_audits_as_the_simulation_does(
-        sqlite_store, flower_task_identity):  # noqa: F811
+        sqlite_store, flower_task_identity):
     spec = AuditSpec(**{**SPEC, "num_rounds": 3, "canary_repeats": 1, "clients_per_round": 3})
     audit = sqlite_store.create_audit(name="dep", spec=spec.model_dump(mode="json"),
                                       canary_seed=SEED)

@@ -67,7 +67,8 @@ def _raw_bodies(draw) -> bytes:
     if not raw:  # some valid submissions, so the runner has audits to start
         raw = {"name": '"fuzz \\u00e9"'}
     elif draw(st.booleans()):
-        raw["adaptive_clipping"] = '{"initial_clip_norm": %s}' % draw(st.sampled_from(_RAW_TOKENS))
+        token = draw(st.sampled_from(_RAW_TOKENS))
+        raw["adaptive_clipping"] = f'{{"initial_clip_norm": {token}}}'
         raw["clip_norm"] = "null"
     kept = {k: v for k, v in SMALL_SPEC.items() if k not in raw}
     text = json.dumps(kept)[:-1] + ", " + ", ".join(f'"{k}": {v}' for k, v in raw.items()) + "}"

@@ -86,4 +86,4 @@ def test_refusals_are_logged_and_the_service_keeps_serving(service):
     with httpx.Client(base_url=service.url, timeout=10) as http:
         assert http.get("/healthz").status_code == 200
         assert http.get("/audits", headers={"X-Medium": "m" * 8000}).status_code == 200
-    assert "request head over %d bytes: 431" % MAX_HEAD_BYTES in service.log_path.read_text()
+    assert f"request head over {MAX_HEAD_BYTES} bytes: 431" in service.log_path.read_text()

@@ -62,7 +62,8 @@ def test_concurrency_limit_timeout_and_failure_reasons(tmp_path):
         assert str(seed) not in reason and "<redacted>" in reason
         assert str(seed) not in (tmp_path / "service.log").read_text()
         for audit_id in ids:
-            assert wait_for(lambda: not tagged_processes(audit_id), timeout=10, what="cleanup")
+            assert wait_for(lambda audit_id=audit_id: not tagged_processes(audit_id), timeout=10,
+                            what="cleanup")
     finally:
         service.stop()
 
@@ -80,10 +81,12 @@ def test_demo_submits_the_example_once(tmp_path):
                 assert listing["total"] == 1
                 audit_id = listing["items"][0]["id"]
                 audit = wait_for(
-                    lambda: (a := http.get(f"/audits/{audit_id}").json())["status"] != "queued" and a,
+                    lambda audit_id=audit_id: (
+                        (a := http.get(f"/audits/{audit_id}").json())["status"] != "queued" and a),
                     timeout=60, what="demo audit to start")
                 assert audit["spec"]["task"] == "digits"
-                wait_for(lambda: http.get(f"/audits/{audit_id}").json()["status"] == "succeeded",
+                wait_for(lambda audit_id=audit_id:
+                         http.get(f"/audits/{audit_id}").json()["status"] == "succeeded",
                          timeout=90, what="demo audit to finish")
         finally:
             service.stop()
