@@ -21,7 +21,7 @@ from ..auditor.validation import check_positive
 from .audit_notes import design_line, refusal_line
 from .http_reporter import ReportingError
 from .reporting import RoundReporter
-from .strategies import _current_clip_norm, _warn_weighting, read_claim
+from .strategies import current_clip_norm, read_claim, warn_weighting
 
 __all__ = ["CanaryAudit"]
 
@@ -49,7 +49,7 @@ class CanaryAudit:
                  wrapper_hint: str = "DifferentialPrivacyServerSideFixedClipping") -> None:
         if clip_norm is not None:
             check_positive(clip_norm, "clip_norm")
-        if clip_norm is None and _current_clip_norm(strategy) is None:
+        if clip_norm is None and current_clip_norm(strategy) is None:
             raise ValueError(
                 "clip_norm: the wrapped strategy has no Flower DP wrapper to read the clipping "
                 f"norm from; wrap it in {wrapper_hint} (or another DP wrapper), or pass "
@@ -74,7 +74,7 @@ class CanaryAudit:
     @property
     def clip_norm(self) -> float:
         """``S(t)`` now: the wrapped DP strategy's current clipping norm (adaptive moves it)."""
-        norm = _current_clip_norm(self.strategy)
+        norm = current_clip_norm(self.strategy)
         return float(norm if norm is not None else self.fallback_clip_norm)
 
     def declare(self, *, num_rounds: int, num_nodes: int, **extra: Any) -> dict[str, Any]:
@@ -179,5 +179,5 @@ class CanaryAudit:
         self.weight_factors[server_round] = factor
         if factor > 1 + 1e-9 and not self._weighting_warned:
             self._weighting_warned = True
-            _warn_weighting(server_round, key, factor)
+            warn_weighting(server_round, key, factor)
         return weight, factor

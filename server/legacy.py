@@ -14,15 +14,21 @@ from flwr.supercore.differential_privacy import KEY_NORM_BIT
 
 from ..auditor.validation import check_at_least
 from ..protocol.vectors import flatten, unflatten
-from .attach import _reporter_from_env
+from .attach import reporter_from_env
 from .canary_audit import CanaryAudit
 from .reporting import RoundMetadata, RoundReporter
-from .strategies import _legacy_strategy_class, _mean_value, _metric, _noise_multiplier, read_claim
+from .strategies import (
+    current_noise_multiplier,
+    find_metric,
+    legacy_strategy_class,
+    read_claim,
+    weighted_mean_value,
+)
 
 __all__ = ['LegacyCanaryAuditStrategy']
 
 
-class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
+class LegacyCanaryAuditStrategy(legacy_strategy_class()):
     """:class:`CanaryAuditStrategy` for legacy ``flwr.server.strategy`` strategies: ``FedAvg``
     and Flower's four DP wrappers, run by ``LegacyContext`` + ``DefaultWorkflow``, including
     ``SecAggPlusWorkflow`` with ``secaggplus_mod`` / ``fixedclipping_mod`` clients.
@@ -51,7 +57,7 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
 
     def __init__(self, strategy: Any, *, num_rounds: int, reporter: RoundReporter,
                  canaries: Any = None, clip_norm: float | None = None) -> None:
-        if not isinstance(strategy, _legacy_strategy_class()):
+        if not isinstance(strategy, legacy_strategy_class()):
             raise ValueError(
                 f"strategy must be a flwr.server.strategy.Strategy, got {type(strategy).__name__}"
                 " (Message-API strategies: CanaryAuditStrategy)"
@@ -75,7 +81,7 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
                  run_config: Mapping[str, Any] | None = None,
                  **options: Any) -> "LegacyCanaryAuditStrategy":
         """As :meth:`CanaryAuditStrategy.from_env`."""
-        return cls(strategy, num_rounds=num_rounds, reporter=_reporter_from_env(run_config),
+        return cls(strategy, num_rounds=num_rounds, reporter=reporter_from_env(run_config),
                    **options)
 
     def __repr__(self) -> str:
@@ -146,7 +152,7 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
                 column = [res.metrics.get(key) for _, res in results]
                 if isinstance(first, (int, float)) and not isinstance(first, bool) and all(
                         isinstance(v, (int, float)) for v in column):
-                    metrics[key] = _mean_value(column, np.asarray(weights))
+                    metrics[key] = weighted_mean_value(column, np.asarray(weights))
                 elif key == KEY_NORM_BIT:
                     metrics[key] = False
             if KEY_NORM_BIT in metrics:
@@ -170,8 +176,8 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
                 num_canaries_inserted=inserted,
                 num_failures=len(failures),
                 clipped_fraction=0.0,
-                noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
-                train_loss=_metric(metrics_out, "loss"),
+                noise_stddev=current_noise_multiplier(self.strategy) * clip_norm,
+                train_loss=find_metric(metrics_out, "loss"),
                 participants=self.audit.participants(server_round),
                 weight_factor=weight_factor,
             ))

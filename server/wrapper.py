@@ -77,7 +77,7 @@ from .attach import (
     ENV_RUN_TOKEN,
     ENV_RUN_TOKEN_FILE,
     ENV_URL,
-    _reporter_from_env,
+    reporter_from_env,
 )
 from .budget import DEFAULT_ROUND_BUDGET, RoundBudget
 from .canary_audit import CanaryAudit
@@ -85,16 +85,16 @@ from .legacy import LegacyCanaryAuditStrategy
 from .local import LocalCanaries
 from .reporting import RoundMetadata, RoundReporter
 from .strategies import (
-    _accountant_spent,
-    _final_metrics,
-    _mean_value,
-    _metric,
-    _noise_multiplier,
-    _overrides_start,
-    _record_vector,
-    _refuse_legacy,
-    _weight_key,
+    accountant_spent,
+    current_noise_multiplier,
+    final_metrics,
+    find_metric,
+    overrides_start,
     read_claim,
+    read_weight_key,
+    record_vector,
+    refuse_legacy,
+    weighted_mean_value,
 )
 
 # The names an app imports from here (docs/flower.md); the legacy wrapper, the local canaries,
@@ -169,7 +169,7 @@ class CanaryAuditStrategy(Strategy):
         num_canaries: int | str | None = None,
         round_budget_seconds: float | None = DEFAULT_ROUND_BUDGET,
     ) -> None:
-        _refuse_legacy(strategy)
+        refuse_legacy(strategy)
         self._num_canaries = (None if num_canaries is None
                               else check_num_canaries(num_canaries))
         # a strategy that takes the round's canary sum (flaudit's own DP-FedAvg,
@@ -193,7 +193,7 @@ class CanaryAuditStrategy(Strategy):
         self.reporter = reporter
         self._canaries = canaries
         self.num_rounds = None if num_rounds is None else int(num_rounds)
-        self.weight_key = _weight_key(strategy)
+        self.weight_key = read_weight_key(strategy)
         self._current: ArrayRecord | None = None
         self._template: Message | None = None
         self._in_start = False
@@ -246,7 +246,7 @@ class CanaryAuditStrategy(Strategy):
         ValueError
             Naming the missing variable, or a run token found in the run config.
         """
-        return cls(strategy, reporter=_reporter_from_env(
+        return cls(strategy, reporter=reporter_from_env(
             run_config, on_service_error=on_service_error, resume=resume), **options)
 
     def __repr__(self) -> str:
@@ -288,7 +288,7 @@ class CanaryAuditStrategy(Strategy):
         self.num_rounds = int(num_rounds)
         self._report_initial(initial_arrays)
         self._in_start = True
-        own_start = _overrides_start(self.strategy)
+        own_start = overrides_start(self.strategy)
         try:
             if own_start:
                 self.strategy.configure_train = self.configure_train
@@ -307,10 +307,10 @@ class CanaryAuditStrategy(Strategy):
         self.flush()
         if self._final is not None and not self.audit.final_reported:
             self.reporter.report_final(
-                self._final, _final_metrics(result, num_rounds, self.stopped_at_round)
+                self._final, final_metrics(result, num_rounds, self.stopped_at_round)
             )
             self.audit.final_reported = True
-        spent = _accountant_spent(self.strategy)
+        spent = accountant_spent(self.strategy)
         if spent is not None:
             log(INFO, "flaudit: Flower's accountant reports epsilon = %.4g at delta = %g after "
                 "%d releases; the audit page shows dp-accounting's analytic epsilon beside the "
@@ -377,7 +377,7 @@ class CanaryAuditStrategy(Strategy):
 
     def _report_initial(self, arrays: ArrayRecord) -> None:
         if not self.audit.initial_reported:  # before round 1, like the claim: canaries need it
-            self.audit.report_initial(_record_vector(arrays))
+            self.audit.report_initial(record_vector(arrays))
 
     # -- training ------------------------------------------------------------------------
     def configure_train(
@@ -476,7 +476,7 @@ class CanaryAuditStrategy(Strategy):
                           if name in r.content.metric_records
                           and key in r.content.metric_records[name]]
                 if len(column) == len(valid):
-                    values[key] = _mean_value(column, weights)
+                    values[key] = weighted_mean_value(column, weights)
             records[name] = MetricRecord(values)
         if not records:
             records["metrics"] = MetricRecord({self.weight_key: weight})
@@ -511,7 +511,7 @@ class CanaryAuditStrategy(Strategy):
             return self._aggregate_sums(server_round, replies)
         replies = list(replies)
         valid = [r for r in replies if not r.has_error() and r.content.array_records]
-        current = _record_vector(self._current) if self._current is not None else None
+        current = record_vector(self._current) if self._current is not None else None
         inserted = 0
         num_clipped = 0
         clip_norm = self.clip_norm
@@ -519,7 +519,7 @@ class CanaryAuditStrategy(Strategy):
         block = self._round_block.pop(server_round, None)
         if current is not None and self._template is not None and block is not None:
             for reply in valid:
-                update = _record_vector(next(iter(reply.content.array_records.values()))) - current
+                update = record_vector(next(iter(reply.content.array_records.values()))) - current
                 num_clipped += int(np.linalg.norm(update.astype(np.float64)) > clip_norm)
             weights = [self._reply_weight(reply) for reply in valid]
             weight, weight_factor = self.audit.canary_weight(server_round, weights, len(block),
@@ -535,7 +535,7 @@ class CanaryAuditStrategy(Strategy):
         self._prefetched.pop(server_round, None)  # not used: dropped
         arrays, metrics_out = self._inner_aggregate_train(server_round, replies)
         if arrays is not None and current is not None:
-            new = _record_vector(arrays)
+            new = record_vector(arrays)
             self._last = new
             self._settle()  # round t-1's, in order (within the round budget); its error stops
             # the run here
@@ -545,8 +545,8 @@ class CanaryAuditStrategy(Strategy):
                 num_canaries_inserted=inserted,
                 num_failures=len(replies) - inserted - len(valid),
                 clipped_fraction=num_clipped / len(valid) if valid else 0.0,
-                noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
-                train_loss=_metric(metrics_out, "loss"),
+                noise_stddev=current_noise_multiplier(self.strategy) * clip_norm,
+                train_loss=find_metric(metrics_out, "loss"),
                 participants=self.audit.participants(server_round),
             )
             if weight_factor is not None:
@@ -582,7 +582,7 @@ class CanaryAuditStrategy(Strategy):
         release = self.strategy.release
         if arrays is None or release is None:
             return arrays, metrics_out
-        new = _record_vector(arrays)
+        new = record_vector(arrays)
         self._last = new
         metadata = RoundMetadata(
             clip_norm=release.clip_norm, cohort_size=release.num_clients + count,
