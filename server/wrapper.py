@@ -44,7 +44,7 @@ What the wrapper does
 * :class:`LegacyCanaryAuditStrategy` does the same for ``flwr.server.strategy`` strategies
   under ``LegacyContext`` + ``DefaultWorkflow``, SecAgg+ included. Both are shells over one
   core (:class:`~flaudit.server.canary_audit.CanaryAudit`: claim, theta_0, canaries, cohort
-  slots, weights, participants).
+  slots, weights, the numbers of a canary reply and of the round's report, participants).
 
 Limits
 ------
@@ -58,7 +58,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from logging import INFO, WARNING
 from typing import Any
 
@@ -67,7 +66,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
-from flwr.supercore.differential_privacy import KEY_NORM_BIT
 
 from ..auditor.claims.sizing import check_num_canaries
 from ..auditor.validation import check_at_least
@@ -80,21 +78,18 @@ from .attach import (
     reporter_from_env,
 )
 from .budget import DEFAULT_ROUND_BUDGET, RoundBudget
-from .canary_audit import CanaryAudit
+from .canary_audit import CanaryAudit, canary_metrics, canary_models, update_norms
 from .legacy import LegacyCanaryAuditStrategy
 from .local import LocalCanaries
 from .reporting import RoundMetadata, RoundReporter
 from .strategies import (
     accountant_spent,
-    current_noise_multiplier,
     final_metrics,
-    find_metric,
     overrides_start,
     read_claim,
     read_weight_key,
     record_vector,
     refuse_legacy,
-    weighted_mean_value,
 )
 
 # The names an app imports from here (docs/flower.md); the legacy wrapper, the local canaries,
@@ -458,26 +453,19 @@ class CanaryAuditStrategy(Strategy):
         return self.stopped_at_round is not None
 
     def _canary_metrics(self, valid: list[Message], weight: float) -> RecordDict:
-        """MetricRecords with the real replies' names and keys; each value the weighted mean."""
+        """MetricRecords with the real replies' names and keys, valued as
+        :func:`~flaudit.server.canary_audit.canary_metrics` says."""
         if not valid:  # every slot of the round went to a canary
             return {"metrics": MetricRecord({self.weight_key: weight})}
         weights = np.asarray([self._reply_weight(r) for r in valid], dtype=np.float64)
         records: dict[str, MetricRecord] = {}
         for name, first in valid[0].content.metric_records.items():
-            values: dict[str, Any] = {}
-            for key in first.keys():
-                if key == self.weight_key:
-                    values[key] = type(first[key])(weight)
-                    continue
-                if key == KEY_NORM_BIT:  # adaptiveclipping_mod's bit: a canary has norm S(t),
-                    values[key] = type(first[key])(0)  # so it is not clipped
-                    continue
-                column = [r.content.metric_records[name][key] for r in valid
-                          if name in r.content.metric_records
-                          and key in r.content.metric_records[name]]
-                if len(column) == len(valid):
-                    values[key] = weighted_mean_value(column, weights)
-            records[name] = MetricRecord(values)
+            columns = {key: [r.content.metric_records[name][key] for r in valid
+                             if name in r.content.metric_records
+                             and key in r.content.metric_records[name]]
+                       for key in first.keys()}
+            records[name] = MetricRecord(canary_metrics(columns, weights,
+                                                        weight_key=self.weight_key, weight=weight))
         if not records:
             records["metrics"] = MetricRecord({self.weight_key: weight})
         return records
@@ -513,21 +501,18 @@ class CanaryAuditStrategy(Strategy):
         valid = [r for r in replies if not r.has_error() and r.content.array_records]
         current = record_vector(self._current) if self._current is not None else None
         inserted = 0
-        num_clipped = 0
         clip_norm = self.clip_norm
         weight_factor = None
         block = self._round_block.pop(server_round, None)
+        norms = update_norms(current, (record_vector(next(iter(r.content.array_records.values())))
+                                       for r in valid)) if current is not None else None
         if current is not None and self._template is not None and block is not None:
-            for reply in valid:
-                update = record_vector(next(iter(reply.content.array_records.values()))) - current
-                num_clipped += int(np.linalg.norm(update.astype(np.float64)) > clip_norm)
             weights = [self._reply_weight(reply) for reply in valid]
             weight, weight_factor = self.audit.canary_weight(server_round, weights, len(block),
                                                              key=self.weight_key)
             metrics = self._canary_metrics(valid, weight)
             like = valid[0] if valid else None
-            for direction in block:  # per unit of clip norm (see CanaryAudit.round_canaries)
-                model = (current + clip_norm * direction).astype(np.float32)
+            for model in canary_models(current, block, clip_norm):
                 replies.append(self._canary_reply(model, like, metrics))
                 inserted += 1
         elif current is not None and not valid:
@@ -539,18 +524,10 @@ class CanaryAuditStrategy(Strategy):
             self._last = new
             self._settle()  # round t-1's, in order (within the round budget); its error stops
             # the run here
-            metadata = RoundMetadata(
-                clip_norm=clip_norm,
-                cohort_size=len(valid) + inserted,
-                num_canaries_inserted=inserted,
-                num_failures=len(replies) - inserted - len(valid),
-                clipped_fraction=num_clipped / len(valid) if valid else 0.0,
-                noise_stddev=current_noise_multiplier(self.strategy) * clip_norm,
-                train_loss=find_metric(metrics_out, "loss"),
-                participants=self.audit.participants(server_round),
-            )
-            if weight_factor is not None:
-                metadata = replace(metadata, weight_factor=weight_factor)
+            metadata = self.audit.round_metadata(
+                server_round, norms=norms, inserted=inserted,
+                num_failures=len(replies) - inserted - len(valid), clip_norm=clip_norm,
+                metrics=metrics_out, weight_factor=weight_factor)
             self._report(server_round, new, new - current, metadata)
         return arrays, metrics_out
 
