@@ -73,7 +73,7 @@ class EpsilonResult:
             raise ValueError("epsilon must not be NaN")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (inf becomes the string "inf")."""
+        """JSON-friendly dict (:func:`jsonable`: inf becomes the string "inf")."""
         out = asdict(self)
         for key in ("estimator", "variance", "correction"):
             out[key] = getattr(self, key).value
