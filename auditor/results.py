@@ -8,7 +8,10 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
-__all__ = ["ThreatModel", "Estimator", "VarianceTreatment", "Correction", "EpsilonResult", "Diagnostic"]
+import numpy as np
+
+__all__ = ["ThreatModel", "Estimator", "VarianceTreatment", "Correction", "EpsilonResult", "Diagnostic",
+           "jsonable", "number"]
 
 
 class ThreatModel(StrEnum):
@@ -70,12 +73,12 @@ class EpsilonResult:
             raise ValueError("epsilon must not be NaN")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (inf becomes the string "inf")."""
+        """JSON-friendly dict (:func:`jsonable`: inf becomes the string "inf")."""
         out = asdict(self)
         for key in ("estimator", "variance", "correction"):
             out[key] = getattr(self, key).value
-        out["epsilon"] = _json_float(self.epsilon)
-        out["details"] = {k: _json_float(v) for k, v in self.details.items()}
+        out["epsilon"] = jsonable(self.epsilon)
+        out["details"] = jsonable(self.details)
         return out
 
 
@@ -91,12 +94,46 @@ class Diagnostic:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["value"] = _json_float(self.value)
-        out["details"] = {k: _json_float(v) for k, v in self.details.items()}
+        out["value"] = jsonable(self.value)
+        out["details"] = jsonable(self.details)
         return out
 
 
-def _json_float(value: Any) -> Any:
-    if isinstance(value, float) and math.isinf(value):
-        return "inf" if value > 0 else "-inf"
+# -- the one JSON convention for numbers --------------------------------------------------------
+# Every dict the project hands to JSON (results, claim tests, verdicts, evidence bundles, API
+# responses) goes through ``jsonable``: JSON has no NaN or Infinity, so a non-finite float is
+# written as the string "inf", "-inf" or "nan". ``number`` reads such a value back: infinities
+# are numbers (an unbounded epsilon says something), NaN is no number (None), as is anything
+# that is not a number (a bool, None, another string).
+
+def jsonable(value: Any) -> Any:
+    """``value`` as strict JSON data: numpy scalars and arrays to Python numbers and lists,
+    tuples to lists, enums to their values, mapping keys to strings, and non-finite floats to
+    the strings ``"inf"``, ``"-inf"``, ``"nan"``; everything else unchanged."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
+
+
+def number(value: Any, *, finite: bool = False) -> float | None:
+    """The float a JSON value written by :func:`jsonable` stands for, or None.
+
+    An int or float (not a bool) is itself, the strings ``"inf"`` and ``"-inf"`` are the
+    infinities; NaN (the float or ``"nan"``) and any other value are None: no number.
+    ``finite=True``: the infinities are None too (a value to plot or add up).
+    """
+    numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not numeric and not (isinstance(value, str) and value in ("inf", "-inf")):
+        return None
+    out = float(value)
+    return None if math.isnan(out) or (finite and math.isinf(out)) else out

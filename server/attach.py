@@ -21,7 +21,7 @@ ENV_RUN_TOKEN = "FLAUDIT_RUN_TOKEN"
 ENV_RUN_TOKEN_FILE = "FLAUDIT_RUN_TOKEN_FILE"
 
 
-def _reporter_from_env(run_config: Mapping[str, Any] | None, *,
+def reporter_from_env(run_config: Mapping[str, Any] | None, *,
                        on_service_error: str | None = None,
                        resume: bool | None = None) -> RoundReporter:
     """The service client of the audit named by the environment or the run config (``from_env``):

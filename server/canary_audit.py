@@ -1,6 +1,8 @@
 """The core both strategy wrappers share (:class:`CanaryAudit`): the claim declared once, theta_0
 reported once, round ``t``'s canaries from the one source, the cohort slots they take, the
-weight a canary reply carries, the round's participants.
+weight a canary reply carries, the numbers of a canary reply (:func:`canary_models`,
+:func:`canary_metrics`) and of the round's report (:meth:`CanaryAudit.round_metadata`), the
+round's participants.
 
 :class:`flaudit.server.wrapper.CanaryAuditStrategy` (Message API) and
 :class:`flaudit.server.legacy.LegacyCanaryAuditStrategy` (``flwr.server.strategy``) are shells
@@ -11,19 +13,65 @@ service (or by a local source made from the seed).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from logging import ERROR, INFO
 from typing import Any
 
 import numpy as np
 from flwr.common.logger import log
+from flwr.supercore.differential_privacy import KEY_NORM_BIT
 
 from ..auditor.validation import check_positive
 from .audit_notes import design_line, refusal_line
 from .http_reporter import ReportingError
-from .reporting import RoundReporter
-from .strategies import _current_clip_norm, _warn_weighting, read_claim
+from .reporting import RoundMetadata, RoundReporter
+from .strategies import (
+    current_clip_norm,
+    current_noise_multiplier,
+    find_metric,
+    read_claim,
+    warn_weighting,
+    weighted_mean_value,
+)
 
-__all__ = ["CanaryAudit"]
+__all__ = ["CanaryAudit", "canary_metrics", "canary_models", "update_norms"]
+
+
+def update_norms(current: np.ndarray, models: Iterable[np.ndarray]) -> np.ndarray:
+    """The norm of each real reply's update ``model - theta_{t-1}`` (float64), taken before the
+    wrapped strategy aggregates (a DP wrapper clips the replies in place)."""
+    return np.asarray([np.linalg.norm((np.asarray(model) - current).astype(np.float64))
+                       for model in models], dtype=np.float64)
+
+
+def canary_models(current: np.ndarray, block: np.ndarray, clip_norm: float) -> Iterator[np.ndarray]:
+    """Each canary reply's model ``theta_{t-1} + S(t) c_j`` (float32), one at a time: ``block``
+    holds the round's canaries per unit of clip norm (:meth:`CanaryAudit.round_canaries`)."""
+    for direction in block:
+        yield (current + clip_norm * direction).astype(np.float32)
+
+
+def canary_metrics(columns: Mapping[str, list], weights: np.ndarray, *,
+                   weight_key: str | None = None, weight: float = 1.0) -> dict[str, Any]:
+    """The metrics a canary reply carries, from the real replies' ``columns`` (key: the values
+    of the replies that have it, in the order of ``weights``, one weight per real reply).
+
+    ``weight_key``: ``weight`` (the canary's, in the metric's type); adaptive clipping's norm
+    bit: 0 (a canary has norm ``S(t)``, so it is not clipped); a column every reply has and
+    that holds numbers: its weighted mean, in its own type; any other key is left out.
+    """
+    out: dict[str, Any] = {}
+    for key, column in columns.items():
+        first = column[0]
+        if key == weight_key:
+            out[key] = type(first)(weight)
+        elif key == KEY_NORM_BIT:
+            out[key] = type(first)(0)
+        elif len(column) == len(weights) and all(
+                isinstance(v, (int, float, list, tuple)) and not isinstance(v, bool)
+                for v in column):
+            out[key] = weighted_mean_value(column, weights)
+    return out
 
 
 class CanaryAudit:
@@ -49,7 +97,7 @@ class CanaryAudit:
                  wrapper_hint: str = "DifferentialPrivacyServerSideFixedClipping") -> None:
         if clip_norm is not None:
             check_positive(clip_norm, "clip_norm")
-        if clip_norm is None and _current_clip_norm(strategy) is None:
+        if clip_norm is None and current_clip_norm(strategy) is None:
             raise ValueError(
                 "clip_norm: the wrapped strategy has no Flower DP wrapper to read the clipping "
                 f"norm from; wrap it in {wrapper_hint} (or another DP wrapper), or pass "
@@ -74,7 +122,7 @@ class CanaryAudit:
     @property
     def clip_norm(self) -> float:
         """``S(t)`` now: the wrapped DP strategy's current clipping norm (adaptive moves it)."""
-        norm = _current_clip_norm(self.strategy)
+        norm = current_clip_norm(self.strategy)
         return float(norm if norm is not None else self.fallback_clip_norm)
 
     def declare(self, *, num_rounds: int, num_nodes: int, **extra: Any) -> dict[str, Any]:
@@ -136,6 +184,31 @@ class CanaryAudit:
         found = None if participants is None else participants(server_round)
         return None if found is None else tuple(int(j) for j in found)
 
+    def round_metadata(self, server_round: int, *, norms: np.ndarray, inserted: int,
+                       num_failures: int, clip_norm: float, metrics: Mapping[str, Any] | None,
+                       weight_factor: float | None) -> RoundMetadata:
+        """What round ``t`` reports beside its release, computed alike for both wrappers.
+
+        ``norms``: the real replies' update norms (:func:`update_norms`); ``cohort_size``: those
+        replies and the ``inserted`` canaries; ``clipped_fraction``: the share of real replies
+        with a norm above ``clip_norm`` (what a server-side DP wrapper clips; a client that
+        clipped itself counts as not clipped, and a SecAgg+ result carries the aggregate, so
+        its norm is the aggregate's); ``noise_stddev``: ``z S(t)``; ``train_loss``: the
+        aggregated ``metrics``' loss.
+        """
+        real = len(norms)
+        return RoundMetadata(
+            clip_norm=clip_norm,
+            cohort_size=real + int(inserted),
+            num_canaries_inserted=int(inserted),
+            num_failures=int(num_failures),
+            clipped_fraction=float(np.mean(np.asarray(norms) > clip_norm)) if real else 0.0,
+            noise_stddev=current_noise_multiplier(self.strategy) * clip_norm,
+            train_loss=find_metric(metrics, "loss"),
+            participants=self.participants(server_round),
+            weight_factor=weight_factor,
+        )
+
     def take_slots(self, server_round: int, sampled: list, count: int, *, what: str) -> list:
         """``sampled`` less ``count`` items chosen at random: the cohort slots round ``t``'s
         canaries take (``displaced[t]``).
@@ -179,5 +252,5 @@ class CanaryAudit:
         self.weight_factors[server_round] = factor
         if factor > 1 + 1e-9 and not self._weighting_warned:
             self._weighting_warned = True
-            _warn_weighting(server_round, key, factor)
+            warn_weighting(server_round, key, factor)
         return weight, factor

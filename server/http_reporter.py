@@ -18,7 +18,7 @@ import numpy as np
 
 from ..auditor.validation import check_at_least
 from ..protocol.wire import RUN_ID_HEADER
-from .reporting import ReportingError, RoundMetadata, _Unreachable
+from .reporting import ReportingError, RoundMetadata, ServiceUnreachable
 
 __all__ = ["HttpRoundReporter", "ReportingError", "ON_SERVICE_ERROR"]
 
@@ -202,7 +202,7 @@ class HttpRoundReporter:
     def _request(self, method: str, path: str, *, attempts: int | None = None, **kwargs):
         """One call to ``/audits/{id}/{path}``, retried on connection errors and 5xx.
 
-        Raises :class:`ReportingError` on a 4xx, :class:`_Unreachable` after ``attempts``.
+        Raises :class:`ReportingError` on a 4xx, :class:`ServiceUnreachable` after ``attempts``.
         """
         import httpx
 
@@ -225,13 +225,13 @@ class HttpRoundReporter:
                     )
                 problem = f"HTTP {response.status_code}"
             if attempt + 1 == attempts:
-                raise _Unreachable(problem, attempts)
+                raise ServiceUnreachable(problem, attempts)
             wait = self.backoff * (2**attempt)
             logger.log(logging.DEBUG if self._fail_open else logging.WARNING,
                        "%s %s failed (%s); retrying in %.1f s", method, path, problem, wait)
             time.sleep(wait)
 
-    def _stopped(self, method: str, path: str, error: _Unreachable) -> ReportingError:
+    def _stopped(self, method: str, path: str, error: ServiceUnreachable) -> ReportingError:
         return ReportingError(
             f"flaudit: the audit service at {self.base_url} is unreachable: {method} {path} "
             f"failed after {error.attempts} attempts ({error.problem}); training stops because "
@@ -315,7 +315,7 @@ class HttpRoundReporter:
         if not self._fail_open:
             try:
                 self._send(item)
-            except _Unreachable as error:
+            except ServiceUnreachable as error:
                 raise self._stopped(item.method, item.path, error) from None
             return
         with self._cond:
@@ -324,7 +324,7 @@ class HttpRoundReporter:
             try:
                 self._send(item, attempts=min(self.max_retries, 2) + 1)
                 return
-            except _Unreachable as error:
+            except ServiceUnreachable as error:
                 self._went_down(error.problem)
             except ReportingError as error:
                 self._refused(error, item.what)
@@ -362,7 +362,7 @@ class HttpRoundReporter:
             if item is not None:
                 try:
                     self._send(item, attempts=1)
-                except _Unreachable as error:
+                except ServiceUnreachable as error:
                     self._went_down(error.problem)
                     with self._cond:  # until the next try, or a caller kicks (_kick_until)
                         self._failures += 1
@@ -393,7 +393,7 @@ class HttpRoundReporter:
                 try:
                     self._heartbeat_acknowledged(self._request("PUT", "heartbeat", attempts=1))
                     self._came_back()
-                except _Unreachable as error:
+                except ServiceUnreachable as error:
                     if self._fail_open:
                         self._went_down(error.problem)
                     self._last_contact = time.monotonic() - interval + wait  # retry soon
@@ -484,12 +484,12 @@ class HttpRoundReporter:
         if not self._fail_open:
             try:
                 self._send(item)
-            except _Unreachable as error:
+            except ServiceUnreachable as error:
                 raise self._stopped("PUT", "claim", error) from None
         else:
             try:
                 self._send(item, attempts=min(self.max_retries, 2) + 1)
-            except _Unreachable as error:
+            except ServiceUnreachable as error:
                 self._went_down(error.problem)
                 self._enqueue(item)
                 self._claimed = True  # heartbeats start once it is delivered (silence limit)
@@ -584,7 +584,7 @@ class HttpRoundReporter:
                 return self._canaries.pop(t)
             try:
                 return self._fetch_canaries(t, self.max_retries + 1)
-            except _Unreachable as error:
+            except ServiceUnreachable as error:
                 raise self._stopped("GET", f"rounds/{t}/canaries", error) from None
         if self._disabled is not None or t in self._given_up:
             return empty
@@ -598,7 +598,7 @@ class HttpRoundReporter:
             down = self._down_since is not None
             try:
                 block = self._fetch_canaries(t, 1 if down else min(self.max_retries, 2) + 1)
-            except _Unreachable as error:
+            except ServiceUnreachable as error:
                 self._went_down(error.problem)
                 if t in self._given_up:
                     return empty
@@ -643,7 +643,7 @@ class HttpRoundReporter:
                 return
             try:
                 self._canaries[ahead] = self._fetch_canaries(ahead, 1)
-            except (_Unreachable, ReportingError):
+            except (ServiceUnreachable, ReportingError):
                 return
         for old in [r for r in list(self._canaries) if r <= t]:
             self._canaries.pop(old, None)

@@ -1,8 +1,9 @@
 """The strategy wrapper for legacy ``flwr.server.strategy`` strategies
 (:class:`LegacyCanaryAuditStrategy`): the same audit as :class:`.wrapper.CanaryAuditStrategy`
 under ``LegacyContext`` + ``DefaultWorkflow``, SecAgg+ included. A shell over the same core
-(:class:`.canary_audit.CanaryAudit`: claim, theta_0, canaries, cohort slots, weights,
-participants); what is here translates ``FitRes`` results to and from it."""
+(:class:`.canary_audit.CanaryAudit`: claim, theta_0, canaries, cohort slots, weights, the
+numbers of a canary reply and of the round's report, participants); what is here translates
+``FitRes`` results to and from it."""
 
 from __future__ import annotations
 
@@ -10,19 +11,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.supercore.differential_privacy import KEY_NORM_BIT
 
 from ..auditor.validation import check_at_least
 from ..protocol.vectors import flatten, unflatten
-from .attach import _reporter_from_env
-from .canary_audit import CanaryAudit
-from .reporting import RoundMetadata, RoundReporter
-from .strategies import _legacy_strategy_class, _mean_value, _metric, _noise_multiplier, read_claim
+from .attach import reporter_from_env
+from .canary_audit import CanaryAudit, canary_metrics, canary_models, update_norms
+from .reporting import RoundReporter
+from .strategies import legacy_strategy_class, read_claim
 
 __all__ = ['LegacyCanaryAuditStrategy']
 
 
-class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
+class LegacyCanaryAuditStrategy(legacy_strategy_class()):
     """:class:`CanaryAuditStrategy` for legacy ``flwr.server.strategy`` strategies: ``FedAvg``
     and Flower's four DP wrappers, run by ``LegacyContext`` + ``DefaultWorkflow``, including
     ``SecAggPlusWorkflow`` with ``secaggplus_mod`` / ``fixedclipping_mod`` clients.
@@ -51,7 +51,7 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
 
     def __init__(self, strategy: Any, *, num_rounds: int, reporter: RoundReporter,
                  canaries: Any = None, clip_norm: float | None = None) -> None:
-        if not isinstance(strategy, _legacy_strategy_class()):
+        if not isinstance(strategy, legacy_strategy_class()):
             raise ValueError(
                 f"strategy must be a flwr.server.strategy.Strategy, got {type(strategy).__name__}"
                 " (Message-API strategies: CanaryAuditStrategy)"
@@ -75,7 +75,7 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
                  run_config: Mapping[str, Any] | None = None,
                  **options: Any) -> "LegacyCanaryAuditStrategy":
         """As :meth:`CanaryAuditStrategy.from_env`."""
-        return cls(strategy, num_rounds=num_rounds, reporter=_reporter_from_env(run_config),
+        return cls(strategy, num_rounds=num_rounds, reporter=reporter_from_env(run_config),
                    **options)
 
     def __repr__(self) -> str:
@@ -137,24 +137,18 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
         current = flatten(self._current) if self._current is not None else None
         clip_norm = self.clip_norm
         inserted, weight_factor = 0, None
+        norms = update_norms(current, (flatten(parameters_to_ndarrays(res.parameters))
+                                       for _, res in results)) if current is not None else None
         if block is not None and current is not None:
             weights = [float(res.num_examples) for _, res in results]
             weight, weight_factor = self.audit.canary_weight(
                 server_round, weights, int(block.shape[0]), key="num_examples", integer=True)
-            metrics: dict[str, Any] = {}
-            for key, first in (results[0][1].metrics or {}).items() if results else ():
-                column = [res.metrics.get(key) for _, res in results]
-                if isinstance(first, (int, float)) and not isinstance(first, bool) and all(
-                        isinstance(v, (int, float)) for v in column):
-                    metrics[key] = _mean_value(column, np.asarray(weights))
-                elif key == KEY_NORM_BIT:
-                    metrics[key] = False
-            if KEY_NORM_BIT in metrics:
-                metrics[KEY_NORM_BIT] = False  # a canary has norm S(t): not clipped
+            first = (results[0][1].metrics or {}) if results else {}
+            metrics = canary_metrics({key: [(res.metrics or {}).get(key) for _, res in results]
+                                      for key in first}, np.asarray(weights))
             shapes = [a.shape for a in self._current]
             dtypes = [a.dtype for a in self._current]
-            for direction in block:
-                model = (current + clip_norm * direction).astype(np.float32)  # per unit of S
+            for model in canary_models(current, block, clip_norm):
                 fit = FitRes(status=Status(code=Code.OK, message=""),
                              parameters=ndarrays_to_parameters(
                                  unflatten(model, shapes, dtypes=dtypes)),
@@ -164,17 +158,9 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
         parameters, metrics_out = self.strategy.aggregate_fit(server_round, results, failures)
         if parameters is not None and current is not None:
             new = flatten(parameters_to_ndarrays(parameters))
-            self.reporter.report_round(server_round, new - current, RoundMetadata(
-                clip_norm=clip_norm,
-                cohort_size=len(results),
-                num_canaries_inserted=inserted,
-                num_failures=len(failures),
-                clipped_fraction=0.0,
-                noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
-                train_loss=_metric(metrics_out, "loss"),
-                participants=self.audit.participants(server_round),
-                weight_factor=weight_factor,
-            ))
+            self.reporter.report_round(server_round, new - current, self.audit.round_metadata(
+                server_round, norms=norms, inserted=inserted, num_failures=len(failures),
+                clip_norm=clip_norm, metrics=metrics_out, weight_factor=weight_factor))
             if server_round == self.num_rounds and not self.audit.final_reported:
                 self.reporter.report_final(new, {})
                 self.audit.final_reported = True

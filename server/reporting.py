@@ -102,7 +102,7 @@ class ReportingError(RuntimeError):
     """The auditor rejected round data, or (``on_service_error="stop"``) could not be reached."""
 
 
-class _Unreachable(Exception):
+class ServiceUnreachable(Exception):
     """Connection error or 5xx after the attempts allowed: the service is away."""
 
     def __init__(self, problem: str, attempts: int) -> None:

@@ -16,10 +16,15 @@ from flwr.serverapp.strategy import Strategy
 
 from ..protocol.vectors import flatten
 
-__all__ = ['_accountant_spent', '_chain', '_current_clip_norm', '_final_metrics', '_is_legacy', '_legacy_strategy_class', '_mean_value', '_metric', '_noise_multiplier', '_overrides_start', '_record_vector', '_refuse_legacy', '_warn_weighting', '_weight_key', 'read_claim']
+__all__ = [
+    'accountant_spent', 'current_clip_norm', 'current_noise_multiplier', 'final_metrics',
+    'find_metric', 'legacy_strategy_class', 'overrides_start', 'read_claim', 'read_weight_key',
+    'record_vector', 'refuse_legacy', 'warn_weighting', 'weighted_mean_value',
+]
 
 
-def _record_vector(record: ArrayRecord) -> np.ndarray:
+def record_vector(record: ArrayRecord) -> np.ndarray:
+    """A Flower ``ArrayRecord`` (a model or a reply) as one flat vector."""
     return flatten(record.to_numpy_ndarrays())
 
 
@@ -36,16 +41,19 @@ def _chain(strategy: Any) -> list[Any]:
 
 def _is_legacy(strategy: Any) -> bool:
     return type(strategy).__module__.startswith("flwr.server.strategy") or isinstance(
-        strategy, _legacy_strategy_class())
+        strategy, legacy_strategy_class())
 
 
-def _legacy_strategy_class() -> type:
+def legacy_strategy_class() -> type:
+    """Flower's legacy ``flwr.server.strategy.Strategy`` base class."""
     from flwr.server.strategy import Strategy as LegacyStrategy
 
     return LegacyStrategy
 
 
-def _refuse_legacy(strategy: Any) -> None:
+def refuse_legacy(strategy: Any) -> None:
+    """Raise a ``ValueError`` saying what to change unless ``strategy`` is a Message-API
+    strategy with no legacy strategy in its chain."""
     for item in _chain(strategy):
         module = type(item).__module__
         if module.startswith("flwr.server.strategy"):
@@ -79,7 +87,7 @@ def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[s
     import flwr.serverapp.strategy as message_api
 
     if not _is_legacy(strategy):
-        _refuse_legacy(strategy)
+        refuse_legacy(strategy)
     fixed = tuple(getattr(module, f"DifferentialPrivacy{side}SideFixedClipping")
                   for module in (message_api, legacy) for side in ("Server", "Client"))
     adaptive = tuple(getattr(module, f"DifferentialPrivacy{side}SideAdaptiveClipping")
@@ -112,7 +120,9 @@ def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[s
     return claim
 
 
-def _current_clip_norm(strategy: Strategy) -> float | None:
+def current_clip_norm(strategy: Strategy) -> float | None:
+    """The clipping norm of the first DP wrapper in the chain now (adaptive clipping moves
+    it); None without one."""
     for item in _chain(strategy):
         norm = getattr(item, "clipping_norm", None)
         if norm is not None:
@@ -120,13 +130,14 @@ def _current_clip_norm(strategy: Strategy) -> float | None:
     return None
 
 
-def _weight_key(strategy: Strategy) -> str:
+def read_weight_key(strategy: Strategy) -> str:
+    """The reply metric the innermost strategy weights by (``weighted_by_key``)."""
     return str(getattr(_chain(strategy)[-1], "weighted_by_key", "num-examples"))
 
 
 # -- canaries --------------------------------------------------------------------------------
 
-def _mean_value(values: list[Any], weights: np.ndarray) -> Any:
+def weighted_mean_value(values: list[Any], weights: np.ndarray) -> Any:
     """The weighted mean of one metric over the real replies, in the metric's own type."""
     if isinstance(values[0], (list, tuple)):
         array = np.average(np.asarray(values, dtype=np.float64), axis=0, weights=weights)
@@ -138,12 +149,12 @@ def _mean_value(values: list[Any], weights: np.ndarray) -> Any:
 
 
 
-def _overrides_start(strategy: Strategy) -> bool:
+def overrides_start(strategy: Strategy) -> bool:
     """Whether ``strategy``'s class has its own ``start()`` (not Flower's ``Strategy.start``)."""
     return getattr(type(strategy), "start", Strategy.start) is not Strategy.start
 
 
-def _accountant_spent(strategy: Strategy) -> Any:
+def accountant_spent(strategy: Strategy) -> Any:
     """Flower's accountant's cumulative spend (``privacy_spent()``) of a DP wrapper, if any."""
     for item in _chain(strategy):
         if getattr(item, "accountant", None) is not None and hasattr(item, "privacy_spent"):
@@ -151,7 +162,7 @@ def _accountant_spent(strategy: Strategy) -> Any:
     return None
 
 
-def _warn_weighting(server_round: int, key: str, factor: float) -> None:
+def warn_weighting(server_round: int, key: str, factor: float) -> None:
     """The weighting warning, said once per run (the largest factor is in the audit)."""
     log(WARNING, "flaudit: round %s: weighting by '%s' gives the heaviest reply %.3g x the "
         "influence C/n the DP noise is calibrated for, so the claim does not hold for a client "
@@ -161,7 +172,8 @@ def _warn_weighting(server_round: int, key: str, factor: float) -> None:
         server_round, key, factor, factor)
 
 
-def _noise_multiplier(strategy: Strategy) -> float:
+def current_noise_multiplier(strategy: Strategy) -> float:
+    """The noise multiplier of the first DP wrapper in the chain; 0 without one."""
     for item in _chain(strategy):
         z = getattr(item, "noise_multiplier", None)
         if z is not None:
@@ -169,7 +181,7 @@ def _noise_multiplier(strategy: Strategy) -> float:
     return 0.0
 
 
-def _metric(record: Mapping[str, Any] | None, word: str) -> float | None:
+def find_metric(record: Mapping[str, Any] | None, word: str) -> float | None:
     """The first scalar metric whose key contains ``word`` (``loss``, ``acc``)."""
     for key, value in (record or {}).items():
         if word in key.lower() and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -177,7 +189,7 @@ def _metric(record: Mapping[str, Any] | None, word: str) -> float | None:
     return None
 
 
-def _final_metrics(result: Any, num_rounds: int, stopped_at_round: int | None = None
+def final_metrics(result: Any, num_rounds: int, stopped_at_round: int | None = None
                    ) -> dict[str, float]:
     """Accuracy and loss of the final model: the ServerApp's ``evaluate_fn`` if it ran, else the
     clients' aggregated evaluation of the last round. Stopped on alarm after round ``s``: the
@@ -189,7 +201,7 @@ def _final_metrics(result: Any, num_rounds: int, stopped_at_round: int | None = 
         records = getattr(result, source, {})
         record = next((records[t] for t in rounds if t in records), None)
         for name, word in (("accuracy", "acc"), ("loss", "loss")):
-            value = _metric(record, word)
+            value = find_metric(record, word)
             if name not in out and value is not None and (name != "accuracy" or 0 <= value <= 1):
                 out[name] = value
     return out

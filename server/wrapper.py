@@ -45,7 +45,7 @@ What the wrapper does
 * :class:`LegacyCanaryAuditStrategy` does the same for ``flwr.server.strategy`` strategies
   under ``LegacyContext`` + ``DefaultWorkflow``, SecAgg+ included. Both are shells over one
   core (:class:`~flaudit.server.canary_audit.CanaryAudit`: claim, theta_0, canaries, cohort
-  slots, weights, participants).
+  slots, weights, the numbers of a canary reply and of the round's report, participants).
 
 Limits
 ------
@@ -59,7 +59,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from logging import INFO, WARNING
 from typing import Any
 
@@ -68,7 +67,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
-from flwr.supercore.differential_privacy import KEY_NORM_BIT
 
 from ..auditor.claims.sizing import check_num_canaries
 from ..auditor.validation import check_at_least
@@ -78,24 +76,21 @@ from .attach import (
     ENV_RUN_TOKEN,
     ENV_RUN_TOKEN_FILE,
     ENV_URL,
-    _reporter_from_env,
+    reporter_from_env,
 )
 from .budget import DEFAULT_ROUND_BUDGET, RoundBudget
-from .canary_audit import CanaryAudit
+from .canary_audit import CanaryAudit, canary_metrics, canary_models, update_norms
 from .legacy import LegacyCanaryAuditStrategy
 from .local import LocalCanaries
 from .reporting import RoundMetadata, RoundReporter
 from .strategies import (
-    _accountant_spent,
-    _final_metrics,
-    _mean_value,
-    _metric,
-    _noise_multiplier,
-    _overrides_start,
-    _record_vector,
-    _refuse_legacy,
-    _weight_key,
+    accountant_spent,
+    final_metrics,
+    overrides_start,
     read_claim,
+    read_weight_key,
+    record_vector,
+    refuse_legacy,
 )
 
 # The names an app imports from here (docs/flower.md); the legacy wrapper, the local canaries,
@@ -170,7 +165,7 @@ class CanaryAuditStrategy(Strategy):
         num_canaries: int | str | None = None,
         round_budget_seconds: float | None = DEFAULT_ROUND_BUDGET,
     ) -> None:
-        _refuse_legacy(strategy)
+        refuse_legacy(strategy)
         self._num_canaries = (None if num_canaries is None
                               else check_num_canaries(num_canaries))
         # a strategy that takes the round's canary sum (flaudit's own DP-FedAvg,
@@ -194,7 +189,7 @@ class CanaryAuditStrategy(Strategy):
         self.reporter = reporter
         self._canaries = canaries
         self.num_rounds = None if num_rounds is None else int(num_rounds)
-        self.weight_key = _weight_key(strategy)
+        self.weight_key = read_weight_key(strategy)
         self._current: ArrayRecord | None = None
         self._template: Message | None = None
         self._in_start = False
@@ -247,7 +242,7 @@ class CanaryAuditStrategy(Strategy):
         ValueError
             Naming the missing variable, or a run token found in the run config.
         """
-        return cls(strategy, reporter=_reporter_from_env(
+        return cls(strategy, reporter=reporter_from_env(
             run_config, on_service_error=on_service_error, resume=resume), **options)
 
     def __repr__(self) -> str:
@@ -289,7 +284,7 @@ class CanaryAuditStrategy(Strategy):
         self.num_rounds = int(num_rounds)
         self._report_initial(initial_arrays)
         self._in_start = True
-        own_start = _overrides_start(self.strategy)
+        own_start = overrides_start(self.strategy)
         try:
             if own_start:
                 self.strategy.configure_train = self.configure_train
@@ -308,10 +303,10 @@ class CanaryAuditStrategy(Strategy):
         self.flush()
         if self._final is not None and not self.audit.final_reported:
             self.reporter.report_final(
-                self._final, _final_metrics(result, num_rounds, self.stopped_at_round)
+                self._final, final_metrics(result, num_rounds, self.stopped_at_round)
             )
             self.audit.final_reported = True
-        spent = _accountant_spent(self.strategy)
+        spent = accountant_spent(self.strategy)
         if spent is not None:
             log(INFO, "flaudit: Flower's accountant reports epsilon = %.4g at delta = %g after "
                 "%d releases; the audit page shows dp-accounting's analytic epsilon beside the "
@@ -378,7 +373,7 @@ class CanaryAuditStrategy(Strategy):
 
     def _report_initial(self, arrays: ArrayRecord) -> None:
         if not self.audit.initial_reported:  # before round 1, like the claim: canaries need it
-            self.audit.report_initial(_record_vector(arrays))
+            self.audit.report_initial(record_vector(arrays))
 
     # -- training ------------------------------------------------------------------------
     def configure_train(
@@ -459,26 +454,19 @@ class CanaryAuditStrategy(Strategy):
         return self.stopped_at_round is not None
 
     def _canary_metrics(self, valid: list[Message], weight: float) -> RecordDict:
-        """MetricRecords with the real replies' names and keys; each value the weighted mean."""
+        """MetricRecords with the real replies' names and keys, valued as
+        :func:`~flaudit.server.canary_audit.canary_metrics` says."""
         if not valid:  # every slot of the round went to a canary
             return {"metrics": MetricRecord({self.weight_key: weight})}
         weights = np.asarray([self._reply_weight(r) for r in valid], dtype=np.float64)
         records: dict[str, MetricRecord] = {}
         for name, first in valid[0].content.metric_records.items():
-            values: dict[str, Any] = {}
-            for key in first.keys():
-                if key == self.weight_key:
-                    values[key] = type(first[key])(weight)
-                    continue
-                if key == KEY_NORM_BIT:  # adaptiveclipping_mod's bit: a canary has norm S(t),
-                    values[key] = type(first[key])(0)  # so it is not clipped
-                    continue
-                column = [r.content.metric_records[name][key] for r in valid
-                          if name in r.content.metric_records
-                          and key in r.content.metric_records[name]]
-                if len(column) == len(valid):
-                    values[key] = _mean_value(column, weights)
-            records[name] = MetricRecord(values)
+            columns = {key: [r.content.metric_records[name][key] for r in valid
+                             if name in r.content.metric_records
+                             and key in r.content.metric_records[name]]
+                       for key in first.keys()}
+            records[name] = MetricRecord(canary_metrics(columns, weights,
+                                                        weight_key=self.weight_key, weight=weight))
         if not records:
             records["metrics"] = MetricRecord({self.weight_key: weight})
         return records
@@ -512,23 +500,20 @@ class CanaryAuditStrategy(Strategy):
             return self._aggregate_sums(server_round, replies)
         replies = list(replies)
         valid = [r for r in replies if not r.has_error() and r.content.array_records]
-        current = _record_vector(self._current) if self._current is not None else None
+        current = record_vector(self._current) if self._current is not None else None
         inserted = 0
-        num_clipped = 0
         clip_norm = self.clip_norm
         weight_factor = None
         block = self._round_block.pop(server_round, None)
+        norms = update_norms(current, (record_vector(next(iter(r.content.array_records.values())))
+                                       for r in valid)) if current is not None else None
         if current is not None and self._template is not None and block is not None:
-            for reply in valid:
-                update = _record_vector(next(iter(reply.content.array_records.values()))) - current
-                num_clipped += int(np.linalg.norm(update.astype(np.float64)) > clip_norm)
             weights = [self._reply_weight(reply) for reply in valid]
             weight, weight_factor = self.audit.canary_weight(server_round, weights, len(block),
                                                              key=self.weight_key)
             metrics = self._canary_metrics(valid, weight)
             like = valid[0] if valid else None
-            for direction in block:  # per unit of clip norm (see CanaryAudit.round_canaries)
-                model = (current + clip_norm * direction).astype(np.float32)
+            for model in canary_models(current, block, clip_norm):
                 replies.append(self._canary_reply(model, like, metrics))
                 inserted += 1
         elif current is not None and not valid:
@@ -536,22 +521,14 @@ class CanaryAuditStrategy(Strategy):
         self._prefetched.pop(server_round, None)  # not used: dropped
         arrays, metrics_out = self._inner_aggregate_train(server_round, replies)
         if arrays is not None and current is not None:
-            new = _record_vector(arrays)
+            new = record_vector(arrays)
             self._last = new
             self._settle()  # round t-1's, in order (within the round budget); its error stops
             # the run here
-            metadata = RoundMetadata(
-                clip_norm=clip_norm,
-                cohort_size=len(valid) + inserted,
-                num_canaries_inserted=inserted,
-                num_failures=len(replies) - inserted - len(valid),
-                clipped_fraction=num_clipped / len(valid) if valid else 0.0,
-                noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
-                train_loss=_metric(metrics_out, "loss"),
-                participants=self.audit.participants(server_round),
-            )
-            if weight_factor is not None:
-                metadata = replace(metadata, weight_factor=weight_factor)
+            metadata = self.audit.round_metadata(
+                server_round, norms=norms, inserted=inserted,
+                num_failures=len(replies) - inserted - len(valid), clip_norm=clip_norm,
+                metrics=metrics_out, weight_factor=weight_factor)
             self._report(server_round, new, new - current, metadata)
         return arrays, metrics_out
 
@@ -583,7 +560,7 @@ class CanaryAuditStrategy(Strategy):
         release = self.strategy.release
         if arrays is None or release is None:
             return arrays, metrics_out
-        new = _record_vector(arrays)
+        new = record_vector(arrays)
         self._last = new
         metadata = RoundMetadata(
             clip_norm=release.clip_norm, cohort_size=release.num_clients + count,

@@ -27,7 +27,7 @@ from ..auditor.spec import AuditSpec, Engine
 from ..auditor.statistics import scale_dof
 from .evidence_store import get_alarm_statistics, get_commitment, sign
 from .store import ENDED_STATUSES, Audit, Store
-from .views import _iso, audit_verdict_view, gaps_view
+from .views import audit_verdict_view, gaps_view, iso_utc
 
 __all__ = ["VERSIONED_PACKAGES", "build_bundle", "commitment_view", "versions"]
 
@@ -56,7 +56,7 @@ def commitment_view(store: Store, audit: Audit, *, reveal: bool = False) -> dict
                            "committed_at": None, "salt": None, "seed": None}
     if row is None:
         return out
-    out.update(commitment=row.commitment, committed_at=_iso(row.created_at))
+    out.update(commitment=row.commitment, committed_at=iso_utc(row.created_at))
     if reveal:
         out.update(salt=row.salt, seed=str(store.canary_seed(audit.id)))
     return out
@@ -87,7 +87,7 @@ def _statistics(store: Store, audit: Audit) -> dict[str, Any]:
     known = None if secret is None else secret.known_rounds
     gaps, _ = gaps_view(audit)
     rounds = [{name: getattr(row, name) for name in _ROUND_FIELDS}
-              | {"update_norm": row.delta_norm, "received_at": _iso(row.received_at)}
+              | {"update_norm": row.delta_norm, "received_at": iso_utc(row.received_at)}
               for row in store.list_rounds(audit.id)]
     return jsonable({
         "dim": audit.dim,
@@ -152,8 +152,8 @@ def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:
         "diagnostics": audit.diagnostics or [],
         "canary_seed": commitment_view(store, audit, reveal=spec.reveal_seed),
         "versions": versions(),
-        "times": {"created_at": _iso(audit.created_at), "started_at": _iso(audit.started_at),
-                  "finished_at": _iso(audit.finished_at)},
+        "times": {"created_at": iso_utc(audit.created_at), "started_at": iso_utc(audit.started_at),
+                  "finished_at": iso_utc(audit.finished_at)},
     }
     bundle = jsonable(bundle)
     key_id, public_key, value = sign(store, canonical_json(bundle))

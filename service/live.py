@@ -25,6 +25,7 @@ from ..auditor.claims import audit_claims, summarize
 from ..auditor.claims.alerts import build_alerts, decide, first_alarm, num_looks
 from ..auditor.claims.known_rounds import KnownRoundsStatistic
 from ..auditor.estimators import audit_analytic_epsilon, final_model_estimates
+from ..auditor.results import jsonable, number
 from ..auditor.spec import AuditSpec, Engine, ThreatModel
 from ..auditor.statistics import CosineTracker
 from ..auditor.transform import sum_of_squares
@@ -36,7 +37,6 @@ __all__ = [
     "IngestError",
     "LiveAudits",
     "headline_epsilon",
-    "to_jsonable",
 ]
 
 log = logging.getLogger("flaudit.service")
@@ -65,23 +65,6 @@ def _require_length(vector: np.ndarray, dim: int) -> None:
         raise IngestError(422, f"wrong length: expected {dim} float32 values, got {vector.shape[0]}")
 
 
-def to_jsonable(value: Any) -> Any:
-    """Numpy scalars/arrays to plain Python; non-finite floats to the strings "inf"/"-inf"/"nan"."""
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [to_jsonable(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if hasattr(value, "value") and hasattr(type(value), "__members__"):  # Enum
-        return value.value
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
-
-
 def _as_dicts(items: Any) -> list[dict]:
     if items is None:
         return []
@@ -89,16 +72,8 @@ def _as_dicts(items: Any) -> list[dict]:
         items = [items]
     out = []
     for item in items:
-        out.append(to_jsonable(item.to_dict() if hasattr(item, "to_dict") else dict(item)))
+        out.append(jsonable(item.to_dict() if hasattr(item, "to_dict") else dict(item)))
     return out
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if value == "inf":
-        return math.inf
-    return None
 
 
 def analytic_results(spec: AuditSpec) -> list[dict]:
@@ -153,7 +128,7 @@ def summary_parts(
     histograms = {}
     for key, hist in (summary.histograms or {}).items():
         raw = hist.to_dict() if hasattr(hist, "to_dict") else dict(hist)
-        histograms[key] = to_jsonable(
+        histograms[key] = jsonable(
             {
                 "bin_edges": raw.get("bin_edges"),
                 "seen": raw.get("seen_counts", raw.get("seen")),
@@ -168,7 +143,7 @@ def summary_parts(
 
 def _heaviest(*factors: Any) -> float | None:
     """The largest of the round ``weight_factor``s given (None: none reported)."""
-    values = [float(f) for f in factors if _number(f) is not None]
+    values = [float(f) for f in factors if number(f) is not None]
     return max(values) if values else None
 
 
@@ -183,7 +158,7 @@ def headline_epsilon(estimates: list[dict]) -> float | None:
                 and est.get("threat_model") == threat_model
                 and est.get("variance") == variance
             ):
-                value = _number(est.get("epsilon"))
+                value = number(est.get("epsilon"))
                 if value is not None and math.isfinite(value):
                     return value
     return None
@@ -559,7 +534,7 @@ class LiveAudits:
                     diagnostics=diagnostics,
                     histograms=histograms,
                     alerts=alerts,
-                    metrics=to_jsonable(metrics),
+                    metrics=jsonable(metrics),
                     headline_epsilon=headline_epsilon(all_estimates),
                 )
             except StaleRound as exc:

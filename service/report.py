@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from ..auditor.claims.verdict import is_valid_bound, largest_valid_bound
+from ..auditor.results import number
 
 __all__ = ["render_report"]
 
@@ -71,17 +72,11 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
 def _polyline(xs, ys, x_range, y_range, color: str, *, dash: str = "", width: float = 2) -> str:
     (x0, x1), (y0, y1) = x_range, y_range
     points = []
     for x, y in zip(xs, ys):
-        if _number(x) is None or _number(y) is None:
+        if number(x, finite=True) is None or number(y, finite=True) is None:
             continue
         px = _PAD + (x - x0) / ((x1 - x0) or 1) * (_W - 1.5 * _PAD)
         py = _H - _PAD - (y - y0) / ((y1 - y0) or 1) * (_H - 1.5 * _PAD)
@@ -141,7 +136,7 @@ def _bounds_svg(round_estimates: list[list[dict]], claim_eps: float | None) -> s
     rounds, values = [], []
     for t, estimates in enumerate(round_estimates, start=1):
         bound = largest_valid_bound(estimates)
-        value = None if bound is None else _number(bound.get("epsilon"))
+        value = None if bound is None else number(bound.get("epsilon"), finite=True)
         rounds.append(t)
         values.append(value if value is not None else 0.0)
     top = max([*values, claim_eps or 0.0, 1e-3]) * 1.1
@@ -167,7 +162,7 @@ def _tiles(verdict: dict) -> str:
     else:
         claimed, note = "–", "the run declared no settings"
     bound = verdict.get("largest_valid_bound")
-    if bound and _number(bound.get("epsilon")) is not None:
+    if bound and number(bound.get("epsilon"), finite=True) is not None:
         measured = f"ε ≥ {_fmt(bound.get('epsilon'))}"
         mu = f"μ ≥ {_fmt(bound.get('mu'))}, " if bound.get("mu") is not None else ""
         conf = (f"{_fmt(100 * bound['confidence'])}% confidence; "
@@ -233,7 +228,7 @@ def render_report(view: dict, bundle: dict, round_estimates: list[list[dict]]) -
     """
     verdict = view.get("verdict") or {}
     status = str(verdict.get("status") or "")
-    claim_eps = _number((verdict.get("claim") or {}).get("epsilon"))
+    claim_eps = number((verdict.get("claim") or {}).get("epsilon"), finite=True)
     gaps = view.get("gaps") or []
     gap_rows = "".join(
         f"<tr><td class=num>{escape(str(g.get('round')))}</td><td>{escape(str(g.get('kind')))}"

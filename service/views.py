@@ -34,7 +34,8 @@ __all__ = [
 ]
 
 
-def _iso(value) -> str | None:
+def iso_utc(value) -> str | None:
+    """A stored time as ISO 8601 in UTC with a ``Z`` (naive times are UTC); None stays None."""
     value = as_utc(value)
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 
@@ -181,9 +182,9 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "reason": reason,
         "verdict": verdict,
         "spec": audit.spec,
-        "created_at": _iso(audit.created_at),
-        "started_at": _iso(audit.started_at),
-        "finished_at": _iso(audit.finished_at),
+        "created_at": iso_utc(audit.created_at),
+        "started_at": iso_utc(audit.started_at),
+        "finished_at": iso_utc(audit.finished_at),
         "progress": progress_view(audit, round_times),
         "dim": audit.dim,
         "estimates": audit.estimates or [],
@@ -218,7 +219,7 @@ def audit_summary_view(audit: Audit) -> dict[str, Any]:
         "verdict": {"status": verdict["status"], "summary": verdict["summary"]},
         "progress": progress_view(audit),
         "headline_epsilon": headline,
-        "created_at": _iso(audit.created_at),
+        "created_at": iso_utc(audit.created_at),
     }
 
 
@@ -237,7 +238,7 @@ def round_view(row: AuditRound, *, ended: bool) -> dict[str, Any]:
         "accuracy": row.accuracy,
         "update_norm": row.delta_norm,
         "weight_factor": row.weight_factor,
-        "received_at": _iso(row.received_at),
+        "received_at": iso_utc(row.received_at),
         "estimates": row.estimates or [],
     }
 

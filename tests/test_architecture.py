@@ -81,6 +81,33 @@ def test_project_imports_are_relative_and_name_files_that_exist():
     assert not problems, "\n".join(problems)
 
 
+def _private_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """``(line, name)`` of each ``_private`` name (not a ``__dunder__``) imported from a project
+    module: a relative import, or one from ``flaudit.``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (
+                node.level > 0 or (node.module or "").split(".")[0] == "flaudit"):
+            found += [(node.lineno, a.name) for a in node.names
+                      if a.name.startswith("_") and not (a.name.startswith("__")
+                                                          and a.name.endswith("__"))]
+    return found
+
+
+def test_the_private_import_check_sees_one():
+    tree = ast.parse("from .x import _hidden, shown, __version__\n"
+                     "from flaudit.server.y import _also as ok\nfrom os import _exit\n")
+    assert _private_imports(tree) == [(1, "_hidden"), (2, "_also")]
+
+
+def test_no_private_name_crosses_a_module():
+    """A ``_name`` stays inside its module: if another module needs it, it is an API (named
+    without the underscore, with a docstring) or it lives in the wrong module."""
+    crossing = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+                for path in _sources() for line, name in _private_imports(ast.parse(path.read_text()))]
+    assert not crossing, "private names imported across modules:\n" + "\n".join(crossing)
+
+
 def test_no_project_import_hides_inside_a_function():
     hidden = []
     for path in _sources():

@@ -16,8 +16,7 @@ from scipy import special
 from ..estimators._validation import check_confidence, check_delta, check_mask, check_scores
 from ..estimators.gdp import (
     GaussianDPResult,
-    _correction_label,
-    _json,
+    correction_label,
     gdp_epsilon,
 )
 from ..estimators.lower_bound import (
@@ -29,7 +28,7 @@ from ..estimators.lower_bound import (
 )
 from ..estimators.null import null_logsf
 from ..estimators.one_run import default_guess_grid
-from ..results import Correction, Estimator
+from ..results import Correction, Estimator, jsonable
 from .curves import EpsilonDeltaCurveClaim, GaussianDPClaim, NoDPClaim, TradeOffClaim
 
 __all__ = ["ClaimTestResult", "claim_test", "fdp_one_run_p_value", "fdp_one_run_lower_bound"]
@@ -64,7 +63,7 @@ class ClaimTestResult:
             "threat_model": self.threat_model,
             "correction": self.correction.value,
             "method": self.method,
-            "details": {k: _json(v) for k, v in self.details.items()},
+            "details": jsonable(self.details),
         }
 
 
@@ -153,7 +152,7 @@ def claim_test(
         "exact binomial test of the false negatives against the claimed curve at the exact-null "
         "FPR" if unseen is None else
         "2 * sup over the claimed curve of min(binomial tails of false positives, false negatives)"
-    ) + f"; {_correction_label(correction)}"
+    ) + f"; {correction_label(correction)}"
     if not claim.is_claim:
         return ClaimTestResult(1.0, claim, threat_model, correction.kind,
                                "no DP claim: nothing to test", {"note": claim.description})
@@ -229,7 +228,9 @@ def fdp_one_run_p_value(claim: TradeOffClaim, correct: int, guesses: int, m: int
     return math.exp(hi)
 
 
-def _guess_counts(scores: np.ndarray, seen: np.ndarray, grid) -> list[tuple[int, int, int]]:
+def guess_counts(scores: np.ndarray, seen: np.ndarray, grid) -> list[tuple[int, int, int]]:
+    """For each ``(k+, k-)`` of ``grid``: ``(k+, k-, correct)``, the number of correct guesses
+    when the ``k+`` highest scores are guessed seen and the ``k-`` lowest unseen."""
     order = np.argsort(-scores, kind="stable")
     seen_sorted = seen[order]
     in_prefix = np.concatenate([[0], np.cumsum(seen_sorted)])
@@ -277,7 +278,7 @@ def fdp_one_run_lower_bound(
         if kp < 0 or km < 0 or kp + km > m:
             raise ValueError(f"grid entry ({kp}, {km}) must satisfy 0 <= k+, k- and k+ + k- <= {m}")
     beta = (1.0 - confidence) / len(grid)
-    counts = _guess_counts(scores, seen, grid)
+    counts = guess_counts(scores, seen, grid)
     best = (0.0, grid[0][0], grid[0][1], counts[0][2])
     for kp, km, correct in counts:
         guesses = kp + km

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..estimators._validation import check_delta, check_nonnegative
-from ..estimators.gdp import _gdp_tradeoff, _json, gdp_epsilon
-from ..results import ThreatModel
+from ..estimators.gdp import gdp_epsilon
+from ..results import ThreatModel, jsonable
+from .tradeoff import gdp_tradeoff
 
 __all__ = [
     "GaussianDPClaim",
@@ -63,14 +64,14 @@ class GaussianDPClaim:
 
     def tradeoff(self, alpha) -> np.ndarray:
         """``f(alpha)``: the smallest FNR any test with FPR ``alpha`` may have."""
-        return _gdp_tradeoff(self.mu, alpha)
+        return gdp_tradeoff(alpha, self.mu)
 
     def epsilon(self, delta: float) -> float:
         """The (epsilon, delta) reading of the claim (Dong-Roth-Su conversion)."""
         return gdp_epsilon(self.mu, delta)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "gaussian_dp", "mu": _json(self.mu), "threat_model": self.threat_model,
+        return {"kind": "gaussian_dp", "mu": jsonable(self.mu), "threat_model": self.threat_model,
                 "description": self.description}
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..canaries import resolve_canary_family, seen_mask
 from ..estimators import audit_analytic_epsilon
 from ..estimators.gdp import gdp_epsilon
-from ..results import ThreatModel
+from ..results import ThreatModel, jsonable, number
 from ..spec import AuditSpec
 from ..statistics import scale_dof
 from .alarm import ALARM_ALPHA, look_level
@@ -52,24 +52,6 @@ CANONICALIZATION = (
     "(RFC 8785 for every bundle whose numbers are integers or print alike in both)"
 )
 COMMITMENT_SCHEME = "sha256(salt || seed as 16 bytes big-endian), hex"
-
-
-def jsonable(value: Any) -> Any:
-    """Numpy to plain Python, enums to values, non-finite floats to ``"inf"``/``"-inf"``/``"nan"``
-    (the same shape the service stores)."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [jsonable(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if hasattr(value, "value") and hasattr(type(value), "__members__"):
-        return value.value
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
 
 
 def signed_part(bundle: dict) -> dict:
@@ -128,19 +110,11 @@ class Recomputed:
         return self.mismatch is None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if value in ("inf", "-inf", "nan"):
-        return float(value)
-    return None
+def _is_nan(value: Any) -> bool:
+    return (isinstance(value, str) and value == "nan") or (isinstance(value, float) and math.isnan(value))
 
 
 def _close(a: float, b: float) -> bool:
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
     if math.isinf(a) or math.isinf(b):
         return a == b
     return math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL)
@@ -149,7 +123,9 @@ def _close(a: float, b: float) -> bool:
 def first_difference(recorded: Any, recomputed: Any, path: str) -> Mismatch | None:
     """The first place (depth first, keys sorted) where two JSON values differ beyond the
     tolerance."""
-    a, b = _number(recorded), _number(recomputed)
+    if _is_nan(recorded) and _is_nan(recomputed):
+        return None
+    a, b = number(recorded), number(recomputed)
     if a is not None and b is not None:
         return None if _close(a, b) else Mismatch(path, recorded, recomputed)
     if isinstance(recorded, dict) and isinstance(recomputed, dict):

@@ -17,7 +17,7 @@ import numpy as np
 from scipy import special
 
 from ..results import Correction
-from .curve_tests import ClaimTestResult, _guess_counts, fdp_one_run_p_value
+from .curve_tests import ClaimTestResult, fdp_one_run_p_value, guess_counts
 from .tiers import AlarmTest
 
 __all__ = ["design_guesses", "fdp_claim_test", "fdp_mu_lo"]
@@ -49,7 +49,7 @@ def fdp_claim_test(scores, seen_mask, *, claim, threat_model: str = "known_round
                                else "no DP claim: nothing to test", details)
     kp = min(g, m)
     km = min(g, m - kp)
-    (_, _, correct), = _guess_counts(scores, seen, [(kp, km)])
+    (_, _, correct), = guess_counts(scores, seen, [(kp, km)])
     details.update(k_plus=kp, k_minus=km, guesses=kp + km, correct=int(correct))
     p = fdp_one_run_p_value(claim, int(correct), kp + km, m)
     return ClaimTestResult(

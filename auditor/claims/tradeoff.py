@@ -36,9 +36,13 @@ BAND_ASSUMES = (
 
 
 def gdp_tradeoff(alpha, mu: float) -> np.ndarray:
-    """``G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu)``: the trade-off curve of ``mu``-GDP."""
+    """``G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu)``: the trade-off curve of ``mu``-GDP,
+    computed as ``Phi(-Phi^-1(alpha) - mu)`` (accurate for small alpha); 0 for ``mu = inf``."""
     a = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, 1.0)
-    return special.ndtr(special.ndtri(1.0 - a) - float(mu))
+    if math.isinf(mu):
+        return np.zeros_like(a)
+    with np.errstate(divide="ignore"):
+        return special.ndtr(-special.ndtri(a) - float(mu))
 
 
 def dkw_margin(n: int, failure: float) -> float:

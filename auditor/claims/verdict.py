@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Iterable, Mapping
 
+from ..results import jsonable, number
+
 __all__ = [
     "CAUSES",
     "TEST_NAMES",
@@ -103,17 +105,6 @@ _TIER_NAMES = {
 }
 
 
-def _number(value: Any) -> float | None:
-    """A finite float, ``inf`` for the string "inf", None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if not math.isnan(float(value)) else None
-    if value == "inf":
-        return math.inf
-    return None
-
-
 def _g(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "?"
@@ -130,7 +121,7 @@ def is_valid_bound(estimate: Mapping[str, Any]) -> bool:
         estimate.get("estimator") in VALID_BOUND_ESTIMATORS
         and estimate.get("correction") != "none"
         and estimate.get("confidence") is not None
-        and _number(estimate.get("epsilon")) is not None
+        and number(estimate.get("epsilon")) is not None
     )
 
 
@@ -142,7 +133,7 @@ def largest_valid_bound(estimates: Iterable[Mapping[str, Any]]) -> dict | None:
     for e in estimates:
         if not is_valid_bound(e):
             continue
-        eps = _number(e.get("epsilon"))
+        eps = number(e.get("epsilon"))
         if eps > best_eps:
             best, best_eps = e, eps
     if best is None:
@@ -152,10 +143,10 @@ def largest_valid_bound(estimates: Iterable[Mapping[str, Any]]) -> dict | None:
         "estimator": best.get("estimator"),
         "name": _BOUND_NAMES.get(best.get("estimator"), str(best.get("estimator"))),
         "threat_model": best.get("threat_model"),
-        "mu": _number(details.get("mu")),
+        "mu": number(details.get("mu")),
         "epsilon": best_eps,
-        "delta": _number(best.get("delta")),
-        "confidence": _number(best.get("confidence")),
+        "delta": number(best.get("delta")),
+        "confidence": number(best.get("confidence")),
     }
 
 
@@ -177,8 +168,8 @@ class Verdict:
     weighting: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe (a non-finite float becomes the string "inf"/"-inf", as in estimates)."""
-        return _json_safe({
+        """JSON-safe: :func:`~flaudit.auditor.results.jsonable`, as estimates are."""
+        return jsonable({
             "status": self.status.value,
             "summary": self.summary,
             "claim": self.claim,
@@ -192,16 +183,6 @@ class Verdict:
             "cause": self.cause,
             "weighting": self.weighting,
         })
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
 
 
 def clause(text: str | None) -> str:
@@ -298,18 +279,18 @@ def _bound_text(bound: dict | None, by: dict, claim: dict, conf: str) -> str:
     if bound is not None:
         return (f"the leakage is at least ε = {_g(bound['epsilon'], 2)} at δ = "
                 f"{claim['delta']:g} at {_conf(bound.get('confidence'))} by the {bound['name']}")
-    mu_lo, eps_lo = _number(by.get("mu_lo")), _number(by.get("epsilon_lo"))
+    mu_lo, eps_lo = number(by.get("mu_lo")), number(by.get("epsilon_lo"))
     if mu_lo is not None:
         return (f"the leakage is at least μ = {_g(mu_lo)}"
                 + (f" (ε ≥ {_g(eps_lo, 2)} at δ = {claim['delta']:g})" if eps_lo is not None
                    else "")
                 + f" at {conf}")
-    p = _number(by.get("p_value"))
+    p = number(by.get("p_value"))
     return f"the claim tests reject it at {conf}" + (f" (p = {p:.2g})" if p is not None else "")
 
 
 def _conf(confidence: Any) -> str:
-    value = _number(confidence)
+    value = number(confidence)
     return f"{value:.0%} confidence" if value is not None else "its stated confidence"
 
 
@@ -328,7 +309,7 @@ def _refutation(alarm: dict, claim: dict, bound: dict | None, *,
     by["round"] = alarm.get("round")
     conf = _conf(by.get("confidence")) if by.get("confidence") is not None \
         else "the alarm's confidence"
-    tested = _number(by.get("claim_mu"))
+    tested = number(by.get("claim_mu"))
     noise = ""
     if tested is not None and claim.get("mu") and tested > claim["mu"] * (1 + 1e-6):
         noise = (f"the noise falls short: tested at the heaviest client's influence "

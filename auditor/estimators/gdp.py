@@ -24,12 +24,12 @@ from .lower_bound import (
     Bonferroni,
     CorrectionStrategy,
     NoCorrection,
-    _bounds,
     check_threshold_inputs,
     clopper_pearson_upper,
     search_thresholds,
+    threshold_bounds,
 )
-from .two_gaussian import _log_gm_delta
+from .two_gaussian import log_gaussian_mechanism_delta
 
 __all__ = ["GaussianDPResult", "gdp_delta", "gdp_epsilon", "gdp_lower_bound"]
 
@@ -49,7 +49,7 @@ def gdp_delta(mu: float, epsilon: float) -> float:
         return 0.0
     if math.isinf(mu):
         return 1.0
-    return math.exp(_log_gm_delta(mu, epsilon))
+    return math.exp(log_gaussian_mechanism_delta(mu, epsilon))
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
@@ -66,7 +66,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     log_delta = math.log(delta)
 
     def objective(eps: float) -> float:
-        return max(_log_gm_delta(mu, eps), -1e4) - log_delta
+        return max(log_gaussian_mechanism_delta(mu, eps), -1e4) - log_delta
 
     if objective(0.0) <= 0:
         return 0.0
@@ -76,15 +76,6 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     if not math.isfinite(hi):  # epsilon ~ mu^2 / 2 beyond the float range (mu > ~1e154)
         return math.inf
     return float(optimize.brentq(objective, 0.0, hi, xtol=1e-12, rtol=1e-10))
-
-
-def _gdp_tradeoff(mu: float, alpha) -> np.ndarray:
-    """``G_mu(alpha) = Phi(-Phi^-1(alpha) - mu)`` (accurate for small alpha)."""
-    a = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, 1.0)
-    if math.isinf(mu):
-        return np.zeros_like(a)
-    with np.errstate(divide="ignore"):
-        return special.ndtr(-special.ndtri(a) - mu)
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -99,15 +90,10 @@ class GaussianDPResult(EpsilonResult):
         return float(self.details["mu"])
 
 
-def _json(value: Any) -> Any:
-    if isinstance(value, float) and math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return value
-
-
 # -- shared argument handling ------------------------------------------------------------------
 
-def _correction_label(correction: CorrectionStrategy) -> str:
+def correction_label(correction: CorrectionStrategy) -> str:
+    """How ``correction`` chose the threshold, in words for a result's method line."""
     if isinstance(correction, NoCorrection):
         return "max over all thresholds, uncorrected (reported, never alarming; not a valid bound)"
     if isinstance(correction, Bonferroni):
@@ -126,7 +112,8 @@ def _multiplicity(correction: CorrectionStrategy) -> int:
 
 def _mu_bounds(seen, unseen, d, thresholds, alpha):
     """mu_lo at every threshold (level alpha for the pair of rates), with the rate bounds."""
-    log_fpr, log_fnr = _bounds(seen, unseen, d, thresholds, alpha, upper=clopper_pearson_upper)
+    log_fpr, log_fnr = threshold_bounds(seen, unseen, d, thresholds, alpha,
+                                        upper=clopper_pearson_upper)
     with np.errstate(invalid="ignore"):
         mu = -special.ndtri_exp(log_fpr) - special.ndtri_exp(log_fnr)
     mu = np.clip(np.nan_to_num(mu, nan=0.0, posinf=_MU_MAX, neginf=0.0), 0.0, _MU_MAX)
@@ -225,7 +212,7 @@ def gdp_lower_bound(
         method="Gaussian-DP lower bound mu_lo = max over thresholds of Phi^-1(1 - FPR_up) - "
         "Phi^-1(FNR_up) (Clopper-Pearson; "
         + ("exact null FPR" if unseen is None else "FPR on unseen canaries")
-        + f"; {_correction_label(correction)}); epsilon is that of the mu_lo-Gaussian mechanism "
+        + f"; {correction_label(correction)}); epsilon is that of the mu_lo-Gaussian mechanism "
         f"at delta. Valid when the scores are independent; one release's scores share its noise "
         f"scale, which can make it overstate (docs/estimators.md): mu_lo = {mu_lo:.4g}",
         details=details,

@@ -159,7 +159,7 @@ def threshold_counts(
     return below, unseen.size - np.searchsorted(np.sort(unseen), thresholds, side=side)
 
 
-def _bounds(
+def threshold_bounds(
     seen: np.ndarray,
     unseen: np.ndarray | None,
     d: int | None,
@@ -323,7 +323,7 @@ def epsilon_lower_bound(
     paper_exact = isinstance(correction, NoCorrection) and correction.paper_exact
 
     def evaluate(s_, u_, thresholds, multiplicity):
-        log_fpr, log_fnr = _bounds(s_, u_, d, thresholds, alpha / multiplicity,
+        log_fpr, log_fnr = threshold_bounds(s_, u_, d, thresholds, alpha / multiplicity,
                                    paper_exact=paper_exact)
         return _eps_at(log_fpr, log_fnr, delta)
 
@@ -336,7 +336,7 @@ def epsilon_lower_bound(
         details["note"] = choice.note
     else:
         multiplicity = correction.num_thresholds if isinstance(correction, Bonferroni) else 1
-        log_fpr, log_fnr = _bounds(used_seen, used_unseen, d, thresholds[[choice.index]],
+        log_fpr, log_fnr = threshold_bounds(used_seen, used_unseen, d, thresholds[[choice.index]],
                                    alpha / multiplicity, paper_exact=paper_exact)
         fpr, fnr = float(np.exp(log_fpr[0])), float(np.exp(log_fnr[0]))
     label = {

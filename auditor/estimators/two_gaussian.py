@@ -106,10 +106,11 @@ def gaussian_mechanism_delta(sensitivity_over_sigma: float, eps: float) -> float
     mu = float(sensitivity_over_sigma)
     if mu == 0:
         return 0.0
-    return math.exp(_log_gm_delta(mu, eps))
+    return math.exp(log_gaussian_mechanism_delta(mu, eps))
 
 
-def _log_gm_delta(mu: float, eps: float) -> float:
+def log_gaussian_mechanism_delta(mu: float, eps: float) -> float:
+    """``log delta(eps)`` of the ``mu``-Gaussian mechanism, accurate where delta underflows."""
     log_a = _log_cdf(-eps / mu + mu / 2)
     log_b = eps + _log_cdf(-eps / mu - mu / 2)
     return _logsubexp(log_a, log_b)
@@ -132,7 +133,7 @@ def hockey_stick_divergence(
 def _log_delta_of_eps(mu_p: float, s_p: float, mu_q: float, s_q: float, eps: float) -> float:
     if s_p == s_q:
         gap = abs(mu_q - mu_p) / s_p
-        return -math.inf if gap == 0 else _log_gm_delta(gap, eps)
+        return -math.inf if gap == 0 else log_gaussian_mechanism_delta(gap, eps)
     return max(
         _log_hockey_stick(mu_p, s_p, mu_q, s_q, eps),
         _log_hockey_stick(mu_q, s_q, mu_p, s_p, eps),

@@ -19,7 +19,7 @@ from ...auditor.spec import AuditSpec, Engine
 from ..auth import require_run_token
 from ..external import round_canary_sum, round_canary_vectors
 from .deps import AuditId, RoundNumber
-from .ingest import _ERRORS, _fail, _precheck
+from .ingest import INGEST_ERRORS, http_error, precheck_ingest
 
 router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)])
 
@@ -34,8 +34,8 @@ router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(requ
                 "canaries to insert in round t (headers X-Canary-Count, X-Canary-Dim)."
             ),
         },
-        401: _ERRORS[401],
-        404: _ERRORS[404],
+        401: INGEST_ERRORS[401],
+        404: INGEST_ERRORS[404],
         409: {"description": "No claim or initial model yet, not external, or not running."},
         422: {"description": "t outside 1..num_rounds."},
     },
@@ -66,8 +66,8 @@ async def get_round_canaries(
                 "inserts c replies of clip_norm * sum / c each: 4 d bytes whatever c."
             ),
         },
-        401: _ERRORS[401],
-        404: _ERRORS[404],
+        401: INGEST_ERRORS[401],
+        404: INGEST_ERRORS[404],
         409: {"description": "No claim or initial model yet, another engine, or not running."},
         422: {"description": "t outside 1..num_rounds."},
     },
@@ -93,15 +93,15 @@ async def _serve_canaries(request: Request, audit_id: str, t: int, make, *,
                           engines: tuple[str, ...] = (Engine.external.value,)) -> Response:
     """Round ``t``'s canaries of a running audit of ``engines`` as raw little-endian float32,
     made by ``make(seed, spec, d) -> (array, c)`` off the event loop; the seed stays here."""
-    audit = await _precheck(request, audit_id, need_dim=True)
+    audit = await precheck_ingest(request, audit_id, need_dim=True)
     if audit.spec.get("engine") not in engines:
-        raise _fail(409, "canaries are served only to audits with engine "
+        raise http_error(409, "canaries are served only to audits with engine "
                     + " or ".join(f"'{e}'" for e in engines))
     if audit.status != "running":
-        raise _fail(409, f"audit is {audit.status}; no canaries served")
+        raise http_error(409, f"audit is {audit.status}; no canaries served")
     spec = AuditSpec.model_validate(audit.spec)
     if t > spec.num_rounds:
-        raise _fail(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+        raise http_error(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
     array, count = await run_in_threadpool(
         lambda: make(request.app.state.store.canary_seed(audit_id), spec, audit.dim))
     return Response(

@@ -13,7 +13,7 @@ from ..evidence_store import list_signing_keys
 from ..report import render_report
 from ..store import ENDED_STATUSES, Store
 from ..tradeoff_view import audit_view_with_tradeoff
-from ..views import _iso
+from ..views import iso_utc
 from .deps import AuditId
 
 router = APIRouter(tags=["evidence"])
@@ -94,5 +94,5 @@ def get_report(audit_id: AuditId, request: Request) -> HTMLResponse:
 def get_keys(request: Request) -> dict:
     keys = list_signing_keys(request.app.state.store)
     return {"keys": [{"key_id": k.key_id, "algorithm": "Ed25519", "public_key": k.public_key,
-                      "created_at": _iso(k.created_at), "retired_at": _iso(k.retired_at)}
+                      "created_at": iso_utc(k.created_at), "retired_at": iso_utc(k.retired_at)}
                      for k in keys]}

@@ -52,7 +52,8 @@ _BODY = {
         ),
     }
 }
-_ERRORS = {
+#: The ingest routes' error responses (OpenAPI ``responses``); the canary route shares them.
+INGEST_ERRORS = {
     400: {"description": "Body not a whole number of float32 values, or truncated."},
     401: {"description": "Missing or invalid run token."},
     404: {"description": "No audit with this id."},
@@ -67,7 +68,8 @@ _ERRORS = {
 }
 
 
-def _fail(code: int, message: str) -> HTTPException:
+def http_error(code: int, message: str) -> HTTPException:
+    """The ``HTTPException`` an ingest route raises: ``code`` with ``message`` as its detail."""
     return HTTPException(status_code=code, detail=message)
 
 
@@ -88,7 +90,7 @@ async def _read_body(request: Request, *, limit: int, what: str) -> bytearray:
     """The raw octet-stream body (at most ``limit`` bytes, not empty), in one writable buffer."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/octet-stream":
-        raise _fail(
+        raise http_error(
             415,
             f"{what}: Content-Type must be application/octet-stream (raw little-endian float32), "
             f"got {content_type or 'none'!r}",
@@ -99,9 +101,9 @@ async def _read_body(request: Request, *, limit: int, what: str) -> bytearray:
         try:
             declared_len = int(declared)
         except ValueError:
-            raise _fail(400, f"{what}: invalid Content-Length header") from None
+            raise http_error(400, f"{what}: invalid Content-Length header") from None
         if declared_len > limit:
-            raise _fail(
+            raise http_error(
                 413, f"{what}: body of {declared_len} bytes exceeds the limit of {limit} bytes"
             )
     # streamed into one buffer: with a Content-Length (every client of ours sends one) it is
@@ -114,22 +116,22 @@ async def _read_body(request: Request, *, limit: int, what: str) -> bytearray:
         async for chunk in request.stream():
             end = total + len(chunk)
             if end > limit:
-                raise _fail(413, f"{what}: body exceeds the limit of {limit} bytes")
+                raise http_error(413, f"{what}: body exceeds the limit of {limit} bytes")
             if buffer is not None and end > declared_len:
-                raise _fail(400, f"{what}: body longer than its Content-Length ({declared_len})")
+                raise http_error(400, f"{what}: body longer than its Content-Length ({declared_len})")
             if buffer is not None:
                 buffer[total:end] = chunk
             else:
                 chunks.append(chunk)
             total = end
     except ClientDisconnect:
-        raise _fail(400, f"{what}: truncated body (client disconnected after {total} bytes)") from None
+        raise http_error(400, f"{what}: truncated body (client disconnected after {total} bytes)") from None
     if declared_len is not None and total != declared_len:
-        raise _fail(
+        raise http_error(
             400, f"{what}: truncated body: Content-Length is {declared_len}, received {total} bytes"
         )
     if total == 0:
-        raise _fail(422, f"{what}: empty body; expected raw little-endian float32 values")
+        raise http_error(422, f"{what}: empty body; expected raw little-endian float32 values")
     return buffer if buffer is not None else bytearray(b"".join(chunks))
 
 
@@ -137,7 +139,7 @@ def _float32_values(data: bytearray | memoryview, what: str) -> np.ndarray:
     """The body's float32 values: a view of ``data`` (no copy), checked chunk by chunk."""
     total = len(data)
     if total % 4:
-        raise _fail(
+        raise http_error(
             400,
             f"{what}: body length {total} bytes is not a multiple of 4; expected raw "
             "little-endian float32 values (wrong dtype or truncated body)",
@@ -172,7 +174,7 @@ def _run_id(request: Request) -> str | None:
     if value is None:
         return None
     if not _RUN_ID.match(value):
-        raise _fail(422, f"{RUN_ID_HEADER}: 1 to 64 letters, digits, '_', '.', ':' or '-'")
+        raise http_error(422, f"{RUN_ID_HEADER}: 1 to 64 letters, digits, '_', '.', ':' or '-'")
     return value
 
 
@@ -201,18 +203,20 @@ def _check_owner(request: Request, audit) -> None:
     once a run is bound, a request of another run, or without the run id header, is refused."""
     mine = _run_id(request)
     if _is_external(audit) and audit.run_id is not None and mine != audit.run_id:
-        raise _fail(409, _no_run_id(audit) if mine is None else _other_run(audit, mine))
+        raise http_error(409, _no_run_id(audit) if mine is None else _other_run(audit, mine))
 
 
-async def _precheck(request: Request, audit_id: str, *, need_dim: bool):
+async def precheck_ingest(request: Request, audit_id: str, *, need_dim: bool):
+    """The audit a run may send data to (or fetch canaries of): 404 if none, 409 if an external
+    audit has no claim yet, is another run's, or (``need_dim``) has no initial model yet."""
     audit = await run_in_threadpool(request.app.state.store.get_audit, audit_id)
     if audit is None:
-        raise _fail(404, f"audit {audit_id!r} not found")
+        raise http_error(404, f"audit {audit_id!r} not found")
     if _is_external(audit) and audit.started_at is None and audit.status == "running":
-        raise _fail(409, _DECLARE_CLAIM_FIRST)
+        raise http_error(409, _DECLARE_CLAIM_FIRST)
     _check_owner(request, audit)
     if need_dim and audit.dim is None:
-        raise _fail(409, "send the initial model first (PUT /audits/{id}/initial-model)")
+        raise http_error(409, "send the initial model first (PUT /audits/{id}/initial-model)")
     return audit
 
 
@@ -230,7 +234,7 @@ async def _ingest(request: Request, func, *args):
     try:
         return await run_in_threadpool(work)
     except IngestError as exc:
-        raise _fail(exc.status_code, exc.message) from None
+        raise http_error(exc.status_code, exc.message) from None
 
 
 def _check_length(vector: np.ndarray, dim: int, what: str) -> None:
@@ -256,15 +260,15 @@ def _participant_indices(data: bytes, num_canaries: int) -> np.ndarray:
     indices = np.frombuffer(data, dtype="<i4").astype(np.int64)
     if indices.size:
         if indices.min() < 0:
-            raise _fail(422, f"participants: negative canary index {int(indices.min())}")
+            raise http_error(422, f"participants: negative canary index {int(indices.min())}")
         if indices.max() >= num_canaries:
-            raise _fail(
+            raise http_error(
                 422,
                 f"participants: canary index {int(indices.max())} out of range "
                 f"(num_canaries={num_canaries})",
             )
         if np.unique(indices).size != indices.size:
-            raise _fail(422, "participants: a canary index is listed twice")
+            raise http_error(422, "participants: a canary index is listed twice")
     return indices
 
 
@@ -275,7 +279,7 @@ async def _read_round_body(
     if num_participants is None:
         return await _read_vector(request, dim, what), None
     if num_participants > num_canaries:
-        raise _fail(
+        raise http_error(
             422,
             f"num_participants: {num_participants} exceeds num_canaries={num_canaries}",
         )
@@ -295,12 +299,12 @@ async def _read_round_body(
 @router.put(
     "/{audit_id}/initial-model",
     response_model=IngestAck,
-    responses=_ERRORS,
+    responses=INGEST_ERRORS,
     openapi_extra=_BODY,
     summary="Ingest θ_0 (sets the model dimension d)",
 )
 async def put_initial_model(audit_id: AuditId, request: Request) -> IngestAck:
-    await _precheck(request, audit_id, need_dim=False)
+    await precheck_ingest(request, audit_id, need_dim=False)
     settings = request.app.state.settings
     vector = await read_float32_body(request, limit=settings.max_body_bytes, what="initial model")
     result = await _ingest(request, request.app.state.live.ingest_initial, audit_id, vector)
@@ -310,7 +314,7 @@ async def put_initial_model(audit_id: AuditId, request: Request) -> IngestAck:
 @router.put(
     "/{audit_id}/rounds/{t}",
     response_model=IngestAck,
-    responses=_ERRORS,
+    responses=INGEST_ERRORS,
     openapi_extra=_BODY,
     summary="Ingest round t's released update ρ̄_t, its metadata and canary participants",
 )
@@ -322,21 +326,21 @@ async def put_round(
 ) -> IngestAck:
     """Idempotent: the same t again is a no-op (200, `stored: false`). t must be the next
     round; later rounds get 409 before the body is read."""
-    audit = await _precheck(request, audit_id, need_dim=True)
+    audit = await precheck_ingest(request, audit_id, need_dim=True)
     if t <= audit.rounds_stored:
         ack = await run_in_threadpool(request.app.state.live.round_ack, audit_id)
         return IngestAck(audit_id=audit_id, stored=False, round=t, dim=audit.dim, **ack)
     if audit.status != "running":
-        raise _fail(409, f"audit is {audit.status}; ingest refused")
+        raise http_error(409, f"audit is {audit.status}; ingest refused")
     if t != audit.rounds_stored + 1:
-        raise _fail(
+        raise http_error(
             409, f"round {t} is out of order: the next round must be {audit.rounds_stored + 1}"
         )
     gap = None
     canaries_missing = metadata.canaries_missing
     if canaries_missing is not None:
         if metadata.num_canaries_inserted != 0:
-            raise _fail(422, "canaries_missing: a round trained without canaries must say "
+            raise http_error(422, "canaries_missing: a round trained without canaries must say "
                              f"num_canaries_inserted=0, got {metadata.num_canaries_inserted}")
         gap = {"round": t, "kind": "no_canaries", "reason": canaries_missing}
     if audit.spec.get("engine") in _SERVED_ENGINES and gap is None:
@@ -369,7 +373,7 @@ async def put_round(
 @router.put(
     "/{audit_id}/final-model",
     response_model=IngestAck,
-    responses=_ERRORS,
+    responses=INGEST_ERRORS,
     openapi_extra=_BODY,
     summary="Ingest the final model θ_T (ends the audit: succeeded)",
 )
@@ -378,7 +382,7 @@ async def put_final_model(
     metrics: Annotated[FinalMetricsQuery, Query()],
     request: Request,
 ) -> IngestAck:
-    audit = await _precheck(request, audit_id, need_dim=True)
+    audit = await precheck_ingest(request, audit_id, need_dim=True)
     if audit.has_final:
         return IngestAck(audit_id=audit_id, stored=False, dim=audit.dim)
     try:
@@ -430,11 +434,11 @@ def _check_inserted(request: Request, audit, t: int, inserted: int) -> None:
     spec = AuditSpec.model_validate(audit.spec)
     seed = request.app.state.store.canary_seed(audit.id)
     if t > spec.num_rounds:
-        raise _fail(409, f"round {t} exceeds num_rounds={spec.num_rounds} of the claim")
+        raise http_error(409, f"round {t} exceeds num_rounds={spec.num_rounds} of the claim")
     served = int(round_canaries(seed, spec, t).size)
     del seed
     if inserted != served:
-        raise _fail(
+        raise http_error(
             422,
             f"num_canaries_inserted: round {t} must insert the {served} canaries served by "
             f"GET /audits/{{id}}/rounds/{t}/canary-sum (or .../canaries), got {inserted}",
@@ -445,8 +449,8 @@ def _check_inserted(request: Request, audit, t: int, inserted: int) -> None:
     "/{audit_id}/claim",
     response_model=ClaimAck,
     responses={
-        401: _ERRORS[401],
-        404: _ERRORS[404],
+        401: INGEST_ERRORS[401],
+        404: INGEST_ERRORS[404],
         409: {"description": (
             "Not an external audit, not running, a different claim stored, or the audit "
             "belongs to another run (resume=true to take it over with the same claim)."
@@ -474,9 +478,9 @@ def put_claim(
     mine = _run_id(request)
     audit = store.get_audit(audit_id)
     if audit is None:
-        raise _fail(404, f"audit {audit_id!r} not found")
+        raise http_error(404, f"audit {audit_id!r} not found")
     if not _is_external(audit):
-        raise _fail(409, "only an audit with engine 'external' takes a claim from its ServerApp")
+        raise http_error(409, "only an audit with engine 'external' takes a claim from its ServerApp")
     # no claim declared yet: a refusal ends the audit
     first = audit.started_at is None and audit.status == "running"
     try:
@@ -496,7 +500,7 @@ def put_claim(
     except ValueError as exc:  # the claim asks for other canaries than the audit fixed
         if first:
             _refuse_federation(request, audit, str(exc))
-        raise _fail(422, str(exc)) from None
+        raise http_error(422, str(exc)) from None
     # The seen canaries take cohort slots: at most clients_per_round per round; "auto" chooses
     # the canaries here, from the federation. A resumed run keeps the stored spec (its
     # num_rounds may count only the rounds left), checked when the claim was first declared:
@@ -508,24 +512,24 @@ def put_claim(
         except ValueError as exc:
             if first:
                 _refuse_federation(request, audit, str(exc))
-            raise _fail(422, str(exc)) from None
+            raise http_error(422, str(exc)) from None
     wanted = spec.model_dump(mode="json")
     if audit.started_at is not None:
         if mine is None and audit.run_id is not None:
-            raise _fail(409, _no_run_id(audit))
+            raise http_error(409, _no_run_id(audit))
         if mine is None or audit.run_id is None or mine == audit.run_id:
             if audit.spec == wanted:
                 return ClaimAck(audit_id=audit_id, stored=False, spec=spec,
                                 rounds_stored=audit.rounds_stored,
                                 design=audit_design(spec).to_dict())
-            raise _fail(409, "a different claim was declared for this audit already")
+            raise http_error(409, "a different claim was declared for this audit already")
         if not resume:
-            raise _fail(409, _other_run(audit, mine))
+            raise http_error(409, _other_run(audit, mine))
         return _resume(request, audit, mine, wanted)
     if audit.status != "running":
-        raise _fail(409, f"audit is {audit.status}; claim refused")
+        raise http_error(409, f"audit is {audit.status}; claim refused")
     if not store.declare_claim(audit_id, spec=wanted, run_id=mine):
-        raise _fail(409, "the claim was declared meanwhile, or the audit ended")
+        raise http_error(409, "the claim was declared meanwhile, or the audit ended")
     request.app.state.read_cache.invalidate(audit_id)
     return ClaimAck(audit_id=audit_id, stored=True, spec=spec,
                     design=audit_design(spec).to_dict())
@@ -537,20 +541,20 @@ def _refuse_federation(request: Request, audit, problem: str) -> None:
     reason = f"refused before round 1: {problem}"
     request.app.state.store.finish(audit.id, status="failed", reason=reason, only_if=("running",))
     request.app.state.read_cache.invalidate(audit.id)
-    raise _fail(422, f"audit {audit.id} failed: {reason}")
+    raise http_error(422, f"audit {audit.id} failed: {reason}")
 
 
 def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
     """Hand ``audit`` to run ``mine`` (explicit resume): same claim, audit still running."""
     if audit.status != "running":
-        raise _fail(409, f"audit {audit.id} is {audit.status} ({audit.reason or 'ended'}); it "
+        raise http_error(409, f"audit {audit.id} is {audit.status} ({audit.reason or 'ended'}); it "
                          "cannot be resumed: start a new audit for this run")
     stored = {k: v for k, v in audit.spec.items() if k != "num_rounds"}
     if stored != {k: v for k, v in wanted.items() if k != "num_rounds"}:
-        raise _fail(409, f"resume: the claim differs from the one declared for audit {audit.id}; "
+        raise http_error(409, f"resume: the claim differs from the one declared for audit {audit.id}; "
                          "a resumed run must keep the DP settings (noise, clipping, sampling)")
     if not request.app.state.store.resume_run(audit.id, run_id=mine, previous=audit.run_id):
-        raise _fail(409, "the audit changed owner or ended meanwhile; try again")
+        raise http_error(409, "the audit changed owner or ended meanwhile; try again")
     request.app.state.read_cache.invalidate(audit.id)
     spec = AuditSpec.model_validate(audit.spec)
     return ClaimAck(audit_id=audit.id, stored=False, spec=spec, rounds_stored=audit.rounds_stored,
@@ -560,7 +564,7 @@ def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
 @router.put(
     "/{audit_id}/heartbeat",
     response_model=HeartbeatAck,
-    responses={401: _ERRORS[401], 404: _ERRORS[404],
+    responses={401: INGEST_ERRORS[401], 404: INGEST_ERRORS[404],
                409: {"description": "Audit not running, claim missing, or another run's."}},
     summary="The run is alive (sent while training is slow); no body",
 )
@@ -569,11 +573,11 @@ async def put_heartbeat(audit_id: AuditId, request: Request) -> HeartbeatAck:
     heartbeat) for its silence limit: 5x the median time between its rounds, at least 120 s,
     at most ``timeout_seconds`` (returned here); the wrapper sends one whenever it has been
     quiet for a fraction of that limit."""
-    audit = await _precheck(request, audit_id, need_dim=False)
+    audit = await precheck_ingest(request, audit_id, need_dim=False)
     if audit.status != "running":
-        raise _fail(409, f"audit is {audit.status}: {audit.reason or 'ended'}")
+        raise http_error(409, f"audit is {audit.status}: {audit.reason or 'ended'}")
     if not await run_in_threadpool(request.app.state.store.touch, audit_id):
-        raise _fail(409, "the audit ended meanwhile")
+        raise http_error(409, "the audit ended meanwhile")
     times = await run_in_threadpool(request.app.state.store.round_times, audit_id)
     return HeartbeatAck(audit_id=audit_id, status="running",
                         silence_limit_seconds=silence_limit(audit.spec, times).seconds)
@@ -583,7 +587,7 @@ async def put_heartbeat(audit_id: AuditId, request: Request) -> HeartbeatAck:
     "/{audit_id}/rounds/{t}/missing",
     response_model=IngestAck,
     responses={
-        401: _ERRORS[401], 404: _ERRORS[404],
+        401: INGEST_ERRORS[401], 404: INGEST_ERRORS[404],
         409: {"description": "Not the next round, audit not running, or another run's."},
         422: {"description": "No reason given."},
     },
@@ -598,13 +602,13 @@ async def put_missing_round(
     """The audit moves past round ``t`` without its update and lists it in ``gaps`` (kind
     ``not_reported``): the all-iterates and known-rounds statistics skip it; the final model
     still carries its canaries. Idempotent: a round already passed is a no-op."""
-    audit = await _precheck(request, audit_id, need_dim=True)
+    audit = await precheck_ingest(request, audit_id, need_dim=True)
     if t <= audit.rounds_stored:
         return IngestAck(audit_id=audit_id, stored=False, round=t, dim=audit.dim)
     if audit.status != "running":
-        raise _fail(409, f"audit is {audit.status}; ingest refused")
+        raise http_error(409, f"audit is {audit.status}; ingest refused")
     if t != audit.rounds_stored + 1 or t > int(audit.spec.get("num_rounds", 0)):
-        raise _fail(409, f"round {t} is out of order: the next round must be "
+        raise http_error(409, f"round {t} is out of order: the next round must be "
                          f"{audit.rounds_stored + 1} (of {audit.spec.get('num_rounds')})")
 
     def work() -> bool:
@@ -614,5 +618,5 @@ async def put_missing_round(
             request.app.state.read_cache.refresh(request.app.state.store, audit_id)
 
     if not await run_in_threadpool(work):
-        raise _fail(409, f"round {t} was stored meanwhile or the audit ended")
+        raise http_error(409, f"round {t} was stored meanwhile or the audit ended")
     return IngestAck(audit_id=audit_id, stored=True, round=t, dim=audit.dim)

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_manager import SimpleClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
+from flwr.server.strategy import DifferentialPrivacyServerSideFixedClipping as LegacyServerSideDP
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
+from flwr.serverapp.strategy import FedAvg as MessageFedAvg
 
 from flaudit.auditor.canaries import canary_vector, resolve_canary_family
-from flaudit.server.wrapper import LegacyCanaryAuditStrategy, LocalCanaries, read_claim
+from flaudit.server.wrapper import (
+    CanaryAuditStrategy,
+    LegacyCanaryAuditStrategy,
+    LocalCanaries,
+    read_claim,
+)
 from tests.server.test_wrapper import ClaimRecorder
 
 SEED = 4242
@@ -130,3 +139,102 @@ def test_the_claim_is_read_from_legacy_dp_wrappers():
     claim = read_claim(dp, num_rounds=3, num_nodes=2)
     assert (claim["noise_multiplier"], claim["clip_norm"], claim["clients_per_round"],
             claim["num_clients"]) == (1.2, 3.0, 4, 5)
+
+
+class UpdateRecorder(ClaimRecorder):
+    """Keeps each round's reported update too."""
+
+    def report_round(self, server_round, update, metadata):
+        self.updates = [*getattr(self, "updates", []), np.array(update, dtype=np.float64)]
+        super().report_round(server_round, update, metadata)
+
+
+class NodeGrid:
+    def get_node_ids(self):
+        return list(range(1, N + 1))
+
+
+def _same_inputs(rounds):
+    """Per round, one update and one weight per reply slot: half the updates above the clip norm
+    (the DP wrapper clips them), half below."""
+    rng = np.random.default_rng(11)
+    updates = {}
+    for t in range(1, rounds + 1):
+        block = rng.standard_normal((N, 300))
+        scale = np.array([2.0, 0.4, 3.0, 0.7]) * S / np.linalg.norm(block, axis=1)
+        updates[t] = (block * scale[:, None]).astype(np.float32)
+    return updates, [8, 5, 6, 5]
+
+
+def _loss_mean(fit_metrics):
+    total = sum(n for n, _ in fit_metrics)
+    return {"train_loss": sum(n * m["train_loss"] for n, m in fit_metrics) / total}
+
+
+@pytest.mark.usefixtures("flower_task_identity")
+def test_legacy_and_message_api_wrappers_report_the_same_numbers_for_the_same_replies():
+    """The canary reply arithmetic lives once (server/canary_audit.py): for the same replies,
+    the same canaries and the same server-side clipping, both wrappers report the same round
+    metadata (clipped fraction included: measured on the real replies in both) and the same
+    released update."""
+    rounds = 3
+    updates, weights = _same_inputs(rounds)
+    start = np.zeros((10, 30), np.float32)
+    numbers = {}
+    for api in ("legacy", "message"):
+        reporter = UpdateRecorder.for_audit(canary_seed=SEED, num_canaries=K)
+        canaries = LocalCanaries(SEED, num_canaries=K, num_rounds=rounds, clients_per_round=N)
+        if api == "legacy":
+            manager = SimpleClientManager()
+            for i in range(N):
+                manager.register(Proxy(str(i)))
+            fedavg = FedAvg(fraction_fit=1.0, min_fit_clients=N, min_available_clients=N,
+                            fraction_evaluate=0.0, fit_metrics_aggregation_fn=_loss_mean,
+                            initial_parameters=ndarrays_to_parameters([start]))
+            strategy = LegacyCanaryAuditStrategy(
+                LegacyServerSideDP(fedavg, noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=N),
+                num_rounds=rounds, reporter=reporter, canaries=canaries)
+            parameters = strategy.initialize_parameters(manager)
+            for t in range(1, rounds + 1):
+                pairs = strategy.configure_fit(t, parameters, manager)
+                current = parameters_to_ndarrays(parameters)[0]
+                results = [(proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(
+                    [current + u.reshape(current.shape)]), w, {"train_loss": 1.0 + i}))
+                    for i, ((proxy, _), u, w) in enumerate(zip(pairs, updates[t], weights))]
+                parameters, _ = strategy.aggregate_fit(t, results, [])
+        else:
+            inner = DifferentialPrivacyServerSideFixedClipping(
+                MessageFedAvg(min_train_nodes=N, min_available_nodes=N, fraction_evaluate=0.0),
+                noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=N)
+            strategy = CanaryAuditStrategy(inner, reporter=reporter, canaries=canaries,
+                                           num_rounds=rounds)
+            arrays = ArrayRecord([start])
+            for t in range(1, rounds + 1):
+                messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), NodeGrid()))
+                current = arrays.to_numpy_ndarrays()[0]
+                replies = [Message(content=RecordDict({
+                    "arrays": ArrayRecord([current + u.reshape(current.shape)]),
+                    "metrics": MetricRecord({"num-examples": w, "train_loss": 1.0 + i})}),
+                    reply_to=msg)
+                    for i, (msg, u, w) in enumerate(zip(messages, updates[t], weights))]
+                arrays, _ = strategy.aggregate_train(t, replies)
+                strategy.flush()
+        numbers[api] = reporter
+    legacy, message = numbers["legacy"], numbers["message"]
+    assert len(legacy.rounds) == len(message.rounds) == rounds
+    clipped = []
+    for (_, a), (_, b), ua, ub in zip(legacy.rounds, message.rounds, legacy.updates,
+                                     message.updates):
+        for name in ("clip_norm", "cohort_size", "num_canaries_inserted", "num_failures",
+                     "clipped_fraction", "noise_stddev"):
+            assert getattr(a, name) == getattr(b, name), name
+        assert a.weight_factor == pytest.approx(b.weight_factor)
+        assert a.train_loss == pytest.approx(b.train_loss)
+        assert sorted(a.participants) == sorted(b.participants)
+        assert np.allclose(ua, ub, atol=1e-6)
+        # the real replies sent: the first N - c slots; updates 0 and 2 exceed the clip norm
+        real = a.cohort_size - a.num_canaries_inserted
+        clipped.append(a.clipped_fraction)
+        expected = sum(1 for i in (0, 2) if i < real) / real if real else 0.0
+        assert a.clipped_fraction == pytest.approx(expected)
+    assert max(clipped) > 0  # the legacy wrapper no longer reports 0.0 whatever the replies

@@ -241,7 +241,7 @@ def test_an_accounted_strategy_is_audited_and_its_accountant_sees_num_sampled_cl
     )
     from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
-    from flaudit.server.wrapper import _accountant_spent
+    from flaudit.server.wrapper import accountant_spent
 
     accountant = RdpAccountant(PrivacyConfig(
         target_delta=1e-5, population_size=3,
@@ -263,7 +263,7 @@ def test_an_accounted_strategy_is_audited_and_its_accountant_sees_num_sampled_cl
         arrays, _ = strategy.aggregate_train(t, replies)
         model = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
     strategy.flush()
-    spent = _accountant_spent(strategy)
+    spent = accountant_spent(strategy)
     assert spent is not None and spent.num_releases == 2 and 0 < spent.epsilon < np.inf
     assert sum(len(canaries.by_round[t]) for t in (1, 2)) > 0  # canaries were in the cohorts
 

@@ -11,8 +11,9 @@ from hypothesis import given, strategies as st
 from flaudit.auditor.canaries import CanaryFamily
 from flaudit.auditor.claims.alerts import build_alerts, decide
 from flaudit.auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
-from flaudit.service.live import headline_epsilon, to_jsonable
+from flaudit.auditor.results import jsonable
 from flaudit.auditor.spec import AuditSpec
+from flaudit.service.live import headline_epsilon
 
 SPEC = AuditSpec(num_canaries=100, num_clients=1000, clients_per_round=10)
 
@@ -130,8 +131,8 @@ def test_headline_prefers_final_model_null_variance():
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=20))
-def test_to_jsonable_never_emits_non_finite_floats(values):
-    out = to_jsonable({"a": np.array(values, dtype=float), "b": [np.float32(1.5)]})
+def test_jsonable_never_emits_non_finite_floats(values):
+    out = jsonable({"a": np.array(values, dtype=float), "b": [np.float32(1.5)]})
     for v in out["a"]:
         assert isinstance(v, str) or math.isfinite(v)
     assert out["b"] == [1.5]
