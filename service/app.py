@@ -307,8 +307,9 @@ async def _http_error(request: Request, exc: StarletteHTTPException):
 
 
 def _document_unparsable_bodies(app: FastAPI) -> None:
-    """Every route with a JSON body answers 400 to a body it cannot parse (e.g. invalid UTF-8
-    inside a JSON string): say so in its OpenAPI responses."""
+    """Say in the OpenAPI responses what every route with a body answers before its own code
+    runs: 400 to a JSON body it cannot parse (e.g. invalid UTF-8 inside a JSON string), and the
+    request limits' 413 (body too large) and 408 (body too slow) of ``service/limits.py``."""
     default = app.openapi
 
     def openapi() -> dict:
@@ -317,11 +318,22 @@ def _document_unparsable_bodies(app: FastAPI) -> None:
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
                     body = operation.get("requestBody", {}) if isinstance(operation, dict) else {}
+                    responses = operation.get("responses", {}) if body else {}
                     if "application/json" in body.get("content", {}):
-                        operation["responses"].setdefault("400", {
+                        responses.setdefault("400", {
                             "description": "The body could not be parsed (e.g. invalid UTF-8 "
                                            "inside a JSON string).",
                         })
+                        responses.setdefault("413", {
+                            "description": "Body larger than FLAUDIT_MAX_JSON_BODY_BYTES.",
+                        })
+                    if body:
+                        responses.setdefault("408", {
+                            "description": "The body did not arrive within "
+                                           "FLAUDIT_BODY_TIMEOUT_SECONDS.",
+                        })
+                    if responses:
+                        operation["responses"] = dict(sorted(responses.items()))
         return app.openapi_schema
 
     app.openapi = openapi

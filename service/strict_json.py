@@ -19,7 +19,7 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
-__all__ = ["StrictJSONRoute", "DuplicateKey", "strict_json_loads", "is_json_media"]
+__all__ = ["DuplicateKey", "StrictJSONRoute", "is_json_media", "strict_json_loads"]
 
 BOM = b"\xef\xbb\xbf"
 
