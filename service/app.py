@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..auditor import estimators as _estimators  # noqa: F401 - imported at start-up (see lifespan)
 from ..auditor.canaries import new_master_seed
 from ..auditor.spec import AuditSpec
+from .docs_pages import add_docs_pages
 from .evidence_store import active_signing_key, commit_seed
 from .headers import SecurityHeaders
 from .limits import RequestLimits
@@ -260,6 +261,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from the package's files by add_docs_pages (no CDN)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.read_cache = ReadCache()
@@ -282,6 +285,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     def root() -> RedirectResponse:
         return RedirectResponse(url="/ui/", status_code=307)
 
+    add_docs_pages(app)
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True, check_dir=False), name="ui")
     _document_unparsable_bodies(app)
     return app

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from flaudit.service.apidoc import BEGIN, END, routes_markdown
 from flaudit.service.app import create_app
 from flaudit.service.settings import Settings
