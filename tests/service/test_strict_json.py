@@ -11,9 +11,22 @@ import numpy as np
 import pytest
 
 from .conftest import AUTH, SMALL_SPEC, make_client
-from .test_external import CLAIM, _create, _put
+from .test_external import CLAIM, EXTERNAL
 
 JSON = {**AUTH, "Content-Type": "application/json"}
+
+
+def _create(client):
+    """An external audit and its run's auth header."""
+    response = client.post("/audits", json=EXTERNAL, headers=AUTH)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    return body["id"], {"Authorization": f"Bearer {body['environment']['FLAUDIT_RUN_TOKEN']}"}
+
+
+def _put(client, path, vector, headers):
+    return client.put(path, content=np.asarray(vector, "<f4").tobytes(),
+                      headers={**headers, "Content-Type": "application/octet-stream"})
 
 
 def _locs(response) -> list[str]:
