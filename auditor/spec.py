@@ -97,12 +97,17 @@ class SpecModel(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        """``true``/``false`` for a number field is refused, not read as 1/0."""
-        if isinstance(value, bool) and info.field_name in cls.model_fields:
+    def _numbers_are_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """``true``/``false`` or a string (``"5"``) for a number field is refused, not read as
+        1/0 or 5; a string the field names itself stays (``num_canaries = "auto"``)."""
+        if isinstance(value, (bool, str)) and info.field_name in cls.model_fields:
             kinds = _annotation_kinds(cls.model_fields[info.field_name].annotation)
-            if kinds & {int, float} and bool not in kinds:  # (num_canaries: int | "auto")
+            if not kinds & {int, float}:
+                return value
+            if isinstance(value, bool) and bool not in kinds:
                 raise ValueError(f"expected a number, got the boolean {str(value).lower()}")
+            if isinstance(value, str) and str not in kinds and value not in kinds:
+                raise ValueError(f"expected a number, got the string {value[:40]!r}")
         return value
 
 

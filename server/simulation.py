@@ -11,6 +11,13 @@ and the deadline could then no longer be handed over in memory. ``run_simulation
 Flower's only in-process entry (ServerApp + ClientApp, Ray backend, ``num_supernodes``,
 ``backend_config``), so it stays, and only its deprecation record is dropped
 (:class:`_DropRunSimulationDeprecation`); every other Flower warning is printed (docs/flower.md).
+
+Ray has no authentication, so its GCS, raylet and workers listen on the loopback interface only
+(``127.0.0.1``) unless the caller names another address (``ray_node_ip`` or
+``FLAUDIT_RAY_NODE_IP``). On Linux Ray replaces a loopback ``_node_ip_address`` by the machine's
+address (it assumes a cluster) and its gRPC servers then listen on all interfaces;
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (read when ``ray`` is first imported, i.e. inside
+``run_simulation``) keeps the loopback address, and every server Ray starts binds to it.
 """
 
 from __future__ import annotations
@@ -28,9 +35,13 @@ from ..clients.app import train
 from .app import AuditRuntime, make_server_app, run_audit
 from .reporting import RoundReporter
 
-__all__ = ["run_simulation_audit", "run_inprocess_audit", "InProcessGrid", "DEFAULT_MAX_SUPERNODES"]
+__all__ = [
+    "run_simulation_audit", "run_inprocess_audit", "InProcessGrid", "DEFAULT_MAX_SUPERNODES",
+    "LOOPBACK", "ray_init_args",
+]
 
 DEFAULT_MAX_SUPERNODES = 8
+LOOPBACK = "127.0.0.1"
 
 
 class _DropRunSimulationDeprecation(logging.Filter):
@@ -54,6 +65,7 @@ def run_simulation_audit(
     num_cpus: int | None = None,
     round_timeout: float = 600.0,
     noise_seed: int | None = None,
+    ray_node_ip: str | None = None,
 ) -> dict[str, Any]:
     """Run the audit described by ``spec`` in the simulation engine.
 
@@ -77,6 +89,9 @@ def run_simulation_audit(
         Seconds to wait for the clients of one round; late clients are dropped and counted.
     noise_seed : int, optional
         Seed for the DP noise (reproducible benchmarks); default fresh entropy.
+    ray_node_ip : str, optional
+        Address Ray's servers listen on (default ``$FLAUDIT_RAY_NODE_IP`` or ``127.0.0.1``).
+        Ray has no authentication: any other address lets whoever reaches it run code here.
 
     Returns
     -------
@@ -112,9 +127,7 @@ def run_simulation_audit(
         min_nodes=num_supernodes,
         noise_seed=noise_seed,
     )
-    init_args: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-    if num_cpus is not None:
-        init_args["num_cpus"] = int(num_cpus)
+    init_args = ray_init_args(ray_node_ip, num_cpus=num_cpus)
     backend_config = {
         "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
         "init_args": init_args,
@@ -139,6 +152,24 @@ def run_simulation_audit(
     result = dict(runtime.result)
     result["num_supernodes"] = num_supernodes
     return result
+
+
+def ray_init_args(node_ip: str | None = None, *, num_cpus: int | None = None) -> dict[str, Any]:
+    """The ``ray.init`` arguments of a simulation run, listening on ``node_ip``.
+
+    ``node_ip`` defaults to ``$FLAUDIT_RAY_NODE_IP`` or ``127.0.0.1``. For a loopback address this
+    also sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` in this process's environment (inherited by
+    Ray's processes), without which Ray swaps the loopback address for the machine's.
+    """
+    node_ip = node_ip or os.environ.get("FLAUDIT_RAY_NODE_IP") or LOOPBACK
+    init_args: dict[str, Any] = {
+        "include_dashboard": False, "log_to_driver": False, "_node_ip_address": node_ip,
+    }
+    if node_ip in (LOOPBACK, "localhost"):
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    if num_cpus is not None:
+        init_args["num_cpus"] = int(num_cpus)
+    return init_args
 
 
 class InProcessGrid:

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..auditor import estimators as _estimators  # noqa: F401 - imported at start-up (see lifespan)
 from ..auditor.canaries import new_master_seed
 from ..auditor.spec import AuditSpec
+from .docs_pages import add_docs_pages
 from .evidence_store import active_signing_key, commit_seed
 from .headers import SecurityHeaders
 from .limits import RequestLimits
@@ -260,6 +261,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from the package's files by add_docs_pages (no CDN)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.read_cache = ReadCache()
@@ -282,6 +285,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     def root() -> RedirectResponse:
         return RedirectResponse(url="/ui/", status_code=307)
 
+    add_docs_pages(app)
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True, check_dir=False), name="ui")
     _document_unparsable_bodies(app)
     return app
@@ -307,8 +311,9 @@ async def _http_error(request: Request, exc: StarletteHTTPException):
 
 
 def _document_unparsable_bodies(app: FastAPI) -> None:
-    """Every route with a JSON body answers 400 to a body it cannot parse (e.g. invalid UTF-8
-    inside a JSON string): say so in its OpenAPI responses."""
+    """Say in the OpenAPI responses what every route with a body answers before its own code
+    runs: 400 to a JSON body it cannot parse (e.g. invalid UTF-8 inside a JSON string), and the
+    request limits' 413 (body too large) and 408 (body too slow) of ``service/limits.py``."""
     default = app.openapi
 
     def openapi() -> dict:
@@ -317,11 +322,22 @@ def _document_unparsable_bodies(app: FastAPI) -> None:
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
                     body = operation.get("requestBody", {}) if isinstance(operation, dict) else {}
+                    responses = operation.get("responses", {}) if body else {}
                     if "application/json" in body.get("content", {}):
-                        operation["responses"].setdefault("400", {
+                        responses.setdefault("400", {
                             "description": "The body could not be parsed (e.g. invalid UTF-8 "
                                            "inside a JSON string).",
                         })
+                        responses.setdefault("413", {
+                            "description": "Body larger than FLAUDIT_MAX_JSON_BODY_BYTES.",
+                        })
+                    if body:
+                        responses.setdefault("408", {
+                            "description": "The body did not arrive within "
+                                           "FLAUDIT_BODY_TIMEOUT_SECONDS.",
+                        })
+                    if responses:
+                        operation["responses"] = dict(sorted(responses.items()))
         return app.openapi_schema
 
     app.openapi = openapi

@@ -28,11 +28,12 @@ from ..schemas import (
     RunTokenOut,
 )
 from ..store import ACTIVE_STATUSES, ENDED_STATUSES, Store
+from ..strict_json import StrictJSONRoute
 from ..tradeoff_view import audit_view_with_tradeoff
 from ..views import audit_summary_view, audit_view, cosines_csv, cosines_view, round_view
 from .deps import AuditId, get_store
 
-router = APIRouter(prefix="/audits", tags=["audits"])
+router = APIRouter(prefix="/audits", tags=["audits"], route_class=StrictJSONRoute)
 
 #: Largest page of ``GET /audits/{id}/cosines`` in JSON (bounded response size and memory).
 MAX_COSINES_PAGE = 10_000
@@ -77,6 +78,26 @@ def _check_custom_task(task: str, *, allowed: bool) -> None:
         )
 
 
+def check_allowed(spec: AuditSpec, settings) -> None:
+    """Refuse (422 naming the field) what this service does not run: a custom task unless
+    ``FLAUDIT_ALLOW_CUSTOM_TASKS=1``, ``inject_bug`` unless ``FLAUDIT_ALLOW_BUG_INJECTION=1``.
+    ``POST /audits`` and ``POST /audits/design`` answer the same spec the same way."""
+    if ":" in spec.task:
+        _check_custom_task(spec.task, allowed=settings.allow_custom_tasks)
+    if spec.inject_bug is not None and not settings.allow_bug_injection:
+        raise HTTPException(
+            status_code=422,
+            detail=[{
+                "loc": ["body", "inject_bug"],
+                "msg": (
+                    "inject_bug refused: a deliberate DP bug is a testing feature the operator "
+                    "must allow with FLAUDIT_ALLOW_BUG_INJECTION=1"
+                ),
+                "type": "value_error",
+            }],
+        )
+
+
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
@@ -103,20 +124,7 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     warning = design_warning(spec, design)
     shown = {"design": AuditDesignOut.model_validate(design.to_dict()),
              "warnings": [warning] if warning else []}
-    if ":" in spec.task:
-        _check_custom_task(spec.task, allowed=request.app.state.settings.allow_custom_tasks)
-    if spec.inject_bug is not None and not request.app.state.settings.allow_bug_injection:
-        raise HTTPException(
-            status_code=422,
-            detail=[{
-                "loc": ["body", "inject_bug"],
-                "msg": (
-                    "inject_bug refused: a deliberate DP bug is a testing feature the operator "
-                    "must allow with FLAUDIT_ALLOW_BUG_INJECTION=1"
-                ),
-                "type": "value_error",
-            }],
-        )
+    check_allowed(spec, request.app.state.settings)
     if spec.engine == Engine.external:
         # A run flaudit does not start: the user's ServerApp attaches with a run token; the
         # seed stays here (the app fetches each round's canary vectors instead).
@@ -153,10 +161,13 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     response_model=AuditDesignOut,
     summary="What an audit spec can detect, before running it (no key needed)",
 )
-def design_audit(spec: AuditSpec) -> AuditDesignOut:
+def design_audit(spec: AuditSpec, request: Request) -> AuditDesignOut:
     """From the spec alone (canaries k, rounds T, schedule, claim): the smallest bug this audit
     catches in 95% of runs, the largest claim it can refute, whether it can test its own claim
-    and, if not, what would make it testable. Pure computation: nothing is stored."""
+    and, if not, what would make it testable. Pure computation: nothing is stored. A spec
+    `POST /audits` would refuse (a custom task or `inject_bug` the operator has not allowed) is
+    refused here too (422 naming the field)."""
+    check_allowed(spec, request.app.state.settings)
     return AuditDesignOut.model_validate(audit_design(spec).to_dict())
 
 

@@ -33,9 +33,11 @@ from ..schemas import (
     RoundMetadataQuery,
 )
 from ..silence import silence_limit
+from ..strict_json import StrictJSONRoute
 from .deps import AuditId, RoundNumber
 
-router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)])
+router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)],
+                   route_class=StrictJSONRoute)
 
 _BODY = {
     "requestBody": {
@@ -206,6 +208,20 @@ def _check_owner(request: Request, audit) -> None:
         raise http_error(409, _no_run_id(audit) if mine is None else _other_run(audit, mine))
 
 
+def _bind_unowned(request: Request, audit):
+    """An external audit whose claim came without a run id belongs to the first run that names
+    itself (``X-Flaudit-Run-Id``) afterwards; from then on :func:`_check_owner` holds. Returns the
+    audit as stored after the attempt (another run may have been first)."""
+    mine = _run_id(request)
+    if not (_is_external(audit) and audit.run_id is None and mine is not None
+            and audit.started_at is not None and audit.status == "running"):
+        return audit
+    store = request.app.state.store
+    if store.resume_run(audit.id, run_id=mine, previous=None):
+        request.app.state.read_cache.invalidate(audit.id)
+    return store.get_audit(audit.id) or audit
+
+
 async def precheck_ingest(request: Request, audit_id: str, *, need_dim: bool):
     """The audit a run may send data to (or fetch canaries of): 404 if none, 409 if an external
     audit has no claim yet, is another run's, or (``need_dim``) has no initial model yet."""
@@ -214,6 +230,8 @@ async def precheck_ingest(request: Request, audit_id: str, *, need_dim: bool):
         raise http_error(404, f"audit {audit_id!r} not found")
     if _is_external(audit) and audit.started_at is None and audit.status == "running":
         raise http_error(409, _DECLARE_CLAIM_FIRST)
+    if audit.run_id is None and _run_id(request) is not None:
+        audit = await run_in_threadpool(_bind_unowned, request, audit)
     _check_owner(request, audit)
     if need_dim and audit.dim is None:
         raise http_error(409, "send the initial model first (PUT /audits/{id}/initial-model)")
@@ -287,10 +305,13 @@ async def _read_round_body(
     limit = min(expected, request.app.state.settings.max_body_bytes)
     data = await _read_body(request, limit=limit, what=what)
     if len(data) != expected:
-        raise _Unusable(
-            f"{what}: wrong length: expected {dim} float32 values and num_participants="
-            f"{num_participants} int32 indices ({expected} bytes), got {len(data)} bytes",
-        )
+        message = (f"{what}: wrong length: expected {dim} float32 values and num_participants="
+                   f"{num_participants} int32 indices ({expected} bytes), got {len(data)} bytes")
+        if len(data) < 4 * dim:  # the update itself is short: unusable, the audit ends
+            raise _Unusable(message)
+        # the update is whole but the indices are not the number announced: the request is
+        # malformed (422 naming num_participants, nothing stored), the audit goes on
+        raise http_error(422, f"num_participants: {message}")
     view = memoryview(data)  # slices of a memoryview share the body's buffer
     vector = _float32_values(view[: 4 * dim], what)
     return vector, _participant_indices(bytes(view[4 * dim :]), num_canaries)
@@ -514,6 +535,8 @@ def put_claim(
                 _refuse_federation(request, audit, str(exc))
             raise http_error(422, str(exc)) from None
     wanted = spec.model_dump(mode="json")
+    if audit.started_at is not None and audit.spec == wanted:
+        audit = _bind_unowned(request, audit)
     if audit.started_at is not None:
         if mine is None and audit.run_id is not None:
             raise http_error(409, _no_run_id(audit))

@@ -125,13 +125,18 @@ def test_participants_are_validated_naming_the_field_and_nothing_is_stored(clien
     r = client.put(f"/audits/{audit_id}/rounds/2", params=META, content=f32(update), headers=headers)
     assert r.status_code == 409 and "participants" in r.text
     assert store.get_audit(audit_id).rounds_stored == 1
-    # a body whose length does not match its query (2 indices for num_participants=3) is
-    # refused naming the field and, like any complete body that cannot be audited, ends the
-    # audit on the rounds it has (docs/flower.md, "When an attached audit ends")
+    # a body missing indices its query announces (2 for num_participants=3) is a malformed
+    # request: 422 naming the field, nothing stored, the audit goes on (docs/api.md; issue #40)
     r = _put_round(client, audit_id, 2, update, [1, 2], headers, num_participants=3)
-    assert r.status_code == 422 and "num_participants=3" in r.text
-    assert store.get_audit(audit_id).status == "failed"
+    assert r.status_code == 422 and "num_participants" in r.json()["detail"], r.text
+    assert "num_participants=3" in r.text
+    assert store.get_audit(audit_id).status == "running"
     assert store.get_audit(audit_id).rounds_stored == 1
+    assert _put_round(client, audit_id, 2, update, [1, 2], headers).status_code == 200
+    assert store.get_audit(audit_id).rounds_stored == 2
+    # an update shorter than d with participants cannot be audited: it still ends the audit
+    r = _put_round(client, audit_id, 3, update[:-3], [1, 2], headers)  # 4(d - 1) bytes
+    assert r.status_code == 422 and store.get_audit(audit_id).status == "failed"
 
 
 def test_http_reporter_sends_the_released_update_with_its_participants(client, store):
