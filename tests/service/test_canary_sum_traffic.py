@@ -72,7 +72,8 @@ def test_a_byo_round_moves_at_most_three_vectors_whatever_the_number_of_canaries
         assert count >= 4  # enough canaries that c full vectors would exceed the bound
         # what the replies add to the aggregate equals the c canaries (old route, c x 4d bytes)
         full = client.get(f"/audits/{audit_id}/rounds/{t}/canaries",
-                          headers={"Authorization": f"Bearer {run_token}"})
+                          headers={"Authorization": f"Bearer {run_token}",
+                                   "X-Flaudit-Run-Id": reporter.run_id})  # the bound run
         vectors = np.frombuffer(full.content, "<f4").reshape(count, DIM).astype(np.float64)
         np.testing.assert_allclose((clip_norm * replies.astype(np.float64)).sum(axis=0),
                                    clip_norm * vectors.sum(axis=0), atol=1e-6)
