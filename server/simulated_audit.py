@@ -36,7 +36,7 @@ from ..auditor.claims.curves import audit_claims
 from ..auditor.claims.gaussian import gaussian_mechanism_cosines
 from ..auditor.claims.known_rounds import KnownRoundsStatistic
 from ..auditor.claims.normal_scores import RoundSums
-from ..auditor.claims.summary import summarize
+from ..auditor.claims.summary import AuditLook, summarize
 from ..auditor.estimators.analytic import analytic_epsilon
 from ..auditor.estimators.null import cosine_equivalent
 from ..auditor.schedules import canary_rounds, participation_schedule
@@ -503,9 +503,10 @@ def audit_epsilons(result: FedAvgAuditResult, *, delta: float, one_run: bool = T
     """Every estimate :func:`flaudit.auditor.estimators.summarize` gives for a simulated run, flattened
     to ``{"<threat model>/<estimator>/<variance or correction>": epsilon}``."""
 
-    summary = summarize(seen=result.seen, dim=result.dim, delta=delta,
-                        max_cosines=result.max_cosines, final_cosines=result.final_cosines,
-                        one_run=one_run, num_rounds=result.num_rounds)
+    summary = summarize(AuditLook(seen=result.seen, dim=result.dim, delta=delta,
+                                  max_cosines=result.max_cosines,
+                                  final_cosines=result.final_cosines, one_run=one_run,
+                                  num_rounds=result.num_rounds))
     out = {}
     for e in summary.estimates:
         label = e.variance.value if e.estimator.value == "two_gaussian" else e.correction.value
