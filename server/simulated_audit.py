@@ -406,7 +406,7 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
 
 def simulation_claims(config: FedAvgSimulation) -> list:
     """The trade-off claims the service would test for this configuration
-    (:func:`flaudit.auditor.estimators.gdp.audit_claims` on the honest settings: a bug is never known
+    (:func:`flaudit.auditor.claims.audit_claims` on the honest settings: a bug is never known
     to the claim): known-rounds Gaussian DP ``sqrt(canary_repeats) / z_total`` and, under
     Poisson participation, the Poisson-subsampled curve with ``q`` as the service computes it."""
     from types import SimpleNamespace
@@ -500,7 +500,7 @@ def claimed_epsilons(config: FedAvgSimulation) -> dict[str, float]:
 
 
 def audit_epsilons(result: FedAvgAuditResult, *, delta: float, one_run: bool = True) -> dict[str, float]:
-    """Every estimate :func:`flaudit.auditor.estimators.summarize` gives for a simulated run, flattened
+    """Every estimate :func:`flaudit.auditor.claims.summarize` gives for a simulated run, flattened
     to ``{"<threat model>/<estimator>/<variance or correction>": epsilon}``."""
 
     summary = summarize(AuditLook(seen=result.seen, dim=result.dim, delta=delta,

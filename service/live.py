@@ -5,7 +5,7 @@ validates nothing about HTTP (the routes do); it regenerates canaries from the s
 (loaded from the database, never logged), updates the per-canary running maxima and the
 known-rounds statistic (:class:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic`, fed with the round's
 cosines on the released update, its participants and the unseen canaries as the null),
-recomputes the estimates with :func:`flaudit.auditor.estimators.summarize` and the alarm, and persists
+recomputes the estimates with :func:`flaudit.auditor.claims.summarize` and the alarm, and persists
 round row, participants, tracker state, known-rounds state and estimates in one transaction
 before returning.
 """
@@ -111,7 +111,7 @@ def analytic_results(spec: AuditSpec) -> list[dict]:
 def summary_parts(look: AuditLook, *,
                   final: bool = False) -> tuple[list[dict], list[dict], dict, list]:
     """Estimates, diagnostics, histograms and claim tests from
-    :func:`flaudit.auditor.claims.summary.summarize` on ``look``.
+    :func:`flaudit.auditor.claims.summarize` on ``look``.
 
     After every round: the estimators and the one-run bound; at the end (``final``) also the
     bootstrap interval (``look``'s ``one_run`` and ``bootstrap`` are set here). Histograms are

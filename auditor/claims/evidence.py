@@ -3,7 +3,7 @@
 
 A bundle holds an ended audit's spec, claim, published per-canary statistics, recorded estimates,
 alarm and verdict. :func:`recompute` runs the same code the service ran at the audit's final look
-(:func:`flaudit.auditor.estimators.summarize`, ``audit_analytic_epsilon``, the claim tests' alarm
+(:func:`flaudit.auditor.claims.summarize`, ``audit_analytic_epsilon``, the claim tests' alarm
 and :func:`flaudit.auditor.claims.alerts.spec_verdict`) on the bundle's statistics and returns the
 first field whose recorded value differs from the recomputed one by more than :data:`RTOL` /
 :data:`ATOL`. Pure: a dict in, checks out; no files, no network, no keys.

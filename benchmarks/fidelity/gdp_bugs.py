@@ -4,7 +4,7 @@ bounds, on the same simulated runs.
 Simulated DP-FedAvg (:func:`flaudit.server.simulated_audit.simulate_dpfedavg_audit`: the server's own schedule
 and aggregation code, numpy clients), k = 1000 canaries, claim z = 1 with one known round per
 seen canary (known-rounds claim mu = 1, i.e. epsilon 4.38 at delta = 1e-6), server momentum 0.9.
-Per run, the alarm (:func:`flaudit.auditor.estimators.decide_alarm`) is evaluated at every one of the
+Per run, the alarm (:func:`flaudit.auditor.claims.decide_alarm`) is evaluated at every one of the
 ``T + 1`` looks exactly as the service would: after each round on ``summarize(max_cosines,
 known_rounds_scores, claims)``, and at the end with the final-model cosines too.
 
