@@ -13,7 +13,14 @@ from .canaries import (
     resolve_canary_family,
     seen_mask,
 )
-from .claims import AuditSummary, GaussianDPClaim, audit_claims, claim_test, summarize
+from .claims import (
+    AuditLook,
+    AuditSummary,
+    GaussianDPClaim,
+    audit_claims,
+    claim_test,
+    summarize,
+)
 from .claims.gaussian import GaussianAuditResult, gaussian_mechanism_audit
 from .claims.known_rounds import KnownRoundsState, KnownRoundsStatistic
 from .estimators import (
@@ -58,6 +65,7 @@ __all__ = [
     "one_run_lower_bound",
     "analytic_epsilon",
     "summarize",
+    "AuditLook",
     "AuditSummary",
     "NoCorrection",
     "Bonferroni",

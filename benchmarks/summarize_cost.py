@@ -1,4 +1,4 @@
-"""Cost of `flaudit.auditor.estimators.summarize` per call (k canaries), as the service calls it.
+"""Cost of `flaudit.auditor.claims.summarize` per call (k canaries), as the service calls it.
 
 Rerun: .venv/bin/python benchmarks/summarize_cost.py [--k 1000] [--repeats 3]
 Prints the best of --repeats wall times for each call at d = 10^6 and d = 500 (exact null).
@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from flaudit.auditor.claims import summarize
+from flaudit.auditor.claims import AuditLook, summarize
 
 CALLS = [
     ("per round: max_cosines only", dict(max=True)),
@@ -47,18 +47,18 @@ def main() -> None:
     rows = {name: [] for name, _ in CALLS}
     for d in dims:
         seen, final, maxc, known = _inputs(d, args.k)
-        summarize(seen=seen, dim=d, delta=1e-6, max_cosines=maxc)  # warm imports
+        summarize(AuditLook(seen=seen, dim=d, delta=1e-6, max_cosines=maxc))  # warm imports
         for name, opts in CALLS:
             best = float("inf")
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                summarize(
+                summarize(AuditLook(
                     seen=seen, dim=d, delta=1e-6, max_cosines=maxc,
                     final_cosines=final if opts.get("final") else None,
                     one_run=opts.get("one_run", False), bootstrap=opts.get("bootstrap", 0),
                     known_rounds_scores=known if opts.get("known") else None,
                     claims=claims if opts.get("known") else None,
-                )
+                ))
                 best = min(best, time.perf_counter() - t0)
             rows[name].append(best)
     print(f"summarize cost, k = {args.k}, best of {args.repeats}")

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from flaudit.auditor.canaries import seen_mask  # noqa: E402
-from flaudit.auditor.claims import summarize  # noqa: E402
+from flaudit.auditor.claims import AuditLook, summarize  # noqa: E402
 from flaudit.auditor.spec import AuditSpec  # noqa: E402
 from flaudit.server.reporting import LocalRoundReporter  # noqa: E402
 
@@ -76,9 +76,9 @@ def run_one(args, z: float, repeats: int, run: int) -> dict:
 
         result = run_inprocess_audit(spec, canary_seed=seed, reporter=reporter, noise_seed=run)
     tracker = reporter.tracker
-    summary = summarize(seen=seen_mask(seed, spec.num_canaries), dim=tracker.dim, delta=spec.delta,
+    summary = summarize(AuditLook(seen=seen_mask(seed, spec.num_canaries), dim=tracker.dim, delta=spec.delta,
                         max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
-                        num_rounds=tracker.num_rounds)
+                        num_rounds=tracker.num_rounds))
     est = summary.estimates
     return {
         "z": z,

@@ -2,7 +2,12 @@
 
 The ETA comes from :func:`flaudit.auditor.progress.eta_seconds` (rounds since round 1, not the Flower/Ray
 start-up), not from tqdm's rate, which would count the start-up; tqdm draws the bar and its line.
-Log records of Flower's ``flwr`` logger are printed on their own lines, never into the bar's line.
+Log records of Flower's ``flwr`` logger are printed on their own lines, never into the bar's line:
+its console handlers write through tqdm's :class:`tqdm.contrib.DummyTqdmFile`, which clears the
+bar before a record and redraws it after (``tqdm.write``). Not
+:func:`tqdm.contrib.logging.logging_redirect_tqdm`: that replaces the handler with one of its own,
+which drops Flower's level prefix (``ConsoleHandler.format``) and its INFO threshold (the ``flwr``
+logger itself is at DEBUG), so Flower's debug records would reach the terminal.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 from typing import TextIO
 
 from tqdm import tqdm
+from tqdm.contrib import DummyTqdmFile
 
 from ..auditor.progress import eta_seconds
 
@@ -30,25 +36,6 @@ def fmt_seconds(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
-
-
-class _BarSafeStream:
-    """A stream for log handlers that clears the bar's line before a record and redraws after."""
-
-    def __init__(self, progress: "RoundProgress") -> None:
-        self._progress = progress
-
-    def write(self, text: str) -> int:
-        bar = self._progress._bar
-        if bar is not None:
-            bar.clear()
-        self._progress.stream.write(text)
-        if bar is not None and text.endswith("\n"):
-            bar.refresh()
-        return len(text)
-
-    def flush(self) -> None:
-        self._progress.stream.flush()
 
 
 class _StatusBar(tqdm):
@@ -99,7 +86,7 @@ class RoundProgress:
                           f"in the ETA)\n")
         self.stream.flush()
         if self.tty:
-            safe = _BarSafeStream(self)
+            safe = DummyTqdmFile(self.stream)  # tqdm.write: clear the bar, write, redraw
             for handler in logging.getLogger("flwr").handlers:
                 if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
                     self._handlers.append((handler, handler.setStream(safe)))

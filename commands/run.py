@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..auditor.bugs import InjectedBug
 from ..auditor.canaries import new_master_seed, seen_mask
-from ..auditor.claims import audit_claims, audit_design, summarize
+from ..auditor.claims import AuditLook, audit_claims, audit_design, summarize
 from ..auditor.claims.alerts import (
     bug_label,
     build_alerts,
@@ -167,7 +167,7 @@ class AlarmWatch:
         if ThreatModel.all_iterates not in self.spec.threat_models:
             return
         tracker, known = self.inner.tracker, self.inner.known_rounds
-        summary = summarize(
+        summary = summarize(AuditLook(
             seen=self._seen, dim=tracker.dim, delta=self.spec.delta,
             max_cosines=tracker.max_cosines, final_cosines=None, threat_models=["all_iterates"],
             one_run=False, known_rounds_scores=None if known is None else known.scores,
@@ -175,7 +175,7 @@ class AlarmWatch:
             known_rounds_rounds=None if known is None else known.rounds,
             canary_repeats=self.spec.canary_repeats,
             claims=audit_claims(self.spec), num_rounds=server_round, scale_dof=tracker.scale_dof,
-        )
+        ))
         alarm = decide(self.spec, summary.claim_tests, look=server_round)
         self.alerts = build_alerts(spec=self.spec, dim=None, rounds_stored=server_round,
                                    has_final=False, alarm=alarm, round=server_round,
@@ -199,7 +199,7 @@ class AlarmWatch:
         known = local.known_rounds
         scores = None if known is None else known.scores
         counts = None if known is None else known.num_participations
-        summary = summarize(
+        summary = summarize(AuditLook(
             seen=self._seen, dim=tracker.dim, delta=spec.delta, max_cosines=tracker.max_cosines,
             final_cosines=tracker.final_cosines,
             threat_models=[t.value for t in spec.threat_models],
@@ -208,7 +208,7 @@ class AlarmWatch:
             known_rounds_rounds=None if known is None else known.rounds,
             canary_repeats=spec.canary_repeats, claims=audit_claims(spec),
             num_rounds=tracker.num_rounds, scale_dof=tracker.scale_dof,
-        )
+        ))
         estimates = list(summary.estimates) + list(audit_analytic_epsilon(spec))
         # the final look; the per-round looks ran during training, as in the service
         alarm = decide(spec, summary.claim_tests, look=num_looks(spec))

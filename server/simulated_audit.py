@@ -36,7 +36,7 @@ from ..auditor.claims.curves import audit_claims
 from ..auditor.claims.gaussian import gaussian_mechanism_cosines
 from ..auditor.claims.known_rounds import KnownRoundsStatistic
 from ..auditor.claims.normal_scores import RoundSums
-from ..auditor.claims.summary import summarize
+from ..auditor.claims.summary import AuditLook, summarize
 from ..auditor.estimators.analytic import analytic_epsilon
 from ..auditor.estimators.null import cosine_equivalent
 from ..auditor.schedules import canary_rounds, participation_schedule
@@ -406,7 +406,7 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
 
 def simulation_claims(config: FedAvgSimulation) -> list:
     """The trade-off claims the service would test for this configuration
-    (:func:`flaudit.auditor.estimators.gdp.audit_claims` on the honest settings: a bug is never known
+    (:func:`flaudit.auditor.claims.audit_claims` on the honest settings: a bug is never known
     to the claim): known-rounds Gaussian DP ``sqrt(canary_repeats) / z_total`` and, under
     Poisson participation, the Poisson-subsampled curve with ``q`` as the service computes it."""
     from types import SimpleNamespace
@@ -500,12 +500,13 @@ def claimed_epsilons(config: FedAvgSimulation) -> dict[str, float]:
 
 
 def audit_epsilons(result: FedAvgAuditResult, *, delta: float, one_run: bool = True) -> dict[str, float]:
-    """Every estimate :func:`flaudit.auditor.estimators.summarize` gives for a simulated run, flattened
+    """Every estimate :func:`flaudit.auditor.claims.summarize` gives for a simulated run, flattened
     to ``{"<threat model>/<estimator>/<variance or correction>": epsilon}``."""
 
-    summary = summarize(seen=result.seen, dim=result.dim, delta=delta,
-                        max_cosines=result.max_cosines, final_cosines=result.final_cosines,
-                        one_run=one_run, num_rounds=result.num_rounds)
+    summary = summarize(AuditLook(seen=result.seen, dim=result.dim, delta=delta,
+                                  max_cosines=result.max_cosines,
+                                  final_cosines=result.final_cosines, one_run=one_run,
+                                  num_rounds=result.num_rounds))
     out = {}
     for e in summary.estimates:
         label = e.variance.value if e.estimator.value == "two_gaussian" else e.correction.value

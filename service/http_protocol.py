@@ -37,6 +37,10 @@ responses, never in the middle of one.
 implementation uvicorn's ``http="auto"`` picks (httptools when installed, as with
 ``uvicorn[standard]``; h11 otherwise), so the service keeps the parser it had.
 
+The mixins use uvicorn's protocol internals (``cycle``, ``conn``, ``server_state``,
+``send_400_response``, the httptools callbacks), so pyproject.toml caps uvicorn at the newest
+release the tests here passed on (``uvicorn[standard]>=0.30,<0.56``).
+
 None of uvicorn's settings holds these limits (``timeout_keep_alive``, ``limit_concurrency``,
 ``h11_max_incomplete_event_size``, ...): tests/service/test_uvicorn_settings_slowloris.py shows it
 and docs/deployment.md ("Slow clients") says what a reverse proxy in front adds.

@@ -5,7 +5,7 @@ validates nothing about HTTP (the routes do); it regenerates canaries from the s
 (loaded from the database, never logged), updates the per-canary running maxima and the
 known-rounds statistic (:class:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic`, fed with the round's
 cosines on the released update, its participants and the unseen canaries as the null),
-recomputes the estimates with :func:`flaudit.auditor.estimators.summarize` and the alarm, and persists
+recomputes the estimates with :func:`flaudit.auditor.claims.summarize` and the alarm, and persists
 round row, participants, tracker state, known-rounds state and estimates in one transaction
 before returning.
 """
@@ -16,12 +16,13 @@ import logging
 import math
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..auditor.canaries import CanaryFamily, resolve_canary_family, seen_mask
-from ..auditor.claims import audit_claims, summarize
+from ..auditor.claims import AuditLook, audit_claims, summarize
 from ..auditor.claims.alerts import build_alerts, decide, first_alarm, num_looks
 from ..auditor.claims.known_rounds import KnownRoundsStatistic
 from ..auditor.estimators import audit_analytic_epsilon, final_model_estimates
@@ -82,49 +83,18 @@ def analytic_results(spec: AuditSpec) -> list[dict]:
     return _as_dicts(audit_analytic_epsilon(spec))
 
 
-def summary_parts(
-    *,
-    seen: np.ndarray,
-    dim: int,
-    delta: float,
-    max_cosines: np.ndarray | None,
-    final_cosines: np.ndarray | None,
-    threat_models: list[ThreatModel],
-    final: bool = False,
-    known_rounds_scores: np.ndarray | None = None,
-    known_rounds_participations: np.ndarray | None = None,
-    canary_repeats: int = 1,
-    claims: list | None = None,
-    num_rounds: int | None = None,
-    known_rounds_rounds=None,
-    scale_dof: int | None = None,
-) -> tuple[list[dict], list[dict], dict, list]:
+def summary_parts(look: AuditLook, *,
+                  final: bool = False) -> tuple[list[dict], list[dict], dict, list]:
     """Estimates, diagnostics, histograms and claim tests from
-    :func:`flaudit.auditor.estimators.summarize`.
+    :func:`flaudit.auditor.claims.summarize` on ``look``.
 
-    After every round: the estimators and the one-run bound; at the end also the bootstrap
-    interval. Histograms are returned in the API's shape
-    ``{"bin_edges", "seen", "unseen", "null", "null_kind"}``; the claim tests
-    (``ClaimTestResult``) feed :func:`decide`.
+    After every round: the estimators and the one-run bound; at the end (``final``) also the
+    bootstrap interval (``look``'s ``one_run`` and ``bootstrap`` are set here). Histograms are
+    returned in the API's shape ``{"bin_edges", "seen", "unseen", "null", "null_kind"}``; the
+    claim tests (``ClaimTestResult``) feed :func:`decide`.
     """
 
-    summary = summarize(
-        seen=seen,
-        dim=dim,
-        delta=delta,
-        max_cosines=max_cosines,
-        final_cosines=final_cosines,
-        threat_models=[getattr(tm, "value", tm) for tm in threat_models],
-        one_run=True,
-        bootstrap=200 if final else 0,
-        known_rounds_scores=known_rounds_scores,
-        known_rounds_participations=known_rounds_participations,
-        canary_repeats=canary_repeats,
-        claims=claims,
-        num_rounds=num_rounds,
-        known_rounds_rounds=known_rounds_rounds,
-        scale_dof=scale_dof,
-    )
+    summary = summarize(replace(look, one_run=True, bootstrap=200 if final else 0))
     histograms = {}
     for key, hist in (summary.histograms or {}).items():
         raw = hist.to_dict() if hasattr(hist, "to_dict") else dict(hist)
@@ -399,7 +369,7 @@ class LiveAudits:
                 metadata.get("weight_factor") if metadata.get("num_canaries_inserted") else None)
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if ThreatModel.all_iterates in spec.threat_models:
-                estimates, diagnostics, histograms, tests = summary_parts(
+                estimates, diagnostics, histograms, tests = summary_parts(AuditLook(
                     seen=seen,
                     dim=secret.dim,
                     delta=spec.delta,
@@ -414,7 +384,7 @@ class LiveAudits:
                     claims=audit_claims(spec, weight_factor=heaviest),
                     num_rounds=t,
                     scale_dof=tracker.scale_dof,
-                )
+                ))
             if tracking:
                 self._so_far[audit_id] = change
                 if ThreatModel.final_model in spec.threat_models:
@@ -502,14 +472,13 @@ class LiveAudits:
                 rounds = statistic.rounds
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if wanted:
-                estimates, diagnostics, histograms, tests = summary_parts(
+                estimates, diagnostics, histograms, tests = summary_parts(AuditLook(
                     seen=seen,
                     dim=secret.dim,
                     delta=spec.delta,
                     max_cosines=max_cosines if ThreatModel.all_iterates in wanted else None,
                     final_cosines=final_cosines if ThreatModel.final_model in wanted else None,
                     threat_models=wanted,
-                    final=True,
                     known_rounds_scores=scores,
                     known_rounds_participations=counts,
                     known_rounds_rounds=rounds,
@@ -517,7 +486,7 @@ class LiveAudits:
                     claims=audit_claims(spec, weight_factor=audit.max_canary_weight_factor),
                     num_rounds=secret.rounds_stored,
                     scale_dof=tracker.scale_dof,
-                )
+                ), final=True)
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(
                 spec=spec, dim=secret.dim, rounds_stored=secret.rounds_stored, has_final=True,

@@ -393,9 +393,9 @@ class CosinesOut(BaseModel):
         None,
         description=(
             "Degrees of freedom of the noise scale that the statistics of one release share "
-            "(d - k for orthogonal canaries, d for plain cosines): pass it as `scale_dof` to "
-            "`flaudit.auditor.estimators.summarize` to recompute the exact normal-score "
-            "tests. Null before the initial model."
+            "(d - k for orthogonal canaries, d for plain cosines): pass it as `scale_dof` of "
+            "`flaudit.auditor.claims.AuditLook` to `flaudit.auditor.claims.summarize` to "
+            "recompute the exact normal-score tests. Null before the initial model."
         ),
     )
     delta: float

@@ -34,12 +34,12 @@ from .normal_scores import (
     final_model_rounds,
     normal_score_test,
 )
-from .summary import AuditSummary, summarize
+from .summary import AuditLook, AuditSummary, summarize
 from .tiers import AlarmTest, ValidityTier
 from .verdict import Verdict, VerdictStatus, audit_verdict, largest_valid_bound
 
 __all__ = [
-    "ALARM_ALPHA", "AlarmDecision", "AuditSummary", "TradeOffClaim", "claim_test",
+    "ALARM_ALPHA", "AlarmDecision", "AuditLook", "AuditSummary", "TradeOffClaim", "claim_test",
     "fdp_one_run_lower_bound", "fdp_one_run_p_value", "poisson_subsampled_claim", "summarize", "AlarmTest", "AuditDesign", "ClaimTestResult",
     "EpsilonDeltaCurveClaim", "GaussianDPClaim", "NoDPClaim", "NormalScoreTest", "ValidityTier",
     "alarm_guarantee", "audit_claims", "audit_design", "decide_alarm", "fdp_claim_test",

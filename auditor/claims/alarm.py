@@ -17,7 +17,7 @@ mechanisms whose canary scores might be dependent.
 
 A rejected ``known_rounds`` claim is an **error** ("possible DP bug or wrong claim"). A spec with
 noise multiplier 0 has status ``no_dp_claim``. (Poisson-subsampled claims are tested and reported
-by :func:`flaudit.auditor.estimators.summarize` but never alarm: canaries join fixed periods, not
+by :func:`flaudit.auditor.claims.summarize` but never alarm: canaries join fixed periods, not
 Poisson samples.)
 """
 

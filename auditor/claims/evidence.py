@@ -3,7 +3,7 @@
 
 A bundle holds an ended audit's spec, claim, published per-canary statistics, recorded estimates,
 alarm and verdict. :func:`recompute` runs the same code the service ran at the audit's final look
-(:func:`flaudit.auditor.estimators.summarize`, ``audit_analytic_epsilon``, the claim tests' alarm
+(:func:`flaudit.auditor.claims.summarize`, ``audit_analytic_epsilon``, the claim tests' alarm
 and :func:`flaudit.auditor.claims.alerts.spec_verdict`) on the bundle's statistics and returns the
 first field whose recorded value differs from the recomputed one by more than :data:`RTOL` /
 :data:`ATOL`. Pure: a dict in, checks out; no files, no network, no keys.
@@ -29,7 +29,7 @@ from .alarm import ALARM_ALPHA, look_level
 from .alerts import alarm_record, decide, num_looks, spec_claim, spec_verdict
 from .curves import audit_claims
 from .known_rounds import KnownRoundsState, KnownRoundsStatistic
-from .summary import summarize
+from .summary import AuditLook, summarize
 
 __all__ = [
     "ATOL", "BUNDLE_FORMAT", "CANONICALIZATION", "COMMITMENT_SCHEME", "RTOL", "Check",
@@ -201,7 +201,7 @@ def _recompute_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict, at_
     known = _known_rounds(at_look, k, dim, dof)
     tests: list = []
     if ThreatModel.all_iterates in spec.threat_models:
-        tests = list(summarize(
+        tests = list(summarize(AuditLook(
             seen=seen, dim=dim, delta=spec.delta, max_cosines=_array(at_look["max_cosines"]),
             final_cosines=None, threat_models=[ThreatModel.all_iterates.value], one_run=True,
             bootstrap=0, known_rounds_scores=None if known is None else known.scores,
@@ -209,7 +209,7 @@ def _recompute_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict, at_
             known_rounds_rounds=None if known is None else known.rounds,
             canary_repeats=spec.canary_repeats, claims=audit_claims(spec, weight_factor=_canary_weight(stats, upto=t)), num_rounds=t,
             scale_dof=dof,
-        ).claim_tests)
+        )).claim_tests)
     recomputed = jsonable(alarm_record(decide(spec, tests, look=t), round=t))
     _check(result, "alarm", alarm, recomputed,
            f"fired at round {t}: recomputed from that look's statistics")
@@ -298,7 +298,7 @@ def recompute(bundle: dict) -> Recomputed:
         computed: list = []
         diagnostics: list = []
         if wanted:
-            summary = summarize(
+            summary = summarize(AuditLook(
                 seen=seen, dim=int(dim), delta=spec.delta,
                 max_cosines=max_cosines if ThreatModel.all_iterates.value in wanted else None,
                 final_cosines=_array(stats.get("final_cosines"))
@@ -311,7 +311,7 @@ def recompute(bundle: dict) -> Recomputed:
                 canary_repeats=spec.canary_repeats,
                 claims=audit_claims(spec, weight_factor=_canary_weight(stats)),
                 num_rounds=int(stats.get("rounds_stored") or 0), scale_dof=dof,
-            )
+            ))
             computed = jsonable([e.to_dict() for e in summary.estimates])
             diagnostics = jsonable([d.to_dict() for d in summary.diagnostics])
             tests = list(summary.claim_tests)

@@ -6,7 +6,7 @@ canary scores: it is valid for every mechanism that meets its claimed trade-off 
 adversary guesses IN for the ``g`` highest known-rounds scores and OUT for the ``g`` lowest
 (``g`` fixed by :func:`design_guesses` before the audit: no search over a grid, so no
 Bonferroni factor), and the claim is refuted when that many correct guesses are infeasible
-under it (:func:`flaudit.auditor.estimators.gdp.fdp_one_run_p_value`).
+under it (:func:`flaudit.auditor.claims.curve_tests.fdp_one_run_p_value`).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def fdp_claim_test(scores, seen_mask, *, claim, threat_model: str = "known_round
 def _gdp_infeasible(mus: np.ndarray, level: float, correct: int, guesses: int, m: int) -> np.ndarray:
     """For each ``mu`` of ``mus``: whether ``correct`` of ``guesses`` right is infeasible at
     ``level`` for a ``mu``-GDP mechanism -- the recursion of
-    :func:`flaudit.auditor.estimators.gdp._guess_game_feasible` vectorised over ``mu`` (the
+    :func:`flaudit.auditor.claims.curve_tests._guess_game_feasible` vectorised over ``mu`` (the
     inverse blow-up of GDP is ``Phi(Phi^-1(y) - mu)``)."""
     mus = np.asarray(mus, dtype=np.float64)
     scale = level / m

@@ -9,6 +9,7 @@ canaries, zero variance, everything seen): what cannot be estimated is reported 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ from .fdp import fdp_claim_test
 from .normal_scores import RoundSums, final_model_rounds, normal_score_test
 from .tiers import AlarmTest, ValidityTier
 
-__all__ = ["AuditSummary", "Histogram", "summarize"]
+__all__ = ["AuditLook", "AuditSummary", "Histogram", "summarize"]
 
 _THREAT_MODELS = (FINAL_MODEL, ALL_ITERATES)
 
@@ -123,29 +124,16 @@ def _skip(name: str, hint: str, **details) -> Diagnostic:
     return Diagnostic(name=name, value=0.0, ok=False, hint=hint, details=details)
 
 
-def summarize(
-    *,
-    seen,
-    dim: int,
-    delta: float,
-    max_cosines=None,
-    final_cosines=None,
-    threat_models=_THREAT_MODELS,
-    confidence: float = 0.95,
-    bootstrap: int = 0,
-    one_run: bool = False,
-    num_bins: int = 30,
-    known_rounds_scores=None,
-    claims=None,
-    num_rounds: int | None = None,
-    known_rounds_participations=None,
-    canary_repeats: int = 1,
-    known_rounds_rounds=None,
-    scale_dof: float | None = None,
-) -> AuditSummary:
-    """All estimates for one audit's canary statistics.
+@dataclass(frozen=True, eq=False)
+class AuditLook:
+    """What :func:`summarize` needs of one audit at one look: the canary statistics seen so far,
+    the claims to test them against and which estimates to make.
 
-    Parameters
+    Built by the caller (the service after every round and at the end, ``flaudit run``, the
+    evidence checker, the benchmarks) and checked by :func:`summarize`, whose ``ValueError``
+    names the bad field.
+
+    Attributes
     ----------
     seen : array_like of bool
         The seen/unseen split (True = inserted), length k.
@@ -158,6 +146,37 @@ def summarize(
         means "no round yet" and is skipped.
     final_cosines : array_like, optional
         Per-canary ``cos(c_j, theta_T - theta_0)`` (length k).
+    num_rounds : int, optional
+        Rounds the max-over-rounds cosines cover. With it, the all-iterates estimate fits its
+        Gaussians after the max-of-T null map (:func:`flaudit.auditor.estimators.fitted.max_null_probit`);
+        without it, to the raw maxima (the paper's recipe, which overshoots).
+    scale_dof : float, optional
+        Degrees of freedom of the noise scale the final-model statistics share
+        (:func:`flaudit.auditor.statistics.scale_dof`: ``d - k`` for orthogonal canaries);
+        default ``dim`` (plain cosines).
+    known_rounds_scores : array_like, optional
+        (k,) known-rounds scores (:class:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic`); NaN for
+        canaries not yet counted in any round (left out). Adds the known-rounds Gaussian-DP
+        lower bound (threat model ``known_rounds``) and, with ``claims``, its claim tests.
+    known_rounds_participations : array_like of int, optional
+        (k,) rounds behind each known-rounds score so far (``KnownRoundsStatistic.num_participations``);
+        omitted: every scored canary is taken to carry the whole claim (conservative).
+    known_rounds_rounds : RoundSums, optional
+        The seen participants' studentized values summed per round
+        (:attr:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic.rounds`): the known-rounds
+        normal-score test is exact on them (:mod:`flaudit.auditor.claims.normal_scores`).
+        Omitted: the test takes the known-rounds scores as independent with a known scale
+        (:meth:`~flaudit.auditor.claims.normal_scores.RoundSums.from_scores`), which holds only
+        when the scale is estimated from far more coordinates than canaries.
+    claims : list, optional
+        The audit's trade-off claims (:func:`flaudit.auditor.claims.curves.audit_claims`). Each claim
+        is tested (:func:`flaudit.auditor.claims.curve_tests.claim_test`, Bonferroni thresholds) on the
+        statistics its adversary may use: the ``known_rounds`` claim on the known-rounds scores
+        and on the final-model cosines (exact null); the ``poisson_subsampled`` claim on the
+        final-model cosines and the max-over-rounds cosines. Results in ``claim_tests`` (feed
+        them to :func:`flaudit.auditor.claims.alarm.decide_alarm`).
+    canary_repeats : int
+        ``r``: the participations the known-rounds claim ``sqrt(r)/z`` is for.
     threat_models : iterable of {"final_model", "all_iterates"}
         Which threat models to report (each needs its statistic).
     confidence : float
@@ -168,54 +187,96 @@ def summarize(
         Also compute the Steinke et al. one-run bound (~0.1 s per threat model at k = 1000).
     num_bins : int
         Histogram bins.
-    known_rounds_scores : array_like, optional
-        (k,) known-rounds scores (:class:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic`); NaN for
-        canaries not yet counted in any round (left out). Adds the known-rounds Gaussian-DP
-        lower bound (threat model ``known_rounds``) and, with ``claims``, its claim tests.
-    claims : list, optional
-        The audit's trade-off claims (:func:`flaudit.auditor.estimators.gdp.audit_claims`). Each claim
-        is tested (:func:`flaudit.auditor.claims.curve_tests.claim_test`, Bonferroni thresholds) on the
-        statistics its adversary may use: the ``known_rounds`` claim on the known-rounds scores
-        and on the final-model cosines (exact null); the ``poisson_subsampled`` claim on the
-        final-model cosines and the max-over-rounds cosines. Results in ``claim_tests`` (feed
-        them to :func:`flaudit.auditor.claims.alarm.decide_alarm`).
-    known_rounds_participations : array_like of int, optional
-        (k,) rounds behind each known-rounds score so far (``KnownRoundsStatistic.num_participations``);
-        omitted: every scored canary is taken to carry the whole claim (conservative).
-    canary_repeats : int
-        ``r``: the participations the known-rounds claim ``sqrt(r)/z`` is for.
-    known_rounds_rounds : RoundSums, optional
-        The seen participants' studentized values summed per round
-        (:attr:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic.rounds`): the known-rounds
-        normal-score test is exact on them (:mod:`flaudit.auditor.claims.normal_scores`).
-        Omitted: the test takes the known-rounds scores as independent with a known scale
-        (:meth:`~flaudit.auditor.claims.normal_scores.RoundSums.from_scores`), which holds only
-        when the scale is estimated from far more coordinates than canaries.
-    scale_dof : float, optional
-        Degrees of freedom of the noise scale the final-model statistics share
-        (:func:`flaudit.auditor.statistics.scale_dof`: ``d - k`` for orthogonal canaries);
-        default ``dim`` (plain cosines).
-    num_rounds : int, optional
-        Rounds the max-over-rounds cosines cover. With it, the all-iterates estimate fits its
-        Gaussians after the max-of-T null map (:func:`flaudit.auditor.estimators.fitted.max_null_probit`);
-        without it, to the raw maxima (the paper's recipe, which overshoots).
+    """
 
-    Every available statistic also gets the valid Gaussian-DP lower bound
-    (:func:`flaudit.auditor.estimators.gdp.gdp_lower_bound`, Bonferroni) and, with ``one_run``, the
-    one-run f-DP bound (with the known-rounds claim's p-value when ``claims`` are given).
+    seen: Any
+    dim: int
+    delta: float
+    max_cosines: Any = None
+    final_cosines: Any = None
+    num_rounds: int | None = None
+    scale_dof: float | None = None
+    known_rounds_scores: Any = None
+    known_rounds_participations: Any = None
+    known_rounds_rounds: RoundSums | None = None
+    claims: Sequence | None = None
+    canary_repeats: int = 1
+    threat_models: Iterable = _THREAT_MODELS
+    confidence: float = 0.95
+    bootstrap: int = 0
+    one_run: bool = False
+    num_bins: int = 30
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """An :class:`AuditLook`'s values after :func:`_checked`: arrays, the threat models as
+    strings, a ``max_cosines`` of ``None`` before the first round."""
+
+    k: int
+    seen: np.ndarray
+    dim: int
+    delta: float
+    confidence: float
+    threat_models: tuple[str, ...]
+    final: np.ndarray | None
+    max_cosines: np.ndarray | None
+    known: np.ndarray | None
+    claims: list
+    known_claim: Any  # the known-rounds claim, or None
+
+    @property
+    def num_seen(self) -> int:
+        return int(self.seen.sum())
+
+    @property
+    def num_unseen(self) -> int:
+        return int((~self.seen).sum())
+
+
+def summarize(look: AuditLook) -> AuditSummary:
+    """All estimates for one audit's canary statistics at one look.
+
+    Parameters
+    ----------
+    look : AuditLook
+        The statistics, claims and options (see its attributes).
+
+    Every available statistic gets the estimates of its threat model; each also gets the valid
+    Gaussian-DP lower bound (:func:`flaudit.auditor.estimators.gdp.gdp_lower_bound`, Bonferroni)
+    and, with ``one_run``, the one-run f-DP bound (with the known-rounds claim's p-value when
+    ``claims`` are given).
 
     Returns
     -------
     AuditSummary
+
+    Raises
+    ------
+    ValueError
+        On an illegal look, naming the field.
     """
-    seen_arr = np.asarray(seen)
+    checked = _checked(look)
+    summary = AuditSummary()
+    if FINAL_MODEL in checked.threat_models and checked.final is not None:
+        _add_final_model(summary, checked, look)
+    if ALL_ITERATES in checked.threat_models and checked.max_cosines is not None:
+        _add_all_iterates(summary, checked, look)
+    if checked.known is not None:
+        _add_known_rounds(summary, checked, look)
+    return summary
+
+
+def _checked(look: AuditLook) -> _Checked:
+    seen_arr = np.asarray(look.seen)
     if seen_arr.ndim != 1 or seen_arr.size == 0:
         raise ValueError("seen must be a non-empty one-dimensional boolean mask")
     k = seen_arr.size
     seen_mask = check_mask(seen_arr, "seen", k, "seen")
-    d = check_dim(dim, "dim")
-    delta = check_delta(delta)
-    confidence = check_confidence(confidence)
+    d = check_dim(look.dim, "dim")
+    delta = check_delta(look.delta)
+    confidence = check_confidence(look.confidence)
+    threat_models = look.threat_models
     if isinstance(threat_models, str):
         threat_models = (threat_models,)
     tms = []
@@ -224,19 +285,19 @@ def summarize(
         if tm not in _THREAT_MODELS:
             raise ValueError(f"threat_models: unknown threat model {tm!r}")
         tms.append(tm)
-    if not isinstance(bootstrap, int) or bootstrap < 0:
-        raise ValueError(f"bootstrap must be an integer >= 0, got {bootstrap!r}")
-    if not isinstance(num_bins, int) or num_bins < 1:
-        raise ValueError(f"num_bins must be an integer >= 1, got {num_bins!r}")
+    if not isinstance(look.bootstrap, int) or look.bootstrap < 0:
+        raise ValueError(f"bootstrap must be an integer >= 0, got {look.bootstrap!r}")
+    if not isinstance(look.num_bins, int) or look.num_bins < 1:
+        raise ValueError(f"num_bins must be an integer >= 1, got {look.num_bins!r}")
 
     final = None
-    if final_cosines is not None:
-        final = check_scores(final_cosines, "final_cosines")
+    if look.final_cosines is not None:
+        final = check_scores(look.final_cosines, "final_cosines")
         if final.size != k:
             raise ValueError(f"final_cosines has length {final.size} but seen has length {k}")
     maxc = None
-    if max_cosines is not None:
-        raw = np.asarray(max_cosines, dtype=np.float64)
+    if look.max_cosines is not None:
+        raw = np.asarray(look.max_cosines, dtype=np.float64)
         if raw.ndim == 1 and raw.size == k and np.all(raw == -np.inf):
             maxc = None  # no round ingested yet
         else:
@@ -245,157 +306,175 @@ def summarize(
                 raise ValueError(f"max_cosines has length {maxc.size} but seen has length {k}")
 
     known = None
-    if known_rounds_scores is not None:
-        known = np.asarray(known_rounds_scores, dtype=np.float64)
+    if look.known_rounds_scores is not None:
+        known = np.asarray(look.known_rounds_scores, dtype=np.float64)
         if known.shape != (k,):
             raise ValueError(f"known_rounds_scores must have shape ({k},), got {known.shape}")
         if np.any(np.isinf(known)):
             raise ValueError("known_rounds_scores contains Inf")
-    claims = list(claims) if claims is not None else []
+    claims = list(look.claims) if look.claims is not None else []
     known_claim = next((c for c in claims if c.threat_model == KNOWN_ROUNDS), None)
-    claim_tests: list[ClaimTestResult] = []
-    estimates: list[EpsilonResult] = []
-    diagnostics: list[Diagnostic] = []
-    histograms: dict[str, Histogram] = {}
-    n_seen, n_unseen = int(seen_mask.sum()), int((~seen_mask).sum())
+    return _Checked(k=k, seen=seen_mask, dim=d, delta=delta, confidence=confidence,
+                    threat_models=tuple(tms), final=final, max_cosines=maxc, known=known,
+                    claims=claims, known_claim=known_claim)
 
-    if FINAL_MODEL in tms and final is not None:
-        s, u = final[seen_mask], final[~seen_mask]
-        if n_seen >= 2:
-            final_estimates = final_model_estimates(s, d, delta)
-            estimates.extend(final_estimates)
-            for corr in (NoCorrection(), Bonferroni()):
-                estimates.append(
-                    epsilon_lower_bound(s, d=d, delta=delta, confidence=confidence,
-                                        correction=corr, threat_model=FINAL_MODEL)
-                )
-            estimates.append(gdp_lower_bound(s, d=d, delta=delta, confidence=confidence,
-                                             threat_model=FINAL_MODEL))
-            claim_tests.extend(
-                claim_test(s, claim=c, d=d, threat_model=FINAL_MODEL) for c in claims
+
+def _add_final_model(summary: AuditSummary, c: _Checked, look: AuditLook) -> None:
+    """The final-model estimates, bounds, claim tests, diagnostics and histogram."""
+    s, u = c.final[c.seen], c.final[~c.seen]
+    d, delta, confidence = c.dim, c.delta, c.confidence
+    n_seen = c.num_seen
+    if n_seen >= 2:
+        _add_final_model_bounds(summary, c, look, s)
+    else:
+        summary.diagnostics.append(_skip("final_model_skipped",
+                                         f"final model: {n_seen} seen canaries, need at least 2",
+                                         num_seen=n_seen))
+    if c.num_unseen:
+        summary.diagnostics.append(unseen_vs_null(u, d))
+    if look.one_run and c.k >= 2:
+        summary.estimates.append(one_run_lower_bound(c.final, c.seen, delta=delta,
+                                                     confidence=confidence, threat_model=FINAL_MODEL))
+        summary.estimates.append(fdp_one_run_lower_bound(c.final, c.seen, delta=delta,
+                                                         confidence=confidence, claim=c.known_claim,
+                                                         threat_model=FINAL_MODEL))
+    exact = d < EXACT_NULL_BELOW_DIM
+    summary.histograms[FINAL_MODEL] = _histogram(
+        s, u, (lambda x: null_pdf(x, d)) if exact else _gauss_pdf(0.0, 1 / math.sqrt(d)),
+        "exact" if exact else "N(0, 1/d)", look.num_bins,
+    )
+
+
+def _add_final_model_bounds(summary: AuditSummary, c: _Checked, look: AuditLook,
+                            s: np.ndarray) -> None:
+    """The final-model estimates of at least two seen canaries' cosines ``s``."""
+    d, delta, confidence = c.dim, c.delta, c.confidence
+    estimates, claim_tests = summary.estimates, summary.claim_tests
+    final_estimates = final_model_estimates(s, d, delta)
+    estimates.extend(final_estimates)
+    for corr in (NoCorrection(), Bonferroni()):
+        estimates.append(
+            epsilon_lower_bound(s, d=d, delta=delta, confidence=confidence,
+                                correction=corr, threat_model=FINAL_MODEL)
+        )
+    estimates.append(gdp_lower_bound(s, d=d, delta=delta, confidence=confidence,
+                                     threat_model=FINAL_MODEL))
+    claim_tests.extend(
+        claim_test(s, claim=claim, d=d, threat_model=FINAL_MODEL) for claim in c.claims
+    )
+    known_claim = c.known_claim
+    claimed = known_claim is not None and known_claim.is_claim
+    test = normal_score_test(
+        final_model_rounds(s, d, dof=d if look.scale_dof is None else look.scale_dof),
+        claim_mu=known_claim.mu if claimed else 0.0)
+    if claimed:
+        claim_tests.append(_normal_score_result(
+            test, known_claim, FINAL_MODEL, AlarmTest.final_model_normal_scores,
+            "the seen canaries' final-model statistics studentized by the model's noise "
+            "scale and summed: noncentral Student-t under Gaussian noise, calibrated at "
+            "the claimed mu each (exact)"))
+    estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, confidence))
+    summary.diagnostics.append(anderson_darling(s, name="seen_final"))
+    if look.bootstrap:
+        summary.diagnostics.append(
+            bootstrap_interval(
+                lambda ss, _u: final_model_epsilon(ss, d, delta).epsilon,
+                s, None, name="final_model_epsilon", point=final_estimates[0].epsilon,
+                num_resamples=look.bootstrap,
             )
-            claimed = known_claim is not None and known_claim.is_claim
-            test = normal_score_test(
-                final_model_rounds(s, d, dof=d if scale_dof is None else scale_dof),
-                claim_mu=known_claim.mu if claimed else 0.0)
-            if claimed:
-                claim_tests.append(_normal_score_result(
-                    test, known_claim, FINAL_MODEL, AlarmTest.final_model_normal_scores,
-                    "the seen canaries' final-model statistics studentized by the model's noise "
-                    "scale and summed: noncentral Student-t under Gaussian noise, calibrated at "
-                    "the claimed mu each (exact)"))
-            estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, confidence))
-            diagnostics.append(anderson_darling(s, name="seen_final"))
-            if bootstrap:
-                diagnostics.append(
-                    bootstrap_interval(
-                        lambda ss, _u: final_model_epsilon(ss, d, delta).epsilon,
-                        s, None, name="final_model_epsilon", point=final_estimates[0].epsilon,
-                        num_resamples=bootstrap,
-                    )
-                )
-        else:
-            diagnostics.append(_skip("final_model_skipped",
-                                     f"final model: {n_seen} seen canaries, need at least 2",
-                                     num_seen=n_seen))
-        if n_unseen:
-            diagnostics.append(unseen_vs_null(u, d))
-        if one_run and k >= 2:
-            estimates.append(one_run_lower_bound(final, seen_mask, delta=delta,
-                                                 confidence=confidence, threat_model=FINAL_MODEL))
-            estimates.append(fdp_one_run_lower_bound(final, seen_mask, delta=delta,
-                                                     confidence=confidence, claim=known_claim,
-                                                     threat_model=FINAL_MODEL))
-        exact = d < EXACT_NULL_BELOW_DIM
-        histograms[FINAL_MODEL] = _histogram(
-            s, u, (lambda x: null_pdf(x, d)) if exact else _gauss_pdf(0.0, 1 / math.sqrt(d)),
-            "exact" if exact else "N(0, 1/d)", num_bins,
         )
 
-    if ALL_ITERATES in tms and maxc is not None:
-        s, u = maxc[seen_mask], maxc[~seen_mask]
-        if n_seen >= 2 and n_unseen >= 2:
-            all_iter = all_iterates_estimate(s, u, delta, num_rounds=num_rounds, d=d)
-            estimates.append(all_iter)
-            for corr in (NoCorrection(), Bonferroni()):
-                estimates.append(
-                    epsilon_lower_bound(s, u, delta=delta, confidence=confidence,
-                                        correction=corr, threat_model=ALL_ITERATES)
-                )
-            estimates.append(gdp_lower_bound(s, u, delta=delta, confidence=confidence,
-                                             threat_model=ALL_ITERATES))
-            claim_tests.extend(
-                claim_test(s, u, claim=c, threat_model=ALL_ITERATES)
-                for c in claims if c.threat_model != KNOWN_ROUNDS
-            )
-            diagnostics.append(anderson_darling(s, name="seen_max"))
-            diagnostics.append(anderson_darling(u, name="unseen_max"))
-            if bootstrap:
-                diagnostics.append(
-                    bootstrap_interval(
-                        lambda ss, uu: all_iterates_estimate(ss, uu, delta, num_rounds=num_rounds,
-                                                              d=d).epsilon,
-                        s, u, name="all_iterates_epsilon",
-                        point=all_iter.epsilon, num_resamples=bootstrap,
-                    )
-                )
-        else:
-            diagnostics.append(_skip(
-                "all_iterates_skipped",
-                f"all iterates: {n_seen} seen and {n_unseen} unseen canaries, need at least 2 of each",
-                num_seen=n_seen, num_unseen=n_unseen))
-        if one_run and k >= 2:
-            estimates.append(one_run_lower_bound(maxc, seen_mask, delta=delta,
-                                                 confidence=confidence, threat_model=ALL_ITERATES))
-        if n_unseen:
-            mu, sd = float(np.mean(u)), float(np.std(u))
-            histograms[ALL_ITERATES] = _histogram(s, u, _gauss_pdf(mu, sd), "fitted to unseen",
-                                                  num_bins)
 
-    if known is not None:
-        scored = np.isfinite(known)
-        s, u = known[seen_mask & scored], known[~seen_mask & scored]
-        if s.size >= 2 and u.size >= 2:
-            estimates.append(gdp_lower_bound(s, u, delta=delta, confidence=confidence,
-                                             threat_model=KNOWN_ROUNDS))
-            claim_tests.extend(
-                claim_test(s, u, claim=c, threat_model=KNOWN_ROUNDS)
-                for c in claims if c.threat_model == KNOWN_ROUNDS
+def _add_all_iterates(summary: AuditSummary, c: _Checked, look: AuditLook) -> None:
+    """The all-iterates estimates, bounds, claim tests, diagnostics and histogram."""
+    s, u = c.max_cosines[c.seen], c.max_cosines[~c.seen]
+    d, delta, confidence, num_rounds = c.dim, c.delta, c.confidence, look.num_rounds
+    estimates, diagnostics = summary.estimates, summary.diagnostics
+    n_seen, n_unseen = c.num_seen, c.num_unseen
+    if n_seen >= 2 and n_unseen >= 2:
+        all_iter = all_iterates_estimate(s, u, delta, num_rounds=num_rounds, d=d)
+        estimates.append(all_iter)
+        for corr in (NoCorrection(), Bonferroni()):
+            estimates.append(
+                epsilon_lower_bound(s, u, delta=delta, confidence=confidence,
+                                    correction=corr, threat_model=ALL_ITERATES)
             )
-        else:
-            diagnostics.append(_skip(
-                "known_rounds_skipped",
-                f"known rounds: {s.size} seen and {u.size} unseen canaries scored so far, need at "
-                "least 2 of each", num_seen=int(s.size), num_unseen=int(u.size)))
-        counts = None
-        if known_rounds_participations is not None:
-            counts = np.asarray(known_rounds_participations, dtype=np.int64)
-            if counts.shape != (k,):
-                raise ValueError(f"known_rounds_participations must have shape ({k},), got "
-                                 f"{counts.shape}")
-        if s.size >= 1:
-            rounds = known_rounds_rounds
-            if rounds is None:
-                rounds = RoundSums.from_scores(
-                    known[seen_mask & scored],
-                    None if counts is None else counts[seen_mask & scored])
-            test = normal_score_test(
-                rounds, claim_mu=known_claim.mu if known_claim is not None
-                and known_claim.is_claim else 0.0,
-                claim_participations=int(canary_repeats))
-            estimates.append(_normal_score_bound(test, KNOWN_ROUNDS, delta, confidence))
-            if known_claim is not None and known_claim.is_claim:
-                claim_tests.append(_normal_score_result(
-                    test, known_claim, KNOWN_ROUNDS, AlarmTest.known_rounds_normal_scores,
-                    "the seen canaries' statistics in their known rounds, studentized by each "
-                    "round's noise scale and summed per round: noncentral Student-t under "
-                    "Gaussian noise, calibrated at the claimed 1/z per participation (exact)"))
-        if u.size:
-            diagnostics.append(unseen_normal_scores_check(u))
-        if known_claim is not None and known_claim.is_claim and int(scored.sum()) >= 2:
-            claim_tests.append(fdp_claim_test(known[scored], seen_mask[scored], claim=known_claim))
-    return AuditSummary(estimates=estimates, diagnostics=diagnostics, histograms=histograms,
-                        claim_tests=claim_tests)
+        estimates.append(gdp_lower_bound(s, u, delta=delta, confidence=confidence,
+                                         threat_model=ALL_ITERATES))
+        summary.claim_tests.extend(
+            claim_test(s, u, claim=claim, threat_model=ALL_ITERATES)
+            for claim in c.claims if claim.threat_model != KNOWN_ROUNDS
+        )
+        diagnostics.append(anderson_darling(s, name="seen_max"))
+        diagnostics.append(anderson_darling(u, name="unseen_max"))
+        if look.bootstrap:
+            diagnostics.append(
+                bootstrap_interval(
+                    lambda ss, uu: all_iterates_estimate(ss, uu, delta, num_rounds=num_rounds,
+                                                          d=d).epsilon,
+                    s, u, name="all_iterates_epsilon",
+                    point=all_iter.epsilon, num_resamples=look.bootstrap,
+                )
+            )
+    else:
+        diagnostics.append(_skip(
+            "all_iterates_skipped",
+            f"all iterates: {n_seen} seen and {n_unseen} unseen canaries, need at least 2 of each",
+            num_seen=n_seen, num_unseen=n_unseen))
+    if look.one_run and c.k >= 2:
+        estimates.append(one_run_lower_bound(c.max_cosines, c.seen, delta=delta,
+                                             confidence=confidence, threat_model=ALL_ITERATES))
+    if n_unseen:
+        mu, sd = float(np.mean(u)), float(np.std(u))
+        summary.histograms[ALL_ITERATES] = _histogram(s, u, _gauss_pdf(mu, sd), "fitted to unseen",
+                                                      look.num_bins)
+
+
+def _add_known_rounds(summary: AuditSummary, c: _Checked, look: AuditLook) -> None:
+    """The known-rounds bound, claim tests and diagnostics (canaries not yet scored left out)."""
+    known, seen_mask, k = c.known, c.seen, c.k
+    known_claim = c.known_claim
+    claimed = known_claim is not None and known_claim.is_claim
+    scored = np.isfinite(known)
+    s, u = known[seen_mask & scored], known[~seen_mask & scored]
+    if s.size >= 2 and u.size >= 2:
+        summary.estimates.append(gdp_lower_bound(s, u, delta=c.delta, confidence=c.confidence,
+                                                 threat_model=KNOWN_ROUNDS))
+        summary.claim_tests.extend(
+            claim_test(s, u, claim=claim, threat_model=KNOWN_ROUNDS)
+            for claim in c.claims if claim.threat_model == KNOWN_ROUNDS
+        )
+    else:
+        summary.diagnostics.append(_skip(
+            "known_rounds_skipped",
+            f"known rounds: {s.size} seen and {u.size} unseen canaries scored so far, need at "
+            "least 2 of each", num_seen=int(s.size), num_unseen=int(u.size)))
+    counts = None
+    if look.known_rounds_participations is not None:
+        counts = np.asarray(look.known_rounds_participations, dtype=np.int64)
+        if counts.shape != (k,):
+            raise ValueError(f"known_rounds_participations must have shape ({k},), got "
+                             f"{counts.shape}")
+    if s.size >= 1:
+        rounds = look.known_rounds_rounds
+        if rounds is None:
+            rounds = RoundSums.from_scores(
+                known[seen_mask & scored],
+                None if counts is None else counts[seen_mask & scored])
+        test = normal_score_test(rounds, claim_mu=known_claim.mu if claimed else 0.0,
+                                 claim_participations=int(look.canary_repeats))
+        summary.estimates.append(_normal_score_bound(test, KNOWN_ROUNDS, c.delta, c.confidence))
+        if claimed:
+            summary.claim_tests.append(_normal_score_result(
+                test, known_claim, KNOWN_ROUNDS, AlarmTest.known_rounds_normal_scores,
+                "the seen canaries' statistics in their known rounds, studentized by each "
+                "round's noise scale and summed per round: noncentral Student-t under "
+                "Gaussian noise, calibrated at the claimed 1/z per participation (exact)"))
+    if u.size:
+        summary.diagnostics.append(unseen_normal_scores_check(u))
+    if claimed and int(scored.sum()) >= 2:
+        summary.claim_tests.append(fdp_claim_test(known[scored], seen_mask[scored],
+                                                  claim=known_claim))
 
 
 def _normal_score_result(test, claim, threat_model: str, name: AlarmTest,

@@ -24,7 +24,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from flaudit.auditor.claims import decide_alarm  # noqa: E402
-from flaudit.auditor.claims.summary import summarize  # noqa: E402
+from flaudit.auditor.claims.summary import AuditLook, summarize  # noqa: E402
 from flaudit.server.simulated_audit import (
     DPBug,
     FedAvgSimulation,
@@ -61,21 +61,21 @@ def first_alarm(config: FedAvgSimulation, claims, seed: int) -> tuple[int | None
     looks = config.num_rounds + 1
     seen, d, delta = result.seen, result.dim, config.delta
     for t in range(1, config.num_rounds + 1):
-        summary = summarize(seen=seen, dim=d, delta=delta, threat_models=(),
+        summary = summarize(AuditLook(seen=seen, dim=d, delta=delta, threat_models=(),
                             known_rounds_scores=result.known_rounds_history[t - 1],
                             known_rounds_participations=result.known_rounds_counts_history[t - 1],
                             known_rounds_rounds=result.rounds_at(t), scale_dof=result.scale_dof,
-                            canary_repeats=config.canary_repeats, claims=claims)
+                            canary_repeats=config.canary_repeats, claims=claims))
         alarm = decide_alarm(summary.claim_tests, look=t, num_looks=looks, claims=claims,
                              delta=delta)
         if alarm.status == "error":
             return t, alarm.refuted_by["tier"]
-    final = summarize(seen=seen, dim=d, delta=delta, threat_models=("final_model",),
+    final = summarize(AuditLook(seen=seen, dim=d, delta=delta, threat_models=("final_model",),
                       final_cosines=result.final_cosines,
                       known_rounds_scores=result.known_rounds_scores,
                       known_rounds_participations=result.known_rounds_counts_history[-1],
                       known_rounds_rounds=result.known_rounds_rounds, scale_dof=result.scale_dof,
-                      canary_repeats=config.canary_repeats, claims=claims)
+                      canary_repeats=config.canary_repeats, claims=claims))
     alarm = decide_alarm(final.claim_tests, look=looks, num_looks=looks, claims=claims, delta=delta)
     if alarm.status == "error":
         return looks, alarm.refuted_by["tier"]

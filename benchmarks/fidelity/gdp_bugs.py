@@ -4,7 +4,7 @@ bounds, on the same simulated runs.
 Simulated DP-FedAvg (:func:`flaudit.server.simulated_audit.simulate_dpfedavg_audit`: the server's own schedule
 and aggregation code, numpy clients), k = 1000 canaries, claim z = 1 with one known round per
 seen canary (known-rounds claim mu = 1, i.e. epsilon 4.38 at delta = 1e-6), server momentum 0.9.
-Per run, the alarm (:func:`flaudit.auditor.estimators.decide_alarm`) is evaluated at every one of the
+Per run, the alarm (:func:`flaudit.auditor.claims.decide_alarm`) is evaluated at every one of the
 ``T + 1`` looks exactly as the service would: after each round on ``summarize(max_cosines,
 known_rounds_scores, claims)``, and at the end with the final-model cosines too.
 
@@ -37,7 +37,7 @@ import math  # noqa: E402
 import time  # noqa: E402
 
 from flaudit.auditor.estimators import SequentialDPTest  # noqa: E402
-from flaudit.auditor.claims import decide_alarm, summarize
+from flaudit.auditor.claims import AuditLook, decide_alarm, summarize
 from flaudit.server.simulated_audit import (
     DPBug,
     FedAvgSimulation,
@@ -74,19 +74,19 @@ def one_run(config: FedAvgSimulation, claims, eps_claim: float, seed: int) -> di
     seen, d, delta = result.seen, result.dim, config.delta
     statuses, with_poisson = [], []
     for t in range(1, config.num_rounds + 1):
-        summary = summarize(seen=seen, dim=d, delta=delta, threat_models=("all_iterates",),
+        summary = summarize(AuditLook(seen=seen, dim=d, delta=delta, threat_models=("all_iterates",),
                             max_cosines=result.max_cosines_history[t - 1],
                             known_rounds_scores=result.known_rounds_history[t - 1],
                             known_rounds_rounds=result.rounds_at(t), scale_dof=result.scale_dof,
-                            claims=claims)
+                            claims=claims))
         statuses.append(decide_alarm(summary.claim_tests, look=t, num_looks=looks).status)
         with_poisson.append(decide_alarm(summary.claim_tests, look=t, num_looks=looks,
                                          poisson_warning=True).status)
-    final = summarize(seen=seen, dim=d, delta=delta, max_cosines=result.max_cosines,
+    final = summarize(AuditLook(seen=seen, dim=d, delta=delta, max_cosines=result.max_cosines,
                       final_cosines=result.final_cosines,
                       known_rounds_scores=result.known_rounds_scores,
                       known_rounds_rounds=result.known_rounds_rounds, scale_dof=result.scale_dof,
-                      claims=claims, one_run=True)
+                      claims=claims, one_run=True))
     final_status = decide_alarm(final.claim_tests, look=looks, num_looks=looks).status
     statuses.append(final_status)
     with_poisson.append(decide_alarm(final.claim_tests, look=looks, num_looks=looks,

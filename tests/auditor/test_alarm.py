@@ -19,7 +19,7 @@ from flaudit.auditor.claims import (
     look_level,
 )
 from flaudit.auditor.claims.fdp import fdp_claim_test
-from flaudit.auditor.claims import summarize
+from flaudit.auditor.claims import AuditLook, summarize
 from flaudit.auditor.spec import AuditSpec
 
 
@@ -38,10 +38,10 @@ def test_levels_sum_to_alpha_over_every_look_and_test():
 def _summary(seen, known, counts, d=5000, final=None, claims=None):
     spec = AuditSpec(noise_multiplier=1.0, num_canaries=seen.size, num_clients=10 * seen.size)
     claims = audit_claims(spec) if claims is None else claims
-    return summarize(seen=seen, dim=d, delta=1e-5, known_rounds_scores=known,
+    return summarize(AuditLook(seen=seen, dim=d, delta=1e-5, known_rounds_scores=known,
                      known_rounds_participations=counts, final_cosines=final,
                      threat_models=["final_model"] if final is not None else [],
-                     claims=claims), claims
+                     claims=claims)), claims
 
 
 def test_decision_names_the_refuting_test_tier_and_bound():
@@ -112,8 +112,8 @@ def test_summarize_reports_normal_score_tests_and_bounds():
     known_test = next(t for t in summary.claim_tests
                       if t.details.get("test") == AlarmTest.known_rounds_normal_scores.value)
     assert known_test.p_value < 1e-10
-    no_claim = summarize(seen=seen, dim=d, delta=1e-5, known_rounds_scores=known,
-                         claims=[NoDPClaim()])
+    no_claim = summarize(AuditLook(seen=seen, dim=d, delta=1e-5, known_rounds_scores=known,
+                         claims=[NoDPClaim()]))
     assert all(t.p_value == 1.0 for t in no_claim.claim_tests)
 
 

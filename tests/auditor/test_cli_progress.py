@@ -62,6 +62,31 @@ def test_tty_bar_keeps_flower_log_records_on_their_own_lines():
     assert text.endswith("round 2/5, 1 s/round, ETA 3 s\n")
 
 
+def test_tty_bar_keeps_the_handlers_own_format_and_level():
+    # Flower's console handler formats its records itself and drops DEBUG (its logger is at
+    # DEBUG): the bar changes where a record is written, not what or whether
+    stream, clock = io.StringIO(), FakeClock()
+    flwr = logging.getLogger("flwr")
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(logging.Formatter("%(levelname)s : %(message)s"))
+    handler.setLevel(logging.INFO)
+    flwr.addHandler(handler)
+    level = flwr.level
+    flwr.setLevel(logging.DEBUG)
+    try:
+        with RoundProgress(3, name="audit", stream=stream, tty=True, clock=clock) as bar:
+            clock.now = 5.0
+            bar.update(1)
+            flwr.debug("a debug record")
+            flwr.info("an info record")
+    finally:
+        flwr.removeHandler(handler)
+        flwr.setLevel(level)
+    lines = stream.getvalue().replace("\r", "\n").splitlines()
+    assert "INFO : an info record" in lines
+    assert not any("a debug record" in line for line in lines)
+
+
 def test_number_and_duration_formats():
     assert fmt_number(2.7778563309723988e-05) == "2.778e-05"
     assert fmt_number(23.97134) == "23.97" and fmt_number(float("inf")) == "inf"

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from flaudit.auditor.canaries import CanaryFamily, seen_mask
-from flaudit.auditor.claims import summarize
+from flaudit.auditor.claims import AuditLook, summarize
 from flaudit.auditor.statistics import CosineTracker
 from flaudit.auditor.transform import sum_of_squares
 
@@ -63,9 +63,9 @@ def _audit_worker(name, index, progress):
             gaussian.update(rng.standard_normal(4_000))
             total = sum_of_squares(rng.standard_normal(3 * (1 << 20) + 5))  # several chunks
             assert total > 0.0
-            summarize(seen=seen, dim=dim, delta=1e-5, max_cosines=orthogonal.max_cosines,
+            summarize(AuditLook(seen=seen, dim=dim, delta=1e-5, max_cosines=orthogonal.max_cosines,
                       final_cosines=None, threat_models=["all_iterates"], one_run=False,
-                      num_rounds=orthogonal.num_rounds, scale_dof=orthogonal.scale_dof)
+                      num_rounds=orthogonal.num_rounds, scale_dof=orthogonal.scale_dof))
             progress.beat(name)
     except BaseException:  # reported by the main thread
         progress.errors.append(f"{name}:\n{traceback.format_exc()}")

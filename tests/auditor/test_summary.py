@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flaudit.auditor.claims import AuditSummary, summarize
+from flaudit.auditor.claims import AuditLook, AuditSummary, summarize
 from flaudit.auditor.results import Correction, Estimator, VarianceTreatment
 
 
@@ -20,8 +20,8 @@ def _cosines(k=1000, d=10**6, sigma=1.54, seed=0):
 
 def test_summary_reports_every_estimator_with_provenance():
     seen, final, maxc, d = _cosines()
-    s = summarize(seen=seen, dim=d, delta=1e-6, max_cosines=maxc, final_cosines=final, one_run=True,
-                  bootstrap=20)
+    s = summarize(AuditLook(seen=seen, dim=d, delta=1e-6, max_cosines=maxc, final_cosines=final, one_run=True,
+                  bootstrap=20))
     assert isinstance(s, AuditSummary)
     kinds = {(e.threat_model, e.estimator, e.variance, e.correction) for e in s.estimates}
     assert ("final_model", Estimator.two_gaussian, VarianceTreatment.null, Correction.not_applicable) in kinds
@@ -46,9 +46,9 @@ def test_summary_reports_every_estimator_with_provenance():
 
 def test_summary_per_round_only_max_cosines_and_no_round_yet():
     seen, _, maxc, d = _cosines(k=200)
-    s = summarize(seen=seen, dim=d, delta=1e-6, max_cosines=maxc)
+    s = summarize(AuditLook(seen=seen, dim=d, delta=1e-6, max_cosines=maxc))
     assert {e.threat_model for e in s.estimates} == {"all_iterates"}
-    empty = summarize(seen=seen, dim=d, delta=1e-6, max_cosines=np.full(200, -np.inf))
+    empty = summarize(AuditLook(seen=seen, dim=d, delta=1e-6, max_cosines=np.full(200, -np.inf)))
     assert empty.estimates == [] and empty.histograms == {}
 
 
@@ -62,8 +62,8 @@ def test_summary_per_round_only_max_cosines_and_no_round_yet():
     ],
 )
 def test_summary_degenerate_inputs_never_crash_or_nan(seen, values):
-    s = summarize(seen=seen, dim=50, delta=1e-5, max_cosines=values, final_cosines=values,
-                  one_run=True, bootstrap=5)
+    s = summarize(AuditLook(seen=seen, dim=50, delta=1e-5, max_cosines=values, final_cosines=values,
+                  one_run=True, bootstrap=5))
     for e in s.estimates:
         assert not math.isnan(e.epsilon) and e.epsilon >= 0
     for g in s.diagnostics:
@@ -74,15 +74,15 @@ def test_summary_degenerate_inputs_never_crash_or_nan(seen, values):
 def test_summary_rejects_bad_input_naming_argument():
     seen, final, maxc, d = _cosines(k=50)
     with pytest.raises(ValueError, match="final_cosines"):
-        summarize(seen=seen, dim=d, delta=1e-6, final_cosines=final[:-1])
+        summarize(AuditLook(seen=seen, dim=d, delta=1e-6, final_cosines=final[:-1]))
     with pytest.raises(ValueError, match="max_cosines"):
-        summarize(seen=seen, dim=d, delta=1e-6, max_cosines=np.where(seen, np.nan, maxc))
+        summarize(AuditLook(seen=seen, dim=d, delta=1e-6, max_cosines=np.where(seen, np.nan, maxc)))
     with pytest.raises(ValueError, match="delta"):
-        summarize(seen=seen, dim=d, delta=1.5, final_cosines=final)
+        summarize(AuditLook(seen=seen, dim=d, delta=1.5, final_cosines=final))
     with pytest.raises(ValueError, match="dim"):
-        summarize(seen=seen, dim=1, delta=1e-6, final_cosines=final)
+        summarize(AuditLook(seen=seen, dim=1, delta=1e-6, final_cosines=final))
     with pytest.raises(ValueError, match="threat_models"):
-        summarize(seen=seen, dim=d, delta=1e-6, final_cosines=final, threat_models=("nope",))
+        summarize(AuditLook(seen=seen, dim=d, delta=1e-6, final_cosines=final, threat_models=("nope",)))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -95,8 +95,8 @@ def test_summary_never_crashes_or_returns_nan_on_legal_input(data):
     final = np.array(data.draw(st.lists(cos, min_size=k, max_size=k)))
     maxc = np.array(data.draw(st.lists(cos, min_size=k, max_size=k)))
     delta = data.draw(st.sampled_from([1e-9, 1e-5, 0.3]))
-    s = summarize(seen=seen, dim=d, delta=delta, max_cosines=maxc, final_cosines=final,
-                  one_run=True, bootstrap=3)
+    s = summarize(AuditLook(seen=seen, dim=d, delta=delta, max_cosines=maxc, final_cosines=final,
+                  one_run=True, bootstrap=3))
     for e in s.estimates:
         assert not math.isnan(e.epsilon) and e.epsilon >= 0
         assert not any(isinstance(v, float) and math.isnan(v) for v in e.details.values()), e

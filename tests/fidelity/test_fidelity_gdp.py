@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flaudit.auditor.claims import decide_alarm, summarize
+from flaudit.auditor.claims import AuditLook, decide_alarm, summarize
 from flaudit.auditor.claims.curve_tests import claim_test
 from flaudit.server.simulated_audit import (
     DPBug,
@@ -47,11 +47,11 @@ def test_halved_noise_is_an_error_alarm_at_k_1000():
     s, u = _known(result)
     assert s.mean() > 1.6  # mu doubled (2) minus the clients' projections
     claims = simulation_claims(SMALL)  # the honest claim: it never knows the bug
-    summary = summarize(seen=result.seen, dim=result.dim, delta=1e-6,
+    summary = summarize(AuditLook(seen=result.seen, dim=result.dim, delta=1e-6,
                         max_cosines=result.max_cosines, final_cosines=result.final_cosines,
                         known_rounds_scores=result.known_rounds_scores,
                         known_rounds_rounds=result.known_rounds_rounds,
-                        scale_dof=result.scale_dof, claims=claims)
+                        scale_dof=result.scale_dof, claims=claims))
     looks = config.num_rounds + 1
     decision = decide_alarm(summary.claim_tests, look=looks, num_looks=looks, claims=claims)
     assert decision.status == "error"

@@ -132,6 +132,7 @@ def alarm_status(reporter) -> str:
     """The service's own alarm decision on this run's statistics (final look)."""
     from flaudit.auditor.canaries import seen_mask
     from flaudit.auditor.claims.curves import audit_claims
+    from flaudit.auditor.claims import AuditLook
     from flaudit.service.live import decide, num_looks, summary_parts
     from flaudit.auditor.spec import AuditClaim, AuditSpec
 
@@ -139,14 +140,14 @@ def alarm_status(reporter) -> str:
         name="fl-dp-sa", engine="external", num_canaries=K, canary_repeats=1,
         max_canary_fraction=1.0, delta=1e-5))
     tracker = reporter.tracker
-    tests = summary_parts(
+    tests = summary_parts(AuditLook(
         seen=seen_mask(SEED, K), dim=tracker.dim, delta=spec.delta,
         max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
-        threat_models=["final_model", "all_iterates"], final=True,
+        threat_models=["final_model", "all_iterates"],
         known_rounds_scores=reporter.known_rounds.scores,
         known_rounds_rounds=reporter.known_rounds.rounds, scale_dof=tracker.scale_dof,
         claims=audit_claims(spec),
-        num_rounds=spec.num_rounds)[3]
+        num_rounds=spec.num_rounds), final=True)[3]
     return decide(spec, tests, look=num_looks(spec)).status
 
 

@@ -48,6 +48,7 @@ class QuietNoise(DifferentialPrivacyServerSideFixedClipping):
 
 def audit(dp_class, noise_seed):
     """Run the wrapped app; return (alarm, replies aggregated per round, claim, reporter)."""
+    from flaudit.auditor.claims import AuditLook
     from flaudit.auditor.claims.curves import audit_claims
     from flaudit.service.live import decide, num_looks, summary_parts
 
@@ -67,14 +68,14 @@ def audit(dp_class, noise_seed):
         max_canary_fraction=1.0, delta=1e-5,
     ))
     tracker = reporter.tracker
-    _, _, _, tests = summary_parts(
+    _, _, _, tests = summary_parts(AuditLook(
         seen=seen_mask(SEED, K), dim=tracker.dim, delta=spec.delta,
         max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
-        threat_models=["final_model", "all_iterates"], final=True,
+        threat_models=["final_model", "all_iterates"],
         known_rounds_scores=reporter.known_rounds.scores,
         known_rounds_rounds=reporter.known_rounds.rounds, scale_dof=tracker.scale_dof,
         claims=audit_claims(spec), num_rounds=ROUNDS,
-    )
+    ), final=True)
     alarm = decide(spec, tests, look=num_looks(spec))
     return alarm, fedavg.aggregated, grid.sent, strategy, reporter
 

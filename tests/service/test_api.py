@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from flaudit.auditor.canaries import seen_mask
-from flaudit.auditor.claims import summarize
+from flaudit.auditor.claims import AuditLook, summarize
 from flaudit.service.auth import NO_KEY_CONFIGURED
 from flaudit.service.schemas import AuditList, AuditOut, CosinesOut
 from flaudit.auditor.spec import AuditSpec
@@ -325,12 +325,12 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     np.testing.assert_allclose(final, expected_final, rtol=1e-4, atol=1e-5)
 
     # recompute with the library from the published statistics: same numbers
-    recomputed = summarize(
+    recomputed = summarize(AuditLook(
         seen=labels, dim=cos["dim"], delta=cos["delta"],
         max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
         final_cosines=final, threat_models=["final_model", "all_iterates"], one_run=True,
         num_rounds=cos["num_rounds"], scale_dof=cos["scale_dof"],
-    )
+    ))
     assert cos["scale_dof"] == dim - 20  # orthogonal canaries: the d - k unused coordinates
     service = {(e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
                for e in done["estimates"] if e["estimator"] != "analytic"}

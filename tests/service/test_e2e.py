@@ -20,7 +20,7 @@ import pytest
 from flaudit.auditor.claims import audit_claims
 from flaudit.auditor.spec import AuditSpec
 
-from flaudit.auditor.claims import summarize
+from flaudit.auditor.claims import AuditLook, summarize
 from flaudit.service.store import Store
 from tests.processes import wait_for, wait_for_audit
 
@@ -76,7 +76,7 @@ def test_real_simulation_audit_end_to_end_with_secret_scan(tmp_path):
 
         cos = cos_response.json()
         labels = np.array([i["seen"] for i in cos["items"]], dtype=bool)
-        recomputed = summarize(
+        recomputed = summarize(AuditLook(
             seen=labels, dim=cos["dim"], delta=cos["delta"],
             max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
             final_cosines=np.array([i["final_cosine"] for i in cos["items"]]),
@@ -84,7 +84,7 @@ def test_real_simulation_audit_end_to_end_with_secret_scan(tmp_path):
             num_rounds=cos["num_rounds"], scale_dof=cos["scale_dof"],
             # the final-model normal-score bound tests the audit's claim
             claims=audit_claims(AuditSpec.model_validate(audit["spec"])),
-        )
+        ))
         served = {(e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
                   for e in audit["estimates"]
                   if e["estimator"] != "analytic" and e["threat_model"] != "known_rounds"}

@@ -44,15 +44,15 @@ def test_epsilon_lower_bounds_above_analytic_are_never_alarms():
 
 def _tests(mu_seen, *, k=400, seed=0, spec=SPEC):
     """Claim tests of one look on known-rounds scores of a mechanism with this mu."""
-    from flaudit.auditor.claims import summarize
+    from flaudit.auditor.claims import AuditLook, summarize
     from flaudit.auditor.claims.curves import audit_claims
 
     rng = np.random.default_rng(seed)
     seen = rng.random(k) < 0.5
     scores = np.where(seen, mu_seen, 0.0) + rng.standard_normal(k)
     scores[:3] = np.nan  # canaries not yet in any round
-    summary = summarize(seen=seen, dim=10**6, delta=1e-5, threat_models=[],
-                        known_rounds_scores=scores, claims=audit_claims(spec))
+    summary = summarize(AuditLook(seen=seen, dim=10**6, delta=1e-5, threat_models=[],
+                        known_rounds_scores=scores, claims=audit_claims(spec)))
     return summary.claim_tests
 
 
