@@ -161,7 +161,10 @@ def summarize(
     threat_models : iterable of {"final_model", "all_iterates"}
         Which threat models to report (each needs its statistic).
     confidence : float
-        Confidence of the lower bounds.
+        Confidence of the lower bounds. The valid ones (the normal-score and one-run bounds,
+        from which the verdict's headline takes the largest) split it: each is computed at
+        ``1 - (1 - confidence) / m`` for the ``m`` planned (:func:`_split_confidence`), so
+        their largest is valid at ``confidence`` as a whole.
     bootstrap : int
         Bootstrap resamples for the interval on epsilon_est (0: skip; ~200 costs ~0.1 s).
     one_run : bool
@@ -258,6 +261,9 @@ def summarize(
     diagnostics: list[Diagnostic] = []
     histograms: dict[str, Histogram] = {}
     n_seen, n_unseen = int(seen_mask.sum()), int((~seen_mask).sum())
+    each = _split_confidence(confidence, final=FINAL_MODEL in tms and final is not None,
+                             max_cos=ALL_ITERATES in tms and maxc is not None,
+                             known=known is not None, one_run=one_run and k >= 2)
 
     if FINAL_MODEL in tms and final is not None:
         s, u = final[seen_mask], final[~seen_mask]
@@ -284,7 +290,7 @@ def summarize(
                     "the seen canaries' final-model statistics studentized by the model's noise "
                     "scale and summed: noncentral Student-t under Gaussian noise, calibrated at "
                     "the claimed mu each (exact)"))
-            estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, confidence))
+            estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, each))
             diagnostics.append(anderson_darling(s, name="seen_final"))
             if bootstrap:
                 diagnostics.append(
@@ -302,9 +308,9 @@ def summarize(
             diagnostics.append(unseen_vs_null(u, d))
         if one_run and k >= 2:
             estimates.append(one_run_lower_bound(final, seen_mask, delta=delta,
-                                                 confidence=confidence, threat_model=FINAL_MODEL))
+                                                 confidence=each, threat_model=FINAL_MODEL))
             estimates.append(fdp_one_run_lower_bound(final, seen_mask, delta=delta,
-                                                     confidence=confidence, claim=known_claim,
+                                                     confidence=each, claim=known_claim,
                                                      threat_model=FINAL_MODEL))
         exact = d < EXACT_NULL_BELOW_DIM
         histograms[FINAL_MODEL] = _histogram(
@@ -346,7 +352,7 @@ def summarize(
                 num_seen=n_seen, num_unseen=n_unseen))
         if one_run and k >= 2:
             estimates.append(one_run_lower_bound(maxc, seen_mask, delta=delta,
-                                                 confidence=confidence, threat_model=ALL_ITERATES))
+                                                 confidence=each, threat_model=ALL_ITERATES))
         if n_unseen:
             mu, sd = float(np.mean(u)), float(np.std(u))
             histograms[ALL_ITERATES] = _histogram(s, u, _gauss_pdf(mu, sd), "fitted to unseen",
@@ -383,7 +389,7 @@ def summarize(
                 rounds, claim_mu=known_claim.mu if known_claim is not None
                 and known_claim.is_claim else 0.0,
                 claim_participations=int(canary_repeats))
-            estimates.append(_normal_score_bound(test, KNOWN_ROUNDS, delta, confidence))
+            estimates.append(_normal_score_bound(test, KNOWN_ROUNDS, delta, each))
             if known_claim is not None and known_claim.is_claim:
                 claim_tests.append(_normal_score_result(
                     test, known_claim, KNOWN_ROUNDS, AlarmTest.known_rounds_normal_scores,
@@ -396,6 +402,20 @@ def summarize(
             claim_tests.append(fdp_claim_test(known[scored], seen_mask[scored], claim=known_claim))
     return AuditSummary(estimates=estimates, diagnostics=diagnostics, histograms=histograms,
                         claim_tests=claim_tests)
+
+
+def _split_confidence(confidence: float, *, final: bool, max_cos: bool, known: bool,
+                      one_run: bool) -> float:
+    """The confidence of each bound the headline may choose from (the valid ones:
+    :data:`flaudit.auditor.claims.verdict.VALID_BOUND_ESTIMATORS`), so that the largest of
+    them is valid at ``confidence`` as a whole (Bonferroni: it exceeds the truth only if one
+    of the ``m`` does, each with probability ``(1 - confidence) / m``). ``m`` is counted from
+    the inputs, before any score is seen: the final-model normal-score bound, and with
+    ``one_run`` its one-run and f-DP one-run bounds; the all-iterates one-run bound; the
+    known-rounds normal-score bound. A bound planned but skipped (too few seen canaries) only
+    makes the split conservative."""
+    m = (final * (1 + 2 * one_run)) + (max_cos * one_run) + known
+    return 1.0 - (1.0 - confidence) / max(1, int(m))
 
 
 def _normal_score_result(test, claim, threat_model: str, name: AlarmTest,

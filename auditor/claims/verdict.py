@@ -137,17 +137,33 @@ def is_valid_bound(estimate: Mapping[str, Any]) -> bool:
 def largest_valid_bound(estimates: Iterable[Mapping[str, Any]]) -> dict | None:
     """The largest valid lower bound on ε among ``estimates`` (ties: the first), as the API's
     ``verdict.largest_valid_bound``: estimator, human name, threat model, μ (for the
-    Gaussian-DP bounds, else None), ε, δ, confidence. None when there is none."""
-    best, best_eps = None, -math.inf
+    Gaussian-DP bounds, else None), ε, δ, ``confidence``, ``num_bounds``, ``each_confidence``
+    and ``validity`` (a sentence). None when there is none.
+
+    The largest of ``m`` bounds is a lower bound only with the confidence the union bound
+    leaves: it exceeds the truth only when one of them does, so ``confidence`` is
+    ``1 - sum_i (1 - c_i)`` over the ``m`` valid bounds it was chosen from (issue #38).
+    :func:`flaudit.auditor.claims.summarize` splits its level across them (each at
+    ``1 - (1 - confidence)/m``), so the largest is valid at ``confidence`` as a whole; bounds
+    computed at 95% each would give ``1 - m * 5%`` here, and it says so."""
+    best, best_eps, valid = None, -math.inf, []
     for e in estimates:
         if not is_valid_bound(e):
             continue
+        valid.append(e)
         eps = _number(e.get("epsilon"))
         if eps > best_eps:
             best, best_eps = e, eps
     if best is None:
         return None
     details = best.get("details") or {}
+    misses = [1.0 - float(_number(e.get("confidence"))) for e in valid]
+    overall = max(0.0, round(1.0 - sum(misses), 12))
+    each = _number(best.get("confidence"))
+    m = len(valid)
+    validity = (f"valid at {overall:.0%} as a whole: the level is split across the {m} valid "
+                f"bounds computed (each at {100 * each:.4g}%), and the largest is shown"
+                if m > 1 else f"valid at {overall:.0%}: the only valid bound computed")
     return {
         "estimator": best.get("estimator"),
         "name": _BOUND_NAMES.get(best.get("estimator"), str(best.get("estimator"))),
@@ -155,7 +171,10 @@ def largest_valid_bound(estimates: Iterable[Mapping[str, Any]]) -> dict | None:
         "mu": _number(details.get("mu")),
         "epsilon": best_eps,
         "delta": _number(best.get("delta")),
-        "confidence": _number(best.get("confidence")),
+        "confidence": overall,
+        "num_bounds": m,
+        "each_confidence": each,
+        "validity": validity,
     }
 
 
@@ -290,14 +309,17 @@ def _influence(weighting: dict) -> str:
 def _bound_text(bound: dict | None, by: dict, claim: dict, conf: str) -> str:
     """The leakage measured, in the words of the final valid bound (the tile's), else the
     alarm's own ``mu_lo``."""
+    split = (f" (as a whole: the level is split across {bound['num_bounds']} bounds)"
+             if bound is not None and (bound.get("num_bounds") or 1) > 1 else "")
     if bound is not None and bound.get("mu") is not None:
         eps = bound.get("epsilon")
         return (f"the leakage is at least μ = {_g(bound['mu'])}"
                 + (f" (ε ≥ {_g(eps, 2)} at δ = {claim['delta']:g})" if eps is not None else "")
-                + f" at {_conf(bound.get('confidence'))} by the {bound['name']}")
+                + f" at {_conf(bound.get('confidence'))}{split} by the {bound['name']}")
     if bound is not None:
         return (f"the leakage is at least ε = {_g(bound['epsilon'], 2)} at δ = "
-                f"{claim['delta']:g} at {_conf(bound.get('confidence'))} by the {bound['name']}")
+                f"{claim['delta']:g} at {_conf(bound.get('confidence'))}{split} by the "
+                f"{bound['name']}")
     mu_lo, eps_lo = _number(by.get("mu_lo")), _number(by.get("epsilon_lo"))
     if mu_lo is not None:
         return (f"the leakage is at least μ = {_g(mu_lo)}"
