@@ -58,7 +58,9 @@ CAUSES = ("noise", "weighting", "noise_and_weighting")
 
 #: The weighting breaks the claim when the heaviest client's mu, ``W * mu``, exceeds the claim by
 #: more than this fraction (``W > 1.01``): a claim is stated to about 3 digits, and a 1% excess in
-#: mu is far below what any audit of it resolves.
+#: mu is far below what any audit of it resolves. Below it the weighting is not mentioned at all
+#: (equal partitions of 360 and 359 examples give W = 1.002; issue #38), and above it the factor
+#: printed to 3 digits is at least "1.01".
 WEIGHTING_TOLERANCE = 0.01
 
 
@@ -288,16 +290,19 @@ def weighting_answer(weight_factor: float | None, claim_mu: float, *,
     is calibrated for, so correct noise protects a client that heavy at ``W * claim_mu``
     (its rounds' factors are at most ``W``). None for equal weights (``W`` None or 1).
 
-    Returns ``{"weight_factor", "claim_mu", "heaviest_mu", "breaks_claim", "tested_mu"}``;
-    ``breaks_claim``: ``W * mu > mu * (1 + tolerance)``; ``tested_mu``: the claim at the
+    Returns ``{"weight_factor", "claim_mu", "heaviest_mu", "breaks_claim", "tested_mu",
+    "matters"}``; ``breaks_claim``: ``W * mu > mu * (1 + tolerance)``; ``matters``: the same
+    threshold for every word about the weighting (the verdict's sentences and the ServerApp's
+    warning say nothing at or below it, so never "1×"); ``tested_mu``: the claim at the
     heaviest influence the canaries carried (``canary_weight_factor``, at most ``W``; None:
     ``W``), where the claim tests ran."""
     if weight_factor is None or not weight_factor > 1 + 1e-6:
         return None
     w, mu = float(weight_factor), float(claim_mu)
     carried = w if canary_weight_factor is None else max(1.0, float(canary_weight_factor))
+    breaks = w * mu > mu * (1 + tolerance)
     return {"weight_factor": w, "claim_mu": mu, "heaviest_mu": w * mu,
-            "breaks_claim": w * mu > mu * (1 + tolerance), "tested_mu": carried * mu}
+            "breaks_claim": breaks, "tested_mu": carried * mu, "matters": breaks}
 
 
 def _influence(weighting: dict) -> str:
@@ -352,7 +357,7 @@ def _refutation(alarm: dict, claim: dict, bound: dict | None, *,
         else "the alarm's confidence"
     tested = _number(by.get("claim_mu"))
     noise = ""
-    if tested is not None and claim.get("mu") and tested > claim["mu"] * (1 + 1e-6):
+    if tested is not None and claim.get("mu") and tested > claim["mu"] * (1 + WEIGHTING_TOLERANCE):
         noise = (f"the noise falls short: tested at the heaviest client's influence "
                  f"({_g(tested / claim['mu'])}× the C/n the noise is calibrated for, where "
                  f"correct noise gives μ = {_g(tested)}), ")
@@ -441,7 +446,8 @@ def audit_verdict(
     common["weighting"] = weighting
     breaks = weighting is not None and weighting["breaks_claim"]
     if alarm is not None:
-        refuted_by, because = _refutation(alarm, claim, bound, weighted=weighting is not None)
+        refuted_by, because = _refutation(alarm, claim, bound,
+                                          weighted=weighting is not None and weighting["matters"])
         t = alarm.get("round")
         where = f"at round {t}" if t is not None else "at the end of training"
         if stopped_at_round is not None:  # the missing rounds are the ones never trained

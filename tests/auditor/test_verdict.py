@@ -153,11 +153,17 @@ def test_an_alarm_tested_at_the_heaviest_influence_blames_the_noise():
     assert "The weighting breaks the claim too" in verdict.summary
     assert "not the noise" not in verdict.summary
     assert verdict.weighting == {"weight_factor": 3.2, "claim_mu": 1.0, "heaviest_mu": 3.2,
-                                 "breaks_claim": True, "tested_mu": 3.2}
+                                 "breaks_claim": True, "tested_mu": 3.2, "matters": True}
     # a weighting within the tolerance: tested there, blamed on the noise alone
     slight = audit_verdict(alarm=_refuted_at(1.4, 1.005), **{**kw, "weight_factor": 1.005})
     assert slight.cause == "noise" and "weighting breaks" not in slight.summary
-    assert slight.weighting["breaks_claim"] is False
+    assert slight.weighting["breaks_claim"] is False and slight.weighting["matters"] is False
+    # issue #38 (d): equal partitions (360 vs 359 examples: W = 1.002) say nothing about the
+    # weighting, and never "1×"
+    even = audit_verdict(alarm=_refuted_at(1.4, 1.002), **{**kw, "weight_factor": 1.002})
+    plain = audit_verdict(alarm=_refuted(1.4), **{**kw, "weight_factor": None})
+    assert even.summary == plain.summary and "1×" not in even.summary
+    assert "falls short" not in even.summary and even.cause == "noise"
 
 
 def test_an_alarm_before_any_heavier_canary_round_still_names_the_noise():
