@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-
 from flaudit.auditor.claims import NormalScoreTest, RoundSums, normal_score_test
 
 Z, C, T = 1.0, 4, 20
