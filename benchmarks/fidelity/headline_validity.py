@@ -6,8 +6,10 @@
    canaries, no momentum, correct noise z = 1), every seen canary in ``r`` known rounds, so the
    true leakage towards a canary is exactly mu = sqrt(r) / z. Five valid bounds are computed
    (final-model normal scores, one-run and f-DP one-run; all-iterates one-run; known-rounds
-   normal scores). ``new``: as shipped (the level split across them); ``old``: each at 95%
-   (``summarize(confidence=1 - 5 * 5%)`` gives exactly the former rows), their maximum.
+   normal scores). ``new``: as shipped (the level split across them); ``old``: the two
+   normal-score bounds at 95% each (``summarize(confidence=1 - 2 * 5%, one_run=False)``), their
+   maximum (the one-run bounds at 95% sit far below the truth in these cells and were never the
+   largest; left out for time).
 2. ``design``: a design's printed factor "catches noise x s" holds at exactly the printed s.
    The known-rounds normal-score test at the final look's level, on per-round sums simulated
    exactly (known scale, or a scale of d - k degrees of freedom), seen canaries a fair coin
@@ -19,7 +21,7 @@
    running maximum weight (``max``: before) or at its own (``own``: ``RoundSums.with_weights``).
    The design promises noise x 0.5 in 95% of runs.
 
-    PYTHONPATH=. .venv/bin/python -m benchmarks.fidelity.headline_validity --reps 300
+    PYTHONPATH=. .venv/bin/python -m benchmarks.fidelity.headline_validity --reps 200
 """
 
 from __future__ import annotations
@@ -57,12 +59,13 @@ CELLS = [("T=r=1, d=5000", 5000, 1), ("T=r=2, d=5000", 5000, 2), ("T=r=3, d=600"
 K, DELTA = 200, 1e-5
 
 
-def _headline(cfg: FedAvgSimulation, result, confidence: float) -> tuple[float, dict | None]:
+def _headline(cfg: FedAvgSimulation, result, confidence: float,
+              one_run: bool = True) -> tuple[float, dict | None]:
     summary = summarize(seen=result.seen, dim=result.dim, delta=DELTA,
                         final_cosines=result.final_cosines, max_cosines=result.max_cosines,
                         known_rounds_scores=result.known_rounds_scores,
                         known_rounds_rounds=result.known_rounds_rounds,
-                        canary_repeats=cfg.canary_repeats, one_run=True,
+                        canary_repeats=cfg.canary_repeats, one_run=one_run,
                         num_rounds=result.num_rounds, scale_dof=result.scale_dof,
                         confidence=confidence)
     bound = largest_valid_bound([e.to_dict() for e in summary.estimates])
@@ -71,7 +74,7 @@ def _headline(cfg: FedAvgSimulation, result, confidence: float) -> tuple[float, 
 
 def headline(reps: int) -> None:
     print("1. headline bound above the true epsilon (correct noise), share of runs")
-    print(f"{'cell':<16} {'runs':>5} {'new':>22} {'old (5 x 95%)':>22} {'m':>3} {'s/run':>6}")
+    print(f"{'cell':<16} {'runs':>5} {'new':>22} {'old (2 x 95%)':>22} {'m':>3} {'s/run':>6}")
     for name, dim, r in CELLS:
         cfg = FedAvgSimulation(dim=dim, num_clients=500, clients_per_round=50, num_rounds=r,
                                num_canaries=K, canary_repeats=r, noise_multiplier=1.0,
@@ -84,7 +87,9 @@ def headline(reps: int) -> None:
             result = simulate_dpfedavg_audit(cfg, seed=1000 * r + seed)
             eps_new, bound = _headline(cfg, result, 0.95)
             m = bound["num_bounds"] if bound else m
-            eps_old, _ = _headline(cfg, result, 1 - 5 * 0.05)
+            # the two normal-score bounds at 95% each (m = 2 without the one-run bounds, which
+            # at 95% sit far below the truth here and never were the largest)
+            eps_old, _ = _headline(cfg, result, 1 - 2 * 0.05, one_run=False)
             new += eps_new > truth * (1 + 1e-9)
             old += eps_old > truth * (1 + 1e-9)
         per = (time.time() - start) / reps
