@@ -21,6 +21,7 @@ import numpy as np
 from flwr.common.logger import log
 from flwr.supercore.differential_privacy import KEY_NORM_BIT
 
+from ..auditor.claims.verdict import WEIGHTING_TOLERANCE
 from ..auditor.validation import check_positive
 from .audit_notes import design_line, refusal_line
 from .http_reporter import ReportingError
@@ -239,7 +240,8 @@ class CanaryAudit:
         Worst case for the claim: a canary weighs what the heaviest client seen so far in the
         run weighs (it could have been sampled into this round); equal weights: exactly the
         clients' weight. The factor ``w_max * replies / sum(w)`` (None without replies) is
-        recorded in ``weight_factors[t]``; above 1, the weighting warning, once per run.
+        recorded in ``weight_factors[t]``; above ``1 + WEIGHTING_TOLERANCE`` (where the
+        verdict too says the weighting breaks the claim), the weighting warning, once per run.
         """
         self._max_weight = max([self._max_weight, *weights])
         weight = self._max_weight if self._max_weight > 0 else 1.0
@@ -250,7 +252,7 @@ class CanaryAudit:
             return weight, None
         factor = weight * replies / total
         self.weight_factors[server_round] = factor
-        if factor > 1 + 1e-9 and not self._weighting_warned:
+        if factor > 1 + WEIGHTING_TOLERANCE and not self._weighting_warned:  # as the verdict
             self._weighting_warned = True
             warn_weighting(server_round, key, factor)
         return weight, factor

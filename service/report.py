@@ -168,6 +168,8 @@ def _tiles(verdict: dict) -> str:
         conf = (f"{_fmt(100 * bound['confidence'])}% confidence; "
                 if isinstance(bound.get("confidence"), (int, float)) else "")
         m_note = f"{mu}{conf}{bound.get('name') or bound.get('estimator') or ''}"
+        if bound.get("validity"):
+            m_note += f" ({bound['validity']})"
     else:
         measured, m_note = "none", "no lower bound above zero"
     design = verdict.get("design") or {}

@@ -137,7 +137,8 @@ class VerdictOut(BaseModel):
     weighting: dict[str, Any] | None = Field(
         None, description="A weighted FedAvg (largest round weight_factor above 1): "
         "weight_factor, claim_mu, heaviest_mu (= weight_factor × claim_mu, what correct noise "
-        "gives the heaviest client), breaks_claim (heaviest_mu above the claim by more than 1%)."
+        "gives the heaviest client), breaks_claim (heaviest_mu above the claim by more than 1%), matters (the same threshold: "
+        "at or below it nothing is said about the weighting)."
     )
     gaps: dict[str, Any] | None = Field(
         None, description="Rounds missing: rounds_received, num_rounds, missing_rounds."

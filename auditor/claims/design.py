@@ -134,6 +134,45 @@ def _max_refutable_mu(guesses_per_end: int, k: int, level: float) -> float:
     return fdp_mu_lo(2 * guesses_per_end, 2 * guesses_per_end, k, level)
 
 
+def _round_down(value: float, digits: int = 2) -> float:
+    """``value > 0`` rounded down to ``digits`` significant digits (a promise "catches noise x
+    s or smaller" stays true for a smaller ``s``). A relative 1e-9 absorbs float error in the
+    product (0.29 * 100 = 28.999...)."""
+    p = digits - 1 - math.floor(math.log10(value))
+    return math.floor(value * 10.0**p * (1 + 1e-9)) / 10.0**p
+
+
+def _round_up(value: float, digits: int = 3) -> str:
+    """``value`` rounded up to ``digits`` significant digits, as text ("μ ≥ x" stays true for a
+    larger ``x``); ``inf`` as ∞."""
+    if not math.isfinite(value):
+        return "∞"
+    if value <= 0:
+        return "0"
+    p = digits - 1 - math.floor(math.log10(value))
+    return f"{math.ceil(value * 10.0**p * (1 - 1e-9)) / 10.0**p:.{digits}g}"
+
+
+def _update_noise(spec, z: float) -> tuple[float, str]:
+    """The noise multiplier the canaries meet, and a sentence on the split (issue #38).
+
+    With adaptive clipping the claim accounts for the round as one Gaussian mechanism,
+    ``z = (z_update^-2 + sigma_b^-2)^-1/2`` (:attr:`flaudit.auditor.spec.AuditSpec.accounted_noise_multiplier`),
+    but a canary's update meets only the update noise ``z_update`` (the spec's
+    ``noise_multiplier``; DESIGN.md "Adaptive clipping"): correct noise gives it ``1/z_update``
+    per participation, below the claim's ``1/z``, and the design's factor is on ``z_update``."""
+    adaptive = getattr(spec, "adaptive_clipping", None)
+    z_update = getattr(spec, "noise_multiplier", None)
+    if adaptive is None or z_update is None or not float(z_update) > z > 0:
+        return z, ""
+    z_update = float(z_update)
+    sigma_b = adaptive.count_stddev(int(spec.clients_per_round))
+    return z_update, (
+        f" Adaptive clipping: the updates carry noise multiplier {z_update:.4g} and the clipped "
+        f"count noise σ_b = {sigma_b:.4g}; the claim counts both (the round as one mechanism: "
+        f"{z:.4g}), the canaries meet the updates' {z_update:.4g}, and the factor is on it.")
+
+
 def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
                  dim: int | None = None) -> AuditDesign:
     """The audit design of ``spec`` (an :class:`flaudit.auditor.spec.AuditSpec`, or anything with
@@ -142,6 +181,7 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
     ``d - k`` degrees of freedom (module docstring)."""
 
     z = float(spec.accounted_noise_multiplier)
+    z_update, split = _update_noise(spec, z)
     r = int(spec.canary_repeats)
     delta = float(spec.delta)
     if spec.num_canaries == AUTO:  # an external audit before its ServerApp declared the claim
@@ -160,10 +200,11 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
                        spec.num_rounds + 1, alpha=alpha)
     z_level, z_power = float(special.ndtri(1 - level)), float(special.ndtri(power))
     dof = math.inf if dim is None or int(dim) <= k else float(int(dim) - k)
-    s_star = (_detectable_scale(lam, n_seen, max(1, int(spec.num_rounds)), z_level, z_power, dof)
-              if n_seen > 0 else None)
-    if s_star is not None:
-        det_mu = mu / s_star
+    s_claim = (_detectable_scale(lam, n_seen, max(1, int(spec.num_rounds)), z_level, z_power, dof)
+               if n_seen > 0 else None)
+    if s_claim is not None:  # the factor is on the noise the canaries meet (module docstring)
+        s_star = s_claim * z / z_update
+        det_mu = mu / s_claim
         det_eps = float(gdp_epsilon(det_mu, delta))
     else:
         s_star = det_mu = det_eps = None
@@ -172,8 +213,10 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
                            spec.num_rounds + 1, alpha=alpha)
     max_mu = _max_refutable_mu(g, k, fdp_level) if k >= 2 else 0.0
     testable = s_star is not None and s_star >= CLEAR_BUG_NOISE_SCALE
-    canaries_clear = canaries_needed(noise_multiplier=z, canary_repeats=r,
-                                     num_rounds=spec.num_rounds, alpha=alpha, power=power)
+    clear = CLEAR_BUG_NOISE_SCALE * z_update / z  # noise x 0.5 on the updates, in claim units
+    canaries_clear = (canaries_needed(noise_multiplier=z, canary_repeats=r,
+                                      num_rounds=spec.num_rounds, alpha=alpha, power=power,
+                                      scale=clear) if clear < 1 else None)
     # one sentence that also reads as a clause after "this audit" (the verdict embeds it)
     if s_star is None and n_seen > 0:
         summary = (f"Cannot catch any bug in {power:.0%} of runs: the noise scale rests on "
@@ -182,16 +225,25 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
         # about half the canaries are seen; in the unluckiest 5% of runs, none are
         summary = (f"Cannot catch any bug in {power:.0%} of runs: with {k} canaries, too few "
                    "are seen.")
-    else:
+    else:  # printed toward what the audit keeps: the factor down, the mu and epsilon up
+        shown = _round_down(s_star)
+        shown_mu = mu * z / (z_update * shown)  # the run at noise x shown: caught, and more
+        factor = f"{shown:.2f}" if shown >= 0.1 else f"{shown:.2g}"
         summary = (f"Catches {'only ' if s_star < CLEAR_BUG_NOISE_SCALE else ''}noise × "
-                   f"{s_star:.2f} or smaller (μ ≥ {det_mu:.3g}, ε ≥ {det_eps:.3g} "
-                   f"at δ = {delta:g}) in {power:.0%} of runs.")
+                   f"{factor} or smaller (μ ≥ {_round_up(shown_mu)}, ε ≥ "
+                   f"{_round_up(float(gdp_epsilon(shown_mu, delta)))} at δ = {delta:g}) in "
+                   f"{power:.0%} of runs.")
+    summary += split
     advice = None
-    known_scale = (_detectable_scale(lam, n_seen, 1, z_level, z_power, math.inf)
+    known_scale = (_detectable_scale(lam, n_seen, 1, z_level, z_power, math.inf) * z / z_update
                    if n_seen > 0 else None)
     if not testable and known_scale is not None and known_scale >= CLEAR_BUG_NOISE_SCALE:
         advice = (f"The noise scale rests on only d − k = {dof:g} coordinates: fewer canaries "
                   "(k well below d/2) would make this audit testable.")
+    elif not testable and canaries_clear is None:
+        advice = ("The clipped count's noise takes so much of the claim that half the updates' "
+                  "noise still meets it: no number of canaries catches it; a larger "
+                  "clipped_count_stddev would.")
     elif not testable:  # more canaries where the federation has slots for them, else more rounds
         advice = capped_advice(spec, canaries_clear, alpha=alpha, power=power) or (
             f"Too few canaries to catch even half the claimed noise: use at least "

@@ -58,11 +58,18 @@ class RoundSums:
     dof : float
         Degrees of freedom of each release's noise scale (``inf``: the scale is known and the
         ``t_jt`` are independent ``N(lam, 1)``-bounded normal scores).
+    weights : numpy.ndarray, optional
+        (T,) ``w_t > 0``: release ``t``'s per-participation signal under the claim is ``w_t``
+        times the claim's (noncentrality ``sqrt(c_t) w_t lam``); None: all 1. A weighted
+        FedAvg tested at the heaviest influence ``W`` the canaries carried passes
+        ``w_t = W_t / W`` (:meth:`with_weights`), so each round is tested at its own weight
+        ``W_t`` and the test stays exact (issue #38; docs/estimators.md, "Weighted FedAvg").
     """
 
     sums: np.ndarray
     counts: np.ndarray
     dof: float
+    weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         sums = np.asarray(self.sums, dtype=np.float64).ravel()
@@ -78,6 +85,23 @@ class RoundSums:
         object.__setattr__(self, "sums", sums)
         object.__setattr__(self, "counts", counts)
         object.__setattr__(self, "dof", float(self.dof))
+        if self.weights is not None:
+            weights = np.asarray(self.weights, dtype=np.float64).ravel()
+            if weights.shape != sums.shape:
+                raise ValueError(f"weights must have the shape of sums {sums.shape}, got "
+                                 f"{weights.shape}")
+            if not np.all(np.isfinite(weights) & (weights > 0)):
+                raise ValueError("weights must be finite and > 0")
+            object.__setattr__(self, "weights", weights)
+
+    def with_weights(self, weights) -> "RoundSums":
+        """The same releases with per-release signal weights (class docstring)."""
+        return RoundSums(self.sums, self.counts, self.dof, weights)
+
+    @property
+    def signal_weights(self) -> np.ndarray:
+        """(T,) the weights, ones when none were given."""
+        return np.ones(self.sums.shape) if self.weights is None else self.weights
 
     @classmethod
     def from_scores(cls, scores, participations=None) -> "RoundSums":
@@ -106,7 +130,7 @@ def _round_scores(rounds: RoundSums, lam: float) -> np.ndarray:
     """``Y_t``: the exact normal score of each ``R_t`` under a per-participation signal ``lam``
     (``N(0, 1)`` when every seen participation carries exactly ``lam``), each from its own tail
     so both stay accurate (:func:`flaudit.auditor.claims.nct.nct_normal_score`)."""
-    delta = np.sqrt(rounds.counts) * lam
+    delta = np.sqrt(rounds.counts) * rounds.signal_weights * lam
     sums = rounds.sums
     if math.isinf(rounds.dof):
         return np.maximum(sums - delta, _Y_FLOOR)
@@ -204,7 +228,8 @@ class NormalScoreTest:
         if finite.size < self.rounds.sums.size:
             return math.inf
         # a known-scale guess, doubled until the test no longer rejects
-        hi = max(1.0, float(np.sum(np.sqrt(self.rounds.counts) * finite)) / self.num_scores)
+        hi = max(1.0, float(np.sum(np.sqrt(self.rounds.counts) * finite)) / self.num_scores
+                 / float(np.min(self.rounds.signal_weights, initial=1.0)))
         while excess(hi) > 0:
             hi *= 2.0
             if hi > 1e12:
@@ -217,14 +242,17 @@ class NormalScoreTest:
                 "round_sums": [float(v) for v in self.rounds.sums],
                 "round_counts": [int(v) for v in self.rounds.counts],
                 "dof": "inf" if math.isinf(self.rounds.dof) else self.rounds.dof,
-                "lam_claim": self.lam_claim, "mu_per_unit": self.mu_per_unit}
+                "lam_claim": self.lam_claim, "mu_per_unit": self.mu_per_unit,
+                **({} if self.rounds.weights is None
+                   else {"round_weights": [float(v) for v in self.rounds.weights]})}
 
     @classmethod
     def from_details(cls, details: dict) -> "NormalScoreTest":
         dof = details["dof"]
         rounds = RoundSums(np.asarray(details["round_sums"], dtype=np.float64),
                            np.asarray(details["round_counts"], dtype=np.int64),
-                           math.inf if dof == "inf" else float(dof))
+                           math.inf if dof == "inf" else float(dof),
+                           details.get("round_weights"))
         return cls(rounds, float(details["lam_claim"]), float(details["mu_per_unit"]))
 
 

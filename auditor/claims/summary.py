@@ -180,7 +180,10 @@ class AuditLook:
     threat_models : iterable of {"final_model", "all_iterates"}
         Which threat models to report (each needs its statistic).
     confidence : float
-        Confidence of the lower bounds.
+        Confidence of the lower bounds. The valid ones (the normal-score and one-run bounds,
+        from which the verdict's headline takes the largest) split it: each is computed at
+        ``1 - (1 - confidence) / m`` for the ``m`` planned (:func:`_split_confidence`), so
+        their largest is valid at ``confidence`` as a whole.
     bootstrap : int
         Bootstrap resamples for the interval on epsilon_est (0: skip; ~200 costs ~0.1 s).
     one_run : bool
@@ -218,6 +221,7 @@ class _Checked:
     dim: int
     delta: float
     confidence: float
+    each_confidence: float  # each valid bound's share of the level (:func:`_split_confidence`)
     threat_models: tuple[str, ...]
     final: np.ndarray | None
     max_cosines: np.ndarray | None
@@ -314,7 +318,11 @@ def _checked(look: AuditLook) -> _Checked:
             raise ValueError("known_rounds_scores contains Inf")
     claims = list(look.claims) if look.claims is not None else []
     known_claim = next((c for c in claims if c.threat_model == KNOWN_ROUNDS), None)
+    each = _split_confidence(confidence, final=FINAL_MODEL in tms and final is not None,
+                             max_cos=ALL_ITERATES in tms and maxc is not None,
+                             known=known is not None, one_run=look.one_run and k >= 2)
     return _Checked(k=k, seen=seen_mask, dim=d, delta=delta, confidence=confidence,
+                    each_confidence=each,
                     threat_models=tuple(tms), final=final, max_cosines=maxc, known=known,
                     claims=claims, known_claim=known_claim)
 
@@ -334,9 +342,11 @@ def _add_final_model(summary: AuditSummary, c: _Checked, look: AuditLook) -> Non
         summary.diagnostics.append(unseen_vs_null(u, d))
     if look.one_run and c.k >= 2:
         summary.estimates.append(one_run_lower_bound(c.final, c.seen, delta=delta,
-                                                     confidence=confidence, threat_model=FINAL_MODEL))
+                                                     confidence=c.each_confidence,
+                                                     threat_model=FINAL_MODEL))
         summary.estimates.append(fdp_one_run_lower_bound(c.final, c.seen, delta=delta,
-                                                         confidence=confidence, claim=c.known_claim,
+                                                         confidence=c.each_confidence,
+                                                         claim=c.known_claim,
                                                          threat_model=FINAL_MODEL))
     exact = d < EXACT_NULL_BELOW_DIM
     summary.histograms[FINAL_MODEL] = _histogram(
@@ -373,7 +383,7 @@ def _add_final_model_bounds(summary: AuditSummary, c: _Checked, look: AuditLook,
             "the seen canaries' final-model statistics studentized by the model's noise "
             "scale and summed: noncentral Student-t under Gaussian noise, calibrated at "
             "the claimed mu each (exact)"))
-    estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, confidence))
+    estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, c.each_confidence))
     summary.diagnostics.append(anderson_darling(s, name="seen_final"))
     if look.bootstrap:
         summary.diagnostics.append(
@@ -423,7 +433,8 @@ def _add_all_iterates(summary: AuditSummary, c: _Checked, look: AuditLook) -> No
             num_seen=n_seen, num_unseen=n_unseen))
     if look.one_run and c.k >= 2:
         estimates.append(one_run_lower_bound(c.max_cosines, c.seen, delta=delta,
-                                             confidence=confidence, threat_model=ALL_ITERATES))
+                                             confidence=c.each_confidence,
+                                             threat_model=ALL_ITERATES))
     if n_unseen:
         mu, sd = float(np.mean(u)), float(np.std(u))
         summary.histograms[ALL_ITERATES] = _histogram(s, u, _gauss_pdf(mu, sd), "fitted to unseen",
@@ -463,7 +474,8 @@ def _add_known_rounds(summary: AuditSummary, c: _Checked, look: AuditLook) -> No
                 None if counts is None else counts[seen_mask & scored])
         test = normal_score_test(rounds, claim_mu=known_claim.mu if claimed else 0.0,
                                  claim_participations=int(look.canary_repeats))
-        summary.estimates.append(_normal_score_bound(test, KNOWN_ROUNDS, c.delta, c.confidence))
+        summary.estimates.append(_normal_score_bound(test, KNOWN_ROUNDS, c.delta,
+                                                     c.each_confidence))
         if claimed:
             summary.claim_tests.append(_normal_score_result(
                 test, known_claim, KNOWN_ROUNDS, AlarmTest.known_rounds_normal_scores,
@@ -475,6 +487,20 @@ def _add_known_rounds(summary: AuditSummary, c: _Checked, look: AuditLook) -> No
     if claimed and int(scored.sum()) >= 2:
         summary.claim_tests.append(fdp_claim_test(known[scored], seen_mask[scored],
                                                   claim=known_claim))
+
+
+def _split_confidence(confidence: float, *, final: bool, max_cos: bool, known: bool,
+                      one_run: bool) -> float:
+    """The confidence of each bound the headline may choose from (the valid ones:
+    :data:`flaudit.auditor.claims.verdict.VALID_BOUND_ESTIMATORS`), so that the largest of
+    them is valid at ``confidence`` as a whole (Bonferroni: it exceeds the truth only if one
+    of the ``m`` does, each with probability ``(1 - confidence) / m``). ``m`` is counted from
+    the inputs, before any score is seen: the final-model normal-score bound, and with
+    ``one_run`` its one-run and f-DP one-run bounds; the all-iterates one-run bound; the
+    known-rounds normal-score bound. A bound planned but skipped (too few seen canaries) only
+    makes the split conservative."""
+    m = (final * (1 + 2 * one_run)) + (max_cos * one_run) + known
+    return 1.0 - (1.0 - confidence) / max(1, int(m))
 
 
 def _normal_score_result(test, claim, threat_model: str, name: AlarmTest,

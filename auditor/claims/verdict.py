@@ -60,7 +60,9 @@ CAUSES = ("noise", "weighting", "noise_and_weighting")
 
 #: The weighting breaks the claim when the heaviest client's mu, ``W * mu``, exceeds the claim by
 #: more than this fraction (``W > 1.01``): a claim is stated to about 3 digits, and a 1% excess in
-#: mu is far below what any audit of it resolves.
+#: mu is far below what any audit of it resolves. Below it the weighting is not mentioned at all
+#: (equal partitions of 360 and 359 examples give W = 1.002; issue #38), and above it the factor
+#: printed to 3 digits is at least "1.01".
 WEIGHTING_TOLERANCE = 0.01
 
 
@@ -128,17 +130,33 @@ def is_valid_bound(estimate: Mapping[str, Any]) -> bool:
 def largest_valid_bound(estimates: Iterable[Mapping[str, Any]]) -> dict | None:
     """The largest valid lower bound on ε among ``estimates`` (ties: the first), as the API's
     ``verdict.largest_valid_bound``: estimator, human name, threat model, μ (for the
-    Gaussian-DP bounds, else None), ε, δ, confidence. None when there is none."""
-    best, best_eps = None, -math.inf
+    Gaussian-DP bounds, else None), ε, δ, ``confidence``, ``num_bounds``, ``each_confidence``
+    and ``validity`` (a sentence). None when there is none.
+
+    The largest of ``m`` bounds is a lower bound only with the confidence the union bound
+    leaves: it exceeds the truth only when one of them does, so ``confidence`` is
+    ``1 - sum_i (1 - c_i)`` over the ``m`` valid bounds it was chosen from (issue #38).
+    :func:`flaudit.auditor.claims.summarize` splits its level across them (each at
+    ``1 - (1 - confidence)/m``), so the largest is valid at ``confidence`` as a whole; bounds
+    computed at 95% each would give ``1 - m * 5%`` here, and it says so."""
+    best, best_eps, valid = None, -math.inf, []
     for e in estimates:
         if not is_valid_bound(e):
             continue
+        valid.append(e)
         eps = number(e.get("epsilon"))
         if eps > best_eps:
             best, best_eps = e, eps
     if best is None:
         return None
     details = best.get("details") or {}
+    misses = [1.0 - float(number(e.get("confidence"))) for e in valid]
+    overall = max(0.0, round(1.0 - sum(misses), 12))
+    each = number(best.get("confidence"))
+    m = len(valid)
+    validity = (f"valid at {overall:.0%} as a whole: the level is split across the {m} valid "
+                f"bounds computed (each at {100 * each:.4g}%), and the largest is shown"
+                if m > 1 else f"valid at {overall:.0%}: the only valid bound computed")
     return {
         "estimator": best.get("estimator"),
         "name": _BOUND_NAMES.get(best.get("estimator"), str(best.get("estimator"))),
@@ -146,7 +164,10 @@ def largest_valid_bound(estimates: Iterable[Mapping[str, Any]]) -> dict | None:
         "mu": number(details.get("mu")),
         "epsilon": best_eps,
         "delta": number(best.get("delta")),
-        "confidence": number(best.get("confidence")),
+        "confidence": overall,
+        "num_bounds": m,
+        "each_confidence": each,
+        "validity": validity,
     }
 
 
@@ -250,16 +271,19 @@ def weighting_answer(weight_factor: float | None, claim_mu: float, *,
     is calibrated for, so correct noise protects a client that heavy at ``W * claim_mu``
     (its rounds' factors are at most ``W``). None for equal weights (``W`` None or 1).
 
-    Returns ``{"weight_factor", "claim_mu", "heaviest_mu", "breaks_claim", "tested_mu"}``;
-    ``breaks_claim``: ``W * mu > mu * (1 + tolerance)``; ``tested_mu``: the claim at the
+    Returns ``{"weight_factor", "claim_mu", "heaviest_mu", "breaks_claim", "tested_mu",
+    "matters"}``; ``breaks_claim``: ``W * mu > mu * (1 + tolerance)``; ``matters``: the same
+    threshold for every word about the weighting (the verdict's sentences and the ServerApp's
+    warning say nothing at or below it, so never "1×"); ``tested_mu``: the claim at the
     heaviest influence the canaries carried (``canary_weight_factor``, at most ``W``; None:
     ``W``), where the claim tests ran."""
     if weight_factor is None or not weight_factor > 1 + 1e-6:
         return None
     w, mu = float(weight_factor), float(claim_mu)
     carried = w if canary_weight_factor is None else max(1.0, float(canary_weight_factor))
+    breaks = w * mu > mu * (1 + tolerance)
     return {"weight_factor": w, "claim_mu": mu, "heaviest_mu": w * mu,
-            "breaks_claim": w * mu > mu * (1 + tolerance), "tested_mu": carried * mu}
+            "breaks_claim": breaks, "tested_mu": carried * mu, "matters": breaks}
 
 
 def _influence(weighting: dict) -> str:
@@ -271,14 +295,17 @@ def _influence(weighting: dict) -> str:
 def _bound_text(bound: dict | None, by: dict, claim: dict, conf: str) -> str:
     """The leakage measured, in the words of the final valid bound (the tile's), else the
     alarm's own ``mu_lo``."""
+    split = (f" (as a whole: the level is split across {bound['num_bounds']} bounds)"
+             if bound is not None and (bound.get("num_bounds") or 1) > 1 else "")
     if bound is not None and bound.get("mu") is not None:
         eps = bound.get("epsilon")
         return (f"the leakage is at least μ = {_g(bound['mu'])}"
                 + (f" (ε ≥ {_g(eps, 2)} at δ = {claim['delta']:g})" if eps is not None else "")
-                + f" at {_conf(bound.get('confidence'))} by the {bound['name']}")
+                + f" at {_conf(bound.get('confidence'))}{split} by the {bound['name']}")
     if bound is not None:
         return (f"the leakage is at least ε = {_g(bound['epsilon'], 2)} at δ = "
-                f"{claim['delta']:g} at {_conf(bound.get('confidence'))} by the {bound['name']}")
+                f"{claim['delta']:g} at {_conf(bound.get('confidence'))}{split} by the "
+                f"{bound['name']}")
     mu_lo, eps_lo = number(by.get("mu_lo")), number(by.get("epsilon_lo"))
     if mu_lo is not None:
         return (f"the leakage is at least μ = {_g(mu_lo)}"
@@ -311,7 +338,7 @@ def _refutation(alarm: dict, claim: dict, bound: dict | None, *,
         else "the alarm's confidence"
     tested = number(by.get("claim_mu"))
     noise = ""
-    if tested is not None and claim.get("mu") and tested > claim["mu"] * (1 + 1e-6):
+    if tested is not None and claim.get("mu") and tested > claim["mu"] * (1 + WEIGHTING_TOLERANCE):
         noise = (f"the noise falls short: tested at the heaviest client's influence "
                  f"({_g(tested / claim['mu'])}× the C/n the noise is calibrated for, where "
                  f"correct noise gives μ = {_g(tested)}), ")
@@ -400,7 +427,8 @@ def audit_verdict(
     common["weighting"] = weighting
     breaks = weighting is not None and weighting["breaks_claim"]
     if alarm is not None:
-        refuted_by, because = _refutation(alarm, claim, bound, weighted=weighting is not None)
+        refuted_by, because = _refutation(alarm, claim, bound,
+                                          weighted=weighting is not None and weighting["matters"])
         t = alarm.get("round")
         where = f"at round {t}" if t is not None else "at the end of training"
         if stopped_at_round is not None:  # the missing rounds are the ones never trained

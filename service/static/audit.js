@@ -359,7 +359,7 @@ export function renderAudit(root, id) {
         "div",
         { class: "tile-note muted small" },
         b
-          ? [`${b.mu != null ? `μ ≥ ${fmtNum(b.mu)}, ` : ""}${b.confidence != null ? `${fmtPercent(b.confidence)} confidence` : ""}`, h("div", {}, `${b.name || estimateLabel(b)}${b.threat_model ? `; adversary ${threatLabel(b.threat_model)}` : ""}`)]
+          ? [`${b.mu != null ? `μ ≥ ${fmtNum(b.mu)}, ` : ""}${b.confidence != null ? `${fmtPercent(b.confidence)} confidence` : ""}`, h("div", {}, `${b.name || estimateLabel(b)}${b.threat_model ? `; adversary ${threatLabel(b.threat_model)}` : ""}`), b.validity ? h("div", {}, b.validity) : null]
           : TERMINAL.has(a.status) ? "no lower bound above zero" : "appears after the first round",
       ),
     );

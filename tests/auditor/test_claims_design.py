@@ -110,3 +110,42 @@ def test_design_with_a_huge_model_is_the_known_scale_design():
     spec = _spec(k=1000, T=10)
     assert audit_design(spec, dim=10**9).detectable_noise_scale == pytest.approx(
         audit_design(spec).detectable_noise_scale, rel=1e-5)
+
+
+@pytest.mark.parametrize("k,r,T", [(39, 1, 10), (100, 1, 5), (300, 2, 10), (1000, 1, 10),
+                                   (5000, 4, 20)])
+def test_the_printed_promise_rounds_toward_what_the_audit_keeps(k, r, T):
+    """Issue #38 (b): "catches noise x s or smaller" holds for any s below s*, so the printed
+    factor is s* rounded down (never up: 0.8162 printed 0.82 promised 95% where 93.8% held);
+    "mu >= m" holds for any m above, so mu and epsilon are rounded up."""
+    import re
+
+    design = audit_design(_spec(k=k, r=r, T=T))
+    found = re.search(r"noise × ([0-9.]+) or smaller \(μ ≥ ([0-9.]+), ε ≥ ([0-9.]+)",
+                      design.summary)
+    factor, mu, eps = (float(x) for x in found.groups())
+    s_star = design.detectable_noise_scale
+    assert factor <= s_star < factor + 0.01
+    assert mu >= design.detectable_mu and eps >= design.detectable_epsilon
+    assert mu >= design.claim_mu / factor * (1 - 1e-3)  # the run at the printed factor
+
+
+def test_adaptive_clipping_design_is_on_the_update_noise_the_canaries_meet():
+    """Issue #38 (e): the claim counts the clipped count's noise too (z_total), the canaries
+    meet only the updates' z: correct noise gives them 1/z < 1/z_total, so the factor caught
+    on the updates is s*(z_total) * z_total / z, and the sentence names the split."""
+    from flaudit.auditor.spec import AuditSpec
+
+    spec = AuditSpec(num_canaries=300, num_clients=1000, clip_norm=None, noise_multiplier=1.0,
+                     clients_per_round=20,
+                     adaptive_clipping={"clipped_count_stddev": 2.0})
+    z_total = spec.accounted_noise_multiplier
+    assert z_total == pytest.approx((1 + 0.25) ** -0.5)
+    design = audit_design(spec)
+    fixed = audit_design(_spec(k=300, z=z_total, T=spec.num_rounds, delta=spec.delta))
+    assert design.detectable_noise_scale == pytest.approx(fixed.detectable_noise_scale * z_total)
+    assert design.detectable_mu == pytest.approx(fixed.detectable_mu)
+    assert "the updates carry noise multiplier 1 " in design.summary
+    assert f"{z_total:.4g}" in design.summary and "σ_b = 2" in design.summary
+    plain = audit_design(spec.model_copy(update={"adaptive_clipping": None, "clip_norm": 1.0}))
+    assert "Adaptive" not in plain.summary

@@ -103,3 +103,26 @@ def test_summary_never_crashes_or_returns_nan_on_legal_input(data):
     for g in s.diagnostics:
         assert not math.isnan(g.value)
     json.dumps(s.to_dict(), allow_nan=False)  # strict JSON: inf appears as the string "inf"
+
+
+def test_summary_splits_the_level_across_the_bounds_the_headline_chooses_from():
+    """Issue #38: the headline is the largest valid bound, so the valid bounds share the 5%:
+    final model (normal scores, one-run, f-DP one-run) and all iterates (one-run) are m = 4,
+    each at 1 - 5%/4; the known-rounds bound makes m = 5; the threshold bounds keep 95%."""
+    from flaudit.auditor.claims import largest_valid_bound
+    from flaudit.auditor.claims.verdict import is_valid_bound
+
+    seen, final, maxc, d = _cosines(k=200)
+    s = summarize(seen=seen, dim=d, delta=1e-6, max_cosines=maxc, final_cosines=final, one_run=True)
+    rows = [e.to_dict() for e in s.estimates]
+    valid = [e for e in rows if is_valid_bound(e)]
+    assert len(valid) == 4 and all(e["confidence"] == pytest.approx(1 - 0.05 / 4) for e in valid)
+    assert all(e["confidence"] == 0.95 for e in rows
+               if e["estimator"] in ("lower_bound", "gdp_lower_bound"))
+    assert largest_valid_bound(rows)["confidence"] == pytest.approx(0.95)
+    known = np.where(seen, 1.0, 0.0) + np.random.default_rng(1).standard_normal(seen.size)
+    s = summarize(seen=seen, dim=d, delta=1e-6, final_cosines=final, max_cosines=maxc,
+                  known_rounds_scores=known, one_run=True, confidence=0.9)
+    valid = [e.to_dict() for e in s.estimates if is_valid_bound(e.to_dict())]
+    assert len(valid) == 5 and all(e["confidence"] == pytest.approx(1 - 0.1 / 5) for e in valid)
+    assert largest_valid_bound(valid)["confidence"] == pytest.approx(0.9)

@@ -37,7 +37,10 @@ def test_the_largest_valid_bound_counts_the_bounds_valid_for_the_mechanism_audit
     ]
     bound = largest_valid_bound(estimates)
     assert bound["estimator"] == "normal_scores" and bound["epsilon"] == 2.2
-    assert bound["mu"] == 0.9 and bound["confidence"] == 0.95 and bound["name"]
+    assert bound["mu"] == 0.9 and bound["name"]
+    # the largest of three bounds at 95% each is valid only at 1 - 3 * 5% (union bound)
+    assert bound["num_bounds"] == 3 and bound["confidence"] == pytest.approx(0.85)
+    assert bound["each_confidence"] == 0.95 and "85% as a whole" in bound["validity"]
     estimates.append(_est("fdp_one_run", "inf", mu=math.inf))
     assert largest_valid_bound(estimates)["epsilon"] == math.inf
     assert largest_valid_bound([_est("two_gaussian", 3.0), _est("gdp_lower_bound", 3.0)]) is None
@@ -150,11 +153,17 @@ def test_an_alarm_tested_at_the_heaviest_influence_blames_the_noise():
     assert "The weighting breaks the claim too" in verdict.summary
     assert "not the noise" not in verdict.summary
     assert verdict.weighting == {"weight_factor": 3.2, "claim_mu": 1.0, "heaviest_mu": 3.2,
-                                 "breaks_claim": True, "tested_mu": 3.2}
+                                 "breaks_claim": True, "tested_mu": 3.2, "matters": True}
     # a weighting within the tolerance: tested there, blamed on the noise alone
     slight = audit_verdict(alarm=_refuted_at(1.4, 1.005), **{**kw, "weight_factor": 1.005})
     assert slight.cause == "noise" and "weighting breaks" not in slight.summary
-    assert slight.weighting["breaks_claim"] is False
+    assert slight.weighting["breaks_claim"] is False and slight.weighting["matters"] is False
+    # issue #38 (d): equal partitions (360 vs 359 examples: W = 1.002) say nothing about the
+    # weighting, and never "1×"
+    even = audit_verdict(alarm=_refuted_at(1.4, 1.002), **{**kw, "weight_factor": 1.002})
+    plain = audit_verdict(alarm=_refuted(1.4), **{**kw, "weight_factor": None})
+    assert even.summary == plain.summary and "1×" not in even.summary
+    assert "falls short" not in even.summary and even.cause == "noise"
 
 
 def test_an_alarm_before_any_heavier_canary_round_still_names_the_noise():
@@ -225,3 +234,21 @@ def test_unweighted_refutations_blame_the_noise_and_consistent_verdicts_nothing(
     consistent = audit_verdict(claim=CLAIM, design=TESTABLE, state="succeeded",
                                rounds_received=10, num_rounds=10)
     assert consistent.cause is None and consistent.to_dict()["cause"] is None
+
+
+def test_the_headline_bound_states_the_confidence_left_after_splitting_the_level():
+    """Bounds computed at 1 - 5%/m each: their largest is valid at 95% as a whole, and the
+    verdict's sentence says the level was split; one bound alone keeps its own level."""
+    each = 1 - 0.05 / 3
+    estimates = [_est("normal_scores", 2.2, correction="n/a", confidence=each, mu=0.9),
+                 _est("one_run", 0.3, confidence=each), _est("fdp_one_run", 1.1, confidence=each, mu=0.5)]
+    bound = largest_valid_bound(estimates)
+    assert bound["confidence"] == pytest.approx(0.95) and bound["num_bounds"] == 3
+    assert "95% as a whole" in bound["validity"]
+    only = largest_valid_bound(estimates[:1])
+    assert only["num_bounds"] == 1 and only["confidence"] == pytest.approx(each)
+    verdict = audit_verdict(claim={"mu": 0.5, "epsilon": 2.0, "delta": 1e-5},
+                            alarm={"round": 3, "refuted_by": {"test": "known_rounds_normal_scores",
+                                                              "confidence": 0.95}},
+                            estimates=estimates, state="succeeded", rounds_received=5, num_rounds=5)
+    assert "95% confidence (as a whole: the level is split across 3 bounds)" in verdict.summary
