@@ -159,7 +159,10 @@ def final_model_rounds(cosines, dim: int, *, dof: float) -> RoundSums:
     x = x[np.isfinite(x)]
     if x.size == 0:
         return RoundSums(np.zeros(0), np.zeros(0, dtype=np.int64), dof)
-    t = studentized_from_cosine(x, dof, int(dim))
+    # a cosine of exactly +-1 (no noise along the canary) studentizes to +-inf, and two of
+    # opposite signs would sum to NaN: read each cosine to float64 resolution instead
+    bound = 1.0 - np.finfo(np.float64).eps
+    t = studentized_from_cosine(np.clip(x, -bound, bound), dof, int(dim))
     return RoundSums(np.array([float(np.sum(t)) / math.sqrt(x.size)]), np.array([x.size]), dof)
 
 

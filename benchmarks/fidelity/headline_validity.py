@@ -44,6 +44,7 @@ from flaudit.auditor.claims import (
     largest_valid_bound,
     look_level,
     normal_score_test,
+    AuditLook,
     summarize,
 )
 from flaudit.auditor.claims.sizing import seen_low
@@ -61,13 +62,12 @@ K, DELTA = 200, 1e-5
 
 def _headline(cfg: FedAvgSimulation, result, confidence: float,
               one_run: bool = True) -> tuple[float, dict | None]:
-    summary = summarize(seen=result.seen, dim=result.dim, delta=DELTA,
-                        final_cosines=result.final_cosines, max_cosines=result.max_cosines,
-                        known_rounds_scores=result.known_rounds_scores,
-                        known_rounds_rounds=result.known_rounds_rounds,
-                        canary_repeats=cfg.canary_repeats, one_run=one_run,
-                        num_rounds=result.num_rounds, scale_dof=result.scale_dof,
-                        confidence=confidence)
+    summary = summarize(AuditLook(
+        seen=result.seen, dim=result.dim, delta=DELTA, final_cosines=result.final_cosines,
+        max_cosines=result.max_cosines, known_rounds_scores=result.known_rounds_scores,
+        known_rounds_rounds=result.known_rounds_rounds, canary_repeats=cfg.canary_repeats,
+        one_run=one_run, num_rounds=result.num_rounds, scale_dof=result.scale_dof,
+        confidence=confidence))
     bound = largest_valid_bound([e.to_dict() for e in summary.estimates])
     return 0.0 if bound is None else float(bound["epsilon"]), bound
 

@@ -105,6 +105,19 @@ def test_summary_never_crashes_or_returns_nan_on_legal_input(data):
     json.dumps(s.to_dict(), allow_nan=False)  # strict JSON: inf appears as the string "inf"
 
 
+def test_cosines_of_exactly_plus_and_minus_one_give_finite_normal_scores():
+    """Found by the property test above: at d = 2, seen cosines of exactly 1 and -1 studentize
+    to +inf and -inf, whose sum was NaN (a crash). They are read to float64 resolution."""
+    seen = np.zeros(12, dtype=bool)
+    seen[[5, 11]] = True
+    final = np.zeros(12)
+    final[5], final[11] = 1.0, -1.0
+    s = summarize(AuditLook(seen=seen, dim=2, delta=1e-9, max_cosines=np.zeros(12),
+                            final_cosines=final, one_run=True, bootstrap=3))
+    assert all(not math.isnan(e.epsilon) for e in s.estimates)
+    json.dumps(s.to_dict(), allow_nan=False)
+
+
 def test_summary_splits_the_level_across_the_bounds_the_headline_chooses_from():
     """Issue #38: the headline is the largest valid bound, so the valid bounds share the 5%:
     final model (normal scores, one-run, f-DP one-run) and all iterates (one-run) are m = 4,
@@ -113,7 +126,8 @@ def test_summary_splits_the_level_across_the_bounds_the_headline_chooses_from():
     from flaudit.auditor.claims.verdict import is_valid_bound
 
     seen, final, maxc, d = _cosines(k=200)
-    s = summarize(seen=seen, dim=d, delta=1e-6, max_cosines=maxc, final_cosines=final, one_run=True)
+    s = summarize(AuditLook(seen=seen, dim=d, delta=1e-6, max_cosines=maxc, final_cosines=final,
+                            one_run=True))
     rows = [e.to_dict() for e in s.estimates]
     valid = [e for e in rows if is_valid_bound(e)]
     assert len(valid) == 4 and all(e["confidence"] == pytest.approx(1 - 0.05 / 4) for e in valid)
@@ -121,8 +135,8 @@ def test_summary_splits_the_level_across_the_bounds_the_headline_chooses_from():
                if e["estimator"] in ("lower_bound", "gdp_lower_bound"))
     assert largest_valid_bound(rows)["confidence"] == pytest.approx(0.95)
     known = np.where(seen, 1.0, 0.0) + np.random.default_rng(1).standard_normal(seen.size)
-    s = summarize(seen=seen, dim=d, delta=1e-6, final_cosines=final, max_cosines=maxc,
-                  known_rounds_scores=known, one_run=True, confidence=0.9)
+    s = summarize(AuditLook(seen=seen, dim=d, delta=1e-6, final_cosines=final, max_cosines=maxc,
+                            known_rounds_scores=known, one_run=True, confidence=0.9))
     valid = [e.to_dict() for e in s.estimates if is_valid_bound(e.to_dict())]
     assert len(valid) == 5 and all(e["confidence"] == pytest.approx(1 - 0.1 / 5) for e in valid)
     assert largest_valid_bound(valid)["confidence"] == pytest.approx(0.9)
