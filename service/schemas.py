@@ -318,7 +318,7 @@ class VerdictBrief(BaseModel):
         None, description="The claim tested (epsilon, delta, mu), as in the whole verdict.")
     largest_valid_bound: dict[str, Any] | None = Field(
         None, description="The measured valid lower bound, as in the whole verdict: the number "
-        "the list shows beside the verdict (never above the claim on a consistent audit).")
+        "the list shows beside the verdict.")
 
 
 class AuditSummary(BaseModel):

@@ -153,7 +153,7 @@ def test_the_refuted_page_leads_with_the_evidence_it_rests_on(served, browser, o
 
         # the list: the verdict instead of "succeeded", the valid bound instead of an estimate
         page.goto(f"{url}/ui/#/")
-        for name, (body, _) in audits.items():
+        for body, _ in audits.values():
             row = page.locator(f'tr[data-audit-id="{body["id"]}"]')
             expect(row.locator(".list-verdict")).to_be_visible()
             expect(row).not_to_contain_text("succeeded")
