@@ -150,6 +150,11 @@ def test_the_refuted_page_leads_with_the_evidence_it_rests_on(served, browser, o
             assert any(word in adversary for word in THREAT_WORDS), adversary
         page.wait_for_timeout(500)
         page.screenshot(path=str(output_dir / "refuted-page.png"), full_page=True)
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.wait_for_timeout(400)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 391
+        page.screenshot(path=str(output_dir / "refuted-page-390.png"), full_page=True)
+        page.set_viewport_size({"width": 1280, "height": 1000})
 
         # the list: the verdict instead of "succeeded", the valid bound instead of an estimate
         page.goto(f"{url}/ui/#/")
