@@ -367,6 +367,7 @@ def render_report(view: dict, bundle: dict, round_estimates: list[list[dict]]) -
     if spec.get("inject_bug") and view.get("bug_injected"):
         spec["inject_bug"] = view["bug_injected"]
     bug = view.get("bug_injected")
+    status_word = VOCABULARY["statuses"].get(view.get("status"), str(view.get("status")))
     testing = (f'<p class="testing" id="bug-injected"><strong>Testing: </strong>'
                f'{escape(human_text(bug))}</p>' if bug else "")
     return f"""<!doctype html>
@@ -376,7 +377,7 @@ def render_report(view: dict, bundle: dict, round_estimates: list[list[dict]]) -
 <title>flaudit report: {escape(str(view.get('name')))} ({escape(str(view.get('id')))})</title>
 <style>{_CSS}</style></head><body>
 <header><div class="muted small">flaudit audit report · audit <code>{escape(str(view.get('id')))}</code>
-· {escape(value_text(view.get('status')))} · round {escape(str(progress.get('round')))} of
+· {escape(status_word)} · round {escape(str(progress.get('round')))} of
 {escape(str(progress.get('num_rounds')))}</div>
 <h1>{escape(str(view.get('name')))}</h1></header>
 <section><div id="verdict" class="verdict {escape(status)}"><span class="status">{escape(verdict_title(status))}</span>

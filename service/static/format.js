@@ -64,7 +64,7 @@ export function fmtTime(iso) {
 
 /** A status in words: a succeeded audit's run finished; whether its claim held is the verdict's
  * to say (a green "succeeded" beside "Claim refuted" reads as a contradiction). */
-export const STATUS_WORD = { succeeded: "run finished" };
+export const STATUS_WORD = VOCABULARY.statuses;
 
 export const STATUS_ICON = {
   queued: "◷",
