@@ -76,9 +76,9 @@ def _number(value: float | int) -> str:
         return str(value)
     if not math.isfinite(value):
         return "∞" if value > 0 else ("−∞" if value < 0 else "not a number")
-    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
-        return f"{value:.3g}"
-    return f"{value:.6g}"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.3g}"
 
 
 def value_text(value: Any, key: Any = None) -> str:
