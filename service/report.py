@@ -248,6 +248,8 @@ def _pictures(view: dict, round_estimates: list[list[dict]]) -> str:
     """The pictures, the one the verdict rests on first, each saying whose adversary it shows."""
     verdict = view.get("verdict") or {}
     by = verdict.get("refuted_by") if verdict.get("status") == "claim_refuted" else None
+    if by and by.get("threat_model") not in VOCABULARY["threat_models"]:
+        by = None  # refuted by something no picture shows (e.g. the weighting): no order
     rests = None
     if by:
         rests = "fdp" if by.get("threat_model") == "final_model" else "bounds"

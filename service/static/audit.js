@@ -309,7 +309,8 @@ export function renderAudit(root, id) {
    * each other picture saying it shows another adversary. */
   function renderEvidenceOrder(a) {
     const v = a.verdict;
-    const by = v?.status === "claim_refuted" ? v.refuted_by : null;
+    // refuted by something no picture shows (e.g. the weighting): no picture leads
+    const by = v?.status === "claim_refuted" && VOCABULARY.threat_models[v.refuted_by?.threat_model] ? v.refuted_by : null;
     const tm = by?.threat_model;
     const rests = !by ? null : tm === "final_model" ? fdpSection : boundsSection;
     const sig = JSON.stringify([tm, by?.name]);
