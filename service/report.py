@@ -7,35 +7,54 @@ evidence bundle's hash and signing key. A print stylesheet lays it out for PDF.
 
 from __future__ import annotations
 
-import json
 import math
 from html import escape
 from typing import Any
 
-from ..auditor.claims.verdict import is_valid_bound, largest_valid_bound
+from ..auditor.claims.verdict import is_valid_bound
 from ..auditor.results import number
+from .vocabulary import (
+    VOCABULARY,
+    estimate_label,
+    field_label,
+    human_text,
+    threat_label,
+    value_lines,
+    value_text,
+    verdict_title,
+)
 
 __all__ = ["render_report"]
 
 _CSS = """
-:root{--ink:#1d2430;--muted:#5b6472;--line:#d5dae1;--ok:#1d7a46;--bad:#b3261e;--warn:#8a5a00;
---claim:#3056b8;--emp:#b3261e;--band:#f3c7c4;--lo:#8a5a00}
+:root{--fg:#111827;--muted:#5b6472;--line:#dde2ea;--ok:#1d6b3a;--ok-bg:#e6f4ea;--err:#9b1c1c;
+--err-bg:#fde8e8;--warn:#7a5200;--warn-bg:#fff7db;--bg:#f4f6f9}
 *{box-sizing:border-box}body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;
-color:var(--ink);max-width:60rem;margin:2rem auto;padding:0 1.2rem}
+color:var(--fg);max-width:60rem;margin:2rem auto;padding:0 1.2rem}
 h1{font-size:1.5rem;margin:.2rem 0}h2{font-size:1.1rem;margin:1.6rem 0 .5rem;
 border-bottom:1px solid var(--line);padding-bottom:.2rem}.muted{color:var(--muted)}
-.small{font-size:.85rem}.verdict{font-size:1.15rem;padding:.8rem 1rem;border-left:6px solid
-var(--muted);background:#f6f7f9;margin:1rem 0}.verdict.consistent{border-color:var(--ok)}
-.verdict.claim_refuted{border-color:var(--bad)}.verdict.inconclusive{border-color:var(--warn)}
-.status{font-weight:600;text-transform:uppercase;font-size:.8rem;letter-spacing:.05em}
+.small{font-size:.85rem}.verdict{font-size:1.1rem;padding:.8rem 1rem;border:2px solid
+var(--muted);border-left-width:10px;border-radius:8px;background:var(--bg);margin:1rem 0}
+.verdict p{margin:.3rem 0 0;color:var(--fg)}.verdict.consistent{border-color:var(--ok);
+background:var(--ok-bg)}.verdict.claim_refuted{border-color:var(--err);background:var(--err-bg)}
+.verdict.inconclusive{border-color:var(--warn);background:var(--warn-bg)}
+.status{font-weight:800;font-size:1.3rem}.consistent .status{color:var(--ok)}
+.claim_refuted .status{color:var(--err)}.inconclusive .status{color:var(--warn)}
+.testing{font-size:.9rem}
 .tiles{display:grid;grid-template-columns:repeat(3,1fr);gap:.8rem}.tile{border:1px solid
 var(--line);border-radius:6px;padding:.7rem .8rem}.tile-label{font-size:.8rem;color:var(--muted)}
 .tile-value{font-size:1.35rem;font-weight:600;margin:.2rem 0}table{border-collapse:collapse;
 width:100%;font-size:.85rem}th,td{text-align:left;border-bottom:1px solid var(--line);
 padding:.25rem .4rem;vertical-align:top}td.num{font-variant-numeric:tabular-nums;text-align:right}
-.charts{display:grid;grid-template-columns:1fr 1fr;gap:1rem}figure{margin:0}figcaption{font-size:
-.8rem;color:var(--muted)}svg{width:100%;height:auto;border:1px solid var(--line);border-radius:4px}
-code{font-size:.8rem;word-break:break-all}.legend span{margin-right:1rem;white-space:nowrap}
+table.fields th{width:45%;font-weight:500;color:var(--muted)}td .line{display:block}
+.charts{display:grid;grid-template-columns:1fr 1fr;gap:1rem}figure{margin:0}
+figcaption{font-size:.85rem}figcaption strong{display:block;font-size:.95rem}
+.adversary{display:block;color:var(--muted)}.rests{display:block;font-weight:600;
+color:var(--err);margin:.2rem 0}svg{width:100%;height:auto;border:1px solid var(--line);
+border-radius:4px}
+code{font-size:.8rem;word-break:break-all}.legend{list-style:none;padding:0;margin:.3rem 0 0;
+font-size:.8rem}.legend .key{display:flex;align-items:baseline;gap:.4rem;margin:.1rem 0}
+.legend .swatch{flex:none;width:26px;height:10px;border:0;border-radius:0;align-self:center}
 @media print{body{margin:0;max-width:none;font-size:11pt}.verdict{background:none}
 section,figure,.tile,tr{break-inside:avoid;page-break-inside:avoid}h2{break-after:avoid;
 page-break-after:avoid}.page-break{break-before:page;page-break-before:always}
@@ -45,47 +64,62 @@ a{color:inherit;text-decoration:none}}
 
 _W, _H, _PAD = 360, 260, 36
 
-#: The dashboard's human names (static/format.js ``ESTIMATORS`` and ``threatLabel``).
-_ESTIMATOR_NAMES = {
-    "two_gaussian": "Gaussian-fit estimate of ε", "lower_bound": "Threshold-test bound on ε",
-    "normal_scores": "Normal-score bound on μ", "gdp_lower_bound": "Threshold-test bound on μ",
-    "one_run": "Guessing-game bound on ε", "fdp_one_run": "Guessing-game bound on μ",
-    "analytic": "Promised ε (privacy accountant)", "sequential": "Sequential test by betting",
-}
-_THREAT_NAMES = {
-    "final_model": "sees the final model", "all_iterates": "sees every round's update",
-    "known_rounds": "sees the rounds a canary joined",
-    "poisson_subsampled": "sees every update, rounds random",
-    "gaussian_mechanism": "one Gaussian mechanism",
-}
+#: The dashboard's colours and dash patterns (static/charts.js): the palette, the claim in the
+#: text colour, dashed.
+_PALETTE = VOCABULARY["palette"]
+_DASHES = ["", "7 4", "2 3", "9 3 2 3", "12 4", "4 2 1 2"]
+_CLAIM = ("#111827", "8 5")
+_EMPIRICAL, _BAND, _MU_LO = (_PALETTE[0], ""), (_PALETTE[5], "2 3"), (_PALETTE[1], "3 2 9 2")
+_BAND_FILL = "rgba(86, 180, 233, 0.22)"
+
+#: The adversary each picture is about (the bounds over rounds: its first line's).
+_PICTURE_THREAT = {"fdp": "final_model", "bounds": "known_rounds"}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, bool) or value is None:
-        return "–" if value is None else str(value)
+        return value_text(value)
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
-            return "∞" if value > 0 else ("−∞" if value < 0 else "nan")
+            return "∞" if value > 0 else ("−∞" if value < 0 else "not a number")
         return f"{value:.{digits}g}"
     if value == "inf":
         return "∞"
     return str(value)
 
 
-def _polyline(xs, ys, x_range, y_range, color: str, *, dash: str = "", width: float = 2) -> str:
+def _points(xs, ys, x_range, y_range) -> list[tuple[float, float]]:
     (x0, x1), (y0, y1) = x_range, y_range
-    points = []
+    out = []
     for x, y in zip(xs, ys):
         if number(x, finite=True) is None or number(y, finite=True) is None:
             continue
-        px = _PAD + (x - x0) / ((x1 - x0) or 1) * (_W - 1.5 * _PAD)
-        py = _H - _PAD - (y - y0) / ((y1 - y0) or 1) * (_H - 1.5 * _PAD)
-        points.append(f"{px:.1f},{py:.1f}")
+        out.append((_PAD + (x - x0) / ((x1 - x0) or 1) * (_W - 1.5 * _PAD),
+                    _H - _PAD - (min(y, y1) - y0) / ((y1 - y0) or 1) * (_H - 1.5 * _PAD)))
+    return out
+
+
+def _polyline(xs, ys, x_range, y_range, color: str, *, dash: str = "", width: float = 2,
+              dots: bool = False) -> str:
+    points = _points(xs, ys, x_range, y_range)
     if not points:
         return ""
     style = f' stroke-dasharray="{dash}"' if dash else ""
-    return (f'<polyline fill="none" stroke="{color}" stroke-width="{width}"{style} '
-            f'points="{" ".join(points)}"/>')
+    line = (f'<polyline fill="none" stroke="{color}" stroke-width="{width}"{style} '
+            f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in points)}"/>')
+    if dots:
+        line += "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>'
+                        for x, y in points)
+    return line
+
+
+def _band(alpha, upper, lower, rng) -> str:
+    top, bottom = _points(alpha, upper, *rng), _points(alpha, lower, *rng)
+    if not top or not bottom:
+        return ""
+    ring = [*top, *reversed(bottom)]
+    return (f'<polygon fill="{_BAND_FILL}" stroke="none" '
+            f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in ring)}"/>')
 
 
 def _axes(x_label: str, y_label: str, x_range, y_range) -> str:
@@ -110,46 +144,132 @@ def _svg(body: str, title: str) -> str:
             f'aria-label="{escape(title)}">{body}</svg>')
 
 
-def _tradeoff_svg(picture: dict) -> str:
+def _legend(keys: list[tuple[str, str, str]]) -> str:
+    """Legend entries (colour, dash, words): the line's sample and its words hold together."""
+    items = "".join(
+        f'<li class="key"><svg class="swatch" viewBox="0 0 26 10" aria-hidden="true">'
+        f'<line x1="1" y1="5" x2="25" y2="5" stroke="{color}" stroke-width="3"'
+        f'{f" stroke-dasharray={chr(34)}{dash}{chr(34)}" if dash else ""}/></svg>'
+        f'<span>{escape(text)}</span></li>' for color, dash, text in keys)
+    return f'<ul class="legend">{items}</ul>'
+
+
+def _figure(key: str, title: str, svg: str, legend: str, adversary: str, lead: str) -> str:
+    return (f'<figure id="{key}" data-threat-model="{_PICTURE_THREAT[key]}"><figcaption>'
+            f'<strong>{escape(title)}</strong><span class="adversary">{escape(adversary)}</span>'
+            f'{lead}</figcaption>{svg}{legend}</figure>')
+
+
+def _tradeoff_svg(picture: dict, lead: str) -> str:
     alpha = picture.get("alpha") or []
     rng = ((0.0, 1.0), (0.0, 1.0))
     body = _axes("false-positive rate α", "false-negative rate β", *rng)
     body += _polyline(alpha, [1 - a for a in alpha], *rng, "#bbb", dash="3 3", width=1)
-    for key, color, dash in (("band", "var(--band)", ""), ("claim", "var(--claim)", ""),
-                             ("mu_lo", "var(--lo)", "6 3"), ("empirical", "var(--emp)", "")):
-        if picture.get(key):
-            body += _polyline(alpha, picture[key], *rng, color, dash=dash,
-                              width=4 if key == "band" else 2)
-    legend = []
-    for key, color, text in (("claim", "#3056b8", f"claimed (μ = {_fmt(picture.get('claim_mu'))})"),
-                             ("empirical", "#b3261e", "seen canaries' empirical curve"),
-                             ("band", "#f3c7c4", "lower confidence band"),
-                             ("mu_lo", "#8a5a00", f"μ_lo = {_fmt(picture.get('mu_lo_value'))}")):
-        if picture.get(key):
-            legend.append(f'<span style="color:{color}">■</span> {escape(text)}')
-    return (f'<figure id="fdp">{_svg(body, "f-DP trade-off picture")}<figcaption '
-            f'class="legend">{" ".join(legend) or "no curve: no claim and no scores"}'
-            f'</figcaption></figure>')
+    if picture.get("band") and picture.get("empirical"):
+        body += _band(alpha, picture["empirical"], picture["band"], rng)
+    mu_lo = picture.get("mu_lo") if (number(picture.get("mu_lo_value"), finite=True) or 0) > 0 else None
+    conf = picture.get("confidence") or 0.95
+    keys = []
+    for values, (color, dash), width, text in (
+            (picture.get("band"), _BAND, 1.5,
+             (f"{_fmt(100 * conf)}% confidence band if scores were independent (a picture, "
+              "not the test)")),
+            (picture.get("empirical"), _EMPIRICAL, 2.5,
+             f"measured from {picture.get('num_seen') or 0} inserted canaries"),
+            (picture.get("claim"), _CLAIM, 2.5, f"claimed (μ = {_fmt(picture.get('claim_mu'))})"),
+            (mu_lo, _MU_LO, 2,
+             f"proven at least this leaky (valid bound μ ≥ {_fmt(picture.get('mu_lo_value'))})")):
+        if values:
+            body += _polyline(alpha, values, *rng, color, dash=dash, width=width)
+            keys.append((color, dash, text))
+    return _figure(
+        "fdp", "Can an attacker tell inserted canaries from the others?",
+        _svg(body, "f-DP trade-off picture"),
+        _legend(keys) if keys else '<p class="small muted">No curve: no claim and no scores.</p>',
+        "Adversary: " + threat_label("final_model") + " (the inserted canaries' final-model "
+        "scores). A measured curve below the claimed one is leakage beyond the claim.", lead)
 
 
-def _bounds_svg(round_estimates: list[list[dict]], claim_eps: float | None) -> str:
-    rounds, values = [], []
-    for t, estimates in enumerate(round_estimates, start=1):
-        bound = largest_valid_bound(estimates)
-        value = None if bound is None else number(bound.get("epsilon"), finite=True)
-        rounds.append(t)
-        values.append(value if value is not None else 0.0)
-    top = max([*values, claim_eps or 0.0, 1e-3]) * 1.1
-    x_range = (1.0, float(max(len(rounds), 2)))
-    body = _axes("round", "largest valid ε lower bound", x_range, (0.0, top))
-    if claim_eps is not None:
-        body += _polyline([1, x_range[1]], [claim_eps, claim_eps], x_range, (0.0, top),
-                          "var(--claim)", dash="5 4")
-    body += _polyline(rounds, values, x_range, (0.0, top), "var(--emp)")
-    note = ("claimed ε dashed" if claim_eps is not None else "no claim")
-    return (f'<figure id="bounds">{_svg(body, "valid lower bound over rounds")}'
-            f'<figcaption>largest valid ε lower bound after each round ({note})</figcaption>'
-            f'</figure>')
+def _round_lines(round_estimates: list[list[dict]], final: list[dict]) -> list[tuple[dict, list]]:
+    """The dashboard's bounds over rounds: per series of ``round_bounds``, (round, μ) points."""
+    def pick(estimates, spec):
+        for e in estimates or []:
+            mu = (e.get("details") or {}).get("mu")
+            if (e.get("estimator") == spec["estimator"] and e.get("correction") != "none"
+                    and e.get("threat_model") == spec["threat_model"] and number(mu, finite=True) is not None):
+                return float(mu)
+        return None
+
+    lines = []
+    for spec in VOCABULARY["round_bounds"]:
+        points = [(t, mu) for t, estimates in enumerate(round_estimates, start=1)
+                  if (mu := pick(estimates, spec)) is not None]
+        last = pick(final, spec)
+        if last is not None and round_estimates and not any(
+                t == len(round_estimates) for t, _ in points):
+            points.append((len(round_estimates), last))
+        if points:
+            lines.append((spec, points))
+    return lines
+
+
+def _bounds_svg(round_estimates: list[list[dict]], final: list[dict], claim_mu: float | None,
+                lead: str) -> str:
+    lines = _round_lines(round_estimates, final)
+    values = [mu for _, points in lines for _, mu in points]
+    top = max([*values, claim_mu or 0.0, 1e-3]) * 1.15
+    x_range = (1.0, float(max(len(round_estimates), 2)))
+    body = _axes("round", "μ (Gaussian DP)", x_range, (0.0, top))
+    keys = []
+    for i, (spec, points) in enumerate(lines):
+        color, dash = _PALETTE[i % len(_PALETTE)], _DASHES[i % len(_DASHES)]
+        body += _polyline([t for t, _ in points], [mu for _, mu in points], x_range, (0.0, top),
+                          color, dash=dash, dots=True)
+        keys.append((color, dash, spec["label"]))
+    if claim_mu is not None:
+        body += _polyline([1, x_range[1]], [claim_mu, claim_mu], x_range, (0.0, top),
+                          _CLAIM[0], dash=_CLAIM[1], width=2.5)
+        keys.append((*_CLAIM, f"claimed μ = {_fmt(claim_mu)}"))
+    adversaries = ", ".join(dict.fromkeys(threat_label(s["threat_model"]) for s, _ in lines))
+    return _figure(
+        "bounds", "Lower bounds on μ after each round, against the claim",
+        _svg(body, "valid lower bounds on μ over rounds"),
+        _legend(keys) if keys else '<p class="small muted">No bound yet.</p>',
+        f"Adversary: one line each ({adversaries or threat_label('known_rounds')}). "
+        "A valid lower bound above the claim line refutes the claim.", lead)
+
+
+def _pictures(view: dict, round_estimates: list[list[dict]]) -> str:
+    """The pictures, the one the verdict rests on first, each saying whose adversary it shows."""
+    verdict = view.get("verdict") or {}
+    by = verdict.get("refuted_by") if verdict.get("status") == "claim_refuted" else None
+    if by and by.get("threat_model") not in VOCABULARY["threat_models"]:
+        by = None  # refuted by something no picture shows (e.g. the weighting): no order
+    rests = None
+    if by:
+        rests = "fdp" if by.get("threat_model") == "final_model" else "bounds"
+    leads = {}
+    for key in ("fdp", "bounds"):
+        if rests == key:
+            leads[key] = ('<span class="rests">The verdict rests on this: '
+                          f'{escape(human_text(by.get("name") or "the claim test"))} refuted the '
+                          f'claim (adversary {escape(threat_label(by.get("threat_model")))}).'
+                          '</span>')
+        elif rests:
+            leads[key] = ('<span class="adversary">Not the evidence of the verdict: the claim was '
+                          "refuted for the adversary who "
+                          f'{escape(threat_label(by.get("threat_model")))}'
+                          " (the first picture); this one shows another adversary.</span>")
+        else:
+            leads[key] = ""
+    claim_mu = number((verdict.get("claim") or {}).get("mu"), finite=True)
+    if claim_mu is None:
+        claim_mu = number((view.get("tradeoff") or {}).get("claim_mu"), finite=True)
+    figures = {"fdp": _tradeoff_svg(view.get("tradeoff") or {}, leads["fdp"]),
+               "bounds": _bounds_svg(round_estimates, view.get("estimates") or [], claim_mu,
+                                     leads["bounds"])}
+    order = ["bounds", "fdp"] if rests == "bounds" else ["fdp", "bounds"]
+    return "".join(figures[k] for k in order)
 
 
 def _tiles(verdict: dict) -> str:
@@ -167,7 +287,10 @@ def _tiles(verdict: dict) -> str:
         mu = f"μ ≥ {_fmt(bound.get('mu'))}, " if bound.get("mu") is not None else ""
         conf = (f"{_fmt(100 * bound['confidence'])}% confidence; "
                 if isinstance(bound.get("confidence"), (int, float)) else "")
-        m_note = f"{mu}{conf}{bound.get('name') or bound.get('estimator') or ''}"
+        name = human_text(bound.get("name")) if bound.get("name") else estimate_label(bound)
+        who = f"; adversary {threat_label(bound['threat_model'])}" if bound.get("threat_model") \
+            else ""
+        m_note = f"{mu}{conf}{name}{who}"
         if bound.get("validity"):
             m_note += f" ({bound['validity']})"
     else:
@@ -182,20 +305,21 @@ def _tiles(verdict: dict) -> str:
         f'bound</div><div class="tile-value">{escape(measured)}</div><div class="small muted">'
         f'{escape(m_note)}</div></div>'
         f'<div class="tile" id="tile-design"><div class="tile-label">This audit can detect</div>'
-        f'<div>{escape(str(design.get("summary") or "–"))}</div><div class="small muted">'
-        f'{escape(str(design.get("advice") or ""))}</div></div></div>'
+        f'<div>{escape(human_text(design.get("summary") or "–"))}</div><div class="small muted">'
+        f'{escape(human_text(design.get("advice") or ""))}</div></div></div>'
     )
 
 
-def _rows(items: list[tuple[str, Any]]) -> str:
-    return "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(_value(v))}</td></tr>"
+def _rows(items: list[tuple[str, Any]], *, label=field_label) -> str:
+    return "".join(f"<tr><th>{escape(label(k))}</th><td>{_value(v, k)}</td></tr>"
                    for k, v in items)
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, ensure_ascii=False, sort_keys=True)
-    return _fmt(v, 6) if isinstance(v, float) else ("–" if v is None else str(v))
+def _value(v: Any, key: Any = None) -> str:
+    """A value in words; a nested setting one line per field."""
+    if isinstance(v, dict) and v:
+        return "".join(f'<span class="line">{escape(line)}</span>' for line in value_lines(v))
+    return escape(value_text(v, key))
 
 
 def _estimates_table(estimates: list[dict]) -> str:
@@ -203,13 +327,9 @@ def _estimates_table(estimates: list[dict]) -> str:
             "<th>confidence</th></tr>")
     rows = []
     for e in estimates:
-        name = _ESTIMATOR_NAMES.get(str(e.get("estimator")), "Other estimate")
-        variant = ", ".join(f"{k} {e[k]}" for k in ("variance", "correction")
-                            if e.get(k) and e.get(k) not in ("not_applicable", "n/a"))
         rows.append(
-            f"<tr><td>{escape(str(name))}{escape(f' ({variant})' if variant else '')}</td>"
-            f"<td>{escape(_THREAT_NAMES.get(str(e.get('threat_model')), str(e.get('threat_model'))))}"
-            "</td>"
+            f"<tr><td>{escape(estimate_label(e))}</td>"
+            f"<td>{escape(threat_label(e.get('threat_model')))}</td>"
             f"<td class=num>{escape(_fmt(e.get('epsilon')))}</td>"
             f"<td>{'yes' if is_valid_bound(e) else 'no'}</td>"
             f"<td class=num>{escape(_fmt(e.get('confidence')))}</td></tr>")
@@ -230,19 +350,25 @@ def render_report(view: dict, bundle: dict, round_estimates: list[list[dict]]) -
     """
     verdict = view.get("verdict") or {}
     status = str(verdict.get("status") or "")
-    claim_eps = number((verdict.get("claim") or {}).get("epsilon"), finite=True)
     gaps = view.get("gaps") or []
     gap_rows = "".join(
-        f"<tr><td class=num>{escape(str(g.get('round')))}</td><td>{escape(str(g.get('kind')))}"
-        f"</td><td>{escape(str(g.get('reason') or ''))}</td><td>{escape(str(g.get('cost')))}"
+        f"<tr><td class=num>{escape(str(g.get('round')))}</td><td>{_value(g.get('kind'))}"
+        f"</td><td>{escape(human_text(g.get('reason') or ''))}</td><td>{_value(g.get('cost'))}"
         f"</td></tr>" for g in gaps)
-    gaps_html = (f"<table id=gaps><tr><th>round</th><th>kind</th><th>reason</th><th>cost</th>"
+    gaps_html = (f"<table id=gaps><tr><th>round</th><th>what</th><th>reason</th><th>cost</th>"
                  f"</tr>{gap_rows}</table>" if gaps else
                  "<p id=gaps class=muted>No gaps: every round was reported with its canaries.</p>")
     design = verdict.get("design") or {}
     signature = bundle.get("signature") or {}
     seed = bundle.get("canary_seed") or {}
     progress = view.get("progress") or {}
+    spec = dict(view.get("spec") or {})
+    if spec.get("inject_bug") and view.get("bug_injected"):
+        spec["inject_bug"] = view["bug_injected"]
+    bug = view.get("bug_injected")
+    status_word = VOCABULARY["statuses"].get(view.get("status"), str(view.get("status")))
+    testing = (f'<p class="testing" id="bug-injected"><strong>Testing: </strong>'
+               f'{escape(human_text(bug))}</p>' if bug else "")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -250,24 +376,24 @@ def render_report(view: dict, bundle: dict, round_estimates: list[list[dict]]) -
 <title>flaudit report: {escape(str(view.get('name')))} ({escape(str(view.get('id')))})</title>
 <style>{_CSS}</style></head><body>
 <header><div class="muted small">flaudit audit report · audit <code>{escape(str(view.get('id')))}</code>
-· {escape(str(view.get('status')))} · round {escape(str(progress.get('round')))} of
+· {escape(status_word)} · round {escape(str(progress.get('round')))} of
 {escape(str(progress.get('num_rounds')))}</div>
 <h1>{escape(str(view.get('name')))}</h1></header>
-<section><p id="verdict" class="verdict {escape(status)}"><span class="status">{escape(status.replace('_', ' '))}</span><br>
-{escape(str(verdict.get('summary') or ''))}</p>
+<section><div id="verdict" class="verdict {escape(status)}"><span class="status">{escape(verdict_title(status))}</span>
+<p>{escape(str(verdict.get('summary') or ''))}</p>{testing}</div>
 {_tiles(verdict)}</section>
-<section><h2>Pictures</h2><div class="charts">{_tradeoff_svg(view.get('tradeoff') or {})}
-{_bounds_svg(round_estimates, claim_eps)}</div></section>
-<section><h2>Design</h2><table id=design>{_rows(sorted(design.items()))}</table></section>
+<section><h2>Pictures</h2><div class="charts">{_pictures(view, round_estimates)}</div></section>
+<section><h2>Design: what this audit can detect</h2>
+<table id=design class=fields>{_rows(list(design.items()))}</table></section>
 <section><h2>Gaps</h2>{gaps_html}</section>
 <section class="page-break"><h2>Estimates</h2>{_estimates_table(view.get('estimates') or [])}</section>
-<section><h2>Spec</h2><table id=spec>{_rows(sorted((view.get('spec') or {}).items()))}</table></section>
-<section id="evidence"><h2>Evidence</h2><table>{_rows([
+<section><h2>Settings of the audit</h2><table id=spec class=fields>{_rows(list(spec.items()))}</table></section>
+<section id="evidence"><h2>Evidence</h2><table class=fields>{_rows([
         ("evidence hash", signature.get("digest")), ("signing key id", signature.get("key_id")),
         ("signature", signature.get("algorithm")), ("canary seed commitment", seed.get("commitment")),
         ("created", view.get("created_at")), ("finished", view.get("finished_at")),
         ("versions", bundle.get("versions")),
-    ])}</table>
+    ], label=lambda k: str(k).capitalize())}</table>
 <p class="small muted">Check the numbers with <code>flaudit verify {escape(str(view.get('id')))}-evidence.json --url &lt;service&gt;</code>
 on the bundle from GET /audits/{escape(str(view.get('id')))}/evidence: it recomputes the verdict and
 every estimate from the published statistics and checks the signature (docs/evidence.md).</p></section>

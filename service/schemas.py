@@ -315,6 +315,11 @@ class VerdictBrief(BaseModel):
 
     status: Literal["claim_refuted", "consistent", "inconclusive", "no_dp_claim", "running"]
     summary: str = Field(description="The verdict's sentence, as on the audit's page.")
+    claim: dict[str, Any] | None = Field(
+        None, description="The claim tested (epsilon, delta, mu), as in the whole verdict.")
+    largest_valid_bound: dict[str, Any] | None = Field(
+        None, description="The measured valid lower bound, as in the whole verdict: the number "
+        "the list shows beside the verdict.")
 
 
 class AuditSummary(BaseModel):

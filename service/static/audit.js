@@ -27,6 +27,7 @@ import {
   fmtTime,
   humanText,
   threatLabel,
+  VOCABULARY,
 } from "./format.js";
 import { statusBadge } from "./list.js";
 import { sphereCosineDensity, logMaxNullDensity } from "./stats.js";
@@ -51,11 +52,7 @@ export function compareEstimates(a, b) {
 }
 
 /** The series of the bounds-over-rounds chart: valid lower bounds on μ, per adversary. */
-const MU_BOUNDS = [
-  { estimator: "normal_scores", threat_model: "known_rounds", label: "normal-score μ bound, adversary sees the rounds a canary joined" },
-  { estimator: "normal_scores", threat_model: "final_model", label: "normal-score μ bound, adversary sees the final model" },
-  { estimator: "fdp_one_run", threat_model: "final_model", label: "guessing-game μ bound, final model" },
-];
+const MU_BOUNDS = VOCABULARY.round_bounds;
 
 /** Render one audit page. Returns a cleanup function that stops polling. */
 export function renderAudit(root, id) {
@@ -92,6 +89,35 @@ export function renderAudit(root, id) {
   const metaList = h("dl", { class: "meta" });
   const live = h("p", { class: "visually-hidden", "aria-live": "polite", id: "live-status" });
   let detailsOpen = false;
+  // each picture says which adversary it shows; the one the verdict rests on comes first
+  const fdpLead = h("p", { class: "rests", id: "fdp-rests" });
+  const boundsLead = h("p", { class: "rests", id: "bounds-rests" });
+  const fdpSection = h(
+    "section",
+    { class: "card", "aria-labelledby": "fdp-title", "data-threat-model": "final_model", id: "fdp-section" },
+    h("h2", { id: "fdp-title" }, "Can an attacker tell inserted canaries from the others?"),
+    h("p", { class: "adversary" }, `Adversary: ${threatLabel("final_model")} (the inserted canaries' final-model scores).`),
+    fdpLead,
+    h(
+      "p",
+      { class: "muted small" },
+      "Each point is a test that calls a canary “inserted” when its score is high: it wrongly flags a fraction α of canaries the model never saw and misses a fraction β of those it saw. ",
+      "The claim promises that every test stays on or above the dashed curve; a measured curve below it means the model leaks more than claimed.",
+    ),
+    picture,
+    pictureNote,
+  );
+  const boundsSection = h(
+    "section",
+    { class: "card", "aria-labelledby": "bounds-title", "data-threat-model": "known_rounds", id: "bounds-section" },
+    h("h2", { id: "bounds-title" }, "Lower bounds on μ after each round, against the claim"),
+    h("p", { class: "adversary" }, `Adversary: one line each (${[...new Set(MU_BOUNDS.map((b) => threatLabel(b.threat_model)))].join("; ")}).`),
+    boundsLead,
+    h("p", { class: "muted small" }, "μ is the Gaussian-DP privacy parameter (larger μ = more leakage). A valid lower bound above the claim line refutes the claim."),
+    boundsChart,
+    boundsNote,
+  );
+  const chartsRow = h("div", { class: "two-col charts-row" }, fdpSection, boundsSection);
 
   fill(
     root,
@@ -104,31 +130,7 @@ export function renderAudit(root, id) {
       verdictBox,
       reason,
       h("section", { class: "tiles-section", "aria-labelledby": "summary-title" }, h("h2", { id: "summary-title", class: "visually-hidden" }, "Claim, measurement and power"), tiles, notes),
-      h(
-        "div",
-        { class: "two-col charts-row" },
-      h(
-        "section",
-        { class: "card", "aria-labelledby": "fdp-title" },
-        h("h2", { id: "fdp-title" }, "Can an attacker tell inserted canaries from the others?"),
-        h(
-          "p",
-          { class: "muted small" },
-          "Each point is a test that calls a canary “inserted” when its score is high: it wrongly flags a fraction α of canaries the model never saw and misses a fraction β of those it saw. ",
-          "The claim promises that every test stays on or above the dashed curve; a measured curve below it means the model leaks more than claimed.",
-        ),
-        picture,
-        pictureNote,
-      ),
-      h(
-        "section",
-        { class: "card", "aria-labelledby": "bounds-title" },
-        h("h2", { id: "bounds-title" }, "Lower bounds on μ after each round, against the claim"),
-        h("p", { class: "muted small" }, "μ is the Gaussian-DP privacy parameter (larger μ = more leakage). A valid lower bound above the claim line refutes the claim."),
-        boundsChart,
-        boundsNote,
-      ),
-      ),
+      chartsRow,
       h(
         "details",
         { class: "card details-card", id: "details", ontoggle: (ev) => { detailsOpen = ev.target.open; if (detailsOpen && audit) renderDetails(audit); } },
@@ -232,6 +234,7 @@ export function renderAudit(root, id) {
     renderProgress(a);
     renderTiles(a);
     renderNotes(a);
+    renderEvidenceOrder(a);
     drawCharts();
     estimatesCount.textContent = `(${(a.estimates || []).length} estimates, ${(a.diagnostics || []).length} checks)`;
     if (detailsOpen) renderDetails(a);
@@ -300,6 +303,27 @@ export function renderAudit(root, id) {
         testing,
       ),
     );
+  }
+
+  /** The picture the verdict rests on first (a refutation names its test's adversary), and
+   * each other picture saying it shows another adversary. */
+  function renderEvidenceOrder(a) {
+    const v = a.verdict;
+    // refuted by something no picture shows (e.g. the weighting): no picture leads
+    const by = v?.status === "claim_refuted" && VOCABULARY.threat_models[v.refuted_by?.threat_model] ? v.refuted_by : null;
+    const tm = by?.threat_model;
+    const rests = !by ? null : tm === "final_model" ? fdpSection : boundsSection;
+    const sig = JSON.stringify([tm, by?.name]);
+    if (chartsRow.dataset.sig === sig) return;
+    chartsRow.dataset.sig = sig;
+    for (const [section, lead] of [[fdpSection, fdpLead], [boundsSection, boundsLead]]) {
+      if (!rests) lead.textContent = "";
+      else if (section === rests) lead.textContent = `The verdict rests on this: ${humanText(by.name || "the claim test")} refuted the claim (adversary ${threatLabel(tm)}).`;
+      else lead.textContent = `Not the evidence of the verdict: the claim was refuted for the adversary who ${threatLabel(tm)} (the first picture); this one shows another adversary.`;
+      section.classList.toggle("evidence", section === rests);
+      lead.hidden = !rests;
+    }
+    if (rests && chartsRow.firstElementChild !== rests) chartsRow.insertBefore(rests, chartsRow.firstElementChild);
   }
 
   function renderReason(a) {

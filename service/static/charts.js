@@ -3,9 +3,11 @@
 // Readable without colour: every series has its own dash pattern and a text legend.
 
 import uPlot from "./vendor/uPlot.esm.js";
+import { VOCABULARY } from "./format.js";
 
-/** Okabe–Ito palette (distinguishable with the common colour-vision deficiencies). */
-export const PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#8C6D1F", "#000000"];
+/** Okabe–Ito palette (distinguishable with the common colour-vision deficiencies), shared with
+ * the printable report through vocabulary.json. */
+export const PALETTE = VOCABULARY.palette;
 export const DASHES = [[], [7, 4], [2, 3], [9, 3, 2, 3], [12, 4], [4, 2, 1, 2]];
 
 function cssVar(name, fallback) {

@@ -2,20 +2,37 @@
 
 import { api, ApiError } from "./api.js";
 import { h, fill, toast } from "./dom.js";
-import { fmtEps, fmtTime, headline, STATUS_ICON, TERMINAL, VERDICT_STYLE } from "./format.js";
+import { fmtEps, fmtPercent, fmtTime, STATUS_ICON, STATUS_WORD, TERMINAL, VERDICT_STYLE } from "./format.js";
 
 const PAGE_SIZE = 20;
 
-/** The verdict's heading word under the status badge (``verdict.status``; its sentence is the
- * tooltip and, whole, on the audit's page). A running audit's badge says enough. */
-function verdictLine(verdict) {
+/** The verdict's heading word (``verdict.status``; its sentence is the tooltip and, whole, on
+ * the audit's page). A succeeded audit shows it instead of its status badge (the worker's exit
+ * status says nothing about the claim); a failed or cancelled one under its badge. A running
+ * audit's badge says enough. */
+function verdictLine(verdict, { badge = false } = {}) {
   const style = VERDICT_STYLE[verdict?.status];
   if (!style || verdict.status === "running") return null;
-  return h("div", { class: `list-verdict tone-${style.tone}`, "data-verdict": verdict.status, title: verdict.summary || "" }, h("span", { "aria-hidden": "true" }, `${style.icon} `), style.title);
+  return h("div", { class: `list-verdict tone-${style.tone}${badge ? " verdict-badge" : ""}`, "data-verdict": verdict.status, title: verdict.summary || "" }, h("span", { "aria-hidden": "true" }, `${style.icon} `), style.title);
+}
+
+/** The list's number: the verdict's valid lower bound on ε (what the verdict rests on, never an
+ * estimate that can sit above a claim the audit found consistent), the claim beside it. */
+function boundCell(verdict) {
+  const bound = verdict?.largest_valid_bound;
+  const claim = verdict?.claim;
+  const conf = typeof bound?.confidence === "number" ? `, ${fmtPercent(bound.confidence)} confidence` : "";
+  const title = bound ? `Valid lower bound on ε at δ = ${bound.delta ?? claim?.delta ?? "–"}${conf}` : "No valid lower bound above zero";
+  return h(
+    "td",
+    { class: "num bound", title },
+    bound && bound.epsilon != null ? `ε ≥ ${fmtEps(bound.epsilon)}` : "–",
+    claim && claim.epsilon != null ? h("div", { class: "muted small" }, `claim ε = ${fmtEps(claim.epsilon)}`) : null,
+  );
 }
 
 export function statusBadge(status) {
-  return h("span", { class: `badge status-${status}`, "data-status": status }, h("span", { "aria-hidden": "true" }, STATUS_ICON[status] || "•"), ` ${status}`);
+  return h("span", { class: `badge status-${status}`, "data-status": status }, h("span", { "aria-hidden": "true" }, STATUS_ICON[status] || "•"), ` ${STATUS_WORD[status] || status}`);
 }
 
 export function progressCell(progress, status) {
@@ -52,7 +69,7 @@ export function renderList(root, { focusForm = false } = {}) {
       },
     },
     h("option", { value: "" }, "all"),
-    ["queued", "running", "succeeded", "failed", "cancelled"].map((s) => h("option", { value: s }, s)),
+    ["queued", "running", "succeeded", "failed", "cancelled"].map((s) => h("option", { value: s }, STATUS_WORD[s] || s)),
   );
 
   const listSection = h(
@@ -66,7 +83,7 @@ export function renderList(root, { focusForm = false } = {}) {
         "table",
         { class: "audits", id: "audits-table" },
         h("caption", { class: "visually-hidden" }, "All audits, newest first"),
-        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Name"), h("th", { scope: "col" }, "Status"), h("th", { scope: "col" }, "Progress"), h("th", { scope: "col", class: "num", title: "Gaussian-fit estimate of ε for the final model, variance fixed at 1/d (else the next available variant): an estimate, not a bound" }, "Estimated ε"), h("th", { scope: "col" }, "Created"))),
+        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Name"), h("th", { scope: "col" }, "Status"), h("th", { scope: "col" }, "Progress"), h("th", { scope: "col", class: "num bound-head", title: "The largest valid lower bound on ε the verdict reports (at its confidence), with the claimed ε" }, "Valid lower bound on ε"), h("th", { scope: "col" }, "Created"))),
         tbody,
       ),
     ),
@@ -105,14 +122,14 @@ export function renderList(root, { focusForm = false } = {}) {
       fill(
         tbody,
         items.map((a) => {
-          const hl = headline(a.headline_epsilon);
+          const verdict = a.status === "succeeded" ? verdictLine(a.verdict, { badge: true }) : null;
           return h(
             "tr",
             { "data-audit-id": a.id },
             h("th", { scope: "row" }, h("a", { href: `#/audits/${encodeURIComponent(a.id)}` }, a.name || a.id)),
-            h("td", {}, statusBadge(a.status), verdictLine(a.verdict)),
+            h("td", {}, verdict || [statusBadge(a.status), verdictLine(a.verdict)]),
             h("td", {}, progressCell(a.progress, a.status)),
-            h("td", { class: "num", title: hl.label || null }, fmtEps(hl.eps), hl.label ? h("span", { class: "visually-hidden" }, ` (${hl.label})`) : null),
+            boundCell(a.verdict),
             h("td", { class: "small" }, fmtTime(a.created_at)),
           );
         }),

@@ -104,3 +104,27 @@ def test_every_identifier_the_service_sends_has_a_human_name(js):
     assert "Gaussian DP with μ = 1" in out["text"] and "-Gaussian DP" not in out["text"]
     assert "noise × 0.5" in out["text"] and "known-rounds" in out["text"]
     assert out["inf"] == "∞"
+
+
+def test_the_page_and_the_report_speak_one_vocabulary(js):
+    """format.js (the page) and service/vocabulary.py (the printable report) read one file: the
+    same estimate labels, adversaries and free-text rewording for the same identifiers."""
+    from flaudit.service import vocabulary
+
+    estimates = [{"estimator": e, "threat_model": t, "variance": v, "correction": c,
+                  "details": {"accountant": "rdp"}}
+                 for e in ("two_gaussian", "lower_bound", "analytic", "normal_scores", "unknown")
+                 for t in ("final_model", "known_rounds", "nobody")
+                 for v in ("null", "fitted", "n/a") for c in ("bonferroni", "none", "n/a")]
+    texts = ["bug injected: noise_scale=0.2 (testing only)", "no_clipping=4 and extra_participation=3",
+             "the seen_final cosines (2-Gaussian DP); mu at final_model"]
+    out = js("return {labels: arg.estimates.map(format.estimateLabel),"
+             " threats: arg.estimates.map((e) => format.threatLabel(e.threat_model)),"
+             " texts: arg.texts.map(format.humanText),"
+             " unseen: format.diagnosticName({name: 'unseen_known_rounds_vs_null'})};",
+             {"estimates": estimates, "texts": texts})
+    assert out["labels"] == [vocabulary.estimate_label(e) for e in estimates]
+    assert out["threats"] == [vocabulary.threat_label(e["threat_model"]) for e in estimates]
+    assert out["texts"] == [vocabulary.human_text(t) for t in texts]
+    assert all("_" not in t for t in out["texts"]), out["texts"]
+    assert "Another check" not in out["unseen"] and "_" not in out["unseen"]
