@@ -42,7 +42,8 @@ import scipy.fft
 
 __all__ = ["four_step_plan", "four_step_work", "dct3_four_step", "FOUR_STEP_MIN"]
 
-FOUR_STEP_MIN = 1 << 18  # shorter vectors take pocketfft's 1-D transforms
+FOUR_STEP_MIN = 1 << 22  # shorter vectors take pocketfft's 1-D transforms (faster below ~3.5M on 2
+# cores, and their ~2 x 4N bytes of scratch are small there; benchmarks/ingest.py, docs/benchmarks.md)
 _MIN_FACTOR = 16  # M1 and M2 at least this long, else pocketfft's 1-D transforms
 _PRE_CHUNK = 1 << 16  # elements of k per chunk of step 1 (fewer, longer numpy calls: 2 threads
 # hold the GIL less; 1<<14 took 0.27 s at N = 10^8 on 2 threads, 1<<16 0.18 s)

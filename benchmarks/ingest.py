@@ -59,6 +59,15 @@ def _time_rounds(tracker, deltas, cpu: list[float] | None = None) -> list[float]
     return times
 
 
+#: The orthogonal rows as last written into docs/benchmarks.md: (d, k) -> (median wall seconds
+#: per round, date, load). Update with the docs when a change moves them.
+RECORDED = {
+    (1_200_000, 2_000): (0.036, "2026-11-23", "idle"),
+    (4_100_000, 2_000): (0.170, "2026-11-23", "idle"),
+    (20_000_000, 2_000): (0.745, "2026-11-23", "idle"),
+}
+
+
 def _orthogonal(d: int, k: int, rounds: int, workers: int) -> dict:
     import numpy as np
 
@@ -189,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
                 if mode == "orthogonal":
                     note = (f"CPU {sorted(res['round_cpu_seconds'])[len(times) // 2]:.3f} s/round; "
                             f"float32 error {res['float32_error_null_sd']:.1e} null sd")
+                    last = RECORDED.get((d, k))
+                    if last is not None:  # a regression shows the day it lands
+                        note += (f"; last recorded {last[0]:.3f} s wall ({last[1]}, "
+                                 f"{last[2]}): now {res['median_round_seconds'] / last[0]:.1f}x")
                 print(f"{d:>10} {k:>7} {mode:>10} | {res['median_round_seconds']:>9.3f}s "
                       f"{res['setup_seconds']:>7.2f}s {res['peak_rss_mib']:>6.0f} MiB | {note}",
                       flush=True)
