@@ -17,7 +17,6 @@ import math
 import time
 
 import numpy as np
-
 from flaudit.auditor.estimators.sequential import sequential_epsilon_lower_bound
 
 from ._common import binomial_limit, clopper_pearson
