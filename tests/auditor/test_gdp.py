@@ -183,13 +183,17 @@ def test_claim_test_against_poisson_curve_detects_no_noise():
 
 def test_fdp_one_run_valid_and_powerful():
     # validity at k = 50 (the bound's cost grows with k and with its value: 1400 runs at k = 400
-    # would take minutes)
+    # would take minutes). k = 50 certifies at most mu ~ 0.70 (perfect separation), so the true
+    # mu is 0.3: a bound above it must be possible, or the count could not fail
     rng = np.random.default_rng(6)
+    mu, k = 0.3, 50
+    perfect = rng.random(k) < 0.5
+    assert fdp_one_run_lower_bound(100.0 * perfect, perfect, delta=1e-5).mu > 2 * mu
     exceed = 0
     for _ in range(VALIDITY.runs):
-        seen = rng.random(50) < 0.5
-        scores = rng.normal(0, 1, 50) + 1.0 * seen
-        exceed += fdp_one_run_lower_bound(scores, seen, delta=1e-5).mu > 1.0
+        seen = rng.random(k) < 0.5
+        scores = rng.normal(0, 1, k) + mu * seen
+        exceed += fdp_one_run_lower_bound(scores, seen, delta=1e-5).mu > mu
     assert VALIDITY.passes(exceed), (exceed, str(VALIDITY))
     seen = rng.random(1000) < 0.5
     scores = rng.normal(0, 1, 1000) + 4.0 * seen
