@@ -13,9 +13,10 @@ independent and the claim tests take them with a known scale, ``RoundSums.from_s
 end-to-end cells of docs/fidelity.md run the real simulator, shared scale included.
 
 Per run and look ``t = 1 .. T + 1`` (``T + 1`` is the final look):
-* **new alarm** (auditor/claims): the known-rounds normal-score test on the seen canaries scored
-  so far, at ``look_level(known_rounds_normal_scores, t, T + 1)``; at the final look also the
-  final-model normal-score test and the one-run f-DP test (assumption-free tier) at theirs;
+* **new alarm** (auditor/claims): the shipped decision, ``decide_alarm``, on the claim tests of
+  each look: the known-rounds normal-score test on the seen canaries scored so far; at the final
+  look also the final-model normal-score test and the one-run f-DP test (assumption-free tier);
+  ``decide_alarm`` holds each to its ``look_level``;
 * **old alarm** (main before #19, emulated on the same scores): ``claim_test`` with the null from
   the unseen canaries and Bonferroni over 20 thresholds on the known-rounds scores at
   ``0.025 / T`` per round look, and at the final look the known-rounds and the final-model
@@ -26,8 +27,8 @@ Per run and look ``t = 1 .. T + 1`` (``T + 1`` is the final look):
 Rerun (first pass, about 3 minutes on one core)::
 
     PYTHONPATH=. python -m benchmarks.fidelity.alarm_power --runs 400
-    PYTHONPATH=. python -m benchmarks.fidelity.alarm_power --validity --runs 1000
-    PYTHONPATH=. python -m benchmarks.fidelity.alarm_power --coverage --runs 1000
+    PYTHONPATH=. python -m benchmarks.fidelity.alarm_power --validity --runs 1400
+    PYTHONPATH=. python -m benchmarks.fidelity.alarm_power --coverage --runs 1400
 """
 
 from __future__ import annotations
@@ -39,17 +40,18 @@ import time
 import numpy as np
 from scipy import special, stats
 
-from flaudit.auditor.claims.alarm import look_level
+from flaudit.auditor.claims.alarm import decide_alarm
 from flaudit.auditor.claims.fdp import fdp_claim_test
 from flaudit.auditor.claims.normal_scores import RoundSums, normal_score_test
 from flaudit.auditor.claims.tiers import AlarmTest
 from flaudit.auditor.claims.curves import GaussianDPClaim
-from flaudit.auditor.claims.curve_tests import claim_test
+from flaudit.auditor.claims.curve_tests import ClaimTestResult, claim_test
 from flaudit.auditor.estimators.lower_bound import Bonferroni
+from flaudit.auditor.results import Correction
 
-from ._common import clopper_pearson
+from ._common import binomial_limit, clopper_pearson
 
-__all__ = ["simulate_scores", "new_alarm_first_look", "old_alarm_first_look", "np_limit_power"]
+__all__ = ["simulate_scores", "normal_score_claim_test", "new_alarm_first_look", "old_alarm_first_look", "np_limit_power"]
 
 _DIM = 10_000  # model dimension for the old final-model test's cosines (exact null)
 
@@ -72,24 +74,34 @@ def simulate_scores(rng, *, k: int, num_rounds: int, noise_scale: float, z: floa
     return {"seen": seen, "rounds": rounds, "known": known, "final": final}
 
 
+def normal_score_claim_test(scores: np.ndarray, claim: GaussianDPClaim, threat_model: str,
+                             test: AlarmTest) -> ClaimTestResult:
+    """The normal-score claim test on independent scores, in the form the service hands to the
+    alarm (``summarize``'s ``claim_tests``: ``details["test"]`` names the alarm test). The
+    per-release sums are left out of ``details`` (they only serve ``refuted_by["mu_lo"]``, which
+    the first-look count does not read; leaving them out halves the cost of a run)."""
+    result = normal_score_test(RoundSums.from_scores(scores), claim_mu=claim.mu)
+    return ClaimTestResult(result.p_value, claim, threat_model, Correction.not_applicable,
+                           "normal-score test", {"test": test.value})
+
+
 def new_alarm_first_look(run: dict, *, num_rounds: int, z: float = 1.0, alpha: float = 0.05,
                          with_fdp: bool = True) -> int | None:
-    """First look at which the new alarm fires (None: never)."""
-    claim = GaussianDPClaim(1.0 / z)
+    """First look at which the shipped alarm (:func:`decide_alarm`) fires (None: never)."""
+    claim = GaussianDPClaim(1.0 / z, threat_model="known_rounds")
     looks = num_rounds + 1
     seen, rounds, known = run["seen"], run["rounds"], run["known"]
     for t in range(1, looks + 1):
         scored = rounds <= min(t, num_rounds)
-        test = normal_score_test(RoundSums.from_scores(known[seen & scored]), claim_mu=claim.mu)
-        if test.p_value <= look_level(AlarmTest.known_rounds_normal_scores, t, looks, alpha=alpha):
+        tests = [normal_score_claim_test(known[seen & scored], claim, "known_rounds",
+                                          AlarmTest.known_rounds_normal_scores)]
+        if t == looks:  # the other tests spend their level at the final look only
+            tests.append(normal_score_claim_test(run["final"][seen], claim, "final_model",
+                                                  AlarmTest.final_model_normal_scores))
+            if with_fdp:
+                tests.append(fdp_claim_test(known, seen, claim=claim))
+        if decide_alarm(tests, look=t, num_looks=looks, alpha=alpha).status == "error":
             return t
-    final = normal_score_test(RoundSums.from_scores(run["final"][seen]), claim_mu=claim.mu)
-    if final.p_value <= look_level(AlarmTest.final_model_normal_scores, looks, looks, alpha=alpha):
-        return looks
-    if with_fdp:
-        fdp = fdp_claim_test(known, seen, claim=claim)
-        if fdp.p_value <= look_level(AlarmTest.known_rounds_fdp_one_run, looks, looks, alpha=alpha):
-            return looks
     return None
 
 
@@ -233,22 +245,28 @@ def main(argv=None) -> None:
     parser.add_argument("--scales", default="0.5,0.6,0.7,0.75,0.8,0.85,0.9,1.0")
     args = parser.parse_args(argv)
     start = time.time()
+    # the validity verdict: a limit from the binomial that a correct 5% procedure exceeds with
+    # probability <= 1e-3 (its power against a true 8% is printed beside it)
+    check = binomial_limit(args.runs, 0.05, false_fail=1e-3, against=0.08)
     if args.coverage:
-        print(f"# mu_lo (95%) of the normal-score test, {args.runs} runs per cell")
-        print("| k | seen scores | true mu | mu_lo > true mu | 95% CI | mean mu_lo |")
-        print("|---|---|---|---|---|---|")
+        print(f"# mu_lo (95%) of the normal-score test, {args.runs} runs per cell; check: {check}")
+        print("| k | seen scores | true mu | mu_lo > true mu | 95% CI | mean mu_lo | within limit |")
+        print("|---|---|---|---|---|---|---|")
         for row in coverage_table(runs=args.runs):
             lo, hi = clopper_pearson(row["over"], row["runs"])
             print(f"| {row['k']} | {row['law']} | {row['mu']:.3g} | {row['over'] / row['runs']:.1%} "
-                  f"| {lo:.1%}-{hi:.1%} | {row['mean_mu_lo']:.3f} |")
+                  f"| {lo:.1%}-{hi:.1%} | {row['mean_mu_lo']:.3f} | "
+                  f"{'yes' if check.passes(row['over']) else 'NO'} |")
     elif args.validity:
-        print(f"# false alarms over all 11 looks and all tests, k = {args.k}, T = 10, {args.runs} runs")
-        print("| seen scores (mechanism meets its claim) | claim mu | false alarms | 95% CI |")
-        print("|---|---|---|---|")
+        print(f"# false alarms over all 11 looks and all tests, k = {args.k}, T = 10, {args.runs} runs; "
+              f"check: {check}")
+        print("| seen scores (mechanism meets its claim) | claim mu | false alarms | 95% CI | within limit |")
+        print("|---|---|---|---|---|")
         def show(row):
             lo, hi = clopper_pearson(row["false_alarms"], row["runs"])
             print(f"| {row['law']} | {row['claim_mu']:.3f} | {row['false_alarms'] / row['runs']:.1%} "
-                  f"| {lo:.1%}-{hi:.1%} |", flush=True)
+                  f"| {lo:.1%}-{hi:.1%} | {'yes' if check.passes(row['false_alarms']) else 'NO'} |",
+                  flush=True)
 
         validity_table(runs=args.runs, k=args.k, on_row=show)
     else:

@@ -1,15 +1,19 @@
 """The alarm over every look on exact canary-score distributions (benchmarks/fidelity/alarm_power.py
 at small size): valid for mechanisms that meet the claim (Gaussian or not), powerful against
-the bugs it targets, early for a clear one, and ahead of main's old alarm on the same runs."""
+the bugs it targets, early for a clear one, and ahead of main's old alarm on the same runs.
+
+The alarm is the shipped one: ``new_alarm_first_look`` hands each look's claim tests to
+``decide_alarm``. Validity checks: ``RUNS`` seeded runs, limit from the binomial
+(``binomial_limit``: a correct 5% procedure fails with probability < 1e-3, one whose true rate is
+8% with probability >= 0.9; docs/fidelity.md, "Validity tests")."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy import stats
 
-from benchmarks.fidelity._common import rate_consistent_with
+from benchmarks.fidelity._common import binomial_limit
 from benchmarks.fidelity.alarm_power import (
-    _SEEN_LAWS,
     _shift_family_law,
     coverage_table,
     new_alarm_first_look,
@@ -17,6 +21,14 @@ from benchmarks.fidelity.alarm_power import (
     old_alarm_first_look,
     simulate_scores,
 )
+
+#: 1400 runs: count <= 96 (P[fail | 5%] = 9.7e-4, P[fail | 8%] = 0.94)
+RUNS = 1400
+LIMIT = binomial_limit(RUNS, 0.05, false_fail=1e-3, against=0.08)
+
+
+def test_the_validity_checks_are_designed_to_catch_an_8_percent_procedure():
+    assert LIMIT.false_fail <= 1e-3 and LIMIT.power >= 0.9, LIMIT
 
 
 def _false_alarms(rng, runs, *, k, law=None, z=1.0):
@@ -27,20 +39,19 @@ def _false_alarms(rng, runs, *, k, law=None, z=1.0):
     return hits
 
 
-def test_correct_runs_rarely_alarm_over_every_look():
-    rng = np.random.default_rng(0)
-    hits = _false_alarms(rng, 300, k=200)
-    assert rate_consistent_with(hits, 300, 0.05)
+# Gaussian scores on the claim: tests/auditor/test_alarm.py (the same shipped path, all three
+# tests, 1400 runs). The mixture and clipped laws: `alarm_power --validity --runs 1400`
+# (docs/fidelity.md, "Validity tests").
 
 
-def test_non_gaussian_mechanisms_on_their_claim_rarely_alarm():
+def test_a_laplace_mechanism_on_its_claim_rarely_alarms():
+    """The Laplace shift family sits closest to its GDP curve of the non-Gaussian laws (its claim
+    mu is the curve's maximum over thresholds), so it is the one kept in CI."""
     rng = np.random.default_rng(1)
     law, mu = _shift_family_law(stats.laplace(), 1.0)
     assert 0.9 < mu < 1.2  # Laplace shift 1 is about 1.03-GDP
-    for seen_law, claim_mu in ((law, mu), (_SEEN_LAWS["mixture_half_absent"], 1.0),
-                               (_SEEN_LAWS["ties_clipped_at_mu"], 1.0)):
-        hits = _false_alarms(rng, 150, k=400, law=seen_law, z=1.0 / claim_mu)
-        assert rate_consistent_with(hits, 150, 0.05)
+    hits = _false_alarms(rng, RUNS, k=200, law=law, z=1.0 / mu)
+    assert LIMIT.passes(hits), (hits, str(LIMIT))
 
 
 def test_half_the_noise_fires_within_the_first_three_rounds():
@@ -63,8 +74,8 @@ def test_new_alarm_beats_the_old_one_on_the_same_runs_near_the_np_limit():
 
 
 def test_mu_lo_rarely_exceeds_the_truth():
-    for row in coverage_table(runs=300, ks=(50, 400), mus=(0.0, 2.0)):
-        assert rate_consistent_with(row["over"], row["runs"], 0.05), row
+    for row in coverage_table(runs=RUNS, ks=(50, 400), mus=(0.0, 2.0)):
+        assert LIMIT.passes(row["over"]), (row, str(LIMIT))
 
 
 def test_the_design_s_star_is_caught_at_least_as_often_as_promised():

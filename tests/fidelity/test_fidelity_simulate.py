@@ -116,7 +116,11 @@ def test_schedule_bugs_are_invisible_to_canaries():
 def test_correct_runs_raise_no_alarm():
     cfg = SMALL.with_(num_canaries=300)
     false_alarms = [_alarm(cfg, 200 + s) for s in range(4)]
-    assert sum(false_alarms) <= 1  # valid 95% bounds: P[>= 2 alarms in 4] < 0.02 per bound set
+    # a smoke check of the simulator end to end, not a validity test: P[>= 2 alarms in 4] is
+    # 0.014 for a correct 5% alarm and only 0.034 for an 8% one. The alarm's validity with
+    # binomial limits (1400 runs, power 0.94 against 8%): tests/auditor/test_alarm.py and
+    # tests/fidelity/test_fidelity_alarm.py
+    assert sum(false_alarms) <= 1
 
 
 def test_claims_are_the_services_numbers():
