@@ -112,19 +112,20 @@ def leaky_run(client, store) -> tuple[str, list[dict]]:
 
 
 def run_with_gaps(client, store) -> str:
-    """Round 1 trained without canaries (they missed the round budget), round 2 not reported;
-    the audit stays running."""
+    """Round 1 trained without canaries (they missed the round budget), round 2 too (another
+    reason), round 3 not reported; the audit stays running."""
     audit_id = submit(client, SMALL_SPEC)
     headers = start_run(store, audit_id)
     dim = SMALL_SPEC["task_options"]["dim"]
     base = f"/audits/{audit_id}"
     zeros = f32(np.zeros(dim))
     assert client.put(f"{base}/initial-model", content=zeros, headers=headers).status_code == 200
-    response = client.put(f"{base}/rounds/1", content=zeros, headers=headers, params={
-        "clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 0,
-        "canaries_missing": BUDGET_REASON})
-    assert response.status_code == 200, response.text
-    response = client.put(f"{base}/rounds/2/missing", json={"reason": "the report was lost"},
+    for t, reason in ((1, BUDGET_REASON), (2, "the canary fetch failed: connection refused")):
+        response = client.put(f"{base}/rounds/{t}", content=zeros, headers=headers, params={
+            "clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 0,
+            "canaries_missing": reason})
+        assert response.status_code == 200, response.text
+    response = client.put(f"{base}/rounds/3/missing", json={"reason": "the report was lost"},
                           headers={"Authorization": headers["Authorization"]})
     assert response.status_code == 200, response.text
     return audit_id
@@ -156,10 +157,10 @@ def test_metrics_parse_and_move_with_audits_through_the_ingest_routes(client, st
     gapped = run_with_gaps(client, store)
     response = client.get("/metrics")
     _, last = scrape(client)
-    assert value(last, "flaudit_gaps_recorded_total", kind="no_canaries") == 1
+    assert value(last, "flaudit_gaps_recorded_total", kind="no_canaries") == 2
     assert value(last, "flaudit_gaps_recorded_total", kind="not_reported") == 1
     assert value(last, "flaudit_canary_budget_overruns_total") == 1
-    assert value(last, "flaudit_rounds_ingested_total") == 5  # a round without canaries too
+    assert value(last, "flaudit_rounds_ingested_total") == 6  # rounds without canaries too
     assert value(last, "flaudit_alarms_fired_total") == 1
     assert audit_gauges(last) == {"succeeded/claim_refuted": 1, "running/running": 1}
     # no audit id, and no seed of either audit, anywhere in the exposition
