@@ -29,7 +29,8 @@ from .evidence_store import active_signing_key, commit_seed
 from .headers import SecurityHeaders
 from .limits import RequestLimits
 from .live import LiveAudits
-from .routers import audits, canaries, evidence, health, ingest
+from .metrics import ServiceMetrics
+from .routers import audits, canaries, evidence, health, ingest, metrics
 from .runner import Runner
 from .settings import Settings
 from .store import Store
@@ -222,7 +223,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         own_store = store is None
         app.state.store = store or Store(settings.database_url, cipher=settings.seed_cipher())
         app.state.live = LiveAudits(
-            app.state.store, canary_cache_bytes=settings.canary_cache_bytes
+            app.state.store, canary_cache_bytes=settings.canary_cache_bytes,
+            metrics=app.state.metrics,
         )
         failed = app.state.store.fail_interrupted(
             lease_seconds=settings.lease_seconds, instance_id=settings.instance_id
@@ -266,6 +268,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     )
     app.state.settings = settings
     app.state.read_cache = ReadCache()
+    app.state.metrics = ServiceMetrics(app.state)  # GET /metrics: a registry per app
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_middleware(
@@ -280,6 +283,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     app.include_router(canaries.router)
     app.include_router(health.router)
     app.include_router(evidence.router)
+    app.include_router(metrics.router)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

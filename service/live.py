@@ -32,6 +32,7 @@ from ..auditor.statistics import CosineTracker
 from ..auditor.transform import sum_of_squares
 from .evidence_store import save_alarm_statistics
 from .external import round_participants
+from .metrics import ServiceMetrics
 from .store import StaleRound, Store
 
 __all__ = [
@@ -221,10 +222,14 @@ class LiveAudits:
         The database.
     canary_cache_bytes : int
         Memory for canary banks kept between rounds (0: regenerate every round).
+    metrics : ServiceMetrics, optional
+        Where transform times and fired alarms are counted (the app's ``GET /metrics``).
     """
 
-    def __init__(self, store: Store, *, canary_cache_bytes: int = 0) -> None:
+    def __init__(self, store: Store, *, canary_cache_bytes: int = 0,
+                 metrics: ServiceMetrics | None = None) -> None:
         self.store = store
+        self.metrics = metrics or ServiceMetrics()
         self._cache = _CanaryCache(canary_cache_bytes)
         self._so_far: dict[str, _ModelChange] = {}  # theta_t - theta_0 of running audits
         self._locks: dict[str, threading.Lock] = {}
@@ -349,7 +354,8 @@ class LiveAudits:
             if tracking:
                 change.add(update)
             delta_norm = math.sqrt(sum_of_squares(update))
-            round_cosines = tracker.all_cosines(update, consume=consume)
+            with self.metrics.round_transform_seconds.time():
+                round_cosines = tracker.all_cosines(update, consume=consume)
             del update
             previous = secret.max_cosines if secret.max_cosines is not None else np.full(k, -np.inf)
             max_cosines = np.maximum(previous, round_cosines)
@@ -421,6 +427,7 @@ class LiveAudits:
                 )
             except StaleRound as exc:
                 raise IngestError(409, str(exc)) from None
+            self.metrics.alarm(audit.alerts, alerts)
             if alarm.status == "error" and first_alarm(audit.alerts) is None:
                 save_alarm_statistics(self.store, audit_id, round=t, max_cosines=max_cosines,
                                       known_rounds=None if known_rounds is None
@@ -508,6 +515,7 @@ class LiveAudits:
                 )
             except StaleRound as exc:
                 raise IngestError(409, str(exc)) from None
+            self.metrics.alarm(audit.alerts, alerts)
             self.version += 1
             self._cache.forget(audit_id)
             self._so_far.pop(audit_id, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from typing import Annotated
 
 import numpy as np
@@ -376,6 +377,7 @@ async def put_round(
         raise
     if gap is not None:  # no canary was in this round: it adds nothing to the known-rounds test
         participants = np.empty(0, dtype=np.int64)
+    started = time.perf_counter()
     result = await _ingest(
         request,
         # the body's buffer is ours: the canary transform may run in it (no copy of d values)
@@ -387,6 +389,7 @@ async def put_round(
         participants,
         gap,
     )
+    request.app.state.metrics.round_stored(result, time.perf_counter() - started, gap)
     ack = await run_in_threadpool(request.app.state.live.round_ack, audit_id)  # alarm, stop
     return IngestAck(audit_id=audit_id, stored=result == "stored", round=t, dim=audit.dim, **ack)
 
@@ -642,4 +645,5 @@ async def put_missing_round(
 
     if not await run_in_threadpool(work):
         raise http_error(409, f"round {t} was stored meanwhile or the audit ended")
+    request.app.state.metrics.gap("not_reported")
     return IngestAck(audit_id=audit_id, stored=True, round=t, dim=audit.dim)

@@ -16,6 +16,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, 
 from flaudit.server.budget import DEFAULT_ROUND_BUDGET, RoundBudget
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
+from flaudit.service.metrics import BUDGET_OVERRUN_MARK
 
 BUDGET = 0.4
 
@@ -111,6 +112,7 @@ def test_a_hung_service_costs_each_round_at_most_its_budget():
             assert len(messages) == 3  # no canary took a slot: none arrived
         assert set(reporter.given_up) == {1, 2, 3}
         assert "within the round budget (0.4 s)" in reporter.given_up[1]
+        assert BUDGET_OVERRUN_MARK in reporter.given_up[1]  # the service counts it (GET /metrics)
         assert reporter.reported == []  # still held: nothing waited for them
     finally:
         reporter.release.set()
