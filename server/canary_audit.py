@@ -20,6 +20,7 @@ from flwr.common.logger import log
 from ..auditor.validation import check_positive
 from .audit_notes import design_line, refusal_line
 from .http_reporter import ReportingError
+from .noise_calibration import NoiseCalibration, split_sentence
 from .reporting import RoundReporter
 from .strategies import _current_clip_norm, _warn_weighting, read_claim
 
@@ -70,6 +71,8 @@ class CanaryAudit:
         self._max_weight = 0.0
         self._weighting_warned = False  # the weighting warning: once per run
         self._slot_rng = np.random.default_rng()
+        #: per round: the clip norm the updates were clipped to and the one the noise was for
+        self.calibration = NoiseCalibration()
 
     @property
     def clip_norm(self) -> float:
@@ -98,8 +101,8 @@ class CanaryAudit:
                 log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
                 raise
         self.claimed = True
-        log(INFO, "flaudit: claim declared: noise multiplier %s, %s, %d of %d nodes per round, "
-            "%d rounds", claim["noise_multiplier"],
+        log(INFO, "flaudit: claim declared: %s, %s, %d of %d nodes per round, "
+            "%d rounds", split_sentence(claim) or f"noise multiplier {claim['noise_multiplier']}",
             f"clip norm {claim['clip_norm']}" if "clip_norm" in claim else "adaptive clipping",
             claim["clients_per_round"], claim["num_clients"], num_rounds)
         design = design_line(getattr(self.reporter, "claim_ack", None))

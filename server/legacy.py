@@ -162,7 +162,10 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
                 results.append((None, fit))
                 inserted += 1
         parameters, metrics_out = self.strategy.aggregate_fit(server_round, results, failures)
+        noise_clip_norm = self.clip_norm  # adaptive clipping: the norm Flower noised for
         if parameters is not None and current is not None:
+            self.audit.calibration.record(server_round, clip_norm, noise_clip_norm,
+                                          _noise_multiplier(self.strategy))
             new = flatten(parameters_to_ndarrays(parameters))
             self.reporter.report_round(server_round, new - current, RoundMetadata(
                 clip_norm=clip_norm,
@@ -170,10 +173,11 @@ class LegacyCanaryAuditStrategy(_legacy_strategy_class()):
                 num_canaries_inserted=inserted,
                 num_failures=len(failures),
                 clipped_fraction=0.0,
-                noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
+                noise_stddev=_noise_multiplier(self.strategy) * noise_clip_norm,
                 train_loss=_metric(metrics_out, "loss"),
                 participants=self.audit.participants(server_round),
                 weight_factor=weight_factor,
+                noise_clip_norm=noise_clip_norm,
             ))
             if server_round == self.num_rounds and not self.audit.final_reported:
                 self.reporter.report_final(new, {})

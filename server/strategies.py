@@ -15,6 +15,7 @@ from flwr.common.logger import log
 from flwr.serverapp.strategy import Strategy
 
 from ..protocol.vectors import flatten
+from .noise_calibration import configured_noise_multiplier
 
 __all__ = ['_accountant_spent', '_chain', '_current_clip_norm', '_final_metrics', '_is_legacy', '_legacy_strategy_class', '_mean_value', '_metric', '_noise_multiplier', '_overrides_start', '_record_vector', '_refuse_legacy', '_warn_weighting', '_weight_key', 'read_claim']
 
@@ -109,6 +110,9 @@ def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[s
             "learning_rate": float(dp.clip_norm_lr),
             "clipped_count_stddev": float(dp.clipped_count_stddev) or None,
         }
+        # Flower keeps the update noise z_delta as noise_multiplier; the user set z
+        claim["configured_noise_multiplier"] = configured_noise_multiplier(
+            float(dp.noise_multiplier), float(dp.clipped_count_stddev or 0.0))
     return claim
 
 

@@ -535,6 +535,7 @@ class CanaryAuditStrategy(Strategy):
             log(WARNING, "flaudit: round %s has no valid reply; no canary inserted", server_round)
         self._prefetched.pop(server_round, None)  # not used: dropped
         arrays, metrics_out = self._inner_aggregate_train(server_round, replies)
+        noise_clip_norm = self.clip_norm  # adaptive clipping: the norm Flower noised for
         if arrays is not None and current is not None:
             new = _record_vector(arrays)
             self._last = new
@@ -546,10 +547,13 @@ class CanaryAuditStrategy(Strategy):
                 num_canaries_inserted=inserted,
                 num_failures=len(replies) - inserted - len(valid),
                 clipped_fraction=num_clipped / len(valid) if valid else 0.0,
-                noise_stddev=_noise_multiplier(self.strategy) * clip_norm,
+                noise_stddev=_noise_multiplier(self.strategy) * noise_clip_norm,
                 train_loss=_metric(metrics_out, "loss"),
                 participants=self.audit.participants(server_round),
+                noise_clip_norm=noise_clip_norm,
             )
+            self.audit.calibration.record(server_round, clip_norm, noise_clip_norm,
+                                          _noise_multiplier(self.strategy))
             if weight_factor is not None:
                 metadata = replace(metadata, weight_factor=weight_factor)
             self._report(server_round, new, new - current, metadata)

@@ -39,6 +39,7 @@ from typing import Any
 from scipy import optimize, special
 
 from ..estimators.gdp import gdp_epsilon
+from ..noise_calibration import canary_noise_multiplier
 from .alarm import ALARM_ALPHA, look_level
 from .fdp import design_guesses, fdp_mu_lo
 from .sizing import AUTO, CLEAR_BUG_NOISE_SCALE, canaries_needed, capped_advice, seen_low
@@ -137,11 +138,11 @@ def _max_refutable_mu(guesses_per_end: int, k: int, level: float) -> float:
 def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
                  dim: int | None = None) -> AuditDesign:
     """The audit design of ``spec`` (an :class:`flaudit.auditor.spec.AuditSpec`, or anything with
-    ``accounted_noise_multiplier``, ``canary_repeats``, ``num_canaries``, ``num_rounds`` and
+    ``noise_multiplier`` (the update noise), ``canary_repeats``, ``num_canaries``, ``num_rounds`` and
     ``delta``); ``dim``, the model's size once known, accounts for the noise scale's
     ``d - k`` degrees of freedom (module docstring)."""
 
-    z = float(spec.accounted_noise_multiplier)
+    z = canary_noise_multiplier(spec)  # the update noise: what the canaries meet
     r = int(spec.canary_repeats)
     delta = float(spec.delta)
     if spec.num_canaries == AUTO:  # an external audit before its ServerApp declared the claim
