@@ -31,7 +31,6 @@ from flaudit.server.noise_calibration import (
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries, read_claim
 
-
 SEED, K = 4242, 6
 Z_DELTA = 3 ** 0.5 * 2 / 3  # (1 - 1/4)^(-1/2): z = 1, sigma_b = 1
 
@@ -183,6 +182,6 @@ def test_the_serverapp_logs_the_alarm_once_with_its_cause(caplog):
     finally:
         FLOWER_LOGGER.removeHandler(caplog.handler)
     lines = {r.getMessage() for r in caplog.records if "DP alarm fired" in r.getMessage()}
-    assert lines == {"flaudit: the DP alarm fired at round 7: possible DP bug or wrong claim: "
-                     "the known-rounds claim is rejected"}
+    assert lines == {("flaudit: the DP alarm fired at round 7: possible DP bug or wrong claim: "
+                      "the known-rounds claim is rejected")}
     assert reporter.stop_reason == "claim refuted at round 7"

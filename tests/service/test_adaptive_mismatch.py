@@ -19,7 +19,6 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClippin
 from flaudit.auditor.claims.evidence import recompute
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
-
 from tests.server.test_wrapper import CountingFedAvg, LoopGrid
 
 from .conftest import AUTH
