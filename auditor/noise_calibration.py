@@ -89,8 +89,12 @@ def with_noise_calibration(verdict: dict, spec: Any, min_factor: float | None) -
     """``verdict`` (a ``Verdict.to_dict()``) with ``noise_calibration`` and ``noise_split``
     added, the same on the page, in the API and in the evidence bundle."""
     out = dict(verdict)
-    out["noise_calibration"] = noise_calibration(spec, min_factor)
-    out["noise_split"] = noise_split_sentence(spec)
+    out["noise_calibration"] = finding = noise_calibration(spec, min_factor)
+    out["noise_split"] = split = noise_split_sentence(spec)
+    extra = [text for text in (finding and finding["sentence"],
+                               split and f"Noise: {split}.") if text]
+    if extra and out.get("summary"):  # the page and the CLI show the summary verbatim
+        out["summary"] = " ".join([out["summary"], *extra])
     return out
 
 

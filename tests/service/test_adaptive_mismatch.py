@@ -82,6 +82,8 @@ def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):
     assert verdict["noise_split"].startswith("noise multiplier 1 as configured; with "
                                              "clipped-count noise sigma_b = 1 the updates get 1.155")
     assert any(a["message"].startswith("noise calibration: ") for a in audit["alerts"])
+    assert finding["sentence"] in verdict["summary"]  # on the page and in the CLI
+    assert f"Noise: {verdict['noise_split']}." in verdict["summary"]
     bundle = client.get(f"/audits/{audit_id}/evidence", headers=AUTH).json()
     assert [r["noise_clip_norm"] for r in bundle["statistics"]["rounds"]] == pytest.approx(
         [strategy.audit.calibration.noise_clip_norms[t] for t in range(1, ROUNDS + 1)])
