@@ -185,3 +185,48 @@ def test_the_serverapp_logs_the_alarm_once_with_its_cause(caplog):
     assert lines == {("flaudit: the DP alarm fired at round 7: possible DP bug or wrong claim: "
                       "the known-rounds claim is rejected")}
     assert reporter.stop_reason == "claim refuted at round 7"
+
+
+def test_the_legacy_wrapper_records_the_norms_of_flowers_legacy_adaptive_wrapper():
+    """``flwr.server.strategy.DifferentialPrivacyServerSideAdaptiveClipping`` as
+    ``LegacyContext`` + ``DefaultWorkflow`` drive it: every update clipped, so Flower shrinks the
+    norm before it adds the noise; each round reports both norms."""
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.client_manager import SimpleClientManager
+    from flwr.server.strategy import DifferentialPrivacyServerSideAdaptiveClipping as Legacy
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+
+    from flaudit.server.wrapper import LegacyCanaryAuditStrategy
+    from tests.server.test_legacy_wrapper import Proxy
+
+    np.random.seed(4)
+    manager = SimpleClientManager()
+    for i in range(3):
+        manager.register(Proxy(str(i)))
+    fedavg = LegacyFedAvg(fraction_fit=1.0, min_fit_clients=3, min_available_clients=3,
+                          fraction_evaluate=0.0,
+                          initial_parameters=ndarrays_to_parameters([np.zeros(630, np.float32)]))
+    inner = Legacy(fedavg, noise_multiplier=1.0, num_sampled_clients=3,
+                   initial_clipping_norm=0.5, clipped_count_stddev=1.0)
+    reporter = LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=K)
+    canaries = LocalCanaries(SEED, num_canaries=K, num_rounds=3, clients_per_round=3)
+    strategy = LegacyCanaryAuditStrategy(inner, num_rounds=3, reporter=reporter,
+                                         canaries=canaries)
+    parameters = strategy.initialize_parameters(manager)
+    rng = np.random.default_rng(0)
+    before, after = [], []
+    for t in range(1, 4):
+        pairs = strategy.configure_fit(t, parameters, manager)
+        before.append(float(inner.clipping_norm))
+        current = parameters_to_ndarrays(parameters)[0]
+        results = [(proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(
+            [current + 2.0 * u / np.linalg.norm(u)]), 5, {}))
+            for (proxy, _), u in zip(pairs, rng.standard_normal((len(pairs), 630)).astype(np.float32))]
+        parameters, _ = strategy.aggregate_fit(t, results, [])
+        after.append(float(inner.clipping_norm))
+    metas = [meta for _, meta in reporter.rounds]
+    assert [m.clip_norm for m in metas] == pytest.approx(before)
+    assert [m.noise_clip_norm for m in metas] == pytest.approx(after)
+    # mostly shrinking (the clipped count is noised): noised for less than clipped
+    assert sum(a < b for a, b in zip(after, before)) >= 2
+    assert strategy.audit.calibration.min_factor == pytest.approx(min(a / b for a, b in zip(after, before)))
