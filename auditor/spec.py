@@ -273,6 +273,12 @@ class AuditSpec(SpecModel):
     clip_norm: float | None = Field(1.0, gt=0, le=1e6, description="Fixed clip norm S; null with adaptive.")
     adaptive_clipping: AdaptiveClipping | None = None
     noise_multiplier: float = Field(1.0, ge=0, le=1e6, description="z: noise std is z * S(t) on the sum.")
+    configured_noise_multiplier: float | None = Field(
+        None, ge=0, le=1e6, allow_inf_nan=False,
+        description="Adaptive clipping in a user's Flower app: the z the user configured; "
+        "noise_multiplier is then the update noise z_delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) "
+        "Flower derives from it (what the canaries meet). Null: noise_multiplier as configured.",
+    )
     server_learning_rate: float = Field(1.0, gt=0, le=1e3, description="eta.")
     server_momentum: float = Field(0.0, ge=0, lt=1)
     local_epochs: int = Field(1, ge=1, le=100)
@@ -452,6 +458,12 @@ class AuditClaim(SpecModel):
 
     noise_multiplier: float = Field(
         ge=0, allow_inf_nan=False, description="z of the Flower DP strategy (update noise)."
+    )
+    configured_noise_multiplier: float | None = Field(
+        None, ge=0, le=1e6, allow_inf_nan=False,
+        description="Adaptive clipping: the z the user configured; noise_multiplier is the update "
+        "noise z_delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) Flower's adaptive wrappers derive from it "
+        "with clipped_count_stddev sigma_b (Andrew et al. 2021).",
     )
     clip_norm: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="Fixed clipping norm S; null with adaptive."

@@ -25,6 +25,7 @@ from ..auditor.claims.verdict import WEIGHTING_TOLERANCE
 from ..auditor.validation import check_positive
 from .audit_notes import design_line, refusal_line
 from .http_reporter import ReportingError
+from .noise_calibration import NoiseCalibration, split_sentence
 from .reporting import RoundMetadata, RoundReporter
 from .strategies import (
     current_clip_norm,
@@ -119,6 +120,8 @@ class CanaryAudit:
         self._max_weight = 0.0
         self._weighting_warned = False  # the weighting warning: once per run
         self._slot_rng = np.random.default_rng()
+        #: per round: the clip norm the updates were clipped to and the one the noise was for
+        self.calibration = NoiseCalibration()
 
     @property
     def clip_norm(self) -> float:
@@ -147,8 +150,8 @@ class CanaryAudit:
                 log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
                 raise
         self.claimed = True
-        log(INFO, "flaudit: claim declared: noise multiplier %s, %s, %d of %d nodes per round, "
-            "%d rounds", claim["noise_multiplier"],
+        log(INFO, "flaudit: claim declared: %s, %s, %d of %d nodes per round, "
+            "%d rounds", split_sentence(claim) or f"noise multiplier {claim['noise_multiplier']}",
             f"clip norm {claim['clip_norm']}" if "clip_norm" in claim else "adaptive clipping",
             claim["clients_per_round"], claim["num_clients"], num_rounds)
         design = design_line(getattr(self.reporter, "claim_ack", None))
@@ -187,15 +190,18 @@ class CanaryAudit:
 
     def round_metadata(self, server_round: int, *, norms: np.ndarray, inserted: int,
                        num_failures: int, clip_norm: float, metrics: Mapping[str, Any] | None,
-                       weight_factor: float | None) -> RoundMetadata:
+                       weight_factor: float | None,
+                       noise_clip_norm: float | None = None) -> RoundMetadata:
         """What round ``t`` reports beside its release, computed alike for both wrappers.
 
         ``norms``: the real replies' update norms (:func:`update_norms`); ``cohort_size``: those
         replies and the ``inserted`` canaries; ``clipped_fraction``: the share of real replies
         with a norm above ``clip_norm`` (what a server-side DP wrapper clips; a client that
         clipped itself counts as not clipped, and a SecAgg+ result carries the aggregate, so
-        its norm is the aggregate's); ``noise_stddev``: ``z S(t)``; ``train_loss``: the
-        aggregated ``metrics``' loss.
+        its norm is the aggregate's); ``noise_stddev``: ``z`` times the norm the noise was
+        calibrated for (``noise_clip_norm``: under Flower's adaptive clipping the norm after its
+        geometric update, issue #38; else ``S(t)``); ``train_loss``: the aggregated
+        ``metrics``' loss.
         """
         real = len(norms)
         return RoundMetadata(
@@ -204,10 +210,12 @@ class CanaryAudit:
             num_canaries_inserted=int(inserted),
             num_failures=int(num_failures),
             clipped_fraction=float(np.mean(np.asarray(norms) > clip_norm)) if real else 0.0,
-            noise_stddev=current_noise_multiplier(self.strategy) * clip_norm,
+            noise_stddev=current_noise_multiplier(self.strategy)
+            * (clip_norm if noise_clip_norm is None else noise_clip_norm),
             train_loss=find_metric(metrics, "loss"),
             participants=self.participants(server_round),
             weight_factor=weight_factor,
+            noise_clip_norm=noise_clip_norm,
         )
 
     def take_slots(self, server_round: int, sampled: list, count: int, *, what: str) -> list:

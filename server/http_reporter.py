@@ -18,6 +18,7 @@ import numpy as np
 
 from ..auditor.validation import check_at_least
 from ..protocol.wire import RUN_ID_HEADER
+from .noise_calibration import log_alarm
 from .reporting import ReportingError, RoundMetadata, ServiceUnreachable
 
 __all__ = ["HttpRoundReporter", "ReportingError", "ON_SERVICE_ERROR"]
@@ -677,8 +678,7 @@ class HttpRoundReporter:
             ack = response.json()
         except ValueError:
             ack = {}
-        if isinstance(ack, dict) and ack.get("stop"):
-            self.stop_reason = str(ack.get("stop_reason") or "the DP alarm fired")
+        log_alarm(self, ack)  # the alarm's line in the ServerApp log; stop_reason on "stop"
 
     def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None:
         """Send theta_T; with ``"continue"``, then wait up to ``drain_seconds`` for everything

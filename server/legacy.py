@@ -17,7 +17,7 @@ from ..protocol.vectors import flatten, unflatten
 from .attach import reporter_from_env
 from .canary_audit import CanaryAudit, canary_metrics, canary_models, update_norms
 from .reporting import RoundReporter
-from .strategies import legacy_strategy_class, read_claim
+from .strategies import current_noise_multiplier, legacy_strategy_class, read_claim
 
 __all__ = ['LegacyCanaryAuditStrategy']
 
@@ -156,11 +156,15 @@ class LegacyCanaryAuditStrategy(legacy_strategy_class()):
                 results.append((None, fit))
                 inserted += 1
         parameters, metrics_out = self.strategy.aggregate_fit(server_round, results, failures)
+        noise_clip_norm = self.clip_norm  # adaptive clipping: the norm Flower noised for
         if parameters is not None and current is not None:
+            self.audit.calibration.record(server_round, clip_norm, noise_clip_norm,
+                                          current_noise_multiplier(self.strategy))
             new = flatten(parameters_to_ndarrays(parameters))
             self.reporter.report_round(server_round, new - current, self.audit.round_metadata(
                 server_round, norms=norms, inserted=inserted, num_failures=len(failures),
-                clip_norm=clip_norm, metrics=metrics_out, weight_factor=weight_factor))
+                clip_norm=clip_norm, metrics=metrics_out, weight_factor=weight_factor,
+                noise_clip_norm=noise_clip_norm))
             if server_round == self.num_rounds and not self.audit.final_reported:
                 self.reporter.report_final(new, {})
                 self.audit.final_reported = True

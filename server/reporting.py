@@ -50,6 +50,9 @@ class RoundMetadata:
     # largest reply weight x replies / total weight (CanaryAuditStrategy; 1: equal weights):
     # above 1 the weighting, not the noise, gives a client more than the calibrated C/n
     weight_factor: float | None = None
+    # the clip norm the noise was calibrated for (Flower's adaptive wrappers: the norm after
+    # its geometric update, not clip_norm, the one the updates were clipped to; issue #38)
+    noise_clip_norm: float | None = None
 
     def as_query(self) -> dict[str, float | int]:
         """Query parameters of the ingest route (``num_participants`` instead of the list)."""

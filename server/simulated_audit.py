@@ -414,6 +414,7 @@ def simulation_claims(config: FedAvgSimulation) -> list:
 
     return audit_claims(SimpleNamespace(
         accounted_noise_multiplier=config.accounted_noise_multiplier,
+        noise_multiplier=config.noise_multiplier,
         canary_repeats=config.canary_repeats,
         participation=config.participation,
         sampling_probability=claimed_sampling_probability(config),

@@ -15,6 +15,7 @@ from flwr.common.logger import log
 from flwr.serverapp.strategy import Strategy
 
 from ..protocol.vectors import flatten
+from .noise_calibration import configured_noise_multiplier
 
 __all__ = [
     'accountant_spent', 'current_clip_norm', 'current_noise_multiplier', 'final_metrics',
@@ -117,6 +118,9 @@ def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[s
             "learning_rate": float(dp.clip_norm_lr),
             "clipped_count_stddev": float(dp.clipped_count_stddev) or None,
         }
+        # Flower keeps the update noise z_delta as noise_multiplier; the user set z
+        claim["configured_noise_multiplier"] = configured_noise_multiplier(
+            float(dp.noise_multiplier), float(dp.clipped_count_stddev or 0.0))
     return claim
 
 

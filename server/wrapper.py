@@ -85,6 +85,7 @@ from .local import LocalCanaries
 from .reporting import RoundMetadata, RoundReporter
 from .strategies import (
     accountant_spent,
+    current_noise_multiplier,
     final_metrics,
     overrides_start,
     read_claim,
@@ -520,6 +521,7 @@ class CanaryAuditStrategy(Strategy):
             log(WARNING, "flaudit: round %s has no valid reply; no canary inserted", server_round)
         self._prefetched.pop(server_round, None)  # not used: dropped
         arrays, metrics_out = self._inner_aggregate_train(server_round, replies)
+        noise_clip_norm = self.clip_norm  # adaptive clipping: the norm Flower noised for
         if arrays is not None and current is not None:
             new = record_vector(arrays)
             self._last = new
@@ -528,7 +530,9 @@ class CanaryAuditStrategy(Strategy):
             metadata = self.audit.round_metadata(
                 server_round, norms=norms, inserted=inserted,
                 num_failures=len(replies) - inserted - len(valid), clip_norm=clip_norm,
-                metrics=metrics_out, weight_factor=weight_factor)
+                metrics=metrics_out, weight_factor=weight_factor, noise_clip_norm=noise_clip_norm)
+            self.audit.calibration.record(server_round, clip_norm, noise_clip_norm,
+                                          current_noise_multiplier(self.strategy))
             self._report(server_round, new, new - current, metadata)
         return arrays, metrics_out
 

@@ -34,7 +34,7 @@ __all__ = ["VERSIONED_PACKAGES", "build_bundle", "commitment_view", "versions"]
 VERSIONED_PACKAGES = ("flaudit", "numpy", "scipy", "flwr", "dp-accounting", "cryptography")
 
 _ROUND_FIELDS = ("round", "clip_norm", "cohort_size", "num_canaries_inserted", "num_failures",
-                 "clipped_fraction", "noise_stddev", "weight_factor")
+                 "clipped_fraction", "noise_stddev", "weight_factor", "noise_clip_norm")
 
 
 def versions() -> dict[str, str | None]:
@@ -105,6 +105,7 @@ def _statistics(store: Store, audit: Audit) -> dict[str, Any]:
         "gaps": gaps,
         "max_weight_factor": audit.max_weight_factor,
         "max_canary_weight_factor": audit.max_canary_weight_factor,
+        "min_noise_clip_factor": audit.min_noise_clip_factor,
         "alarm_statistics": _alarm_statistics(store, audit.id),
     })
 

@@ -26,6 +26,7 @@ from ..auditor.claims import AuditLook, audit_claims, summarize
 from ..auditor.claims.alerts import build_alerts, decide, first_alarm, num_looks
 from ..auditor.claims.known_rounds import KnownRoundsStatistic
 from ..auditor.estimators import audit_analytic_epsilon, final_model_estimates
+from ..auditor.noise_calibration import noise_calibration
 from ..auditor.results import jsonable, number
 from ..auditor.spec import AuditSpec, Engine, ThreatModel
 from ..auditor.statistics import CosineTracker
@@ -116,6 +117,16 @@ def _heaviest(*factors: Any) -> float | None:
     """The largest of the round ``weight_factor``s given (None: none reported)."""
     values = [float(f) for f in factors if number(f) is not None]
     return max(values) if values else None
+
+
+def alarm_cause(audit) -> str | None:
+    """The error alarm's cause in words for the ServerApp log: its alert's message and, when a
+    round was noised for a smaller clip norm than its updates had, that finding too."""
+    message = next((a.get("message") for a in audit.alerts or []
+                    if (a.get("details") or {}).get("alarm") is not None), None)
+    finding = noise_calibration(audit.spec, getattr(audit, "min_noise_clip_factor", None))
+    parts = [p for p in (message, finding and finding["sentence"]) if p]
+    return "; ".join(parts)[:1000] or None
 
 
 def headline_epsilon(estimates: list[dict]) -> float | None:
@@ -446,7 +457,8 @@ class LiveAudits:
         stop = bool(audit.spec.get("stop_on_alarm"))
         where = record.get("round")
         return {"alarm": "error", "stop": stop,
-                "stop_reason": f"claim refuted at round {where}" if stop else None}
+                "stop_reason": f"claim refuted at round {where}" if stop else None,
+                "alarm_round": where, "alarm_cause": alarm_cause(audit)}
 
     # -- final model ----------------------------------------------------------------------
     def ingest_final(self, audit_id: str, model: np.ndarray, metrics: dict) -> str:

@@ -134,6 +134,14 @@ class VerdictOut(BaseModel):
         "more than the claim (weighting.breaks_claim) while the noise passed; "
         "`noise_and_weighting`: both.", examples=["noise"],
     )
+    noise_calibration: dict[str, Any] | None = Field(
+        None, description="A round noised for a smaller clip norm than its updates were clipped "
+        "to (min_noise_clip_factor below 1): min_factor, effective_noise_multiplier, sentence.",
+    )
+    noise_split: str | None = Field(
+        None, description="Adaptive clipping: the configured z, the clipped-count noise sigma_b "
+        "and the update noise z_delta the canaries meet, in one sentence.",
+    )
     weighting: dict[str, Any] | None = Field(
         None, description="A weighted FedAvg (largest round weight_factor above 1): "
         "weight_factor, claim_mu, heaviest_mu (= weight_factor × claim_mu, what correct noise "
@@ -292,6 +300,11 @@ class AuditOut(BaseModel):
         ),
         examples=[3.2],
     )
+    min_noise_clip_factor: float | None = Field(
+        None, description="The smallest round noise_clip_norm / clip_norm reported (null: never "
+        "reported). Below 1 some round got less noise than the clip norm of its updates needs "
+        "(Flower's adaptive clipping); the verdict's noise_calibration and an alert say which.",
+    )
     bug_injected: str | None = Field(
         None,
         description=(
@@ -363,6 +376,15 @@ class RoundOut(BaseModel):
     weight_factor: float | None = Field(
         None, description="The round's weight factor as reported (weighted aggregation; null: "
         "not reported, equal weights).",
+    )
+    noise_clip_norm: float | None = Field(
+        None, description="The clip norm the round's noise was calibrated for (null: not "
+        "reported, taken as clip_norm).",
+    )
+    noise_clip_factor: float | None = Field(
+        None, description="noise_clip_norm / clip_norm: below 1 the round was noised for a "
+        "smaller clip norm than its updates were clipped to (its effective noise multiplier is "
+        "z × this factor).",
     )
     received_at: datetime
     estimates: list[dict[str, Any]] = Field(description="Estimates after this round.")
@@ -458,6 +480,14 @@ class RoundMetadataQuery(BaseModel):
             "protects a client that heavy only at weight_factor × the claimed μ."
         ),
     )
+    noise_clip_norm: float | None = Field(
+        None, gt=0, le=1e30, allow_inf_nan=False,
+        description="The clip norm the round's noise was calibrated for (noise std z * "
+        "noise_clip_norm on the sum), when it is not clip_norm: Flower's adaptive-clipping "
+        "wrappers add the noise for the clip norm after its geometric update. Below clip_norm "
+        "the round got less noise than its updates need (effective noise multiplier z * "
+        "noise_clip_norm / clip_norm); the verdict and an alert say so. Omit it when equal.",
+    )
     canaries_missing: str | None = Field(
         None,
         min_length=1,
@@ -494,6 +524,11 @@ class IngestAck(BaseModel):
     )
     stop_reason: str | None = Field(
         None, description="Why to stop, e.g. 'claim refuted at round 3'.", examples=[None]
+    )
+    alarm_round: int | None = Field(None, description="Rounds: where the alarm fired.")
+    alarm_cause: str | None = Field(
+        None, description="Rounds: what the alarm rejected, in words (the error alert's message, "
+        "and the noise calibration when a round was noised for a smaller clip norm).",
     )
 
 

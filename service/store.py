@@ -441,6 +441,7 @@ class Store(LeaseQueries):
         if known_rounds is not None:
             extra["known_rounds_state"] = known_rounds_to_bytes(known_rounds)
         weight = round_row.get("weight_factor")
+        noise_norm = round_row.get("noise_clip_norm")
         now = utcnow()
         with self.session() as s, s.begin():
             if gap is not None:
@@ -454,6 +455,10 @@ class Store(LeaseQueries):
                                        .where(Audit.id == audit_id))
                     extra["max_canary_weight_factor"] = max(float(weight),
                                                             carried or float(weight))
+            if noise_norm is not None and round_row.get("clip_norm"):
+                factor = float(noise_norm) / float(round_row["clip_norm"])
+                least = s.scalar(select(Audit.min_noise_clip_factor).where(Audit.id == audit_id))
+                extra["min_noise_clip_factor"] = min(factor, factor if least is None else least)
             if not update_audit_if(
                 s, audit_id, Audit.rounds_stored == t - 1, Audit.status == "running",
                 rounds_stored=t,

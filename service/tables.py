@@ -140,6 +140,9 @@ class Audit(Base):
     # The largest weight_factor of a round that carried canaries: the heaviest influence the
     # canaries carried, where the claim tests run (docs/estimators.md, "Weighted FedAvg").
     max_canary_weight_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The smallest round noise_clip_norm / clip_norm reported (issue #38; None: never
+    # reported): below 1 a round was noised for a smaller clip norm than its updates had.
+    min_noise_clip_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     def __repr__(self) -> str:  # never show secrets
         return f"Audit(id={self.id!r}, status={self.status!r})"
@@ -164,6 +167,8 @@ class AuditRound(Base):
     accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
     delta_norm: Mapped[float | None] = mapped_column(Float, nullable=True)  # API: update_norm
     weight_factor: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The clip norm the round's noise was calibrated for (None: not reported, clip_norm)
+    noise_clip_norm: Mapped[float | None] = mapped_column(Float, nullable=True)
     # Secret until the audit ended (never served): the round's canary participants, <i4.
     participants: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
     estimates: Mapped[list | None] = mapped_column(JSON, nullable=True)

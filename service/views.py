@@ -16,6 +16,11 @@ import numpy as np
 
 from ..auditor.canaries import resolve_canary_family, seen_mask
 from ..auditor.claims.alerts import bug_label, first_alarm, spec_alarm_guarantee, spec_verdict
+from ..auditor.noise_calibration import (
+    noise_calibration_alerts,
+    noise_clip_factor,
+    with_noise_calibration,
+)
 from ..auditor.progress import eta_seconds
 from ..auditor.spec import AUTO_CANARIES
 from ..auditor.statistics import scale_dof
@@ -86,7 +91,8 @@ def audit_verdict_view(audit: Audit) -> dict[str, Any]:
         weight_factor=audit.max_weight_factor,
         canary_weight_factor=audit.max_canary_weight_factor, dim=getattr(audit, "dim", None),
     )
-    return verdict.to_dict()
+    return with_noise_calibration(verdict.to_dict(), audit.spec,
+                                  getattr(audit, "min_noise_clip_factor", None))
 
 
 #: What a gap costs the audit, by kind (the audit JSON's ``gaps[].cost``).
@@ -189,12 +195,14 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "dim": audit.dim,
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],
-        "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(verdict)],
+        "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(verdict),
+                   *noise_calibration_alerts(verdict)],
         "gaps": gaps,
         "alarm_guarantee": spec_alarm_guarantee(
             audit.spec, canary_weight_factor=audit.max_canary_weight_factor),
         "flower_run_id": audit.flower_run_id,
         "max_weight_factor": audit.max_weight_factor,
+        "min_noise_clip_factor": getattr(audit, "min_noise_clip_factor", None),
         "bug_injected": bug_label(audit.spec),
         "histograms": _merge_histograms(audit.histograms or {}, ended),
         "metrics": audit.metrics or {},
@@ -240,6 +248,8 @@ def round_view(row: AuditRound, *, ended: bool) -> dict[str, Any]:
         "accuracy": row.accuracy,
         "update_norm": row.delta_norm,
         "weight_factor": row.weight_factor,
+        "noise_clip_norm": row.noise_clip_norm,
+        "noise_clip_factor": noise_clip_factor(row.clip_norm, row.noise_clip_norm),
         "received_at": iso_utc(row.received_at),
         "estimates": row.estimates or [],
     }

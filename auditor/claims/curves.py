@@ -4,7 +4,8 @@ function that reads an audit's claims off its spec.
 
 A mechanism satisfies the trade-off curve ``f`` when every test separating neighbours has
 ``FNR >= f(FPR)`` (Dong, Roth & Su 2019). DP-FedAvg gives a canary seen in ``r`` known rounds with
-noise multiplier ``z`` exactly ``mu = sqrt(r) / z`` (``z_total`` under adaptive clipping).
+noise multiplier ``z`` exactly ``mu = sqrt(r) / z`` (the update noise ``z_delta`` under adaptive
+clipping: the canaries never meet the clipped-count noise).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..estimators._validation import check_delta, check_nonnegative
 from ..estimators.gdp import gdp_epsilon
+from ..noise_calibration import canary_noise_multiplier
 from ..results import ThreatModel, jsonable
 from .tradeoff import gdp_tradeoff
 
@@ -198,9 +200,10 @@ def audit_claims(spec, *, weight_factor: float | None = None) -> list[TradeOffCl
     """The DP claims of an audit (:class:`flaudit.auditor.spec.AuditSpec`) as trade-off curves: one place
     for the service, ``flaudit run`` and the fidelity suite.
 
-    * ``known_rounds``: ``mu = sqrt(r) / z_total`` GDP with ``r = spec.canary_repeats`` and
-      ``z_total = spec.accounted_noise_multiplier`` -- exact for an adversary who knows the
-      canary's rounds and sees every released aggregate, for any schedule.
+    * ``known_rounds``: ``mu = sqrt(r) / z`` GDP with ``r = spec.canary_repeats`` and ``z`` the
+      update noise the canaries meet (``canary_noise_multiplier``: ``z_delta`` under adaptive
+      clipping) -- exact for an adversary who knows the canary's rounds and sees every
+      released aggregate, for any schedule.
     * ``poisson_subsampled`` (only when ``spec.participation`` is Poisson): the
       Poisson-subsampled curve (:func:`poisson_subsampled_claim`) with
       ``q = spec.sampling_probability`` and ``T = spec.num_rounds``.
@@ -211,7 +214,7 @@ def audit_claims(spec, *, weight_factor: float | None = None) -> list[TradeOffCl
     claim, noise multiplier ``z / W`` for the Poisson-subsampled one (docs/estimators.md,
     "Weighted FedAvg: two answers"). Noise multiplier 0 gives :class:`NoDPClaim` in place of each.
     """
-    z = float(spec.accounted_noise_multiplier)
+    z = canary_noise_multiplier(spec)  # the update noise z_delta under adaptive clipping
     r = int(spec.canary_repeats)
     w = 1.0 if weight_factor is None else float(weight_factor)
     if not math.isfinite(w):

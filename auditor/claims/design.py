@@ -39,6 +39,7 @@ from typing import Any
 from scipy import optimize, special
 
 from ..estimators.gdp import gdp_epsilon
+from ..noise_calibration import canary_noise_multiplier
 from .alarm import ALARM_ALPHA, look_level
 from .fdp import design_guesses, fdp_mu_lo
 from .sizing import AUTO, CLEAR_BUG_NOISE_SCALE, canaries_needed, capped_advice, seen_low
@@ -153,35 +154,14 @@ def _round_up(value: float, digits: int = 3) -> str:
     return f"{math.ceil(value * 10.0**p * (1 - 1e-9)) / 10.0**p:.{digits}g}"
 
 
-def _update_noise(spec, z: float) -> tuple[float, str]:
-    """The noise multiplier the canaries meet, and a sentence on the split (issue #38).
-
-    With adaptive clipping the claim accounts for the round as one Gaussian mechanism,
-    ``z = (z_update^-2 + sigma_b^-2)^-1/2`` (:attr:`flaudit.auditor.spec.AuditSpec.accounted_noise_multiplier`),
-    but a canary's update meets only the update noise ``z_update`` (the spec's
-    ``noise_multiplier``; DESIGN.md "Adaptive clipping"): correct noise gives it ``1/z_update``
-    per participation, below the claim's ``1/z``, and the design's factor is on ``z_update``."""
-    adaptive = getattr(spec, "adaptive_clipping", None)
-    z_update = getattr(spec, "noise_multiplier", None)
-    if adaptive is None or z_update is None or not float(z_update) > z > 0:
-        return z, ""
-    z_update = float(z_update)
-    sigma_b = adaptive.count_stddev(int(spec.clients_per_round))
-    return z_update, (
-        f" Adaptive clipping: the updates carry noise multiplier {z_update:.4g} and the clipped "
-        f"count noise σ_b = {sigma_b:.4g}; the claim counts both (the round as one mechanism: "
-        f"{z:.4g}), the canaries meet the updates' {z_update:.4g}, and the factor is on it.")
-
-
 def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
                  dim: int | None = None) -> AuditDesign:
     """The audit design of ``spec`` (an :class:`flaudit.auditor.spec.AuditSpec`, or anything with
-    ``accounted_noise_multiplier``, ``canary_repeats``, ``num_canaries``, ``num_rounds`` and
+    ``noise_multiplier`` (the update noise), ``canary_repeats``, ``num_canaries``, ``num_rounds`` and
     ``delta``); ``dim``, the model's size once known, accounts for the noise scale's
     ``d - k`` degrees of freedom (module docstring)."""
 
-    z = float(spec.accounted_noise_multiplier)
-    z_update, split = _update_noise(spec, z)
+    z = canary_noise_multiplier(spec)  # the update noise: what the canaries meet
     r = int(spec.canary_repeats)
     delta = float(spec.delta)
     if spec.num_canaries == AUTO:  # an external audit before its ServerApp declared the claim
@@ -203,7 +183,7 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
     s_claim = (_detectable_scale(lam, n_seen, max(1, int(spec.num_rounds)), z_level, z_power, dof)
                if n_seen > 0 else None)
     if s_claim is not None:  # the factor is on the noise the canaries meet (module docstring)
-        s_star = s_claim * z / z_update
+        s_star = s_claim
         det_mu = mu / s_claim
         det_eps = float(gdp_epsilon(det_mu, delta))
     else:
@@ -213,10 +193,9 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
                            spec.num_rounds + 1, alpha=alpha)
     max_mu = _max_refutable_mu(g, k, fdp_level) if k >= 2 else 0.0
     testable = s_star is not None and s_star >= CLEAR_BUG_NOISE_SCALE
-    clear = CLEAR_BUG_NOISE_SCALE * z_update / z  # noise x 0.5 on the updates, in claim units
-    canaries_clear = (canaries_needed(noise_multiplier=z, canary_repeats=r,
-                                      num_rounds=spec.num_rounds, alpha=alpha, power=power,
-                                      scale=clear) if clear < 1 else None)
+    canaries_clear = canaries_needed(noise_multiplier=z, canary_repeats=r,
+                                     num_rounds=spec.num_rounds, alpha=alpha, power=power,
+                                     scale=CLEAR_BUG_NOISE_SCALE)
     # one sentence that also reads as a clause after "this audit" (the verdict embeds it)
     if s_star is None and n_seen > 0:
         summary = (f"Cannot catch any bug in {power:.0%} of runs: the noise scale rests on "
@@ -227,23 +206,18 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
                    "are seen.")
     else:  # printed toward what the audit keeps: the factor down, the mu and epsilon up
         shown = _round_down(s_star)
-        shown_mu = mu * z / (z_update * shown)  # the run at noise x shown: caught, and more
+        shown_mu = mu / shown  # the run at noise x shown: caught, and more
         factor = f"{shown:.2f}" if shown >= 0.1 else f"{shown:.2g}"
         summary = (f"Catches {'only ' if s_star < CLEAR_BUG_NOISE_SCALE else ''}noise × "
                    f"{factor} or smaller (μ ≥ {_round_up(shown_mu)}, ε ≥ "
                    f"{_round_up(float(gdp_epsilon(shown_mu, delta)))} at δ = {delta:g}) in "
                    f"{power:.0%} of runs.")
-    summary += split
     advice = None
-    known_scale = (_detectable_scale(lam, n_seen, 1, z_level, z_power, math.inf) * z / z_update
+    known_scale = (_detectable_scale(lam, n_seen, 1, z_level, z_power, math.inf)
                    if n_seen > 0 else None)
     if not testable and known_scale is not None and known_scale >= CLEAR_BUG_NOISE_SCALE:
         advice = (f"The noise scale rests on only d − k = {dof:g} coordinates: fewer canaries "
                   "(k well below d/2) would make this audit testable.")
-    elif not testable and canaries_clear is None:
-        advice = ("The clipped count's noise takes so much of the claim that half the updates' "
-                  "noise still meets it: no number of canaries catches it; a larger "
-                  "clipped_count_stddev would.")
     elif not testable:  # more canaries where the federation has slots for them, else more rounds
         advice = capped_advice(spec, canaries_clear, alpha=alpha, power=power) or (
             f"Too few canaries to catch even half the claimed noise: use at least "

@@ -22,6 +22,7 @@ import numpy as np
 from ..canaries import resolve_canary_family, seen_mask
 from ..estimators import audit_analytic_epsilon
 from ..estimators.gdp import gdp_epsilon
+from ..noise_calibration import noise_clip_factor, with_noise_calibration
 from ..results import ThreatModel, jsonable, number
 from ..spec import AuditSpec
 from ..statistics import scale_dof
@@ -350,7 +351,13 @@ def recompute(bundle: dict) -> Recomputed:
         weight_factor=stats.get("max_weight_factor"),
         canary_weight_factor=_canary_weight(stats), dim=stats.get("dim"),
     )
-    _check(result, "verdict", bundle.get("verdict"), jsonable(verdict.to_dict()))
+    factors = [noise_clip_factor(r.get("clip_norm"), r.get("noise_clip_norm"))
+               for r in stats.get("rounds") or []]
+    least = min((f for f in factors if f is not None), default=None)
+    if "min_noise_clip_factor" in stats:
+        _check(result, "statistics.min_noise_clip_factor", stats.get("min_noise_clip_factor"), least)
+    _check(result, "verdict", bundle.get("verdict"),
+           jsonable(with_noise_calibration(verdict.to_dict(), spec, least)))
     return result
 
 

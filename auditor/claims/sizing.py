@@ -32,6 +32,7 @@ from typing import Any
 
 from scipy import special
 
+from ..noise_calibration import canary_noise_multiplier
 from .alarm import ALARM_ALPHA, look_level
 from .tiers import AlarmTest
 
@@ -280,7 +281,7 @@ def auto_sizing(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Can
     """:func:`choose_canaries` for a spec (an :class:`flaudit.auditor.spec.AuditSpec` or
     anything with ``accounted_noise_multiplier``, ``num_rounds``, ``clients_per_round``,
     ``num_clients`` and ``max_canary_fraction``)."""
-    return choose_canaries(noise_multiplier=float(spec.accounted_noise_multiplier),
+    return choose_canaries(noise_multiplier=canary_noise_multiplier(spec),
                            alpha=alpha, power=power, **_federation(spec))
 
 
@@ -303,7 +304,7 @@ def capped_advice(spec, needed: int, *, alpha: float = ALARM_ALPHA,
     if cap is None or needed <= cap:
         return None
     fed = _federation(spec)
-    z = float(spec.accounted_noise_multiplier)
+    z = canary_noise_multiplier(spec)
     n, t, r = fed["clients_per_round"], fed["num_rounds"], int(spec.canary_repeats)
     head = (f"The federation allows at most {cap} canaries ({n} sampled clients per round × "
             f"{t // r} rounds per canary period; seen canaries take cohort slots), fewer than "

@@ -102,6 +102,10 @@ def test_a_broken_run_is_refuted_naming_claim_bound_round_and_confidence(client,
     assert verdict["round"] is not None and 1 <= verdict["round"] <= 4
     fired = [a["round"] for a in acks if a["alarm"] == "error"]
     assert fired and fired[0] == verdict["round"]
+    # the cause, for the ServerApp's log line (issue #38): where and what was rejected
+    first = next(a for a in acks if a["alarm"] == "error")
+    assert first["alarm_round"] == verdict["round"]
+    assert first["alarm_cause"].startswith("possible DP bug or wrong claim: the known-rounds claim")
     assert not any(a["stop"] for a in acks)  # stop_on_alarm is off by default
     summary = verdict["summary"]
     assert summary.startswith(f"Claim refuted at round {verdict['round']}")
@@ -290,6 +294,7 @@ def test_a_service_audit_stops_its_flower_loop_on_alarm(store):
     t = result["stopped_at_round"]
     assert t is not None and t < 4 and result["rounds_trained"] == t
     assert reporter.stop_reason == f"claim refuted at round {t}"
+    assert reporter.alarm_logged  # "flaudit: the DP alarm fired at round t: ..." (issue #38)
     assert audit["status"] == "succeeded" and audit["progress"]["round"] == t
     assert audit["verdict"]["status"] == "claim_refuted" and audit["verdict"]["stopped"]
     assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"

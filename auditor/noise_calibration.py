@@ -1,0 +1,106 @@
+"""The noise a round got against the clip norm its updates had (issue #38), in words.
+
+A DP wrapper that clips round ``t``'s updates to ``C_clip`` must add noise ``z * C_clip / n``.
+Flower's adaptive-clipping wrappers move the clip norm by its geometric update first and add
+``z * C_noise / n`` with ``C_noise = C_{t+1}``: the round's effective noise multiplier is
+``z * C_noise / C_clip``. The ServerApp reports both norms per round; the smallest ratio
+``C_noise / C_clip`` below 1 is a finding of the audit (verdict, alert, evidence), whatever the
+canaries' tests say: it is read off the mechanism, not estimated.
+
+Also the sentence that splits an adaptive-clipping claim into the configured ``z``, the
+clipped-count noise ``sigma_b`` and the update noise ``z_delta`` the canaries meet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["SHORT_NOISE_TOLERANCE", "canary_noise_multiplier", "noise_calibration", "noise_calibration_alerts",
+           "noise_clip_factor", "noise_split_sentence", "with_noise_calibration"]
+
+#: A factor above ``1 - SHORT_NOISE_TOLERANCE`` is float round-off, not a finding.
+SHORT_NOISE_TOLERANCE = 1e-9
+
+
+def canary_noise_multiplier(spec) -> float:
+    """The noise multiplier the canaries meet: the update noise ``spec.noise_multiplier``. Under
+    adaptive clipping that is ``z_delta``, not ``accounted_noise_multiplier`` (``z_total``, which
+    adds the clipped-count query no canary sees: a design or a claim test on it is the wrong
+    mechanism for the canaries, issue #38). Spec-likes without ``noise_multiplier``: the
+    accounted one."""
+    z = getattr(spec, "noise_multiplier", None)
+    return float(spec.accounted_noise_multiplier if z is None else z)
+
+
+def noise_clip_factor(clip_norm: float | None, noise_clip_norm: float | None) -> float | None:
+    """``noise_clip_norm / clip_norm`` (None when the noise's norm was not reported)."""
+    if noise_clip_norm is None or not clip_norm:
+        return None
+    return float(noise_clip_norm) / float(clip_norm)
+
+
+def _get(spec: Any, name: str) -> Any:
+    return spec.get(name) if isinstance(spec, Mapping) else getattr(spec, name, None)
+
+
+def noise_split_sentence(spec: Any) -> str | None:
+    """"noise multiplier 1 as configured; with clipped-count noise sigma_b = 1 the updates get
+    1.155 (...), which is what the canaries meet" for an adaptive-clipping claim whose
+    configured ``z`` is known; None otherwise."""
+    z = _get(spec, "configured_noise_multiplier")
+    adaptive = _get(spec, "adaptive_clipping")
+    sigma_b = _get(adaptive, "clipped_count_stddev") if adaptive is not None else None
+    if z is None or not sigma_b:
+        return None
+    return (f"noise multiplier {z:.4g} as configured; with clipped-count noise sigma_b = "
+            f"{sigma_b:.4g} the updates get {float(_get(spec, 'noise_multiplier')):.4g} "
+            "(Andrew et al. 2021: z_delta = (z^-2 - (2 sigma_b)^-2)^-1/2), which is what the "
+            "canaries meet")
+
+
+def noise_calibration(spec: Any, min_factor: float | None) -> dict | None:
+    """The finding for a run whose smallest ``C_noise / C_clip`` is ``min_factor`` (None:
+    every round noised for its own clip norm, or not reported)."""
+    if min_factor is None or not math.isfinite(min_factor):
+        return None
+    if min_factor >= 1 - SHORT_NOISE_TOLERANCE:
+        return None
+    z = float(_get(spec, "noise_multiplier") or 0.0)
+    if z == 0:
+        return None
+    effective = z * min_factor
+    return {
+        "min_factor": float(min_factor),
+        "noise_multiplier": z,
+        "effective_noise_multiplier": effective,
+        "sentence": (
+            f"Some round was noised for a smaller clip norm than its updates were clipped to: "
+            f"its noise is {min_factor:.3g}× what that clip norm needs (effective noise "
+            f"multiplier {effective:.4g}, claimed {z:.4g}); the claim does not hold for that "
+            "round, whatever the canaries say (Flower's adaptive-clipping wrappers add the noise "
+            "for the clip norm after its update; each round's noise_clip_norm is in "
+            "GET /audits/{id}/rounds)."),
+    }
+
+
+def with_noise_calibration(verdict: dict, spec: Any, min_factor: float | None) -> dict:
+    """``verdict`` (a ``Verdict.to_dict()``) with ``noise_calibration`` and ``noise_split``
+    added, the same on the page, in the API and in the evidence bundle."""
+    out = dict(verdict)
+    out["noise_calibration"] = finding = noise_calibration(spec, min_factor)
+    out["noise_split"] = split = noise_split_sentence(spec)
+    extra = [text for text in (finding and finding["sentence"],
+                               split and f"Noise: {split}.") if text]
+    if extra and out.get("summary"):  # the page and the CLI show the summary verbatim
+        out["summary"] = " ".join([out["summary"], *extra])
+    return out
+
+
+def noise_calibration_alerts(verdict: Mapping[str, Any]) -> list[dict]:
+    """A warning alert for the verdict's ``noise_calibration`` finding (none without it)."""
+    finding = verdict.get("noise_calibration")
+    if not finding:
+        return []
+    return [{"level": "warning", "message": f"noise calibration: {finding['sentence']}"}]

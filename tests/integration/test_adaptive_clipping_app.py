@@ -1,0 +1,111 @@
+"""Flower's quickstart-pytorch behind Flower's ``DifferentialPrivacyServerSideAdaptiveClipping``
+with the lines docs/flower.md shows for adaptive clipping (issue #38): the real ServerApp and
+ClientApp (torch training on synthetic data) on an in-process grid, no Ray. The claim carries
+the configured z beside Flower's update noise z_delta, and every round records the clip norm
+its updates were clipped to and the one Flower's wrapper noised for: the quickstart's updates
+are far above the initial clip norm, every one is clipped, Flower shrinks the norm before it
+adds the noise, and the rounds show the factor below 1.
+
+The audit's service client is replaced by an in-process one (``from_env`` is patched; the
+service path of the finding is ``tests/service/test_adaptive_mismatch.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.integration.test_byo_flower_app import SYNTHETIC_DATA, TEMPLATE
+from tests.integration.test_fl_dp_sa import InProcessGrid
+from tests.server.test_wrapper import ClaimRecorder
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES, K, SEED, ROUNDS = 2, 4, 0x5EED_0038, 3
+
+
+def documented_blocks() -> dict[str, list[str]]:
+    text = (ROOT / "docs" / "flower.md").read_text()
+    return {m.group(1): m.group(2).rstrip("\n").split("\n") for m in re.finditer(
+        r"<!-- flaudit-adaptive: ([^>]+?) -->\n```\w*\n(.*?)```", text, re.S)}
+
+
+def make_app(dest: Path) -> None:
+    shutil.copytree(TEMPLATE, dest, ignore=shutil.ignore_patterns("ORIGIN.md", "__pycache__"))
+    pkg = dest / "pytorchexample"
+    task = (pkg / "task.py").read_text()
+    task = re.sub(r"^(from datasets|from flwr_datasets|from torchvision|pytorch_transforms =).*\n",
+                  "", task, flags=re.M)
+    (pkg / "task.py").write_text(task + SYNTHETIC_DATA)
+    blocks = documented_blocks()
+    server = (pkg / "server_app.py").read_text()
+    for anchor, name in (("from flwr.serverapp.strategy import FedAvg", "server_app imports"),
+                         ("    strategy = FedAvg(fraction_evaluate=fraction_evaluate)",
+                          "server_app strategy")):
+        assert anchor in server, f"the quickstart no longer has {anchor!r}"
+        server = server.replace(anchor, anchor + "\n" + "\n".join(blocks[name]), 1)
+    (pkg / "server_app.py").write_text(server)
+
+
+def test_the_quickstart_behind_adaptive_clipping_records_the_clip_noise_mismatch(
+        tmp_path, monkeypatch):
+    from flwr.app import Context, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    import flaudit.server.wrapper as wrapper
+
+    app = tmp_path / "quickstart-adaptive"
+    make_app(app)
+    reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)
+    made = []
+
+    def local_from_env(cls, strategy, *, run_config=None, **options):
+        canaries = wrapper.LocalCanaries(SEED, num_canaries=K, num_rounds=ROUNDS,
+                                         clients_per_round=NODES)
+        made.append(cls(strategy, reporter=reporter, canaries=canaries))
+        return made[-1]
+
+    monkeypatch.setattr(wrapper.CanaryAuditStrategy, "from_env", classmethod(local_from_env))
+    monkeypatch.syspath_prepend(str(app))
+    for name in [m for m in sys.modules if m == "pytorchexample" or m.startswith("pytorchexample.")]:
+        monkeypatch.delitem(sys.modules, name)
+    server_app = importlib.import_module("pytorchexample.server_app").app
+    client_app = importlib.import_module("pytorchexample.client_app").app
+    for private in ("_task_id", "_run_id", "_node_id"):  # restored after the test
+        monkeypatch.setattr(TaskIdentity, private, getattr(TaskIdentity, private), raising=False)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    monkeypatch.chdir(tmp_path)  # the quickstart saves final_model.pt
+    random.seed(38)
+    np.random.seed(38)  # Flower's DP noise and noisy clipped count
+    run_config = {"num-server-rounds": ROUNDS, "fraction-evaluate": 0.0, "local-epochs": 1,
+                  "learning-rate": 0.1, "batch-size": 32, "noise-multiplier": 1.0,
+                  "clipping-norm": 0.05, "num-sampled-clients": NODES,
+                  "clipped-count-stddev": 1.0}
+    grid = InProcessGrid(client_app, NODES)
+    for context in grid.contexts.values():  # the SuperNodes get the run's config too
+        context.run_config = dict(run_config)
+    server_app(grid,
+               Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                       run_config=run_config))
+    (claim,) = reporter.claims
+    assert claim["configured_noise_multiplier"] == pytest.approx(1.0)
+    assert claim["noise_multiplier"] == pytest.approx((1 - 0.25) ** -0.5)  # z_delta, sigma_b = 1
+    metas = [meta for _, meta in reporter.rounds]
+    assert len(metas) == ROUNDS
+    calibration = made[0].audit.calibration
+    for t, meta in enumerate(metas, start=1):
+        assert meta.clip_norm == pytest.approx(calibration.clip_norms[t])
+        assert meta.noise_clip_norm == pytest.approx(calibration.noise_clip_norms[t])
+        assert meta.noise_stddev == pytest.approx(claim["noise_multiplier"] * meta.noise_clip_norm)
+    assert metas[0].clip_norm == pytest.approx(0.05)
+    # every real update clipped: Flower shrinks the norm, then noises for the smaller one
+    assert all(meta.noise_clip_norm < meta.clip_norm for meta in metas)
+    assert calibration.min_factor < 1
