@@ -115,7 +115,10 @@ def test_a_broken_run_is_refuted_naming_claim_bound_round_and_confidence(client,
     assert audit["status"] == "succeeded" and audit["progress"]["round"] == 4
     # the audit list carries the same verdict (the list page's line under the status)
     (listed,) = [a for a in client.get("/audits").json()["items"] if a["id"] == audit_id]
-    assert listed["verdict"] == {"status": "claim_refuted", "summary": summary}
+    # the list carries the verdict's words, its claim and its bound (the list's number)
+    assert listed["verdict"] == {"status": "claim_refuted", "summary": summary,
+                                 "claim": verdict["claim"],
+                                 "largest_valid_bound": verdict["largest_valid_bound"]}
     # the refutation stays once fired, whatever later looks say
     assert any((a.get("details") or {}).get("alarm") for a in audit["alerts"])
 
@@ -128,7 +131,9 @@ def test_a_correct_run_is_consistent_and_says_what_the_audit_could_catch(client,
     assert verdict["status"] == "consistent", verdict
     assert verdict["summary"].startswith("Consistent with the claim of μ = 1 Gaussian DP")
     (listed,) = [a for a in client.get("/audits").json()["items"] if a["id"] == audit_id]
-    assert listed["verdict"] == {"status": "consistent", "summary": verdict["summary"]}
+    assert listed["verdict"] == {"status": "consistent", "summary": verdict["summary"],
+                                 "claim": verdict["claim"],
+                                 "largest_valid_bound": verdict["largest_valid_bound"]}
     assert clause(verdict["design"]["summary"]) in verdict["summary"]
     assert verdict["refuted_by"] is None and verdict["gaps"] is None
     # the largest valid bound: the largest of the bounds valid for DP-FedAvg (the threshold
