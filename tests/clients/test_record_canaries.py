@@ -107,7 +107,7 @@ def test_canaries_are_sampled_at_the_examples_rate():
 
 def _train(model, opt, loader, epochs):
     for _ in range(epochs):
-        for x, y in loader:
+        for x, _ in loader:
             opt.zero_grad()
             (model(x) * 0.0).sum().backward()  # zero data gradients: only canaries and noise
             opt.step()
