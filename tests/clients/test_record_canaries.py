@@ -255,3 +255,34 @@ def test_opacus_accountant_beside_dp_accounting():
     theirs = opacus_epsilon(z, q, s * rounds, delta)
     assert theirs == pytest.approx(ours["rdp"], rel=0.05)
     assert ours["pld"] <= theirs  # PLD is the tighter accounting
+
+
+def test_an_empty_poisson_batch_still_carries_its_canaries_and_the_accountant_still_counts():
+    """Poisson sampling can draw an empty batch: the step's canaries still go in (an empty
+    batch is a step like any other), and Opacus's accountant hook keeps counting the steps."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    data = TensorDataset(torch.randn(60, 16), torch.randint(0, 4, (60,)))
+    engine = PrivacyEngine(accountant="rdp")
+    model, opt, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data_loader=DataLoader(data, batch_size=6), noise_multiplier=0.0, max_grad_norm=C,
+        poisson_sampling=True)
+    source = SeededRecordCanaries(SEED, np.ones(30, dtype=bool), sample_rate=0.5)
+    add_record_canaries(opt, source)
+    d = _dim(opt)
+    step = next(t for t in range(100) if source.sampled(t).size)
+    for _ in range(step):  # advance to a step with canaries, on a real batch
+        x, y = next(iter(loader))
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    opt.zero_grad()
+    empty_x, empty_y = torch.zeros(0, 16), torch.zeros(0, dtype=torch.long)
+    torch.nn.functional.cross_entropy(model(empty_x), empty_y, reduction="sum").backward()
+    assert opt.pre_step()
+    np.testing.assert_allclose(_flat_grad(opt),
+                               C * source.step_canary_sum(step, d) / opt.expected_batch_size,
+                               atol=1e-6)
+    assert opt.canary_step == step + 1
+    assert sum(n for _, _, n in engine.accountant.history) == step + 1
