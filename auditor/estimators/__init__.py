@@ -26,10 +26,20 @@ from .lower_bound import (
 )
 from .null import null_cdf, null_logsf, null_pdf, null_sf
 from .one_run import one_run_lower_bound, one_run_p_value
+from .record_level import (
+    SeededRecordCanaries,
+    record_canary_cosines,
+    record_level_epsilon,
+    record_level_per_round_epsilon,
+)
 from .sequential import SequentialDPTest, mmd_threshold, sequential_epsilon_lower_bound
 from .two_gaussian import gaussian_mechanism_delta, hockey_stick_divergence, two_gaussian_epsilon
 
 __all__ = [
+    "SeededRecordCanaries",
+    "record_canary_cosines",
+    "record_level_epsilon",
+    "record_level_per_round_epsilon",
     "GaussianDPResult",
     "clopper_pearson_upper",
     "gdp_delta",
