@@ -91,6 +91,7 @@ class CanaryFetching:
         """
         self._raise_pending()
         t = int(server_round)
+        self.moved(t, "training")
         empty = np.empty(0, dtype=np.float32), 0
         if not self._fail_open:
             if t in self._canaries:

@@ -68,8 +68,11 @@ class HttpRoundReporter(CanaryFetching):
     (before training) raises :class:`ReportingError`. ``on_service_error="stop"``: every
     request is retried ``max_retries`` times, then :class:`ReportingError` stops the run.
 
-    While training is slow a heartbeat (``PUT .../heartbeat``) keeps an external audit alive:
-    the service ends it after ``timeout_seconds`` without hearing from its run.
+    While training is slow a heartbeat (``PUT .../heartbeat``) keeps an external audit alive as
+    long as the run makes progress: it says what the run is doing (round, phase, seconds since
+    the run last moved) and, once :meth:`watch_grid` was called, when the SuperLink last
+    answered; the service ends the audit when the run shows no progress (docs/flower.md,
+    "When an audit ends").
 
     Parameters
     ----------
@@ -184,6 +187,10 @@ class HttpRoundReporter(CanaryFetching):
         self._claimed = False
         self._finished = False  # the final model was delivered: no more heartbeats
         self._last_contact = time.monotonic()
+        self._moved_at = time.monotonic()  # the run last moved: a round started or was reported
+        self._moved: tuple[int, str] = (0, "starting")  # (round, phase)
+        self._grid_answered_at: float | None = None  # None: no probe (watch_grid not called)
+        self._round_timeout: float | None = None
         self._keeper: threading.Thread | None = None
         self._kicked = False
         self._failures = 0  # the keeper's failed tries (callers wait for the next one)
@@ -392,7 +399,9 @@ class HttpRoundReporter(CanaryFetching):
             quiet = time.monotonic() - self._last_contact
             if interval is not None and self._disabled is None and quiet >= interval:
                 try:
-                    self._heartbeat_acknowledged(self._request("PUT", "heartbeat", attempts=1))
+                    self._heartbeat_acknowledged(self._request(
+                        "PUT", "heartbeat", attempts=1, json=self.heartbeat_body(),
+                        headers={"Content-Type": "application/json"}))
                     self._came_back()
                 except ServiceUnreachable as error:
                     if self._fail_open:
@@ -407,7 +416,7 @@ class HttpRoundReporter(CanaryFetching):
                     self._cond.wait(timeout)
 
     def _heartbeat_acknowledged(self, response) -> None:
-        """The service's silence limit follows the run's round cadence: heartbeat by it."""
+        """The service answers its silence limit: heartbeat by it."""
         try:
             limit = float(response.json()["silence_limit_seconds"])
         except (ValueError, KeyError, TypeError):
@@ -421,7 +430,49 @@ class HttpRoundReporter(CanaryFetching):
         if self._heartbeat_seconds is not None:
             return self._heartbeat_seconds
         limit = self._silence_limit or 3600.0
-        return min(60.0, max(1.0, limit / 4))
+        return min(30.0, max(1.0, limit / 4))
+
+    # -- progress, for the heartbeat ---------------------------------------------------------
+    def moved(self, server_round: int, phase: str) -> None:
+        """The run moved: round ``server_round`` started (``"training"``) or was reported."""
+        self._moved = (int(server_round), str(phase))
+        self._moved_at = time.monotonic()
+
+    def heartbeat_body(self) -> dict[str, Any]:
+        """What the run is doing, for the service's silence rule (service/silence.py)."""
+        now = time.monotonic()
+        body: dict[str, Any] = {"round": self._moved[0] + self._round_offset,
+                                "phase": self._moved[1],
+                                "progress_age_seconds": round(now - self._moved_at, 3)}
+        if self._grid_answered_at is not None:
+            body["grid_age_seconds"] = round(now - self._grid_answered_at, 3)
+        if self._round_timeout is not None:
+            body["round_timeout_seconds"] = self._round_timeout
+        return body
+
+    def watch_grid(self, probe, *, round_timeout: float | None = None,
+                   every: float = 10.0) -> None:
+        """Ask the SuperLink something cheap (``probe()``, e.g. ``grid.get_node_ids``) every
+        ``every`` seconds on a thread of its own, so heartbeats say when it last answered: a
+        ServerApp whose SuperLink died keeps heartbeating, and the service then ends its audit.
+        ``round_timeout``: the run's round timeout (``Strategy.start(timeout=...)``)."""
+        if round_timeout is not None and float(round_timeout) > 0:
+            self._round_timeout = float(round_timeout)
+        if self._grid_answered_at is not None:
+            return
+        self._grid_answered_at = time.monotonic()
+
+        def work() -> None:
+            while not self._closed.wait(every) and not self._finished:
+                try:
+                    probe()
+                except Exception as error:  # any failure of the grid: it did not answer
+                    logger.debug("flaudit: the SuperLink did not answer (%s)",
+                                 type(error).__name__)
+                    continue
+                self._grid_answered_at = time.monotonic()
+
+        threading.Thread(target=work, name="flaudit-grid-probe", daemon=True).start()
 
     def pending(self) -> int:
         """Items waiting in the outbox (0 when everything handed over was delivered)."""
@@ -530,6 +581,7 @@ class HttpRoundReporter(CanaryFetching):
             params["canaries_missing"] = missing[:300]
             logger.warning("flaudit: round %d trains without canaries: %s", t, missing)
         content = _body(update, metadata.participants)
+        self.moved(t, "reported")
         self._deliver(_Item("PUT", "rounds/{t}", f"round {t}",
                             {"content": content, "params": params},
                             round=t, nbytes=len(content), on_done=self._round_acknowledged))

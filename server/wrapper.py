@@ -283,6 +283,9 @@ class CanaryAuditStrategy(Strategy):
             self.declare(grid, num_rounds)
         self.num_rounds = int(num_rounds)
         self._report_initial(initial_arrays)
+        watch = getattr(self.reporter, "watch_grid", None)  # heartbeats say the SuperLink answers
+        if watch is not None:
+            watch(grid.get_node_ids, round_timeout=kwargs.get("timeout", args[0] if args else 3600))
         self._in_start = True
         own_start = overrides_start(self.strategy)
         try:
