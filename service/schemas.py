@@ -211,7 +211,8 @@ class Heartbeat(BaseModel):
     grid_age_seconds: float | None = Field(
         None, ge=0, description="Since the SuperLink last answered the ServerApp.")
     round_timeout_seconds: float | None = Field(
-        None, gt=0, description="The run's round timeout (Flower's Strategy.start(timeout=...)).")
+        None, gt=0, description="How long a round may take without a move: the wrapper sends "
+        "twice Flower's Strategy.start(timeout=...) (training, then evaluation).")
 
 
 class HeartbeatAck(BaseModel):

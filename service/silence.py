@@ -14,7 +14,7 @@ hundredth, and a slow one lives as long as it makes progress:
 * **Heartbeats:** the wrapper heartbeats while its run is quiet (every quarter of the limit, at
   most 30 s) and says when the SuperLink last answered it (``grid_age_seconds``) and when the
   run last moved (a round started or was reported: ``progress_age_seconds``) under its round
-  timeout (``round_timeout_seconds``, Flower's ``Strategy.start(timeout=...)``). A heartbeat
+  timeout (``round_timeout_seconds``: twice Flower's ``Strategy.start(timeout=...)``). A heartbeat
   counts from the SuperLink's last answer, and from ``PROGRESS_GRACE_SECONDS`` plus the round
   timeout after the last move: a 10-minute round under Flower's default 3600 s timeout stays
   alive; a run stuck in a round ends ``PROGRESS_GRACE_SECONDS`` after its round timeout ran out.

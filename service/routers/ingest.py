@@ -597,9 +597,12 @@ async def put_heartbeat(audit_id: AuditId, request: Request,
                         body: Heartbeat | None = None) -> HeartbeatAck:
     """An external audit ends when its run shows no sign of progress (claim, any ingest, or a
     heartbeat) for its silence limit: 150 s, at most ``timeout_seconds`` (returned here). A
-    heartbeat counts as of what its body reports: the SuperLink's last answer, and the run's
-    last move plus its round timeout and 120 s (:func:`..silence.progress_at`); without a body,
-    as of now. The wrapper sends one whenever it has been quiet for a quarter of the limit."""
+    heartbeat counts as of what its optional JSON body reports (``round``, ``phase``, and in
+    seconds ``grid_age_seconds``: since the SuperLink last answered the ServerApp,
+    ``progress_age_seconds``: since the run last moved, ``round_timeout_seconds``): as of the
+    SuperLink's last answer, and no later than its round timeout plus 120 s after its last move
+    minus the limit (service/silence.py); without a body, as of now. The wrapper sends one
+    whenever it has been quiet for a quarter of the limit, at most every 30 s."""
     audit = await precheck_ingest(request, audit_id, need_dim=False)
     if audit.status != "running":
         raise http_error(409, f"audit is {audit.status}: {audit.reason or 'ended'}")
