@@ -105,8 +105,9 @@ class HttpRoundReporter(CanaryFetching):
         Per-request timeout of a canary fetch (they are on the training path: at most the
         wrapper's round budget, ``flaudit.server.budget``).
     heartbeat_seconds : float, optional
-        Quiet time before a heartbeat (default: a quarter of the audit's ``timeout_seconds``,
-        between 1 and 60 s).
+        Quiet time before a heartbeat (default: a quarter of the service's silence limit,
+        ``silence_limit_seconds``, 150 s unless ``timeout_seconds`` is shorter; between 1 and
+        30 s).
     """
 
     def __init__(
