@@ -456,7 +456,8 @@ class HttpRoundReporter(CanaryFetching):
         """Ask the SuperLink something cheap (``probe()``, e.g. ``grid.get_node_ids``) every
         ``every`` seconds on a thread of its own, so heartbeats say when it last answered: a
         ServerApp whose SuperLink died keeps heartbeating, and the service then ends its audit.
-        ``round_timeout``: the run's round timeout (``Strategy.start(timeout=...)``)."""
+        ``round_timeout``: how long a round may go without a move (the wrapper sends twice
+        ``Strategy.start(timeout=...)``: training, then evaluation)."""
         if round_timeout is not None and float(round_timeout) > 0:
             self._round_timeout = float(round_timeout)
         if self._grid_answered_at is not None:
