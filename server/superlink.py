@@ -167,7 +167,7 @@ class SuperLinkControl:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "SuperLinkControl":
+    def __enter__(self) -> SuperLinkControl:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -2,8 +2,8 @@
 length) or a refused final model ends the audit with a verdict on the rounds it has and the
 reason; a silent run is given up after 150 s without a sign of progress whatever its round
 cadence (at most ``timeout_seconds``; tests/service/test_dead_runs.py has the progress rules),
-with a reason that is true when the final model never came; an attached audit whose run never claims it ends "the run never started" after
-``start_timeout_seconds``."""
+with a reason that is true when the final model never came; an attached audit whose run never
+claims it ends "the run never started" after ``start_timeout_seconds``."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ run that reports progress is never ended. Clocks are injected: nothing sleeps.""
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ from flaudit.service.store import as_utc, utcnow
 
 from .conftest import AUTH, f32
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CLAIM = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_rounds": 6, "num_clients": 4,
          "clients_per_round": 4}
 META = {"clip_norm": 0.5, "cohort_size": 4, "num_canaries_inserted": 0, "num_failures": 0,
