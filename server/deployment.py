@@ -49,7 +49,6 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -61,6 +60,13 @@ from ..protocol.wire import (
     RUN_CONFIG_NUM_SEEN_CANARIES,
     RUN_CONFIG_RUN_TOKEN,
     RUN_CONFIG_SPEC,
+)
+from .superlink import (
+    DeploymentError,
+    RunState,
+    SuperLinkControl,
+    check_superlink_address,
+    parse_run_status,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,6 +83,7 @@ __all__ = [
     "RunState",
     "SuperLinkControl",
     "build_run_config",
+    "check_superlink_address",
     "default_app_dir",
     "deployment_worker",
     "flower_config_toml",
@@ -90,21 +97,6 @@ log = logging.getLogger(__name__)
 
 _CONNECTION_NAME = "flaudit"
 _REDACTED = "[redacted]"
-
-
-class RunState(str, Enum):
-    """Where a Flower run is, as the SuperLink reports it (``flwr ls``'s status column)."""
-
-    pending = "pending"
-    starting = "starting"
-    running = "running"
-    completed = "completed"  # finished:completed
-    failed = "failed"  # finished:failed
-    stopped = "stopped"  # finished:stopped
-
-    @property
-    def finished(self) -> bool:
-        return self in (RunState.completed, RunState.failed, RunState.stopped)
 
 
 @dataclass(frozen=True)
@@ -125,37 +117,6 @@ class DeploymentResult:
     @property
     def succeeded(self) -> bool:
         return self.state == RunState.completed and not (self.cancelled or self.timed_out)
-
-
-class DeploymentError(RuntimeError):
-    """The SuperLink could not be reached, refused the run, or answered something unexpected."""
-
-
-def parse_run_status(status: str) -> RunState:
-    """Map a SuperLink status text (``"running"``, ``"finished:failed"``, ...) to a :class:`RunState`.
-
-    Raises
-    ------
-    ValueError
-        If ``status`` is not a status the SuperLink reports.
-    """
-    text = (status or "").strip().lower()
-    if text.startswith("finished"):
-        sub = text.partition(":")[2]
-        try:
-            state = RunState(sub)
-        except ValueError:
-            raise ValueError(f"status: unknown finished sub-status {status!r}") from None
-        if not state.finished:
-            raise ValueError(f"status: unknown finished sub-status {status!r}")
-        return state
-    try:
-        state = RunState(text)
-    except ValueError:
-        raise ValueError(f"status: unknown run status {status!r}") from None
-    if state.finished:  # "completed" without "finished:" is not something the SuperLink says
-        raise ValueError(f"status: unknown run status {status!r}")
-    return state
 
 
 def build_run_config(
@@ -222,9 +183,7 @@ def flower_config_toml(*, address: str, root_certificates: str | None = None) ->
     ValueError
         If ``address`` is not ``host:port``.
     """
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"address must be host:port, got {address!r}")
+    check_superlink_address(address)
     lines = [
         "[superlink]",
         f"default = {_toml_string(_CONNECTION_NAME)}",
@@ -356,103 +315,6 @@ def start_flower_run(
             f"`flwr run` against SuperLink {address} failed (exit {proc.returncode}): {reason}"
         )
     return int(payload["run-id"])
-
-
-class SuperLinkControl:
-    """A small client of the SuperLink's Control API: one run's status, and stopping it.
-
-    This is what ``flwr ls --run-id`` and ``flwr stop`` do, without starting a Python process
-    per poll. It uses Flower's own Control API client (``flwr.supercore.control``).
-
-    Parameters
-    ----------
-    address : str
-        ``host:port`` of the SuperLink's Control API.
-    root_certificates : str, optional
-        Path of a PEM CA bundle for TLS; without it the connection is plain HTTP.
-    """
-
-    def __init__(self, address: str, *, root_certificates: str | None = None):
-        flower_config_toml(address=address)  # validates the address
-        from flwr.supercore.control import ControlHttpClient
-        from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
-
-        certificates = Path(root_certificates).read_bytes() if root_certificates else None
-        self.address = address
-        self._client = ControlHttpClient.from_server_address(
-            server_address=address,
-            insecure=certificates is None,
-            root_certificates=certificates,
-            interceptors=[RuntimeVersionHttpInterceptor(component_name="flwr CLI")],
-        )
-
-    def status(self, run_id: int) -> tuple[RunState, str]:
-        """The run's state and the SuperLink's detail text (empty when it has none).
-
-        Raises
-        ------
-        DeploymentError
-            If the SuperLink cannot be reached or does not know the run.
-        """
-        from flwr.proto.control_pb2 import ListRunsRequest  # pylint: disable=E0611
-
-        try:
-            response = self._client.ListRuns(ListRunsRequest(run_id=int(run_id)))
-        except Exception as exc:  # the client raises transport- and API-specific errors
-            raise DeploymentError(
-                f"cannot read the status of run {run_id} from SuperLink {self.address}: "
-                f"{type(exc).__name__}"
-            ) from None
-        run = response.run_dict.get(int(run_id))
-        if run is None:
-            raise DeploymentError(f"SuperLink {self.address} does not know run {run_id}")
-        return self._state_of(run)
-
-    def runs(self) -> dict[int, tuple[RunState, str]]:
-        """Every run the SuperLink knows: ``{run_id: (state, details)}`` (what ``flwr ls`` lists).
-
-        Raises
-        ------
-        DeploymentError
-            If the SuperLink cannot be reached.
-        """
-        from flwr.proto.control_pb2 import ListRunsRequest  # pylint: disable=E0611
-
-        try:
-            response = self._client.ListRuns(ListRunsRequest())
-        except Exception as exc:
-            raise DeploymentError(
-                f"cannot list the runs of SuperLink {self.address}: {type(exc).__name__}"
-            ) from None
-        return {int(run_id): self._state_of(run) for run_id, run in response.run_dict.items()}
-
-    @staticmethod
-    def _state_of(run: Any) -> tuple[RunState, str]:
-        status_text = run.status.status
-        if run.status.sub_status:
-            status_text = f"{status_text}:{run.status.sub_status}"
-        details = run.status.details or ""
-        return parse_run_status(status_text), ("" if details == "N/A" else details)
-
-    def stop(self, run_id: int) -> bool:
-        """Ask the SuperLink to stop the run; ``True`` if it accepted."""
-        from flwr.proto.control_pb2 import StopRunRequest  # pylint: disable=E0611
-
-        try:
-            return bool(self._client.StopRun(StopRunRequest(run_id=int(run_id))).success)
-        except Exception as exc:
-            log.warning("stopping run %s on SuperLink %s failed: %s", run_id, self.address,
-                        type(exc).__name__)
-            return False
-
-    def close(self) -> None:
-        self._client.close()
-
-    def __enter__(self) -> "SuperLinkControl":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def run_deployment_audit(

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..auditor.validation import check_at_least
 from ..protocol.wire import RUN_ID_HEADER
+from .http_canaries import CanaryFetching
 from .noise_calibration import log_alarm
 from .reporting import ReportingError, RoundMetadata, ServiceUnreachable
 
@@ -51,7 +52,7 @@ class _Item:
     on_done: Any = field(default=None, repr=False)
 
 
-class HttpRoundReporter:
+class HttpRoundReporter(CanaryFetching):
     """The service client of a ServerApp: PUTs round data to the ingest routes, fetches an
     external run's canaries, and keeps training going while the service is away.
 
@@ -68,8 +69,11 @@ class HttpRoundReporter:
     (before training) raises :class:`ReportingError`. ``on_service_error="stop"``: every
     request is retried ``max_retries`` times, then :class:`ReportingError` stops the run.
 
-    While training is slow a heartbeat (``PUT .../heartbeat``) keeps an external audit alive:
-    the service ends it after ``timeout_seconds`` without hearing from its run.
+    While training is slow a heartbeat (``PUT .../heartbeat``) keeps an external audit alive as
+    long as the run makes progress: it says what the run is doing (round, phase, seconds since
+    the run last moved) and, once :meth:`watch_grid` was called, when the SuperLink last
+    answered; the service ends the audit when the run shows no progress (docs/flower.md,
+    "When an audit ends").
 
     Parameters
     ----------
@@ -102,8 +106,9 @@ class HttpRoundReporter:
         Per-request timeout of a canary fetch (they are on the training path: at most the
         wrapper's round budget, ``flaudit.server.budget``).
     heartbeat_seconds : float, optional
-        Quiet time before a heartbeat (default: a quarter of the audit's ``timeout_seconds``,
-        between 1 and 60 s).
+        Quiet time before a heartbeat (default: a quarter of the service's silence limit,
+        ``silence_limit_seconds``, 150 s unless ``timeout_seconds`` is shorter; between 1 and
+        30 s).
     """
 
     def __init__(
@@ -184,6 +189,10 @@ class HttpRoundReporter:
         self._claimed = False
         self._finished = False  # the final model was delivered: no more heartbeats
         self._last_contact = time.monotonic()
+        self._moved_at = time.monotonic()  # the run last moved: a round started or was reported
+        self._moved: tuple[int, str] = (0, "starting")  # (round, phase)
+        self._grid_answered_at: float | None = None  # None: no probe (watch_grid not called)
+        self._round_timeout: float | None = None
         self._keeper: threading.Thread | None = None
         self._kicked = False
         self._failures = 0  # the keeper's failed tries (callers wait for the next one)
@@ -392,7 +401,9 @@ class HttpRoundReporter:
             quiet = time.monotonic() - self._last_contact
             if interval is not None and self._disabled is None and quiet >= interval:
                 try:
-                    self._heartbeat_acknowledged(self._request("PUT", "heartbeat", attempts=1))
+                    self._heartbeat_acknowledged(self._request(
+                        "PUT", "heartbeat", attempts=1, json=self.heartbeat_body(),
+                        headers={"Content-Type": "application/json"}))
                     self._came_back()
                 except ServiceUnreachable as error:
                     if self._fail_open:
@@ -407,7 +418,7 @@ class HttpRoundReporter:
                     self._cond.wait(timeout)
 
     def _heartbeat_acknowledged(self, response) -> None:
-        """The service's silence limit follows the run's round cadence: heartbeat by it."""
+        """The service answers its silence limit: heartbeat by it."""
         try:
             limit = float(response.json()["silence_limit_seconds"])
         except (ValueError, KeyError, TypeError):
@@ -421,7 +432,50 @@ class HttpRoundReporter:
         if self._heartbeat_seconds is not None:
             return self._heartbeat_seconds
         limit = self._silence_limit or 3600.0
-        return min(60.0, max(1.0, limit / 4))
+        return min(30.0, max(1.0, limit / 4))
+
+    # -- progress, for the heartbeat ---------------------------------------------------------
+    def moved(self, server_round: int, phase: str) -> None:
+        """The run moved: round ``server_round`` started (``"training"``) or was reported."""
+        self._moved = (int(server_round), str(phase))
+        self._moved_at = time.monotonic()
+
+    def heartbeat_body(self) -> dict[str, Any]:
+        """What the run is doing, for the service's silence rule (service/silence.py)."""
+        now = time.monotonic()
+        body: dict[str, Any] = {"round": self._moved[0] + self._round_offset,
+                                "phase": self._moved[1],
+                                "progress_age_seconds": round(now - self._moved_at, 3)}
+        if self._grid_answered_at is not None:
+            body["grid_age_seconds"] = round(now - self._grid_answered_at, 3)
+        if self._round_timeout is not None:
+            body["round_timeout_seconds"] = self._round_timeout
+        return body
+
+    def watch_grid(self, probe, *, round_timeout: float | None = None,
+                   every: float = 10.0) -> None:
+        """Ask the SuperLink something cheap (``probe()``, e.g. ``grid.get_node_ids``) every
+        ``every`` seconds on a thread of its own, so heartbeats say when it last answered: a
+        ServerApp whose SuperLink died keeps heartbeating, and the service then ends its audit.
+        ``round_timeout``: how long a round may go without a move (the wrapper sends twice
+        ``Strategy.start(timeout=...)``: training, then evaluation)."""
+        if round_timeout is not None and float(round_timeout) > 0:
+            self._round_timeout = float(round_timeout)
+        if self._grid_answered_at is not None:
+            return
+        self._grid_answered_at = time.monotonic()
+
+        def work() -> None:
+            while not self._closed.wait(every) and not self._finished:
+                try:
+                    probe()
+                except Exception as error:  # any failure of the grid: it did not answer
+                    logger.debug("flaudit: the SuperLink did not answer (%s)",
+                                 type(error).__name__)
+                    continue
+                self._grid_answered_at = time.monotonic()
+
+        threading.Thread(target=work, name="flaudit-grid-probe", daemon=True).start()
 
     def pending(self) -> int:
         """Items waiting in the outbox (0 when everything handed over was delivered)."""
@@ -496,15 +550,6 @@ class HttpRoundReporter:
                 self._claimed = True  # heartbeats start once it is delivered (silence limit)
         self._ensure_keeper()
 
-    def _prerequisites_pending(self) -> bool:
-        with self._cond:
-            return any(item.path in ("claim", "initial-model") for item in self._outbox)
-
-    def _kick_and_wait(self, seconds: float) -> bool:
-        """Have the outbox tried now and wait up to ``seconds`` for the claim and the initial
-        model to be delivered (canaries need them); whether they were."""
-        return self._kick_until(self._prerequisites_pending, seconds)
-
     def _kick_until(self, blocked, seconds: float) -> bool:
         """Have the keeper try the outbox now; wait until ``blocked()`` is False, the keeper's
         next try failed, or ``seconds`` passed; whether ``blocked()`` cleared."""
@@ -519,135 +564,6 @@ class HttpRoundReporter:
                     break
                 self._cond.wait(min(left, 0.05))
         return not blocked() and self._disabled is None
-
-    def _fetch_canaries(self, server_round: int, attempts: int) -> tuple[np.ndarray, int]:
-        """``(sum, c)``: the sum of the round's ``c`` unit canaries, float32 ``(d,)``
-        (``GET .../canary-sum``: ``4 d`` bytes on the wire and in memory whatever ``c``;
-        docs/estimators.md, "Canary replies from the round's sum")."""
-        response = self._request(
-            "GET", f"rounds/{int(server_round) + self._round_offset}/canary-sum",
-            attempts=attempts, headers={"Accept": "application/octet-stream"},
-            timeout=self.fetch_timeout,
-        )
-        dim = int(response.headers["X-Canary-Dim"])
-        total = np.frombuffer(response.content, dtype="<f4").reshape(dim)
-        return total, int(response.headers["X-Canary-Count"])
-
-    @property
-    def missing_canaries(self) -> dict[int, str]:
-        """Rounds whose canaries could not be had so far, with the reason (a copy)."""
-        with self._cond:
-            return dict(self._no_canaries)
-
-    def without_canaries(self, server_round: int, reason: str) -> None:
-        """Round ``server_round`` trains without its canaries (they did not arrive within the
-        wrapper's round budget): reported with ``canaries_missing``; a fetch of them still in
-        flight is dropped when it returns."""
-        with self._cond:
-            if int(server_round) in self._given_up:
-                return
-            self._given_up.add(int(server_round))
-        self._without_canaries(server_round, reason)  # (stated once: a failed fetch may have)
-
-    def _without_canaries(self, server_round: int, reason: str) -> tuple[np.ndarray, int]:
-        # a failed prefetch and the round's own second try both end here, and a later try may
-        # still succeed: the round is logged once, when it is reported without canaries
-        with self._cond:
-            first = int(server_round) not in self._no_canaries
-            self._no_canaries[int(server_round)] = reason
-        if first:
-            self._gap(server_round, "no_canaries", reason)
-        return np.empty(0, dtype=np.float32), 0
-
-    def round_canaries(self, server_round: int) -> np.ndarray:
-        """The unit canary vectors the service schedules for ``server_round``: float32 ``(c, d)``,
-        ``c`` canary replies per unit of clip norm, rows ``sum / c``: a read-only broadcast view
-        of one ``d``-vector (:meth:`round_canary_sum`; empty when they cannot be had)."""
-        total, count = self.round_canary_sum(server_round)
-        if count == 0:
-            return np.empty((0, total.shape[0]), dtype=np.float32)
-        return np.broadcast_to(total / np.float32(count), (count, total.shape[0]))
-
-    def round_canary_sum(self, server_round: int) -> tuple[np.ndarray, int]:
-        """``(sum, c)``: the sum of the ``c`` unit canaries the service schedules for
-        ``server_round``, float32 ``(d,)`` (the built-in ServerApp of a deployment audit adds it
-        times the clip norm; the wrapper splits it into ``c`` replies).
-
-        With ``"continue"``, ``c = 0`` (and an empty sum) when they cannot be had (the round
-        then trains without canaries and is reported so); the next ``canaries_ahead`` rounds'
-        are fetched with them.
-        """
-        self._raise_pending()
-        t = int(server_round)
-        empty = np.empty(0, dtype=np.float32), 0
-        if not self._fail_open:
-            if t in self._canaries:
-                return self._canaries.pop(t)
-            try:
-                return self._fetch_canaries(t, self.max_retries + 1)
-            except ServiceUnreachable as error:
-                raise self._stopped("GET", f"rounds/{t}/canaries", error) from None
-        if self._disabled is not None or t in self._given_up:
-            return empty
-        block = self._canaries.pop(t, None)
-        if block is None:
-            if self._prerequisites_pending() and not self._kick_and_wait(2.0):
-                if self._disabled is not None:
-                    return empty
-                return self._without_canaries(t, "service unreachable: the claim and the "
-                                                 "initial model were not delivered yet")
-            down = self._down_since is not None
-            try:
-                block = self._fetch_canaries(t, 1 if down else min(self.max_retries, 2) + 1)
-            except ServiceUnreachable as error:
-                self._went_down(error.problem)
-                if t in self._given_up:
-                    return empty
-                return self._without_canaries(t, f"service unreachable ({error.problem})")
-            except ReportingError as error:
-                self._refused(error, f"the canaries of round {t}")
-                return empty
-        # fetched after all (an earlier attempt, e.g. a prefetch during the outage, had failed)
-        with self._cond:
-            if t in self._given_up:  # too late: the round trained without them
-                return empty
-            self._no_canaries.pop(t, None)
-        self._fetch_ahead_later(t, int(block[0].nbytes))
-        return block
-
-    def _fetch_ahead_later(self, t: int, block_bytes: int) -> None:
-        """Fetch the next rounds' canaries on a thread of their own (one at a time), so a
-        round's canaries fetched ahead are handed over at once, even while the service hangs."""
-        with self._cond:
-            if self._ahead_busy or self._closed.is_set():
-                return
-            self._ahead_busy = True
-
-        def work() -> None:
-            try:
-                self._fetch_ahead(t, block_bytes)
-            finally:
-                with self._cond:
-                    self._ahead_busy = False
-
-        threading.Thread(target=work, name="flaudit-canaries-ahead", daemon=True).start()
-
-    def _fetch_ahead(self, t: int, block_bytes: int) -> None:
-        last = t + self.canaries_ahead
-        if self._num_rounds is not None:
-            last = min(last, int(self._num_rounds) - self._round_offset)
-        budget = self.buffer_bytes // 4
-        for ahead in range(t + 1, last + 1):
-            if ahead in self._canaries:
-                continue
-            if sum(int(b[0].nbytes) for b in list(self._canaries.values())) + block_bytes > budget:
-                return
-            try:
-                self._canaries[ahead] = self._fetch_canaries(ahead, 1)
-            except (ServiceUnreachable, ReportingError):
-                return
-        for old in [r for r in list(self._canaries) if r <= t]:
-            self._canaries.pop(old, None)
 
     def _final_delivered(self, _response) -> None:
         self._finished = True
@@ -668,6 +584,7 @@ class HttpRoundReporter:
             params["canaries_missing"] = missing[:300]
             logger.warning("flaudit: round %d trains without canaries: %s", t, missing)
         content = _body(update, metadata.participants)
+        self.moved(t, "reported")
         self._deliver(_Item("PUT", "rounds/{t}", f"round {t}",
                             {"content": content, "params": params},
                             round=t, nbytes=len(content), on_done=self._round_acknowledged))

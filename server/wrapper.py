@@ -284,6 +284,10 @@ class CanaryAuditStrategy(Strategy):
             self.declare(grid, num_rounds)
         self.num_rounds = int(num_rounds)
         self._report_initial(initial_arrays)
+        watch = getattr(self.reporter, "watch_grid", None)  # heartbeats say the SuperLink answers
+        if watch is not None:  # a round: training, then evaluation, each up to Flower's timeout
+            timeout = kwargs.get("timeout", args[0] if args else 3600)
+            watch(grid.get_node_ids, round_timeout=2 * float(timeout) if timeout else None)
         self._in_start = True
         own_start = overrides_start(self.strategy)
         try:

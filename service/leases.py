@@ -12,9 +12,9 @@ SuperLink without us, so a stopping instance releases it (:meth:`LeaseQueries.re
 next one takes it back (:meth:`LeaseQueries.adopt_flower_runs`) instead of failing it.
 
 An external audit (the user's own Flower app) belongs to the run that declared its claim
-(``run_id``); ``last_contact_at`` is when that run was last heard from (claim, any ingest, a
-heartbeat): :meth:`LeaseQueries.end_silent_external` ends it after a silence that follows its
-round cadence (:mod:`.silence`), or when it never starts; :meth:`LeaseQueries.end_refused` ends it
+(``run_id``); ``last_contact_at`` is the run's last sign of progress (claim, any ingest, a
+heartbeat as of what it reports): :meth:`LeaseQueries.end_silent_external` ends it when there
+has been none for its silence limit (:mod:`.silence`), or when it never starts; :meth:`LeaseQueries.end_refused` ends it
 when its run sends data that cannot be audited.
 """
 
@@ -113,13 +113,13 @@ class LeaseQueries:
 
 
     def end_silent_external(self, *, since: datetime, now: datetime | None = None) -> list[str]:
-        """Fail running external audits whose run has not been heard from (claim, ingest,
-        heartbeat) for longer than their silence limit (:func:`.silence.silence_limit`: from the
-        run's round cadence, at most ``timeout_seconds``), counted from the later of the last
-        contact and ``since`` (this instance's start: a service outage is not the run's
+        """Fail running external audits whose run has shown no sign of progress (claim, ingest,
+        a heartbeat as of what it reports) for longer than their silence limit
+        (:func:`.silence.silence_limit`: 150 s, at most ``timeout_seconds``), counted from the
+        later of the last sign and ``since`` (this instance's start: a service outage is not the run's
         silence). An audit still waiting for its claim ends "the run never started" after
         :func:`.silence.start_limit`, counted from its creation. The reason says when the run
-        was last heard from and what never arrived (rounds, the final model)."""
+        last made progress and what never arrived (rounds, the final model)."""
         now = now or utcnow()
         since = as_utc(since)
         with self.session() as s:
@@ -151,7 +151,7 @@ class LeaseQueries:
                     ):
                         ended.append(row.id)
                 continue
-            limit = silence_limit(spec, self.round_times(row.id))
+            limit = silence_limit(spec)
             if (now - max(contact, since)).total_seconds() <= limit.seconds:
                 continue
             num_rounds = int(spec.get("num_rounds") or 0)
@@ -168,8 +168,9 @@ class LeaseQueries:
             elif not row.has_final:
                 missing = "; the final model was never reported"
             reason = (
-                f"the run stopped reporting: nothing heard for more than {limit.seconds:g} s "
-                f"({limit.rule}; last contact {contact.isoformat(timespec='seconds')}) after "
+                f"the run stopped making progress: no sign of it for more than "
+                f"{limit.seconds:g} s ({limit.rule}; last sign "
+                f"{contact.isoformat(timespec='seconds')}) after "
                 f"{stored} of {num_rounds} rounds{missing}"
             )
             with self.session() as s, s.begin():  # re-checked: the run may just have reported

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..auditor.spec import AuditSpec
 
 __all__ = [
+    "Heartbeat",
     "AuditStatus",
     "Progress",
     "Alert",
@@ -206,12 +207,30 @@ class ClaimAck(BaseModel):
         "summary before round 1.")
 
 
+class Heartbeat(BaseModel):
+    """What a run is doing, sent with its heartbeat (every field optional; a heartbeat without a
+    body counts as progress now). Ages are seconds before this heartbeat, measured by the run."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    round: int | None = Field(None, ge=0, description="The round the run is in.")
+    phase: str | None = Field(None, max_length=40, examples=["training", "reported"])
+    progress_age_seconds: float | None = Field(
+        None, ge=0, description="Since the run last moved (a round started or was reported).")
+    grid_age_seconds: float | None = Field(
+        None, ge=0, description="Since the SuperLink last answered the ServerApp.")
+    round_timeout_seconds: float | None = Field(
+        None, gt=0, description="How long a round may take without a move: the wrapper sends "
+        "twice Flower's Strategy.start(timeout=...) (training, then evaluation).")
+
+
 class HeartbeatAck(BaseModel):
     audit_id: str
     status: str
     silence_limit_seconds: float = Field(
-        description="The audit ends when its run is not heard from for this long: 10x the "
-        "median time between its rounds, at least 120 s, at most timeout_seconds."
+        description="The audit ends when its run shows no sign of progress for this long "
+        "(150 s, at most timeout_seconds): rounds, models, and heartbeats as of what they "
+        "report (docs/flower.md, \"When an audit ends\")."
     )
 
 

@@ -260,12 +260,19 @@ class Store(LeaseQueries):
                 run_id=run_id, last_contact_at=now, updated_at=now,
             )
 
-    def touch(self, audit_id: str) -> bool:
-        """The run was heard from now (heartbeat); False if the audit is not running."""
+    def touch(self, audit_id: str, *, at: datetime | None = None) -> bool:
+        """The run was heard from (heartbeat): it made progress up to ``at`` (default now; what
+        its heartbeat vouches for, :func:`.silence.progress_at`). ``last_contact_at`` never
+        moves back. False if the audit is not running."""
+        at = at or utcnow()
         with self.session() as s, s.begin():
-            return update_audit_if(
-                s, audit_id, Audit.status == "running", last_contact_at=utcnow()
-            )
+            if s.scalar(select(Audit.status).where(Audit.id == audit_id)) != "running":
+                return False
+            s.execute(update(Audit).where(
+                Audit.id == audit_id, Audit.status == "running",
+                (Audit.last_contact_at.is_(None)) | (Audit.last_contact_at < at),
+            ).values(last_contact_at=at))
+            return True
 
     def store_missing_round(self, audit_id: str, *, t: int, reason: str) -> bool:
         """Record round ``t`` as trained but not reported (a gap) and move past it; False if

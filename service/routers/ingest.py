@@ -28,13 +28,15 @@ from ..live import IngestError
 from ..schemas import (
     ClaimAck,
     FinalMetricsQuery,
+    Heartbeat,
     HeartbeatAck,
     IngestAck,
     MissingRound,
     RoundMetadataQuery,
 )
-from ..silence import silence_limit
+from ..silence import progress_at, silence_limit
 from ..strict_json import StrictJSONRoute
+from ..tables import utcnow
 from .deps import AuditId, RoundNumber
 
 router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)],
@@ -592,21 +594,28 @@ def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
     response_model=HeartbeatAck,
     responses={401: INGEST_ERRORS[401], 404: INGEST_ERRORS[404],
                409: {"description": "Audit not running, claim missing, or another run's."}},
-    summary="The run is alive (sent while training is slow); no body",
+    summary="The run is alive (sent while training is slow), and what it is doing",
 )
-async def put_heartbeat(audit_id: AuditId, request: Request) -> HeartbeatAck:
-    """An external audit ends when its run is not heard from (claim, any ingest, or this
-    heartbeat) for its silence limit: 5x the median time between its rounds, at least 120 s,
-    at most ``timeout_seconds`` (returned here); the wrapper sends one whenever it has been
-    quiet for a fraction of that limit."""
+async def put_heartbeat(audit_id: AuditId, request: Request,
+                        body: Heartbeat | None = None) -> HeartbeatAck:
+    """An external audit ends when its run shows no sign of progress (claim, any ingest, or a
+    heartbeat) for its silence limit: 150 s, at most ``timeout_seconds`` (returned here). A
+    heartbeat counts as of what its optional JSON body reports (``round``, ``phase``, and in
+    seconds ``grid_age_seconds``: since the SuperLink last answered the ServerApp,
+    ``progress_age_seconds``: since the run last moved, ``round_timeout_seconds``): as of the
+    SuperLink's last answer, and no later than its round timeout plus 120 s after its last move
+    minus the limit (service/silence.py); without a body, as of now. The wrapper sends one
+    whenever it has been quiet for a quarter of the limit, at most every 30 s."""
     audit = await precheck_ingest(request, audit_id, need_dim=False)
     if audit.status != "running":
         raise http_error(409, f"audit is {audit.status}: {audit.reason or 'ended'}")
-    if not await run_in_threadpool(request.app.state.store.touch, audit_id):
+    limit = silence_limit(audit.spec)
+    at = progress_at(utcnow(), body.model_dump() if body is not None else None,
+                     silence_seconds=limit.seconds)
+    if not await run_in_threadpool(request.app.state.store.touch, audit_id, at=at):
         raise http_error(409, "the audit ended meanwhile")
-    times = await run_in_threadpool(request.app.state.store.round_times, audit_id)
     return HeartbeatAck(audit_id=audit_id, status="running",
-                        silence_limit_seconds=silence_limit(audit.spec, times).seconds)
+                        silence_limit_seconds=limit.seconds)
 
 
 @router.put(
