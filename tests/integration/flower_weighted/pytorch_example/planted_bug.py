@@ -1,11 +1,16 @@
 """Tests only, never in your app: a planted DP bug, chosen per run with the run-config key
-``planted-bug`` (``"short-noise"``), so that a test can check that the audit catches it.
+``planted-bug`` (``"short-noise"``), so that a test can check that the audit catches it; and
+:func:`seed_run`, the run-config key ``test-seed`` that makes a run's random draws reproducible.
 
 ``ShortNoise`` is Flower's ``DifferentialPrivacyServerSideFixedClipping`` that declares its
 noise multiplier ``z`` (the audit reads it as the claim) but adds noise ``f z C / n``, with
 ``f`` the run-config key ``planted-noise-factor`` (default :data:`NOISE_FACTOR`, 0.5).
 """
 
+import random
+
+import numpy as np
+import torch
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
 #: The factor ``ShortNoise`` applies to the noise it adds, unless the run config says otherwise.
@@ -37,3 +42,21 @@ def dp_wrapper_class(run_config):
     if bug:
         raise ValueError(f"unknown planted-bug {bug!r} (known: 'short-noise')")
     return DifferentialPrivacyServerSideFixedClipping
+
+
+def seed_run(run_config, strategy=None, *, stream=0):
+    """Run-config ``test-seed`` (0: unseeded, as in your app): seed what this process draws at
+    random. The ServerApp (``strategy``: the audit wrapper): Python's ``random`` (Flower samples
+    the cohort with it), NumPy's global generator (Flower's DP wrappers draw the noise from it),
+    torch (the initial model) and the cohort slots the canaries take. A ClientApp (``stream``:
+    partition and round): torch, which shuffles its batches. The canary seed is the service's
+    (``tests/seeded_service.py``); which SuperNode holds which partition stays random (the
+    SuperLink draws the node ids)."""
+    seed = int(run_config.get("test-seed", 0))
+    if seed <= 0:
+        return
+    torch.manual_seed(seed * 100_003 + stream)
+    if strategy is not None:
+        random.seed(seed)
+        np.random.seed(seed)
+        strategy.audit._slot_rng = np.random.default_rng(seed)
