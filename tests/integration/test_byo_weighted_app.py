@@ -20,10 +20,12 @@ pairs by ``benchmarks/byo_weighted.py`` (docs/flower.md: 6 of 6 blamed on the no
 checks the wiring and the attribution on a bug the design catches with near certainty.
 
 Seeded (issue #39, "no green by luck"): the service's canary seeds through the test-only
-launcher (``tests/seeded_service.py``), each run's noise, cohorts, canary slots, initial model
-and batches through the app's tests-only run-config key ``test-seed``; so the verdicts below are
-the same every run. Left random: which SuperNode holds which partition (the SuperLink draws
-node ids), so the weight factors are checked against the ones the partitions allow.
+launcher (``tests/seeded_service.py``), each run's noise, cohorts (the nodes listed in the order
+of their partitions: the SuperLink draws node ids at random), canary slots, initial model and
+batches through the app's tests-only run-config key ``test-seed``; so the verdicts below are the
+same every run. The weight factors are checked against the ones the planted partitions allow.
+Left unseeded: the order in which replies arrive (Flower sums them in that order; float
+rounding only).
 """
 
 from __future__ import annotations
