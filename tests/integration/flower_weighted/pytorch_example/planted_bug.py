@@ -66,14 +66,21 @@ def seed_run(run_config, strategy=None, *, stream=0):
 class PartitionOrderedGrid:
     """``grid`` whose ``get_node_ids`` lists the nodes in the order of their partitions: the
     SuperLink draws node ids at random, so a seeded cohort of list positions is the same
-    partitions every run only in this order. Everything else is ``grid``'s."""
+    partitions every run only in this order. Flower draws the cohort from Python's ``random``
+    right after listing the nodes, and its retries draw from it too, as many times as the
+    network makes them: so each listing reseeds ``random`` from ``(seed, listing number)``.
+    Everything else is ``grid``'s."""
 
-    def __init__(self, grid, partition_of: dict[int, int]):
+    def __init__(self, grid, partition_of: dict[int, int], seed: int):
         self._grid = grid
         self._partition_of = partition_of
+        self._seed = seed
+        self._listings = 0
 
     def get_node_ids(self):
         nodes = list(self._grid.get_node_ids())
+        self._listings += 1
+        random.seed(self._seed * 100_003 + self._listings)
         return sorted(nodes, key=lambda node: self._partition_of.get(node, len(nodes) + node))
 
     def __getattr__(self, name):
@@ -84,7 +91,8 @@ def seeded_grid(grid, run_config, *, timeout: float = 300.0):
     """With run-config ``test-seed`` > 0: wait for ``min-available-nodes`` nodes, ask each its
     partition (the ClientApp's ``query.partition``), and return the grid listing them in that
     order; else ``grid``."""
-    if int(run_config.get("test-seed", 0)) <= 0:
+    seed = int(run_config.get("test-seed", 0))
+    if seed <= 0:
         return grid
     deadline = time.monotonic() + timeout
     while len(nodes := list(grid.get_node_ids())) < int(run_config["min-available-nodes"]):
@@ -100,7 +108,7 @@ def seeded_grid(grid, run_config, *, timeout: float = 300.0):
         partition_of[reply.metadata.src_node_id] = int(reply.content["partition"]["id"])
     if sorted(partition_of) != sorted(nodes):
         raise RuntimeError(f"partitions of {sorted(partition_of)}, nodes {sorted(nodes)}")
-    return PartitionOrderedGrid(grid, partition_of)
+    return PartitionOrderedGrid(grid, partition_of, seed)
 
 
 def partition_reply(msg, context):
