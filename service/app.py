@@ -6,6 +6,7 @@ import gc
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -39,6 +40,10 @@ from .tradeoff_view import audit_view_with_tradeoff
 __all__ = ["create_app", "ReadCache", "STATIC_DIR"]
 
 log = logging.getLogger("flaudit.service")
+
+#: Read only by the test suite's launcher (tests/seeded_service.py), never here: a service started
+#: normally draws every canary seed from the OS and says, once, that it ignores the variable.
+TEST_SEED_VARIABLE = "FLAUDIT_TEST_SEED"
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
@@ -234,6 +239,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
                 "marked %d audit(s) failed: their service instance stopped during the run",
                 len(failed),
             )
+        if os.environ.get(TEST_SEED_VARIABLE):  # the value is never logged
+            log.warning("%s is set and ignored: canary seeds are drawn from the OS (the variable "
+                        "is honoured only by the test suite's launcher)", TEST_SEED_VARIABLE)
         if settings.demo_spec_path:
             _submit_demo(app.state.store, settings.demo_spec_path)
         active_signing_key(app.state.store)  # evidence bundles: made here, not by a GET

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import time
 
 import numpy as np
 import pytest
 from playwright.sync_api import expect
+
+from flaudit.service.app import STATIC_DIR
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -145,6 +149,20 @@ def _serve(tab, audit: dict, *, key: str | None = None, auth_log: list | None = 
     return requested
 
 
+#: The audit page's poll interval (service/static/audit.js)
+POLL_MS = int(re.search(r"const POLL_MS = (\d+);", (STATIC_DIR / "audit.js").read_text())[1])
+#: Counts the page's requests for audit abc when they start (a poll the page's timers fire
+#: inside ``clock.run_for`` is counted before that call returns)
+FETCH_COUNTER = """
+window.__auditFetches = 0;
+const realFetch = window.fetch;
+window.fetch = (...args) => {
+  if (String(args[0]?.url ?? args[0]).includes("audits/abc")) window.__auditFetches += 1;
+  return realFetch(...args);
+};
+"""
+
+
 @pytest.mark.timeout(60)
 def test_running_audit_shows_a_provisional_verdict_and_keeps_polling(static_url, tab):
     requested = _serve(tab, _audit("running", round_=4))
@@ -169,18 +187,23 @@ def test_running_audit_shows_a_provisional_verdict_and_keeps_polling(static_url,
     expect(page.locator("#estimates-table tbody tr")).to_have_count(8)
     expect(page.locator("#details")).to_contain_text("stays secret while the audit runs")
     assert "∞" in page.locator("#estimates-table td.eps-cell").all_inner_texts()
-    # still polling
+    # still polling: two more requests come (within a deadline no loaded machine reaches)
     n = sum(p == "audits/abc" for p in requested)
-    page.wait_for_timeout(3500)
-    assert sum(p == "audits/abc" for p in requested) >= n + 2
+    deadline = time.monotonic() + 30
+    while sum(p == "audits/abc" for p in requested) < n + 2:
+        assert time.monotonic() < deadline, "the page stopped polling a running audit"
+        page.wait_for_timeout(100)
     assert tab.console_errors == []
 
 
 @pytest.mark.timeout(60)
 def test_failed_audit_shows_the_reason_and_stops_polling(static_url, tab):
     alert = {"level": "error", "message": "the known_rounds claim is rejected"}
-    requested = _serve(tab, _audit("failed", round_=4, alerts=[alert], reason="Ray worker died"))
+    _serve(tab, _audit("failed", round_=4, alerts=[alert], reason="Ray worker died"))
     page = tab.page
+    # the page's own timers on a clock the test moves, and its requests counted as they start
+    page.clock.install()
+    page.add_init_script(FETCH_COUNTER)
     page.goto(static_url + "index.html#/audits/abc")
     expect(page.locator("#failure-reason")).to_contain_text("Ray worker died")
     expect(page.locator(".badge-slot .badge")).to_have_attribute("data-status", "failed")
@@ -189,9 +212,10 @@ def test_failed_audit_shows_the_reason_and_stops_polling(static_url, tab):
     expect(page.locator("#alarm-log")).to_contain_text("the known-rounds claim is rejected")
     expect(page.locator("#alarm-guarantee")).to_contain_text("Gaussian DP with μ = 1")
     expect(page.locator("#delete-audit")).to_be_visible()
-    n = len(requested)
-    page.wait_for_timeout(3500)
-    assert len(requested) == n, "the page kept polling an ended audit"
+    n = page.evaluate("window.__auditFetches")
+    assert n >= 1
+    page.clock.run_for(4 * POLL_MS)  # four poll intervals of the page's time, at once
+    assert page.evaluate("window.__auditFetches") == n, "the page kept polling an ended audit"
     assert tab.console_errors == []
 
 

@@ -46,10 +46,15 @@ def copy_app(dest: Path) -> Path:
 
 
 class Federation:
-    """A service, a SuperLink and ``NUM_NODES`` SuperNodes under ``root`` (stopped on exit)."""
+    """A service, a SuperLink and ``NUM_NODES`` SuperNodes under ``root`` (stopped on exit).
 
-    def __init__(self, root: Path):
+    ``seed``: the service's audits get the canary seeds ``seed, seed + 1, ...`` in the order
+    they are attached (the test-only launcher, ``tests/seeded_service.py``); None: drawn from
+    the OS, as in production (the benchmark's rates)."""
+
+    def __init__(self, root: Path, *, seed: int | None = None):
         self.root = root
+        self.seed = seed
         home = root / "flwr-home"
         home.mkdir()
         self.env = flower_env(home, project_on_path=True)
@@ -66,7 +71,7 @@ class Federation:
         port = free_port()
         self.service = ServiceProcess(
             f"sqlite:///{self.root / 'flaudit.db'}", self.root / "service.log", api_key=API_KEY,
-            port=port, env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{port}"})
+            port=port, env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{port}"}, seed=self.seed)
         self.procs = Processes(self.root, cwd=self.root)
         try:
             self.procs.start("superlink", [
@@ -90,9 +95,11 @@ class Federation:
         self.service.stop()
 
     def start_run(self, name: str, *, planted_bug: str = "", noise_factor: float = 0.5,
-                  rounds: int = NUM_ROUNDS) -> dict:
+                  rounds: int = NUM_ROUNDS, seed: int = 0) -> dict:
         """``flaudit attach`` (canaries auto) and ``flwr run`` with the run config the README
-        shows; returns ``{"audit": id, "run": Flower run id, "name": name}``."""
+        shows; returns ``{"audit": id, "run": Flower run id, "name": name}``. ``seed`` > 0: the
+        run-config key ``test-seed`` (the app's noise, cohorts, canary slots, initial model and
+        batches; tests only, ``pytorch_example/planted_bug.py``)."""
         slug = re.sub(r"\W", "-", name)
         token = self.root / f"{slug}.token"
         attach = subprocess.run(
@@ -105,7 +112,8 @@ class Federation:
         config = self.root / f"{token.stem}.toml"
         values = {**lines, "noise-multiplier": 1.0, "clipping-norm": CLIP,
                   "num-server-rounds": rounds, "fraction-evaluate": 0.0,
-                  "planted-bug": planted_bug, "planted-noise-factor": noise_factor}
+                  "planted-bug": planted_bug, "planted-noise-factor": noise_factor,
+                  "test-seed": int(seed)}
         config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()))
 
         def submit():
@@ -154,6 +162,7 @@ class Federation:
                         (_time(audit["finished_at"]) - last).total_seconds()
                         if last is not None and audit.get("finished_at") else None)
                     audit["rounds_received"] = len(rounds)
+                    audit["round_weight_factors"] = [x["weight_factor"] for x in rounds]
                     done[run["audit"]] = audit
             time.sleep(2)
         return done

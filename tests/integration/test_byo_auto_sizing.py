@@ -4,7 +4,12 @@ rounds, z = 1, attached with `flaudit attach` and no `--canaries` (the default, 
 refusal, the design line in the ServerApp log before round 1, and an honest verdict (the
 federation holds 20 canaries, fewer than z = 1 needs: inconclusive, advising rounds or sampled
 clients, never more canaries than fit). A second run asks for 100 canaries in 5 rounds: its
-audit fails at once with the reason, and the ServerApp log says so in one line."""
+audit fails at once with the reason, and the ServerApp log says so in one line.
+
+Seeded (issue #39): the service's canary seeds (the test-only launcher, tests/seeded_service.py)
+and the app's noise, cohorts and canary slots (lines this test adds to its copy of the app), so
+the verdict is one outcome: a correct run ends refuted by chance in a few percent of runs, which
+benchmarks measure, not this test."""
 
 from __future__ import annotations
 
@@ -21,6 +26,23 @@ from tests.processes import BIN, Processes, flower_env, free_port, wait_for, wai
 from tests.service.service_process import ServiceProcess
 
 pytestmark = pytest.mark.slow
+
+CANARY_SEED = 0x39_A070_5EED_0000_0000_0000_0000_0001
+APP_SEED = 39
+#: Tests only: the app's random draws (Flower's cohort: ``random``; its DP noise: NumPy's
+#: global generator; the canaries' cohort slots: the wrapper's own generator) from APP_SEED
+SEEDING = (f"    random.seed({APP_SEED}); np.random.seed({APP_SEED}); torch.manual_seed({APP_SEED})\n"
+           f"    strategy.audit._slot_rng = np.random.default_rng({APP_SEED})\n")
+
+
+def _seed_app(app) -> None:
+    server = app / "pytorchexample" / "server_app.py"
+    text = server.read_text()
+    anchor = "    strategy = CanaryAuditStrategy.from_env(strategy, run_config=context.run_config)\n"
+    assert text.count(anchor) == 1 and text.startswith('"""')
+    text = text.replace(anchor, anchor + SEEDING)
+    head, rest = text.split("\n\n", 1)  # the module docstring, then the imports
+    server.write_text(f"{head}\n\nimport random\n\nimport numpy as np\n{rest}")
 
 
 def _attach(service_url: str, env: dict, name: str, token_file, *extra: str) -> dict:
@@ -49,6 +71,7 @@ def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_o
     service = ServiceProcess(
         f"sqlite:///{tmp_path / 'flaudit.db'}", tmp_path / "service.log", api_key=API_KEY,
         port=service_port, env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"},
+        seed=CANARY_SEED,
     )
     procs = Processes(tmp_path, cwd=tmp_path)
     started = time.monotonic()
@@ -63,6 +86,7 @@ def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_o
         http = httpx.Client(base_url=service.url, timeout=30)
         app = tmp_path / "app"
         make_app(app, extra_client_metric=False)
+        _seed_app(app)
         runs = {}
         for name, rounds, extra in (("auto", 10, ()), ("too many", 5, ("--canaries", "100"))):
             lines = _attach(service.url, env, name, tmp_path / f"{name}.token", *extra)
@@ -105,6 +129,7 @@ def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_o
     verdict = audit["verdict"]
     print(f"design line: {auto_log.splitlines()[design[0]]}\nverdict: {verdict['summary']}\n"
           f"refused: {errors[0]}")
-    assert verdict["status"] in ("inconclusive", "claim_refuted"), verdict  # never "consistent"
-    if verdict["status"] == "inconclusive":
-        assert "train 20 rounds" in verdict["summary"] and "use at least" not in verdict["summary"]
+    # 20 canaries cannot test z = 1 in 10 rounds: inconclusive, advising rounds, not canaries
+    assert verdict["status"] == "inconclusive" and verdict["cause"] is None, verdict
+    assert verdict["summary"].startswith("Inconclusive: this audit cannot refute its claim"), verdict
+    assert "train 20 rounds" in verdict["summary"] and "use at least" not in verdict["summary"]

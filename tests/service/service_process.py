@@ -8,14 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from flaudit.service.app import TEST_SEED_VARIABLE
 from tests.processes import ROOT, TEST_SECRET_KEY, free_port, stop_process, wait_for_http
 
 
 class ServiceProcess:
-    """``python -m flaudit.commands.cli serve`` with its own log file; ``kill9()`` or ``stop()`` it."""
+    """``python -m flaudit.commands.cli serve`` with its own log file; ``kill9()`` or ``stop()`` it.
+
+    ``seed``: start it through the test-only launcher ``tests.seeded_service`` instead, so that
+    its audits get the canary seeds ``seed, seed + 1, ...`` (reproducible worked examples)."""
 
     def __init__(self, database_url: str, log_path: Path, *, api_key: str, port: int | None = None,
-                 env: dict | None = None, args: tuple[str, ...] = ()) -> None:
+                 env: dict | None = None, args: tuple[str, ...] = (),
+                 seed: int | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -23,9 +28,12 @@ class ServiceProcess:
                     "FLAUDIT_SECRET_KEY": TEST_SECRET_KEY, **(env or {})}
         full_env.pop("FLAUDIT_API_KEY_FILE", None)
         full_env.pop("FLAUDIT_SECRET_KEY_FILE", None)
+        module = "flaudit.commands.cli"
+        if seed is not None:
+            module, full_env[TEST_SEED_VARIABLE] = "tests.seeded_service", str(int(seed))
         self._log = open(log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "flaudit.commands.cli", "serve", "--port", str(self.port),
+            [sys.executable, "-m", module, "serve", "--port", str(self.port),
              "--database-url", database_url, *args],
             cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
         )

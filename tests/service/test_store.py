@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
-import time
+from datetime import timedelta
 
 import numpy as np
 import pytest
 
-from flaudit.service.store import StaleRound, bytes_to_array, array_to_bytes, hash_token
+import flaudit.service.leases as leases_module
+import flaudit.service.store as store_module
+from flaudit.service.store import StaleRound, bytes_to_array, array_to_bytes, hash_token, utcnow
 
 SPEC = {"num_rounds": 3, "num_canaries": 4, "delta": 1e-5}
 
@@ -114,7 +116,21 @@ def test_array_bytes_roundtrip():
     assert array_to_bytes(None) is None and bytes_to_array(None) is None
 
 
-def test_owner_lease_decides_which_running_audits_restart_recovery_fails(store):
+@pytest.fixture
+def clock(monkeypatch):
+    """The store's clock, moved by the test: a lease ages by exactly what the test says (a
+    sleep and a loaded machine would make a just-renewed lease look expired too)."""
+    now = [utcnow()]
+    for module in (store_module, leases_module):
+        monkeypatch.setattr(module, "utcnow", lambda: now[0])
+
+    def advance(seconds: float) -> None:
+        now[0] += timedelta(seconds=seconds)
+
+    return advance
+
+
+def test_owner_lease_decides_which_running_audits_restart_recovery_fails(store, clock):
     live = store.create_audit(name="live", spec=SPEC, canary_seed=1)
     dead = store.create_audit(name="dead", spec=SPEC, canary_seed=2)
     ownerless = store.create_audit(name="ownerless", spec=SPEC, canary_seed=3)
@@ -125,7 +141,7 @@ def test_owner_lease_decides_which_running_audits_restart_recovery_fails(store):
     # nothing with an owner is failed
     assert store.heartbeat("instance-a", [live.id]) == []
     assert store.fail_interrupted(lease_seconds=60) == [ownerless.id]
-    time.sleep(0.3)
+    clock(0.3)  # the leases age 0.3 s
     assert store.heartbeat("instance-a", [live.id]) == []
     assert store.fail_interrupted(lease_seconds=0.2) == [dead.id]  # b stopped renewing
     assert store.get_audit(live.id).status == "running"
@@ -137,7 +153,7 @@ def test_owner_lease_decides_which_running_audits_restart_recovery_fails(store):
     assert store.heartbeat("instance-c", [dead.id]) == [dead.id]
 
 
-def test_a_released_deployment_audit_is_adopted_not_failed(store):
+def test_a_released_deployment_audit_is_adopted_not_failed(store, clock):
     """A stopping service leaves a deployment audit's Flower run training: restart recovery
     must not fail it; exactly one instance takes it back; a live owner keeps it."""
     deployment = dict(SPEC, engine="deployment", superlink_address="superlink:9093")
@@ -163,7 +179,7 @@ def test_a_released_deployment_audit_is_adopted_not_failed(store):
     assert store.run_token_hash(released.id) is not None  # the run's buffered reports still count
     assert audit.rounds_stored == 1
     # recovery fails what cannot resume and leaves a run that trains on to the adoption
-    time.sleep(0.3)
+    clock(0.3)  # the leases age 0.3 s
     assert store.heartbeat("instance-b", [released.id]) == []
     failed = set(store.fail_interrupted(lease_seconds=0.2))
     assert failed == {unknown_run.id, simulation.id}

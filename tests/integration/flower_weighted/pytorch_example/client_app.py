@@ -4,6 +4,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from pytorch_example.planted_bug import partition_reply, seed_run
 from pytorch_example.task import Net, load_data
 from pytorch_example.task import test as test_fn
 from pytorch_example.task import train as train_fn
@@ -31,6 +32,9 @@ def load_layer_weights_from_state(state: RecordDict, net: Net):
 @app.train()
 def train(msg: Message, context: Context):
     """Train the model on local data."""
+    # Tests only (delete in your app): run-config test-seed > 0 seeds the batches' shuffling
+    seed_run(context.run_config, stream=1000 * context.node_config["partition-id"]
+             + int(msg.content["config"].get("server-round", 0)))
 
     # Load model and apply received weights
     model = Net()
@@ -67,6 +71,10 @@ def train(msg: Message, context: Context):
     metric_record = MetricRecord(metrics)
     content = RecordDict({"arrays": model_record, "metrics": metric_record})
     return Message(content=content, reply_to=msg)
+
+
+# Tests only (delete in your app): the server's seeded_grid asks each node its partition
+app.query("partition")(partition_reply)
 
 
 @app.evaluate()

@@ -10,7 +10,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flaudit.server.wrapper import CanaryAuditStrategy
 
-from pytorch_example.planted_bug import dp_wrapper_class
+from pytorch_example.planted_bug import dp_wrapper_class, seed_run, seeded_grid
 from pytorch_example.strategy import CustomFedAvg
 from pytorch_example.task import Net, create_run_dir, load_centralized_dataset, test
 
@@ -26,6 +26,11 @@ def main(grid: Grid, context: Context) -> None:
     fraction_train = context.run_config["fraction-train"]
     fraction_eval = context.run_config["fraction-evaluate"]
     device = context.run_config["server-device"]
+
+    # Tests only (delete in your app): run-config test-seed > 0 seeds the run and lists the
+    # nodes in the order of their partitions (planted_bug.py)
+    seed_run(context.run_config)
+    grid = seeded_grid(grid, context.run_config)
 
     # Load global model
     global_model = Net()
@@ -50,6 +55,7 @@ def main(grid: Grid, context: Context) -> None:
         strategy, context.run_config["noise-multiplier"], context.run_config["clipping-norm"],
         num_sampled_clients=context.run_config["num-sampled-clients"])
     strategy = CanaryAuditStrategy.from_env(strategy, run_config=context.run_config)
+    seed_run(context.run_config, strategy)  # tests only (delete in your app)
 
     # Start strategy, run FedAvg for `num_rounds`
     result = strategy.start(
