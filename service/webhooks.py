@@ -32,12 +32,11 @@ import queue
 import secrets
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import httpx
 from sqlalchemy import delete, select, update
 
-from ..auditor.claims.alerts import first_alarm
 from .store import Store
 from .tables import (
     WEBHOOK_EVENTS,
@@ -58,7 +57,7 @@ __all__ = [
     "list_webhooks",
     "delete_webhook",
     "list_deliveries",
-    "alarm_fired",
+    "webhook_events",
 ]
 
 log = logging.getLogger("flaudit.service.webhooks")
@@ -70,18 +69,23 @@ _BATCH = 20
 _QUEUE_SIZE = 1000
 
 
+class _NotFromDeliveries(logging.Filter):
+    """Drops httpx's request lines ("HTTP Request: POST <url> ...") of the delivery thread: a
+    webhook URL can be a credential itself (a Slack incoming webhook's is)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return threading.current_thread().name != _THREAD
+
+
+_THREAD = "flaudit-webhooks"
+_QUIET = _NotFromDeliveries()
+
+
 def sign(secret: str, body: bytes, timestamp: int) -> str:
     """The ``X-Flaudit-Signature`` header value of ``body`` sent at ``timestamp``."""
     mac = hmac.new(secret.encode("ascii"), f"{timestamp}.".encode("ascii") + body,
                    hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={mac}"
-
-
-def alarm_fired(before: list | None, after: list | None) -> dict | None:
-    """The alarm record if the error alarm fired between ``before`` and ``after``."""
-    if first_alarm(before) is None:
-        return first_alarm(after)
-    return None
 
 
 # -- subscriptions ------------------------------------------------------------------------
@@ -226,7 +230,8 @@ class WebhookDispatcher:
         self._wake.set()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="flaudit-webhooks", daemon=True)
+        logging.getLogger("httpx").addFilter(_QUIET)  # once: addFilter skips a filter it has
+        self._thread = threading.Thread(target=self._loop, name=_THREAD, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -284,10 +289,9 @@ class WebhookDispatcher:
     def _attempt(self, delivery_id: int) -> None:
         with self.store.session() as s:
             delivery = s.get(WebhookDelivery, delivery_id)
-            hook = s.scalars(select(Webhook).where(Webhook.id == delivery.webhook_id)
-                             .execution_options(populate_existing=True)).first()
+            hook = None if delivery is None else s.get(Webhook, delivery.webhook_id)
             if hook is None:
-                return  # deleted meanwhile (its deliveries go with it)
+                return  # the webhook was deleted meanwhile (its deliveries go with it)
             sealed = s.scalar(select(Webhook.sealed_secret).where(Webhook.id == hook.id))
             payload = delivery.payload
             if payload is None:
@@ -326,8 +330,3 @@ class WebhookDispatcher:
         with self.store.session() as s, s.begin():
             s.execute(update(WebhookDelivery).where(WebhookDelivery.id == delivery_id)
                       .values(**values))
-
-
-def as_time(value: datetime | None) -> str | None:
-    value = as_utc(value)
-    return None if value is None else value.isoformat()

@@ -14,7 +14,13 @@ from ..auth import read_access, require_api_key
 from ..store import Store
 from ..strict_json import StrictJSONRoute
 from ..tables import WEBHOOK_EVENTS, Webhook, as_utc
-from ..webhooks import create_webhook, delete_webhook, list_deliveries, list_webhooks
+from ..webhooks import (
+    create_webhook,
+    delete_webhook,
+    list_deliveries,
+    list_webhooks,
+    webhook_events,
+)
 from .deps import AuditId
 
 router = APIRouter(tags=["webhooks"], route_class=StrictJSONRoute)
@@ -87,7 +93,7 @@ class DeliveryList(BaseModel):
 
 
 def _out(row: Webhook) -> dict:
-    return {"id": row.id, "url": row.url, "events": [e for e in row.events.split(",") if e],
+    return {"id": row.id, "url": row.url, "events": webhook_events(row),
             "audit_id": row.audit_id, "format": row.format, "created_at": as_utc(row.created_at)}
 
 

@@ -153,7 +153,7 @@ def test_a_leaky_audit_sends_a_signed_alarm_and_its_end_with_verdict_and_links(
         store, receiver, caplog):
     caplog.set_level(logging.DEBUG)
     with make_client(store, **FAST) as client:
-        created = subscribe(client, receiver.url)
+        created = subscribe(client, receiver.url + "?token=url-is-a-credential-too")
         secret = created["secret"]
         assert secret.startswith("whsec_") and len(secret) == 6 + 64
         audit_id, acks = leaky_run(client, store)
@@ -194,6 +194,7 @@ def test_a_leaky_audit_sends_a_signed_alarm_and_its_end_with_verdict_and_links(
         assert "secret" not in listed.json()["items"][0]
         seed = store.canary_seed(audit_id)
         texts = [listed.text, caplog.text] + [r["body"].decode() for r in receiver.requests]
+        assert "url-is-a-credential-too" not in caplog.text  # httpx's request lines dropped
         for text in texts:
             assert secret not in text and secret[6:] not in text
             assert str(seed) not in text and format(seed, "x") not in text
