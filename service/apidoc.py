@@ -42,6 +42,8 @@ def routes_markdown() -> str:
             )
             if op.get("tags") == ["health"]:
                 secured = "open"
+            if op.get("tags") == ["webhooks"] and path.startswith("/webhooks"):
+                secured = "API key"  # every method: the subscriptions are the operator's
             lines.append(f"### `{method.upper()} {path}`")
             lines.append("")
             lines.append(f"**{op.get('summary', '')}** — auth: {secured}.")

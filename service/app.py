@@ -31,11 +31,12 @@ from .headers import SecurityHeaders
 from .limits import RequestLimits
 from .live import LiveAudits
 from .metrics import ServiceMetrics
-from .routers import audits, canaries, evidence, health, ingest, metrics
+from .routers import audits, canaries, evidence, health, ingest, metrics, webhooks
 from .runner import Runner
 from .settings import Settings
 from .store import Store
 from .tradeoff_view import audit_view_with_tradeoff
+from .webhooks import WebhookDispatcher
 
 __all__ = ["create_app", "ReadCache", "STATIC_DIR"]
 
@@ -231,6 +232,12 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
             app.state.store, canary_cache_bytes=settings.canary_cache_bytes,
             metrics=app.state.metrics,
         )
+        app.state.webhooks = WebhookDispatcher(
+            app.state.store, backoff=settings.webhook_backoff_seconds,
+            max_attempts=settings.webhook_max_attempts, timeout=settings.webhook_timeout_seconds,
+        )
+        app.state.metrics.listeners[:] = [app.state.webhooks.notify]  # alarms, gaps
+        app.state.webhooks.start()  # delivers from the database: pending rows survive restarts
         failed = app.state.store.fail_interrupted(
             lease_seconds=settings.lease_seconds, instance_id=settings.instance_id
         )
@@ -263,6 +270,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         finally:
             if app.state.runner is not None:
                 app.state.runner.stop()
+            app.state.webhooks.stop()
             if own_store:
                 app.state.store.dispose()
 
@@ -292,6 +300,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     app.include_router(health.router)
     app.include_router(evidence.router)
     app.include_router(metrics.router)
+    app.include_router(webhooks.router)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

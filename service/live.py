@@ -438,7 +438,7 @@ class LiveAudits:
                 )
             except StaleRound as exc:
                 raise IngestError(409, str(exc)) from None
-            self.metrics.alarm(audit.alerts, alerts)
+            self.metrics.alarm(audit.alerts, alerts, audit_id)
             if alarm.status == "error" and first_alarm(audit.alerts) is None:
                 save_alarm_statistics(self.store, audit_id, round=t, max_cosines=max_cosines,
                                       known_rounds=None if known_rounds is None
@@ -527,7 +527,7 @@ class LiveAudits:
                 )
             except StaleRound as exc:
                 raise IngestError(409, str(exc)) from None
-            self.metrics.alarm(audit.alerts, alerts)
+            self.metrics.alarm(audit.alerts, alerts, audit_id)
             self.version += 1
             self._cache.forget(audit_id)
             self._so_far.pop(audit_id, None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -156,12 +156,17 @@ class ServiceMetrics:
             self.gaps_recorded.labels(kind=kind)  # exported at 0 before the first gap
         if state is not None:
             self.registry.register(StoreCollector(state))
+        #: Also told of the events counted here, as ``(event, audit_id, data)``: the app's
+        #: webhooks (``service/webhooks.py``) hear of an alarm fired or a gap recorded at the
+        #: same points the counters move. A listener must not block (it queues).
+        self.listeners: list[Callable[[str, str, dict], None]] = []
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
 
-    def round_stored(self, result: str, seconds: float, gap: dict | None) -> None:
+    def round_stored(self, result: str, seconds: float, gap: dict | None,
+                     audit_id: str | None = None) -> None:
         """A round ingest answered ``result`` ("stored" or "duplicate") after ``seconds``;
         ``gap``: the gap it recorded (trained without canaries), if any."""
         if result != "stored":
@@ -169,15 +174,29 @@ class ServiceMetrics:
         self.rounds_ingested.inc()
         self.round_ingest_seconds.observe(seconds)
         if gap is not None:
-            self.gap(str(gap.get("kind")), str(gap.get("reason") or ""))
+            self.gap(str(gap.get("kind")), str(gap.get("reason") or ""), audit_id=audit_id,
+                     round=gap.get("round"))
 
-    def gap(self, kind: str, reason: str = "") -> None:
+    def gap(self, kind: str, reason: str = "", *, audit_id: str | None = None,
+            round: int | None = None) -> None:
         self.gaps_recorded.labels(kind=kind).inc()
-        if BUDGET_OVERRUN_MARK in reason:
+        if kind == "no_canaries" and BUDGET_OVERRUN_MARK in reason:  # the ServerApp's reason
             self.canary_budget_overruns.inc()
+        self._tell("gap.recorded", audit_id, {"round": round, "kind": kind, "reason": reason})
 
-    def alarm(self, before: list | None, after: list | None) -> None:
+    def alarm(self, before: list | None, after: list | None, audit_id: str | None = None) -> None:
         """An ingest moved an audit's alerts from ``before`` to ``after``: count the error
         alarm if it fired now."""
-        if first_alarm(before) is None and first_alarm(after) is not None:
+        record = first_alarm(after)
+        if first_alarm(before) is None and record is not None:
             self.alarms_fired.inc()
+            self._tell("alarm.fired", audit_id, {"round": record.get("round")})
+
+    def _tell(self, event: str, audit_id: str | None, data: dict) -> None:
+        if audit_id is None:
+            return
+        for listener in self.listeners:
+            try:
+                listener(event, audit_id, data)
+            except Exception as exc:  # never fail the ingest that counted it
+                log.warning("metrics: an event listener failed (%s)", type(exc).__name__)

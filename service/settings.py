@@ -147,6 +147,9 @@ class Settings:
     instance_id: str = field(default_factory=lambda: default_instance_id())
     allow_bug_injection: bool = False
     silence_check_seconds: float = 2.0
+    webhook_backoff_seconds: float = 10.0
+    webhook_max_attempts: int = 8
+    webhook_timeout_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if self.max_concurrent_audits < 1:
@@ -176,6 +179,11 @@ class Settings:
                 "silence_check_seconds (FLAUDIT_SILENCE_CHECK_SECONDS) must be a finite number of "
                 f"seconds > 0, got {self.silence_check_seconds!r}"
             )
+        if not (math.isfinite(self.webhook_backoff_seconds) and self.webhook_backoff_seconds > 0
+                and math.isfinite(self.webhook_timeout_seconds)
+                and self.webhook_timeout_seconds > 0 and self.webhook_max_attempts >= 1):
+            raise ValueError("webhook_backoff_seconds and webhook_timeout_seconds must be finite "
+                             "numbers of seconds > 0, webhook_max_attempts >= 1")
         if not 1 <= len(self.instance_id) <= 64:
             raise ValueError("instance_id must have 1 to 64 characters")
         if self.canary_cache_bytes < 0:
@@ -237,6 +245,15 @@ class Settings:
             ),
             silence_check_seconds=_env_number(
                 "FLAUDIT_SILENCE_CHECK_SECONDS", cls.silence_check_seconds
+            ),
+            webhook_backoff_seconds=_env_number(
+                "FLAUDIT_WEBHOOK_BACKOFF_SECONDS", cls.webhook_backoff_seconds
+            ),
+            webhook_max_attempts=_env_number(
+                "FLAUDIT_WEBHOOK_MAX_ATTEMPTS", cls.webhook_max_attempts, int
+            ),
+            webhook_timeout_seconds=_env_number(
+                "FLAUDIT_WEBHOOK_TIMEOUT_SECONDS", cls.webhook_timeout_seconds
             ),
         )
         return replace(base, **overrides)

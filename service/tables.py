@@ -28,6 +28,9 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    insert,
+    or_,
+    select,
     update,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, deferred, mapped_column
@@ -46,7 +49,14 @@ __all__ = [
     "known_rounds_to_bytes",
     "known_rounds_from_bytes",
     "update_audit_if",
+    "Webhook",
+    "WebhookDelivery",
+    "WEBHOOK_EVENTS",
+    "queue_webhook_deliveries",
 ]
+
+#: The events a webhook can subscribe to (docs/operations.md, "Alert webhooks").
+WEBHOOK_EVENTS = ("alarm.fired", "audit.ended", "audit.failed", "gap.recorded")
 
 
 def utcnow() -> datetime:
@@ -208,4 +218,67 @@ def update_audit_if(session: Session, audit_id: str, *conditions, **values) -> b
     concurrency: the conditions are checked by the database in the same statement); whether the
     row was updated."""
     result = session.execute(update(Audit).where(Audit.id == audit_id, *conditions).values(**values))
-    return result.rowcount > 0
+    changed = result.rowcount > 0
+    if changed and values.get("status") in ("succeeded", "failed", "cancelled"):
+        # the webhooks' outbox: in the transaction that ends the audit (every path that ends one)
+        event = "audit.failed" if values["status"] == "failed" else "audit.ended"
+        queue_webhook_deliveries(session, event, audit_id, {"status": values["status"]})
+    return changed
+
+
+class Webhook(Base):
+    """A subscription (``POST /webhooks``): ``events`` is stored as ``,a,b,`` (matched with
+    ``LIKE``); ``audit_id`` NULL for every audit. The signing secret is sealed like the seeds."""
+
+    __tablename__ = "flaudit_webhooks"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[str] = mapped_column(String(200))
+    audit_id: Mapped[str | None] = mapped_column(
+        String(32), ForeignKey("flaudit_audits.id", ondelete="CASCADE"), nullable=True, index=True
+    )
+    format: Mapped[str] = mapped_column(String(16))
+    link_base: Mapped[str] = mapped_column(Text)
+    sealed_secret: Mapped[str] = deferred(mapped_column(Text, nullable=False))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    def __repr__(self) -> str:  # never show the secret
+        return f"Webhook(id={self.id!r})"
+
+
+class WebhookDelivery(Base):
+    """One event to deliver to one webhook: ``pending`` until ``delivered`` or ``failed``
+    (attempts exhausted). ``payload`` is the JSON body, fixed at the first attempt."""
+
+    __tablename__ = "flaudit_webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    webhook_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("flaudit_webhooks.id", ondelete="CASCADE"), index=True
+    )
+    audit_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    event: Mapped[str] = mapped_column(String(32))
+    data: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    payload: Mapped[str | None] = mapped_column(Text, nullable=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    attempts: Mapped[int] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+def queue_webhook_deliveries(session: Session, event: str, audit_id: str | None,
+                             data: dict) -> None:
+    """Add a pending delivery of ``event`` for every webhook subscribed to it (for this audit
+    or for all audits), in ``session``'s transaction."""
+    ids = session.scalars(select(Webhook.id).where(
+        Webhook.events.like(f"%,{event},%"),
+        or_(Webhook.audit_id.is_(None), Webhook.audit_id == audit_id))).all()
+    now = utcnow()
+    if ids:
+        session.execute(insert(WebhookDelivery), [
+            {"webhook_id": i, "audit_id": audit_id, "event": event, "data": data,
+             "status": "pending", "attempts": 0, "created_at": now, "next_attempt_at": now}
+            for i in ids])

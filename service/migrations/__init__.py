@@ -19,12 +19,12 @@ A database at a revision this code does not know (written by a newer flaudit) is
 :class:`SchemaError`: an older service must not run on a newer schema.
 
 A new revision: add the model to ``service/tables.py`` and a file to ``versions/`` whose
-``down_revision`` is the current head (``0002`` now). Alembic can write a draft from the models::
+``down_revision`` is the current head (``0004`` now). Alembic can write a draft from the models::
 
     from alembic import command
     from flaudit.service.migrations import alembic_config
     with engine.connect() as conn:  # a database at the current head
-        command.revision(alembic_config(conn), message="...", rev_id="0003", autogenerate=True)
+        command.revision(alembic_config(conn), message="...", rev_id="0004", autogenerate=True)
 """
 
 from __future__ import annotations

@@ -391,7 +391,7 @@ async def put_round(
         participants,
         gap,
     )
-    request.app.state.metrics.round_stored(result, time.perf_counter() - started, gap)
+    request.app.state.metrics.round_stored(result, time.perf_counter() - started, gap, audit_id)
     ack = await run_in_threadpool(request.app.state.live.round_ack, audit_id)  # alarm, stop
     return IngestAck(audit_id=audit_id, stored=result == "stored", round=t, dim=audit.dim, **ack)
 
@@ -654,5 +654,5 @@ async def put_missing_round(
 
     if not await run_in_threadpool(work):
         raise http_error(409, f"round {t} was stored meanwhile or the audit ended")
-    request.app.state.metrics.gap("not_reported")
+    request.app.state.metrics.gap("not_reported", body.reason, audit_id=audit_id, round=t)
     return IngestAck(audit_id=audit_id, stored=True, round=t, dim=audit.dim)

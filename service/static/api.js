@@ -159,6 +159,7 @@ export const api = {
   listAudits: (params, opts) => request("GET", "/audits", { params, ...opts }),
   getAudit: (id, opts) => request("GET", `/audits/${encodeURIComponent(id)}`, opts),
   getRounds: (id, opts) => request("GET", `/audits/${encodeURIComponent(id)}/rounds`, opts),
+  getWebhookDeliveries: (id) => request("GET", `/audits/${encodeURIComponent(id)}/webhook-deliveries`, { askKey: false }),
   getCosinesCsv: (id) => request("GET", `/audits/${encodeURIComponent(id)}/cosines`, { params: { format: "csv" } }),
   createAudit: (spec) => request("POST", "/audits", { json: spec }),
   designAudit: (spec, opts) => request("POST", "/audits/design", { json: spec, askKey: false, ...opts }),

@@ -81,6 +81,7 @@ export function renderAudit(root, id) {
   const estimatesCount = h("span", { class: "muted" });
   const diagnostics = h("ul", { class: "diagnostics", id: "diagnostics" });
   const alarmLog = h("div", { id: "alarm-log" });
+  const webhookLog = h("div", { id: "webhook-deliveries" });
   const densityFinal = h("div", { class: "chart", id: "density-final_model", role: "img", tabindex: "0" });
   const densityAll = h("div", { class: "chart", id: "density-all_iterates", role: "img", tabindex: "0" });
   const densityNote = h("p", { class: "muted small" });
@@ -151,6 +152,8 @@ export function renderAudit(root, id) {
         diagnostics,
         h("h3", {}, "Alarm"),
         alarmLog,
+        h("h3", {}, "Webhook deliveries"),
+        webhookLog,
         h("h3", {}, "Canary scores"),
         densityNote,
         h("div", { class: "two-col" }, h("div", {}, h("h4", {}, "Adversary sees the final model"), densityFinal), h("div", {}, h("h4", {}, "Adversary sees every round (largest score over rounds)"), densityAll)),
@@ -244,6 +247,7 @@ export function renderAudit(root, id) {
     renderEstimates(a);
     renderDiagnostics(a);
     renderAlarmLog(a);
+    renderWebhooks();
     drawDensities();
     renderRunDetails(a);
   }
@@ -559,6 +563,23 @@ export function renderAudit(root, id) {
       alarmLog,
       items.length ? h("ul", { class: "alarm-list" }, items.map((x) => h("li", { class: `alarm-${x.level}` }, h("strong", {}, x.level === "error" ? "Alarm: " : "Warning: "), humanText(x.message)))) : h("p", { class: "muted small" }, "No alarm has fired."),
       a.alarm_guarantee ? h("p", { class: "muted small", id: "alarm-guarantee" }, humanText(a.alarm_guarantee)) : null,
+    );
+  }
+
+  async function renderWebhooks() {
+    let items;
+    try {
+      items = (await api.getWebhookDeliveries(id))?.items || [];
+    } catch {
+      return; // an older service, or no read access: keep what is shown
+    }
+    if (stopped) return;
+    const cols = ["Event", "Time", "Status", "Attempts", "Last error"];
+    fill(
+      webhookLog,
+      items.length
+        ? h("div", { class: "table-wrap" }, h("table", { class: "webhooks" }, h("thead", {}, h("tr", {}, cols.map((c) => h("th", { scope: "col" }, c)))), h("tbody", {}, items.map((d) => h("tr", {}, h("td", {}, d.event), h("td", {}, fmtTime(d.delivered_at || d.created_at)), h("td", {}, d.status), h("td", { class: "num" }, String(d.attempts)), h("td", {}, d.last_error || "—"))))))
+        : h("p", { class: "muted small" }, "No webhook events for this audit (subscribe with POST /webhooks)."),
     );
   }
 
