@@ -52,7 +52,11 @@ if ! docker info >/dev/null 2>&1; then
   say "starting dockerd"
   dockerd >/var/log/flaudit-e2e-dockerd.log 2>&1 &
   STARTED_DOCKERD=$!
-  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  for _ in $(seq 60); do  # until it answers, or exits
+    docker info >/dev/null 2>&1 && break
+    kill -0 "$STARTED_DOCKERD" 2>/dev/null || break
+    sleep 1
+  done
   if ! docker info >/dev/null 2>&1; then
     kill "$STARTED_DOCKERD" 2>/dev/null || true
     skip "dockerd did not start (no kernel support here?): $(tail -3 /var/log/flaudit-e2e-dockerd.log | tr '\n' ' ')"
