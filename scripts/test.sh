@@ -3,6 +3,8 @@
 # test extras in .venv, and Debian's chromium for the dashboard browser test (when root).
 # PostgreSQL tests run when FLAUDIT_TEST_POSTGRES_URL is set (see README); .ci/run sets it. The
 # topology test otherwise starts a private cluster with Debian's initdb, or skips saying why.
+# Skipped tests are counted by reason at the end of the summary ("NOT TESTED"); under
+# FLAUDIT_REQUIRE_ALL=1 (.ci/run) a skip is an error instead (tests/skip_policy.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
@@ -14,6 +16,10 @@ if ! command -v chromium >/dev/null 2>&1; then
   else
     echo "flaudit: chromium not found and not root; install Debian's 'chromium' package for the browser test"
   fi
+fi
+if [ -z "${FLAUDIT_TEST_POSTGRES_URL:-}" ]; then
+  echo "flaudit: FLAUDIT_TEST_POSTGRES_URL is not set: the PostgreSQL store tests will be skipped" \
+    "(README, 'Tests'; the summary counts them under NOT TESTED)"
 fi
 export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1
 export FLWR_HOME="${FLWR_HOME:-$(mktemp -d)}"
