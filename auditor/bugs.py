@@ -57,13 +57,15 @@ class InjectedBug(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: DPBug = Field(description="Which bug: " + ", ".join(b.value for b in REAL_PATH_BUGS) + ".")
+    kind: DPBug = Field(
+        description="Which bug: " + ", ".join(b.value for b in REAL_PATH_BUGS) + "."
+    )
     factor: float | None = Field(
         None, allow_inf_nan=False, description="Size of the bug (see the kind); null: its default."
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "InjectedBug":
+    def _check(self) -> InjectedBug:
         if self.kind not in REAL_PATH_BUGS:
             raise ValueError(
                 f"kind: {self.kind.value!r} cannot be injected into a real run; choose one of "
@@ -81,12 +83,16 @@ class InjectedBug(BaseModel):
             raise ValueError(f"factor: noise_scale needs a factor > 0 and != 1, got {factor}")
         if self.kind is DPBug.no_clipping and not factor > 1:
             raise ValueError(f"factor: no_clipping needs a factor > 1, got {factor}")
-        if self.kind is DPBug.extra_participation and not (factor >= 2 and factor == math.floor(factor)):
-            raise ValueError(f"factor: extra_participation needs an integer factor >= 2, got {factor}")
+        if self.kind is DPBug.extra_participation and not (
+            factor >= 2 and factor == math.floor(factor)
+        ):
+            raise ValueError(
+                f"factor: extra_participation needs an integer factor >= 2, got {factor}"
+            )
         return self
 
     @classmethod
-    def parse(cls, text: str) -> "InjectedBug":
+    def parse(cls, text: str) -> InjectedBug:
         """``"noise_scale=0.5"``, ``"no_noise"``, ``"extra_participation=4"`` -> InjectedBug.
 
         Raises
@@ -109,9 +115,9 @@ class InjectedBug(BaseModel):
         try:
             return cls(kind=kind, factor=value)
         except ValidationError as exc:  # one line per problem, without pydantic's links
-            raise ValueError("; ".join(
-                str(e.get("msg", "")).removeprefix("Value error, ") for e in exc.errors()
-            )) from None
+            raise ValueError(
+                "; ".join(str(e.get("msg", "")).removeprefix("Value error, ") for e in exc.errors())
+            ) from None
 
     @property
     def label(self) -> str:

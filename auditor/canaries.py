@@ -217,8 +217,10 @@ class OrthogonalCanaries:
         self._rounds = 2 if self._split == self.dim else 3
         # packed bits (bit set = -1), d / 8 bytes per sign round; applied by flipping sign bits
         self._sign_bits = [
-            SignBits(np.frombuffer(_generator(seed, _ORTHOGONAL_STREAM, r).bytes(nbytes),
-                                   np.uint8), self.dim)
+            SignBits(
+                np.frombuffer(_generator(seed, _ORTHOGONAL_STREAM, r).bytes(nbytes), np.uint8),
+                self.dim,
+            )
             for r in range(self._rounds + 1)
         ]
         self._keys = _generator(seed, _ORTHOGONAL_STREAM, _SIGN_ROUNDS).integers(
@@ -267,22 +269,27 @@ class OrthogonalCanaries:
         cut = self._split if first else self.dim - self._split
         return [(a, b) for a, b in ((0, cut), (cut, self.dim)) if b > a]
 
-    def _blocks(self, x: np.ndarray, *, first: bool, inverse: bool,
-                work: np.ndarray | None = None) -> np.ndarray:
+    def _blocks(
+        self, x: np.ndarray, *, first: bool, inverse: bool, work: np.ndarray | None = None
+    ) -> np.ndarray:
         """``A`` (``first``) or ``B`` applied along the last axis in place, or their transposes
         (``work``: the four-step transforms' buffer, :func:`flaudit.auditor.fourstep.four_step_work`)."""
         for a, b in self._cuts(first):
             if x.ndim == 1:
                 dct_numpy(x[a:b], inverse=inverse, workers=self.workers, work=work)
             else:  # rows: scipy copies the strided block
-                x[..., a:b] = scipy.fft.dct(x[..., a:b], type=2, norm="ortho", axis=-1,
-                                            workers=self.workers) if not inverse else \
-                    scipy.fft.idct(x[..., a:b], type=2, norm="ortho", axis=-1,
-                                   workers=self.workers)
+                x[..., a:b] = (
+                    scipy.fft.dct(x[..., a:b], type=2, norm="ortho", axis=-1, workers=self.workers)
+                    if not inverse
+                    else scipy.fft.idct(
+                        x[..., a:b], type=2, norm="ortho", axis=-1, workers=self.workers
+                    )
+                )
         return x
 
-    def _blocks_torch(self, pieces: list, *, first: bool, inverse: bool,
-                      work: np.ndarray | None = None) -> list:
+    def _blocks_torch(
+        self, pieces: list, *, first: bool, inverse: bool, work: np.ndarray | None = None
+    ) -> list:
         """Torch: the working vector as its blocks (consumed); returns the transformed blocks."""
         cuts = self._cuts(first)
         if [p.shape[0] for p in pieces] != [b - a for a, b in cuts]:  # re-split (non-5-smooth d)
@@ -315,14 +322,20 @@ class OrthogonalCanaries:
             if is_torch_tensor(vector):
                 vector = vector.detach().cpu().numpy()
             dtype = np.float64 if np.asarray(vector).dtype == np.float64 else np.float32
-            in_place = (consume and isinstance(vector, np.ndarray) and vector.dtype == dtype
-                        and vector.ndim == 1 and vector.flags.c_contiguous
-                        and vector.flags.writeable)
+            in_place = (
+                consume
+                and isinstance(vector, np.ndarray)
+                and vector.dtype == dtype
+                and vector.ndim == 1
+                and vector.flags.c_contiguous
+                and vector.flags.writeable
+            )
             x = vector if in_place else np.array(vector, dtype=dtype, copy=True)
             # one buffer for the two or three transforms: a fresh 4d bytes each time would cost
             # a page fault per page (~0.3 s a transform at d = 10^8)
-            work = four_step_work({b - a for first in (True, False)
-                                   for a, b in self._cuts(first)}, dtype)
+            work = four_step_work(
+                {b - a for first in (True, False) for a, b in self._cuts(first)}, dtype
+            )
             self._sign_bits[self._rounds].flip(x, 0, workers=self.workers)
             for r in range(self._rounds, 0, -1):
                 self._blocks(x, first=r % 2 == 1, inverse=True, work=work)
@@ -338,8 +351,11 @@ class OrthogonalCanaries:
         del source
         # on the CPU, one four-step buffer for both transforms where d is 5-smooth (one block:
         # with two, re-splitting the blocks between transforms would hold a third 4d bytes)
-        work = four_step_work([self.dim], np.float64 if dtype == torch.float64 else np.float32) \
-            if device == "cpu" and self._split == self.dim else None
+        work = (
+            four_step_work([self.dim], np.float64 if dtype == torch.float64 else np.float32)
+            if device == "cpu" and self._split == self.dim
+            else None
+        )
         self._sign_bits[self._rounds].flip_torch(pieces[0], 0)
         for r in range(self._rounds, 0, -1):
             pieces = self._blocks_torch(pieces, first=r % 2 == 1, inverse=True, work=work)
@@ -474,8 +490,9 @@ class Canaries:
             return self._orthogonal.sum_of(indices)
         total = np.zeros(self.dim, dtype=np.float64)
         for start in range(0, indices.size, 64):
-            block = _gaussian_vectors(self._seed, indices[start : start + 64], self.dim,
-                                      self.workers)
+            block = _gaussian_vectors(
+                self._seed, indices[start : start + 64], self.dim, self.workers
+            )
             for row in block.astype(np.float64):
                 total += row / np.sqrt(np.einsum("i,i->", row, row))  # no BLAS (issue #28)
         return total
@@ -554,8 +571,9 @@ def iter_canary_chunks(
     family = _check_family(family)
     for start in range(0, num_canaries, chunk_size):
         stop = min(start + chunk_size, num_canaries)
-        yield start, canary_vectors(
-            seed, np.arange(start, stop), dim, family=family, workers=workers
+        yield (
+            start,
+            canary_vectors(seed, np.arange(start, stop), dim, family=family, workers=workers),
         )
 
 

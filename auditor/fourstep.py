@@ -86,8 +86,11 @@ def _run(workers: int, fn, items) -> None:
     """``fn(group)`` for ``workers`` contiguous groups of ``items``, one thread each (each
     group allocates its scratch once)."""
     items = list(items)
-    groups = [items] if workers <= 1 or len(items) < 2 else \
-        [part.tolist() for part in np.array_split(np.asarray(items), min(workers, len(items)))]
+    groups = (
+        [items]
+        if workers <= 1 or len(items) < 2
+        else [part.tolist() for part in np.array_split(np.asarray(items), min(workers, len(items)))]
+    )
     if len(groups) == 1:
         fn(groups[0])
         return
@@ -96,8 +99,9 @@ def _run(workers: int, fn, items) -> None:
             pass
 
 
-def _pre_twiddled(coef: np.ndarray, z: np.ndarray, starts: list[int], table1: np.ndarray,
-                  table5: np.ndarray) -> None:
+def _pre_twiddled(
+    coef: np.ndarray, z: np.ndarray, starts: list[int], table1: np.ndarray, table5: np.ndarray
+) -> None:
     """Step 1 for the chunks of ``k`` starting at ``starts``: ``Z_k`` into ``z``.
 
     With ``t = e^{i pi k / 2N}``, ``P = conj(Y_{M-k}) e^{-i pi / 4}`` and ``h = sqrt(N / 2) / 2``:
@@ -149,8 +153,10 @@ def _row_twiddles(z2: np.ndarray, r0: int, r1: int) -> None:
     for k1 in range(r0, r1):
         if k1 == 0:
             continue
-        w = np.multiply.outer(_exp_i(((k1 * high) % m) * scale).astype(z2.dtype),
-                              _exp_i(((k1 * low) % m) * scale).astype(z2.dtype))
+        w = np.multiply.outer(
+            _exp_i(((k1 * high) % m) * scale).astype(z2.dtype),
+            _exp_i(((k1 * low) % m) * scale).astype(z2.dtype),
+        )
         z2[k1] *= w.reshape(-1)[:m2]
 
 
@@ -191,8 +197,9 @@ def _rows_out(z2: np.ndarray, x: np.ndarray, starts: list[int], rows: int) -> No
             _unreorder(z2, x, r0, r1)
 
 
-def dct3_four_step(x: np.ndarray, plan: tuple[int, int], *, workers: int,
-                   work: np.ndarray | None = None) -> np.ndarray:
+def dct3_four_step(
+    x: np.ndarray, plan: tuple[int, int], *, workers: int, work: np.ndarray | None = None
+) -> np.ndarray:
     """Orthonormal DCT-III of the contiguous 1-D float32/float64 ``x`` in place (module
     docstring), for a ``plan`` from :func:`four_step_plan`. Peak memory beyond ``x``: one complex
     buffer of ``len(x) / 2`` values plus per-thread chunks and pocketfft's line buffers.
@@ -207,16 +214,23 @@ def dct3_four_step(x: np.ndarray, plan: tuple[int, int], *, workers: int,
     if work is None:
         z = np.empty(m, dtype=ctype)
     else:
-        if work.dtype != ctype or work.ndim != 1 or work.shape[0] < m \
-                or not work.flags.c_contiguous:
-            raise ValueError(f"work must be a contiguous 1-D {np.dtype(ctype).name} buffer of "
-                             f"at least {m} values")
+        if (
+            work.dtype != ctype
+            or work.ndim != 1
+            or work.shape[0] < m
+            or not work.flags.c_contiguous
+        ):
+            raise ValueError(
+                f"work must be a contiguous 1-D {np.dtype(ctype).name} buffer of "
+                f"at least {m} values"
+            )
         z = work[:m]
     theta = math.pi / (2 * n)
     j = np.arange(min(_PRE_CHUNK, m), dtype=np.float64)
     table1, table5 = _exp_i(theta * j).astype(ctype), _exp_i(5 * theta * j).astype(ctype)
-    _run(workers, lambda starts: _pre_twiddled(x, z, starts, table1, table5),
-         range(0, m, _PRE_CHUNK))
+    _run(
+        workers, lambda starts: _pre_twiddled(x, z, starts, table1, table5), range(0, m, _PRE_CHUNK)
+    )
     z2 = z.reshape(m1, m2)
     out = scipy.fft.ifft(z2, axis=0, overwrite_x=True, workers=workers)
     if not np.shares_memory(out, z2):  # pragma: no cover - pocketfft works in place here

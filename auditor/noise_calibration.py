@@ -17,8 +17,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SHORT_NOISE_TOLERANCE", "canary_noise_multiplier", "noise_calibration", "noise_calibration_alerts",
-           "noise_clip_factor", "noise_split_sentence", "with_noise_calibration"]
+__all__ = [
+    "SHORT_NOISE_TOLERANCE",
+    "canary_noise_multiplier",
+    "noise_calibration",
+    "noise_calibration_alerts",
+    "noise_clip_factor",
+    "noise_split_sentence",
+    "with_noise_calibration",
+]
 
 #: A factor above ``1 - SHORT_NOISE_TOLERANCE`` is float round-off, not a finding.
 SHORT_NOISE_TOLERANCE = 1e-9
@@ -46,7 +53,7 @@ def _get(spec: Any, name: str) -> Any:
 
 
 def noise_split_sentence(spec: Any) -> str | None:
-    """"noise multiplier 1 as configured; with clipped-count noise sigma_b = 1 the updates get
+    """ "noise multiplier 1 as configured; with clipped-count noise sigma_b = 1 the updates get
     1.155 (...), which is what the canaries meet" for an adaptive-clipping claim whose
     configured ``z`` is known; None otherwise."""
     z = _get(spec, "configured_noise_multiplier")
@@ -54,10 +61,12 @@ def noise_split_sentence(spec: Any) -> str | None:
     sigma_b = _get(adaptive, "clipped_count_stddev") if adaptive is not None else None
     if z is None or not sigma_b:
         return None
-    return (f"noise multiplier {z:.4g} as configured; with clipped-count noise sigma_b = "
-            f"{sigma_b:.4g} the updates get {float(_get(spec, 'noise_multiplier')):.4g} "
-            "(Andrew et al. 2021: z_delta = (z^-2 - (2 sigma_b)^-2)^-1/2), which is what the "
-            "canaries meet")
+    return (
+        f"noise multiplier {z:.4g} as configured; with clipped-count noise sigma_b = "
+        f"{sigma_b:.4g} the updates get {float(_get(spec, 'noise_multiplier')):.4g} "
+        "(Andrew et al. 2021: z_delta = (z^-2 - (2 sigma_b)^-2)^-1/2), which is what the "
+        "canaries meet"
+    )
 
 
 def noise_calibration(spec: Any, min_factor: float | None) -> dict | None:
@@ -81,7 +90,8 @@ def noise_calibration(spec: Any, min_factor: float | None) -> dict | None:
             f"multiplier {effective:.4g}, claimed {z:.4g}); the claim does not hold for that "
             "round, whatever the canaries say (Flower's adaptive-clipping wrappers add the noise "
             "for the clip norm after its update; each round's noise_clip_norm is in "
-            "GET /audits/{id}/rounds)."),
+            "GET /audits/{id}/rounds)."
+        ),
     }
 
 
@@ -91,8 +101,9 @@ def with_noise_calibration(verdict: dict, spec: Any, min_factor: float | None) -
     out = dict(verdict)
     out["noise_calibration"] = finding = noise_calibration(spec, min_factor)
     out["noise_split"] = split = noise_split_sentence(spec)
-    extra = [text for text in (finding and finding["sentence"],
-                               split and f"Noise: {split}.") if text]
+    extra = [
+        text for text in (finding and finding["sentence"], split and f"Noise: {split}.") if text
+    ]
     if extra and out.get("summary"):  # the page and the CLI show the summary verbatim
         out["summary"] = " ".join([out["summary"], *extra])
     return out

@@ -10,8 +10,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ThreatModel", "Estimator", "VarianceTreatment", "Correction", "EpsilonResult", "Diagnostic",
-           "jsonable", "number"]
+__all__ = [
+    "ThreatModel",
+    "Estimator",
+    "VarianceTreatment",
+    "Correction",
+    "EpsilonResult",
+    "Diagnostic",
+    "jsonable",
+    "number",
+]
 
 
 class ThreatModel(StrEnum):
@@ -106,6 +114,7 @@ class Diagnostic:
 # are numbers (an unbounded epsilon says something), NaN is no number (None), as is anything
 # that is not a number (a bool, None, another string).
 
+
 def jsonable(value: Any) -> Any:
     """``value`` as strict JSON data: numpy scalars and arrays to Python numbers and lists,
     tuples to lists, enums to their values, mapping keys to strings, and non-finite floats to
@@ -132,7 +141,9 @@ def number(value: Any, *, finite: bool = False) -> float | None:
     infinities; NaN (the float or ``"nan"``) and any other value are None: no number.
     ``finite=True``: the infinities are None too (a value to plot or add up).
     """
-    numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, bool
+    )
     if not numeric and not (isinstance(value, str) and value in ("inf", "-inf")):
         return None
     out = float(value)

@@ -132,9 +132,7 @@ def canary_rounds(
     """
     check_at_least(repeats, "canary_repeats", 1)
     if repeats > num_rounds:
-        raise ValueError(
-            f"canary_repeats ({repeats}) must not exceed num_rounds ({num_rounds})"
-        )
+        raise ValueError(f"canary_repeats ({repeats}) must not exceed num_rounds ({num_rounds})")
     bounds = (np.arange(repeats + 1) * num_rounds) // repeats
     lengths = np.diff(bounds)
     offsets = np.floor(rng.random((num_seen_canaries, repeats)) * lengths).astype(np.int64)
@@ -174,13 +172,20 @@ def _schedule_rngs(seed: int) -> tuple[np.random.Generator, np.random.Generator]
 
 
 def _canary_positions(
-    num_seen_canaries: int, *, num_rounds: int, canary_repeats: int, rng: np.random.Generator,
+    num_seen_canaries: int,
+    *,
+    num_rounds: int,
+    canary_repeats: int,
+    rng: np.random.Generator,
     max_per_round: int | None = None,
 ) -> list[np.ndarray]:
     by_round: list[list[int]] = [[] for _ in range(num_rounds)]
     if num_seen_canaries:
         rounds = canary_rounds(
-            num_seen_canaries, num_rounds=num_rounds, repeats=canary_repeats, rng=rng,
+            num_seen_canaries,
+            num_rounds=num_rounds,
+            repeats=canary_repeats,
+            rng=rng,
             max_per_round=max_per_round,
         )
         for position, row in enumerate(rounds):
@@ -190,7 +195,11 @@ def _canary_positions(
 
 
 def canary_schedule(
-    num_seen_canaries: int, *, num_rounds: int, canary_repeats: int = 1, seed: int = 0,
+    num_seen_canaries: int,
+    *,
+    num_rounds: int,
+    canary_repeats: int = 1,
+    seed: int = 0,
     max_per_round: int | None = None,
 ) -> list[np.ndarray]:
     """Seen-canary positions (0 .. s-1) of every round, as :func:`participation_schedule` draws them.
@@ -209,13 +218,20 @@ def canary_schedule(
     check_at_least(num_rounds, "num_rounds", 1)
     canary_rng, _ = _schedule_rngs(seed)
     return _canary_positions(
-        num_seen_canaries, num_rounds=num_rounds, canary_repeats=canary_repeats, rng=canary_rng,
+        num_seen_canaries,
+        num_rounds=num_rounds,
+        canary_repeats=canary_repeats,
+        rng=canary_rng,
         max_per_round=max_per_round,
     )
 
 
 def unseen_canary_rounds(
-    num_unseen_canaries: int, *, num_rounds: int, repeats: int, seed: int,
+    num_unseen_canaries: int,
+    *,
+    num_rounds: int,
+    repeats: int,
+    seed: int,
     max_per_round: int | None = None,
 ) -> np.ndarray:
     """Rounds (0-based) of the unseen canaries, drawn exactly like the seen canaries' rounds
@@ -227,9 +243,16 @@ def unseen_canary_rounds(
         Shape ``(num_unseen_canaries, repeats)``.
     """
     check_at_least(num_unseen_canaries, "num_unseen_canaries", 0)
-    rng = np.random.default_rng(np.random.SeedSequence(entropy=int(seed), spawn_key=(0x5C4ED, 0x0B5E)))
-    return canary_rounds(num_unseen_canaries, num_rounds=num_rounds, repeats=repeats, rng=rng,
-                         max_per_round=max_per_round)
+    rng = np.random.default_rng(
+        np.random.SeedSequence(entropy=int(seed), spawn_key=(0x5C4ED, 0x0B5E))
+    )
+    return canary_rounds(
+        num_unseen_canaries,
+        num_rounds=num_rounds,
+        repeats=repeats,
+        rng=rng,
+        max_per_round=max_per_round,
+    )
 
 
 def canary_participants(
@@ -258,8 +281,11 @@ def canary_participants(
     unseen_indices = np.asarray(unseen_indices, dtype=np.int64)
     unseen_rounds = np.asarray(unseen_rounds, dtype=np.int64)
     # (no unseen canary at all, e.g. every canary of a small audit came up seen: (0, r) or empty)
-    unseen_rounds = (unseen_rounds.reshape(unseen_indices.size, -1) if unseen_indices.size
-                     else np.empty((0, 0), dtype=np.int64))
+    unseen_rounds = (
+        unseen_rounds.reshape(unseen_indices.size, -1)
+        if unseen_indices.size
+        else np.empty((0, 0), dtype=np.int64)
+    )
     out = []
     for t, seen in enumerate(seen_by_round):
         virtual = unseen_indices[np.any(unseen_rounds == t, axis=1)]
@@ -339,7 +365,10 @@ def participation_schedule(
     by_round = [
         list(num_clients + positions)
         for positions in _canary_positions(
-            num_seen_canaries, num_rounds=num_rounds, canary_repeats=canary_repeats, rng=canary_rng,
+            num_seen_canaries,
+            num_rounds=num_rounds,
+            canary_repeats=canary_repeats,
+            rng=canary_rng,
             max_per_round=max_canaries_per_round,
         )
     ]
@@ -348,7 +377,9 @@ def participation_schedule(
     # Real clients: the scheme, with slots left over by the canaries in fixed-size schemes.
     real_slots = np.maximum(clients_per_round - canaries_per_round, 0)
     if scheme == "poisson":
-        real = _poisson(num_clients, num_rounds, sampling_probability, max_participations, client_rng)
+        real = _poisson(
+            num_clients, num_rounds, sampling_probability, max_participations, client_rng
+        )
     elif scheme == "uniform":
         real = _uniform(num_clients, real_slots, max_participations, client_rng)
     elif scheme == "shuffled":
@@ -356,7 +387,9 @@ def participation_schedule(
     else:
         expected_canaries = num_seen_canaries * canary_repeats / num_rounds
         batch_size = max(1, int(round(clients_per_round - expected_canaries)))
-        real = _batch_then_shuffle(num_clients, num_rounds, batch_size, max_participations, client_rng)
+        real = _batch_then_shuffle(
+            num_clients, num_rounds, batch_size, max_participations, client_rng
+        )
 
     cohorts = [
         np.sort(np.concatenate([real[t], np.asarray(by_round[t], dtype=np.int64)]))
@@ -423,7 +456,9 @@ def _shuffled(
 def _batch_then_shuffle(
     n: int, num_rounds: int, batch_size: int, cap: int | None, rng: np.random.Generator
 ) -> list[np.ndarray]:
-    batches = [np.arange(s, min(s + batch_size, n), dtype=np.int64) for s in range(0, n, batch_size)]
+    batches = [
+        np.arange(s, min(s + batch_size, n), dtype=np.int64) for s in range(0, n, batch_size)
+    ]
     out: list[np.ndarray] = []
     epochs = 0
     while len(out) < num_rounds:
@@ -454,9 +489,14 @@ class CanarySchedule:
 
     @classmethod
     def from_mask(
-        cls, seen: np.ndarray, *, num_rounds: int, canary_repeats: int = 1, seed: int = 0,
+        cls,
+        seen: np.ndarray,
+        *,
+        num_rounds: int,
+        canary_repeats: int = 1,
+        seed: int = 0,
         max_per_round: int | None = None,
-    ) -> "CanarySchedule":
+    ) -> CanarySchedule:
         """From the seen mask of all ``k`` canaries (:func:`flaudit.auditor.canaries.seen_mask`).
 
         ``max_per_round``: the cohort size ``m`` (``clients_per_round``, Flower's
@@ -464,16 +504,22 @@ class CanarySchedule:
         """
         seen = np.asarray(seen, dtype=bool)
         seen_idx, unseen_idx = np.flatnonzero(seen), np.flatnonzero(~seen)
-        positions = canary_schedule(int(seen_idx.size), num_rounds=num_rounds,
-                                    canary_repeats=canary_repeats, seed=seed,
-                                    max_per_round=max_per_round)
+        positions = canary_schedule(
+            int(seen_idx.size),
+            num_rounds=num_rounds,
+            canary_repeats=canary_repeats,
+            seed=seed,
+            max_per_round=max_per_round,
+        )
         by_round = [np.sort(seen_idx[p]) for p in positions]
         # unseen canaries take no slot (never inserted), so their rounds are not capped: an
         # unseen canary's cosine is null in every round, whichever rounds are drawn for it
-        unseen_rounds = unseen_canary_rounds(int(unseen_idx.size), num_rounds=num_rounds,
-                                             repeats=canary_repeats, seed=seed)
-        participants = canary_participants(seen_by_round=by_round, unseen_indices=unseen_idx,
-                                           unseen_rounds=unseen_rounds)
+        unseen_rounds = unseen_canary_rounds(
+            int(unseen_idx.size), num_rounds=num_rounds, repeats=canary_repeats, seed=seed
+        )
+        participants = canary_participants(
+            seen_by_round=by_round, unseen_indices=unseen_idx, unseen_rounds=unseen_rounds
+        )
         return cls(by_round=by_round, participants_by_round=participants)
 
     @property
@@ -494,8 +540,13 @@ class CanarySchedule:
 
 
 def canary_plan(
-    canary_seed: int, *, num_canaries: int, num_rounds: int, canary_repeats: int = 1,
-    data_seed: int = 0, max_per_round: int | None = None,
+    canary_seed: int,
+    *,
+    num_canaries: int,
+    num_rounds: int,
+    canary_repeats: int = 1,
+    data_seed: int = 0,
+    max_per_round: int | None = None,
 ) -> CanarySchedule:
     """The one builder of an audit's canary schedule, used by every caller: the built-in
     ServerApp (:mod:`flaudit.server.app`), the strategy wrapper's local canaries
@@ -510,8 +561,11 @@ def canary_plan(
     mechanism and it passes ``None``.
     """
     return CanarySchedule.from_mask(
-        seen_mask(int(canary_seed), int(num_canaries)), num_rounds=int(num_rounds),
-        canary_repeats=int(canary_repeats), seed=int(data_seed), max_per_round=max_per_round,
+        seen_mask(int(canary_seed), int(num_canaries)),
+        num_rounds=int(num_rounds),
+        canary_repeats=int(canary_repeats),
+        seed=int(data_seed),
+        max_per_round=max_per_round,
     )
 
 
@@ -539,7 +593,10 @@ def audit_canary_plan(canary_seed: int, spec: AuditSpec) -> CanarySchedule:
     """
     external = spec.engine == Engine.external
     return canary_plan(
-        canary_seed, num_canaries=spec.num_canaries, num_rounds=spec.num_rounds,
-        canary_repeats=audit_canary_repeats(spec), data_seed=spec.data_seed,
+        canary_seed,
+        num_canaries=spec.num_canaries,
+        num_rounds=spec.num_rounds,
+        canary_repeats=audit_canary_repeats(spec),
+        data_seed=spec.data_seed,
         max_per_round=spec.clients_per_round if external else None,
     )

@@ -147,7 +147,9 @@ def builtin_model_dim(task: str, options: dict[str, Any]) -> int:
     classes = int(options.get("classes", 10))
     hidden = options.get("hidden")
     if hidden is None:
-        hidden = max(1, round((int(options.get("dim", 10_000)) - classes) / (features + 1 + classes)))
+        hidden = max(
+            1, round((int(options.get("dim", 10_000)) - classes) / (features + 1 + classes))
+        )
     hidden = int(hidden)
     return features * hidden + hidden + hidden * classes + classes
 
@@ -162,7 +164,9 @@ def _check_builtin_options(task: str, options: dict[str, Any]) -> None:
         kind, low, high = known[key]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number or (kind is int and not isinstance(value, int)):
-            raise ValueError(f"task_options.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+            raise ValueError(
+                f"task_options.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+            )
         if not ((low < value) if kind is float else (low <= value)) or value > high:
             lower = f"> {low}" if kind is float else f">= {low}"
             raise ValueError(f"task_options.{key} must be {lower} and <= {high}, got {value!r}")
@@ -193,8 +197,12 @@ class AdaptiveClipping(SpecModel):
     """Adaptive clipping by quantile tracking with a noised clipped-count (Andrew et al. 2021)."""
 
     initial_clip_norm: float = Field(0.1, gt=0, le=1e6, description="S(0).")
-    target_quantile: float = Field(0.5, gt=0, lt=1, description="Target fraction of unclipped updates.")
-    learning_rate: float = Field(0.2, gt=0, le=10, description="Geometric update rate of the clip norm.")
+    target_quantile: float = Field(
+        0.5, gt=0, lt=1, description="Target fraction of unclipped updates."
+    )
+    learning_rate: float = Field(
+        0.2, gt=0, le=10, description="Geometric update rate of the clip norm."
+    )
     clipped_count_stddev: float | None = Field(
         None,
         gt=0,
@@ -228,10 +236,12 @@ class AuditSpec(SpecModel):
     )
     task_options: dict[str, float | int | str | bool] = Field(
         default_factory=dict,
-        description="Options passed to the task factory, e.g. `{\"dim\": 10000}` for `synthetic`.",
+        description='Options passed to the task factory, e.g. `{"dim": 10000}` for `synthetic`.',
     )
     num_rounds: int = Field(20, ge=1, le=100_000, description="Training rounds T.")
-    num_clients: int = Field(100, ge=1, le=10_000_000, description="Real clients in the population.")
+    num_clients: int = Field(
+        100, ge=1, le=10_000_000, description="Real clients in the population."
+    )
     clients_per_round: int = Field(
         10,
         ge=1,
@@ -240,7 +250,10 @@ class AuditSpec(SpecModel):
     )
     participation: Participation = Field(Participation.poisson)
     max_participations: int | None = Field(
-        None, ge=1, le=100_000, description="Cap on participations per client over the run (None: no cap)."
+        None,
+        ge=1,
+        le=100_000,
+        description="Cap on participations per client over the run (None: no cap).",
     )
     num_canaries: int | Literal["auto"] = Field(
         100,
@@ -248,7 +261,7 @@ class AuditSpec(SpecModel):
         "default): chosen when the ServerApp declares its federation, the fewest that make the "
         "claim testable (catch half the claimed noise in 95% of runs) within the cohort-slot cap "
         "k <= clients_per_round * floor(num_rounds / canary_repeats); `auto` chooses "
-        "canary_repeats too (docs/estimators.md, \"Sizing the audit\").",
+        'canary_repeats too (docs/estimators.md, "Sizing the audit").',
         examples=[100, "auto"],
     )
     canary_family: CanaryFamily | None = Field(
@@ -270,11 +283,18 @@ class AuditSpec(SpecModel):
         "(default 0.5; 1.0 for engine `external`, whose canaries take cohort slots and never "
         "enlarge the population sampled).",
     )
-    clip_norm: float | None = Field(1.0, gt=0, le=1e6, description="Fixed clip norm S; null with adaptive.")
+    clip_norm: float | None = Field(
+        1.0, gt=0, le=1e6, description="Fixed clip norm S; null with adaptive."
+    )
     adaptive_clipping: AdaptiveClipping | None = None
-    noise_multiplier: float = Field(1.0, ge=0, le=1e6, description="z: noise std is z * S(t) on the sum.")
+    noise_multiplier: float = Field(
+        1.0, ge=0, le=1e6, description="z: noise std is z * S(t) on the sum."
+    )
     configured_noise_multiplier: float | None = Field(
-        None, ge=0, le=1e6, allow_inf_nan=False,
+        None,
+        ge=0,
+        le=1e6,
+        allow_inf_nan=False,
         description="Adaptive clipping in a user's Flower app: the z the user configured; "
         "noise_multiplier is then the update noise z_delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) "
         "Flower derives from it (what the canaries meet). Null: noise_multiplier as configured.",
@@ -286,17 +306,25 @@ class AuditSpec(SpecModel):
     batch_size: int = Field(32, ge=1, le=1_000_000)
     delta: float = Field(1e-6, gt=0, lt=1, description="delta for every epsilon reported.")
     threat_models: list[Literal[ThreatModel.final_model, ThreatModel.all_iterates]] = Field(
-        default_factory=lambda: [ThreatModel.final_model, ThreatModel.all_iterates], min_length=1,
+        default_factory=lambda: [ThreatModel.final_model, ThreatModel.all_iterates],
+        min_length=1,
         description="What the adversary sees: the final model, every round's model, or both.",
     )
     engine: Engine = Engine.simulation
     superlink_address: str | None = Field(
         None, description="host:port of the SuperLink control API (engine = deployment)."
     )
-    data_seed: int = Field(0, ge=0, le=MAX_INTEGER, description="Seed for data partitioning and schedules (not secret).")
+    data_seed: int = Field(
+        0,
+        ge=0,
+        le=MAX_INTEGER,
+        description="Seed for data partitioning and schedules (not secret).",
+    )
     timeout_seconds: float = Field(3600, gt=0, le=7 * 24 * 3600)
     start_timeout_seconds: float = Field(
-        600, gt=0, le=7 * 24 * 3600,
+        600,
+        gt=0,
+        le=7 * 24 * 3600,
         description="engine = external: the audit ends failed ('the run never started') when "
         "no Flower run declares its claim this many seconds after the audit's creation.",
     )
@@ -341,7 +369,9 @@ class AuditSpec(SpecModel):
                     f"task_options key {key[:80]!r} must be an identifier of at most 64 characters"
                 )
             if isinstance(value, str) and len(value) > MAX_OPTION_STRING:
-                raise ValueError(f"task_options.{key} is longer than {MAX_OPTION_STRING} characters")
+                raise ValueError(
+                    f"task_options.{key} is longer than {MAX_OPTION_STRING} characters"
+                )
         task = info.data.get("task")
         if task in BUILTIN_TASK_NAMES:
             _check_builtin_options(task, options)
@@ -373,8 +403,10 @@ class AuditSpec(SpecModel):
     @classmethod
     def _check_num_canaries(cls, value: int | str) -> int | str:
         if value != AUTO_CANARIES and not 2 <= value <= 1_000_000:
-            raise ValueError(f"num_canaries must be an integer from 2 to 1000000 or "
-                             f"\"{AUTO_CANARIES}\", got {value}")
+            raise ValueError(
+                f"num_canaries must be an integer from 2 to 1000000 or "
+                f'"{AUTO_CANARIES}", got {value}'
+            )
         return value
 
     @property
@@ -383,13 +415,14 @@ class AuditSpec(SpecModel):
         return self.num_canaries != AUTO_CANARIES
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> "AuditSpec":
+    def _check_consistency(self) -> AuditSpec:
         if not self.sized:
             if self.engine != Engine.external:
                 raise ValueError(
                     "num_canaries: \"auto\" sizes a bring-your-own audit (engine 'external') "
                     "when its ServerApp declares the federation; give a number for engine "
-                    f"'{self.engine.value}'")
+                    f"'{self.engine.value}'"
+                )
         if (self.clip_norm is None) == (self.adaptive_clipping is None):
             raise ValueError("set exactly one of clip_norm and adaptive_clipping")
         # "auto": the canaries are chosen with the claim, within these limits
@@ -460,7 +493,10 @@ class AuditClaim(SpecModel):
         ge=0, allow_inf_nan=False, description="z of the Flower DP strategy (update noise)."
     )
     configured_noise_multiplier: float | None = Field(
-        None, ge=0, le=1e6, allow_inf_nan=False,
+        None,
+        ge=0,
+        le=1e6,
+        allow_inf_nan=False,
         description="Adaptive clipping: the z the user configured; noise_multiplier is the update "
         "noise z_delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) Flower's adaptive wrappers derive from it "
         "with clipped_count_stddev sigma_b (Andrew et al. 2021).",
@@ -471,7 +507,9 @@ class AuditClaim(SpecModel):
     adaptive_clipping: AdaptiveClipping | None = None
     num_rounds: int = Field(ge=1, le=100_000, description="num_rounds given to strategy.start.")
     num_clients: int = Field(ge=1, le=10_000_000, description="SuperNodes (real clients).")
-    clients_per_round: int = Field(ge=1, description="Nodes sampled per round (num_sampled_clients).")
+    clients_per_round: int = Field(
+        ge=1, description="Nodes sampled per round (num_sampled_clients)."
+    )
     participation: Participation = Field(
         Participation.uniform,
         description="How the strategy samples nodes (Flower's FedAvg: uniform without replacement).",
@@ -493,8 +531,10 @@ class AuditClaim(SpecModel):
     @classmethod
     def _check_num_canaries(cls, value: int | str | None) -> int | str | None:
         if value is not None and value != AUTO_CANARIES and not 2 <= value <= 1_000_000:
-            raise ValueError(f"num_canaries must be an integer from 2 to 1000000 or "
-                             f"\"{AUTO_CANARIES}\", got {value}")
+            raise ValueError(
+                f"num_canaries must be an integer from 2 to 1000000 or "
+                f'"{AUTO_CANARIES}", got {value}'
+            )
         return value
 
     def apply(self, spec: AuditSpec) -> AuditSpec:
@@ -509,15 +549,20 @@ class AuditClaim(SpecModel):
             If the claim asks for a number of canaries other than the one the audit fixed.
         """
         values = spec.model_dump()
-        values.update(self.model_dump(exclude={"strategy", "num_canaries"}
-                                      | ({"stop_on_alarm"} if self.stop_on_alarm is None else set())))
+        values.update(
+            self.model_dump(
+                exclude={"strategy", "num_canaries"}
+                | ({"stop_on_alarm"} if self.stop_on_alarm is None else set())
+            )
+        )
         wanted = self.num_canaries
         if wanted not in (None, AUTO_CANARIES) and wanted != spec.num_canaries:
             if spec.sized:
                 raise ValueError(
                     f"num_canaries: the ServerApp asks for {wanted} canaries, but the audit was "
                     f"created with {spec.num_canaries}; create the audit with "
-                    "num_canaries = \"auto\" (flaudit attach --canaries auto) to let the app "
-                    "choose, or drop num_canaries from CanaryAuditStrategy")
+                    'num_canaries = "auto" (flaudit attach --canaries auto) to let the app '
+                    "choose, or drop num_canaries from CanaryAuditStrategy"
+                )
             values["num_canaries"] = wanted
         return AuditSpec.model_validate(values)

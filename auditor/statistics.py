@@ -40,16 +40,22 @@ def _all_finite(array, workers: int = 1) -> bool:
     """Chunk by chunk (on ``workers`` threads): no ``d``-sized boolean temporary."""
     if is_torch_tensor(array):
         step = CHUNK * 16 if array.device.type == "cuda" else CHUNK
-        return all(bool(torch.isfinite(array[a : a + step]).all())
-                   for a in range(0, array.shape[0], step))
-    return all(map_chunks(array.shape[0], lambda a, b: bool(np.isfinite(array[a:b]).all()),
-                          workers=workers))
+        return all(
+            bool(torch.isfinite(array[a : a + step]).all()) for a in range(0, array.shape[0], step)
+        )
+    return all(
+        map_chunks(
+            array.shape[0], lambda a, b: bool(np.isfinite(array[a:b]).all()), workers=workers
+        )
+    )
 
 
 def _as_finite_vector(name: str, value, dim: int, workers: int = 1):
     if is_torch_tensor(value):  # kept on its device (the torch back end transforms it there)
         if value.ndim != 1 or value.shape[0] != dim:
-            raise ValueError(f"{name} must be a vector of length {dim}, got shape {tuple(value.shape)}")
+            raise ValueError(
+                f"{name} must be a vector of length {dim}, got shape {tuple(value.shape)}"
+            )
         if not value.is_floating_point():
             raise ValueError(f"{name} must be floating point, got dtype {value.dtype}")
         if not _all_finite(value):
@@ -78,15 +84,23 @@ def _rescaled(vector: np.ndarray, workers: int = 1) -> np.ndarray:
         if not math.isfinite(peak) or peak == 0.0:
             return vector
         exponent = math.frexp(peak)[1]
-        return torch.ldexp(vector, torch.tensor(-exponent, device=vector.device)) \
-            if abs(exponent) > 32 else vector
+        return (
+            torch.ldexp(vector, torch.tensor(-exponent, device=vector.device))
+            if abs(exponent) > 32
+            else vector
+        )
     vector = np.asarray(vector)
     if vector.size == 0 or not np.issubdtype(vector.dtype, np.floating):
         return vector
     if vector.ndim == 1:  # chunk by chunk on the workers' threads; NaN propagates as in max()
-        ends = np.array(map_chunks(vector.shape[0], lambda a, b: (vector[a:b].max(),
-                                                                  vector[a:b].min()),
-                                   workers=workers), dtype=np.float64)
+        ends = np.array(
+            map_chunks(
+                vector.shape[0],
+                lambda a, b: (vector[a:b].max(), vector[a:b].min()),
+                workers=workers,
+            ),
+            dtype=np.float64,
+        )
         peak = float(np.max(np.abs(ends)))
     else:
         peak = max(abs(float(vector.max())), abs(float(vector.min())))  # no |v| temporary
@@ -262,11 +276,13 @@ class CosineTracker:
         Orthogonal family: null-standardized cosines (module docstring), clipped to ``[-1, 1]``;
         plain cosines when ``vector`` lies in the span of the seen canaries.
         """
-        vector = _as_finite_vector("vector", _rescaled(vector, self.workers), self.dim,
-                                   self.workers)
+        vector = _as_finite_vector(
+            "vector", _rescaled(vector, self.workers), self.dim, self.workers
+        )
         if self._orthogonal is not None:  # numpy or torch back end, chosen per call
             return null_standardized_cosines(
-                self._orthogonal.transpose_apply(vector, consume=consume), self._positions,
+                self._orthogonal.transpose_apply(vector, consume=consume),
+                self._positions,
                 workers=self.workers,
             )
         if is_torch_tensor(vector):
@@ -277,7 +293,10 @@ class CosineTracker:
         for start in range(self._num_cached, self.num_canaries, self.chunk_size):
             stop = min(start + self.chunk_size, self.num_canaries)
             block = canary_vectors(
-                self._seed, np.arange(start, stop), self.dim, family=self.family,
+                self._seed,
+                np.arange(start, stop),
+                self.dim,
+                family=self.family,
                 workers=self.workers,
             )
             out[start:stop] = cosines(block, vector)

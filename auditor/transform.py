@@ -71,8 +71,16 @@ class _LazyTorch:
 
 torch = _LazyTorch()
 
-__all__ = ["BACKENDS", "release_plans", "resolve_backend", "is_torch_tensor", "cuda_available", "SignBits",
-           "sum_of_squares", "CHUNK"]
+__all__ = [
+    "BACKENDS",
+    "release_plans",
+    "resolve_backend",
+    "is_torch_tensor",
+    "cuda_available",
+    "SignBits",
+    "sum_of_squares",
+    "CHUNK",
+]
 
 BACKENDS = ("auto", "numpy", "torch")
 CHUNK = 1 << 20  # elements per chunk of sign flips and twiddles (CPU); GPU chunks are 16x
@@ -86,8 +94,9 @@ def is_torch_tensor(value) -> bool:
 
 def cuda_available() -> bool:
     # no NVIDIA driver, no CUDA: then torch is not imported just to ask
-    return os.path.exists("/proc/driver/nvidia/version") and bool(torch) \
-        and torch.cuda.is_available()
+    return (
+        os.path.exists("/proc/driver/nvidia/version") and bool(torch) and torch.cuda.is_available()
+    )
 
 
 def resolve_backend(backend: str, vector=None) -> tuple[str, str]:
@@ -97,7 +106,9 @@ def resolve_backend(backend: str, vector=None) -> tuple[str, str]:
     numpy: at d = 10^9 on 2 cores it scores the service's round body in place, 1.10 x 4d
     extra, where torch copies it, 2.20 x 4d; docs/benchmarks.md)."""
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+        raise ValueError(
+            f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
+        )
     if backend == "numpy":
         return "numpy", "cpu"
     if backend == "torch" and not torch:
@@ -293,8 +304,9 @@ def _half_transforms(x: np.ndarray, *, inverse: bool, workers: int) -> None:
             release_plans(x.dtype)
 
 
-def dct_numpy(x: np.ndarray, *, inverse: bool, workers: int,
-              work: np.ndarray | None = None) -> np.ndarray:
+def dct_numpy(
+    x: np.ndarray, *, inverse: bool, workers: int, work: np.ndarray | None = None
+) -> np.ndarray:
     """Orthonormal DCT-II of the 1-D ``x`` (DCT-III, its transpose, when ``inverse``) in place.
 
     Even ``N = 2L``: ``T_N = P diag(T_L, D S4_L) B`` -- the butterfly ``B`` of ``x_n`` with
@@ -311,7 +323,8 @@ def dct_numpy(x: np.ndarray, *, inverse: bool, workers: int,
         return dct3_four_step(x, plan, workers=workers, work=work)
     if n % 2 or n < 2:
         out = (scipy.fft.idct if inverse else scipy.fft.dct)(
-            x, type=2, norm="ortho", workers=workers, overwrite_x=True)
+            x, type=2, norm="ortho", workers=workers, overwrite_x=True
+        )
         if not np.shares_memory(out, x):
             x[...] = out
         del out
@@ -384,7 +397,7 @@ def dct2_torch(box: list):
         even = (zk + zc) * 0.5
         odd = (zk - zc) * (-0.5j)
         del zk, zc
-        y = (even + _twiddle(a, b, -2.0, n, dtype, device) * odd)
+        y = even + _twiddle(a, b, -2.0, n, dtype, device) * odd
         del even, odd
         y *= _twiddle(a, b, -1.0, 2 * n, dtype, device)
         out[a:b] = y.real * root_half
@@ -456,7 +469,9 @@ def dct_torch(box: list, *, inverse: bool, workers: int, work: np.ndarray | None
     plan = four_step_plan(x.shape[0]) if inverse and x.device.type == "cpu" else None
     if plan is not None and x.is_contiguous() and x.dtype in (torch.float32, torch.float64):
         x = box.pop()
-        dct3_four_step(x.numpy(), plan, workers=workers, work=work)  # in place: x and its view share memory
+        dct3_four_step(
+            x.numpy(), plan, workers=workers, work=work
+        )  # in place: x and its view share memory
         return x
     if box[0].shape[0] % 2 == 0:
         return dct3_torch(box) if inverse else dct2_torch(box)

@@ -33,19 +33,40 @@ def _new_secret_key() -> str:
 
 
 @contextlib.contextmanager
-def running_service(extra_env: dict[str, str] | None = None) -> Iterator[tuple[str, Path, subprocess.Popen]]:
+def running_service(
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[tuple[str, Path, subprocess.Popen]]:
     """Start the service, wait until ``/readyz`` answers; yield ``(url, tmp dir, process)``."""
     tmp = Path(tempfile.mkdtemp(prefix="flaudit-bench-"))
-    env = {**os.environ, "FLAUDIT_API_KEY": KEY, "FLWR_TELEMETRY_ENABLED": "0",
-           "FLAUDIT_SECRET_KEY": os.environ.get("FLAUDIT_SECRET_KEY") or _new_secret_key(),
-           "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_HOME": str(tmp / "flwr"), **(extra_env or {})}
+    env = {
+        **os.environ,
+        "FLAUDIT_API_KEY": KEY,
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLAUDIT_SECRET_KEY": os.environ.get("FLAUDIT_SECRET_KEY") or _new_secret_key(),
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_HOME": str(tmp / "flwr"),
+        **(extra_env or {}),
+    }
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp / "service.log", "wb")
     service = subprocess.Popen(
-        [sys.executable, "-m", "flaudit.commands.cli", "serve", "--port", str(port),
-         "--database-url", f"sqlite:///{tmp / 'bench.db'}", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "flaudit.commands.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--database-url",
+            f"sqlite:///{tmp / 'bench.db'}",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 60

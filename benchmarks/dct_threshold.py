@@ -40,8 +40,10 @@ def main(argv: list[str] | None = None) -> None:
                     dct_numpy(y, inverse=True, workers=2)
                     cpu[name].append(time.process_time() - start)
             medians = {name: float(np.median(v)) for name, v in cpu.items()}
-            print(f"N = {n:>11,}: " + ", ".join(f"{k} {v:.4f} s" for k, v in medians.items()),
-                  flush=True)
+            print(
+                f"N = {n:>11,}: " + ", ".join(f"{k} {v:.4f} s" for k, v in medians.items()),
+                flush=True,
+            )
     finally:
         fourstep.FOUR_STEP_MIN = shipped
 

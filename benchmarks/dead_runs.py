@@ -31,9 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _service import AUTH, ROOT, running_service  # noqa: E402
 
-CLAIM = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_rounds": 6, "num_clients": 3,
-         "clients_per_round": 3}
-RUN = textwrap.dedent('''
+CLAIM = {
+    "noise_multiplier": 1.0,
+    "clip_norm": 0.5,
+    "num_rounds": 6,
+    "num_clients": 3,
+    "clients_per_round": 3,
+}
+RUN = textwrap.dedent("""
     import os, sys, time
     import numpy as np
     from flaudit.server.reporting import RoundMetadata
@@ -57,7 +62,7 @@ RUN = textwrap.dedent('''
     reporter.moved(rounds + 1, "training")
     print("reported", flush=True)
     time.sleep(3600)  # a slow round: only heartbeats speak for the run
-''')
+""")
 CASES = {"superlink-dies": 1, "killed-after-0": 0, "killed-after-1": 1, "killed-after-4": 4}
 
 
@@ -71,14 +76,29 @@ def main() -> None:
         http = httpx.Client(base_url=url, timeout=30)
         try:
             for case, rounds in CASES.items():
-                body = http.post("/audits", json={"engine": "external", "num_canaries": 8,
-                                                  "max_canary_fraction": 1.0},
-                                 headers=AUTH).json()
+                body = http.post(
+                    "/audits",
+                    json={"engine": "external", "num_canaries": 8, "max_canary_fraction": 1.0},
+                    headers=AUTH,
+                ).json()
                 flag = tmp / f"{case}.flag"
                 run = subprocess.Popen(
-                    [sys.executable, "-c", RUN, url, body["id"],
-                     body["environment"]["FLAUDIT_RUN_TOKEN"], repr(CLAIM), str(flag), str(rounds)],
-                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    [
+                        sys.executable,
+                        "-c",
+                        RUN,
+                        url,
+                        body["id"],
+                        body["environment"]["FLAUDIT_RUN_TOKEN"],
+                        repr(CLAIM),
+                        str(flag),
+                        str(rounds),
+                    ],
+                    cwd=ROOT,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
                 said = []
                 while (line := run.stdout.readline()) and line.strip() != "reported":
                     said.append(line)
@@ -102,8 +122,11 @@ def main() -> None:
                 for case in sorted(left):
                     audit = http.get(f"/audits/{runs[case][0]}").json()
                     if audit["status"] != "running":
-                        print(f"{case}: {audit['status']} {time.monotonic() - died:.1f} s after "
-                              f"the death: {audit['reason']}", flush=True)
+                        print(
+                            f"{case}: {audit['status']} {time.monotonic() - died:.1f} s after "
+                            f"the death: {audit['reason']}",
+                            flush=True,
+                        )
                         left.discard(case)
                 time.sleep(1)
             for case in sorted(left):

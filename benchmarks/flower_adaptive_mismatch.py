@@ -65,8 +65,11 @@ def run_message_api(args, rng) -> list[tuple[float, float, float, float]]:
     n, d = args.clients, args.dim
     dp = DifferentialPrivacyServerSideAdaptiveClipping(
         FedAvg(min_train_nodes=n, min_available_nodes=n, fraction_train=1.0, fraction_evaluate=0.0),
-        noise_multiplier=args.z, num_sampled_clients=n, initial_clipping_norm=args.clip,
-        clipped_count_stddev=args.count_stddev)
+        noise_multiplier=args.z,
+        num_sampled_clients=n,
+        initial_clipping_norm=args.clip,
+        clipped_count_stddev=args.count_stddev,
+    )
     current = np.zeros(d, dtype=np.float32)
     rows = []
     for t in range(1, args.rounds + 1):
@@ -74,16 +77,30 @@ def run_message_api(args, rng) -> list[tuple[float, float, float, float]]:
         messages = list(dp.configure_train(t, arrays, ConfigRecord({}), _Nodes(n)))
         c_clip = float(dp.clipping_norm)  # what aggregate_train will clip to
         updates = _updates(rng, n, d, args.norm or c_clip, args.spread)
-        replies = [Message(content=RecordDict({
-            "arrays": ArrayRecord([(current + u).astype(np.float32)]),
-            "metrics": MetricRecord({"num-examples": 1})}), reply_to=m)
-            for m, u in zip(messages, updates)]
+        replies = [
+            Message(
+                content=RecordDict(
+                    {
+                        "arrays": ArrayRecord([(current + u).astype(np.float32)]),
+                        "metrics": MetricRecord({"num-examples": 1}),
+                    }
+                ),
+                reply_to=m,
+            )
+            for m, u in zip(messages, updates)
+        ]
         released, _ = dp.aggregate_train(t, replies)
         new = released.to_numpy_ndarrays()[0].astype(np.float64)
         clipped_mean = current + np.mean([_clip(u, c_clip) for u in updates], axis=0)
         noise = np.std(new - clipped_mean)
-        rows.append((c_clip, float(dp.clipping_norm), noise / (dp.noise_multiplier * c_clip / n),
-                     np.mean([np.linalg.norm(u) > c_clip for u in updates])))
+        rows.append(
+            (
+                c_clip,
+                float(dp.clipping_norm),
+                noise / (dp.noise_multiplier * c_clip / n),
+                np.mean([np.linalg.norm(u) > c_clip for u in updates]),
+            )
+        )
         current = new.astype(np.float32)
     return rows
 
@@ -94,24 +111,42 @@ def run_legacy(args, rng) -> list[tuple[float, float, float, float]]:
 
     n, d = args.clients, args.dim
     dp = DifferentialPrivacyServerSideAdaptiveClipping(
-        FedAvg(min_fit_clients=n, min_available_clients=n), noise_multiplier=args.z,
-        num_sampled_clients=n, initial_clipping_norm=args.clip,
-        clipped_count_stddev=args.count_stddev)
+        FedAvg(min_fit_clients=n, min_available_clients=n),
+        noise_multiplier=args.z,
+        num_sampled_clients=n,
+        initial_clipping_norm=args.clip,
+        clipped_count_stddev=args.count_stddev,
+    )
     current = np.zeros(d, dtype=np.float32)
     rows = []
     for t in range(1, args.rounds + 1):
         dp.current_round_params = [current]  # what configure_fit stores
         c_clip = float(dp.clipping_norm)
         updates = _updates(rng, n, d, args.norm or c_clip, args.spread)
-        results = [(None, FitRes(status=Status(code=Code.OK, message=""),
-                                 parameters=ndarrays_to_parameters([(current + u).astype(np.float32)]),
-                                 num_examples=1, metrics={})) for u in updates]
+        results = [
+            (
+                None,
+                FitRes(
+                    status=Status(code=Code.OK, message=""),
+                    parameters=ndarrays_to_parameters([(current + u).astype(np.float32)]),
+                    num_examples=1,
+                    metrics={},
+                ),
+            )
+            for u in updates
+        ]
         released, _ = dp.aggregate_fit(t, results, [])
         new = parameters_to_ndarrays(released)[0].astype(np.float64)
         clipped_mean = current + np.mean([_clip(u, c_clip) for u in updates], axis=0)
         noise = np.std(new - clipped_mean)
-        rows.append((c_clip, float(dp.clipping_norm), noise / (dp.noise_multiplier * c_clip / n),
-                     np.mean([np.linalg.norm(u) > c_clip for u in updates])))
+        rows.append(
+            (
+                c_clip,
+                float(dp.clipping_norm),
+                noise / (dp.noise_multiplier * c_clip / n),
+                np.mean([np.linalg.norm(u) > c_clip for u in updates]),
+            )
+        )
         current = new.astype(np.float32)
     return rows
 
@@ -120,16 +155,28 @@ def main(argv=None) -> list[tuple[float, float, float, float]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--api", choices=("message", "legacy"), default="message")
     parser.add_argument("--z", type=float, default=1.0, help="configured noise multiplier")
-    parser.add_argument("--count-stddev", type=float, default=1.0,
-                        help="clipped_count_stddev (Flower's default n/20 fails at z=1, n<11)")
+    parser.add_argument(
+        "--count-stddev",
+        type=float,
+        default=1.0,
+        help="clipped_count_stddev (Flower's default n/20 fails at z=1, n<11)",
+    )
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--dim", type=int, default=100_000)
     parser.add_argument("--clip", type=float, default=1.0, help="initial clipping norm")
-    parser.add_argument("--norm", type=float, default=None,
-                        help="median norm of the replies' updates (default: C_clip of the round)")
-    parser.add_argument("--spread", type=float, default=0.5,
-                        help="log-normal spread of the replies' norms around their median")
+    parser.add_argument(
+        "--norm",
+        type=float,
+        default=None,
+        help="median norm of the replies' updates (default: C_clip of the round)",
+    )
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0.5,
+        help="log-normal spread of the replies' norms around their median",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     np.random.seed(args.seed)  # Flower's wrappers draw their noise from numpy's global RNG
@@ -138,20 +185,28 @@ def main(argv=None) -> list[tuple[float, float, float, float]]:
 
     logging.getLogger("flwr").setLevel(logging.WARNING)
     rows = (run_message_api if args.api == "message" else run_legacy)(args, rng)
-    print(f"Flower {args.api} API, DifferentialPrivacyServerSideAdaptiveClipping: z = {args.z}, "
-          f"clipped_count_stddev = {args.count_stddev}, n = {args.clients}, d = {args.dim}")
+    print(
+        f"Flower {args.api} API, DifferentialPrivacyServerSideAdaptiveClipping: z = {args.z}, "
+        f"clipped_count_stddev = {args.count_stddev}, n = {args.clients}, d = {args.dim}"
+    )
     print(" round   C_clip  C_noise  measured noise / (z_delta*C_clip/n)  C_noise/C_clip  clipped")
     for t, (c_clip, c_noise, measured, clipped) in enumerate(rows, start=1):
-        print(f"{t:6d} {c_clip:8.4f} {c_noise:8.4f} {measured:36.4f} {c_noise / c_clip:15.4f} "
-              f"{clipped:8.2f}")
+        print(
+            f"{t:6d} {c_clip:8.4f} {c_noise:8.4f} {measured:36.4f} {c_noise / c_clip:15.4f} "
+            f"{clipped:8.2f}"
+        )
     measured = [row[2] for row in rows]
     expected = [row[1] / row[0] for row in rows]
-    print(f"measured noise / needed: median {statistics.median(measured):.3f}, "
-          f"range {min(measured):.3f}-{max(measured):.3f}; rounds with less noise than their "
-          f"clip norm needs: {sum(m < 1 for m in expected)} of {len(rows)}; largest gap between "
-          f"measured and C_noise/C_clip: {max(abs(a - b) for a, b in zip(measured, expected)):.4f}")
-    print(f"clip norm: {rows[0][0]:.4g} -> {rows[-1][1]:.4g} with {np.mean([r[3] for r in rows]):.0%} "
-          f"of the replies clipped (target_clipped_quantile 0.5)")
+    print(
+        f"measured noise / needed: median {statistics.median(measured):.3f}, "
+        f"range {min(measured):.3f}-{max(measured):.3f}; rounds with less noise than their "
+        f"clip norm needs: {sum(m < 1 for m in expected)} of {len(rows)}; largest gap between "
+        f"measured and C_noise/C_clip: {max(abs(a - b) for a, b in zip(measured, expected)):.4f}"
+    )
+    print(
+        f"clip norm: {rows[0][0]:.4g} -> {rows[-1][1]:.4g} with {np.mean([r[3] for r in rows]):.0%} "
+        f"of the replies clipped (target_clipped_quantile 0.5)"
+    )
     return rows
 
 

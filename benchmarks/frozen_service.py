@@ -33,7 +33,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _service import AUTH, running_service  # noqa: E402
-
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
 from flwr.serverapp.strategy import (  # noqa: E402
     DifferentialPrivacyServerSideFixedClipping,
@@ -55,18 +54,37 @@ class Grid3:
         return [1, 2, 3]
 
 
-def _strategy(url: str, http: httpx.Client, *, budget: float | None, fetch_timeout: float,
-              num_rounds: int, num_canaries: int = 16):
-    body = http.post("/audits", json={"engine": "external", "num_canaries": num_canaries,
-                                      "max_canary_fraction": 1.0, "delta": 1e-5},
-                     headers=AUTH).json()
-    reporter = HttpRoundReporter(url, body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"],
-                                 fetch_timeout=fetch_timeout)
+def _strategy(
+    url: str,
+    http: httpx.Client,
+    *,
+    budget: float | None,
+    fetch_timeout: float,
+    num_rounds: int,
+    num_canaries: int = 16,
+):
+    body = http.post(
+        "/audits",
+        json={
+            "engine": "external",
+            "num_canaries": num_canaries,
+            "max_canary_fraction": 1.0,
+            "delta": 1e-5,
+        },
+        headers=AUTH,
+    ).json()
+    reporter = HttpRoundReporter(
+        url, body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"], fetch_timeout=fetch_timeout
+    )
     dp = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.5, clipping_norm=S, num_sampled_clients=3)
-    strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=num_rounds,
-                                   round_budget_seconds=budget)
+        noise_multiplier=0.5,
+        clipping_norm=S,
+        num_sampled_clients=3,
+    )
+    strategy = CanaryAuditStrategy(
+        dp, reporter=reporter, num_rounds=num_rounds, round_budget_seconds=budget
+    )
     return reporter, strategy
 
 
@@ -82,20 +100,37 @@ def one_round(strategy, t: int, arrays: ArrayRecord, rng, train_seconds: float):
     for msg in messages:
         u = rng.standard_normal(DIM).astype(np.float32)
         vec = current + u * (0.1 * S / np.linalg.norm(u))
-        replies.append(Message(content=RecordDict({
-            "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
-            "metrics": MetricRecord({"num-examples": 10})}), reply_to=msg))
+        replies.append(
+            Message(
+                content=RecordDict(
+                    {
+                        "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
+                        "metrics": MetricRecord({"num-examples": 10}),
+                    }
+                ),
+                reply_to=msg,
+            )
+        )
     aggregate = time.monotonic()
     arrays, _ = strategy.aggregate_train(t, replies)
     return arrays, wrapper + time.monotonic() - aggregate
 
 
-def run(label: str, url: str, pid: int, *, budget: float | None, fetch_timeout: float,
-        freeze: float, train_seconds: float) -> list[tuple[int, float, float, str]]:
+def run(
+    label: str,
+    url: str,
+    pid: int,
+    *,
+    budget: float | None,
+    fetch_timeout: float,
+    freeze: float,
+    train_seconds: float,
+) -> list[tuple[int, float, float, str]]:
     """Rounds until the freeze is over and three more; ``[(t, wrapper s, wall s, state)]``."""
     http = httpx.Client(base_url=url, timeout=30)
-    reporter, strategy = _strategy(url, http, budget=budget, fetch_timeout=fetch_timeout,
-                                   num_rounds=10_000)
+    reporter, strategy = _strategy(
+        url, http, budget=budget, fetch_timeout=fetch_timeout, num_rounds=10_000
+    )
     rng = np.random.default_rng(0)
     arrays = ArrayRecord([rng.standard_normal(s).astype(np.float32) for s in SHAPES])
     strategy.declare(Grid3(), 10_000)  # what start() does before round 1
@@ -108,15 +143,19 @@ def run(label: str, url: str, pid: int, *, budget: float | None, fetch_timeout: 
         t += 1
         if t == FREEZE_AT:
             os.kill(pid, signal.SIGSTOP)
-            thaw_timer = threading.Timer(freeze, lambda: (os.kill(pid, signal.SIGCONT),
-                                                          thawed.set()))
+            thaw_timer = threading.Timer(
+                freeze, lambda: (os.kill(pid, signal.SIGCONT), thawed.set())
+            )
             thaw_timer.start()
         state = "up" if t < FREEZE_AT else ("frozen" if not thawed.is_set() else "thawed")
         began = time.monotonic()
         arrays, wrapper = one_round(strategy, t, arrays, rng, train_seconds)
         rows.append((t, wrapper, time.monotonic() - began, state))
-        print(f"{label:6s} round {t:3d} ({state:6s}): wrapper {wrapper:7.2f} s, round "
-              f"{time.monotonic() - began:7.2f} s", flush=True)
+        print(
+            f"{label:6s} round {t:3d} ({state:6s}): wrapper {wrapper:7.2f} s, round "
+            f"{time.monotonic() - began:7.2f} s",
+            flush=True,
+        )
         if thawed.is_set():
             after_thaw += 1
     if thaw_timer is not None:
@@ -128,8 +167,9 @@ def run(label: str, url: str, pid: int, *, budget: float | None, fetch_timeout: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--freeze", type=float, default=120.0, help="SIGSTOP seconds")
-    parser.add_argument("--train-seconds", type=float, default=2.0,
-                        help="the clients' training time per round")
+    parser.add_argument(
+        "--train-seconds", type=float, default=2.0, help="the clients' training time per round"
+    )
     parser.add_argument("--only", choices=("before", "after"))
     args = parser.parse_args()
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
@@ -137,8 +177,9 @@ def main() -> None:
     with running_service() as (url, _tmp, service):
         # a first audit loads the service's estimators (seconds): not what is measured
         http = httpx.Client(base_url=url, timeout=60)
-        reporter, strategy = _strategy(url, http, budget=None, fetch_timeout=60, num_rounds=2,
-                                       num_canaries=4)
+        reporter, strategy = _strategy(
+            url, http, budget=None, fetch_timeout=60, num_rounds=2, num_canaries=4
+        )
         arrays = ArrayRecord([np.zeros(s, np.float32) for s in SHAPES])
         for t in (1, 2):  # the last round sends the final model
             arrays, _ = one_round(strategy, t, arrays, np.random.default_rng(t), 0.0)
@@ -146,16 +187,27 @@ def main() -> None:
         for label, budget, fetch in (("before", None, 60.0), ("after", 5.0, 5.0)):
             if args.only not in (None, label):
                 continue
-            results[label] = run(label, url, service.pid, budget=budget, fetch_timeout=fetch,
-                                 freeze=args.freeze, train_seconds=args.train_seconds)
-    print(f"\nfreeze {args.freeze:g} s from round {FREEZE_AT}, clients train "
-          f"{args.train_seconds:g} s per round")
+            results[label] = run(
+                label,
+                url,
+                service.pid,
+                budget=budget,
+                fetch_timeout=fetch,
+                freeze=args.freeze,
+                train_seconds=args.train_seconds,
+            )
+    print(
+        f"\nfreeze {args.freeze:g} s from round {FREEZE_AT}, clients train "
+        f"{args.train_seconds:g} s per round"
+    )
     for label, rows in results.items():
         up = [w for _, w, _, s in rows if s == "up"]
         frozen = [w for _, w, _, s in rows if s != "up"]
-        print(f"{label:6s}: wrapper per round with the service up: median "
-              f"{statistics.median(up):.2f} s; from the freeze on: max {max(frozen):.2f} s, "
-              f"median {statistics.median(frozen):.2f} s over {len(frozen)} rounds")
+        print(
+            f"{label:6s}: wrapper per round with the service up: median "
+            f"{statistics.median(up):.2f} s; from the freeze on: max {max(frozen):.2f} s, "
+            f"median {statistics.median(frozen):.2f} s over {len(frozen)} rounds"
+        )
 
 
 if __name__ == "__main__":

@@ -88,10 +88,15 @@ def _orthogonal(d: int, k: int, rounds: int, workers: int) -> dict:
     exact = x[tracker._positions] / np.linalg.norm(x)
     fast = family.dots(v, tracker._positions) / float(np.linalg.norm(v.astype(np.float64)))
     error_in_null_sd = float(np.max(np.abs(fast - exact)) * np.sqrt(d))
-    return {"setup_seconds": setup, "round_seconds": times, "peak_rss_mib": peak,
-            "round_cpu_seconds": cpu,
-            "baseline_rss_mib": baseline, "float32_error_null_sd": error_in_null_sd,
-            "extrapolated": False}
+    return {
+        "setup_seconds": setup,
+        "round_seconds": times,
+        "peak_rss_mib": peak,
+        "round_cpu_seconds": cpu,
+        "baseline_rss_mib": baseline,
+        "float32_error_null_sd": error_in_null_sd,
+        "extrapolated": False,
+    }
 
 
 def _default(d: int, k: int, regen_sample: int, full: bool) -> dict:
@@ -103,12 +108,22 @@ def _default(d: int, k: int, regen_sample: int, full: bool) -> dict:
     baseline = _peak_mib()
     seed = new_master_seed()
     start = time.perf_counter()
-    tracker = CosineTracker(seed, k if full else max(cached, 1), d, family="gaussian",
-                            cache_bytes=DEFAULT_CACHE_BYTES, workers=1)
+    tracker = CosineTracker(
+        seed,
+        k if full else max(cached, 1),
+        d,
+        family="gaussian",
+        cache_bytes=DEFAULT_CACHE_BYTES,
+        workers=1,
+    )
     setup = time.perf_counter() - start
     (measured,) = _time_rounds(tracker, deltas)
-    out = {"setup_seconds": setup, "cached_canaries": cached, "extrapolated": not full,
-           "baseline_rss_mib": baseline}
+    out = {
+        "setup_seconds": setup,
+        "cached_canaries": cached,
+        "extrapolated": not full,
+        "baseline_rss_mib": baseline,
+    }
     if full or cached >= k:
         out.update(round_seconds=[measured], measured_k=k, peak_rss_mib=_peak_mib())
         return out
@@ -117,8 +132,12 @@ def _default(d: int, k: int, regen_sample: int, full: bool) -> dict:
     regenerating = CosineTracker(seed, sample, d, family="gaussian", cache_bytes=0, workers=1)
     (regen,) = _time_rounds(regenerating, deltas)
     per_canary = regen / sample
-    out.update(round_seconds=[measured + per_canary * (k - cached)], measured_k=cached + sample,
-               seconds_per_regenerated_canary=per_canary, peak_rss_mib=_peak_mib())
+    out.update(
+        round_seconds=[measured + per_canary * (k - cached)],
+        measured_k=cached + sample,
+        seconds_per_regenerated_canary=per_canary,
+        peak_rss_mib=_peak_mib(),
+    )
     return out
 
 
@@ -130,14 +149,26 @@ def _bank(d: int, k: int, bank_sample: int, rounds: int, full: bool) -> dict:
     deltas = _deltas(d, rounds)
     baseline = _peak_mib()
     start = time.perf_counter()
-    tracker = CosineTracker(new_master_seed(), measured_k, d, family="gaussian",
-                            cache_bytes=measured_k * d * 4, workers=2)
+    tracker = CosineTracker(
+        new_master_seed(),
+        measured_k,
+        d,
+        family="gaussian",
+        cache_bytes=measured_k * d * 4,
+        workers=2,
+    )
     setup = time.perf_counter() - start
     times = _time_rounds(tracker, deltas)
     scale = k / measured_k
-    return {"setup_seconds": setup * scale, "round_seconds": [t * scale for t in times],
-            "peak_rss_mib": _peak_mib(), "baseline_rss_mib": baseline, "measured_k": measured_k,
-            "bank_mib": k * d * 4 / 2**20, "extrapolated": measured_k != k}
+    return {
+        "setup_seconds": setup * scale,
+        "round_seconds": [t * scale for t in times],
+        "peak_rss_mib": _peak_mib(),
+        "baseline_rss_mib": baseline,
+        "measured_k": measured_k,
+        "bank_mib": k * d * 4 / 2**20,
+        "extrapolated": measured_k != k,
+    }
 
 
 def _child(mode: str, d: int, k: int, args) -> dict:
@@ -154,31 +185,55 @@ def _child(mode: str, d: int, k: int, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dims", type=float, nargs="+", default=[1.2e6, 4.1e6, 2e7])
     parser.add_argument("--ks", type=int, nargs="+", default=[2000, 10_000, 100_000])
     parser.add_argument("--modes", default="orthogonal,default,bank")
     parser.add_argument("--rounds", type=int, default=5, help="rounds timed (orthogonal, bank)")
     parser.add_argument("--workers", type=int, default=2, help="scipy.fft threads (orthogonal)")
-    parser.add_argument("--regen-sample", type=int, default=16,
-                        help="regenerated canaries timed per default cell (then extrapolated)")
-    parser.add_argument("--bank-sample", type=int, default=200,
-                        help="bank rows timed per bank cell (then extrapolated)")
-    parser.add_argument("--full", nargs="*", default=[],
-                        help="cells run for real, as mode:d:k (e.g. default:1200000:2000)")
+    parser.add_argument(
+        "--regen-sample",
+        type=int,
+        default=16,
+        help="regenerated canaries timed per default cell (then extrapolated)",
+    )
+    parser.add_argument(
+        "--bank-sample",
+        type=int,
+        default=200,
+        help="bank rows timed per bank cell (then extrapolated)",
+    )
+    parser.add_argument(
+        "--full",
+        nargs="*",
+        default=[],
+        help="cells run for real, as mode:d:k (e.g. default:1200000:2000)",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         mode, d, k = args.child[0], int(args.child[1]), int(args.child[2])
         print(json.dumps(_child(mode, d, k, args)))
         return 0
-    passthrough = ["--rounds", str(args.rounds), "--workers", str(args.workers),
-                   "--regen-sample", str(args.regen_sample), "--bank-sample", str(args.bank_sample),
-                   "--full", *args.full]
+    passthrough = [
+        "--rounds",
+        str(args.rounds),
+        "--workers",
+        str(args.workers),
+        "--regen-sample",
+        str(args.regen_sample),
+        "--bank-sample",
+        str(args.bank_sample),
+        "--full",
+        *args.full,
+    ]
     results = []
-    print(f"{'d':>10} {'k':>7} {'mode':>10} | {'per round':>10} {'setup':>8} {'peak RSS':>9} | note",
-          flush=True)
+    print(
+        f"{'d':>10} {'k':>7} {'mode':>10} | {'per round':>10} {'setup':>8} {'peak RSS':>9} | note",
+        flush=True,
+    )
     for d in (int(x) for x in args.dims):
         for k in args.ks:
             if k > d:
@@ -196,20 +251,31 @@ def main(argv: list[str] | None = None) -> int:
                 row[mode] = res
                 note = f"EXTRAPOLATED from k={res['measured_k']}" if res["extrapolated"] else ""
                 if mode == "orthogonal":
-                    note = (f"CPU {sorted(res['round_cpu_seconds'])[len(times) // 2]:.3f} s/round; "
-                            f"float32 error {res['float32_error_null_sd']:.1e} null sd")
+                    note = (
+                        f"CPU {sorted(res['round_cpu_seconds'])[len(times) // 2]:.3f} s/round; "
+                        f"float32 error {res['float32_error_null_sd']:.1e} null sd"
+                    )
                     last = RECORDED.get((d, k))
                     if last is not None:  # a regression shows the day it lands
-                        note += (f"; last recorded {last[0]:.3f} s wall ({last[1]}, "
-                                 f"{last[2]}): now {res['median_round_seconds'] / last[0]:.1f}x")
-                print(f"{d:>10} {k:>7} {mode:>10} | {res['median_round_seconds']:>9.3f}s "
-                      f"{res['setup_seconds']:>7.2f}s {res['peak_rss_mib']:>6.0f} MiB | {note}",
-                      flush=True)
+                        note += (
+                            f"; last recorded {last[0]:.3f} s wall ({last[1]}, "
+                            f"{last[2]}): now {res['median_round_seconds'] / last[0]:.1f}x"
+                        )
+                print(
+                    f"{d:>10} {k:>7} {mode:>10} | {res['median_round_seconds']:>9.3f}s "
+                    f"{res['setup_seconds']:>7.2f}s {res['peak_rss_mib']:>6.0f} MiB | {note}",
+                    flush=True,
+                )
             if "orthogonal" in row:
                 for other in ("default", "bank"):
                     if other in row:
-                        ratio = row[other]["median_round_seconds"] / row["orthogonal"]["median_round_seconds"]
-                        print(f"{'':>10} {'':>7} {'':>10} | orthogonal {ratio:,.0f}x faster than {other}")
+                        ratio = (
+                            row[other]["median_round_seconds"]
+                            / row["orthogonal"]["median_round_seconds"]
+                        )
+                        print(
+                            f"{'':>10} {'':>7} {'':>10} | orthogonal {ratio:,.0f}x faster than {other}"
+                        )
     print(json.dumps(results))
     return 0
 

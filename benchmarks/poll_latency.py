@@ -27,8 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _service import AUTH, ROOT, running_service  # noqa: E402
 
 
-async def _poller(client: httpx.AsyncClient, path: str, stop: float, interval: float,
-                  latencies: list[float], errors: list[str]) -> None:
+async def _poller(
+    client: httpx.AsyncClient,
+    path: str,
+    stop: float,
+    interval: float,
+    latencies: list[float],
+    errors: list[str],
+) -> None:
     while time.perf_counter() < stop:
         t0 = time.perf_counter()
         try:
@@ -42,8 +48,15 @@ async def _poller(client: httpx.AsyncClient, path: str, stop: float, interval: f
             await asyncio.sleep(interval)
 
 
-async def _raw_poller(host: str, port: int, path: str, stop: float, interval: float,
-                      latencies: list[float], errors: list[str]) -> None:
+async def _raw_poller(
+    host: str,
+    port: int,
+    path: str,
+    stop: float,
+    interval: float,
+    latencies: list[float],
+    errors: list[str],
+) -> None:
     """A minimal HTTP/1.1 keep-alive client: the client's own CPU cost stays small, so the
     numbers are about the server (httpx costs ~1 ms of CPU per request on these cores)."""
     reader, writer = await asyncio.open_connection(host, port)
@@ -76,10 +89,14 @@ async def _poll_raw(url: str, audit_id: str, pollers: int, duration: float, inte
     errors: list[str] = []
     parsed = httpx.URL(url)
     stop = time.perf_counter() + duration
-    await asyncio.gather(*[
-        _raw_poller(parsed.host, parsed.port, f"/audits/{audit_id}", stop, interval, latencies, errors)
-        for _ in range(pollers)
-    ])
+    await asyncio.gather(
+        *[
+            _raw_poller(
+                parsed.host, parsed.port, f"/audits/{audit_id}", stop, interval, latencies, errors
+            )
+            for _ in range(pollers)
+        ]
+    )
     return np.array(latencies) * 1000.0, errors
 
 
@@ -89,10 +106,12 @@ async def _poll(url: str, audit_id: str, pollers: int, duration: float, interval
     limits = httpx.Limits(max_connections=pollers, max_keepalive_connections=pollers)
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
         stop = time.perf_counter() + duration
-        await asyncio.gather(*[
-            _poller(client, f"/audits/{audit_id}", stop, interval, latencies, errors)
-            for _ in range(pollers)
-        ])
+        await asyncio.gather(
+            *[
+                _poller(client, f"/audits/{audit_id}", stop, interval, latencies, errors)
+                for _ in range(pollers)
+            ]
+        )
     return np.array(latencies) * 1000.0, errors
 
 
@@ -100,15 +119,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pollers", type=int, default=50)
     parser.add_argument("--duration", type=float, default=20.0, help="Seconds of polling.")
-    parser.add_argument("--interval", type=float, default=0.1,
-                        help="Pause of each poller between requests (0: back to back).")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=0.1,
+        help="Pause of each poller between requests (0: back to back).",
+    )
     parser.add_argument("--engine", choices=["simulation", "fake"], default="simulation")
-    parser.add_argument("--client", choices=["raw", "httpx"], default="raw",
-                        help="raw: minimal keep-alive HTTP/1.1 client; httpx: httpx.AsyncClient.")
+    parser.add_argument(
+        "--client",
+        choices=["raw", "httpx"],
+        default="raw",
+        help="raw: minimal keep-alive HTTP/1.1 client; httpx: httpx.AsyncClient.",
+    )
     parser.add_argument("--spec", default=str(ROOT / "examples" / "quick-audit.json"))
     parser.add_argument("--rounds", type=int, default=200, help="Rounds of the fake engine.")
-    parser.add_argument("--round-seconds", type=float, default=0.5,
-                        help="Pause per round of the fake engine.")
+    parser.add_argument(
+        "--round-seconds", type=float, default=0.5, help="Pause per round of the fake engine."
+    )
     args = parser.parse_args()
 
     spec = json.loads(Path(args.spec).read_text())
@@ -116,9 +144,12 @@ def main() -> int:
     if args.engine == "fake":
         env["FLAUDIT_WORKER_TARGET"] = "tests.service.fake_engine:worker"
         env["FLAUDIT_ALLOW_CUSTOM_TASKS"] = "1"  # the fake engine's task name is a custom task
-        spec = {**spec, "task": "tests.service.fake_engine:task",
-                "task_options": {"dim": 25_000, "round_seconds": args.round_seconds},
-                "num_rounds": args.rounds}
+        spec = {
+            **spec,
+            "task": "tests.service.fake_engine:task",
+            "task_options": {"dim": 25_000, "round_seconds": args.round_seconds},
+            "num_rounds": args.rounds,
+        }
     with running_service(env) as (url, _, _):
         r = httpx.post(f"{url}/audits", json=spec, headers=AUTH)
         r.raise_for_status()
@@ -133,18 +164,28 @@ def main() -> int:
         rounds = after["progress"]["round"] - before
         p50, p90, p99 = np.percentile(ms, [50, 90, 99])
         result = {
-            "engine": args.engine, "client": args.client, "pollers": args.pollers, "interval_s": args.interval,
-            "duration_s": args.duration, "requests": int(ms.size), "errors": len(errors),
-            "rounds_ingested_meanwhile": rounds, "status_after": after["status"],
-            "p50_ms": round(float(p50), 2), "p90_ms": round(float(p90), 2),
-            "p99_ms": round(float(p99), 2), "max_ms": round(float(ms.max()), 2),
+            "engine": args.engine,
+            "client": args.client,
+            "pollers": args.pollers,
+            "interval_s": args.interval,
+            "duration_s": args.duration,
+            "requests": int(ms.size),
+            "errors": len(errors),
+            "rounds_ingested_meanwhile": rounds,
+            "status_after": after["status"],
+            "p50_ms": round(float(p50), 2),
+            "p90_ms": round(float(p90), 2),
+            "p99_ms": round(float(p99), 2),
+            "max_ms": round(float(ms.max()), 2),
             "cpus": os.cpu_count(),
             "loadavg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         }
         print(json.dumps(result))
-        print(f"GET /audits/{{id}}: p50 {p50:.1f} ms, p90 {p90:.1f} ms, p99 {p99:.1f} ms over "
-              f"{ms.size} requests from {args.pollers} pollers; {rounds} rounds ingested meanwhile; "
-              f"target p99 <= 50 ms: {'met' if p99 <= 50 else 'NOT met'}")
+        print(
+            f"GET /audits/{{id}}: p50 {p50:.1f} ms, p90 {p90:.1f} ms, p99 {p99:.1f} ms over "
+            f"{ms.size} requests from {args.pollers} pollers; {rounds} rounds ingested meanwhile; "
+            f"target p99 <= 50 ms: {'met' if p99 <= 50 else 'NOT met'}"
+        )
         return 0
 
 

@@ -33,8 +33,11 @@ def _spec_file(base: Path, overrides: list[str], directory: Path) -> Path:
     if not overrides:
         return base
     keys = {item.split("=", 1)[0].strip() for item in overrides}
-    kept = [line for line in base.read_text().splitlines()
-            if line.split("=", 1)[0].strip() not in keys or line.startswith("[")]
+    kept = [
+        line
+        for line in base.read_text().splitlines()
+        if line.split("=", 1)[0].strip() not in keys or line.startswith("[")
+    ]
     first_table = next((i for i, line in enumerate(kept) if line.startswith("[")), len(kept))
     text = "\n".join(kept[:first_table] + overrides + kept[first_table:]) + "\n"
     tomllib.loads(text)  # a bad override fails here, not 50 times
@@ -47,15 +50,28 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--spec", type=Path, default=ROOT / "examples" / "audit.toml")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a top-level spec key (VALUE in TOML), repeatable")
-    parser.add_argument("--limit", type=float, default=300.0,
-                        help="seconds after which a run counts as hung and is killed")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a top-level spec key (VALUE in TOML), repeatable",
+    )
+    parser.add_argument(
+        "--limit",
+        type=float,
+        default=300.0,
+        help="seconds after which a run counts as hung and is killed",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flaudit-run-repeat-"))
     spec = _spec_file(args.spec, args.set, work)
-    env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-           "FLWR_HOME": str(work / "flwr-home")}
+    env = {
+        **os.environ,
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_HOME": str(work / "flwr-home"),
+    }
     times: list[float] = []
     statuses: collections.Counter[str] = collections.Counter()
     hangs = 0
@@ -63,8 +79,14 @@ def main() -> int:
     for i in range(args.runs):
         started = time.monotonic()
         try:
-            done = subprocess.run([str(FLAUDIT), "run", str(spec), "--json"], env=env,
-                                  capture_output=True, text=True, timeout=args.limit, cwd=work)
+            done = subprocess.run(
+                [str(FLAUDIT), "run", str(spec), "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=args.limit,
+                cwd=work,
+            )
             status = str(done.returncode)
         except subprocess.TimeoutExpired:
             hangs += 1
@@ -75,14 +97,18 @@ def main() -> int:
         print(f"run {i + 1:3d}: exit {status:>4}  {elapsed:6.1f} s", flush=True)
     total = time.monotonic() - started_all
     load = os.getloadavg()[0]
-    print(f"\n{args.runs} runs of `flaudit run {args.spec.name} {' '.join(args.set)}` (k = "
-          f"{tomllib.loads(spec.read_text())['num_canaries']}): {hangs} hung "
-          f"(limit {args.limit:g} s); exit statuses {dict(statuses)}; wall time median "
-          f"{statistics.median(times):.1f} s, max {max(times):.1f} s, total {total / 60:.1f} min "
-          f"(load average {load:.1f} at the end)")
-    print(f"| {args.runs} | {tomllib.loads(spec.read_text())['num_canaries']} | {hangs} | "
-          f"{dict(statuses)} | {statistics.median(times):.1f} s | {max(times):.1f} s | "
-          f"{total / 60:.1f} min |")
+    print(
+        f"\n{args.runs} runs of `flaudit run {args.spec.name} {' '.join(args.set)}` (k = "
+        f"{tomllib.loads(spec.read_text())['num_canaries']}): {hangs} hung "
+        f"(limit {args.limit:g} s); exit statuses {dict(statuses)}; wall time median "
+        f"{statistics.median(times):.1f} s, max {max(times):.1f} s, total {total / 60:.1f} min "
+        f"(load average {load:.1f} at the end)"
+    )
+    print(
+        f"| {args.runs} | {tomllib.loads(spec.read_text())['num_canaries']} | {hangs} | "
+        f"{dict(statuses)} | {statistics.median(times):.1f} s | {max(times):.1f} s | "
+        f"{total / 60:.1f} min |"
+    )
     return 1 if hangs else 0
 
 

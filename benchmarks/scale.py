@@ -50,8 +50,11 @@ def _child(args) -> dict:
     torch = None
     if args.backend == "torch" or args.on_device:
         import torch
+
         torch.set_num_threads(args.threads)
-    device = "cuda" if (args.on_device and torch is not None and torch.cuda.is_available()) else None
+    device = (
+        "cuda" if (args.on_device and torch is not None and torch.cuda.is_available()) else None
+    )
     rng = np.random.default_rng(0)
 
     def update():
@@ -84,33 +87,54 @@ def _child(args) -> dict:
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     peak = _peak_bytes()
-    out = {"d": d, "k": k, "backend": args.backend, "threads": args.threads, "mode": args.mode,
-           "code": args.code or "this", "device": device or "cpu", "setup_s": setup,
-           "first_round_with_setup_s": setup + times[0], "round_s": times,
-           "median_round_s": statistics.median(times), "cpu_s": cpu, "load_1min": loads,
-           "extra_peak_host_bytes": peak - baseline,
-           "extra_peak_in_4d": (peak - baseline) / (4 * d)}
+    out = {
+        "d": d,
+        "k": k,
+        "backend": args.backend,
+        "threads": args.threads,
+        "mode": args.mode,
+        "code": args.code or "this",
+        "device": device or "cpu",
+        "setup_s": setup,
+        "first_round_with_setup_s": setup + times[0],
+        "round_s": times,
+        "median_round_s": statistics.median(times),
+        "cpu_s": cpu,
+        "load_1min": loads,
+        "extra_peak_host_bytes": peak - baseline,
+        "extra_peak_in_4d": (peak - baseline) / (4 * d),
+    }
     if device:
         out["peak_gpu_bytes"] = int(torch.cuda.max_memory_allocated())
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dims", type=float, nargs="+", default=[1e6, 1e7])
     parser.add_argument("--k", type=float, default=1e4)
     parser.add_argument("--backends", nargs="+", default=["numpy", "torch"])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--modes", nargs="+", default=["copy"], choices=["copy", "consume"])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--on-device", action="store_true",
-                        help="torch: the update lives on the GPU (no host copy)")
-    parser.add_argument("--compare-with", default=None,
-                        help="also run the cells with the flaudit checkout in this directory")
-    parser.add_argument("--compare-modes", nargs="+", default=["copy"], choices=["copy", "consume"],
-                        help="the modes run with --compare-with's code (consume needs code that "
-                             "has all_cosines(consume=True), i.e. from #23 on)")
+    parser.add_argument(
+        "--on-device", action="store_true", help="torch: the update lives on the GPU (no host copy)"
+    )
+    parser.add_argument(
+        "--compare-with",
+        default=None,
+        help="also run the cells with the flaudit checkout in this directory",
+    )
+    parser.add_argument(
+        "--compare-modes",
+        nargs="+",
+        default=["copy"],
+        choices=["copy", "consume"],
+        help="the modes run with --compare-with's code (consume needs code that "
+        "has all_cosines(consume=True), i.e. from #23 on)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--d", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
@@ -122,8 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_child(args)))
         return 0
     results = []
-    print(f"{'d':>11} {'backend':>7} {'thr':>3} {'mode':>7} {'code':>5} | {'round':>8} "
-          f"{'1st+setup':>9} | {'extra peak':>10} {'x 4d':>5} | load", flush=True)
+    print(
+        f"{'d':>11} {'backend':>7} {'thr':>3} {'mode':>7} {'code':>5} | {'round':>8} "
+        f"{'1st+setup':>9} | {'extra peak':>10} {'x 4d':>5} | load",
+        flush=True,
+    )
     for d in args.dims:
         for backend in args.backends:
             for threads in args.threads:
@@ -132,9 +159,23 @@ def main(argv: list[str] | None = None) -> int:
                     for code in codes:
                         if code and (backend != "numpy" or mode not in args.compare_modes):
                             continue  # compared: the numpy back end, in the modes asked
-                        cmd = [sys.executable, __file__, "--child", "--d", str(d), "--k",
-                               str(args.k), "--backend", backend, "--threads", str(threads),
-                               "--mode", mode, "--rounds", str(args.rounds)]
+                        cmd = [
+                            sys.executable,
+                            __file__,
+                            "--child",
+                            "--d",
+                            str(d),
+                            "--k",
+                            str(args.k),
+                            "--backend",
+                            backend,
+                            "--threads",
+                            str(threads),
+                            "--mode",
+                            mode,
+                            "--rounds",
+                            str(args.rounds),
+                        ]
                         if args.on_device:
                             cmd.append("--on-device")
                         if code:
@@ -144,20 +185,28 @@ def main(argv: list[str] | None = None) -> int:
                         run = subprocess.run(cmd, capture_output=True, text=True, env=env)
                         label = "old" if code else "new"
                         if run.returncode != 0:
-                            print(f"{int(d):>11} {backend:>7} {threads:>3} {mode:>7} {label:>5} | "
-                                  f"failed: {run.stderr.strip()[-300:]}", flush=True)
+                            print(
+                                f"{int(d):>11} {backend:>7} {threads:>3} {mode:>7} {label:>5} | "
+                                f"failed: {run.stderr.strip()[-300:]}",
+                                flush=True,
+                            )
                             continue
                         res = json.loads(run.stdout.strip().splitlines()[-1])
                         results.append(res)
-                        gpu = (f" gpu {res['peak_gpu_bytes'] / 2**30:.2f} GiB"
-                               if "peak_gpu_bytes" in res else "")
-                        print(f"{int(d):>11} {backend:>7} {threads:>3} {mode:>7} {label:>5} | "
-                              f"{res['median_round_s']:>7.3f}s {res['first_round_with_setup_s']:>8.2f}s"
-                              f" | {res['extra_peak_host_bytes'] / 1e9:>7.2f} GB "
-                              f"{res['extra_peak_in_4d']:>5.2f} | "
-                              f"{' '.join(f'{x:.1f}' for x in res['load_1min'])}{gpu}"
-                              f" | cpu {' '.join(f'{x:.1f}' for x in res.get('cpu_s', []))} s",
-                              flush=True)
+                        gpu = (
+                            f" gpu {res['peak_gpu_bytes'] / 2**30:.2f} GiB"
+                            if "peak_gpu_bytes" in res
+                            else ""
+                        )
+                        print(
+                            f"{int(d):>11} {backend:>7} {threads:>3} {mode:>7} {label:>5} | "
+                            f"{res['median_round_s']:>7.3f}s {res['first_round_with_setup_s']:>8.2f}s"
+                            f" | {res['extra_peak_host_bytes'] / 1e9:>7.2f} GB "
+                            f"{res['extra_peak_in_4d']:>5.2f} | "
+                            f"{' '.join(f'{x:.1f}' for x in res['load_1min'])}{gpu}"
+                            f" | cpu {' '.join(f'{x:.1f}' for x in res.get('cpu_s', []))} s",
+                            flush=True,
+                        )
     print(json.dumps(results))
     return 0
 

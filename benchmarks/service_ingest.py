@@ -37,36 +37,59 @@ def _cpu_seconds(pid: int) -> float:
 
 def _put(client: httpx.Client, path: str, vector: np.ndarray, token: dict, **params):
     body = np.ascontiguousarray(vector, dtype="<f4").tobytes()
-    response = client.put(path, content=body, params=params,
-                          headers={**token, "Content-Type": "application/octet-stream"})
+    response = client.put(
+        path,
+        content=body,
+        params=params,
+        headers={**token, "Content-Type": "application/octet-stream"},
+    )
     response.raise_for_status()
     return response
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dim", type=float, default=1.2e6)
     parser.add_argument("--canaries", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=10, help="rounds sent (and timed)")
-    parser.add_argument("--claim-rounds", type=int, default=500,
-                        help="num_rounds of the run's claim: k/2 seen canaries spread over them "
-                             "(500, as EMNIST in Andrew et al.: ~2 canaries per round at k = 2000)")
+    parser.add_argument(
+        "--claim-rounds",
+        type=int,
+        default=500,
+        help="num_rounds of the run's claim: k/2 seen canaries spread over them "
+        "(500, as EMNIST in Andrew et al.: ~2 canaries per round at k = 2000)",
+    )
     args = parser.parse_args(argv)
     dim, k, rounds = int(args.dim), args.canaries, args.rounds
     if rounds > args.claim_rounds:
         parser.error("--rounds must not exceed --claim-rounds")
     rng = np.random.default_rng(0)
     with running_service() as (url, _, service), httpx.Client(base_url=url, timeout=120) as client:
-        created = client.post("/audits", headers=AUTH, json={
-            "name": "service-ingest-bench", "engine": "external", "num_canaries": k,
-            "canary_repeats": 1, "delta": 1e-5, "max_canary_fraction": 1.0})
+        created = client.post(
+            "/audits",
+            headers=AUTH,
+            json={
+                "name": "service-ingest-bench",
+                "engine": "external",
+                "num_canaries": k,
+                "canary_repeats": 1,
+                "delta": 1e-5,
+                "max_canary_fraction": 1.0,
+            },
+        )
         if created.status_code != 201:
             raise SystemExit(f"POST /audits: {created.status_code} {created.text}")
         audit_id = created.json()["id"]
         token = {"Authorization": f"Bearer {created.json()['environment']['FLAUDIT_RUN_TOKEN']}"}
-        claim = {"noise_multiplier": 1.0, "clip_norm": 1.0, "num_rounds": args.claim_rounds,
-                 "num_clients": 100 * k, "clients_per_round": 100}
+        claim = {
+            "noise_multiplier": 1.0,
+            "clip_norm": 1.0,
+            "num_rounds": args.claim_rounds,
+            "num_clients": 100 * k,
+            "clients_per_round": 100,
+        }
         client.put(f"/audits/{audit_id}/claim", json=claim, headers=token).raise_for_status()
         _put(client, f"/audits/{audit_id}/initial-model", np.zeros(dim), token)
         fetch, ingest, cpu = [], [], []
@@ -77,25 +100,46 @@ def main(argv: list[str] | None = None) -> int:
             fetch.append(time.perf_counter() - start)
             count = int(served.headers["X-Canary-Count"])
             canaries = np.frombuffer(served.content, "<f4").reshape(count, dim)
-            delta = (rng.standard_normal(dim, dtype=np.float32) / np.float32(np.sqrt(dim))
-                     + canaries.sum(axis=0) / 100)
+            delta = (
+                rng.standard_normal(dim, dtype=np.float32) / np.float32(np.sqrt(dim))
+                + canaries.sum(axis=0) / 100
+            )
             start, start_cpu = time.perf_counter(), _cpu_seconds(service.pid)
-            _put(client, f"/audits/{audit_id}/rounds/{t}", delta, token, clip_norm=1.0,
-                 cohort_size=100, num_failures=0, num_canaries_inserted=count)
+            _put(
+                client,
+                f"/audits/{audit_id}/rounds/{t}",
+                delta,
+                token,
+                clip_norm=1.0,
+                cohort_size=100,
+                num_failures=0,
+                num_canaries_inserted=count,
+            )
             ingest.append(time.perf_counter() - start)
             cpu.append(_cpu_seconds(service.pid) - start_cpu)
         audit = client.get(f"/audits/{audit_id}").json()
-    result = {"d": dim, "k": k, "rounds": rounds, "body_mib": dim * 4 / 2**20,
-              "ingest_seconds": ingest, "median_ingest_seconds": statistics.median(ingest),
-              "service_cpu_seconds": cpu, "median_service_cpu_seconds": statistics.median(cpu),
-              "claim_rounds": args.claim_rounds, "canary_fetch_seconds": fetch, "median_canary_fetch_seconds": statistics.median(fetch),
-              "rounds_stored": audit["progress"]["round"]}
+    result = {
+        "d": dim,
+        "k": k,
+        "rounds": rounds,
+        "body_mib": dim * 4 / 2**20,
+        "ingest_seconds": ingest,
+        "median_ingest_seconds": statistics.median(ingest),
+        "service_cpu_seconds": cpu,
+        "median_service_cpu_seconds": statistics.median(cpu),
+        "claim_rounds": args.claim_rounds,
+        "canary_fetch_seconds": fetch,
+        "median_canary_fetch_seconds": statistics.median(fetch),
+        "rounds_stored": audit["progress"]["round"],
+    }
     print(json.dumps(result))
-    print(f"d = {dim}, k = {k}: PUT round (body {result['body_mib']:.1f} MiB) median "
-          f"{result['median_ingest_seconds']:.3f} s (min {min(ingest):.3f}, max {max(ingest):.3f}) "
-          f"over {rounds} rounds, service CPU {result['median_service_cpu_seconds']:.3f} s per round; "
-          f"GET round canaries median "
-          f"{result['median_canary_fetch_seconds']:.3f} s; rounds stored {result['rounds_stored']}")
+    print(
+        f"d = {dim}, k = {k}: PUT round (body {result['body_mib']:.1f} MiB) median "
+        f"{result['median_ingest_seconds']:.3f} s (min {min(ingest):.3f}, max {max(ingest):.3f}) "
+        f"over {rounds} rounds, service CPU {result['median_service_cpu_seconds']:.3f} s per round; "
+        f"GET round canaries median "
+        f"{result['median_canary_fetch_seconds']:.3f} s; rounds stored {result['rounds_stored']}"
+    )
     return 0
 
 

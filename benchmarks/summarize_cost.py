@@ -18,10 +18,16 @@ CALLS = [
     ("per round + one_run=True (what the service does)", dict(max=True, one_run=True)),
     ("end: both statistics", dict(max=True, final=True)),
     ("end: both + one-run", dict(max=True, final=True, one_run=True)),
-    ("end: both + one-run + bootstrap=200", dict(max=True, final=True, one_run=True, bootstrap=200)),
+    (
+        "end: both + one-run + bootstrap=200",
+        dict(max=True, final=True, one_run=True, bootstrap=200),
+    ),
     ("per round + known-rounds scores + claim tests (GDP, Poisson)", dict(max=True, known=True)),
     ("per round + known-rounds + claims + one_run", dict(max=True, known=True, one_run=True)),
-    ("end: all statistics + claims + one-run", dict(max=True, final=True, known=True, one_run=True)),
+    (
+        "end: all statistics + claims + one-run",
+        dict(max=True, final=True, known=True, one_run=True),
+    ),
 ]
 
 
@@ -52,17 +58,23 @@ def main() -> None:
             best = float("inf")
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                summarize(AuditLook(
-                    seen=seen, dim=d, delta=1e-6, max_cosines=maxc,
-                    final_cosines=final if opts.get("final") else None,
-                    one_run=opts.get("one_run", False), bootstrap=opts.get("bootstrap", 0),
-                    known_rounds_scores=known if opts.get("known") else None,
-                    claims=claims if opts.get("known") else None,
-                ))
+                summarize(
+                    AuditLook(
+                        seen=seen,
+                        dim=d,
+                        delta=1e-6,
+                        max_cosines=maxc,
+                        final_cosines=final if opts.get("final") else None,
+                        one_run=opts.get("one_run", False),
+                        bootstrap=opts.get("bootstrap", 0),
+                        known_rounds_scores=known if opts.get("known") else None,
+                        claims=claims if opts.get("known") else None,
+                    )
+                )
                 best = min(best, time.perf_counter() - t0)
             rows[name].append(best)
     print(f"summarize cost, k = {args.k}, best of {args.repeats}")
-    print(f"| call | d = 10^6 | d = 500 (exact null) |\n|---|---|---|")
+    print("| call | d = 10^6 | d = 500 (exact null) |\n|---|---|---|")
     for name, times in rows.items():
         cells = " | ".join(f"{t * 1000:.0f} ms" if t < 1 else f"{t:.2f} s" for t in times)
         print(f"| {name} | {cells} |")

@@ -26,16 +26,20 @@ import time
 import numpy as np
 from scipy import stats
 
-from flaudit.auditor.estimators import gaussian_sigma_for_epsilon
 from flaudit.auditor.claims.gaussian import gaussian_epsilon_for_sigma, gaussian_mechanism_audit
+from flaudit.auditor.estimators import gaussian_sigma_for_epsilon
 
 PAPER = {1.0: (0.972, 0.148), 3.0: (3.04, 0.137), 10.0: (9.98, 0.190)}
 
 
 def _stats(values) -> dict:
     a = np.asarray(values, dtype=float)
-    return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if a.size > 1 else 0.0,
-            "sem": float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else 0.0, "n": int(a.size)}
+    return {
+        "mean": float(a.mean()),
+        "std": float(a.std(ddof=1)) if a.size > 1 else 0.0,
+        "sem": float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else 0.0,
+        "n": int(a.size),
+    }
 
 
 def _std_interval(values, confidence: float = 0.95) -> tuple[float, float]:
@@ -50,23 +54,37 @@ def _std_interval(values, confidence: float = 0.95) -> tuple[float, float]:
 def _information_bound_std(sigma: float, k: int, delta: float) -> float:
     """``eps'(mu) / sqrt(k)`` at ``mu = 1/sigma`` (central difference)."""
     mu, h = 1.0 / sigma, 1e-5
-    slope = (gaussian_epsilon_for_sigma(1 / (mu + h), delta)
-             - gaussian_epsilon_for_sigma(1 / (mu - h), delta)) / (2 * h)
+    slope = (
+        gaussian_epsilon_for_sigma(1 / (mu + h), delta)
+        - gaussian_epsilon_for_sigma(1 / (mu - h), delta)
+    ) / (2 * h)
     return float(slope / np.sqrt(k))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--materialised-runs", type=int, default=0)
     parser.add_argument("--d", type=float, default=1e6)
     parser.add_argument("--k", type=int, default=1000)
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=2023)
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 10.0],
-                        choices=[1.0, 3.0, 10.0], help="rows to run (default: all three)")
-    parser.add_argument("--family", choices=["orthogonal", "gaussian"], default=None,
-                        help="canary family (default: the audit default, orthogonal where k <= d)")
+    parser.add_argument(
+        "--epsilons",
+        type=float,
+        nargs="+",
+        default=[1.0, 3.0, 10.0],
+        choices=[1.0, 3.0, 10.0],
+        help="rows to run (default: all three)",
+    )
+    parser.add_argument(
+        "--family",
+        choices=["orthogonal", "gaussian"],
+        default=None,
+        help="canary family (default: the audit default, orthogonal where k <= d)",
+    )
     args = parser.parse_args(argv)
     d = int(args.d)
     rows = []
@@ -75,9 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         sigma = gaussian_sigma_for_epsilon(eps, args.delta)
         t0 = time.perf_counter()
-        res = [gaussian_mechanism_audit(sigma, d, args.k, args.delta, family=args.family,
-                                        seed=args.seed + 10**6 * i + r)
-               for r in range(args.runs)]
+        res = [
+            gaussian_mechanism_audit(
+                sigma, d, args.k, args.delta, family=args.family, seed=args.seed + 10**6 * i + r
+            )
+            for r in range(args.runs)
+        ]
         secs = (time.perf_counter() - t0) / args.runs
         row = {
             "target_epsilon": eps,
@@ -92,31 +113,57 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.materialised_runs:
             t0 = time.perf_counter()
-            mat = [gaussian_mechanism_audit(sigma, d, args.k, args.delta, method="canaries",
-                                            family=args.family,
-                                            seed=args.seed + 10**6 * i + 500_000 + r)
-                   for r in range(args.materialised_runs)]
+            mat = [
+                gaussian_mechanism_audit(
+                    sigma,
+                    d,
+                    args.k,
+                    args.delta,
+                    method="canaries",
+                    family=args.family,
+                    seed=args.seed + 10**6 * i + 500_000 + r,
+                )
+                for r in range(args.materialised_runs)
+            ]
             row["materialised_null_variance"] = _stats([r.epsilon_null_variance for r in mat])
             row["materialised_fitted_variance"] = _stats([r.epsilon_fitted_variance for r in mat])
-            row["materialised_seconds_per_run"] = (time.perf_counter() - t0) / args.materialised_runs
+            row["materialised_seconds_per_run"] = (
+                time.perf_counter() - t0
+            ) / args.materialised_runs
         row["null_variance"]["std_interval_95"] = _std_interval(
-            [r.epsilon_null_variance for r in res])
+            [r.epsilon_null_variance for r in res]
+        )
         rows.append(row)
         n, f, lo = row["null_variance"], row["fitted_variance"], row["epsilon_lo"]
         ok = abs(n["mean"] - row["analytic_epsilon"]) <= 0.1 and n["std"] <= 0.2
-        print(f"sigma={sigma:.4g} analytic={row['analytic_epsilon']:.3f} | "
-              f"var 1/d: {n['mean']:.3f} +- {n['std']:.3f} (sem {n['sem']:.3f}; std 95% "
-              f"[{n['std_interval_95'][0]:.3f}, {n['std_interval_95'][1]:.3f}], information "
-              f"bound {row['information_bound_std']:.3f}) | "
-              f"fitted var: {f['mean']:.3f} +- {f['std']:.3f} | eps_lo: {lo['mean']:.3f} +- {lo['std']:.3f} | "
-              f"paper {PAPER[eps][0]} +- {PAPER[eps][1]} | target {'met' if ok else 'MISSED'} | "
-              f"{secs * 1e3:.0f} ms/run"
-              + (f" | materialised ({args.materialised_runs} runs, {row['materialised_seconds_per_run']:.0f} s/run): "
-                 f"{row['materialised_null_variance']['mean']:.3f} / {row['materialised_fitted_variance']['mean']:.3f}"
-                 if args.materialised_runs else ""),
-              flush=True)
-    print(json.dumps({"d": d, "k": args.k, "delta": args.delta, "runs": args.runs,
-                      "family": args.family or "default", "rows": rows}))
+        print(
+            f"sigma={sigma:.4g} analytic={row['analytic_epsilon']:.3f} | "
+            f"var 1/d: {n['mean']:.3f} +- {n['std']:.3f} (sem {n['sem']:.3f}; std 95% "
+            f"[{n['std_interval_95'][0]:.3f}, {n['std_interval_95'][1]:.3f}], information "
+            f"bound {row['information_bound_std']:.3f}) | "
+            f"fitted var: {f['mean']:.3f} +- {f['std']:.3f} | eps_lo: {lo['mean']:.3f} +- {lo['std']:.3f} | "
+            f"paper {PAPER[eps][0]} +- {PAPER[eps][1]} | target {'met' if ok else 'MISSED'} | "
+            f"{secs * 1e3:.0f} ms/run"
+            + (
+                f" | materialised ({args.materialised_runs} runs, {row['materialised_seconds_per_run']:.0f} s/run): "
+                f"{row['materialised_null_variance']['mean']:.3f} / {row['materialised_fitted_variance']['mean']:.3f}"
+                if args.materialised_runs
+                else ""
+            ),
+            flush=True,
+        )
+    print(
+        json.dumps(
+            {
+                "d": d,
+                "k": args.k,
+                "delta": args.delta,
+                "runs": args.runs,
+                "family": args.family or "default",
+                "rows": rows,
+            }
+        )
+    )
     return 0
 
 

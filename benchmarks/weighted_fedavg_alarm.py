@@ -45,9 +45,9 @@ def main() -> None:
 
     from flaudit.server.http_reporter import HttpRoundReporter
     from flaudit.server.wrapper import CanaryAuditStrategy
+    from flaudit.service.store import Store
     from tests.server.test_wrapper import CountingFedAvg, LoopGrid
     from tests.service.conftest import AUTH, CIPHER, make_client
-    from flaudit.service.store import Store
 
     class HalfNoise(DifferentialPrivacyServerSideFixedClipping):
         """The planted bug: claims ``noise_multiplier``, adds half of that noise."""
@@ -64,40 +64,63 @@ def main() -> None:
     FLOWER_LOGGER.setLevel(logging.ERROR)
     logging.getLogger("flaudit").setLevel(logging.ERROR)
     k, rounds, nodes, n = args.canaries, args.rounds, tuple(range(11, 31)), 10
-    spec = {"name": "weighted", "engine": "external", "num_canaries": k,
-            "max_canary_fraction": 1.0, "delta": 1e-5}
+    spec = {
+        "name": "weighted",
+        "engine": "external",
+        "num_canaries": k,
+        "max_canary_fraction": 1.0,
+        "delta": 1e-5,
+    }
 
     def run(client, dp_class, weights: dict, seed: int) -> tuple[str, str | None, float]:
         body = client.post("/audits", json=spec, headers=AUTH).json()
         env = body["environment"]
         http = httpx.Client(transport=client._transport, base_url="http://testserver")
-        reporter = HttpRoundReporter("http://testserver", env["FLAUDIT_AUDIT_ID"],
-                                     env["FLAUDIT_RUN_TOKEN"], client=http, backoff=0.01,
-                                     retry_seconds=0.05)
+        reporter = HttpRoundReporter(
+            "http://testserver",
+            env["FLAUDIT_AUDIT_ID"],
+            env["FLAUDIT_RUN_TOKEN"],
+            client=http,
+            backoff=0.01,
+            retry_seconds=0.05,
+        )
         np.random.seed(seed)  # Flower's DP noise
-        fedavg = CountingFedAvg(fraction_train=n / len(nodes), min_train_nodes=n,
-                                min_available_nodes=len(nodes), fraction_evaluate=0.0)
+        fedavg = CountingFedAvg(
+            fraction_train=n / len(nodes),
+            min_train_nodes=n,
+            min_available_nodes=len(nodes),
+            fraction_evaluate=0.0,
+        )
         dp = dp_class(fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=n)
         strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=rounds)
         # reproducible: Flower samples nodes with Python's random, the wrapper picks the nodes the
         # canaries displace with its own generator
         random.seed(seed)
         strategy.audit._slot_rng = np.random.default_rng(seed)
-        strategy.start(LoopGrid(nodes=nodes, weights=weights, seed=seed),
-                       ArrayRecord([np.zeros(1000, np.float32)]), num_rounds=rounds)
+        strategy.start(
+            LoopGrid(nodes=nodes, weights=weights, seed=seed),
+            ArrayRecord([np.zeros(1000, np.float32)]),
+            num_rounds=rounds,
+        )
         reporter.close()
         audit = client.get(f"/audits/{env['FLAUDIT_AUDIT_ID']}").json()
         verdict = audit["verdict"]
         return verdict["status"], verdict.get("cause"), float(audit["max_weight_factor"] or 1)
 
-    print(f"k = {k}, T = {rounds}, {n} of {len(nodes)} nodes, z = 1, d = 1000, "
-          f"{args.seeds} runs each")
+    print(
+        f"k = {k}, T = {rounds}, {n} of {len(nodes)} nodes, z = 1, d = 1000, {args.seeds} runs each"
+    )
     print("| weights | noise | verdicts (status / cause) | max weight factor |")
     print("|---|---|---|---|")
-    cases = (("all 5 (1x)", {node: 5 for node in nodes}),
-             ("node 11: 8, others 5 (1.6x)", {11: 8, **{node: 5 for node in nodes[1:]}}),
-             ("node 11: 50, others 5 (10x)", {11: 50, **{node: 5 for node in nodes[1:]}}))
-    noises = (("as claimed", DifferentialPrivacyServerSideFixedClipping), ("x 0.5 (bug)", HalfNoise))
+    cases = (
+        ("all 5 (1x)", {node: 5 for node in nodes}),
+        ("node 11: 8, others 5 (1.6x)", {11: 8, **{node: 5 for node in nodes[1:]}}),
+        ("node 11: 50, others 5 (10x)", {11: 50, **{node: 5 for node in nodes[1:]}}),
+    )
+    noises = (
+        ("as claimed", DifferentialPrivacyServerSideFixedClipping),
+        ("x 0.5 (bug)", HalfNoise),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(f"sqlite:///{tmp}/bench.db", cipher=CIPHER)
         with make_client(store) as client:
@@ -106,8 +129,10 @@ def main() -> None:
                     out = [run(client, dp_class, weights, seed) for seed in range(args.seeds)]
                     counts = Counter(f"{s} / {c or '-'}" for s, c, _ in out)
                     shown = ", ".join(f"{v}× {key}" for key, v in sorted(counts.items()))
-                    print(f"| {label} | {noise} | {shown} | {max(o[2] for o in out):.2f} |",
-                          flush=True)
+                    print(
+                        f"| {label} | {noise} | {shown} | {max(o[2] for o in out):.2f} |",
+                        flush=True,
+                    )
         store.dispose()
 
 

@@ -29,7 +29,9 @@ app = ClientApp()
 
 @lru_cache(maxsize=4)
 def _task(name: str, options_json: str, num_partitions: int, seed: int) -> Task:
-    return load_task(name, num_partitions=num_partitions, seed=seed, options=json.loads(options_json))
+    return load_task(
+        name, num_partitions=num_partitions, seed=seed, options=json.loads(options_json)
+    )
 
 
 def local_update(

@@ -85,14 +85,16 @@ class RecordCanaryDPOptimizer(DPOptimizer):
         dim = self.canary_dim()
         total = np.asarray(self.record_canaries.step_canary_sum(self.canary_step, dim))
         if total.shape != (dim,) or not np.all(np.isfinite(total)):
-            raise ValueError(f"step_canary_sum must return {dim} finite values, "
-                             f"got shape {total.shape}")
+            raise ValueError(
+                f"step_canary_sum must return {dim} finite values, got shape {total.shape}"
+            )
         flat = torch.from_numpy(np.ascontiguousarray(total, dtype=np.float64))
         offset = 0
         for p in self.params:
             n = p.numel()
-            piece = flat[offset:offset + n].to(device=p.summed_grad.device,
-                                               dtype=p.summed_grad.dtype)
+            piece = flat[offset : offset + n].to(
+                device=p.summed_grad.device, dtype=p.summed_grad.dtype
+            )
             p.summed_grad.add_(piece.view_as(p.summed_grad), alpha=float(self.max_grad_norm))
             offset += n
 
@@ -108,11 +110,13 @@ def _check_supported(optimizer) -> None:
         raise ValueError("this optimizer already adds record canaries")
     if kind is not DPOptimizer:
         raise UnsupportedOptimizerError(f"{kind.__name__} is not supported: {SUPPORTED}")
-    if not isinstance(optimizer.max_grad_norm, (int, float)) \
-            or isinstance(optimizer.max_grad_norm, bool):
+    if not isinstance(optimizer.max_grad_norm, (int, float)) or isinstance(
+        optimizer.max_grad_norm, bool
+    ):
         raise UnsupportedOptimizerError(
             f"max_grad_norm {optimizer.max_grad_norm!r} is not one number (per-layer clipping "
-            f"is not supported): {SUPPORTED}")
+            f"is not supported): {SUPPORTED}"
+        )
     inner = type(optimizer.original_optimizer)
     if inner is not torch.optim.SGD:
         raise UnsupportedOptimizerError(f"{inner.__name__} is not supported: {SUPPORTED}")
@@ -120,8 +124,9 @@ def _check_supported(optimizer) -> None:
         raise UnsupportedOptimizerError(f"SGD(maximize=True) is not supported: {SUPPORTED}")
 
 
-def add_record_canaries(optimizer: DPOptimizer, canaries: RecordCanarySource, *,
-                        sample_rate: float | None = None) -> RecordCanaryDPOptimizer:
+def add_record_canaries(
+    optimizer: DPOptimizer, canaries: RecordCanarySource, *, sample_rate: float | None = None
+) -> RecordCanaryDPOptimizer:
     """Make Opacus's ``optimizer`` (from ``PrivacyEngine.make_private``) add record canaries.
 
     The same object is returned, now a :class:`RecordCanaryDPOptimizer` (Opacus's accountant
@@ -139,8 +144,10 @@ def add_record_canaries(optimizer: DPOptimizer, canaries: RecordCanarySource, *,
         raise TypeError("canaries must provide step_canary_sum(step, dim)")
     own_rate = getattr(canaries, "sample_rate", None)
     if sample_rate is not None and own_rate is not None and float(own_rate) != float(sample_rate):
-        raise ValueError(f"the canaries are sampled at {own_rate:g}, the examples at "
-                         f"{sample_rate:g}: they must be equal")
+        raise ValueError(
+            f"the canaries are sampled at {own_rate:g}, the examples at "
+            f"{sample_rate:g}: they must be equal"
+        )
     optimizer.__class__ = RecordCanaryDPOptimizer
     optimizer.record_canaries = canaries
     optimizer.canary_step = 0

@@ -139,7 +139,9 @@ def model_vector(model: nn.Module) -> np.ndarray:
 def set_model_vector(model: nn.Module, vector: np.ndarray) -> None:
     """Load a flat vector (as produced by :func:`model_vector`) into ``model`` in place."""
     state = model.state_dict()
-    arrays = unflatten(np.asarray(vector, dtype=np.float32), [tuple(t.shape) for t in state.values()])
+    arrays = unflatten(
+        np.asarray(vector, dtype=np.float32), [tuple(t.shape) for t in state.values()]
+    )
     model.load_state_dict(
         {k: torch.as_tensor(a.copy()).to(t.dtype) for (k, t), a in zip(state.items(), arrays)}
     )
@@ -178,8 +180,12 @@ def synthetic_task(
     test_size: int = 2000,
 ) -> Task:
     """Synthetic non-IID Gaussian-mixture classification with a ~``dim``-parameter MLP."""
-    for name, value in (("dim", dim), ("samples_per_client", samples_per_client),
-                        ("features", features), ("test_size", test_size)):
+    for name, value in (
+        ("dim", dim),
+        ("samples_per_client", samples_per_client),
+        ("features", features),
+        ("test_size", test_size),
+    ):
         _check_positive(name, value)
     _check_positive("alpha", alpha, integer=False)
     if classes < 2:
@@ -279,11 +285,15 @@ def load_task(
         except (ImportError, AttributeError) as error:
             raise ValueError(f"task {name!r} cannot be imported: {error}") from error
     else:
-        raise ValueError(f"task must be one of {sorted(BUILTIN_TASKS)} or 'module.path:factory', got {name!r}")
+        raise ValueError(
+            f"task must be one of {sorted(BUILTIN_TASKS)} or 'module.path:factory', got {name!r}"
+        )
     try:
         task = factory(num_partitions=num_partitions, seed=seed, **options)
     except TypeError as error:
         raise ValueError(f"task_options do not fit task {name!r}: {error}") from error
     if not isinstance(task, Task):
-        raise ValueError(f"task factory {name!r} must return flaudit.clients.tasks.Task, got {type(task).__name__}")
+        raise ValueError(
+            f"task factory {name!r} must return flaudit.clients.tasks.Task, got {type(task).__name__}"
+        )
     return task

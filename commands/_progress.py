@@ -68,12 +68,21 @@ class RoundProgress:
         Seconds on a monotonic clock (for tests).
     """
 
-    def __init__(self, total: int, *, name: str, stream: TextIO | None = None,
-                 tty: bool | None = None, clock=time.monotonic) -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        name: str,
+        stream: TextIO | None = None,
+        tty: bool | None = None,
+        clock=time.monotonic,
+    ) -> None:
         self.total = int(total)
         self.name = name
         self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(tty) if tty is not None else bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tty = (
+            bool(tty) if tty is not None else bool(getattr(self.stream, "isatty", lambda: False)())
+        )
         self._clock = clock
         self._started = clock()
         self._times: list[float] = []
@@ -81,14 +90,17 @@ class RoundProgress:
         self._handlers: list[tuple[logging.StreamHandler, TextIO]] = []
 
     # -- context: keep Flower's log records out of the bar's line -----------------------------
-    def __enter__(self) -> "RoundProgress":
-        self.stream.write(f"{self.name}: starting the Flower simulation (start-up is not counted "
-                          f"in the ETA)\n")
+    def __enter__(self) -> RoundProgress:
+        self.stream.write(
+            f"{self.name}: starting the Flower simulation (start-up is not counted in the ETA)\n"
+        )
         self.stream.flush()
         if self.tty:
             safe = DummyTqdmFile(self.stream)  # tqdm.write: clear the bar, write, redraw
             for handler in logging.getLogger("flwr").handlers:
-                if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                if isinstance(handler, logging.StreamHandler) and not isinstance(
+                    handler, logging.FileHandler
+                ):
                     self._handlers.append((handler, handler.setStream(safe)))
         return self
 
@@ -129,9 +141,14 @@ class RoundProgress:
     def _draw(self) -> None:
         if self._bar is None:  # tqdm draws it as it is made
             self._bar = _StatusBar(
-                total=self.total, initial=len(self._times), status=self.status(),
-                desc=self.name, file=self.stream, bar_format="{desc}: [{bar}] {status}",
-                ncols=min(shutil.get_terminal_size((100, 24)).columns, 100), leave=True,
+                total=self.total,
+                initial=len(self._times),
+                status=self.status(),
+                desc=self.name,
+                file=self.stream,
+                bar_format="{desc}: [{bar}] {status}",
+                ncols=min(shutil.get_terminal_size((100, 24)).columns, 100),
+                leave=True,
             )
             return
         self._bar.status = self.status()

@@ -50,7 +50,6 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 def _version() -> str:
     from importlib import metadata
 
-
     try:
         flwr = metadata.version("flwr")
     except metadata.PackageNotFoundError:
@@ -68,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
         module = importlib.import_module(f"flaudit.commands.{name.replace('-', '_')}")
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text,
-                                    formatter_class=DefaultsHelpFormatter)
+        sub_parser = sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter
+        )
         module.configure(sub_parser)
         sub_parser.set_defaults(_module=module)
     return parser

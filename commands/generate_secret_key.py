@@ -8,7 +8,9 @@ from ..service.sealing import generate_secret_key
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "Save it where only the service can read it, e.g. .flaudit/secret-key (mode 600)."
+    parser.epilog = (
+        "Save it where only the service can read it, e.g. .flaudit/secret-key (mode 600)."
+    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -23,7 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="SQLAlchemy URL (default $FLAUDIT_DATABASE_URL or sqlite:///.flaudit/flaudit.db).",
     )
     parser.add_argument(
-        "--old-key-file", required=True,
+        "--old-key-file",
+        required=True,
         help="File with the key(s) the seeds are encrypted with now (one per line).",
     )
     parser.add_argument(
@@ -41,8 +42,10 @@ def main(args: argparse.Namespace) -> int:
         cipher = SeedCipher(new[:1] + old)  # encrypt with the new key; decrypt with any
     except ValueError as exc:
         # load_api_keys names the settings field ("key_file: ..."); the option is named already
-        print(f"flaudit rotate-secret-key: error: {str(exc).removeprefix('key_file: ')}",
-              file=sys.stderr)
+        print(
+            f"flaudit rotate-secret-key: error: {str(exc).removeprefix('key_file: ')}",
+            file=sys.stderr,
+        )
         return 2
     database_url = args.database_url or Settings.from_env().database_url
     store = Store(database_url)  # no cipher: rotating must not first re-seal with it

@@ -62,33 +62,56 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("spec", type=Path, help="audit TOML file (AuditSpec fields)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds for the whole run (None: the spec's timeout_seconds)")
-    parser.add_argument("--max-supernodes", type=int, default=8,
-                        help="virtual SuperNodes for the simulation")
-    parser.add_argument("--num-cpus", type=int, default=None,
-                        help="CPUs Ray may use (None: all)")
-    parser.add_argument("--bootstrap", type=int, default=0,
-                        help="bootstrap resamples for an interval on epsilon_est")
-    parser.add_argument("--stop-on-alarm", action="store_true",
-                        help="end training at the round where the DP alarm fires (sets the "
-                             "spec's stop_on_alarm)")
-    parser.add_argument("--evidence", type=Path, default=None, metavar="FILE",
-                        help="write the audit's evidence bundle (unsigned; check it with "
-                             "`flaudit verify FILE --allow-unsigned`; docs/evidence.md)")
-    parser.add_argument("--junit", type=Path, default=None, metavar="FILE",
-                        help="write JUnit XML: one test case per claim test, a refuted claim "
-                             "failing with the verdict sentence")
-    parser.add_argument("--inject-bug", default=None, metavar="BUG[=FACTOR]",
-                        help="testing only: run with a deliberate DP bug the claim does not know "
-                             "about: noise_scale=0.5, no_noise, noise_divided_twice, "
-                             "no_clipping[=4], extra_participation[=4]")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds for the whole run (None: the spec's timeout_seconds)",
+    )
+    parser.add_argument(
+        "--max-supernodes", type=int, default=8, help="virtual SuperNodes for the simulation"
+    )
+    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs Ray may use (None: all)")
+    parser.add_argument(
+        "--bootstrap",
+        type=int,
+        default=0,
+        help="bootstrap resamples for an interval on epsilon_est",
+    )
+    parser.add_argument(
+        "--stop-on-alarm",
+        action="store_true",
+        help="end training at the round where the DP alarm fires (sets the spec's stop_on_alarm)",
+    )
+    parser.add_argument(
+        "--evidence",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the audit's evidence bundle (unsigned; check it with "
+        "`flaudit verify FILE --allow-unsigned`; docs/evidence.md)",
+    )
+    parser.add_argument(
+        "--junit",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write JUnit XML: one test case per claim test, a refuted claim "
+        "failing with the verdict sentence",
+    )
+    parser.add_argument(
+        "--inject-bug",
+        default=None,
+        metavar="BUG[=FACTOR]",
+        help="testing only: run with a deliberate DP bug the claim does not know "
+        "about: noise_scale=0.5, no_noise, noise_divided_twice, "
+        "no_clipping[=4], extra_participation[=4]",
+    )
 
 
 def load_spec(path: Path):
     """Parse ``path`` into an AuditSpec (ValueError naming the problem)."""
     import tomllib
-
 
     try:
         data = tomllib.loads(path.read_text())
@@ -113,17 +136,19 @@ ABOVE_CLAIM_NOTE = (
 def _estimate_line(e, note: int, claim: float | None) -> str:
     """One row (at most 85 columns): the method goes to note ``[note]`` under the table."""
     conf = f"{e.confidence:.2f}" if e.confidence is not None else "-"
-    above = (claim is not None and e.estimator.value == "two_gaussian"
-             and e.epsilon > claim)
+    above = claim is not None and e.estimator.value == "two_gaussian" and e.epsilon > claim
     value = fmt_number(e.epsilon) + ("*" if above else " ")
-    return (f"{value:>10} {e.estimator.value:<15} {e.threat_model:<19} "
-            f"{e.variance.value:<8} {e.correction.value:<10} {conf:>5}  [{note}]")
+    return (
+        f"{value:>10} {e.estimator.value:<15} {e.threat_model:<19} "
+        f"{e.variance.value:<8} {e.correction.value:<10} {conf:>5}  [{note}]"
+    )
 
 
 def print_estimates(estimates) -> None:
     """The estimator table within 100 columns, its notes (methods) and the above-claim note."""
-    analytic = [e.epsilon for e in estimates if e.estimator.value == "analytic"
-                and math.isfinite(e.epsilon)]
+    analytic = [
+        e.epsilon for e in estimates if e.estimator.value == "analytic" and math.isfinite(e.epsilon)
+    ]
     claim = min(analytic) if analytic else None
     methods: list[str] = []
     rows = []
@@ -131,8 +156,10 @@ def print_estimates(estimates) -> None:
         if e.method not in methods:
             methods.append(e.method)
         rows.append(_estimate_line(e, methods.index(e.method) + 1, claim))
-    head = (f"{'epsilon':>10} {'estimator':<15} {'threat model':<19} {'variance':<8} "
-            f"{'correction':<10} {'conf':>5}  note")
+    head = (
+        f"{'epsilon':>10} {'estimator':<15} {'threat model':<19} {'variance':<8} "
+        f"{'correction':<10} {'conf':>5}  note"
+    )
     print_table(head, rows)
     for i, method in enumerate(methods, start=1):
         print(textwrap.fill(method, width=100, initial_indent=f"[{i}] ", subsequent_indent="    "))
@@ -167,19 +194,34 @@ class AlarmWatch:
         if ThreatModel.all_iterates not in self.spec.threat_models:
             return
         tracker, known = self.inner.tracker, self.inner.known_rounds
-        summary = summarize(AuditLook(
-            seen=self._seen, dim=tracker.dim, delta=self.spec.delta,
-            max_cosines=tracker.max_cosines, final_cosines=None, threat_models=["all_iterates"],
-            one_run=False, known_rounds_scores=None if known is None else known.scores,
-            known_rounds_participations=None if known is None else known.num_participations,
-            known_rounds_rounds=None if known is None else known.rounds,
-            canary_repeats=self.spec.canary_repeats,
-            claims=audit_claims(self.spec), num_rounds=server_round, scale_dof=tracker.scale_dof,
-        ))
+        summary = summarize(
+            AuditLook(
+                seen=self._seen,
+                dim=tracker.dim,
+                delta=self.spec.delta,
+                max_cosines=tracker.max_cosines,
+                final_cosines=None,
+                threat_models=["all_iterates"],
+                one_run=False,
+                known_rounds_scores=None if known is None else known.scores,
+                known_rounds_participations=None if known is None else known.num_participations,
+                known_rounds_rounds=None if known is None else known.rounds,
+                canary_repeats=self.spec.canary_repeats,
+                claims=audit_claims(self.spec),
+                num_rounds=server_round,
+                scale_dof=tracker.scale_dof,
+            )
+        )
         alarm = decide(self.spec, summary.claim_tests, look=server_round)
-        self.alerts = build_alerts(spec=self.spec, dim=None, rounds_stored=server_round,
-                                   has_final=False, alarm=alarm, round=server_round,
-                                   previous=self.alerts)
+        self.alerts = build_alerts(
+            spec=self.spec,
+            dim=None,
+            rounds_stored=server_round,
+            has_final=False,
+            alarm=alarm,
+            round=server_round,
+            previous=self.alerts,
+        )
         record = first_alarm(self.alerts)
         if record is not None and self.spec.stop_on_alarm and self.stop_reason is None:
             self.stop_reason = f"claim refuted at round {record['round']}"
@@ -199,31 +241,50 @@ class AlarmWatch:
         known = local.known_rounds
         scores = None if known is None else known.scores
         counts = None if known is None else known.num_participations
-        summary = summarize(AuditLook(
-            seen=self._seen, dim=tracker.dim, delta=spec.delta, max_cosines=tracker.max_cosines,
-            final_cosines=tracker.final_cosines,
-            threat_models=[t.value for t in spec.threat_models],
-            bootstrap=bootstrap, one_run=True,  # the same estimates the service reports
-            known_rounds_scores=scores, known_rounds_participations=counts,
-            known_rounds_rounds=None if known is None else known.rounds,
-            canary_repeats=spec.canary_repeats, claims=audit_claims(spec),
-            num_rounds=tracker.num_rounds, scale_dof=tracker.scale_dof,
-        ))
+        summary = summarize(
+            AuditLook(
+                seen=self._seen,
+                dim=tracker.dim,
+                delta=spec.delta,
+                max_cosines=tracker.max_cosines,
+                final_cosines=tracker.final_cosines,
+                threat_models=[t.value for t in spec.threat_models],
+                bootstrap=bootstrap,
+                one_run=True,  # the same estimates the service reports
+                known_rounds_scores=scores,
+                known_rounds_participations=counts,
+                known_rounds_rounds=None if known is None else known.rounds,
+                canary_repeats=spec.canary_repeats,
+                claims=audit_claims(spec),
+                num_rounds=tracker.num_rounds,
+                scale_dof=tracker.scale_dof,
+            )
+        )
         estimates = list(summary.estimates) + list(audit_analytic_epsilon(spec))
         # the final look; the per-round looks ran during training, as in the service
         alarm = decide(spec, summary.claim_tests, look=num_looks(spec))
-        alerts = build_alerts(spec=spec, dim=tracker.dim, rounds_stored=len(local.rounds),
-                              has_final=True, alarm=alarm, previous=self.alerts)
-        verdict = spec_verdict(spec, alarm=first_alarm(alerts),
-                               estimates=[e.to_dict() for e in estimates], state="succeeded",
-                               rounds_received=len(local.rounds), dim=tracker.dim)
+        alerts = build_alerts(
+            spec=spec,
+            dim=tracker.dim,
+            rounds_stored=len(local.rounds),
+            has_final=True,
+            alarm=alarm,
+            previous=self.alerts,
+        )
+        verdict = spec_verdict(
+            spec,
+            alarm=first_alarm(alerts),
+            estimates=[e.to_dict() for e in estimates],
+            state="succeeded",
+            rounds_received=len(local.rounds),
+            dim=tracker.dim,
+        )
         return summary, estimates, alarm, alerts, verdict
 
 
 def main(args: argparse.Namespace) -> int:
     import numpy as np
     from pydantic import ValidationError
-
 
     try:
         spec = load_spec(args.spec)
@@ -238,7 +299,6 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
     if args.inject_bug is not None:
-
         try:
             bug = InjectedBug.parse(args.inject_bug)
             spec = type(spec).model_validate({**spec.model_dump(), "inject_bug": bug})
@@ -249,14 +309,16 @@ def main(args: argparse.Namespace) -> int:
     if args.stop_on_alarm:
         spec = type(spec).model_validate({**spec.model_dump(), "stop_on_alarm": True})
 
-
     design = audit_design(spec)
-    print(textwrap.fill(f"audit design: {design.summary}", width=100,
-                        subsequent_indent="  "), file=sys.stderr)
+    print(
+        textwrap.fill(f"audit design: {design.summary}", width=100, subsequent_indent="  "),
+        file=sys.stderr,
+    )
     warning = design_warning(spec, design)
     if warning:
-        print(textwrap.fill(f"WARNING: {warning}", width=100, subsequent_indent="  "),
-              file=sys.stderr)
+        print(
+            textwrap.fill(f"WARNING: {warning}", width=100, subsequent_indent="  "), file=sys.stderr
+        )
 
     # deferred: Flower and torch load only once a valid spec is about to train (`flaudit run` on
     # a bad spec answers at once; tests/server/test_run_command.py checks the module stays light)
@@ -267,15 +329,23 @@ def main(args: argparse.Namespace) -> int:
     commitment = commit(seed)
     started_at = commitment["committed_at"]
     print(f"canary seed commitment: {commitment['commitment']}", file=sys.stderr)
-    reporter = AlarmWatch(spec, LocalRoundReporter.for_audit(
-        canary_seed=seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family
-    ), seen=seen_mask(seed, spec.num_canaries))
+    reporter = AlarmWatch(
+        spec,
+        LocalRoundReporter.for_audit(
+            canary_seed=seed, num_canaries=spec.num_canaries, canary_family=spec.canary_family
+        ),
+        seen=seen_mask(seed, spec.num_canaries),
+    )
     try:
         with RoundProgress(spec.num_rounds, name=f"audit {spec.name!r}") as bar:
             result = run_simulation_audit(
-                spec, canary_seed=seed, reporter=reporter, timeout=args.timeout,
+                spec,
+                canary_seed=seed,
+                reporter=reporter,
+                timeout=args.timeout,
                 progress=lambda t, total: bar.update(t),
-                max_supernodes=args.max_supernodes, num_cpus=args.num_cpus,
+                max_supernodes=args.max_supernodes,
+                num_cpus=args.num_cpus,
             )
     except TimeoutError as error:
         print(f"flaudit run: {error}", file=sys.stderr)
@@ -283,7 +353,6 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"flaudit run: error: {error}", file=sys.stderr)
         return 2
-
 
     summary, estimates, alarm, alerts, verdict = reporter.evaluate(bootstrap=args.bootstrap)
     tracker = reporter.inner.tracker
@@ -293,18 +362,41 @@ def main(args: argparse.Namespace) -> int:
     bug = bug_label(spec)
     cos = {
         "final_seen_mean": float(np.mean(tracker.final_cosines[mask])) if mask.any() else None,
-        "final_unseen_mean": float(np.mean(tracker.final_cosines[~mask])) if (~mask).any() else None,
+        "final_unseen_mean": float(np.mean(tracker.final_cosines[~mask]))
+        if (~mask).any()
+        else None,
         "max_seen_mean": float(np.mean(tracker.max_cosines[mask])) if mask.any() else None,
         "max_unseen_mean": float(np.mean(tracker.max_cosines[~mask])) if (~mask).any() else None,
     }
     if args.evidence is not None:
-        args.evidence.write_text(json.dumps(run_bundle(
-            spec=spec, seed=seed, commitment=commitment, reporter=reporter, summary=summary,
-            estimates=estimates, alerts=alerts, verdict=verdict, bootstrap=args.bootstrap,
-            started_at=started_at), indent=1), encoding="utf-8")
+        args.evidence.write_text(
+            json.dumps(
+                run_bundle(
+                    spec=spec,
+                    seed=seed,
+                    commitment=commitment,
+                    reporter=reporter,
+                    summary=summary,
+                    estimates=estimates,
+                    alerts=alerts,
+                    verdict=verdict,
+                    bootstrap=args.bootstrap,
+                    started_at=started_at,
+                ),
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
     if args.junit is not None:
-        args.junit.write_bytes(junit_xml(spec=spec, summary=summary, alerts=alerts,
-                                         verdict=verdict, seconds=float(result["seconds"])))
+        args.junit.write_bytes(
+            junit_xml(
+                spec=spec,
+                summary=summary,
+                alerts=alerts,
+                verdict=verdict,
+                seconds=float(result["seconds"]),
+            )
+        )
     if args.json:
         out = {
             "verdict": verdict.to_dict(),
@@ -324,20 +416,33 @@ def main(args: argparse.Namespace) -> int:
 
     print(textwrap.fill(verdict.summary, width=100, subsequent_indent="  "))
     metrics = result["metrics"]
-    print(textwrap.fill(
-        f"audit {spec.name!r}: task {spec.task}, d={result['dim']}, T={spec.num_rounds}, "
-        f"m={spec.clients_per_round}, z={spec.noise_multiplier:g}, k={spec.num_canaries} canaries "
-        f"({int(mask.sum())} seen, repeats {spec.canary_repeats}), {spec.participation.value} "
-        f"participation, {result['seconds']:.1f} s", width=100, subsequent_indent="  "))
+    print(
+        textwrap.fill(
+            f"audit {spec.name!r}: task {spec.task}, d={result['dim']}, T={spec.num_rounds}, "
+            f"m={spec.clients_per_round}, z={spec.noise_multiplier:g}, k={spec.num_canaries} canaries "
+            f"({int(mask.sum())} seen, repeats {spec.canary_repeats}), {spec.participation.value} "
+            f"participation, {result['seconds']:.1f} s",
+            width=100,
+            subsequent_indent="  ",
+        )
+    )
     if result.get("stopped_at_round") is not None:
-        print(f"training stopped at round {result['stopped_at_round']} of {spec.num_rounds}: "
-              f"{result['stop_reason']} (stop_on_alarm)")
-    print(f"final model: accuracy {metrics.get('accuracy', float('nan')):.4f}, "
-          f"loss {metrics.get('loss', float('nan')):.4f}; clients dropped: {result['num_failures']}")
-    print(f"mean cosines, final model: seen {fmt_number(cos['final_seen_mean'])}, unseen "
-          f"{fmt_number(cos['final_unseen_mean'])}")
-    print(f"mean cosines, max over rounds: seen {fmt_number(cos['max_seen_mean'])}, unseen "
-          f"{fmt_number(cos['max_unseen_mean'])}")
+        print(
+            f"training stopped at round {result['stopped_at_round']} of {spec.num_rounds}: "
+            f"{result['stop_reason']} (stop_on_alarm)"
+        )
+    print(
+        f"final model: accuracy {metrics.get('accuracy', float('nan')):.4f}, "
+        f"loss {metrics.get('loss', float('nan')):.4f}; clients dropped: {result['num_failures']}"
+    )
+    print(
+        f"mean cosines, final model: seen {fmt_number(cos['final_seen_mean'])}, unseen "
+        f"{fmt_number(cos['final_unseen_mean'])}"
+    )
+    print(
+        f"mean cosines, max over rounds: seen {fmt_number(cos['max_seen_mean'])}, unseen "
+        f"{fmt_number(cos['max_unseen_mean'])}"
+    )
     print_estimates(estimates)
     print(f"delta = {spec.delta:g} for every row")
     bad = [d for d in summary.diagnostics if not d.ok]
@@ -346,8 +451,11 @@ def main(args: argparse.Namespace) -> int:
     if bug:
         print(textwrap.fill(str(bug), width=100, subsequent_indent="  "))
     for alert in alerts:
-        print(textwrap.fill(f"{alert['level'].upper()}: {alert['message']}", width=100,
-                            subsequent_indent="  "))
+        print(
+            textwrap.fill(
+                f"{alert['level'].upper()}: {alert['message']}", width=100, subsequent_indent="  "
+            )
+        )
     if alarm.status == "ok" and verdict.status.value != "claim_refuted":
         print("DP alarm: none (no claim test rejected)")
     print(textwrap.fill(f"alarm guarantee: {guarantee}", width=100, subsequent_indent="  "))

@@ -16,7 +16,9 @@ DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "quick-audit.json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="Interface to bind (default 127.0.0.1).")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="Interface to bind (default 127.0.0.1)."
+    )
     parser.add_argument("--port", type=int, default=8000, help="Port (default 8000).")
     parser.add_argument(
         "--database-url",
@@ -44,8 +46,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "opening or the end of the previous response; then 408 and close "
         "(default $FLAUDIT_HEADER_TIMEOUT_SECONDS or 10).",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                        help="log level of the service and uvicorn (default info)")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level of the service and uvicorn (default info)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -53,7 +59,6 @@ def main(args: argparse.Namespace) -> int:
     import os
 
     import uvicorn
-
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),

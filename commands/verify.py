@@ -44,17 +44,26 @@ exit status:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("bundle", type=Path, help="evidence bundle (JSON from "
-                        "GET /audits/{id}/evidence)")
-    parser.add_argument("--allow-unsigned", action="store_true",
-                        help="accept a bundle without a signature (flaudit run --evidence): "
-                        "the numbers are still recomputed")
+    parser.add_argument(
+        "bundle", type=Path, help="evidence bundle (JSON from GET /audits/{id}/evidence)"
+    )
+    parser.add_argument(
+        "--allow-unsigned",
+        action="store_true",
+        help="accept a bundle without a signature (flaudit run --evidence): "
+        "the numbers are still recomputed",
+    )
     keys = parser.add_mutually_exclusive_group()
-    keys.add_argument("--public-key", type=Path, default=None,
-                      help="file with the service's public keys: GET /keys saved as JSON, one "
-                      "key's JSON, or a PEM Ed25519 public key")
-    keys.add_argument("--url", default=None,
-                      help="base URL of the service whose GET /keys lists the signing key")
+    keys.add_argument(
+        "--public-key",
+        type=Path,
+        default=None,
+        help="file with the service's public keys: GET /keys saved as JSON, one "
+        "key's JSON, or a PEM Ed25519 public key",
+    )
+    keys.add_argument(
+        "--url", default=None, help="base URL of the service whose GET /keys lists the signing key"
+    )
 
 
 def _raw_public(text: str) -> bytes:
@@ -75,8 +84,13 @@ def load_keys(text: str) -> list[dict]:
         if isinstance(data, dict) and "keys" in data:
             data = data["keys"]
         return data if isinstance(data, list) else [data]
-    return [{"key_id": None, "public_key": base64.b64encode(_raw_public(text)).decode("ascii"),
-             "retired_at": None}]
+    return [
+        {
+            "key_id": None,
+            "public_key": base64.b64encode(_raw_public(text)).decode("ascii"),
+            "retired_at": None,
+        }
+    ]
 
 
 def check_signature(bundle: dict, keys: list[dict] | None) -> tuple[bool, str]:
@@ -87,20 +101,32 @@ def check_signature(bundle: dict, keys: list[dict] | None) -> tuple[bool, str]:
         return False, "the bundle is not signed (no Ed25519 signature)"
     key_id = signature.get("key_id")
     if keys is None:
-        public, note = signature.get("public_key", ""), (
-            " (the key the bundle carries: pass --public-key or --url to check it is the "
-            "service's)")
+        public, note = (
+            signature.get("public_key", ""),
+            (
+                " (the key the bundle carries: pass --public-key or --url to check it is the "
+                "service's)"
+            ),
+        )
         listed = None
     else:
-        listed = next((k for k in keys if k.get("key_id") in (key_id, None)
-                       and k.get("public_key") == signature.get("public_key")), None)
+        listed = next(
+            (
+                k
+                for k in keys
+                if k.get("key_id") in (key_id, None)
+                and k.get("public_key") == signature.get("public_key")
+            ),
+            None,
+        )
         if listed is None:
             return False, f"signing key {key_id} is not among the given public keys"
         public, note = listed["public_key"], ""
     try:
         key = Ed25519PublicKey.from_public_bytes(base64.b64decode(public))
-        key.verify(base64.b64decode(signature.get("value", "")),
-                   canonical_json(signed_part(bundle)))
+        key.verify(
+            base64.b64decode(signature.get("value", "")), canonical_json(signed_part(bundle))
+        )
     except (InvalidSignature, ValueError):
         return False, f"bad signature (key {key_id})"
     if signature.get("digest") != digest(bundle):
@@ -133,16 +159,22 @@ def main(args: argparse.Namespace) -> int:
         print(f"flaudit verify: mismatch: {result.mismatch}", file=sys.stderr)
         return MISMATCH
     if args.allow_unsigned and bundle.get("signature") is None:
-        print(f"{'unsigned':12s}signature: none (--allow-unsigned): who produced the bundle "
-              "is not checked")
-        print(f"verified: every recomputed number matches (rtol {RTOL:g}, atol {ATOL:g}); "
-              f"verdict: {bundle['verdict'].get('summary')}")
+        print(
+            f"{'unsigned':12s}signature: none (--allow-unsigned): who produced the bundle "
+            "is not checked"
+        )
+        print(
+            f"verified: every recomputed number matches (rtol {RTOL:g}, atol {ATOL:g}); "
+            f"verdict: {bundle['verdict'].get('summary')}"
+        )
         return OK
     valid, message = check_signature(bundle, keys)
     print(f"{'ok' if valid else 'BAD':12s}signature: {message}")
     if not valid:
         print(f"flaudit verify: {message}", file=sys.stderr)
         return BAD_SIGNATURE
-    print(f"verified: every recomputed number matches (rtol {RTOL:g}, atol {ATOL:g}); verdict: "
-          f"{bundle['verdict'].get('summary')}")
+    print(
+        f"verified: every recomputed number matches (rtol {RTOL:g}, atol {ATOL:g}); verdict: "
+        f"{bundle['verdict'].get('summary')}"
+    )
     return OK

@@ -54,7 +54,9 @@ def replica_number(
     in a row resolve to nothing (a replica being created at the same moment may not be in DNS
     yet); the whole scan is retried ``attempts`` times, ``wait`` seconds apart, since this
     container's own name can appear in DNS a moment after it starts."""
-    service = service or os.environ.get("FLAUDIT_COMPOSE_SERVICE", "").strip() or "flaudit-supernode"
+    service = (
+        service or os.environ.get("FLAUDIT_COMPOSE_SERVICE", "").strip() or "flaudit-supernode"
+    )
     for attempt in range(attempts):
         mine = addresses()
         if mine:
@@ -94,7 +96,11 @@ def node_config() -> str:
 
 
 def main() -> None:
-    args = ["flower-supernode", "--superlink", os.environ.get("FLAUDIT_SUPERLINK", "superlink:9093")]
+    args = [
+        "flower-supernode",
+        "--superlink",
+        os.environ.get("FLAUDIT_SUPERLINK", "superlink:9093"),
+    ]
     ca = os.environ.get("FLAUDIT_SUPERLINK_ROOT_CERTIFICATES", "").strip()
     args += ["--root-certificates", ca] if ca else ["--insecure"]
     config = node_config()

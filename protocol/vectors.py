@@ -41,9 +41,7 @@ def unflatten(
     vector = np.asarray(vector)
     sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
     if vector.ndim != 1 or sum(sizes) != vector.shape[0]:
-        raise ValueError(
-            f"vector has shape {vector.shape}, but shapes need {sum(sizes)} elements"
-        )
+        raise ValueError(f"vector has shape {vector.shape}, but shapes need {sum(sizes)} elements")
     out = []
     start = 0
     for index, (shape, size) in enumerate(zip(shapes, sizes)):

@@ -60,8 +60,8 @@ from .builtin import BuiltinDPFedAvg
 from .canary_sums import CanarySums, ServiceCanarySums
 from .http_reporter import HttpRoundReporter
 from .local import LocalCanaries
-from .wrapper import CanaryAuditStrategy
 from .reporting import LocalRoundReporter, RoundMetadata, RoundReporter
+from .wrapper import CanaryAuditStrategy
 
 __all__ = ["AuditRuntime", "run_audit", "make_server_app", "app", "MIN_DIM", "check_dimension"]
 
@@ -170,8 +170,9 @@ class _RoundGrid:
     def __init__(self, grid: Grid, runtime: AuditRuntime) -> None:
         self._grid, self._runtime = grid, runtime
 
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None
-                         ) -> list[Message]:
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
         messages = list(messages)
         if not messages:
             return []
@@ -206,15 +207,27 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
     source: CanarySums = runtime.canaries
     bug = spec.inject_bug
     if bug is not None:
-        logger.warning("bug injected: %s (testing only; the claim does not know about it)", bug.label)
-    dp = BuiltinDPFedAvg(spec, num_seen_canaries=int(source.num_seen), deadline=runtime.deadline,
-                         min_nodes=runtime.min_nodes, noise_seed=runtime.noise_seed,
-                         progress=runtime.progress)
+        logger.warning(
+            "bug injected: %s (testing only; the claim does not know about it)", bug.label
+        )
+    dp = BuiltinDPFedAvg(
+        spec,
+        num_seen_canaries=int(source.num_seen),
+        deadline=runtime.deadline,
+        min_nodes=runtime.min_nodes,
+        noise_seed=runtime.noise_seed,
+        progress=runtime.progress,
+    )
     # the audit's own work (the round's canary sum, reporting the previous round) runs on
     # background threads while the clients train; no round budget: the built-in run waits for it
-    strategy = CanaryAuditStrategy(dp, reporter=runtime.reporter, canaries=source,
-                                   num_rounds=spec.num_rounds, stop_on_alarm=spec.stop_on_alarm,
-                                   round_budget_seconds=None)
+    strategy = CanaryAuditStrategy(
+        dp,
+        reporter=runtime.reporter,
+        canaries=source,
+        num_rounds=spec.num_rounds,
+        stop_on_alarm=spec.stop_on_alarm,
+        round_budget_seconds=None,
+    )
     metrics: dict[str, float] = {}
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
@@ -226,10 +239,13 @@ def run_audit(grid: Grid, runtime: AuditRuntime) -> dict[str, Any]:
         return MetricRecord(metrics)
 
     torch.set_num_threads(1)
-    strategy.start(_RoundGrid(grid, runtime), ArrayRecord([model]), spec.num_rounds,
-                   evaluate_fn=evaluate)
-    rounds = [{**dp.round_stats[t], "audit_wait_seconds": strategy.audit_wait_seconds[t]}
-              for t in sorted(dp.round_stats)]
+    strategy.start(
+        _RoundGrid(grid, runtime), ArrayRecord([model]), spec.num_rounds, evaluate_fn=evaluate
+    )
+    rounds = [
+        {**dp.round_stats[t], "audit_wait_seconds": strategy.audit_wait_seconds[t]}
+        for t in sorted(dp.round_stats)
+    ]
     stopped = strategy.stopped_at_round
     reason = getattr(runtime.reporter, "stop_reason", None) if spec.stop_on_alarm else None
     runtime.result = {
@@ -266,16 +282,20 @@ def _num_seen(run_config: dict[str, Any], spec: AuditSpec) -> int:
     """The run config's number of seen canaries, checked against ``spec.num_canaries``."""
     key = RUN_CONFIG_NUM_SEEN_CANARIES
     if key not in run_config:
-        raise ValueError(f"run config '{key}' is required with '{RUN_CONFIG_INGEST_URL}' (the "
-                         "flaudit service sets it for a deployment audit)")
+        raise ValueError(
+            f"run config '{key}' is required with '{RUN_CONFIG_INGEST_URL}' (the "
+            "flaudit service sets it for a deployment audit)"
+        )
     value = run_config[key]
     try:
         count = int(str(value).strip()) if not isinstance(value, bool) else -1
     except ValueError:
         count = -1
     if not 0 <= count <= spec.num_canaries:
-        raise ValueError(f"run config '{key}' must be an integer in 0..num_canaries "
-                         f"({spec.num_canaries}), got {str(value)[:40]!r}")
+        raise ValueError(
+            f"run config '{key}' must be an integer in 0..num_canaries "
+            f"({spec.num_canaries}), got {str(value)[:40]!r}"
+        )
     return count
 
 
@@ -284,12 +304,16 @@ def runtime_from_run_config(run_config: dict[str, Any]) -> AuditRuntime:
 
     run_config = {k: v for k, v in run_config.items() if v != ""}  # "" = not set
     spec_json = run_config.get(RUN_CONFIG_SPEC)
-    spec = AuditSpec.model_validate_json(spec_json) if spec_json else AuditSpec(
-        task="synthetic",
-        num_rounds=int(run_config.get("num-server-rounds", 2)),
-        num_clients=10,
-        clients_per_round=4,
-        num_canaries=20,
+    spec = (
+        AuditSpec.model_validate_json(spec_json)
+        if spec_json
+        else AuditSpec(
+            task="synthetic",
+            num_rounds=int(run_config.get("num-server-rounds", 2)),
+            num_clients=10,
+            clients_per_round=4,
+            num_canaries=20,
+        )
     )
     seed: int | None = None
     canaries: CanarySums | None = None
@@ -336,8 +360,12 @@ class _LazyLocal:
 
     def report_round(self, server_round: int, update: np.ndarray, metadata: RoundMetadata) -> None:
         self.inner.report_round(server_round, update, metadata)
-        logger.warning("round %d: cohort %d, clip norm %.4g", server_round, metadata.cohort_size,
-                       metadata.clip_norm)
+        logger.warning(
+            "round %d: cohort %d, clip norm %.4g",
+            server_round,
+            metadata.cohort_size,
+            metadata.clip_norm,
+        )
 
     def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None:
         self.inner.report_final(final_model, metrics)
@@ -345,7 +373,9 @@ class _LazyLocal:
         final = self.inner.tracker.final_cosines
         logger.warning(
             "final model: accuracy %.3f; mean cos(c, theta_T - theta_0) seen %.4g, unseen %.4g",
-            metrics.get("accuracy", math.nan), final[mask].mean(), final[~mask].mean(),
+            metrics.get("accuracy", math.nan),
+            final[mask].mean(),
+            final[~mask].mean(),
         )
 
 

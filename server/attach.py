@@ -12,7 +12,7 @@ from ..protocol.wire import RUN_CONFIG_KEYS
 from .http_reporter import HttpRoundReporter
 from .reporting import RoundReporter
 
-__all__ = ['ENV_AUDIT_ID', 'ENV_RUN_TOKEN', 'ENV_RUN_TOKEN_FILE', 'ENV_URL']
+__all__ = ["ENV_AUDIT_ID", "ENV_RUN_TOKEN", "ENV_RUN_TOKEN_FILE", "ENV_URL"]
 
 
 ENV_AUDIT_ID = "FLAUDIT_AUDIT_ID"
@@ -21,9 +21,12 @@ ENV_RUN_TOKEN = "FLAUDIT_RUN_TOKEN"
 ENV_RUN_TOKEN_FILE = "FLAUDIT_RUN_TOKEN_FILE"
 
 
-def reporter_from_env(run_config: Mapping[str, Any] | None, *,
-                       on_service_error: str | None = None,
-                       resume: bool | None = None) -> RoundReporter:
+def reporter_from_env(
+    run_config: Mapping[str, Any] | None,
+    *,
+    on_service_error: str | None = None,
+    resume: bool | None = None,
+) -> RoundReporter:
     """The service client of the audit named by the environment or the run config (``from_env``):
     ``on_service_error`` from ``FLAUDIT_ON_SERVICE_ERROR`` or the run-config key
     ``flaudit-on-service-error`` (default ``"continue"``), ``resume`` from ``FLAUDIT_RESUME``."""
@@ -59,14 +62,21 @@ def reporter_from_env(run_config: Mapping[str, Any] | None, *,
             key = RUN_CONFIG_KEYS.get(env, RUN_CONFIG_KEYS[ENV_RUN_TOKEN_FILE])
             raise ValueError(
                 f"{env} is not set (nor the run-config key {key!r}): print the lines with "
-                "`flaudit attach` (or POST /audits with \"engine\": \"external\") and export "
+                '`flaudit attach` (or POST /audits with "engine": "external") and export '
                 "them where the ServerApp runs (the SuperLink's environment)"
             )
     if on_service_error is None:
-        on_service_error = (os.environ.get("FLAUDIT_ON_SERVICE_ERROR")
-                            or str(config.get("flaudit-on-service-error", "") or "")
-                            or "continue")
+        on_service_error = (
+            os.environ.get("FLAUDIT_ON_SERVICE_ERROR")
+            or str(config.get("flaudit-on-service-error", "") or "")
+            or "continue"
+        )
     if resume is None:
         resume = os.environ.get("FLAUDIT_RESUME", "").strip().lower() in {"1", "true", "yes"}
-    return HttpRoundReporter(values[ENV_URL], values[ENV_AUDIT_ID], values[ENV_RUN_TOKEN],
-                             on_service_error=on_service_error, resume=bool(resume))
+    return HttpRoundReporter(
+        values[ENV_URL],
+        values[ENV_AUDIT_ID],
+        values[ENV_RUN_TOKEN],
+        on_service_error=on_service_error,
+        resume=bool(resume),
+    )

@@ -20,8 +20,10 @@ def design_line(ack: Mapping[str, Any] | None) -> str | None:
     if not ack or not ack.get("design"):
         return None
     spec, design = ack.get("spec") or {}, ack["design"]
-    line = (f"flaudit: audit design: {spec.get('num_canaries')} canaries, "
-            f"{spec.get('canary_repeats')} repeat(s) per seen canary: {design.get('summary')}")
+    line = (
+        f"flaudit: audit design: {spec.get('num_canaries')} canaries, "
+        f"{spec.get('canary_repeats')} repeat(s) per seen canary: {design.get('summary')}"
+    )
     if not design.get("testable", True) and design.get("advice"):
         line += f" Not testable: {design['advice']}"
     return line
@@ -40,8 +42,13 @@ def refusal_line(audit_id: str, error: BaseException) -> str:
         except (ValueError, AttributeError):
             detail = None
     if isinstance(detail, list):  # pydantic errors: field and message
-        detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])[1:]))}: {d.get('msg')}"
-                           for d in detail if isinstance(d, dict))
+        detail = "; ".join(
+            f"{'.'.join(map(str, d.get('loc', [])[1:]))}: {d.get('msg')}"
+            for d in detail
+            if isinstance(d, dict)
+        )
     reason = str(detail) if detail else text
-    return (f"flaudit: the audit service refused this run's claim: {reason} (the audit's page "
-            f"and GET /audits/{audit_id} say the same)")
+    return (
+        f"flaudit: the audit service refused this run's claim: {reason} (the audit's page "
+        f"and GET /audits/{audit_id} say the same)"
+    )

@@ -99,9 +99,16 @@ class BuiltinDPFedAvg(Strategy):
         ``progress(round, num_rounds)`` after each round.
     """
 
-    def __init__(self, spec: AuditSpec, *, num_seen_canaries: int, deadline: float | None = None,
-                 min_nodes: int = 1, noise_seed: int | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        spec: AuditSpec,
+        *,
+        num_seen_canaries: int,
+        deadline: float | None = None,
+        min_nodes: int = 1,
+        noise_seed: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         check_at_least(num_seen_canaries, "num_seen_canaries", 0)
         check_at_least(min_nodes, "min_nodes", 1)
         self.spec = spec
@@ -121,19 +128,22 @@ class BuiltinDPFedAvg(Strategy):
             seed=spec.data_seed,
         )
         self._rng = np.random.default_rng(noise_seed)  # the DP noise and the clip count's
-        self._optimizer = ServerOptimizer(learning_rate=spec.server_learning_rate,
-                                          momentum=spec.server_momentum)
+        self._optimizer = ServerOptimizer(
+            learning_rate=spec.server_learning_rate, momentum=spec.server_momentum
+        )
         self._adaptive = None
         if spec.adaptive_clipping is not None:
             ac = spec.adaptive_clipping
             self._adaptive = AdaptiveClipNorm(
-                initial_clip_norm=ac.initial_clip_norm, target_quantile=ac.target_quantile,
+                initial_clip_norm=ac.initial_clip_norm,
+                target_quantile=ac.target_quantile,
                 learning_rate=ac.learning_rate,
                 count_stddev=ac.count_stddev(spec.clients_per_round),
             )
         # expected real clients per round: the (data-independent) denominator of the clip count
-        self._expected_real = spec.clients_per_round * spec.num_clients / (
-            spec.num_clients + spec.num_canaries / 2)
+        self._expected_real = (
+            spec.clients_per_round * spec.num_clients / (spec.num_clients + spec.num_canaries / 2)
+        )
         self._task_options = json.dumps(spec.task_options, sort_keys=True)
         self.nodes: list[int] | None = None
         self._canary_sums: dict[int, tuple[np.ndarray, int]] = {}
@@ -150,16 +160,27 @@ class BuiltinDPFedAvg(Strategy):
 
     def summary(self) -> None:
         spec = self.spec
-        clipping = (f"clip norm {spec.clip_norm}" if self._adaptive is None
-                    else f"adaptive clipping from {spec.adaptive_clipping.initial_clip_norm}")
-        log(INFO, "\t├──> DP-FedAvg: noise multiplier %s, %s, m = %d of %d clients (%s)",
-            spec.noise_multiplier, clipping, spec.clients_per_round, spec.num_clients,
-            getattr(spec.participation, "value", spec.participation))
+        clipping = (
+            f"clip norm {spec.clip_norm}"
+            if self._adaptive is None
+            else f"adaptive clipping from {spec.adaptive_clipping.initial_clip_norm}"
+        )
+        log(
+            INFO,
+            "\t├──> DP-FedAvg: noise multiplier %s, %s, m = %d of %d clients (%s)",
+            spec.noise_multiplier,
+            clipping,
+            spec.clients_per_round,
+            spec.num_clients,
+            getattr(spec.participation, "value", spec.participation),
+        )
 
     @property
     def clipping_norm(self) -> float:
         """``S(t)`` of the next round (adaptive clipping moves it after each round)."""
-        return self._adaptive.clip_norm if self._adaptive is not None else float(self.spec.clip_norm)
+        return (
+            self._adaptive.clip_norm if self._adaptive is not None else float(self.spec.clip_norm)
+        )
 
     def check_deadline(self, what: str) -> float | None:
         """Seconds left before the deadline (None: none); :class:`TimeoutError` past it."""
@@ -187,8 +208,9 @@ class BuiltinDPFedAvg(Strategy):
         self._canary_sums[int(server_round)] = (canary_sum, int(count))
 
     # -- training --------------------------------------------------------------------------
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """The global model to the round's scheduled real clients (never a canary)."""
         t = int(server_round)
         self.check_deadline(f"before round {t}")
@@ -199,22 +221,33 @@ class BuiltinDPFedAvg(Strategy):
         spec, nodes = self.spec, self.nodes
         messages = []
         for p in self.schedule.real_clients(t):
-            train = ConfigRecord({
-                "partition-id": int(p), "num-partitions": spec.num_clients, "task": spec.task,
-                "task-options": self._task_options, "data-seed": spec.data_seed,
-                "server-round": t, "local-epochs": spec.local_epochs,
-                "learning-rate": spec.client_learning_rate, "batch-size": spec.batch_size,
-            })
-            messages.append(Message(
-                content=RecordDict({"arrays": arrays, "config": train}),
-                message_type=MessageType.TRAIN, dst_node_id=nodes[int(p) % len(nodes)],
-                group_id=str(t),
-            ))
+            train = ConfigRecord(
+                {
+                    "partition-id": int(p),
+                    "num-partitions": spec.num_clients,
+                    "task": spec.task,
+                    "task-options": self._task_options,
+                    "data-seed": spec.data_seed,
+                    "server-round": t,
+                    "local-epochs": spec.local_epochs,
+                    "learning-rate": spec.client_learning_rate,
+                    "batch-size": spec.batch_size,
+                }
+            )
+            messages.append(
+                Message(
+                    content=RecordDict({"arrays": arrays, "config": train}),
+                    message_type=MessageType.TRAIN,
+                    dst_node_id=nodes[int(p) % len(nodes)],
+                    group_id=str(t),
+                )
+            )
         self._sent[t] = len(messages)
         return messages
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Clip, add the canaries, sum, noise, divide by ``m``, step; :attr:`release` is set."""
         t = int(server_round)
         model = self._model
@@ -239,36 +272,52 @@ class BuiltinDPFedAvg(Strategy):
         clip_norm = self._clip.pop(t, self.clipping_norm)
         bug = self.spec.inject_bug
         aggregate = aggregate_round(
-            client_updates=updates, canary_directions=[],
-            canary_sum=canary_sum if count else None, num_summed_canaries=count,
-            clip_norm=clip_norm, noise_multiplier=self.spec.noise_multiplier,
-            expected_cohort_size=self.spec.clients_per_round, dim=dim, rng=self._rng, bug=bug,
+            client_updates=updates,
+            canary_directions=[],
+            canary_sum=canary_sum if count else None,
+            num_summed_canaries=count,
+            clip_norm=clip_norm,
+            noise_multiplier=self.spec.noise_multiplier,
+            expected_cohort_size=self.spec.clients_per_round,
+            dim=dim,
+            rng=self._rng,
+            bug=bug,
         )
         self._model, _ = self._optimizer.step(model, aggregate.update)
         train_loss = float(np.mean(losses)) if losses else None
         self.release = RoundRelease(
-            update=aggregate.update.astype(np.float32), clip_norm=clip_norm,
-            num_clients=len(updates), num_canaries=count,
+            update=aggregate.update.astype(np.float32),
+            clip_norm=clip_norm,
+            num_clients=len(updates),
+            num_canaries=count,
             num_failures=self._sent.pop(t, 0) - len(updates),
-            clipped_fraction=aggregate.clipped_fraction, noise_stddev=aggregate.noise_stddev,
+            clipped_fraction=aggregate.clipped_fraction,
+            noise_stddev=aggregate.noise_stddev,
             train_loss=train_loss,
         )
-        self.round_stats[t] = {"clip_norm": clip_norm, "cohort_size": len(updates) + count,
-                               "num_failures": self.release.num_failures}
+        self.round_stats[t] = {
+            "clip_norm": clip_norm,
+            "cohort_size": len(updates) + count,
+            "num_failures": self.release.num_failures,
+        }
         if self._adaptive is not None:
-            self._adaptive.update(num_unclipped=len(updates) - aggregate.num_clipped,
-                                  expected_count=max(self._expected_real, 1.0), rng=self._rng)
+            self._adaptive.update(
+                num_unclipped=len(updates) - aggregate.num_clipped,
+                expected_count=max(self._expected_real, 1.0),
+                rng=self._rng,
+            )
         if self.progress is not None:
             self.progress(t, self.spec.num_rounds)
         metrics_out = MetricRecord({"train-loss": train_loss}) if train_loss is not None else None
         return ArrayRecord([self._model]), metrics_out
 
     # -- evaluation: on the server, at the end (ServerApp's evaluate_fn) -----------------------
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         return []
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
         return None
-

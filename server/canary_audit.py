@@ -42,8 +42,10 @@ __all__ = ["CanaryAudit", "canary_metrics", "canary_models", "update_norms"]
 def update_norms(current: np.ndarray, models: Iterable[np.ndarray]) -> np.ndarray:
     """The norm of each real reply's update ``model - theta_{t-1}`` (float64), taken before the
     wrapped strategy aggregates (a DP wrapper clips the replies in place)."""
-    return np.asarray([np.linalg.norm((np.asarray(model) - current).astype(np.float64))
-                       for model in models], dtype=np.float64)
+    return np.asarray(
+        [np.linalg.norm((np.asarray(model) - current).astype(np.float64)) for model in models],
+        dtype=np.float64,
+    )
 
 
 def canary_models(current: np.ndarray, block: np.ndarray, clip_norm: float) -> Iterator[np.ndarray]:
@@ -53,8 +55,13 @@ def canary_models(current: np.ndarray, block: np.ndarray, clip_norm: float) -> I
         yield (current + clip_norm * direction).astype(np.float32)
 
 
-def canary_metrics(columns: Mapping[str, list], weights: np.ndarray, *,
-                   weight_key: str | None = None, weight: float = 1.0) -> dict[str, Any]:
+def canary_metrics(
+    columns: Mapping[str, list],
+    weights: np.ndarray,
+    *,
+    weight_key: str | None = None,
+    weight: float = 1.0,
+) -> dict[str, Any]:
     """The metrics a canary reply carries, from the real replies' ``columns`` (key: the values
     of the replies that have it, in the order of ``weights``, one weight per real reply).
 
@@ -70,8 +77,8 @@ def canary_metrics(columns: Mapping[str, list], weights: np.ndarray, *,
         elif key == KEY_NORM_BIT:
             out[key] = type(first)(0)
         elif len(column) == len(weights) and all(
-                isinstance(v, (int, float, list, tuple)) and not isinstance(v, bool)
-                for v in column):
+            isinstance(v, (int, float, list, tuple)) and not isinstance(v, bool) for v in column
+        ):
             out[key] = weighted_mean_value(column, weights)
     return out
 
@@ -94,9 +101,15 @@ class CanaryAudit:
         The Flower DP wrapper to name when neither gives a clip norm.
     """
 
-    def __init__(self, strategy: Any, reporter: RoundReporter, *, canaries: Any = None,
-                 clip_norm: float | None = None,
-                 wrapper_hint: str = "DifferentialPrivacyServerSideFixedClipping") -> None:
+    def __init__(
+        self,
+        strategy: Any,
+        reporter: RoundReporter,
+        *,
+        canaries: Any = None,
+        clip_norm: float | None = None,
+        wrapper_hint: str = "DifferentialPrivacyServerSideFixedClipping",
+    ) -> None:
         if clip_norm is not None:
             check_positive(clip_norm, "clip_norm")
         if clip_norm is None and current_clip_norm(strategy) is None:
@@ -150,10 +163,15 @@ class CanaryAudit:
                 log(ERROR, refusal_line(getattr(self.reporter, "audit_id", "?"), error))
                 raise
         self.claimed = True
-        log(INFO, "flaudit: claim declared: %s, %s, %d of %d nodes per round, "
-            "%d rounds", split_sentence(claim) or f"noise multiplier {claim['noise_multiplier']}",
+        log(
+            INFO,
+            "flaudit: claim declared: %s, %s, %d of %d nodes per round, %d rounds",
+            split_sentence(claim) or f"noise multiplier {claim['noise_multiplier']}",
             f"clip norm {claim['clip_norm']}" if "clip_norm" in claim else "adaptive clipping",
-            claim["clients_per_round"], claim["num_clients"], num_rounds)
+            claim["clients_per_round"],
+            claim["num_clients"],
+            num_rounds,
+        )
         design = design_line(getattr(self.reporter, "claim_ack", None))
         if design is not None:  # what the audit will catch, before round 1
             log(INFO, "%s", design)
@@ -176,11 +194,13 @@ class CanaryAudit:
         From a local source: its unit vectors, renormalised in float64.
         """
         if self.canaries is not None:
-            block = np.asarray(self.canaries.round_canaries(server_round, dim),
-                               dtype=np.float64).reshape(-1, dim)
+            block = np.asarray(
+                self.canaries.round_canaries(server_round, dim), dtype=np.float64
+            ).reshape(-1, dim)
             return block / np.linalg.norm(block, axis=1, keepdims=True)
-        return np.asarray(self.reporter.round_canaries(server_round),
-                          dtype=np.float32).reshape(-1, dim)
+        return np.asarray(self.reporter.round_canaries(server_round), dtype=np.float32).reshape(
+            -1, dim
+        )
 
     def participants(self, server_round: int) -> tuple[int, ...] | None:
         """Canary indices "in" the round from a local source; None: the service derives them."""
@@ -188,10 +208,18 @@ class CanaryAudit:
         found = None if participants is None else participants(server_round)
         return None if found is None else tuple(int(j) for j in found)
 
-    def round_metadata(self, server_round: int, *, norms: np.ndarray, inserted: int,
-                       num_failures: int, clip_norm: float, metrics: Mapping[str, Any] | None,
-                       weight_factor: float | None,
-                       noise_clip_norm: float | None = None) -> RoundMetadata:
+    def round_metadata(
+        self,
+        server_round: int,
+        *,
+        norms: np.ndarray,
+        inserted: int,
+        num_failures: int,
+        clip_norm: float,
+        metrics: Mapping[str, Any] | None,
+        weight_factor: float | None,
+        noise_clip_norm: float | None = None,
+    ) -> RoundMetadata:
         """What round ``t`` reports beside its release, computed alike for both wrappers.
 
         ``norms``: the real replies' update norms (:func:`update_norms`); ``cohort_size``: those
@@ -240,8 +268,15 @@ class CanaryAudit:
         drop = set(self._slot_rng.choice(len(sampled), size=count, replace=False).tolist())
         return [item for i, item in enumerate(sampled) if i not in drop]
 
-    def canary_weight(self, server_round: int, weights: list[float], count: int, *, key: str,
-                      integer: bool = False) -> tuple[float, float | None]:
+    def canary_weight(
+        self,
+        server_round: int,
+        weights: list[float],
+        count: int,
+        *,
+        key: str,
+        integer: bool = False,
+    ) -> tuple[float, float | None]:
         """The weight each of the round's ``count`` canary replies carries, and the round's
         weight factor.
 

@@ -82,8 +82,10 @@ class ServiceCanarySums:
         if count == 0:
             return np.zeros(int(dim), dtype=np.float32), 0
         if total.shape != (int(dim),):
-            raise ValueError(f"the service served a canary sum of d={total.shape[0]} for round "
-                             f"{t}; the model has d={dim}")
+            raise ValueError(
+                f"the service served a canary sum of d={total.shape[0]} for round "
+                f"{t}; the model has d={dim}"
+            )
         return total, int(count)
 
     def participants(self, t: int) -> None:

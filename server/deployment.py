@@ -48,9 +48,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..auditor.canaries import seen_mask
 from ..auditor.spec import AuditSpec, Engine
@@ -120,7 +121,7 @@ class DeploymentResult:
 
 
 def build_run_config(
-    spec: "AuditSpec",
+    spec: AuditSpec,
     *,
     audit_id: str,
     canary_seed: int,
@@ -318,14 +319,14 @@ def start_flower_run(
 
 
 def run_deployment_audit(
-    spec: "AuditSpec",
+    spec: AuditSpec,
     *,
     audit_id: str,
     canary_seed: int,
     ingest_url: str,
     run_token: str,
     timeout: float | None = None,
-    cancel_event: "threading.Event | _SignalFlag | None" = None,
+    cancel_event: threading.Event | _SignalFlag | None = None,
     app_dir: str | os.PathLike[str] | None = None,
     root_certificates: str | None = None,
     poll_interval: float = 1.0,
@@ -399,7 +400,10 @@ def run_deployment_audit(
     started = time.monotonic()
     if flower_run_id is None:
         run_config = build_run_config(
-            spec, audit_id=audit_id, canary_seed=canary_seed, ingest_url=ingest_url,
+            spec,
+            audit_id=audit_id,
+            canary_seed=canary_seed,
+            ingest_url=ingest_url,
             run_token=run_token,
         )
         run_id = start_flower_run(
@@ -414,8 +418,9 @@ def run_deployment_audit(
             on_started(run_id)
     else:
         run_id = int(flower_run_id)
-        log.info("audit %s: watching Flower run %s on SuperLink %s again", audit_id, run_id,
-                 address)
+        log.info(
+            "audit %s: watching Flower run %s on SuperLink %s again", audit_id, run_id, address
+        )
     factory = control_factory or SuperLinkControl
     control = factory(address, root_certificates=root_certificates)
     cancelled = timed_out = False
@@ -441,8 +446,12 @@ def run_deployment_audit(
             elif time.monotonic() - started > budget:
                 timed_out = True
             if cancelled or timed_out:
-                log.info("audit %s: stopping Flower run %s (%s)", audit_id, run_id,
-                         "cancelled" if cancelled else "timed out")
+                log.info(
+                    "audit %s: stopping Flower run %s (%s)",
+                    audit_id,
+                    run_id,
+                    "cancelled" if cancelled else "timed out",
+                )
                 control.stop(run_id)
                 state, details = _wait_until_finished(control, run_id, poll_interval, stop_grace)
                 break
@@ -453,7 +462,9 @@ def run_deployment_audit(
     finally:
         control.close()
     elapsed = time.monotonic() - started
-    log.info("audit %s: Flower run %s ended %s after %.1f s", audit_id, run_id, state.value, elapsed)
+    log.info(
+        "audit %s: Flower run %s ended %s after %.1f s", audit_id, run_id, state.value, elapsed
+    )
     return DeploymentResult(
         run_id=run_id,
         state=state,

@@ -37,8 +37,10 @@ class CanaryFetching:
         (``GET .../canary-sum``: ``4 d`` bytes on the wire and in memory whatever ``c``;
         docs/estimators.md, "Canary replies from the round's sum")."""
         response = self._request(
-            "GET", f"rounds/{int(server_round) + self._round_offset}/canary-sum",
-            attempts=attempts, headers={"Accept": "application/octet-stream"},
+            "GET",
+            f"rounds/{int(server_round) + self._round_offset}/canary-sum",
+            attempts=attempts,
+            headers={"Accept": "application/octet-stream"},
             timeout=self.fetch_timeout,
         )
         dim = int(response.headers["X-Canary-Dim"])
@@ -107,8 +109,9 @@ class CanaryFetching:
             if self._prerequisites_pending() and not self._kick_and_wait(2.0):
                 if self._disabled is not None:
                     return empty
-                return self._without_canaries(t, "service unreachable: the claim and the "
-                                                 "initial model were not delivered yet")
+                return self._without_canaries(
+                    t, "service unreachable: the claim and the initial model were not delivered yet"
+                )
             down = self._down_since is not None
             try:
                 block = self._fetch_canaries(t, 1 if down else min(self.max_retries, 2) + 1)

@@ -135,7 +135,6 @@ class HttpRoundReporter(CanaryFetching):
 
         import httpx
 
-
         if on_service_error not in ON_SERVICE_ERROR:
             raise ValueError(
                 f"on_service_error must be 'continue' or 'stop', got {on_service_error!r}"
@@ -237,8 +236,14 @@ class HttpRoundReporter(CanaryFetching):
             if attempt + 1 == attempts:
                 raise ServiceUnreachable(problem, attempts)
             wait = self.backoff * (2**attempt)
-            logger.log(logging.DEBUG if self._fail_open else logging.WARNING,
-                       "%s %s failed (%s); retrying in %.1f s", method, path, problem, wait)
+            logger.log(
+                logging.DEBUG if self._fail_open else logging.WARNING,
+                "%s %s failed (%s); retrying in %.1f s",
+                method,
+                path,
+                problem,
+                wait,
+            )
             time.sleep(wait)
 
     def _stopped(self, method: str, path: str, error: ServiceUnreachable) -> ReportingError:
@@ -271,7 +276,9 @@ class HttpRoundReporter(CanaryFetching):
                 "flaudit: the audit service at %s is unreachable (%s); training goes on "
                 "(on_service_error='continue'): rounds are kept (up to %d MiB) and sent when it "
                 "is back, and rounds whose canaries cannot be fetched train without them",
-                self.base_url, problem, self.buffer_bytes // _MiB,
+                self.base_url,
+                problem,
+                self.buffer_bytes // _MiB,
             )
 
     def _came_back(self) -> None:
@@ -282,7 +289,8 @@ class HttpRoundReporter(CanaryFetching):
             logger.warning(
                 "flaudit: the audit service is back (unreachable for %.0f s from the first failed "
                 "request); %d buffered report(s) delivered",
-                time.monotonic() - since, delivered,
+                time.monotonic() - since,
+                delivered,
             )
 
     def _refused(self, error: ReportingError, what: str) -> None:
@@ -301,7 +309,9 @@ class HttpRoundReporter(CanaryFetching):
         if first:
             logger.error(
                 "flaudit: the audit service refused %s, so this run is no longer audited "
-                "(training goes on): %s", what, error,
+                "(training goes on): %s",
+                what,
+                error,
             )
         for t in lost:
             self._gap(t, "not_reported", "the service refused this run's reports")
@@ -349,14 +359,19 @@ class HttpRoundReporter(CanaryFetching):
             self._kick_until(full, 2.0)
         with self._cond:
             if full():
-                reason = (f"not reported: the wrapper's buffer ({self.buffer_bytes // _MiB} MiB) "
-                          "was full while the service was away")
+                reason = (
+                    f"not reported: the wrapper's buffer ({self.buffer_bytes // _MiB} MiB) "
+                    "was full while the service was away"
+                )
                 logger.warning("flaudit: %s: %s", item.what, reason)
                 self._gap(item.round, "not_reported", reason)
-                item = _Item("PUT", "rounds/{t}/missing", f"the gap of {item.what}",
-                             {"json": {"reason": reason},
-                              "headers": {"Content-Type": "application/json"}},
-                             round=item.round)
+                item = _Item(
+                    "PUT",
+                    "rounds/{t}/missing",
+                    f"the gap of {item.what}",
+                    {"json": {"reason": reason}, "headers": {"Content-Type": "application/json"}},
+                    round=item.round,
+                )
             self._outbox.append(item)
             self._outbox_bytes += item.nbytes
             self._cond.notify_all()
@@ -401,9 +416,15 @@ class HttpRoundReporter(CanaryFetching):
             quiet = time.monotonic() - self._last_contact
             if interval is not None and self._disabled is None and quiet >= interval:
                 try:
-                    self._heartbeat_acknowledged(self._request(
-                        "PUT", "heartbeat", attempts=1, json=self.heartbeat_body(),
-                        headers={"Content-Type": "application/json"}))
+                    self._heartbeat_acknowledged(
+                        self._request(
+                            "PUT",
+                            "heartbeat",
+                            attempts=1,
+                            json=self.heartbeat_body(),
+                            headers={"Content-Type": "application/json"},
+                        )
+                    )
                     self._came_back()
                 except ServiceUnreachable as error:
                     if self._fail_open:
@@ -443,17 +464,18 @@ class HttpRoundReporter(CanaryFetching):
     def heartbeat_body(self) -> dict[str, Any]:
         """What the run is doing, for the service's silence rule (service/silence.py)."""
         now = time.monotonic()
-        body: dict[str, Any] = {"round": self._moved[0] + self._round_offset,
-                                "phase": self._moved[1],
-                                "progress_age_seconds": round(now - self._moved_at, 3)}
+        body: dict[str, Any] = {
+            "round": self._moved[0] + self._round_offset,
+            "phase": self._moved[1],
+            "progress_age_seconds": round(now - self._moved_at, 3),
+        }
         if self._grid_answered_at is not None:
             body["grid_age_seconds"] = round(now - self._grid_answered_at, 3)
         if self._round_timeout is not None:
             body["round_timeout_seconds"] = self._round_timeout
         return body
 
-    def watch_grid(self, probe, *, round_timeout: float | None = None,
-                   every: float = 10.0) -> None:
+    def watch_grid(self, probe, *, round_timeout: float | None = None, every: float = 10.0) -> None:
         """Ask the SuperLink something cheap (``probe()``, e.g. ``grid.get_node_ids``) every
         ``every`` seconds on a thread of its own, so heartbeats say when it last answered: a
         ServerApp whose SuperLink died keeps heartbeating, and the service then ends its audit.
@@ -470,8 +492,7 @@ class HttpRoundReporter(CanaryFetching):
                 try:
                     probe()
                 except Exception as error:  # any failure of the grid: it did not answer
-                    logger.debug("flaudit: the SuperLink did not answer (%s)",
-                                 type(error).__name__)
+                    logger.debug("flaudit: the SuperLink did not answer (%s)", type(error).__name__)
                     continue
                 self._grid_answered_at = time.monotonic()
 
@@ -499,7 +520,8 @@ class HttpRoundReporter(CanaryFetching):
             logger.warning(
                 "flaudit: the audit service at %s is still unreachable; not reported: %s; the "
                 "service will end the audit after its silence limit with these rounds missing",
-                self.base_url, ", ".join(item.what for item in lost),
+                self.base_url,
+                ", ".join(item.what for item in lost),
             )
             for t in rounds:
                 self._gap(t, "not_reported", "the service was unreachable until the run ended")
@@ -516,8 +538,9 @@ class HttpRoundReporter(CanaryFetching):
         self.claim_ack = ack  # the canaries chosen and the design, for the ServerApp's log
         if self.resume:
             self._round_offset = int(ack.get("rounds_stored") or 0)
-            logger.warning("flaudit: resuming audit %s after its round %d",
-                           self.audit_id, self._round_offset)
+            logger.warning(
+                "flaudit: resuming audit %s after its round %d", self.audit_id, self._round_offset
+            )
         self._num_rounds = spec.get("num_rounds")
         self._silence_limit = spec.get("timeout_seconds")
         self._claimed = True
@@ -532,10 +555,17 @@ class HttpRoundReporter(CanaryFetching):
             ended audit), with its message; or it is unreachable and ``on_service_error`` is
             ``"stop"``. Unreachable with ``"continue"``: the claim waits in the outbox.
         """
-        item = _Item("PUT", "claim", "the claim",
-                     {"json": claim, "headers": {"Content-Type": "application/json"},
-                      "params": {"resume": "true"} if self.resume else None},
-                     on_done=self._claim_acknowledged)
+        item = _Item(
+            "PUT",
+            "claim",
+            "the claim",
+            {
+                "json": claim,
+                "headers": {"Content-Type": "application/json"},
+                "params": {"resume": "true"} if self.resume else None,
+            },
+            on_done=self._claim_acknowledged,
+        )
         if not self._fail_open:
             try:
                 self._send(item)
@@ -573,8 +603,9 @@ class HttpRoundReporter(CanaryFetching):
     def report_initial(self, initial_model: np.ndarray) -> None:
         if self.resume:  # the audit holds theta_0 already; this run starts from a checkpoint
             return
-        self._deliver(_Item("PUT", "initial-model", "the initial model",
-                            {"content": _body(initial_model)}))
+        self._deliver(
+            _Item("PUT", "initial-model", "the initial model", {"content": _body(initial_model)})
+        )
 
     def report_round(self, server_round: int, update: np.ndarray, metadata: RoundMetadata) -> None:
         t = int(server_round)
@@ -585,9 +616,17 @@ class HttpRoundReporter(CanaryFetching):
             logger.warning("flaudit: round %d trains without canaries: %s", t, missing)
         content = _body(update, metadata.participants)
         self.moved(t, "reported")
-        self._deliver(_Item("PUT", "rounds/{t}", f"round {t}",
-                            {"content": content, "params": params},
-                            round=t, nbytes=len(content), on_done=self._round_acknowledged))
+        self._deliver(
+            _Item(
+                "PUT",
+                "rounds/{t}",
+                f"round {t}",
+                {"content": content, "params": params},
+                round=t,
+                nbytes=len(content),
+                on_done=self._round_acknowledged,
+            )
+        )
 
     def _round_acknowledged(self, response) -> None:
         """Stop on alarm: the service answers ``"stop"`` once the claim is refuted."""
@@ -601,9 +640,15 @@ class HttpRoundReporter(CanaryFetching):
         """Send theta_T; with ``"continue"``, then wait up to ``drain_seconds`` for everything
         buffered to be delivered (:meth:`drain`)."""
         params = {k: float(v) for k, v in metrics.items() if k in ("accuracy", "loss")}
-        self._deliver(_Item("PUT", "final-model", "the final model",
-                            {"content": _body(final_model), "params": params},
-                            on_done=self._final_delivered))
+        self._deliver(
+            _Item(
+                "PUT",
+                "final-model",
+                "the final model",
+                {"content": _body(final_model), "params": params},
+                on_done=self._final_delivered,
+            )
+        )
         if self._fail_open and self._disabled is None:
             self.drain()
 

@@ -19,7 +19,7 @@ from .canary_audit import CanaryAudit, canary_metrics, canary_models, update_nor
 from .reporting import RoundReporter
 from .strategies import current_noise_multiplier, legacy_strategy_class, read_claim
 
-__all__ = ['LegacyCanaryAuditStrategy']
+__all__ = ["LegacyCanaryAuditStrategy"]
 
 
 class LegacyCanaryAuditStrategy(legacy_strategy_class()):
@@ -49,8 +49,15 @@ class LegacyCanaryAuditStrategy(legacy_strategy_class()):
         As for :class:`CanaryAuditStrategy`.
     """
 
-    def __init__(self, strategy: Any, *, num_rounds: int, reporter: RoundReporter,
-                 canaries: Any = None, clip_norm: float | None = None) -> None:
+    def __init__(
+        self,
+        strategy: Any,
+        *,
+        num_rounds: int,
+        reporter: RoundReporter,
+        canaries: Any = None,
+        clip_norm: float | None = None,
+    ) -> None:
         if not isinstance(strategy, legacy_strategy_class()):
             raise ValueError(
                 f"strategy must be a flwr.server.strategy.Strategy, got {type(strategy).__name__}"
@@ -58,8 +65,13 @@ class LegacyCanaryAuditStrategy(legacy_strategy_class()):
             )
         check_at_least(num_rounds, "num_rounds", 1)
         #: the audit's state and steps, shared with the Message-API wrapper
-        self.audit = CanaryAudit(strategy, reporter, canaries=canaries, clip_norm=clip_norm,
-                                 wrapper_hint="DifferentialPrivacyClientSideFixedClipping")
+        self.audit = CanaryAudit(
+            strategy,
+            reporter,
+            canaries=canaries,
+            clip_norm=clip_norm,
+            wrapper_hint="DifferentialPrivacyClientSideFixedClipping",
+        )
         read_claim(strategy, num_rounds=num_rounds, num_nodes=1)
         self.strategy = strategy
         self.reporter = reporter
@@ -71,12 +83,18 @@ class LegacyCanaryAuditStrategy(legacy_strategy_class()):
         self.weight_factors = self.audit.weight_factors
 
     @classmethod
-    def from_env(cls, strategy: Any, *, num_rounds: int,
-                 run_config: Mapping[str, Any] | None = None,
-                 **options: Any) -> "LegacyCanaryAuditStrategy":
+    def from_env(
+        cls,
+        strategy: Any,
+        *,
+        num_rounds: int,
+        run_config: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> LegacyCanaryAuditStrategy:
         """As :meth:`CanaryAuditStrategy.from_env`."""
-        return cls(strategy, num_rounds=num_rounds, reporter=reporter_from_env(run_config),
-                   **options)
+        return cls(
+            strategy, num_rounds=num_rounds, reporter=reporter_from_env(run_config), **options
+        )
 
     def __repr__(self) -> str:
         return f"LegacyCanaryAuditStrategy({self.strategy!r})"
@@ -100,8 +118,9 @@ class LegacyCanaryAuditStrategy(legacy_strategy_class()):
 
     def _declare(self, client_manager: Any) -> None:
         if not self.audit.claimed:
-            self.audit.declare(num_rounds=self.num_rounds,
-                               num_nodes=int(client_manager.num_available()))
+            self.audit.declare(
+                num_rounds=self.num_rounds, num_nodes=int(client_manager.num_available())
+            )
 
     def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
         """The wrapped strategy's clients, less one per canary scheduled this round."""
@@ -114,11 +133,15 @@ class LegacyCanaryAuditStrategy(legacy_strategy_class()):
         if not pairs:
             return pairs
         dim = sum(int(a.size) for a in self._current)
-        block = np.asarray(self.audit.round_canaries(server_round, dim),
-                           np.float32).reshape(-1, dim)
-        sent = self.audit.take_slots(server_round, pairs, int(block.shape[0]),
-                                     what="FedAvg: fraction_fit x clients, at least "
-                                          "min_fit_clients")
+        block = np.asarray(self.audit.round_canaries(server_round, dim), np.float32).reshape(
+            -1, dim
+        )
+        sent = self.audit.take_slots(
+            server_round,
+            pairs,
+            int(block.shape[0]),
+            what="FedAvg: fraction_fit x clients, at least min_fit_clients",
+        )
         self._round_block[server_round] = block
         return sent
 
@@ -137,34 +160,55 @@ class LegacyCanaryAuditStrategy(legacy_strategy_class()):
         current = flatten(self._current) if self._current is not None else None
         clip_norm = self.clip_norm
         inserted, weight_factor = 0, None
-        norms = update_norms(current, (flatten(parameters_to_ndarrays(res.parameters))
-                                       for _, res in results)) if current is not None else None
+        norms = (
+            update_norms(
+                current, (flatten(parameters_to_ndarrays(res.parameters)) for _, res in results)
+            )
+            if current is not None
+            else None
+        )
         if block is not None and current is not None:
             weights = [float(res.num_examples) for _, res in results]
             weight, weight_factor = self.audit.canary_weight(
-                server_round, weights, int(block.shape[0]), key="num_examples", integer=True)
+                server_round, weights, int(block.shape[0]), key="num_examples", integer=True
+            )
             first = (results[0][1].metrics or {}) if results else {}
-            metrics = canary_metrics({key: [(res.metrics or {}).get(key) for _, res in results]
-                                      for key in first}, np.asarray(weights))
+            metrics = canary_metrics(
+                {key: [(res.metrics or {}).get(key) for _, res in results] for key in first},
+                np.asarray(weights),
+            )
             shapes = [a.shape for a in self._current]
             dtypes = [a.dtype for a in self._current]
             for model in canary_models(current, block, clip_norm):
-                fit = FitRes(status=Status(code=Code.OK, message=""),
-                             parameters=ndarrays_to_parameters(
-                                 unflatten(model, shapes, dtypes=dtypes)),
-                             num_examples=int(round(weight)), metrics=dict(metrics))
+                fit = FitRes(
+                    status=Status(code=Code.OK, message=""),
+                    parameters=ndarrays_to_parameters(unflatten(model, shapes, dtypes=dtypes)),
+                    num_examples=int(round(weight)),
+                    metrics=dict(metrics),
+                )
                 results.append((None, fit))
                 inserted += 1
         parameters, metrics_out = self.strategy.aggregate_fit(server_round, results, failures)
         noise_clip_norm = self.clip_norm  # adaptive clipping: the norm Flower noised for
         if parameters is not None and current is not None:
-            self.audit.calibration.record(server_round, clip_norm, noise_clip_norm,
-                                          current_noise_multiplier(self.strategy))
+            self.audit.calibration.record(
+                server_round, clip_norm, noise_clip_norm, current_noise_multiplier(self.strategy)
+            )
             new = flatten(parameters_to_ndarrays(parameters))
-            self.reporter.report_round(server_round, new - current, self.audit.round_metadata(
-                server_round, norms=norms, inserted=inserted, num_failures=len(failures),
-                clip_norm=clip_norm, metrics=metrics_out, weight_factor=weight_factor,
-                noise_clip_norm=noise_clip_norm))
+            self.reporter.report_round(
+                server_round,
+                new - current,
+                self.audit.round_metadata(
+                    server_round,
+                    norms=norms,
+                    inserted=inserted,
+                    num_failures=len(failures),
+                    clip_norm=clip_norm,
+                    metrics=metrics_out,
+                    weight_factor=weight_factor,
+                    noise_clip_norm=noise_clip_norm,
+                ),
+            )
             if server_round == self.num_rounds and not self.audit.final_reported:
                 self.reporter.report_final(new, {})
                 self.audit.final_reported = True

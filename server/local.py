@@ -13,7 +13,7 @@ from ..auditor.schedules import CanarySchedule, audit_canary_plan, canary_plan
 from ..auditor.spec import AuditSpec
 from ..auditor.validation import check_at_least
 
-__all__ = ['LocalCanaries']
+__all__ = ["LocalCanaries"]
 
 
 class LocalCanaries:
@@ -32,30 +32,55 @@ class LocalCanaries:
     :class:`flaudit.server.canary_sums.CanarySums`).
     """
 
-    def __init__(self, canary_seed: int, *, num_canaries: int, num_rounds: int,
-                 canary_repeats: int = 1, data_seed: int = 0,
-                 canary_family: CanaryFamily | str | None = None,
-                 clients_per_round: int | None = None) -> None:
+    def __init__(
+        self,
+        canary_seed: int,
+        *,
+        num_canaries: int,
+        num_rounds: int,
+        canary_repeats: int = 1,
+        data_seed: int = 0,
+        canary_family: CanaryFamily | str | None = None,
+        clients_per_round: int | None = None,
+    ) -> None:
         check_at_least(num_canaries, "num_canaries", 2)
         check_at_least(num_rounds, "num_rounds", 1)
         if not 1 <= canary_repeats <= num_rounds:
             raise ValueError(f"canary_repeats must be in [1, num_rounds], got {canary_repeats}")
-        self._setup(canary_seed, num_canaries, canary_family, canary_plan(
-            int(canary_seed), num_canaries=num_canaries, num_rounds=num_rounds,
-            canary_repeats=canary_repeats, data_seed=data_seed, max_per_round=clients_per_round,
-        ))
+        self._setup(
+            canary_seed,
+            num_canaries,
+            canary_family,
+            canary_plan(
+                int(canary_seed),
+                num_canaries=num_canaries,
+                num_rounds=num_rounds,
+                canary_repeats=canary_repeats,
+                data_seed=data_seed,
+                max_per_round=clients_per_round,
+            ),
+        )
 
     @classmethod
-    def for_audit(cls, canary_seed: int, spec: AuditSpec) -> "LocalCanaries":
+    def for_audit(cls, canary_seed: int, spec: AuditSpec) -> LocalCanaries:
         """The canaries of the audit ``spec`` (its schedule:
         :func:`flaudit.auditor.schedules.audit_canary_plan`; built-in engines uncapped)."""
         local = cls.__new__(cls)
-        local._setup(canary_seed, spec.num_canaries, spec.canary_family,
-                     audit_canary_plan(int(canary_seed), spec))
+        local._setup(
+            canary_seed,
+            spec.num_canaries,
+            spec.canary_family,
+            audit_canary_plan(int(canary_seed), spec),
+        )
         return local
 
-    def _setup(self, canary_seed: int, num_canaries: int,
-               canary_family: CanaryFamily | str | None, plan: CanarySchedule) -> None:
+    def _setup(
+        self,
+        canary_seed: int,
+        num_canaries: int,
+        canary_family: CanaryFamily | str | None,
+        plan: CanarySchedule,
+    ) -> None:
         self._seed = int(canary_seed)
         self.num_canaries = int(num_canaries)
         self.canary_family = None if canary_family is None else CanaryFamily(canary_family)

@@ -25,9 +25,15 @@ from flwr.common.logger import log
 
 from ..auditor.noise_calibration import noise_split_sentence as split_sentence
 
-__all__ = ["NoiseCalibration", "alarm_line", "configured_noise_multiplier",
-           "effective_noise_multiplier", "log_alarm", "split_sentence",
-           "update_noise_multiplier"]
+__all__ = [
+    "NoiseCalibration",
+    "alarm_line",
+    "configured_noise_multiplier",
+    "effective_noise_multiplier",
+    "log_alarm",
+    "split_sentence",
+    "update_noise_multiplier",
+]
 
 
 def update_noise_multiplier(z: float, sigma_b: float) -> float:
@@ -36,9 +42,10 @@ def update_noise_multiplier(z: float, sigma_b: float) -> float:
     if z == 0:
         return 0.0
     if not 0 < z < 2 * sigma_b:
-        raise ValueError(f"adaptive clipping needs 0 < z < 2 * sigma_b, got z = {z}, "
-                         f"sigma_b = {sigma_b}")
-    return (z ** -2 - (2 * sigma_b) ** -2) ** -0.5
+        raise ValueError(
+            f"adaptive clipping needs 0 < z < 2 * sigma_b, got z = {z}, sigma_b = {sigma_b}"
+        )
+    return (z**-2 - (2 * sigma_b) ** -2) ** -0.5
 
 
 def configured_noise_multiplier(z_delta: float, sigma_b: float) -> float:
@@ -46,7 +53,7 @@ def configured_noise_multiplier(z_delta: float, sigma_b: float) -> float:
     keep and their ``clipped_count_stddev`` ``sigma_b``: ``(z_delta^-2 + (2 sigma_b)^-2)^(-1/2)``."""
     if z_delta == 0 or not sigma_b:
         return float(z_delta)
-    return (z_delta ** -2 + (2 * sigma_b) ** -2) ** -0.5
+    return (z_delta**-2 + (2 * sigma_b) ** -2) ** -0.5
 
 
 class NoiseCalibration:
@@ -59,8 +66,9 @@ class NoiseCalibration:
         self.factors: dict[int, float] = {}
         self._warned = False
 
-    def record(self, server_round: int, clip_norm: float, noise_clip_norm: float,
-               noise_multiplier: float) -> float:
+    def record(
+        self, server_round: int, clip_norm: float, noise_clip_norm: float, noise_multiplier: float
+    ) -> float:
         """Record round ``t``; returns its factor. Below 1 (noised for a smaller norm than the
         updates were clipped to) the ServerApp log says so, once per run."""
         t = int(server_round)
@@ -69,12 +77,20 @@ class NoiseCalibration:
         self.factors[t] = factor
         if factor < 1 - 1e-9 and not self._warned and noise_multiplier > 0:
             self._warned = True
-            log(WARNING, "flaudit: round %d: the DP wrapper clipped the updates to %.4g but added "
+            log(
+                WARNING,
+                "flaudit: round %d: the DP wrapper clipped the updates to %.4g but added "
                 "the noise for clip norm %.4g (%.3g x): the round's effective noise multiplier is "
                 "%.4g, not %.4g. Flower's adaptive-clipping wrappers update the clip norm before "
                 "they add the noise; the audit records the factor of every round (noise_clip_norm). "
-                "(Said once per run.)", t, clip_norm, noise_clip_norm, factor,
-                noise_multiplier * factor, noise_multiplier)
+                "(Said once per run.)",
+                t,
+                clip_norm,
+                noise_clip_norm,
+                factor,
+                noise_multiplier * factor,
+                noise_multiplier,
+            )
         return factor
 
     @property
@@ -108,5 +124,6 @@ def log_alarm(reporter: Any, ack: Mapping[str, Any] | None) -> None:
 
 def effective_noise_multiplier(noise_multiplier: float, factor: float | None) -> float:
     """``z_delta * C_noise / C_clip``: the noise multiplier a round really had."""
-    return float(noise_multiplier) * (1.0 if factor is None or not math.isfinite(factor)
-                                      else float(factor))
+    return float(noise_multiplier) * (
+        1.0 if factor is None or not math.isfinite(factor) else float(factor)
+    )

@@ -22,8 +22,13 @@ from ..auditor.claims.known_rounds import KnownRoundsStatistic
 from ..auditor.statistics import CosineTracker
 from ..auditor.validation import check_at_least
 
-__all__ = ["RoundMetadata", "RoundReporter", "LocalRoundReporter", "ReportingError",
-           "participant_mask"]
+__all__ = [
+    "RoundMetadata",
+    "RoundReporter",
+    "LocalRoundReporter",
+    "ReportingError",
+    "participant_mask",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +71,9 @@ class RoundMetadata:
 class RoundReporter(Protocol):
     def report_initial(self, initial_model: np.ndarray) -> None: ...
 
-    def report_round(self, server_round: int, update: np.ndarray, metadata: RoundMetadata) -> None: ...
+    def report_round(
+        self, server_round: int, update: np.ndarray, metadata: RoundMetadata
+    ) -> None: ...
 
     def report_final(self, final_model: np.ndarray, metrics: dict[str, float]) -> None: ...
 
@@ -143,7 +150,7 @@ class LocalRoundReporter:
         canary_seed: int,
         num_canaries: int,
         canary_family: CanaryFamily | str | None = None,
-    ) -> "LocalRoundReporter":
+    ) -> LocalRoundReporter:
         """A reporter whose tracker is created when ``theta_0`` (hence ``d``) arrives.
 
         ``canary_family`` is the spec's (``None``: the default rule of
@@ -151,8 +158,11 @@ class LocalRoundReporter:
         """
         check_at_least(num_canaries, "num_canaries", 1)
         family = None if canary_family is None else CanaryFamily(canary_family)
-        return cls(tracker=None, null_mask=~seen_mask(canary_seed, int(num_canaries)),
-                   _lazy=(canary_seed, int(num_canaries), family))
+        return cls(
+            tracker=None,
+            null_mask=~seen_mask(canary_seed, int(num_canaries)),
+            _lazy=(canary_seed, int(num_canaries), family),
+        )
 
     def report_initial(self, initial_model: np.ndarray) -> None:
         self.initial_model = np.array(initial_model, dtype=np.float32)
@@ -170,8 +180,9 @@ class LocalRoundReporter:
         if self.null_mask is not None and metadata.participants is not None:
             k = self.tracker.num_canaries
             if self.known_rounds is None:
-                self.known_rounds = KnownRoundsStatistic(k, dim=self.tracker.dim,
-                                                         scale_dof=self.tracker.scale_dof)
+                self.known_rounds = KnownRoundsStatistic(
+                    k, dim=self.tracker.dim, scale_dof=self.tracker.scale_dof
+                )
             self.known_rounds.update(
                 round_cosines, participant_mask(metadata.participants, k), self.null_mask
             )

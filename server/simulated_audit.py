@@ -128,8 +128,14 @@ class FedAvgSimulation:
     canary_family: CanaryFamily | None = None
 
     def __post_init__(self) -> None:
-        for name in ("dim", "num_clients", "clients_per_round", "num_rounds", "num_canaries",
-                     "canary_repeats"):
+        for name in (
+            "dim",
+            "num_clients",
+            "clients_per_round",
+            "num_rounds",
+            "num_canaries",
+            "canary_repeats",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -138,7 +144,9 @@ class FedAvgSimulation:
         if self.num_canaries < 4:
             raise ValueError(f"num_canaries must be >= 4, got {self.num_canaries}")
         if not (self.noise_multiplier >= 0 and math.isfinite(self.noise_multiplier)):
-            raise ValueError(f"noise_multiplier must be a finite number >= 0, got {self.noise_multiplier}")
+            raise ValueError(
+                f"noise_multiplier must be a finite number >= 0, got {self.noise_multiplier}"
+            )
         if not (self.clip_norm > 0 and math.isfinite(self.clip_norm)):
             raise ValueError(f"clip_norm must be a finite number > 0, got {self.clip_norm}")
         if not 0 < self.delta < 1:
@@ -151,12 +159,14 @@ class FedAvgSimulation:
         elif not self.bug_factor >= 1:
             raise ValueError(f"bug_factor must be >= 1, got {self.bug_factor}")
         if self.sampling_probability is not None and not 0 < self.sampling_probability <= 1:
-            raise ValueError(f"sampling_probability must be in (0, 1], got {self.sampling_probability}")
+            raise ValueError(
+                f"sampling_probability must be in (0, 1], got {self.sampling_probability}"
+            )
         object.__setattr__(self, "bug", DPBug(self.bug))
         if self.canary_family is not None:
             object.__setattr__(self, "canary_family", CanaryFamily(self.canary_family))
 
-    def with_(self, **changes) -> "FedAvgSimulation":
+    def with_(self, **changes) -> FedAvgSimulation:
         """A copy with some fields changed."""
         return replace(self, **changes)
 
@@ -243,8 +253,9 @@ class FedAvgAuditResult:
         return RoundSums(rounds.sums[keep], rounds.counts[keep], rounds.dof)
 
 
-def _client_updates(config: FedAvgSimulation, count: int, direction: np.ndarray,
-                    rng: np.random.Generator) -> np.ndarray:
+def _client_updates(
+    config: FedAvgSimulation, count: int, direction: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     d, s = config.dim, config.clip_norm
     noise = rng.standard_normal((count, d), dtype=np.float32)
     noise *= np.float32(config.client_noise * s / math.sqrt(d))
@@ -311,7 +322,8 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
     # unseen canaries get rounds by the same rule as the claimed schedule (never inserted)
     unseen_idx = np.flatnonzero(~mask)
     unseen_rounds = canary_rounds(
-        unseen_idx.size, num_rounds=config.num_rounds,
+        unseen_idx.size,
+        num_rounds=config.num_rounds,
         repeats=min(config.canary_repeats, config.num_rounds),
         rng=np.random.default_rng(sched_seed.spawn(1)[0]),
     )
@@ -322,7 +334,8 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
     max_history = np.empty((config.num_rounds, k))
     clipper = (
         AdaptiveClipNorm(initial_clip_norm=s_clip, count_stddev=config.count_stddev())
-        if config.adaptive_clipping else None
+        if config.adaptive_clipping
+        else None
     )
     direction = client_rng.standard_normal(d)
     direction /= np.linalg.norm(direction)
@@ -340,8 +353,12 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         cohort_sizes.append(clients.size + canaries.shape[0])
         if bug is DPBug.no_clipping:
             noise_only = aggregate_round(
-                client_updates=[], canary_directions=[], clip_norm=s_clip,
-                noise_multiplier=config.noise_multiplier, expected_cohort_size=m, dim=d,
+                client_updates=[],
+                canary_directions=[],
+                clip_norm=s_clip,
+                noise_multiplier=config.noise_multiplier,
+                expected_cohort_size=m,
+                dim=d,
                 rng=noise_rng,
             )
             raw = np.zeros(d)
@@ -355,8 +372,10 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
                 canary_directions=canaries,
                 clip_norm=s_clip,
                 noise_multiplier=(
-                    0.0 if bug is DPBug.no_noise
-                    else config.noise_multiplier * config.bug_factor if bug is DPBug.noise_scale
+                    0.0
+                    if bug is DPBug.no_noise
+                    else config.noise_multiplier * config.bug_factor
+                    if bug is DPBug.noise_scale
                     else config.noise_multiplier
                 ),
                 expected_cohort_size=m,
@@ -368,9 +387,11 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
                 signal = agg.clipped_sum / m
                 update = signal + (agg.update - signal) / m
             if clipper is not None:
-                clipper.update(num_unclipped=len(updates) - agg.num_clipped,
-                               expected_count=max(m - seen_idx.size * repeats / config.num_rounds, 1.0),
-                               rng=noise_rng)
+                clipper.update(
+                    num_unclipped=len(updates) - agg.num_clipped,
+                    expected_count=max(m - seen_idx.size * repeats / config.num_rounds, 1.0),
+                    rng=noise_rng,
+                )
         # the released aggregate rho_bar_t (before the server optimizer) feeds the known rounds
         participants = np.zeros(k, dtype=bool)
         participants[seen_idx[inserted]] = True
@@ -384,7 +405,7 @@ def simulate_dpfedavg_audit(config: FedAvgSimulation, *, seed: int) -> FedAvgAud
         tracker.update(delta_t)
         max_history[t - 1] = tracker.max_cosines
     tracker.finalize(theta, theta0)
-    counts = schedule.participation_counts()[schedule.num_clients:]
+    counts = schedule.participation_counts()[schedule.num_clients :]
     return FedAvgAuditResult(
         final_cosines=tracker.final_cosines,
         max_cosines=tracker.max_cosines,
@@ -411,18 +432,20 @@ def simulation_claims(config: FedAvgSimulation) -> list:
     Poisson participation, the Poisson-subsampled curve with ``q`` as the service computes it."""
     from types import SimpleNamespace
 
-
-    return audit_claims(SimpleNamespace(
-        accounted_noise_multiplier=config.accounted_noise_multiplier,
-        noise_multiplier=config.noise_multiplier,
-        canary_repeats=config.canary_repeats,
-        participation=config.participation,
-        sampling_probability=claimed_sampling_probability(config),
-        num_rounds=config.num_rounds,
-    ))
+    return audit_claims(
+        SimpleNamespace(
+            accounted_noise_multiplier=config.accounted_noise_multiplier,
+            noise_multiplier=config.noise_multiplier,
+            canary_repeats=config.canary_repeats,
+            participation=config.participation,
+            sampling_probability=claimed_sampling_probability(config),
+            num_rounds=config.num_rounds,
+        )
+    )
 
 
 # -- Gaussian mechanism with seen and unseen canaries ---------------------------------------
+
 
 def sample_null_cosines(d: int, size: int, *, rng: np.random.Generator) -> np.ndarray:
     """Exact null cosines: ``cos(c, v)`` for ``c`` uniform on the sphere of R^d, any fixed ``v``.
@@ -482,6 +505,7 @@ def gaussian_mechanism_scores(
 
 # -- what the service would report for a simulated run ---------------------------------------
 
+
 def claimed_epsilons(config: FedAvgSimulation) -> dict[str, float]:
     """The analytic epsilons the service shows for this configuration (``analytic_results``):
     dp-accounting for the configured ``z``, ``q = m / (N + k/2)``, ``T`` (Poisson-subsampled, RDP
@@ -490,24 +514,40 @@ def claimed_epsilons(config: FedAvgSimulation) -> dict[str, float]:
     ``known_rounds``."""
 
     results = analytic_epsilon(
-        config.noise_multiplier, claimed_sampling_probability(config), config.num_rounds,
-        config.delta, participations=config.canary_repeats,
+        config.noise_multiplier,
+        claimed_sampling_probability(config),
+        config.num_rounds,
+        config.delta,
+        participations=config.canary_repeats,
     )
     out = {}
     for r in results:
-        key = r.threat_model if r.threat_model == "known_rounds" else f"poisson_{r.details['accountant']}"
+        key = (
+            r.threat_model
+            if r.threat_model == "known_rounds"
+            else f"poisson_{r.details['accountant']}"
+        )
         out[key] = r.epsilon
     return out
 
 
-def audit_epsilons(result: FedAvgAuditResult, *, delta: float, one_run: bool = True) -> dict[str, float]:
+def audit_epsilons(
+    result: FedAvgAuditResult, *, delta: float, one_run: bool = True
+) -> dict[str, float]:
     """Every estimate :func:`flaudit.auditor.claims.summarize` gives for a simulated run, flattened
     to ``{"<threat model>/<estimator>/<variance or correction>": epsilon}``."""
 
-    summary = summarize(AuditLook(seen=result.seen, dim=result.dim, delta=delta,
-                                  max_cosines=result.max_cosines,
-                                  final_cosines=result.final_cosines, one_run=one_run,
-                                  num_rounds=result.num_rounds))
+    summary = summarize(
+        AuditLook(
+            seen=result.seen,
+            dim=result.dim,
+            delta=delta,
+            max_cosines=result.max_cosines,
+            final_cosines=result.final_cosines,
+            one_run=one_run,
+            num_rounds=result.num_rounds,
+        )
+    )
     out = {}
     for e in summary.estimates:
         label = e.variance.value if e.estimator.value == "two_gaussian" else e.correction.value

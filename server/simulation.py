@@ -36,8 +36,12 @@ from .app import AuditRuntime, make_server_app, run_audit
 from .reporting import RoundReporter
 
 __all__ = [
-    "run_simulation_audit", "run_inprocess_audit", "InProcessGrid", "DEFAULT_MAX_SUPERNODES",
-    "LOOPBACK", "ray_init_args",
+    "run_simulation_audit",
+    "run_inprocess_audit",
+    "InProcessGrid",
+    "DEFAULT_MAX_SUPERNODES",
+    "LOOPBACK",
+    "ray_init_args",
 ]
 
 DEFAULT_MAX_SUPERNODES = 8
@@ -107,7 +111,6 @@ def run_simulation_audit(
     """
     from flwr.simulation import run_simulation
 
-
     if timeout is None:
         timeout = spec.timeout_seconds
     check_positive(timeout, "timeout")
@@ -163,7 +166,9 @@ def ray_init_args(node_ip: str | None = None, *, num_cpus: int | None = None) ->
     """
     node_ip = node_ip or os.environ.get("FLAUDIT_RAY_NODE_IP") or LOOPBACK
     init_args: dict[str, Any] = {
-        "include_dashboard": False, "log_to_driver": False, "_node_ip_address": node_ip,
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "_node_ip_address": node_ip,
     }
     if node_ip in (LOOPBACK, "localhost"):
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -193,7 +198,6 @@ class InProcessGrid:
     def send_and_receive(self, messages, *, timeout: float | None = None):
         from flwr.app import Error, Message
 
-
         replies = []
         for msg in messages:
             try:
@@ -218,16 +222,20 @@ def run_inprocess_audit(
     """
     from flwr.supercore.task_identity import TaskIdentity
 
-
     if timeout is None:
         timeout = spec.timeout_seconds
     old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
     if old[1] is None:  # messages need a run identity; set a local one if none is active
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
     try:
-        runtime = AuditRuntime(spec=spec, canary_seed=canary_seed, reporter=reporter,
-                               deadline=time.monotonic() + timeout, progress=progress,
-                               noise_seed=noise_seed)
+        runtime = AuditRuntime(
+            spec=spec,
+            canary_seed=canary_seed,
+            reporter=reporter,
+            deadline=time.monotonic() + timeout,
+            progress=progress,
+            noise_seed=noise_seed,
+        )
         return dict(run_audit(InProcessGrid(), runtime))
     finally:
         TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old

@@ -18,9 +18,19 @@ from ..protocol.vectors import flatten
 from .noise_calibration import configured_noise_multiplier
 
 __all__ = [
-    'accountant_spent', 'current_clip_norm', 'current_noise_multiplier', 'final_metrics',
-    'find_metric', 'legacy_strategy_class', 'overrides_start', 'read_claim', 'read_weight_key',
-    'record_vector', 'refuse_legacy', 'warn_weighting', 'weighted_mean_value',
+    "accountant_spent",
+    "current_clip_norm",
+    "current_noise_multiplier",
+    "final_metrics",
+    "find_metric",
+    "legacy_strategy_class",
+    "overrides_start",
+    "read_claim",
+    "read_weight_key",
+    "record_vector",
+    "refuse_legacy",
+    "warn_weighting",
+    "weighted_mean_value",
 ]
 
 
@@ -42,7 +52,8 @@ def _chain(strategy: Any) -> list[Any]:
 
 def _is_legacy(strategy: Any) -> bool:
     return type(strategy).__module__.startswith("flwr.server.strategy") or isinstance(
-        strategy, legacy_strategy_class())
+        strategy, legacy_strategy_class()
+    )
 
 
 def legacy_strategy_class() -> type:
@@ -89,10 +100,16 @@ def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[s
 
     if not _is_legacy(strategy):
         refuse_legacy(strategy)
-    fixed = tuple(getattr(module, f"DifferentialPrivacy{side}SideFixedClipping")
-                  for module in (message_api, legacy) for side in ("Server", "Client"))
-    adaptive = tuple(getattr(module, f"DifferentialPrivacy{side}SideAdaptiveClipping")
-                     for module in (message_api, legacy) for side in ("Server", "Client"))
+    fixed = tuple(
+        getattr(module, f"DifferentialPrivacy{side}SideFixedClipping")
+        for module in (message_api, legacy)
+        for side in ("Server", "Client")
+    )
+    adaptive = tuple(
+        getattr(module, f"DifferentialPrivacy{side}SideAdaptiveClipping")
+        for module in (message_api, legacy)
+        for side in ("Server", "Client")
+    )
     claim: dict[str, Any] = {"num_rounds": int(num_rounds), "participation": "uniform"}
     chain = _chain(strategy)
     dp = next((s for s in chain if isinstance(s, fixed + adaptive)), None)
@@ -120,7 +137,8 @@ def read_claim(strategy: Strategy, *, num_rounds: int, num_nodes: int) -> dict[s
         }
         # Flower keeps the update noise z_delta as noise_multiplier; the user set z
         claim["configured_noise_multiplier"] = configured_noise_multiplier(
-            float(dp.noise_multiplier), float(dp.clipped_count_stddev or 0.0))
+            float(dp.noise_multiplier), float(dp.clipped_count_stddev or 0.0)
+        )
     return claim
 
 
@@ -141,6 +159,7 @@ def read_weight_key(strategy: Strategy) -> str:
 
 # -- canaries --------------------------------------------------------------------------------
 
+
 def weighted_mean_value(values: list[Any], weights: np.ndarray) -> Any:
     """The weighted mean of one metric over the real replies, in the metric's own type."""
     if isinstance(values[0], (list, tuple)):
@@ -150,7 +169,6 @@ def weighted_mean_value(values: list[Any], weights: np.ndarray) -> Any:
     if isinstance(values[0], bool):
         return mean >= 0.5
     return int(round(mean)) if isinstance(values[0], int) else mean
-
 
 
 def overrides_start(strategy: Strategy) -> bool:
@@ -168,12 +186,18 @@ def accountant_spent(strategy: Strategy) -> Any:
 
 def warn_weighting(server_round: int, key: str, factor: float) -> None:
     """The weighting warning, said once per run (the largest factor is in the audit)."""
-    log(WARNING, "flaudit: round %s: weighting by '%s' gives the heaviest reply %.3g x the "
+    log(
+        WARNING,
+        "flaudit: round %s: weighting by '%s' gives the heaviest reply %.3g x the "
         "influence C/n the DP noise is calibrated for, so the claim does not hold for a client "
         "that heavy (up to %.3g x the claimed mu); the audit tests the noise at the canaries' "
         "weight and its verdict says whether the noise, the weighting or both break the claim. "
         "Cap the weights or weight uniformly. (Said once per run.)",
-        server_round, key, factor, factor)
+        server_round,
+        key,
+        factor,
+        factor,
+    )
 
 
 def current_noise_multiplier(strategy: Strategy) -> float:
@@ -193,15 +217,18 @@ def find_metric(record: Mapping[str, Any] | None, word: str) -> float | None:
     return None
 
 
-def final_metrics(result: Any, num_rounds: int, stopped_at_round: int | None = None
-                   ) -> dict[str, float]:
+def final_metrics(
+    result: Any, num_rounds: int, stopped_at_round: int | None = None
+) -> dict[str, float]:
     """Accuracy and loss of the final model: the ServerApp's ``evaluate_fn`` if it ran, else the
     clients' aggregated evaluation of the last round. Stopped on alarm after round ``s``: the
     model stays that of round ``s``, which ``evaluate_fn`` evaluates at every later round too."""
     out: dict[str, float] = {}
     stopped = num_rounds if stopped_at_round is None else int(stopped_at_round)
-    for source, rounds in (("evaluate_metrics_serverapp", (num_rounds, stopped)),
-                           ("evaluate_metrics_clientapp", (stopped,))):
+    for source, rounds in (
+        ("evaluate_metrics_serverapp", (num_rounds, stopped)),
+        ("evaluate_metrics_clientapp", (stopped,)),
+    ):
         records = getattr(result, source, {})
         record = next((records[t] for t in rounds if t in records), None)
         for name, word in (("accuracy", "acc"), ("loss", "loss")):

@@ -160,8 +160,12 @@ class SuperLinkControl:
         try:
             return bool(self._client.StopRun(StopRunRequest(run_id=int(run_id))).success)
         except Exception as exc:
-            log.warning("stopping run %s on SuperLink %s failed: %s", run_id, self.address,
-                        type(exc).__name__)
+            log.warning(
+                "stopping run %s on SuperLink %s failed: %s",
+                run_id,
+                self.address,
+                type(exc).__name__,
+            )
             return False
 
     def close(self) -> None:

@@ -54,6 +54,7 @@ Limits
   claim otherwise).
 * A Message-API strategy given to the legacy wrapper, or the reverse, is refused.
 """
+
 from __future__ import annotations
 
 import time
@@ -96,8 +97,16 @@ from .strategies import (
 
 # The names an app imports from here (docs/flower.md); the legacy wrapper, the local canaries,
 # the claim reader and the attach variables live in their own modules.
-__all__ = ["CanaryAuditStrategy", "LegacyCanaryAuditStrategy", "LocalCanaries", "read_claim",
-           "ENV_AUDIT_ID", "ENV_URL", "ENV_RUN_TOKEN", "ENV_RUN_TOKEN_FILE"]
+__all__ = [
+    "CanaryAuditStrategy",
+    "LegacyCanaryAuditStrategy",
+    "LocalCanaries",
+    "read_claim",
+    "ENV_AUDIT_ID",
+    "ENV_URL",
+    "ENV_RUN_TOKEN",
+    "ENV_RUN_TOKEN_FILE",
+]
 
 
 class CanaryAuditStrategy(Strategy):
@@ -167,14 +176,15 @@ class CanaryAuditStrategy(Strategy):
         round_budget_seconds: float | None = DEFAULT_ROUND_BUDGET,
     ) -> None:
         refuse_legacy(strategy)
-        self._num_canaries = (None if num_canaries is None
-                              else check_num_canaries(num_canaries))
+        self._num_canaries = None if num_canaries is None else check_num_canaries(num_canaries)
         # a strategy that takes the round's canary sum (flaudit's own DP-FedAvg,
         # server/builtin.py) is audited from its spec: nothing to read or declare
         self._sums_inside = callable(getattr(strategy, "add_canary_sum", None))
         if self._sums_inside and canaries is None:
-            raise ValueError("canaries: a strategy that takes the round's canary sum needs a "
-                             "canary source with round_sum(t, dim) (server/canary_sums.py)")
+            raise ValueError(
+                "canaries: a strategy that takes the round's canary sum needs a "
+                "canary source with round_sum(t, dim) (server/canary_sums.py)"
+            )
         if not self._sums_inside:
             read_claim(strategy, num_rounds=1, num_nodes=1)
         #: the audit's state and steps, shared with the legacy wrapper
@@ -211,17 +221,23 @@ class CanaryAuditStrategy(Strategy):
         self._prefetched: dict[int, Future[np.ndarray]] = {}
         self._reports: list[Future] = []  # handed to the reporter, in order
         #: what the audit may add to one round, all its waits together (None: wait for all)
-        self.round_budget = (None if round_budget_seconds is None
-                             else RoundBudget(round_budget_seconds))
+        self.round_budget = (
+            None if round_budget_seconds is None else RoundBudget(round_budget_seconds)
+        )
         self.stop_on_alarm = bool(stop_on_alarm)
         self.stopped_at_round: int | None = None
         self._last: np.ndarray | None = None
 
     @classmethod
     def from_env(
-        cls, strategy: Strategy, *, run_config: Mapping[str, Any] | None = None,
-        on_service_error: str | None = None, resume: bool | None = None, **options: Any
-    ) -> "CanaryAuditStrategy":
+        cls,
+        strategy: Strategy,
+        *,
+        run_config: Mapping[str, Any] | None = None,
+        on_service_error: str | None = None,
+        resume: bool | None = None,
+        **options: Any,
+    ) -> CanaryAuditStrategy:
         """Attach ``strategy`` to the audit named by ``FLAUDIT_AUDIT_ID`` and ``FLAUDIT_URL``
         (or the run-config keys ``flaudit-audit-id``, ``flaudit-ingest-url``; the environment
         wins), with the run token from ``FLAUDIT_RUN_TOKEN``, or read from the file named by
@@ -243,16 +259,24 @@ class CanaryAuditStrategy(Strategy):
         ValueError
             Naming the missing variable, or a run token found in the run config.
         """
-        return cls(strategy, reporter=reporter_from_env(
-            run_config, on_service_error=on_service_error, resume=resume), **options)
+        return cls(
+            strategy,
+            reporter=reporter_from_env(
+                run_config, on_service_error=on_service_error, resume=resume
+            ),
+            **options,
+        )
 
     def __repr__(self) -> str:
         return f"CanaryAuditStrategy({self.strategy!r})"
 
     def summary(self) -> None:
-        log(INFO, "\t├──> Canary audit: canaries from %s, %s",
+        log(
+            INFO,
+            "\t├──> Canary audit: canaries from %s, %s",
             type(self._canaries or self.reporter).__name__,
-            "their sum added inside the strategy" if self._sums_inside else "taking cohort slots")
+            "their sum added inside the strategy" if self._sums_inside else "taking cohort slots",
+        )
         self.strategy.summary()
 
     @property
@@ -264,14 +288,22 @@ class CanaryAuditStrategy(Strategy):
     def declare(self, grid: Grid, num_rounds: int) -> dict[str, Any]:
         """Read the claim (strategy, SuperNodes, ``num_rounds``) and send it to the service."""
         claim = self.audit.declare(
-            num_rounds=num_rounds, num_nodes=len(list(grid.get_node_ids())),
-            stop_on_alarm=True if self.stop_on_alarm else None, num_canaries=self._num_canaries,
+            num_rounds=num_rounds,
+            num_nodes=len(list(grid.get_node_ids())),
+            stop_on_alarm=True if self.stop_on_alarm else None,
+            num_canaries=self._num_canaries,
         )
         self.num_rounds = int(num_rounds)
         return claim
 
-    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, *args: Any,
-              **kwargs: Any):
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        *args: Any,
+        **kwargs: Any,
+    ):
         """Declare the claim, report theta_0, run the wrapped strategy's loop, then report
         theta_T with the final round's accuracy and loss (from ``evaluate_fn`` or the clients'
         evaluation).
@@ -313,9 +345,15 @@ class CanaryAuditStrategy(Strategy):
             self.audit.final_reported = True
         spent = accountant_spent(self.strategy)
         if spent is not None:
-            log(INFO, "flaudit: Flower's accountant reports epsilon = %.4g at delta = %g after "
+            log(
+                INFO,
+                "flaudit: Flower's accountant reports epsilon = %.4g at delta = %g after "
                 "%d releases; the audit page shows dp-accounting's analytic epsilon beside the "
-                "measured bounds", spent.epsilon, spent.delta, spent.num_releases)
+                "measured bounds",
+                spent.epsilon,
+                spent.delta,
+                spent.num_releases,
+            )
         self._close_audit_work()
         return result
 
@@ -326,8 +364,9 @@ class CanaryAuditStrategy(Strategy):
 
     def _submit_fetch(self, server_round: int, dim: int) -> Future:
         if self._fetch_work is None:
-            self._fetch_work = ThreadPoolExecutor(max_workers=1,
-                                                  thread_name_prefix="flaudit-canaries")
+            self._fetch_work = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="flaudit-canaries"
+            )
         return self._fetch_work.submit(self._fetch_round, server_round, dim)
 
     def _fetch_round(self, server_round: int, dim: int) -> Any:
@@ -336,8 +375,10 @@ class CanaryAuditStrategy(Strategy):
         return self.audit.round_canaries(server_round, dim)
 
     def _budgeted(self) -> bool:
-        return (self.round_budget is not None
-                and getattr(self.reporter, "on_service_error", "continue") == "continue")
+        return (
+            self.round_budget is not None
+            and getattr(self.reporter, "on_service_error", "continue") == "continue"
+        )
 
     def flush(self) -> None:
         """Wait until every round handed to the reporter has been reported.
@@ -404,9 +445,12 @@ class CanaryAuditStrategy(Strategy):
         self._template = messages[0]
         dim = sum(int(np.prod(a.shape)) for a in arrays.values())
         block = self._take_canaries(server_round, dim)
-        sent = self.audit.take_slots(server_round, messages, int(block.shape[0]),
-                                     what="FedAvg: fraction_train x nodes, at least "
-                                          "min_train_nodes")
+        sent = self.audit.take_slots(
+            server_round,
+            messages,
+            int(block.shape[0]),
+            what="FedAvg: fraction_train x nodes, at least min_train_nodes",
+        )
         self._round_block[server_round] = block
         if self.num_rounds is None or server_round < self.num_rounds:  # while the clients train
             if server_round + 1 not in self._prefetched:
@@ -432,12 +476,15 @@ class CanaryAuditStrategy(Strategy):
         missing = getattr(self.reporter, "missing_canaries", {})
         if done and block.shape[0] == 0 and t in missing:
             # the prefetch failed: the outage may be over now, ask again within the budget
-            done, block = self.round_budget.wait(self._submit_fetch(t, dim),
-                                                 f"the canaries of round {t}")
+            done, block = self.round_budget.wait(
+                self._submit_fetch(t, dim), f"the canaries of round {t}"
+            )
         if done:
             return block
-        reason = (f"the canaries did not arrive within the round budget "
-                  f"({self.round_budget.seconds:g} s): the service is slow or unreachable")
+        reason = (
+            f"the canaries did not arrive within the round budget "
+            f"({self.round_budget.seconds:g} s): the service is slow or unreachable"
+        )
         give_up = getattr(self.reporter, "without_canaries", None)
         if give_up is not None:
             give_up(t, reason)
@@ -454,8 +501,12 @@ class CanaryAuditStrategy(Strategy):
             if reason:
                 self.stopped_at_round = server_round - 1
                 self._final = self._last
-                log(WARNING, "flaudit: %s; training stops after round %d (stop_on_alarm)",
-                    reason, self.stopped_at_round)
+                log(
+                    WARNING,
+                    "flaudit: %s; training stops after round %d (stop_on_alarm)",
+                    reason,
+                    self.stopped_at_round,
+                )
         return self.stopped_at_round is not None
 
     def _canary_metrics(self, valid: list[Message], weight: float) -> RecordDict:
@@ -466,12 +517,17 @@ class CanaryAuditStrategy(Strategy):
         weights = np.asarray([self._reply_weight(r) for r in valid], dtype=np.float64)
         records: dict[str, MetricRecord] = {}
         for name, first in valid[0].content.metric_records.items():
-            columns = {key: [r.content.metric_records[name][key] for r in valid
-                             if name in r.content.metric_records
-                             and key in r.content.metric_records[name]]
-                       for key in first.keys()}
-            records[name] = MetricRecord(canary_metrics(columns, weights,
-                                                        weight_key=self.weight_key, weight=weight))
+            columns = {
+                key: [
+                    r.content.metric_records[name][key]
+                    for r in valid
+                    if name in r.content.metric_records and key in r.content.metric_records[name]
+                ]
+                for key in first.keys()
+            }
+            records[name] = MetricRecord(
+                canary_metrics(columns, weights, weight_key=self.weight_key, weight=weight)
+            )
         if not records:
             records["metrics"] = MetricRecord({self.weight_key: weight})
         return records
@@ -482,11 +538,15 @@ class CanaryAuditStrategy(Strategy):
         else:  # no real reply this round: the layout of the arrays sent
             name, record = "arrays", self._current
         arrays_np = record.to_numpy_ndarrays()
-        arrays = unflatten(vector, [a.shape for a in arrays_np], dtypes=[a.dtype for a in arrays_np])
-        content = RecordDict({
-            name: ArrayRecord({k: Array(np.asarray(a)) for k, a in zip(record.keys(), arrays)}),
-            **metrics,
-        })
+        arrays = unflatten(
+            vector, [a.shape for a in arrays_np], dtypes=[a.dtype for a in arrays_np]
+        )
+        content = RecordDict(
+            {
+                name: ArrayRecord({k: Array(np.asarray(a)) for k, a in zip(record.keys(), arrays)}),
+                **metrics,
+            }
+        )
         return Message(content=content, reply_to=self._template)
 
     def _reply_weight(self, reply: Message) -> float:
@@ -510,12 +570,19 @@ class CanaryAuditStrategy(Strategy):
         clip_norm = self.clip_norm
         weight_factor = None
         block = self._round_block.pop(server_round, None)
-        norms = update_norms(current, (record_vector(next(iter(r.content.array_records.values())))
-                                       for r in valid)) if current is not None else None
+        norms = (
+            update_norms(
+                current,
+                (record_vector(next(iter(r.content.array_records.values()))) for r in valid),
+            )
+            if current is not None
+            else None
+        )
         if current is not None and self._template is not None and block is not None:
             weights = [self._reply_weight(reply) for reply in valid]
-            weight, weight_factor = self.audit.canary_weight(server_round, weights, len(block),
-                                                             key=self.weight_key)
+            weight, weight_factor = self.audit.canary_weight(
+                server_round, weights, len(block), key=self.weight_key
+            )
             metrics = self._canary_metrics(valid, weight)
             like = valid[0] if valid else None
             for model in canary_models(current, block, clip_norm):
@@ -532,20 +599,29 @@ class CanaryAuditStrategy(Strategy):
             self._settle()  # round t-1's, in order (within the round budget); its error stops
             # the run here
             metadata = self.audit.round_metadata(
-                server_round, norms=norms, inserted=inserted,
-                num_failures=len(replies) - inserted - len(valid), clip_norm=clip_norm,
-                metrics=metrics_out, weight_factor=weight_factor, noise_clip_norm=noise_clip_norm)
-            self.audit.calibration.record(server_round, clip_norm, noise_clip_norm,
-                                          current_noise_multiplier(self.strategy))
+                server_round,
+                norms=norms,
+                inserted=inserted,
+                num_failures=len(replies) - inserted - len(valid),
+                clip_norm=clip_norm,
+                metrics=metrics_out,
+                weight_factor=weight_factor,
+                noise_clip_norm=noise_clip_norm,
+            )
+            self.audit.calibration.record(
+                server_round, clip_norm, noise_clip_norm, current_noise_multiplier(self.strategy)
+            )
             self._report(server_round, new, new - current, metadata)
         return arrays, metrics_out
 
-    def _report(self, server_round: int, new: np.ndarray, update: np.ndarray,
-                metadata: RoundMetadata) -> None:
+    def _report(
+        self, server_round: int, new: np.ndarray, update: np.ndarray, metadata: RoundMetadata
+    ) -> None:
         """Hand round ``t``'s release to the reporter (in order, on the audit thread); after
         the last round, the final model too when no ``start()`` of ours will."""
-        self._reports.append(self._submit(self.reporter.report_round, server_round, update,
-                                          metadata))
+        self._reports.append(
+            self._submit(self.reporter.report_round, server_round, update, metadata)
+        )
         if server_round == self.num_rounds:
             self._final = new
             if not self._in_start and not self.audit.final_reported:
@@ -554,8 +630,9 @@ class CanaryAuditStrategy(Strategy):
                 self.audit.final_reported = True
                 self._close_audit_work()
 
-    def _aggregate_sums(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def _aggregate_sums(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """A strategy that takes the canary sum: hand it round ``t``'s (uncapped: they take no
         slot), let it aggregate, report its release ``rho_bar_t``."""
         t = int(server_round)
@@ -571,10 +648,14 @@ class CanaryAuditStrategy(Strategy):
         new = record_vector(arrays)
         self._last = new
         metadata = RoundMetadata(
-            clip_norm=release.clip_norm, cohort_size=release.num_clients + count,
-            num_canaries_inserted=count, num_failures=release.num_failures,
-            clipped_fraction=release.clipped_fraction, noise_stddev=release.noise_stddev,
-            train_loss=release.train_loss, participants=self.audit.participants(t),
+            clip_norm=release.clip_norm,
+            cohort_size=release.num_clients + count,
+            num_canaries_inserted=count,
+            num_failures=release.num_failures,
+            clipped_fraction=release.clipped_fraction,
+            noise_stddev=release.noise_stddev,
+            train_loss=release.train_loss,
+            participants=self.audit.participants(t),
         )
         self._report(t, new, release.update, metadata)
         return arrays, metrics_out
@@ -591,8 +672,11 @@ class CanaryAuditStrategy(Strategy):
             return value
         give_up = getattr(self.reporter, "without_canaries", None)
         if give_up is not None:
-            give_up(t, f"the canaries did not arrive within the round budget "
-                       f"({self.round_budget.seconds:g} s)")
+            give_up(
+                t,
+                f"the canaries did not arrive within the round budget "
+                f"({self.round_budget.seconds:g} s)",
+            )
         return None, 0
 
     # -- evaluation: unchanged -----------------------------------------------------------
@@ -603,7 +687,9 @@ class CanaryAuditStrategy(Strategy):
             return []
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
         return self.strategy.aggregate_evaluate(server_round, replies)
 
     def __getattr__(self, name: str) -> Any:

@@ -37,8 +37,14 @@ def routes_markdown() -> str:
     lines: list[str] = []
     for path, methods in spec["paths"].items():
         for method, op in methods.items():
-            secured = "API key" if op.get("tags") == ["audits"] and method in ("post", "delete") else (
-                "run token" if op.get("tags") == ["ingest"] else "open (API key if `FLAUDIT_REQUIRE_KEY_FOR_READS=1`)"
+            secured = (
+                "API key"
+                if op.get("tags") == ["audits"] and method in ("post", "delete")
+                else (
+                    "run token"
+                    if op.get("tags") == ["ingest"]
+                    else "open (API key if `FLAUDIT_REQUIRE_KEY_FOR_READS=1`)"
+                )
             )
             if op.get("tags") == ["health"]:
                 secured = "open"
@@ -56,7 +62,7 @@ def routes_markdown() -> str:
                 lines.append("| parameter | in | type | required | description |")
                 lines.append("|---|---|---|---|---|")
                 for p in params:
-                    desc = (p.get("description") or p.get("schema", {}).get("description") or "")
+                    desc = p.get("description") or p.get("schema", {}).get("description") or ""
                     lines.append(
                         f"| `{p['name']}` | {p['in']} | {_schema_name(p.get('schema', {}))} | "
                         f"{'yes' if p.get('required') else 'no'} | {desc.replace('|', '/')} |"
@@ -65,8 +71,10 @@ def routes_markdown() -> str:
             body = op.get("requestBody")
             if body:
                 for media, content in body.get("content", {}).items():
-                    lines.append(f"Body: `{media}` {_schema_name(content.get('schema', {}))}"
-                                 + (f" — {body['description']}" if body.get("description") else ""))
+                    lines.append(
+                        f"Body: `{media}` {_schema_name(content.get('schema', {}))}"
+                        + (f" — {body['description']}" if body.get("description") else "")
+                    )
                 lines.append("")
             codes = []
             for code, resp in op.get("responses", {}).items():

@@ -196,7 +196,9 @@ def json_safe(value):
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     """FastAPI's 422 body, rendered even when the input held NaN, Infinity or lone surrogates."""
-    return JSONResponse(status_code=422, content={"detail": json_safe(jsonable_encoder(exc.errors()))})
+    return JSONResponse(
+        status_code=422, content={"detail": json_safe(jsonable_encoder(exc.errors()))}
+    )
 
 
 def _submit_demo(store: Store, path: str) -> None:
@@ -229,12 +231,15 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         own_store = store is None
         app.state.store = store or Store(settings.database_url, cipher=settings.seed_cipher())
         app.state.live = LiveAudits(
-            app.state.store, canary_cache_bytes=settings.canary_cache_bytes,
+            app.state.store,
+            canary_cache_bytes=settings.canary_cache_bytes,
             metrics=app.state.metrics,
         )
         app.state.webhooks = WebhookDispatcher(
-            app.state.store, backoff=settings.webhook_backoff_seconds,
-            max_attempts=settings.webhook_max_attempts, timeout=settings.webhook_timeout_seconds,
+            app.state.store,
+            backoff=settings.webhook_backoff_seconds,
+            max_attempts=settings.webhook_max_attempts,
+            timeout=settings.webhook_timeout_seconds,
         )
         app.state.metrics.listeners[:] = [app.state.webhooks.notify]  # alarms, gaps
         app.state.webhooks.start()  # delivers from the database: pending rows survive restarts
@@ -247,8 +252,11 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
                 len(failed),
             )
         if os.environ.get(TEST_SEED_VARIABLE):  # the value is never logged
-            log.warning("%s is set and ignored: canary seeds are drawn from the OS (the variable "
-                        "is honoured only by the test suite's launcher)", TEST_SEED_VARIABLE)
+            log.warning(
+                "%s is set and ignored: canary seeds are drawn from the OS (the variable "
+                "is honoured only by the test suite's launcher)",
+                TEST_SEED_VARIABLE,
+            )
         if settings.demo_spec_path:
             _submit_demo(app.state.store, settings.demo_spec_path)
         active_signing_key(app.state.store)  # evidence bundles: made here, not by a GET
@@ -321,13 +329,19 @@ async def _http_error(request: Request, exc: StarletteHTTPException):
     if exc.status_code == 405:
         methods: set[str] = set()
         for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
-            probe = {"type": "http", "method": method, "path": request.scope["path"],
-                     "root_path": request.scope.get("root_path", ""), "headers": []}
+            probe = {
+                "type": "http",
+                "method": method,
+                "path": request.scope["path"],
+                "root_path": request.scope.get("root_path", ""),
+                "headers": [],
+            }
             if any(route.matches(probe)[0] is Match.FULL for route in request.app.router.routes):
                 methods.add(method)
         if methods:
-            exc = StarletteHTTPException(405, exc.detail,
-                                         headers={"Allow": ", ".join(sorted(methods))})
+            exc = StarletteHTTPException(
+                405, exc.detail, headers={"Allow": ", ".join(sorted(methods))}
+            )
     return await http_exception_handler(request, exc)
 
 
@@ -345,18 +359,27 @@ def _document_unparsable_bodies(app: FastAPI) -> None:
                     body = operation.get("requestBody", {}) if isinstance(operation, dict) else {}
                     responses = operation.get("responses", {}) if body else {}
                     if "application/json" in body.get("content", {}):
-                        responses.setdefault("400", {
-                            "description": "The body could not be parsed (e.g. invalid UTF-8 "
-                                           "inside a JSON string).",
-                        })
-                        responses.setdefault("413", {
-                            "description": "Body larger than FLAUDIT_MAX_JSON_BODY_BYTES.",
-                        })
+                        responses.setdefault(
+                            "400",
+                            {
+                                "description": "The body could not be parsed (e.g. invalid UTF-8 "
+                                "inside a JSON string).",
+                            },
+                        )
+                        responses.setdefault(
+                            "413",
+                            {
+                                "description": "Body larger than FLAUDIT_MAX_JSON_BODY_BYTES.",
+                            },
+                        )
                     if body:
-                        responses.setdefault("408", {
-                            "description": "The body did not arrive within "
-                                           "FLAUDIT_BODY_TIMEOUT_SECONDS.",
-                        })
+                        responses.setdefault(
+                            "408",
+                            {
+                                "description": "The body did not arrive within "
+                                "FLAUDIT_BODY_TIMEOUT_SECONDS.",
+                            },
+                        )
                     if responses:
                         operation["responses"] = dict(sorted(responses.items()))
         return app.openapi_schema

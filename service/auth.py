@@ -39,7 +39,9 @@ def _unauthorized(message: str) -> HTTPException:
 def _check_key(request: Request, credentials: HTTPAuthorizationCredentials | None) -> None:
     keys: tuple[str, ...] = request.app.state.settings.api_keys
     if not keys:
-        raise HTTPException(status_code=status.HTTP_503_SERVICE_UNAVAILABLE, detail=NO_KEY_CONFIGURED)
+        raise HTTPException(
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE, detail=NO_KEY_CONFIGURED
+        )
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise _unauthorized("missing API key: send 'Authorization: Bearer <API key>'")
     supplied = credentials.credentials.encode("utf-8")

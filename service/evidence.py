@@ -33,8 +33,17 @@ __all__ = ["VERSIONED_PACKAGES", "build_bundle", "commitment_view", "versions"]
 
 VERSIONED_PACKAGES = ("flaudit", "numpy", "scipy", "flwr", "dp-accounting", "cryptography")
 
-_ROUND_FIELDS = ("round", "clip_norm", "cohort_size", "num_canaries_inserted", "num_failures",
-                 "clipped_fraction", "noise_stddev", "weight_factor", "noise_clip_norm")
+_ROUND_FIELDS = (
+    "round",
+    "clip_norm",
+    "cohort_size",
+    "num_canaries_inserted",
+    "num_failures",
+    "clipped_fraction",
+    "noise_stddev",
+    "weight_factor",
+    "noise_clip_norm",
+)
 
 
 def versions() -> dict[str, str | None]:
@@ -52,8 +61,13 @@ def commitment_view(store: Store, audit: Audit, *, reveal: bool = False) -> dict
     """The audit's seed commitment; with ``reveal`` (an ended audit whose spec reveals its seed)
     also the salt and the seed (as a decimal string)."""
     row = get_commitment(store, audit.id)
-    out: dict[str, Any] = {"scheme": COMMITMENT_SCHEME, "commitment": None,
-                           "committed_at": None, "salt": None, "seed": None}
+    out: dict[str, Any] = {
+        "scheme": COMMITMENT_SCHEME,
+        "commitment": None,
+        "committed_at": None,
+        "salt": None,
+        "seed": None,
+    }
     if row is None:
         return out
     out.update(commitment=row.commitment, committed_at=iso_utc(row.created_at))
@@ -67,8 +81,10 @@ def _claim(spec: AuditSpec, verdict: dict) -> dict | None:
     if claim is None:
         return None
     if spec.engine == Engine.external:
-        read = ("declared by the app's own Flower strategy (PUT /audits/{id}/claim: the DP "
-                "wrapper's noise multiplier, clipping, sampling and rounds), merged into the spec")
+        read = (
+            "declared by the app's own Flower strategy (PUT /audits/{id}/claim: the DP "
+            "wrapper's noise multiplier, clipping, sampling and rounds), merged into the spec"
+        )
     else:
         read = "from the audit spec (flaudit's own DP-FedAvg ran with these settings)"
     return {**claim, "read_from": read}
@@ -81,40 +97,54 @@ def _statistics(store: Store, audit: Audit) -> dict[str, Any]:
     secret = store.load_secret_state(audit.id)
     dof = None
     if audit.dim:
-        family = resolve_canary_family(spec.get("canary_family"), num_canaries=k,
-                                       dim=int(audit.dim))
+        family = resolve_canary_family(
+            spec.get("canary_family"), num_canaries=k, dim=int(audit.dim)
+        )
         dof = scale_dof(family, num_canaries=k, dim=int(audit.dim))
     known = None if secret is None else secret.known_rounds
     gaps, _ = gaps_view(audit)
-    rounds = [{name: getattr(row, name) for name in _ROUND_FIELDS}
-              | {"update_norm": row.delta_norm, "received_at": iso_utc(row.received_at)}
-              for row in store.list_rounds(audit.id)]
-    return jsonable({
-        "dim": audit.dim,
-        "scale_dof": dof,
-        "delta": float(spec["delta"]),
-        "num_canaries": k,
-        "rounds_stored": int(audit.rounds_stored or 0),
-        "has_final": bool(audit.has_final),
-        "bootstrap": FINAL_BOOTSTRAP,
-        "seen": seen_mask(secret.seed, k) if secret is not None else None,
-        **{name: arrays[name] for name in
-           ("max_cosines", "last_cosines", "final_cosines", "final_model_cosines")},
-        "known_rounds": _known(known),
-        "rounds": rounds,
-        "gaps": gaps,
-        "max_weight_factor": audit.max_weight_factor,
-        "max_canary_weight_factor": audit.max_canary_weight_factor,
-        "min_noise_clip_factor": audit.min_noise_clip_factor,
-        "alarm_statistics": _alarm_statistics(store, audit.id),
-    })
+    rounds = [
+        {name: getattr(row, name) for name in _ROUND_FIELDS}
+        | {"update_norm": row.delta_norm, "received_at": iso_utc(row.received_at)}
+        for row in store.list_rounds(audit.id)
+    ]
+    return jsonable(
+        {
+            "dim": audit.dim,
+            "scale_dof": dof,
+            "delta": float(spec["delta"]),
+            "num_canaries": k,
+            "rounds_stored": int(audit.rounds_stored or 0),
+            "has_final": bool(audit.has_final),
+            "bootstrap": FINAL_BOOTSTRAP,
+            "seen": seen_mask(secret.seed, k) if secret is not None else None,
+            **{
+                name: arrays[name]
+                for name in ("max_cosines", "last_cosines", "final_cosines", "final_model_cosines")
+            },
+            "known_rounds": _known(known),
+            "rounds": rounds,
+            "gaps": gaps,
+            "max_weight_factor": audit.max_weight_factor,
+            "max_canary_weight_factor": audit.max_canary_weight_factor,
+            "min_noise_clip_factor": audit.min_noise_clip_factor,
+            "alarm_statistics": _alarm_statistics(store, audit.id),
+        }
+    )
 
 
 def _known(state) -> dict | None:
-    return None if state is None else {
-        "sums": state.sums, "counts": state.counts, "num_rounds": state.num_rounds,
-        "round_sums": state.round_sums, "round_counts": state.round_counts,
-    }
+    return (
+        None
+        if state is None
+        else {
+            "sums": state.sums,
+            "counts": state.counts,
+            "num_rounds": state.num_rounds,
+            "round_sums": state.round_sums,
+            "round_counts": state.round_counts,
+        }
+    )
 
 
 def _alarm_statistics(store: Store, audit_id: str) -> dict | None:
@@ -123,8 +153,11 @@ def _alarm_statistics(store: Store, audit_id: str) -> dict | None:
     saved = get_alarm_statistics(store, audit_id)
     if saved is None:
         return None
-    return {"round": saved["round"], "max_cosines": saved["max_cosines"],
-            "known_rounds": _known(saved["known_rounds"])}
+    return {
+        "round": saved["round"],
+        "max_cosines": saved["max_cosines"],
+        "known_rounds": _known(saved["known_rounds"]),
+    }
 
 
 def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:
@@ -136,14 +169,17 @@ def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:
         If the audit has not ended.
     """
     if audit.status not in ENDED_STATUSES:
-        raise ValueError(f"audit {audit.id!r} is {audit.status}: evidence exists once it has "
-                         "ended")
+        raise ValueError(f"audit {audit.id!r} is {audit.status}: evidence exists once it has ended")
     spec = AuditSpec.model_validate(audit.spec)
     verdict = audit_verdict_view(audit)
     bundle: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
-        "audit": {"id": audit.id, "name": audit.name, "status": audit.status,
-                  "reason": audit.reason},
+        "audit": {
+            "id": audit.id,
+            "name": audit.name,
+            "status": audit.status,
+            "reason": audit.reason,
+        },
         "spec": audit.spec,
         "claim": _claim(spec, verdict),
         "statistics": _statistics(store, audit),
@@ -153,13 +189,20 @@ def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:
         "diagnostics": audit.diagnostics or [],
         "canary_seed": commitment_view(store, audit, reveal=spec.reveal_seed),
         "versions": versions(),
-        "times": {"created_at": iso_utc(audit.created_at), "started_at": iso_utc(audit.started_at),
-                  "finished_at": iso_utc(audit.finished_at)},
+        "times": {
+            "created_at": iso_utc(audit.created_at),
+            "started_at": iso_utc(audit.started_at),
+            "finished_at": iso_utc(audit.finished_at),
+        },
     }
     bundle = jsonable(bundle)
     key_id, public_key, value = sign(store, canonical_json(bundle))
     bundle["signature"] = {
-        "algorithm": "Ed25519", "key_id": key_id, "public_key": public_key,
-        "canonicalization": CANONICALIZATION, "digest": digest(bundle), "value": value,
+        "algorithm": "Ed25519",
+        "key_id": key_id,
+        "public_key": public_key,
+        "canonicalization": CANONICALIZATION,
+        "digest": digest(bundle),
+        "value": value,
     }
     return bundle

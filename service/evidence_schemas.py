@@ -14,20 +14,28 @@ __all__ = ["CommitmentOut", "EvidenceOut", "KeyOut", "KeyList", "SignatureOut"]
 class CommitmentOut(BaseModel):
     """The commitment to an audit's canary seed, published at creation."""
 
-    scheme: str = Field(description="How the commitment is computed.",
-                        examples=["sha256(salt || seed as 16 bytes big-endian), hex"])
+    scheme: str = Field(
+        description="How the commitment is computed.",
+        examples=["sha256(salt || seed as 16 bytes big-endian), hex"],
+    )
     commitment: str | None = Field(
-        None, pattern=r"^[0-9a-f]{64}$",
-        description="Hex SHA-256; null for an audit created before commitments existed.")
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="Hex SHA-256; null for an audit created before commitments existed.",
+    )
     committed_at: datetime | None = Field(None, description="When the commitment was made.")
     salt: str | None = Field(
-        None, pattern=r"^[0-9a-f]{32}$",
+        None,
+        pattern=r"^[0-9a-f]{32}$",
         description="Revealed with the seed only: an ended audit whose spec sets "
-        "reveal_seed, in its evidence bundle.")
+        "reveal_seed, in its evidence bundle.",
+    )
     seed: str | None = Field(
-        None, pattern=r"^[0-9]{1,40}$",
+        None,
+        pattern=r"^[0-9]{1,40}$",
         description="The canary seed in decimal: only in the evidence bundle of an ended audit "
-        "whose spec sets reveal_seed; null everywhere else.")
+        "whose spec sets reveal_seed; null everywhere else.",
+    )
 
 
 class SignatureOut(BaseModel):
@@ -35,8 +43,10 @@ class SignatureOut(BaseModel):
     key_id: str = Field(pattern=r"^[0-9a-f]{16}$", description="Listed at GET /keys.")
     public_key: str = Field(description="Raw Ed25519 public key, base64.")
     canonicalization: str = Field(description="How the signed bytes are formed.")
-    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$",
-                        description="SHA-256 of the canonical bytes (the evidence hash).")
+    digest: str = Field(
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="SHA-256 of the canonical bytes (the evidence hash).",
+    )
     value: str = Field(description="The Ed25519 signature of the canonical bytes, base64.")
 
 
@@ -51,18 +61,21 @@ class EvidenceOut(BaseModel):
     spec: dict[str, Any] = Field(description="The AuditSpec that ran (with the declared claim).")
     claim: dict[str, Any] | None = Field(
         description="The alarming claim (mu, epsilon, delta, description) and read_from: how "
-        "it was read (the spec, or the app's Flower strategy).")
+        "it was read (the spec, or the app's Flower strategy)."
+    )
     statistics: dict[str, Any] = Field(
         description="Every number the estimates are computed from: per-canary cosines (as "
         "/cosines gives them) and seen labels, the known-rounds sums, the rounds' metadata "
-        "(weight factors), gaps, dim and the scale's degrees of freedom.")
+        "(weight factors), gaps, dim and the scale's degrees of freedom."
+    )
     alarm: dict[str, Any] | None = Field(description="The first error alarm (null: none fired).")
     verdict: dict[str, Any] = Field(description="As GET /audits/{id} gives it.")
     estimates: list[dict[str, Any]] = Field(description="Every estimate, analytic included.")
     diagnostics: list[dict[str, Any]]
     canary_seed: CommitmentOut
     versions: dict[str, str | None] = Field(
-        description="flaudit, numpy, scipy, flwr, dp-accounting, cryptography, python.")
+        description="flaudit, numpy, scipy, flwr, dp-accounting, cryptography, python."
+    )
     times: dict[str, str | None] = Field(description="created_at, started_at, finished_at.")
     signature: SignatureOut
 
@@ -73,8 +86,10 @@ class KeyOut(BaseModel):
     public_key: str = Field(description="Raw Ed25519 public key, base64.")
     created_at: datetime
     retired_at: datetime | None = Field(
-        None, description="Null for the active key; a retired key signs nothing new but "
-        "its bundles still verify.")
+        None,
+        description="Null for the active key; a retired key signs nothing new but "
+        "its bundles still verify.",
+    )
 
 
 class KeyList(BaseModel):

@@ -33,9 +33,19 @@ from .tables import (
 )
 
 __all__ = [
-    "AlarmStatistics", "KeyInfo", "SeedCommitment", "SigningKey", "get_alarm_statistics",
-    "save_alarm_statistics", "active_signing_key", "commit_seed",
-    "ensure_tables", "get_commitment", "list_signing_keys", "public_key_b64", "rotate_signing_key",
+    "AlarmStatistics",
+    "KeyInfo",
+    "SeedCommitment",
+    "SigningKey",
+    "get_alarm_statistics",
+    "save_alarm_statistics",
+    "active_signing_key",
+    "commit_seed",
+    "ensure_tables",
+    "get_commitment",
+    "list_signing_keys",
+    "public_key_b64",
+    "rotate_signing_key",
     "sign",
 ]
 
@@ -106,8 +116,11 @@ def commit_seed(store: Store, audit_id: str, seed: int) -> str:
     commitment = seed_commitment(seed, salt)
     ensure_tables(store)
     with store.session() as s, s.begin():
-        s.add(SeedCommitment(audit_id=audit_id, commitment=commitment, salt=salt.hex(),
-                             created_at=utcnow()))
+        s.add(
+            SeedCommitment(
+                audit_id=audit_id, commitment=commitment, salt=salt.hex(), created_at=utcnow()
+            )
+        )
     return commitment
 
 
@@ -136,7 +149,7 @@ def _seal(store: Store, private: Ed25519PrivateKey) -> str:
 
 def _open(store: Store, sealed: str) -> Ed25519PrivateKey:
     if sealed.startswith(_PLAIN_PREFIX):
-        return Ed25519PrivateKey.from_private_bytes(bytes.fromhex(sealed[len(_PLAIN_PREFIX):]))
+        return Ed25519PrivateKey.from_private_bytes(bytes.fromhex(sealed[len(_PLAIN_PREFIX) :]))
     if store.cipher is None:
         raise ValueError("the signing key is sealed and no secret key is configured")
     return Ed25519PrivateKey.from_private_bytes(store.cipher.open(sealed).to_bytes(32, "big"))
@@ -145,16 +158,23 @@ def _open(store: Store, sealed: str) -> Ed25519PrivateKey:
 def _new_key(store: Store) -> SigningKey:
     private = Ed25519PrivateKey.generate()
     public = public_key_b64(private)
-    return SigningKey(key_id=key_id_of(public), public_key=public,
-                      sealed_private_key=_seal(store, private), created_at=utcnow())
+    return SigningKey(
+        key_id=key_id_of(public),
+        public_key=public,
+        sealed_private_key=_seal(store, private),
+        created_at=utcnow(),
+    )
 
 
 def active_signing_key(store: Store) -> tuple[str, Ed25519PrivateKey]:
     """The active key's id and private key, made on first use."""
     ensure_tables(store)
     with store.session() as s, s.begin():
-        row = s.scalars(select(SigningKey).where(SigningKey.retired_at.is_(None))
-                        .order_by(SigningKey.created_at.desc())).first()
+        row = s.scalars(
+            select(SigningKey)
+            .where(SigningKey.retired_at.is_(None))
+            .order_by(SigningKey.created_at.desc())
+        ).first()
         if row is None:
             row = _new_key(store)
             s.add(row)
@@ -168,8 +188,7 @@ def rotate_signing_key(store: Store) -> tuple[str, list[str]]:
     now = utcnow()
     with store.session() as s, s.begin():
         retired = list(s.scalars(select(SigningKey.key_id).where(SigningKey.retired_at.is_(None))))
-        s.execute(update(SigningKey).where(SigningKey.retired_at.is_(None))
-                  .values(retired_at=now))
+        s.execute(update(SigningKey).where(SigningKey.retired_at.is_(None)).values(retired_at=now))
         row = _new_key(store)
         s.add(row)
         key_id = row.key_id
@@ -191,16 +210,23 @@ def sign(store: Store, payload: bytes) -> tuple[str, str, str]:
     return key_id, public_key_b64(private), signature
 
 
-def save_alarm_statistics(store: Store, audit_id: str, *, round: int, max_cosines,
-                          known_rounds=None) -> None:
+def save_alarm_statistics(
+    store: Store, audit_id: str, *, round: int, max_cosines, known_rounds=None
+) -> None:
     """Keep the statistics of the look where the alarm first fired (once per audit)."""
     ensure_tables(store)
     with store.session() as s, s.begin():
         if s.get(AlarmStatistics, audit_id) is None:
-            s.add(AlarmStatistics(
-                audit_id=audit_id, round=int(round), max_cosines=array_to_bytes(max_cosines),
-                known_rounds_state=None if known_rounds is None
-                else known_rounds_to_bytes(known_rounds)))
+            s.add(
+                AlarmStatistics(
+                    audit_id=audit_id,
+                    round=int(round),
+                    max_cosines=array_to_bytes(max_cosines),
+                    known_rounds_state=None
+                    if known_rounds is None
+                    else known_rounds_to_bytes(known_rounds),
+                )
+            )
 
 
 def get_alarm_statistics(store: Store, audit_id: str) -> dict | None:
@@ -211,6 +237,7 @@ def get_alarm_statistics(store: Store, audit_id: str) -> dict | None:
         if row is None:
             return None
         max_cosines = bytes_to_array(row.max_cosines)
-        known = known_rounds_from_bytes(row.known_rounds_state, row.round,
-                                        num_canaries=max_cosines.size)
+        known = known_rounds_from_bytes(
+            row.known_rounds_state, row.round, num_canaries=max_cosines.size
+        )
         return {"round": row.round, "max_cosines": max_cosines, "known_rounds": known}

@@ -37,8 +37,12 @@ from ..auditor.schedules import audit_canary_plan
 from ..auditor.spec import AuditSpec
 
 __all__ = [
-    "size_to_federation", "round_canaries", "round_participants", "round_canary_vectors",
-    "round_canary_sum", "attach_environment",
+    "size_to_federation",
+    "round_canaries",
+    "round_participants",
+    "round_canary_vectors",
+    "round_canary_sum",
+    "attach_environment",
 ]
 
 
@@ -57,12 +61,18 @@ def size_to_federation(seed: int, spec: AuditSpec) -> AuditSpec:
         sizing = auto_sizing(spec)
         if sizing.num_canaries < 2:
             raise ValueError(
-                f"num_canaries: \"auto\" found no room for canaries: the federation has "
+                f'num_canaries: "auto" found no room for canaries: the federation has '
                 f"{spec.clients_per_round} sampled client(s) per round and {spec.num_rounds} "
                 "round(s), and an audit needs at least 2 canaries (seen canaries take cohort "
-                "slots); train more rounds or sample more clients per round")
-        spec = AuditSpec.model_validate({**spec.model_dump(), "num_canaries": sizing.num_canaries,
-                                         "canary_repeats": sizing.canary_repeats})
+                "slots); train more rounds or sample more clients per round"
+            )
+        spec = AuditSpec.model_validate(
+            {
+                **spec.model_dump(),
+                "num_canaries": sizing.num_canaries,
+                "canary_repeats": sizing.canary_repeats,
+            }
+        )
     cap = spec_cap(spec)
     if cap is not None and spec.num_canaries > cap:
         raise ValueError(
@@ -70,8 +80,9 @@ def size_to_federation(seed: int, spec: AuditSpec) -> AuditSpec:
             "canaries take cohort slots and any canary may be seen, so at most "
             f"{spec.clients_per_round} sampled clients per round × "
             f"{spec.num_rounds // spec.canary_repeats} rounds per canary period = {cap} canaries "
-            "fit; use num_canaries = \"auto\" (flaudit attach --canaries auto), at most "
-            f"{cap} canaries, more rounds or fewer canary_repeats")
+            'fit; use num_canaries = "auto" (flaudit attach --canaries auto), at most '
+            f"{cap} canaries, more rounds or fewer canary_repeats"
+        )
     audit_canary_plan(seed, spec)  # the schedule itself (never refuses within the cap)
     return spec
 

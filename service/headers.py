@@ -40,8 +40,11 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
         extra = list(_HEADERS)
-        policy = (DOCS_CONTENT_SECURITY_POLICY if scope.get("path", "") in _DOCS_PAGES
-                  else CONTENT_SECURITY_POLICY)
+        policy = (
+            DOCS_CONTENT_SECURITY_POLICY
+            if scope.get("path", "") in _DOCS_PAGES
+            else CONTENT_SECURITY_POLICY
+        )
         extra.append((b"content-security-policy", policy.encode()))
 
         async def send_with_headers(message) -> None:

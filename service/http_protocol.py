@@ -132,7 +132,8 @@ class HeaderTimeout:
         if self._head_bytes:
             logger.info(
                 "%s: request head not received within %g s: 408, connection closed",
-                _peer(self.client), self.header_timeout_seconds,
+                _peer(self.client),
+                self.header_timeout_seconds,
             )
             self.transport.write(self._timeout_response())
         self.transport.close()
@@ -261,7 +262,8 @@ class HeadSizeLimit:
         self._head_refused = True
         logger.info(
             "%s: request head over %d bytes: 431, connection closed",
-            _peer(self.client), self.max_head_bytes,
+            _peer(self.client),
+            self.max_head_bytes,
         )
         if self._no_response_pending():
             self._answer_431()

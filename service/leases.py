@@ -55,7 +55,6 @@ class LeaseQueries:
             )
         return [audit_id for audit_id in audit_ids if audit_id not in running]
 
-
     def fail_interrupted(
         self, *, lease_seconds: float = 0.0, instance_id: str | None = None
     ) -> list[str]:
@@ -82,8 +81,11 @@ class LeaseQueries:
                 s.scalars(
                     select(Audit.id).where(
                         Audit.status == "running",
-                        or_(Audit.owner_heartbeat_at.is_(None), Audit.owner_heartbeat_at < expired,
-                            Audit.id.in_(gone)),
+                        or_(
+                            Audit.owner_heartbeat_at.is_(None),
+                            Audit.owner_heartbeat_at < expired,
+                            Audit.id.in_(gone),
+                        ),
                     )
                 )
             )
@@ -93,9 +95,7 @@ class LeaseQueries:
                 continue  # the user's own run goes on without us: it may keep reporting
             if audit.spec.get("engine") == "deployment" and audit.flower_run_id is not None:
                 continue  # its Flower run trains on: adopt_flower_runs takes it back
-            reason = (
-                f"service restarted during the run; {audit.rounds_stored} rounds were stored"
-            )
+            reason = f"service restarted during the run; {audit.rounds_stored} rounds were stored"
             lease_held = Audit.owner_heartbeat_at.is_not(None) & (
                 Audit.owner_heartbeat_at >= expired
             )
@@ -103,14 +103,18 @@ class LeaseQueries:
                 lease_held = Audit.owner_id != audit.owner_id  # re-check: still that owner
             with self.session() as s, s.begin():  # re-checked: a heartbeat may have come in
                 if update_audit_if(
-                    s, audit_id, Audit.status == "running", ~lease_held,
-                    status="failed", reason=reason, finished_at=utcnow(), updated_at=utcnow(),
+                    s,
+                    audit_id,
+                    Audit.status == "running",
+                    ~lease_held,
+                    status="failed",
+                    reason=reason,
+                    finished_at=utcnow(),
+                    updated_at=utcnow(),
                     run_token_hash=None,
                 ):
                     failed.append(audit_id)
         return failed
-
-
 
     def end_silent_external(self, *, since: datetime, now: datetime | None = None) -> list[str]:
         """Fail running external audits whose run has shown no sign of progress (claim, ingest,
@@ -124,10 +128,16 @@ class LeaseQueries:
         since = as_utc(since)
         with self.session() as s:
             rows = s.execute(
-                select(Audit.id, Audit.spec, Audit.last_contact_at, Audit.started_at,
-                       Audit.created_at, Audit.rounds_stored, Audit.gaps, Audit.has_final).where(
-                    Audit.status == "running", Audit.run_token_hash.is_not(None)
-                )
+                select(
+                    Audit.id,
+                    Audit.spec,
+                    Audit.last_contact_at,
+                    Audit.started_at,
+                    Audit.created_at,
+                    Audit.rounds_stored,
+                    Audit.gaps,
+                    Audit.has_final,
+                ).where(Audit.status == "running", Audit.run_token_hash.is_not(None))
             ).all()
         ended = []
         for row in rows:
@@ -139,14 +149,22 @@ class LeaseQueries:
                 limit = start_limit(spec)
                 if (now - max(contact, since)).total_seconds() <= limit.seconds:
                     continue
-                reason = (f"the run never started: no Flower run declared its claim within "
-                          f"{limit.seconds:g} s of the audit's creation ({limit.rule}); start the "
-                          "Flower app with the printed environment sooner, or create the audit "
-                          "with a larger start_timeout_seconds (flaudit attach --start-timeout)")
+                reason = (
+                    f"the run never started: no Flower run declared its claim within "
+                    f"{limit.seconds:g} s of the audit's creation ({limit.rule}); start the "
+                    "Flower app with the printed environment sooner, or create the audit "
+                    "with a larger start_timeout_seconds (flaudit attach --start-timeout)"
+                )
                 with self.session() as s, s.begin():
                     if update_audit_if(
-                        s, row.id, Audit.status == "running", Audit.started_at.is_(None),
-                        status="failed", reason=reason, finished_at=now, updated_at=now,
+                        s,
+                        row.id,
+                        Audit.status == "running",
+                        Audit.started_at.is_(None),
+                        status="failed",
+                        reason=reason,
+                        finished_at=now,
+                        updated_at=now,
                         run_token_hash=None,
                     ):
                         ended.append(row.id)
@@ -159,12 +177,16 @@ class LeaseQueries:
             gaps = list(row.gaps or [])
             missing = ""
             if stored < num_rounds:
-                span = (f"round {stored + 1}" if stored + 1 == num_rounds
-                        else f"rounds {stored + 1}-{num_rounds}")
+                span = (
+                    f"round {stored + 1}"
+                    if stored + 1 == num_rounds
+                    else f"rounds {stored + 1}-{num_rounds}"
+                )
                 missing = f"; {span} and the final model were never reported"
-                gaps.extend({"round": t, "kind": "not_reported",
-                             "reason": "the run stopped reporting"}
-                            for t in range(stored + 1, num_rounds + 1))
+                gaps.extend(
+                    {"round": t, "kind": "not_reported", "reason": "the run stopped reporting"}
+                    for t in range(stored + 1, num_rounds + 1)
+                )
             elif not row.has_final:
                 missing = "; the final model was never reported"
             reason = (
@@ -174,17 +196,24 @@ class LeaseQueries:
                 f"{stored} of {num_rounds} rounds{missing}"
             )
             with self.session() as s, s.begin():  # re-checked: the run may just have reported
-                contacted = or_(Audit.last_contact_at.is_(None),
-                                Audit.last_contact_at == row.last_contact_at)
+                contacted = or_(
+                    Audit.last_contact_at.is_(None), Audit.last_contact_at == row.last_contact_at
+                )
                 if update_audit_if(
-                    s, row.id, Audit.status == "running", contacted,
+                    s,
+                    row.id,
+                    Audit.status == "running",
+                    contacted,
                     Audit.rounds_stored == stored,
-                    status="failed", reason=reason, finished_at=now, updated_at=now,
-                    run_token_hash=None, gaps=gaps,
+                    status="failed",
+                    reason=reason,
+                    finished_at=now,
+                    updated_at=now,
+                    run_token_hash=None,
+                    gaps=gaps,
                 ):
                     ended.append(row.id)
         return ended
-
 
     def end_refused(self, audit_id: str, *, t: int, reason: str) -> bool:
         """End a running audit whose run sent data that cannot be audited (round ``t``'s update
@@ -194,18 +223,28 @@ class LeaseQueries:
         not running (or ``t`` is not the next round)."""
         now = utcnow()
         with self.session() as s, s.begin():
-            row = s.execute(select(Audit.spec, Audit.gaps, Audit.rounds_stored)
-                            .where(Audit.id == audit_id)).one_or_none()
+            row = s.execute(
+                select(Audit.spec, Audit.gaps, Audit.rounds_stored).where(Audit.id == audit_id)
+            ).one_or_none()
             if row is None:
                 return False
             num_rounds = int((row.spec or {}).get("num_rounds") or 0)
             gaps = list(row.gaps or [])
-            gaps.extend({"round": r, "kind": "not_reported", "reason": reason[:300]}
-                        for r in range(int(t), num_rounds + 1))
+            gaps.extend(
+                {"round": r, "kind": "not_reported", "reason": reason[:300]}
+                for r in range(int(t), num_rounds + 1)
+            )
             return update_audit_if(
-                s, audit_id, Audit.status == "running", Audit.rounds_stored == row.rounds_stored,
-                status="failed", reason=reason, finished_at=now, updated_at=now,
-                run_token_hash=None, gaps=gaps,
+                s,
+                audit_id,
+                Audit.status == "running",
+                Audit.rounds_stored == row.rounds_stored,
+                status="failed",
+                reason=reason,
+                finished_at=now,
+                updated_at=now,
+                run_token_hash=None,
+                gaps=gaps,
             )
 
     # -- deployment audits across service restarts ---------------------------------------
@@ -214,8 +253,11 @@ class LeaseQueries:
         it); False if the audit is not running."""
         with self.session() as s, s.begin():
             return update_audit_if(
-                s, audit_id, Audit.status == "running",
-                flower_run_id=str(int(flower_run_id)), updated_at=utcnow(),
+                s,
+                audit_id,
+                Audit.status == "running",
+                flower_run_id=str(int(flower_run_id)),
+                updated_at=utcnow(),
             )
 
     def release(self, audit_id: str, *, owner: str) -> bool:
@@ -225,9 +267,14 @@ class LeaseQueries:
         accepted when they arrive. False if the audit is not running or not ``owner``'s."""
         with self.session() as s, s.begin():
             return update_audit_if(
-                s, audit_id, Audit.status == "running", Audit.owner_id == owner,
+                s,
+                audit_id,
+                Audit.status == "running",
+                Audit.owner_id == owner,
                 Audit.flower_run_id.is_not(None),
-                owner_id=None, owner_heartbeat_at=None, updated_at=utcnow(),
+                owner_id=None,
+                owner_heartbeat_at=None,
+                updated_at=utcnow(),
             )
 
     def adopt_flower_runs(self, owner: str, *, lease_seconds: float) -> list[tuple[str, str]]:
@@ -240,10 +287,13 @@ class LeaseQueries:
         expired = utcnow() - timedelta(seconds=lease_seconds)
         with self.session() as s:
             rows = s.execute(
-                select(Audit.id, Audit.spec, Audit.owner_id, Audit.owner_heartbeat_at,
-                       Audit.flower_run_id).where(
-                    Audit.status == "running", Audit.flower_run_id.is_not(None)
-                )
+                select(
+                    Audit.id,
+                    Audit.spec,
+                    Audit.owner_id,
+                    Audit.owner_heartbeat_at,
+                    Audit.flower_run_id,
+                ).where(Audit.status == "running", Audit.flower_run_id.is_not(None))
             ).all()
         adopted = []
         for row in rows:
@@ -258,19 +308,28 @@ class LeaseQueries:
             )
             if not gone:
                 continue
-            same_owner = (Audit.owner_id.is_(None) if row.owner_id is None
-                          else Audit.owner_id == row.owner_id)
-            same_beat = (Audit.owner_heartbeat_at.is_(None) if row.owner_heartbeat_at is None
-                         else Audit.owner_heartbeat_at == row.owner_heartbeat_at)
+            same_owner = (
+                Audit.owner_id.is_(None) if row.owner_id is None else Audit.owner_id == row.owner_id
+            )
+            same_beat = (
+                Audit.owner_heartbeat_at.is_(None)
+                if row.owner_heartbeat_at is None
+                else Audit.owner_heartbeat_at == row.owner_heartbeat_at
+            )
             now = utcnow()
             with self.session() as s, s.begin():
                 if update_audit_if(
-                    s, row.id, Audit.status == "running", same_owner, same_beat,
-                    owner_id=owner, owner_heartbeat_at=now, updated_at=now,
+                    s,
+                    row.id,
+                    Audit.status == "running",
+                    same_owner,
+                    same_beat,
+                    owner_id=owner,
+                    owner_heartbeat_at=now,
+                    updated_at=now,
                 ):
                     adopted.append((row.id, row.flower_run_id))
         return adopted
-
 
 
 def owner_is_gone(owner_id: str, instance_id: str) -> bool:
@@ -295,5 +354,3 @@ def owner_is_gone(owner_id: str, instance_id: str) -> bool:
     except OSError:
         return False
     return False
-
-

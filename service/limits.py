@@ -119,7 +119,7 @@ class RequestLimits:
                 raise HTTPException(408, too_slow)
             try:
                 message = await asyncio.wait_for(receive(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise HTTPException(408, too_slow) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))

@@ -44,6 +44,7 @@ __all__ = [
 
 log = logging.getLogger("flaudit.service")
 
+
 class IngestError(Exception):
     """An ingest request that must be refused; ``status_code`` and a message naming the problem."""
 
@@ -65,7 +66,9 @@ def _require_running(audit) -> None:
 def _require_length(vector: np.ndarray, dim: int) -> None:
     """A round delta or final model must have the initial model's length ``d`` (422 otherwise)."""
     if vector.shape[0] != dim:
-        raise IngestError(422, f"wrong length: expected {dim} float32 values, got {vector.shape[0]}")
+        raise IngestError(
+            422, f"wrong length: expected {dim} float32 values, got {vector.shape[0]}"
+        )
 
 
 def _as_dicts(items: Any) -> list[dict]:
@@ -85,8 +88,9 @@ def analytic_results(spec: AuditSpec) -> list[dict]:
     return _as_dicts(audit_analytic_epsilon(spec))
 
 
-def summary_parts(look: AuditLook, *,
-                  final: bool = False) -> tuple[list[dict], list[dict], dict, list]:
+def summary_parts(
+    look: AuditLook, *, final: bool = False
+) -> tuple[list[dict], list[dict], dict, list]:
     """Estimates, diagnostics, histograms and claim tests from
     :func:`flaudit.auditor.claims.summarize` on ``look``.
 
@@ -109,8 +113,12 @@ def summary_parts(look: AuditLook, *,
                 "null_kind": raw.get("null") if "null_density" in raw else None,
             }
         )
-    return (_as_dicts(summary.estimates), _as_dicts(summary.diagnostics), histograms,
-            list(summary.claim_tests))
+    return (
+        _as_dicts(summary.estimates),
+        _as_dicts(summary.diagnostics),
+        histograms,
+        list(summary.claim_tests),
+    )
 
 
 def _heaviest(*factors: Any) -> float | None:
@@ -122,8 +130,14 @@ def _heaviest(*factors: Any) -> float | None:
 def alarm_cause(audit) -> str | None:
     """The error alarm's cause in words for the ServerApp log: its alert's message and, when a
     round was noised for a smaller clip norm than its updates had, that finding too."""
-    message = next((a.get("message") for a in audit.alerts or []
-                    if (a.get("details") or {}).get("alarm") is not None), None)
+    message = next(
+        (
+            a.get("message")
+            for a in audit.alerts or []
+            if (a.get("details") or {}).get("alarm") is not None
+        ),
+        None,
+    )
     finding = noise_calibration(audit.spec, getattr(audit, "min_noise_clip_factor", None))
     parts = [p for p in (message, finding and finding["sentence"]) if p]
     return "; ".join(parts)[:1000] or None
@@ -219,8 +233,10 @@ def final_model_so_far(
     out = _as_dicts(final_model_estimates(cosines[seen], dim, delta))
     for e in out:
         e["details"].update(so_far=True, round=t)
-        e["method"] = (f"so far (round {t} of {num_rounds}, theta_t - theta_0 standing in for "
-                       f"the final model): {e['method']}")
+        e["method"] = (
+            f"so far (round {t} of {num_rounds}, theta_t - theta_0 standing in for "
+            f"the final model): {e['method']}"
+        )
     return out
 
 
@@ -237,8 +253,9 @@ class LiveAudits:
         Where transform times and fired alarms are counted (the app's ``GET /metrics``).
     """
 
-    def __init__(self, store: Store, *, canary_cache_bytes: int = 0,
-                 metrics: ServiceMetrics | None = None) -> None:
+    def __init__(
+        self, store: Store, *, canary_cache_bytes: int = 0, metrics: ServiceMetrics | None = None
+    ) -> None:
         self.store = store
         self.metrics = metrics or ServiceMetrics()
         self._cache = _CanaryCache(canary_cache_bytes)
@@ -312,8 +329,14 @@ class LiveAudits:
         return self._audit(audit_id).dim
 
     def ingest_round(
-        self, audit_id: str, t: int, update: np.ndarray, metadata: dict,
-        participants: np.ndarray | None = None, gap: dict | None = None, *,
+        self,
+        audit_id: str,
+        t: int,
+        update: np.ndarray,
+        metadata: dict,
+        participants: np.ndarray | None = None,
+        gap: dict | None = None,
+        *,
         consume: bool = False,
     ) -> str:
         """Store round ``t``: its released update ``rho_bar_t`` and (optionally) its canary
@@ -373,8 +396,9 @@ class LiveAudits:
             seen = seen_mask(secret.seed, k)
             known_rounds = None
             if participants is not None:
-                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds,
-                                                 scale_dof=tracker.scale_dof)
+                statistic = KnownRoundsStatistic(
+                    k, dim=secret.dim, state=secret.known_rounds, scale_dof=tracker.scale_dof
+                )
                 mask = np.zeros(k, dtype=bool)
                 mask[participants] = True
                 statistic.update(round_cosines, mask, ~seen)
@@ -383,37 +407,50 @@ class LiveAudits:
             # far (docs/estimators.md, "Weighted FedAvg: two answers")
             heaviest = _heaviest(
                 audit.max_canary_weight_factor,
-                metadata.get("weight_factor") if metadata.get("num_canaries_inserted") else None)
+                metadata.get("weight_factor") if metadata.get("num_canaries_inserted") else None,
+            )
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if ThreatModel.all_iterates in spec.threat_models:
-                estimates, diagnostics, histograms, tests = summary_parts(AuditLook(
-                    seen=seen,
-                    dim=secret.dim,
-                    delta=spec.delta,
-                    max_cosines=max_cosines,
-                    final_cosines=None,
-                    threat_models=[ThreatModel.all_iterates],
-                    known_rounds_scores=None if known_rounds is None else known_rounds.scores,
-                    known_rounds_participations=None if known_rounds is None
-                    else known_rounds.num_participations,
-                    known_rounds_rounds=None if known_rounds is None else known_rounds.rounds,
-                    canary_repeats=spec.canary_repeats,
-                    claims=audit_claims(spec, weight_factor=heaviest),
-                    num_rounds=t,
-                    scale_dof=tracker.scale_dof,
-                ))
+                estimates, diagnostics, histograms, tests = summary_parts(
+                    AuditLook(
+                        seen=seen,
+                        dim=secret.dim,
+                        delta=spec.delta,
+                        max_cosines=max_cosines,
+                        final_cosines=None,
+                        threat_models=[ThreatModel.all_iterates],
+                        known_rounds_scores=None if known_rounds is None else known_rounds.scores,
+                        known_rounds_participations=None
+                        if known_rounds is None
+                        else known_rounds.num_participations,
+                        known_rounds_rounds=None if known_rounds is None else known_rounds.rounds,
+                        canary_repeats=spec.canary_repeats,
+                        claims=audit_claims(spec, weight_factor=heaviest),
+                        num_rounds=t,
+                        scale_dof=tracker.scale_dof,
+                    )
+                )
             if tracking:
                 self._so_far[audit_id] = change
                 if ThreatModel.final_model in spec.threat_models:
                     estimates = estimates + final_model_so_far(
-                        tracker.all_cosines(change.total), seen,
-                        dim=secret.dim, delta=spec.delta, t=t, num_rounds=spec.num_rounds,
+                        tracker.all_cosines(change.total),
+                        seen,
+                        dim=secret.dim,
+                        delta=spec.delta,
+                        t=t,
+                        num_rounds=spec.num_rounds,
                     )
             all_estimates = estimates + list(audit.analytic or [])
             alarm = decide(spec, tests, look=t, weight_factor=heaviest)
             alerts = build_alerts(
-                spec=spec, dim=secret.dim, rounds_stored=t, has_final=False, alarm=alarm,
-                round=t, previous=audit.alerts,
+                spec=spec,
+                dim=secret.dim,
+                rounds_stored=t,
+                has_final=False,
+                alarm=alarm,
+                round=t,
+                previous=audit.alerts,
             )
             row = {
                 "round": t,
@@ -440,9 +477,13 @@ class LiveAudits:
                 raise IngestError(409, str(exc)) from None
             self.metrics.alarm(audit.alerts, alerts, audit_id)
             if alarm.status == "error" and first_alarm(audit.alerts) is None:
-                save_alarm_statistics(self.store, audit_id, round=t, max_cosines=max_cosines,
-                                      known_rounds=None if known_rounds is None
-                                      else known_rounds.state())  # for flaudit verify
+                save_alarm_statistics(
+                    self.store,
+                    audit_id,
+                    round=t,
+                    max_cosines=max_cosines,
+                    known_rounds=None if known_rounds is None else known_rounds.state(),
+                )  # for flaudit verify
             self.version += 1
             return "stored"
 
@@ -456,9 +497,13 @@ class LiveAudits:
             return {"alarm": None, "stop": False, "stop_reason": None}
         stop = bool(audit.spec.get("stop_on_alarm"))
         where = record.get("round")
-        return {"alarm": "error", "stop": stop,
-                "stop_reason": f"claim refuted at round {where}" if stop else None,
-                "alarm_round": where, "alarm_cause": alarm_cause(audit)}
+        return {
+            "alarm": "error",
+            "stop": stop,
+            "stop_reason": f"claim refuted at round {where}" if stop else None,
+            "alarm_round": where,
+            "alarm_cause": alarm_cause(audit),
+        }
 
     # -- final model ----------------------------------------------------------------------
     def ingest_final(self, audit_id: str, model: np.ndarray, metrics: dict) -> str:
@@ -485,32 +530,40 @@ class LiveAudits:
             seen = seen_mask(secret.seed, k)
             scores = counts = rounds = None
             if secret.known_rounds is not None and ThreatModel.all_iterates in wanted:
-                statistic = KnownRoundsStatistic(k, dim=secret.dim, state=secret.known_rounds,
-                                                 scale_dof=tracker.scale_dof)
+                statistic = KnownRoundsStatistic(
+                    k, dim=secret.dim, state=secret.known_rounds, scale_dof=tracker.scale_dof
+                )
                 scores, counts = statistic.scores, statistic.num_participations
                 rounds = statistic.rounds
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if wanted:
-                estimates, diagnostics, histograms, tests = summary_parts(AuditLook(
-                    seen=seen,
-                    dim=secret.dim,
-                    delta=spec.delta,
-                    max_cosines=max_cosines if ThreatModel.all_iterates in wanted else None,
-                    final_cosines=final_cosines if ThreatModel.final_model in wanted else None,
-                    threat_models=wanted,
-                    known_rounds_scores=scores,
-                    known_rounds_participations=counts,
-                    known_rounds_rounds=rounds,
-                    canary_repeats=spec.canary_repeats,
-                    claims=audit_claims(spec, weight_factor=audit.max_canary_weight_factor),
-                    num_rounds=secret.rounds_stored,
-                    scale_dof=tracker.scale_dof,
-                ), final=True)
+                estimates, diagnostics, histograms, tests = summary_parts(
+                    AuditLook(
+                        seen=seen,
+                        dim=secret.dim,
+                        delta=spec.delta,
+                        max_cosines=max_cosines if ThreatModel.all_iterates in wanted else None,
+                        final_cosines=final_cosines if ThreatModel.final_model in wanted else None,
+                        threat_models=wanted,
+                        known_rounds_scores=scores,
+                        known_rounds_participations=counts,
+                        known_rounds_rounds=rounds,
+                        canary_repeats=spec.canary_repeats,
+                        claims=audit_claims(spec, weight_factor=audit.max_canary_weight_factor),
+                        num_rounds=secret.rounds_stored,
+                        scale_dof=tracker.scale_dof,
+                    ),
+                    final=True,
+                )
             all_estimates = estimates + list(audit.analytic or [])
             alerts = build_alerts(
-                spec=spec, dim=secret.dim, rounds_stored=secret.rounds_stored, has_final=True,
-                alarm=decide(spec, tests, look=num_looks(spec),
-                             weight_factor=audit.max_canary_weight_factor),
+                spec=spec,
+                dim=secret.dim,
+                rounds_stored=secret.rounds_stored,
+                has_final=True,
+                alarm=decide(
+                    spec, tests, look=num_looks(spec), weight_factor=audit.max_canary_weight_factor
+                ),
                 previous=audit.alerts,
             )
             try:

@@ -65,8 +65,10 @@ class StoreCollector(Collector):
         started = time.perf_counter()
         store = getattr(self._state, "store", None)
         audits = GaugeMetricFamily(
-            "flaudit_audits", "Audits in the database by status and verdict.",
-            labels=["status", "verdict"])
+            "flaudit_audits",
+            "Audits in the database by status and verdict.",
+            labels=["status", "verdict"],
+        )
         up = 0
         if store is not None:
             try:
@@ -78,34 +80,46 @@ class StoreCollector(Collector):
                 log.warning("metrics: database unreadable (%s)", type(exc).__name__)
         yield audits
         yield GaugeMetricFamily(
-            "flaudit_database_up", "1 if the database answered this scrape's queries, else 0.",
-            value=up)
+            "flaudit_database_up",
+            "1 if the database answered this scrape's queries, else 0.",
+            value=up,
+        )
         runner = getattr(self._state, "runner", None)
         yield GaugeMetricFamily(
             "flaudit_runner_up",
             "1 if this instance's runner thread is alive, 0 if stopped or disabled.",
-            value=1 if runner is not None and runner.alive else 0)
+            value=1 if runner is not None and runner.alive else 0,
+        )
         yield GaugeMetricFamily(
             "flaudit_workers_running",
             "Audit worker processes this instance runs now.",
-            value=len(runner.active) if runner is not None else 0)
+            value=len(runner.active) if runner is not None else 0,
+        )
         yield GaugeMetricFamily(
             "flaudit_scrape_duration_seconds",
             "Seconds this scrape spent reading the database.",
-            value=time.perf_counter() - started)
+            value=time.perf_counter() - started,
+        )
 
     def _audit_counts(self, store) -> dict[tuple[str, str], int]:
         with store.session() as s:
-            rows = s.execute(select(Audit.id, Audit.status, Audit.rounds_stored,
-                                    Audit.has_final, Audit.updated_at)).all()
+            rows = s.execute(
+                select(
+                    Audit.id, Audit.status, Audit.rounds_stored, Audit.has_final, Audit.updated_at
+                )
+            ).all()
         with self._lock:
             versions = {row[0]: tuple(row[1:]) for row in rows}
-            stale = [i for i, v in versions.items()
-                     if i not in self._verdicts or self._verdicts[i][0] != v]
+            stale = [
+                i
+                for i, v in versions.items()
+                if i not in self._verdicts or self._verdicts[i][0] != v
+            ]
             for start in range(0, len(stale), _CHUNK):
                 with store.session() as s:
                     for audit in s.scalars(
-                            select(Audit).where(Audit.id.in_(stale[start:start + _CHUNK]))):
+                        select(Audit).where(Audit.id.in_(stale[start : start + _CHUNK]))
+                    ):
                         self._verdicts[audit.id] = (versions[audit.id], _verdict(audit))
             for gone in set(self._verdicts) - set(versions):
                 del self._verdicts[gone]
@@ -131,27 +145,38 @@ class ServiceMetrics:
     def __init__(self, state: Any = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.rounds_ingested = Counter(
-            "flaudit_rounds_ingested", "Rounds stored by this instance's ingest route.",
-            registry=self.registry)
+            "flaudit_rounds_ingested",
+            "Rounds stored by this instance's ingest route.",
+            registry=self.registry,
+        )
         self.round_ingest_seconds = Histogram(
             "flaudit_round_ingest_seconds",
             "Seconds to ingest one round (transform, statistics, alarm, database write).",
-            buckets=_INGEST_BUCKETS, registry=self.registry)
+            buckets=_INGEST_BUCKETS,
+            registry=self.registry,
+        )
         self.round_transform_seconds = Histogram(
             "flaudit_round_transform_seconds",
             "Seconds of one round's cosine transform (the canaries' cosines with the update).",
-            buckets=_INGEST_BUCKETS, registry=self.registry)
+            buckets=_INGEST_BUCKETS,
+            registry=self.registry,
+        )
         self.gaps_recorded = Counter(
             "flaudit_gaps_recorded",
             "Rounds recorded as gaps: no_canaries (trained without them), not_reported.",
-            labelnames=["kind"], registry=self.registry)
+            labelnames=["kind"],
+            registry=self.registry,
+        )
         self.canary_budget_overruns = Counter(
             "flaudit_canary_budget_overruns",
             "Rounds whose ServerApp reported the canaries missed its round budget.",
-            registry=self.registry)
+            registry=self.registry,
+        )
         self.alarms_fired = Counter(
-            "flaudit_alarms_fired", "Audits whose error alarm (claim refuted) fired here.",
-            registry=self.registry)
+            "flaudit_alarms_fired",
+            "Audits whose error alarm (claim refuted) fired here.",
+            registry=self.registry,
+        )
         for kind in ("no_canaries", "not_reported"):
             self.gaps_recorded.labels(kind=kind)  # exported at 0 before the first gap
         if state is not None:
@@ -165,8 +190,9 @@ class ServiceMetrics:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
 
-    def round_stored(self, result: str, seconds: float, gap: dict | None,
-                     audit_id: str | None = None) -> None:
+    def round_stored(
+        self, result: str, seconds: float, gap: dict | None, audit_id: str | None = None
+    ) -> None:
         """A round ingest answered ``result`` ("stored" or "duplicate") after ``seconds``;
         ``gap``: the gap it recorded (trained without canaries), if any."""
         if result != "stored":
@@ -174,11 +200,16 @@ class ServiceMetrics:
         self.rounds_ingested.inc()
         self.round_ingest_seconds.observe(seconds)
         if gap is not None:
-            self.gap(str(gap.get("kind")), str(gap.get("reason") or ""), audit_id=audit_id,
-                     round=gap.get("round"))
+            self.gap(
+                str(gap.get("kind")),
+                str(gap.get("reason") or ""),
+                audit_id=audit_id,
+                round=gap.get("round"),
+            )
 
-    def gap(self, kind: str, reason: str = "", *, audit_id: str | None = None,
-            round: int | None = None) -> None:
+    def gap(
+        self, kind: str, reason: str = "", *, audit_id: str | None = None, round: int | None = None
+    ) -> None:
         self.gaps_recorded.labels(kind=kind).inc()
         if kind == "no_canaries" and BUDGET_OVERRUN_MARK in reason:  # the ServerApp's reason
             self.canary_budget_overruns.inc()

@@ -94,22 +94,30 @@ def _points(xs, ys, x_range, y_range) -> list[tuple[float, float]]:
     for x, y in zip(xs, ys):
         if number(x, finite=True) is None or number(y, finite=True) is None:
             continue
-        out.append((_PAD + (x - x0) / ((x1 - x0) or 1) * (_W - 1.5 * _PAD),
-                    _H - _PAD - (min(y, y1) - y0) / ((y1 - y0) or 1) * (_H - 1.5 * _PAD)))
+        out.append(
+            (
+                _PAD + (x - x0) / ((x1 - x0) or 1) * (_W - 1.5 * _PAD),
+                _H - _PAD - (min(y, y1) - y0) / ((y1 - y0) or 1) * (_H - 1.5 * _PAD),
+            )
+        )
     return out
 
 
-def _polyline(xs, ys, x_range, y_range, color: str, *, dash: str = "", width: float = 2,
-              dots: bool = False) -> str:
+def _polyline(
+    xs, ys, x_range, y_range, color: str, *, dash: str = "", width: float = 2, dots: bool = False
+) -> str:
     points = _points(xs, ys, x_range, y_range)
     if not points:
         return ""
     style = f' stroke-dasharray="{dash}"' if dash else ""
-    line = (f'<polyline fill="none" stroke="{color}" stroke-width="{width}"{style} '
-            f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in points)}"/>')
+    line = (
+        f'<polyline fill="none" stroke="{color}" stroke-width="{width}"{style} '
+        f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in points)}"/>'
+    )
     if dots:
-        line += "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>'
-                        for x, y in points)
+        line += "".join(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>' for x, y in points
+        )
     return line
 
 
@@ -118,8 +126,10 @@ def _band(alpha, upper, lower, rng) -> str:
     if not top or not bottom:
         return ""
     ring = [*top, *reversed(bottom)]
-    return (f'<polygon fill="{_BAND_FILL}" stroke="none" '
-            f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in ring)}"/>')
+    return (
+        f'<polygon fill="{_BAND_FILL}" stroke="none" '
+        f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in ring)}"/>'
+    )
 
 
 def _axes(x_label: str, y_label: str, x_range, y_range) -> str:
@@ -133,15 +143,17 @@ def _axes(x_label: str, y_label: str, x_range, y_range) -> str:
         f'<text x="{left - 4}" y="{bottom}" font-size="10" text-anchor="end">{_fmt(y0)}</text>'
         f'<text x="{left - 4}" y="{top + 8}" font-size="10" text-anchor="end">{_fmt(y1)}</text>'
         f'<text x="{(left + right) / 2}" y="{_H - 6}" font-size="11" text-anchor="middle">'
-        f'{escape(x_label)}</text>'
+        f"{escape(x_label)}</text>"
         f'<text x="10" y="{(top + bottom) / 2}" font-size="11" text-anchor="middle" '
         f'transform="rotate(-90 10 {(top + bottom) / 2})">{escape(y_label)}</text>'
     )
 
 
 def _svg(body: str, title: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H}" role="img" '
-            f'aria-label="{escape(title)}">{body}</svg>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H}" role="img" '
+        f'aria-label="{escape(title)}">{body}</svg>'
+    )
 
 
 def _legend(keys: list[tuple[str, str, str]]) -> str:
@@ -149,15 +161,19 @@ def _legend(keys: list[tuple[str, str, str]]) -> str:
     items = "".join(
         f'<li class="key"><svg class="swatch" viewBox="0 0 26 10" aria-hidden="true">'
         f'<line x1="1" y1="5" x2="25" y2="5" stroke="{color}" stroke-width="3"'
-        f'{f" stroke-dasharray={chr(34)}{dash}{chr(34)}" if dash else ""}/></svg>'
-        f'<span>{escape(text)}</span></li>' for color, dash, text in keys)
+        f"{f' stroke-dasharray={chr(34)}{dash}{chr(34)}' if dash else ''}/></svg>"
+        f"<span>{escape(text)}</span></li>"
+        for color, dash, text in keys
+    )
     return f'<ul class="legend">{items}</ul>'
 
 
 def _figure(key: str, title: str, svg: str, legend: str, adversary: str, lead: str) -> str:
-    return (f'<figure id="{key}" data-threat-model="{_PICTURE_THREAT[key]}"><figcaption>'
-            f'<strong>{escape(title)}</strong><span class="adversary">{escape(adversary)}</span>'
-            f'{lead}</figcaption>{svg}{legend}</figure>')
+    return (
+        f'<figure id="{key}" data-threat-model="{_PICTURE_THREAT[key]}"><figcaption>'
+        f'<strong>{escape(title)}</strong><span class="adversary">{escape(adversary)}</span>'
+        f"{lead}</figcaption>{svg}{legend}</figure>"
+    )
 
 
 def _tradeoff_svg(picture: dict, lead: str) -> str:
@@ -167,54 +183,86 @@ def _tradeoff_svg(picture: dict, lead: str) -> str:
     body += _polyline(alpha, [1 - a for a in alpha], *rng, "#bbb", dash="3 3", width=1)
     if picture.get("band") and picture.get("empirical"):
         body += _band(alpha, picture["empirical"], picture["band"], rng)
-    mu_lo = picture.get("mu_lo") if (number(picture.get("mu_lo_value"), finite=True) or 0) > 0 else None
+    mu_lo = (
+        picture.get("mu_lo") if (number(picture.get("mu_lo_value"), finite=True) or 0) > 0 else None
+    )
     conf = picture.get("confidence") or 0.95
     keys = []
     for values, (color, dash), width, text in (
-            (picture.get("band"), _BAND, 1.5,
-             (f"{_fmt(100 * conf)}% confidence band if scores were independent (a picture, "
-              "not the test)")),
-            (picture.get("empirical"), _EMPIRICAL, 2.5,
-             f"measured from {picture.get('num_seen') or 0} inserted canaries"),
-            (picture.get("claim"), _CLAIM, 2.5, f"claimed (μ = {_fmt(picture.get('claim_mu'))})"),
-            (mu_lo, _MU_LO, 2,
-             f"proven at least this leaky (valid bound μ ≥ {_fmt(picture.get('mu_lo_value'))})")):
+        (
+            picture.get("band"),
+            _BAND,
+            1.5,
+            (
+                f"{_fmt(100 * conf)}% confidence band if scores were independent (a picture, "
+                "not the test)"
+            ),
+        ),
+        (
+            picture.get("empirical"),
+            _EMPIRICAL,
+            2.5,
+            f"measured from {picture.get('num_seen') or 0} inserted canaries",
+        ),
+        (picture.get("claim"), _CLAIM, 2.5, f"claimed (μ = {_fmt(picture.get('claim_mu'))})"),
+        (
+            mu_lo,
+            _MU_LO,
+            2,
+            f"proven at least this leaky (valid bound μ ≥ {_fmt(picture.get('mu_lo_value'))})",
+        ),
+    ):
         if values:
             body += _polyline(alpha, values, *rng, color, dash=dash, width=width)
             keys.append((color, dash, text))
     return _figure(
-        "fdp", "Can an attacker tell inserted canaries from the others?",
+        "fdp",
+        "Can an attacker tell inserted canaries from the others?",
         _svg(body, "f-DP trade-off picture"),
         _legend(keys) if keys else '<p class="small muted">No curve: no claim and no scores.</p>',
         "Adversary: " + threat_label("final_model") + " (the inserted canaries' final-model "
-        "scores). A measured curve below the claimed one is leakage beyond the claim.", lead)
+        "scores). A measured curve below the claimed one is leakage beyond the claim.",
+        lead,
+    )
 
 
 def _round_lines(round_estimates: list[list[dict]], final: list[dict]) -> list[tuple[dict, list]]:
     """The dashboard's bounds over rounds: per series of ``round_bounds``, (round, μ) points."""
+
     def pick(estimates, spec):
         for e in estimates or []:
             mu = (e.get("details") or {}).get("mu")
-            if (e.get("estimator") == spec["estimator"] and e.get("correction") != "none"
-                    and e.get("threat_model") == spec["threat_model"] and number(mu, finite=True) is not None):
+            if (
+                e.get("estimator") == spec["estimator"]
+                and e.get("correction") != "none"
+                and e.get("threat_model") == spec["threat_model"]
+                and number(mu, finite=True) is not None
+            ):
                 return float(mu)
         return None
 
     lines = []
     for spec in VOCABULARY["round_bounds"]:
-        points = [(t, mu) for t, estimates in enumerate(round_estimates, start=1)
-                  if (mu := pick(estimates, spec)) is not None]
+        points = [
+            (t, mu)
+            for t, estimates in enumerate(round_estimates, start=1)
+            if (mu := pick(estimates, spec)) is not None
+        ]
         last = pick(final, spec)
-        if last is not None and round_estimates and not any(
-                t == len(round_estimates) for t, _ in points):
+        if (
+            last is not None
+            and round_estimates
+            and not any(t == len(round_estimates) for t, _ in points)
+        ):
             points.append((len(round_estimates), last))
         if points:
             lines.append((spec, points))
     return lines
 
 
-def _bounds_svg(round_estimates: list[list[dict]], final: list[dict], claim_mu: float | None,
-                lead: str) -> str:
+def _bounds_svg(
+    round_estimates: list[list[dict]], final: list[dict], claim_mu: float | None, lead: str
+) -> str:
     lines = _round_lines(round_estimates, final)
     values = [mu for _, points in lines for _, mu in points]
     top = max([*values, claim_mu or 0.0, 1e-3]) * 1.15
@@ -223,20 +271,37 @@ def _bounds_svg(round_estimates: list[list[dict]], final: list[dict], claim_mu: 
     keys = []
     for i, (spec, points) in enumerate(lines):
         color, dash = _PALETTE[i % len(_PALETTE)], _DASHES[i % len(_DASHES)]
-        body += _polyline([t for t, _ in points], [mu for _, mu in points], x_range, (0.0, top),
-                          color, dash=dash, dots=True)
+        body += _polyline(
+            [t for t, _ in points],
+            [mu for _, mu in points],
+            x_range,
+            (0.0, top),
+            color,
+            dash=dash,
+            dots=True,
+        )
         keys.append((color, dash, spec["label"]))
     if claim_mu is not None:
-        body += _polyline([1, x_range[1]], [claim_mu, claim_mu], x_range, (0.0, top),
-                          _CLAIM[0], dash=_CLAIM[1], width=2.5)
+        body += _polyline(
+            [1, x_range[1]],
+            [claim_mu, claim_mu],
+            x_range,
+            (0.0, top),
+            _CLAIM[0],
+            dash=_CLAIM[1],
+            width=2.5,
+        )
         keys.append((*_CLAIM, f"claimed μ = {_fmt(claim_mu)}"))
     adversaries = ", ".join(dict.fromkeys(threat_label(s["threat_model"]) for s, _ in lines))
     return _figure(
-        "bounds", "Lower bounds on μ after each round, against the claim",
+        "bounds",
+        "Lower bounds on μ after each round, against the claim",
         _svg(body, "valid lower bounds on μ over rounds"),
         _legend(keys) if keys else '<p class="small muted">No bound yet.</p>',
         f"Adversary: one line each ({adversaries or threat_label('known_rounds')}). "
-        "A valid lower bound above the claim line refutes the claim.", lead)
+        "A valid lower bound above the claim line refutes the claim.",
+        lead,
+    )
 
 
 def _pictures(view: dict, round_estimates: list[list[dict]]) -> str:
@@ -251,23 +316,30 @@ def _pictures(view: dict, round_estimates: list[list[dict]]) -> str:
     leads = {}
     for key in ("fdp", "bounds"):
         if rests == key:
-            leads[key] = ('<span class="rests">The verdict rests on this: '
-                          f'{escape(human_text(by.get("name") or "the claim test"))} refuted the '
-                          f'claim (adversary {escape(threat_label(by.get("threat_model")))}).'
-                          '</span>')
+            leads[key] = (
+                '<span class="rests">The verdict rests on this: '
+                f"{escape(human_text(by.get('name') or 'the claim test'))} refuted the "
+                f"claim (adversary {escape(threat_label(by.get('threat_model')))})."
+                "</span>"
+            )
         elif rests:
-            leads[key] = ('<span class="adversary">Not the evidence of the verdict: the claim was '
-                          "refuted for the adversary who "
-                          f'{escape(threat_label(by.get("threat_model")))}'
-                          " (the first picture); this one shows another adversary.</span>")
+            leads[key] = (
+                '<span class="adversary">Not the evidence of the verdict: the claim was '
+                "refuted for the adversary who "
+                f"{escape(threat_label(by.get('threat_model')))}"
+                " (the first picture); this one shows another adversary.</span>"
+            )
         else:
             leads[key] = ""
     claim_mu = number((verdict.get("claim") or {}).get("mu"), finite=True)
     if claim_mu is None:
         claim_mu = number((view.get("tradeoff") or {}).get("claim_mu"), finite=True)
-    figures = {"fdp": _tradeoff_svg(view.get("tradeoff") or {}, leads["fdp"]),
-               "bounds": _bounds_svg(round_estimates, view.get("estimates") or [], claim_mu,
-                                     leads["bounds"])}
+    figures = {
+        "fdp": _tradeoff_svg(view.get("tradeoff") or {}, leads["fdp"]),
+        "bounds": _bounds_svg(
+            round_estimates, view.get("estimates") or [], claim_mu, leads["bounds"]
+        ),
+    }
     order = ["bounds", "fdp"] if rests == "bounds" else ["fdp", "bounds"]
     return "".join(figures[k] for k in order)
 
@@ -285,11 +357,17 @@ def _tiles(verdict: dict) -> str:
     if bound and number(bound.get("epsilon"), finite=True) is not None:
         measured = f"ε ≥ {_fmt(bound.get('epsilon'))}"
         mu = f"μ ≥ {_fmt(bound.get('mu'))}, " if bound.get("mu") is not None else ""
-        conf = (f"{_fmt(100 * bound['confidence'])}% confidence; "
-                if isinstance(bound.get("confidence"), (int, float)) else "")
-        name = human_text(bound.get("name")) if bound.get("name") else estimate_label(bound)
-        who = f"; adversary {threat_label(bound['threat_model'])}" if bound.get("threat_model") \
+        conf = (
+            f"{_fmt(100 * bound['confidence'])}% confidence; "
+            if isinstance(bound.get("confidence"), (int, float))
             else ""
+        )
+        name = human_text(bound.get("name")) if bound.get("name") else estimate_label(bound)
+        who = (
+            f"; adversary {threat_label(bound['threat_model'])}"
+            if bound.get("threat_model")
+            else ""
+        )
         m_note = f"{mu}{conf}{name}{who}"
         if bound.get("validity"):
             m_note += f" ({bound['validity']})"
@@ -300,19 +378,18 @@ def _tiles(verdict: dict) -> str:
         '<div class="tiles" id="tiles">'
         f'<div class="tile" id="tile-claim"><div class="tile-label">Claimed</div>'
         f'<div class="tile-value">{escape(claimed)}</div><div class="small muted">'
-        f'{escape(note)}</div></div>'
+        f"{escape(note)}</div></div>"
         f'<div class="tile" id="tile-measured"><div class="tile-label">Measured: valid lower '
         f'bound</div><div class="tile-value">{escape(measured)}</div><div class="small muted">'
-        f'{escape(m_note)}</div></div>'
+        f"{escape(m_note)}</div></div>"
         f'<div class="tile" id="tile-design"><div class="tile-label">This audit can detect</div>'
         f'<div>{escape(human_text(design.get("summary") or "–"))}</div><div class="small muted">'
-        f'{escape(human_text(design.get("advice") or ""))}</div></div></div>'
+        f"{escape(human_text(design.get('advice') or ''))}</div></div></div>"
     )
 
 
 def _rows(items: list[tuple[str, Any]], *, label=field_label) -> str:
-    return "".join(f"<tr><th>{escape(label(k))}</th><td>{_value(v, k)}</td></tr>"
-                   for k, v in items)
+    return "".join(f"<tr><th>{escape(label(k))}</th><td>{_value(v, k)}</td></tr>" for k, v in items)
 
 
 def _value(v: Any, key: Any = None) -> str:
@@ -323,8 +400,10 @@ def _value(v: Any, key: Any = None) -> str:
 
 
 def _estimates_table(estimates: list[dict]) -> str:
-    head = ("<tr><th>estimate</th><th>adversary</th><th>ε</th><th>counted as a valid bound</th>"
-            "<th>confidence</th></tr>")
+    head = (
+        "<tr><th>estimate</th><th>adversary</th><th>ε</th><th>counted as a valid bound</th>"
+        "<th>confidence</th></tr>"
+    )
     rows = []
     for e in estimates:
         rows.append(
@@ -332,7 +411,8 @@ def _estimates_table(estimates: list[dict]) -> str:
             f"<td>{escape(threat_label(e.get('threat_model')))}</td>"
             f"<td class=num>{escape(_fmt(e.get('epsilon')))}</td>"
             f"<td>{'yes' if is_valid_bound(e) else 'no'}</td>"
-            f"<td class=num>{escape(_fmt(e.get('confidence')))}</td></tr>")
+            f"<td class=num>{escape(_fmt(e.get('confidence')))}</td></tr>"
+        )
     return f"<table id=estimates>{head}{''.join(rows)}</table>"
 
 
@@ -354,10 +434,15 @@ def render_report(view: dict, bundle: dict, round_estimates: list[list[dict]]) -
     gap_rows = "".join(
         f"<tr><td class=num>{escape(str(g.get('round')))}</td><td>{_value(g.get('kind'))}"
         f"</td><td>{escape(human_text(g.get('reason') or ''))}</td><td>{_value(g.get('cost'))}"
-        f"</td></tr>" for g in gaps)
-    gaps_html = (f"<table id=gaps><tr><th>round</th><th>what</th><th>reason</th><th>cost</th>"
-                 f"</tr>{gap_rows}</table>" if gaps else
-                 "<p id=gaps class=muted>No gaps: every round was reported with its canaries.</p>")
+        f"</td></tr>"
+        for g in gaps
+    )
+    gaps_html = (
+        f"<table id=gaps><tr><th>round</th><th>what</th><th>reason</th><th>cost</th>"
+        f"</tr>{gap_rows}</table>"
+        if gaps
+        else "<p id=gaps class=muted>No gaps: every round was reported with its canaries.</p>"
+    )
     design = verdict.get("design") or {}
     signature = bundle.get("signature") or {}
     seed = bundle.get("canary_seed") or {}
@@ -367,35 +452,57 @@ def render_report(view: dict, bundle: dict, round_estimates: list[list[dict]]) -
         spec["inject_bug"] = view["bug_injected"]
     bug = view.get("bug_injected")
     status_word = VOCABULARY["statuses"].get(view.get("status"), str(view.get("status")))
-    testing = (f'<p class="testing" id="bug-injected"><strong>Testing: </strong>'
-               f'{escape(human_text(bug))}</p>' if bug else "")
+    testing = (
+        f'<p class="testing" id="bug-injected"><strong>Testing: </strong>'
+        f"{escape(human_text(bug))}</p>"
+        if bug
+        else ""
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-<title>flaudit report: {escape(str(view.get('name')))} ({escape(str(view.get('id')))})</title>
+<title>flaudit report: {escape(str(view.get("name")))} ({escape(str(view.get("id")))})</title>
 <style>{_CSS}</style></head><body>
-<header><div class="muted small">flaudit audit report · audit <code>{escape(str(view.get('id')))}</code>
-· {escape(status_word)} · round {escape(str(progress.get('round')))} of
-{escape(str(progress.get('num_rounds')))}</div>
-<h1>{escape(str(view.get('name')))}</h1></header>
-<section><div id="verdict" class="verdict {escape(status)}"><span class="status">{escape(verdict_title(status))}</span>
-<p>{escape(str(verdict.get('summary') or ''))}</p>{testing}</div>
+<header><div class="muted small">flaudit audit report · audit <code>{
+        escape(str(view.get("id")))
+    }</code>
+· {escape(status_word)} · round {escape(str(progress.get("round")))} of
+{escape(str(progress.get("num_rounds")))}</div>
+<h1>{escape(str(view.get("name")))}</h1></header>
+<section><div id="verdict" class="verdict {escape(status)}"><span class="status">{
+        escape(verdict_title(status))
+    }</span>
+<p>{escape(str(verdict.get("summary") or ""))}</p>{testing}</div>
 {_tiles(verdict)}</section>
 <section><h2>Pictures</h2><div class="charts">{_pictures(view, round_estimates)}</div></section>
 <section><h2>Design: what this audit can detect</h2>
 <table id=design class=fields>{_rows(list(design.items()))}</table></section>
 <section><h2>Gaps</h2>{gaps_html}</section>
-<section class="page-break"><h2>Estimates</h2>{_estimates_table(view.get('estimates') or [])}</section>
-<section><h2>Settings of the audit</h2><table id=spec class=fields>{_rows(list(spec.items()))}</table></section>
-<section id="evidence"><h2>Evidence</h2><table class=fields>{_rows([
-        ("evidence hash", signature.get("digest")), ("signing key id", signature.get("key_id")),
-        ("signature", signature.get("algorithm")), ("canary seed commitment", seed.get("commitment")),
-        ("created", view.get("created_at")), ("finished", view.get("finished_at")),
-        ("versions", bundle.get("versions")),
-    ], label=lambda k: str(k).capitalize())}</table>
-<p class="small muted">Check the numbers with <code>flaudit verify {escape(str(view.get('id')))}-evidence.json --url &lt;service&gt;</code>
-on the bundle from GET /audits/{escape(str(view.get('id')))}/evidence: it recomputes the verdict and
+<section class="page-break"><h2>Estimates</h2>{
+        _estimates_table(view.get("estimates") or [])
+    }</section>
+<section><h2>Settings of the audit</h2><table id=spec class=fields>{
+        _rows(list(spec.items()))
+    }</table></section>
+<section id="evidence"><h2>Evidence</h2><table class=fields>{
+        _rows(
+            [
+                ("evidence hash", signature.get("digest")),
+                ("signing key id", signature.get("key_id")),
+                ("signature", signature.get("algorithm")),
+                ("canary seed commitment", seed.get("commitment")),
+                ("created", view.get("created_at")),
+                ("finished", view.get("finished_at")),
+                ("versions", bundle.get("versions")),
+            ],
+            label=lambda k: str(k).capitalize(),
+        )
+    }</table>
+<p class="small muted">Check the numbers with <code>flaudit verify {
+        escape(str(view.get("id")))
+    }-evidence.json --url &lt;service&gt;</code>
+on the bundle from GET /audits/{escape(str(view.get("id")))}/evidence: it recomputes the verdict and
 every estimate from the published statistics and checks the signature (docs/evidence.md).</p></section>
 </body></html>
 """

@@ -233,8 +233,12 @@ class Runner:
         kill_tagged_processes(worker.audit_id)
         released = self.store.release(worker.audit_id, owner=self.settings.instance_id)
         if released:
-            log.info("audit %s: service stopping; Flower run %s trains on and is watched again "
-                     "when the service starts", worker.audit_id, worker.extra["flower_run_id"])
+            log.info(
+                "audit %s: service stopping; Flower run %s trains on and is watched again "
+                "when the service starts",
+                worker.audit_id,
+                worker.extra["flower_run_id"],
+            )
         self._reaped(worker, keep_run_token=released)
         return released
 
@@ -333,7 +337,9 @@ class Runner:
             process.start()
         except Exception as exc:
             self.store.finish(
-                audit_id, status="failed", reason=f"could not start the worker: {type(exc).__name__}",
+                audit_id,
+                status="failed",
+                reason=f"could not start the worker: {type(exc).__name__}",
                 only_if=("running",),
             )
             return
@@ -370,18 +376,27 @@ class Runner:
                 log.info("audit %s ended with its final model; stopping its worker", audit_id)
             else:
                 status = audit.status if audit is not None else "deleted"
-                log.info("audit %s ended outside this instance (%s); stopping its worker",
-                         audit_id, status)
+                log.info(
+                    "audit %s ended outside this instance (%s); stopping its worker",
+                    audit_id,
+                    status,
+                )
             self._kill(worker)
             self._reaped(worker)
         for audit_id in self.store.fail_interrupted(lease_seconds=self.settings.lease_seconds):
-            log.warning("audit %s failed: its service instance stopped renewing its lease", audit_id)
+            log.warning(
+                "audit %s failed: its service instance stopped renewing its lease", audit_id
+            )
             self._on_change(audit_id)
         for audit_id, flower_run_id in self.store.adopt_flower_runs(
             self.settings.instance_id, lease_seconds=self.settings.lease_seconds
         ):
-            log.warning("audit %s: its service instance stopped during the run; watching its "
-                        "Flower run %s again", audit_id, flower_run_id)
+            log.warning(
+                "audit %s: its service instance stopped during the run; watching its "
+                "Flower run %s again",
+                audit_id,
+                flower_run_id,
+            )
             self._launch(audit_id, flower_run_id=flower_run_id)
 
     def _finishing(self, worker: _Worker) -> bool:
@@ -398,8 +413,11 @@ class Runner:
         if audit is None or audit.status != "succeeded":
             return False
         worker.extra["finishing"] = True
-        log.info("audit %s succeeded; its worker watches Flower run %s to its end",
-                 worker.audit_id, worker.extra["flower_run_id"])
+        log.info(
+            "audit %s succeeded; its worker watches Flower run %s to its end",
+            worker.audit_id,
+            worker.extra["flower_run_id"],
+        )
         return True
 
     def _end_silent_runs(self) -> None:
@@ -447,11 +465,15 @@ class Runner:
                         "model was reported"
                     )
                 reason += f"; {audit.rounds_stored} rounds were stored"
-                self.store.finish(worker.audit_id, status="failed", reason=reason, only_if=("running",))
+                self.store.finish(
+                    worker.audit_id, status="failed", reason=reason, only_if=("running",)
+                )
             # Ray may leave processes behind even after a clean exit: sweep the tag.
             kill_tagged_processes(worker.audit_id)
             self._reaped(worker)
-            log.info("audit %s worker exited with code %s", worker.audit_id, worker.process.exitcode)
+            log.info(
+                "audit %s worker exited with code %s", worker.audit_id, worker.process.exitcode
+            )
 
     def _enforce_timeouts(self) -> None:
         now = time.monotonic()

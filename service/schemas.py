@@ -97,8 +97,14 @@ class AuditDesignOut(BaseModel):
         description="Largest claim μ this audit can refute, even with perfect separation."
     )
     testable: bool = Field(description="False: this audit cannot refute its own claim.")
-    summary: str = Field(examples=[("catches noise × 0.8 or smaller (ε ≥ 4.1 at δ = 1e-6) in "
-                                    "95% of runs; cannot refute claims above μ = 3.7")])
+    summary: str = Field(
+        examples=[
+            (
+                "catches noise × 0.8 or smaller (ε ≥ 4.1 at δ = 1e-6) in "
+                "95% of runs; cannot refute claims above μ = 3.7"
+            )
+        ]
+    )
     advice: str | None = Field(
         None, description="When not testable or weak: what would make it testable."
     )
@@ -124,30 +130,37 @@ class VerdictOut(BaseModel):
         "mu, epsilon, delta, confidence (the dashboard's measured tile).",
     )
     tier: str | None = Field(
-        None, description="Validity tier of the refuting test: independent_canaries (exact for "
-        "DP-FedAvg with Gaussian noise) or assumption_free (any mechanism meeting the claim)."
+        None,
+        description="Validity tier of the refuting test: independent_canaries (exact for "
+        "DP-FedAvg with Gaussian noise) or assumption_free (any mechanism meeting the claim).",
     )
     round: int | None = Field(None, description="Round where the alarm fired (null: at the end).")
     cause: Literal["noise", "weighting", "noise_and_weighting"] | None = Field(
-        None, description="claim_refuted only: what breaks the claim. `noise`: a claim test "
+        None,
+        description="claim_refuted only: what breaks the claim. `noise`: a claim test "
         "rejected it at the heaviest influence the canaries carried (the noise falls short for "
         "the weighting used); `weighting`: the recorded weights alone give the heaviest client "
         "more than the claim (weighting.breaks_claim) while the noise passed; "
-        "`noise_and_weighting`: both.", examples=["noise"],
+        "`noise_and_weighting`: both.",
+        examples=["noise"],
     )
     noise_calibration: dict[str, Any] | None = Field(
-        None, description="A round noised for a smaller clip norm than its updates were clipped "
+        None,
+        description="A round noised for a smaller clip norm than its updates were clipped "
         "to (min_noise_clip_factor below 1): min_factor, effective_noise_multiplier, sentence.",
     )
     noise_split: str | None = Field(
-        None, description="Adaptive clipping: the configured z, the clipped-count noise sigma_b "
+        None,
+        description="Adaptive clipping: the configured z, the clipped-count noise sigma_b "
         "and the update noise z_delta the canaries meet, in one sentence.",
     )
     weighting: dict[str, Any] | None = Field(
-        None, description="A weighted FedAvg (largest round weight_factor above 1): "
+        None,
+        description="A weighted FedAvg (largest round weight_factor above 1): "
         "weight_factor, claim_mu, heaviest_mu (= weight_factor × claim_mu, what correct noise "
-        "gives the heaviest client), breaks_claim (heaviest_mu above the claim by more than 1%), matters (the same threshold: "
-        "at or below it nothing is said about the weighting)."
+        "gives the heaviest client), breaks_claim (heaviest_mu above the claim by more than "
+        "1%), matters (the same threshold: at or below it nothing is said about the "
+        "weighting).",
     )
     gaps: dict[str, Any] | None = Field(
         None, description="Rounds missing: rounds_received, num_rounds, missing_rounds."
@@ -168,7 +181,8 @@ class AuditCreated(BaseModel):
         "(the audit is accepted all the same).",
     )
     seed_commitment: str | None = Field(
-        None, pattern=r"^[0-9a-f]{64}$",
+        None,
+        pattern=r"^[0-9a-f]{64}$",
         description="Commitment to the audit's secret canary seed, made now, before any score "
         "exists (also at GET /audits/{id}/commitment and in the evidence bundle; docs/evidence.md).",
     )
@@ -202,9 +216,11 @@ class ClaimAck(BaseModel):
     )
     resumed: bool = Field(False, description="True when this run took the audit over (resume).")
     design: AuditDesignOut | None = Field(
-        None, description="What the audit can detect with the canaries chosen for this "
-        "federation (num_canaries = \"auto\" is resolved in `spec`); the ServerApp logs its "
-        "summary before round 1.")
+        None,
+        description="What the audit can detect with the canaries chosen for this "
+        'federation (num_canaries = "auto" is resolved in `spec`); the ServerApp logs its '
+        "summary before round 1.",
+    )
 
 
 class Heartbeat(BaseModel):
@@ -216,12 +232,17 @@ class Heartbeat(BaseModel):
     round: int | None = Field(None, ge=0, description="The round the run is in.")
     phase: str | None = Field(None, max_length=40, examples=["training", "reported"])
     progress_age_seconds: float | None = Field(
-        None, ge=0, description="Since the run last moved (a round started or was reported).")
+        None, ge=0, description="Since the run last moved (a round started or was reported)."
+    )
     grid_age_seconds: float | None = Field(
-        None, ge=0, description="Since the SuperLink last answered the ServerApp.")
+        None, ge=0, description="Since the SuperLink last answered the ServerApp."
+    )
     round_timeout_seconds: float | None = Field(
-        None, gt=0, description="How long a round may take without a move: the wrapper sends "
-        "twice Flower's Strategy.start(timeout=...) (training, then evaluation).")
+        None,
+        gt=0,
+        description="How long a round may take without a move: the wrapper sends "
+        "twice Flower's Strategy.start(timeout=...) (training, then evaluation).",
+    )
 
 
 class HeartbeatAck(BaseModel):
@@ -230,7 +251,7 @@ class HeartbeatAck(BaseModel):
     silence_limit_seconds: float = Field(
         description="The audit ends when its run shows no sign of progress for this long "
         "(150 s, at most timeout_seconds): rounds, models, and heartbeats as of what they "
-        "report (docs/flower.md, \"When an audit ends\")."
+        'report (docs/flower.md, "When an audit ends").'
     )
 
 
@@ -240,7 +261,9 @@ class MissingRound(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    reason: str = Field(min_length=1, max_length=300, examples=["buffer full while the service was away"])
+    reason: str = Field(
+        min_length=1, max_length=300, examples=["buffer full while the service was away"]
+    )
 
 
 class AuditOut(BaseModel):
@@ -276,8 +299,16 @@ class AuditOut(BaseModel):
             "'no_canaries' (trained without canaries: the service was unreachable when the "
             "run fetched them) or 'not_reported' (trained but its update never arrived)."
         ),
-        examples=[[{"round": 4, "kind": "no_canaries", "reason": "service unreachable",
-                    "cost": "trained without canaries: ..."}]],
+        examples=[
+            [
+                {
+                    "round": 4,
+                    "kind": "no_canaries",
+                    "reason": "service unreachable",
+                    "cost": "trained without canaries: ...",
+                }
+            ]
+        ],
     )
     alarm_guarantee: str = Field(
         description=(
@@ -285,8 +316,12 @@ class AuditOut(BaseModel):
             "every look and test it combines), or that the spec makes no DP claim (noise "
             "multiplier 0), so no DP alarm can fire."
         ),
-        examples=[("If the implementation satisfies its claim, the error alarm fires with "
-                   "probability at most 5% over all looks ...")],
+        examples=[
+            (
+                "If the implementation satisfies its claim, the error alarm fires with "
+                "probability at most 5% over all looks ..."
+            )
+        ],
     )
     tradeoff: dict[str, Any] | None = Field(
         None,
@@ -320,7 +355,8 @@ class AuditOut(BaseModel):
         examples=[3.2],
     )
     min_noise_clip_factor: float | None = Field(
-        None, description="The smallest round noise_clip_norm / clip_norm reported (null: never "
+        None,
+        description="The smallest round noise_clip_norm / clip_norm reported (null: never "
         "reported). Below 1 some round got less noise than the clip norm of its updates needs "
         "(Flower's adaptive clipping); the verdict's noise_calibration and an alert say which.",
     )
@@ -348,10 +384,13 @@ class VerdictBrief(BaseModel):
     status: Literal["claim_refuted", "consistent", "inconclusive", "no_dp_claim", "running"]
     summary: str = Field(description="The verdict's sentence, as on the audit's page.")
     claim: dict[str, Any] | None = Field(
-        None, description="The claim tested (epsilon, delta, mu), as in the whole verdict.")
+        None, description="The claim tested (epsilon, delta, mu), as in the whole verdict."
+    )
     largest_valid_bound: dict[str, Any] | None = Field(
-        None, description="The measured valid lower bound, as in the whole verdict: the number "
-        "the list shows beside the verdict.")
+        None,
+        description="The measured valid lower bound, as in the whole verdict: the number "
+        "the list shows beside the verdict.",
+    )
 
 
 class AuditSummary(BaseModel):
@@ -393,15 +432,18 @@ class RoundOut(BaseModel):
         "for round t: the noisy aggregate before the server optimizer).",
     )
     weight_factor: float | None = Field(
-        None, description="The round's weight factor as reported (weighted aggregation; null: "
+        None,
+        description="The round's weight factor as reported (weighted aggregation; null: "
         "not reported, equal weights).",
     )
     noise_clip_norm: float | None = Field(
-        None, description="The clip norm the round's noise was calibrated for (null: not "
+        None,
+        description="The clip norm the round's noise was calibrated for (null: not "
         "reported, taken as clip_norm).",
     )
     noise_clip_factor: float | None = Field(
-        None, description="noise_clip_norm / clip_norm: below 1 the round was noised for a "
+        None,
+        description="noise_clip_norm / clip_norm: below 1 the round was noised for a "
         "smaller clip norm than its updates were clipped to (its effective noise multiplier is "
         "z × this factor).",
     )
@@ -420,11 +462,13 @@ class CanaryStat(BaseModel):
     )
     last_cosine: float | None = Field(None, description="cos(c_j, Δ_t) of the latest round.")
     final_cosine: float | None = Field(
-        None, description="cos(c_j, θ_T − θ_0): the final model's change from the initial model; "
+        None,
+        description="cos(c_j, θ_T − θ_0): the final model's change from the initial model; "
         "the final-model statistic every final-model estimate uses.",
     )
     final_model_cosine: float | None = Field(
-        None, description="cos(c_j, θ_T), Alg. 2 as literally written (θ_0 not subtracted); "
+        None,
+        description="cos(c_j, θ_T), Alg. 2 as literally written (θ_0 not subtracted); "
         "for comparison only, no estimate uses it.",
     )
     seen: bool | None = Field(
@@ -464,16 +508,26 @@ class RoundMetadataQuery(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     clip_norm: float = Field(gt=0, le=1e30, allow_inf_nan=False, description="S(t).")
-    cohort_size: int = Field(ge=0, le=MAX_COHORT, description="Real clients that returned an update + canaries.")
-    num_canaries_inserted: int = Field(ge=0, le=MAX_COHORT, description="Seen canaries inserted this round.")
+    cohort_size: int = Field(
+        ge=0, le=MAX_COHORT, description="Real clients that returned an update + canaries."
+    )
+    num_canaries_inserted: int = Field(
+        ge=0, le=MAX_COHORT, description="Seen canaries inserted this round."
+    )
     num_failures: int = Field(0, ge=0, le=MAX_COHORT, description="Clients dropped this round.")
     clipped_fraction: float | None = Field(
         None, ge=0, le=1, description="Fraction of real client updates that were clipped."
     )
     noise_stddev: float | None = Field(
-        None, ge=0, le=1e30, allow_inf_nan=False, description="Std of the Gaussian noise on the sum (z*S(t))."
+        None,
+        ge=0,
+        le=1e30,
+        allow_inf_nan=False,
+        description="Std of the Gaussian noise on the sum (z*S(t)).",
     )
-    train_loss: float | None = Field(None, ge=-1e30, le=1e30, allow_inf_nan=False, description="Mean client train loss.")
+    train_loss: float | None = Field(
+        None, ge=-1e30, le=1e30, allow_inf_nan=False, description="Mean client train loss."
+    )
     accuracy: float | None = Field(None, ge=0, le=1, description="Model accuracy after the round.")
     num_participants: int | None = Field(
         None,
@@ -500,7 +554,10 @@ class RoundMetadataQuery(BaseModel):
         ),
     )
     noise_clip_norm: float | None = Field(
-        None, gt=0, le=1e30, allow_inf_nan=False,
+        None,
+        gt=0,
+        le=1e30,
+        allow_inf_nan=False,
         description="The clip norm the round's noise was calibrated for (noise std z * "
         "noise_clip_norm on the sum), when it is not clip_norm: Flower's adaptive-clipping "
         "wrappers add the noise for the clip norm after its geometric update. Below clip_norm "
@@ -523,7 +580,9 @@ class FinalMetricsQuery(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     accuracy: float | None = Field(None, ge=0, le=1, description="Accuracy of the final model.")
-    loss: float | None = Field(None, ge=-1e30, le=1e30, allow_inf_nan=False, description="Loss of the final model.")
+    loss: float | None = Field(
+        None, ge=-1e30, le=1e30, allow_inf_nan=False, description="Loss of the final model."
+    )
 
 
 class IngestAck(BaseModel):
@@ -546,7 +605,8 @@ class IngestAck(BaseModel):
     )
     alarm_round: int | None = Field(None, description="Rounds: where the alarm fired.")
     alarm_cause: str | None = Field(
-        None, description="Rounds: what the alarm rejected, in words (the error alert's message, "
+        None,
+        description="Rounds: what the alarm rejected, in words (the error alert's message, "
         "and the noise calibration when a round was noised for a smaller clip norm).",
     )
 

@@ -75,7 +75,7 @@ class SeedCipher:
         if not is_sealed(stored):
             return _seed_value(stored)
         try:
-            plain = self._keyring.decrypt(stored[len(SEALED_PREFIX):].encode("ascii"))
+            plain = self._keyring.decrypt(stored[len(SEALED_PREFIX) :].encode("ascii"))
         except InvalidToken:
             raise SecretKeyError(
                 "a canary seed cannot be decrypted with the configured secret key(s): the key "

@@ -179,11 +179,17 @@ class Settings:
                 "silence_check_seconds (FLAUDIT_SILENCE_CHECK_SECONDS) must be a finite number of "
                 f"seconds > 0, got {self.silence_check_seconds!r}"
             )
-        if not (math.isfinite(self.webhook_backoff_seconds) and self.webhook_backoff_seconds > 0
-                and math.isfinite(self.webhook_timeout_seconds)
-                and self.webhook_timeout_seconds > 0 and self.webhook_max_attempts >= 1):
-            raise ValueError("webhook_backoff_seconds and webhook_timeout_seconds must be finite "
-                             "numbers of seconds > 0, webhook_max_attempts >= 1")
+        if not (
+            math.isfinite(self.webhook_backoff_seconds)
+            and self.webhook_backoff_seconds > 0
+            and math.isfinite(self.webhook_timeout_seconds)
+            and self.webhook_timeout_seconds > 0
+            and self.webhook_max_attempts >= 1
+        ):
+            raise ValueError(
+                "webhook_backoff_seconds and webhook_timeout_seconds must be finite "
+                "numbers of seconds > 0, webhook_max_attempts >= 1"
+            )
         if not 1 <= len(self.instance_id) <= 64:
             raise ValueError("instance_id must have 1 to 64 characters")
         if self.canary_cache_bytes < 0:
@@ -206,7 +212,7 @@ class Settings:
         return SeedCipher(self.secret_keys)
 
     @classmethod
-    def from_env(cls, **overrides) -> "Settings":
+    def from_env(cls, **overrides) -> Settings:
         """Settings from ``FLAUDIT_*`` environment variables; keyword overrides win."""
         env = os.environ
         base = cls(

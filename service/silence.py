@@ -28,8 +28,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-__all__ = ["SILENCE_SECONDS", "PROGRESS_GRACE_SECONDS", "DEFAULT_START_TIMEOUT", "SilenceLimit",
-           "progress_at", "silence_limit", "start_limit"]
+__all__ = [
+    "SILENCE_SECONDS",
+    "PROGRESS_GRACE_SECONDS",
+    "DEFAULT_START_TIMEOUT",
+    "SilenceLimit",
+    "progress_at",
+    "silence_limit",
+    "start_limit",
+]
 
 #: A started run that shows no sign of progress for this long (seconds) is given up ...
 SILENCE_SECONDS = 150.0
@@ -63,9 +70,13 @@ def silence_limit(spec: Mapping[str, Any]) -> SilenceLimit:
     timeout = _timeout(spec)
     if timeout < SILENCE_SECONDS:
         return SilenceLimit(timeout, f"timeout_seconds = {timeout:g} s")
-    return SilenceLimit(SILENCE_SECONDS, (
-        "signs of progress: rounds, models, and heartbeats as of the progress they report; at "
-        f"most timeout_seconds = {timeout:g} s"))
+    return SilenceLimit(
+        SILENCE_SECONDS,
+        (
+            "signs of progress: rounds, models, and heartbeats as of the progress they report; at "
+            f"most timeout_seconds = {timeout:g} s"
+        ),
+    )
 
 
 def _age(value: Any) -> float | None:
@@ -76,8 +87,9 @@ def _age(value: Any) -> float | None:
     return age if age == age and age >= 0 else None  # (NaN: not a report)
 
 
-def progress_at(now: datetime, beat: Mapping[str, Any] | None, *,
-                silence_seconds: float = SILENCE_SECONDS) -> datetime:
+def progress_at(
+    now: datetime, beat: Mapping[str, Any] | None, *, silence_seconds: float = SILENCE_SECONDS
+) -> datetime:
     """The time a heartbeat received at ``now`` vouches for: ``now`` minus how long ago the
     SuperLink last answered the run (``grid_age_seconds``), and no later than
     ``PROGRESS_GRACE_SECONDS - silence_seconds`` past the run's round timeout after its last
@@ -90,8 +102,10 @@ def progress_at(now: datetime, beat: Mapping[str, Any] | None, *,
     grid = _age(beat.get("grid_age_seconds"))
     if grid is not None:
         stale = max(stale, grid)
-    moved, round_timeout = _age(beat.get("progress_age_seconds")), _age(
-        beat.get("round_timeout_seconds"))
+    moved, round_timeout = (
+        _age(beat.get("progress_age_seconds")),
+        _age(beat.get("round_timeout_seconds")),
+    )
     if moved is not None and round_timeout is not None:
         stale = max(stale, moved - round_timeout - PROGRESS_GRACE_SECONDS + silence_seconds)
     return now - timedelta(seconds=stale)

@@ -225,7 +225,9 @@ class Store(LeaseQueries):
         now = utcnow()
         with self.session() as s, s.begin():
             return update_audit_if(
-                s, audit_id, Audit.status == "queued",
+                s,
+                audit_id,
+                Audit.status == "queued",
                 status="running",
                 started_at=now,
                 updated_at=now,
@@ -240,7 +242,10 @@ class Store(LeaseQueries):
         now = utcnow()
         with self.session() as s, s.begin():
             return update_audit_if(
-                s, audit_id, Audit.status == "running", Audit.started_at.is_(None),
+                s,
+                audit_id,
+                Audit.status == "running",
+                Audit.started_at.is_(None),
                 spec=spec,
                 started_at=now,
                 updated_at=now,
@@ -256,8 +261,14 @@ class Store(LeaseQueries):
         owner = Audit.run_id.is_(None) if previous is None else Audit.run_id == previous
         with self.session() as s, s.begin():
             return update_audit_if(
-                s, audit_id, Audit.status == "running", Audit.started_at.is_not(None), owner,
-                run_id=run_id, last_contact_at=now, updated_at=now,
+                s,
+                audit_id,
+                Audit.status == "running",
+                Audit.started_at.is_not(None),
+                owner,
+                run_id=run_id,
+                last_contact_at=now,
+                updated_at=now,
             )
 
     def touch(self, audit_id: str, *, at: datetime | None = None) -> bool:
@@ -268,10 +279,15 @@ class Store(LeaseQueries):
         with self.session() as s, s.begin():
             if s.scalar(select(Audit.status).where(Audit.id == audit_id)) != "running":
                 return False
-            s.execute(update(Audit).where(
-                Audit.id == audit_id, Audit.status == "running",
-                (Audit.last_contact_at.is_(None)) | (Audit.last_contact_at < at),
-            ).values(last_contact_at=at))
+            s.execute(
+                update(Audit)
+                .where(
+                    Audit.id == audit_id,
+                    Audit.status == "running",
+                    (Audit.last_contact_at.is_(None)) | (Audit.last_contact_at < at),
+                )
+                .values(last_contact_at=at)
+            )
             return True
 
     def store_missing_round(self, audit_id: str, *, t: int, reason: str) -> bool:
@@ -282,9 +298,15 @@ class Store(LeaseQueries):
             gaps = list(s.scalar(select(Audit.gaps).where(Audit.id == audit_id)) or [])
             gaps.append({"round": int(t), "kind": "not_reported", "reason": reason})
             return update_audit_if(
-                s, audit_id, Audit.rounds_stored == t - 1, Audit.status == "running",
+                s,
+                audit_id,
+                Audit.rounds_stored == t - 1,
+                Audit.status == "running",
                 Audit.has_final.is_(False),
-                rounds_stored=int(t), gaps=gaps, updated_at=now, last_contact_at=now,
+                rounds_stored=int(t),
+                gaps=gaps,
+                updated_at=now,
+                last_contact_at=now,
             )
 
     def rotate_run_token(self, audit_id: str, *, run_token: str) -> bool:
@@ -292,7 +314,10 @@ class Store(LeaseQueries):
         now = utcnow()
         with self.session() as s, s.begin():
             return update_audit_if(
-                s, audit_id, Audit.status == "running", Audit.run_token_hash.is_not(None),
+                s,
+                audit_id,
+                Audit.status == "running",
+                Audit.run_token_hash.is_not(None),
                 run_token_hash=hash_token(run_token),
                 updated_at=now,
             )
@@ -332,7 +357,9 @@ class Store(LeaseQueries):
         now = utcnow()
         with self.session() as s, s.begin():
             return update_audit_if(
-                s, audit_id, Audit.status.in_(only_if),
+                s,
+                audit_id,
+                Audit.status.in_(only_if),
                 status=status,
                 reason=reason,
                 finished_at=now,
@@ -380,8 +407,11 @@ class Store(LeaseQueries):
             max_cosines=max_cosines,
             last_cosines=bytes_to_array(row.last_cosines),
             initial_model=bytes_to_array(row.initial_model, "<f4"),
-            known_rounds=None if max_cosines is None else known_rounds_from_bytes(
-                row.known_rounds_state, row.rounds_stored, num_canaries=max_cosines.size),
+            known_rounds=None
+            if max_cosines is None
+            else known_rounds_from_bytes(
+                row.known_rounds_state, row.rounds_stored, num_canaries=max_cosines.size
+            ),
         )
 
     def initial_model_bytes(self, audit_id: str) -> bytes | None:
@@ -406,13 +436,20 @@ class Store(LeaseQueries):
         }
 
     def store_initial_model(
-        self, audit_id: str, *, model: np.ndarray, analytic: list[dict], estimates: list[dict],
+        self,
+        audit_id: str,
+        *,
+        model: np.ndarray,
+        analytic: list[dict],
+        estimates: list[dict],
         alerts: list[dict],
     ) -> None:
         now = utcnow()
         with self.session() as s, s.begin():
             if not update_audit_if(
-                s, audit_id, Audit.initial_model.is_(None),
+                s,
+                audit_id,
+                Audit.initial_model.is_(None),
                 initial_model=array_to_bytes(model, "<f4"),
                 dim=int(model.shape[0]),
                 analytic=analytic,
@@ -458,16 +495,19 @@ class Store(LeaseQueries):
                 largest = s.scalar(select(Audit.max_weight_factor).where(Audit.id == audit_id))
                 extra["max_weight_factor"] = max(float(weight), largest or float(weight))
                 if int(round_row.get("num_canaries_inserted") or 0) > 0:
-                    carried = s.scalar(select(Audit.max_canary_weight_factor)
-                                       .where(Audit.id == audit_id))
-                    extra["max_canary_weight_factor"] = max(float(weight),
-                                                            carried or float(weight))
+                    carried = s.scalar(
+                        select(Audit.max_canary_weight_factor).where(Audit.id == audit_id)
+                    )
+                    extra["max_canary_weight_factor"] = max(float(weight), carried or float(weight))
             if noise_norm is not None and round_row.get("clip_norm"):
                 factor = float(noise_norm) / float(round_row["clip_norm"])
                 least = s.scalar(select(Audit.min_noise_clip_factor).where(Audit.id == audit_id))
                 extra["min_noise_clip_factor"] = min(factor, factor if least is None else least)
             if not update_audit_if(
-                s, audit_id, Audit.rounds_stored == t - 1, Audit.status == "running",
+                s,
+                audit_id,
+                Audit.rounds_stored == t - 1,
+                Audit.status == "running",
                 rounds_stored=t,
                 max_cosines=array_to_bytes(max_cosines),
                 last_cosines=array_to_bytes(last_cosines),
@@ -482,10 +522,14 @@ class Store(LeaseQueries):
                 **extra,
             ):
                 raise StaleRound(f"round {t} was not the next round or the audit is not running")
-            s.add(AuditRound(
-                audit_id=audit_id, received_at=now,
-                participants=array_to_bytes(participants, "<i4"), **round_row,
-            ))
+            s.add(
+                AuditRound(
+                    audit_id=audit_id,
+                    received_at=now,
+                    participants=array_to_bytes(participants, "<i4"),
+                    **round_row,
+                )
+            )
 
     def store_final(
         self,
@@ -503,7 +547,10 @@ class Store(LeaseQueries):
         now = utcnow()
         with self.session() as s, s.begin():
             if not update_audit_if(
-                s, audit_id, Audit.has_final.is_(False), Audit.status == "running",
+                s,
+                audit_id,
+                Audit.has_final.is_(False),
+                Audit.status == "running",
                 has_final=True,
                 final_cosines=array_to_bytes(final_cosines),
                 final_model_cosines=array_to_bytes(final_model_cosines),
@@ -534,11 +581,13 @@ class Store(LeaseQueries):
     def round_times(self, audit_id: str) -> list[datetime]:
         """When each stored round arrived, in round order (for the ETA)."""
         with self.session() as s:
-            return list(s.scalars(
-                select(AuditRound.received_at)
-                .where(AuditRound.audit_id == audit_id)
-                .order_by(AuditRound.round)
-            ))
+            return list(
+                s.scalars(
+                    select(AuditRound.received_at)
+                    .where(AuditRound.audit_id == audit_id)
+                    .order_by(AuditRound.round)
+                )
+            )
 
     def get_round(self, audit_id: str, t: int) -> AuditRound | None:
         with self.session() as s:

@@ -59,7 +59,9 @@ def is_json_media(content_type: str | None) -> bool:
 
 
 def _refusal(loc: tuple, msg: str, kind: str, value: Any) -> RequestValidationError:
-    return RequestValidationError([{"type": kind, "loc": ("body", *loc), "msg": msg, "input": value}])
+    return RequestValidationError(
+        [{"type": kind, "loc": ("body", *loc), "msg": msg, "input": value}]
+    )
 
 
 async def check_json_body(request: Request) -> None:
@@ -69,13 +71,22 @@ async def check_json_body(request: Request) -> None:
         return
     body = await request.body()  # cached on the request: the route handler reads it again
     if body.startswith(BOM):
-        raise _refusal((), "JSON body starts with a byte order mark (U+FEFF); send plain UTF-8 "
-                       "(RFC 8259 section 8.1)", "json_byte_order_mark", None)
+        raise _refusal(
+            (),
+            "JSON body starts with a byte order mark (U+FEFF); send plain UTF-8 "
+            "(RFC 8259 section 8.1)",
+            "json_byte_order_mark",
+            None,
+        )
     try:
         strict_json_loads(body.decode("utf-8"))
     except DuplicateKey as error:
-        raise _refusal((error.key,), f"duplicate key {error.key!r}: a key may appear once in "
-                       "an object", "json_duplicate_key", error.key) from None
+        raise _refusal(
+            (error.key,),
+            f"duplicate key {error.key!r}: a key may appear once in an object",
+            "json_duplicate_key",
+            error.key,
+        ) from None
     except ValueError:  # not UTF-8, or not JSON: FastAPI's own 400 / 422 follows
         return
 

@@ -14,7 +14,7 @@ serializes (deferred: loaded only when asked for).
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 from sqlalchemy import (
@@ -60,14 +60,14 @@ WEBHOOK_EVENTS = ("alarm.fired", "audit.ended", "audit.failed", "gap.recorded")
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def as_utc(value: datetime | None) -> datetime | None:
     """SQLite drops the zone: read naive timestamps back as UTC."""
     if value is None:
         return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def hash_token(token: str) -> str:
@@ -121,9 +121,7 @@ class Audit(Base):
     max_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
     last_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
     final_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
-    final_model_cosines: Mapped[bytes | None] = deferred(
-        mapped_column(LargeBinary, nullable=True)
-    )
+    final_model_cosines: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
     # Known-rounds statistic (flaudit.auditor.claims.known_rounds.KnownRoundsState): sums <f8 then counts <i8.
     known_rounds_state: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
     analytic: Mapped[list | None] = mapped_column(JSON, nullable=True)
@@ -136,9 +134,7 @@ class Audit(Base):
     # External audits: the run that owns the audit (declared the claim), when it was last heard
     # from, and the rounds the audit lacks ([{round, kind, reason}]).
     run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    last_contact_at: Mapped[datetime | None] = mapped_column(
-        DateTime(timezone=True), nullable=True
-    )
+    last_contact_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     gaps: Mapped[list | None] = mapped_column(JSON, nullable=True)
     # Deployment audits: the Flower run on the SuperLink (decimal; Flower's run ids are 64-bit
     # unsigned). A service that stops leaves that run training and releases the audit; the next
@@ -189,13 +185,17 @@ def known_rounds_to_bytes(state: KnownRoundsState) -> bytes:
     """``sums`` (<f8) and ``counts`` (<i8) per canary, then ``round_sums`` (<f8) and
     ``round_counts`` (<i8) per round with a seen participant; ``num_rounds`` is the audit's
     ``rounds_stored``."""
-    return (array_to_bytes(state.sums, "<f8") + array_to_bytes(state.counts, "<i8")
-            + array_to_bytes(np.asarray(state.round_sums, dtype=np.float64), "<f8")
-            + array_to_bytes(np.asarray(state.round_counts, dtype=np.int64), "<i8"))
+    return (
+        array_to_bytes(state.sums, "<f8")
+        + array_to_bytes(state.counts, "<i8")
+        + array_to_bytes(np.asarray(state.round_sums, dtype=np.float64), "<f8")
+        + array_to_bytes(np.asarray(state.round_counts, dtype=np.int64), "<i8")
+    )
 
 
-def known_rounds_from_bytes(data: bytes | None, num_rounds: int,
-                            num_canaries: int) -> KnownRoundsState | None:
+def known_rounds_from_bytes(
+    data: bytes | None, num_rounds: int, num_canaries: int
+) -> KnownRoundsState | None:
     """The inverse of :func:`known_rounds_to_bytes`. A state written before the per-round sums
     existed (``16 k`` bytes) loads with none: the exact claim test then counts only the rounds
     stored after the upgrade (less power, never a wrong rejection)."""
@@ -217,7 +217,9 @@ def update_audit_if(session: Session, audit_id: str, *conditions, **values) -> b
     """``UPDATE`` audit ``audit_id`` with ``values`` where all ``conditions`` hold (optimistic
     concurrency: the conditions are checked by the database in the same statement); whether the
     row was updated."""
-    result = session.execute(update(Audit).where(Audit.id == audit_id, *conditions).values(**values))
+    result = session.execute(
+        update(Audit).where(Audit.id == audit_id, *conditions).values(**values)
+    )
     changed = result.rowcount > 0
     if changed and values.get("status") in ("succeeded", "failed", "cancelled"):
         # the webhooks' outbox: in the transaction that ends the audit (every path that ends one)
@@ -269,16 +271,32 @@ class WebhookDelivery(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
-def queue_webhook_deliveries(session: Session, event: str, audit_id: str | None,
-                             data: dict) -> None:
+def queue_webhook_deliveries(
+    session: Session, event: str, audit_id: str | None, data: dict
+) -> None:
     """Add a pending delivery of ``event`` for every webhook subscribed to it (for this audit
     or for all audits), in ``session``'s transaction."""
-    ids = session.scalars(select(Webhook.id).where(
-        Webhook.events.like(f"%,{event},%"),
-        or_(Webhook.audit_id.is_(None), Webhook.audit_id == audit_id))).all()
+    ids = session.scalars(
+        select(Webhook.id).where(
+            Webhook.events.like(f"%,{event},%"),
+            or_(Webhook.audit_id.is_(None), Webhook.audit_id == audit_id),
+        )
+    ).all()
     now = utcnow()
     if ids:
-        session.execute(insert(WebhookDelivery), [
-            {"webhook_id": i, "audit_id": audit_id, "event": event, "data": data,
-             "status": "pending", "attempts": 0, "created_at": now, "next_attempt_at": now}
-            for i in ids])
+        session.execute(
+            insert(WebhookDelivery),
+            [
+                {
+                    "webhook_id": i,
+                    "audit_id": audit_id,
+                    "event": event,
+                    "data": data,
+                    "status": "pending",
+                    "attempts": 0,
+                    "created_at": now,
+                    "next_attempt_at": now,
+                }
+                for i in ids
+            ],
+        )

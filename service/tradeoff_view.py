@@ -42,14 +42,19 @@ def _mu_lo(audit: Audit) -> tuple[float | None, dict | None]:
     another threat model) is on the page's "measured" tile."""
     for e in audit.estimates or []:
         mu = (e.get("details") or {}).get("mu")
-        if (e.get("estimator") == "normal_scores" and e.get("threat_model") == "final_model"
-                and isinstance(mu, (int, float)) and math.isfinite(mu)):
+        if (
+            e.get("estimator") == "normal_scores"
+            and e.get("threat_model") == "final_model"
+            and isinstance(mu, (int, float))
+            and math.isfinite(mu)
+        ):
             return float(mu), e
     return None, None
 
 
-def tradeoff_view(store: Store, audit: Audit, *, verdict: dict | None = None,
-                  cache=None) -> dict[str, Any]:
+def tradeoff_view(
+    store: Store, audit: Audit, *, verdict: dict | None = None, cache=None
+) -> dict[str, Any]:
     """The f-DP picture of ``audit`` (see the module docstring)."""
     claim_mu = _claim_mu(audit, verdict)
     mu_lo, bound = _mu_lo(audit)
@@ -62,10 +67,15 @@ def tradeoff_view(store: Store, audit: Audit, *, verdict: dict | None = None,
             seen_z = final_model_normal_scores(scores[np.isfinite(scores)], int(audit.dim))
     picture = tradeoff_picture(seen_z, claim_mu=claim_mu, mu_lo=mu_lo, num_points=101)
     picture["threat_model"] = "final_model"
-    picture["mu_lo_from"] = None if bound is None else {
-        k: bound.get(k) for k in ("estimator", "name", "threat_model", "correction", "confidence")
-        if k in bound
-    }
+    picture["mu_lo_from"] = (
+        None
+        if bound is None
+        else {
+            k: bound.get(k)
+            for k in ("estimator", "name", "threat_model", "correction", "confidence")
+            if k in bound
+        }
+    )
     return picture
 
 

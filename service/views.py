@@ -84,15 +84,20 @@ def audit_verdict_view(audit: Audit) -> dict[str, Any]:
     """The audit's verdict (:func:`flaudit.auditor.claims.alerts.spec_verdict`) as JSON."""
     gaps = getattr(audit, "gaps", None) or []  # rounds the run lacks (fail-open reporting)
     verdict = spec_verdict(
-        audit.spec, alarm=first_alarm(audit.alerts), estimates=audit.estimates or [],
-        state=audit.status, rounds_received=int(audit.rounds_stored or 0),
+        audit.spec,
+        alarm=first_alarm(audit.alerts),
+        estimates=audit.estimates or [],
+        state=audit.status,
+        rounds_received=int(audit.rounds_stored or 0),
         missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
         rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
         weight_factor=audit.max_weight_factor,
-        canary_weight_factor=audit.max_canary_weight_factor, dim=getattr(audit, "dim", None),
+        canary_weight_factor=audit.max_canary_weight_factor,
+        dim=getattr(audit, "dim", None),
     )
-    return with_noise_calibration(verdict.to_dict(), audit.spec,
-                                  getattr(audit, "min_noise_clip_factor", None))
+    return with_noise_calibration(
+        verdict.to_dict(), audit.spec, getattr(audit, "min_noise_clip_factor", None)
+    )
 
 
 #: What a gap costs the audit, by kind (the audit JSON's ``gaps[].cost``).
@@ -103,15 +108,14 @@ GAP_COSTS = {
         "alarm stay valid"
     ),
     "not_reported": (
-        "trained but not reported: the all-iterates and known-rounds statistics skip this "
-        "round"
+        "trained but not reported: the all-iterates and known-rounds statistics skip this round"
     ),
 }
 #: What a ``not_reported`` gap leaves, by whether the final model arrived.
 _NOT_REPORTED_FINAL = {
     True: " (its canaries count only through the final model, which arrived)",
     False: " (its canaries would count through the final model, but the final model never "
-           "arrived: they count nowhere)",
+    "arrived: they count nowhere)",
 }
 
 
@@ -146,9 +150,12 @@ def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
         if rounds:
             reasons = sorted({g["reason"] for g in gaps if g.get("kind") == kind})
             word = "round" if len(rounds) == 1 else "rounds"
-            alerts.append({"level": "warning", "message": (
-                f"{word} {_spans(rounds)} {cost} ({'; '.join(reasons)[:300]})"
-            )})
+            alerts.append(
+                {
+                    "level": "warning",
+                    "message": (f"{word} {_spans(rounds)} {cost} ({'; '.join(reasons)[:300]})"),
+                }
+            )
     return gaps, alerts
 
 
@@ -159,18 +166,27 @@ def weighting_alerts(verdict: dict) -> list[dict]:
     weighting = verdict.get("weighting") or {}
     if not weighting.get("breaks_claim"):
         return []
-    tested = (f"the claim tests run at the heaviest influence the canaries carried (μ = "
-              f"{weighting.get('tested_mu', weighting['heaviest_mu']):.3g})")
-    noise = (f"{tested} and the alarm fired: the noise falls short for the weighting used too"
-             if verdict.get("cause") == "noise_and_weighting" else
-             f"{tested}, so an alarm would mean the noise falls short for the weighting used")
-    return [{"level": "warning", "message": (
-        f"weighted aggregation: the weighted average gives the heaviest client up to "
-        f"{weighting['weight_factor']:.3g}× the influence (C/n) the DP noise is calibrated for, "
-        f"so the claim does not hold for a client that heavy (protected only at μ = "
-        f"{weighting['heaviest_mu']:.3g}, claimed {weighting['claim_mu']:.3g}); {noise}. Cap "
-        "the weights or weight uniformly."
-    )}]
+    tested = (
+        f"the claim tests run at the heaviest influence the canaries carried (μ = "
+        f"{weighting.get('tested_mu', weighting['heaviest_mu']):.3g})"
+    )
+    noise = (
+        f"{tested} and the alarm fired: the noise falls short for the weighting used too"
+        if verdict.get("cause") == "noise_and_weighting"
+        else f"{tested}, so an alarm would mean the noise falls short for the weighting used"
+    )
+    return [
+        {
+            "level": "warning",
+            "message": (
+                f"weighted aggregation: the weighted average gives the heaviest client up to "
+                f"{weighting['weight_factor']:.3g}× the influence (C/n) the DP noise is calibrated for, "
+                f"so the claim does not hold for a client that heavy (protected only at μ = "
+                f"{weighting['heaviest_mu']:.3g}, claimed {weighting['claim_mu']:.3g}); {noise}. Cap "
+                "the weights or weight uniformly."
+            ),
+        }
+    ]
 
 
 def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
@@ -195,11 +211,16 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "dim": audit.dim,
         "estimates": audit.estimates or [],
         "diagnostics": audit.diagnostics or [],
-        "alerts": [*(audit.alerts or []), *gap_alerts, *weighting_alerts(verdict),
-                   *noise_calibration_alerts(verdict)],
+        "alerts": [
+            *(audit.alerts or []),
+            *gap_alerts,
+            *weighting_alerts(verdict),
+            *noise_calibration_alerts(verdict),
+        ],
         "gaps": gaps,
         "alarm_guarantee": spec_alarm_guarantee(
-            audit.spec, canary_weight_factor=audit.max_canary_weight_factor),
+            audit.spec, canary_weight_factor=audit.max_canary_weight_factor
+        ),
         "flower_run_id": audit.flower_run_id,
         "max_weight_factor": audit.max_weight_factor,
         "min_noise_clip_factor": getattr(audit, "min_noise_clip_factor", None),
@@ -224,9 +245,12 @@ def audit_summary_view(audit: Audit) -> dict[str, Any]:
         "id": audit.id,
         "name": audit.name,
         "status": audit.status,
-        "verdict": {"status": verdict["status"], "summary": verdict["summary"],
-                    "claim": verdict.get("claim"),
-                    "largest_valid_bound": verdict.get("largest_valid_bound")},
+        "verdict": {
+            "status": verdict["status"],
+            "summary": verdict["summary"],
+            "claim": verdict.get("claim"),
+            "largest_valid_bound": verdict.get("largest_valid_bound"),
+        },
         "progress": progress_view(audit),
         "headline_epsilon": headline,
         "created_at": iso_utc(audit.created_at),
@@ -255,7 +279,14 @@ def round_view(row: AuditRound, *, ended: bool) -> dict[str, Any]:
     }
 
 
-_COSINE_FIELDS = ["index", "max_cosine", "last_cosine", "final_cosine", "final_model_cosine", "seen"]
+_COSINE_FIELDS = [
+    "index",
+    "max_cosine",
+    "last_cosine",
+    "final_cosine",
+    "final_model_cosine",
+    "seen",
+]
 _COSINE_ARRAYS = ("max_cosines", "last_cosines", "final_cosines", "final_model_cosines")
 
 
@@ -299,7 +330,9 @@ def cosine_columns(store: Store, audit: Audit, *, cache=None) -> CosineColumns:
     def load() -> CosineColumns:
         arrays = store.cosine_arrays(audit.id)
         k = _num_canaries(audit)
-        labels = seen_mask(store.canary_seed(audit.id), k) if audit.status in ENDED_STATUSES else None
+        labels = (
+            seen_mask(store.canary_seed(audit.id), k) if audit.status in ENDED_STATUSES else None
+        )
         for array in (*arrays.values(), labels):
             if array is not None:
                 array.flags.writeable = False
@@ -342,8 +375,9 @@ def cosines_view(
     k = _num_canaries(audit)
     dof = None
     if audit.dim:
-        family = resolve_canary_family(audit.spec.get("canary_family"), num_canaries=k,
-                                       dim=int(audit.dim))
+        family = resolve_canary_family(
+            audit.spec.get("canary_family"), num_canaries=k, dim=int(audit.dim)
+        )
         dof = scale_dof(family, num_canaries=k, dim=int(audit.dim))
     return {
         "audit_id": audit.id,
@@ -369,7 +403,9 @@ def cosines_csv(store: Store, audit: Audit, *, chunk: int = 10_000, cache=None):
     writer.writeheader()
     for start in range(0, k, chunk):
         for item in _cosine_items(columns, k, start, start + chunk):
-            writer.writerow({key: ("" if item[key] is None else item[key]) for key in _COSINE_FIELDS})
+            writer.writerow(
+                {key: ("" if item[key] is None else item[key]) for key in _COSINE_FIELDS}
+            )
         yield out.getvalue()
         out.seek(0)
         out.truncate()

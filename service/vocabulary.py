@@ -13,16 +13,27 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VOCABULARY", "estimate_label", "estimator_name", "field_label", "human_text",
-           "threat_label", "value_lines", "value_text", "verdict_title"]
+__all__ = [
+    "VOCABULARY",
+    "estimate_label",
+    "estimator_name",
+    "field_label",
+    "human_text",
+    "threat_label",
+    "value_lines",
+    "value_text",
+    "verdict_title",
+]
 
 #: The shared file (also served to the dashboard at ``/ui/vocabulary.json``).
 VOCABULARY: dict[str, Any] = json.loads(
-    (Path(__file__).resolve().parent / "static" / "vocabulary.json").read_text(encoding="utf-8"))
+    (Path(__file__).resolve().parent / "static" / "vocabulary.json").read_text(encoding="utf-8")
+)
 
 # the dashboard writes a group as $1; Python's re as \1
-_TEXT = [(re.compile(pattern), re.sub(r"\$(\d)", r"\\\1", repl))
-         for pattern, repl in VOCABULARY["text"]]
+_TEXT = [
+    (re.compile(pattern), re.sub(r"\$(\d)", r"\\\1", repl)) for pattern, repl in VOCABULARY["text"]
+]
 
 
 def human_text(text: Any) -> str:

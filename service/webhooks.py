@@ -83,8 +83,9 @@ _QUIET = _NotFromDeliveries()
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
     """The ``X-Flaudit-Signature`` header value of ``body`` sent at ``timestamp``."""
-    mac = hmac.new(secret.encode("ascii"), f"{timestamp}.".encode("ascii") + body,
-                   hashlib.sha256).hexdigest()
+    mac = hmac.new(
+        secret.encode("ascii"), f"{timestamp}.".encode("ascii") + body, hashlib.sha256
+    ).hexdigest()
     return f"t={timestamp},v1={mac}"
 
 
@@ -98,20 +99,27 @@ def _seal(store: Store, secret: str) -> str:
 
 def _open(store: Store, sealed: str) -> str:
     if sealed.startswith(_PLAIN_PREFIX):
-        return "whsec_" + sealed[len(_PLAIN_PREFIX):]
+        return "whsec_" + sealed[len(_PLAIN_PREFIX) :]
     if store.cipher is None:
         raise ValueError("the webhook secret is sealed and no secret key is configured")
     return "whsec_" + store.cipher.open(sealed).to_bytes(_SECRET_BYTES, "big").hex()
 
 
-def create_webhook(store: Store, *, url: str, events: list[str], audit_id: str | None,
-                   format: str, link_base: str) -> tuple[Webhook, str]:
+def create_webhook(
+    store: Store, *, url: str, events: list[str], audit_id: str | None, format: str, link_base: str
+) -> tuple[Webhook, str]:
     """Store a subscription; returns it and its signing secret (shown once, never again)."""
     secret = "whsec_" + secrets.token_bytes(_SECRET_BYTES).hex()
-    row = Webhook(id=secrets.token_urlsafe(12), url=url,
-                  events="," + ",".join(sorted(set(events))) + ",", audit_id=audit_id,
-                  format=format, link_base=link_base.rstrip("/"),
-                  sealed_secret=_seal(store, secret), created_at=utcnow())
+    row = Webhook(
+        id=secrets.token_urlsafe(12),
+        url=url,
+        events="," + ",".join(sorted(set(events))) + ",",
+        audit_id=audit_id,
+        format=format,
+        link_base=link_base.rstrip("/"),
+        sealed_secret=_seal(store, secret),
+        created_at=utcnow(),
+    )
     with store.session() as s, s.begin():
         s.add(row)
     return row, secret
@@ -130,9 +138,14 @@ def delete_webhook(store: Store, webhook_id: str) -> bool:
 def list_deliveries(store: Store, audit_id: str, limit: int = 200) -> list[WebhookDelivery]:
     """The audit's deliveries, newest first."""
     with store.session() as s:
-        return list(s.scalars(select(WebhookDelivery)
-                              .where(WebhookDelivery.audit_id == audit_id)
-                              .order_by(WebhookDelivery.id.desc()).limit(limit)))
+        return list(
+            s.scalars(
+                select(WebhookDelivery)
+                .where(WebhookDelivery.audit_id == audit_id)
+                .order_by(WebhookDelivery.id.desc())
+                .limit(limit)
+            )
+        )
 
 
 def webhook_events(row: Webhook) -> list[str]:
@@ -141,21 +154,31 @@ def webhook_events(row: Webhook) -> list[str]:
 
 # -- payloads -----------------------------------------------------------------------------
 def _links(base: str, audit_id: str) -> dict:
-    return {"page": f"{base}/ui/#/audits/{audit_id}", "api": f"{base}/audits/{audit_id}",
-            "report": f"{base}/audits/{audit_id}/report"}
+    return {
+        "page": f"{base}/ui/#/audits/{audit_id}",
+        "api": f"{base}/audits/{audit_id}",
+        "report": f"{base}/audits/{audit_id}/report",
+    }
 
 
 def _payload(delivery: WebhookDelivery, hook: Webhook, audit: Audit | None) -> dict:
     data = dict(delivery.data or {})
-    body: dict = {"id": str(delivery.id), "event": delivery.event,
-                  "created_at": as_utc(delivery.created_at).isoformat(), "data": data}
+    body: dict = {
+        "id": str(delivery.id),
+        "event": delivery.event,
+        "created_at": as_utc(delivery.created_at).isoformat(),
+        "data": data,
+    }
     if audit is not None:
         verdict = audit_verdict_view(audit)
-        body["audit"] = {"id": audit.id, "name": audit.name, "status": audit.status,
-                         "reason": audit.reason,
-                         "verdict": {"status": verdict.get("status"),
-                                     "summary": verdict.get("summary")},
-                         "links": _links(hook.link_base, audit.id)}
+        body["audit"] = {
+            "id": audit.id,
+            "name": audit.name,
+            "status": audit.status,
+            "reason": audit.reason,
+            "verdict": {"status": verdict.get("status"), "summary": verdict.get("summary")},
+            "links": _links(hook.link_base, audit.id),
+        }
     elif delivery.audit_id is not None:
         body["audit"] = {"id": delivery.audit_id, "deleted": True}
     return body
@@ -167,11 +190,11 @@ def _slack_text(body: dict) -> str:
     data = body.get("data") or {}
     head = {
         "alarm.fired": f":rotating_light: flaudit: the privacy claim of audit *{name}* is refuted "
-                       f"(alarm fired at round {data.get('round')})",
+        f"(alarm fired at round {data.get('round')})",
         "audit.ended": f"flaudit: audit *{name}* ended ({audit.get('status')})",
         "audit.failed": f":warning: flaudit: audit *{name}* failed: {audit.get('reason')}",
         "gap.recorded": f"flaudit: audit *{name}* recorded a gap at round {data.get('round')} "
-                        f"({data.get('kind')}): {data.get('reason')}",
+        f"({data.get('kind')}): {data.get('reason')}",
     }.get(body.get("event"), f"flaudit: {body.get('event')}")
     summary = (audit.get("verdict") or {}).get("summary")
     page = (audit.get("links") or {}).get("page")
@@ -202,11 +225,22 @@ class WebhookDispatcher:
         retry).
     """
 
-    def __init__(self, store: Store, *, backoff: float = 10.0, max_attempts: int = 8,
-                 timeout: float = 10.0, poll: float = 1.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        backoff: float = 10.0,
+        max_attempts: int = 8,
+        timeout: float = 10.0,
+        poll: float = 1.0,
+    ) -> None:
         self.store = store
         self.backoff, self.max_attempts, self.timeout, self.poll = (
-            backoff, max_attempts, timeout, poll)
+            backoff,
+            max_attempts,
+            timeout,
+            poll,
+        )
         self._events: queue.Queue = queue.Queue(maxsize=_QUEUE_SIZE)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -265,11 +299,12 @@ class WebhookDispatcher:
         """Claim and attempt the due deliveries; how many were attempted."""
         now = utcnow()
         with self.store.session() as s:
-            due = s.execute(select(WebhookDelivery.id, WebhookDelivery.next_attempt_at)
-                            .where(WebhookDelivery.status == "pending",
-                                   WebhookDelivery.next_attempt_at <= now)
-                            .order_by(WebhookDelivery.next_attempt_at)
-                            .limit(_BATCH)).all()
+            due = s.execute(
+                select(WebhookDelivery.id, WebhookDelivery.next_attempt_at)
+                .where(WebhookDelivery.status == "pending", WebhookDelivery.next_attempt_at <= now)
+                .order_by(WebhookDelivery.next_attempt_at)
+                .limit(_BATCH)
+            ).all()
         attempted = 0
         for delivery_id, when in due:
             if self._stop.is_set():
@@ -277,10 +312,18 @@ class WebhookDispatcher:
             # claim it (another instance on this database may look at the same rows)
             hold = now + timedelta(seconds=self.timeout + 30)
             with self.store.session() as s, s.begin():
-                claimed = s.execute(update(WebhookDelivery).where(
-                    WebhookDelivery.id == delivery_id, WebhookDelivery.status == "pending",
-                    WebhookDelivery.next_attempt_at == when,
-                ).values(next_attempt_at=hold)).rowcount > 0
+                claimed = (
+                    s.execute(
+                        update(WebhookDelivery)
+                        .where(
+                            WebhookDelivery.id == delivery_id,
+                            WebhookDelivery.status == "pending",
+                            WebhookDelivery.next_attempt_at == when,
+                        )
+                        .values(next_attempt_at=hold)
+                    ).rowcount
+                    > 0
+                )
             if claimed:
                 self._attempt(delivery_id)
                 attempted += 1
@@ -301,11 +344,13 @@ class WebhookDispatcher:
         body = _body(json.loads(payload), hook.format)
         error = None
         try:
-            headers = {"Content-Type": "application/json", "User-Agent": "flaudit-webhooks",
-                       "X-Flaudit-Event": delivery.event,
-                       "X-Flaudit-Delivery": str(delivery.id),
-                       "X-Flaudit-Signature": sign(_open(self.store, sealed), body,
-                                                   int(time.time()))}
+            headers = {
+                "Content-Type": "application/json",
+                "User-Agent": "flaudit-webhooks",
+                "X-Flaudit-Event": delivery.event,
+                "X-Flaudit-Delivery": str(delivery.id),
+                "X-Flaudit-Signature": sign(_open(self.store, sealed), body, int(time.time())),
+            }
             response = self._client.post(hook.url, content=body, headers=headers)
             if not 200 <= response.status_code < 300:
                 error = f"HTTP {response.status_code}"
@@ -322,11 +367,13 @@ class WebhookDispatcher:
             values.update(status="delivered", delivered_at=now, next_attempt_at=now)
         elif attempts >= self.max_attempts:
             values.update(status="failed", next_attempt_at=now)
-            log.warning("webhooks: delivery %s failed after %d attempts (%s)",
-                        delivery_id, attempts, error)
+            log.warning(
+                "webhooks: delivery %s failed after %d attempts (%s)", delivery_id, attempts, error
+            )
         else:
             delay = min(self.backoff * 2 ** (attempts - 1), _MAX_BACKOFF)
             values.update(next_attempt_at=now + timedelta(seconds=delay))
         with self.store.session() as s, s.begin():
-            s.execute(update(WebhookDelivery).where(WebhookDelivery.id == delivery_id)
-                      .values(**values))
+            s.execute(
+                update(WebhookDelivery).where(WebhookDelivery.id == delivery_id).values(**values)
+            )

@@ -54,8 +54,14 @@ class ProcessExited(RuntimeError):
     """The process being waited for exited before it answered."""
 
 
-def wait_for_http(url: str, *, process: subprocess.Popen, timeout: float, interval: float,
-                  log_tail: Callable[[], str] = lambda: "") -> None:
+def wait_for_http(
+    url: str,
+    *,
+    process: subprocess.Popen,
+    timeout: float,
+    interval: float,
+    log_tail: Callable[[], str] = lambda: "",
+) -> None:
     """Poll ``GET url`` until it answers 200.
 
     Raises
@@ -76,8 +82,9 @@ def wait_for_http(url: str, *, process: subprocess.Popen, timeout: float, interv
         time.sleep(interval)
 
 
-def stop_process(proc: subprocess.Popen, *, sig: int = signal.SIGTERM, timeout: float,
-                 kill_group: bool = False) -> None:
+def stop_process(
+    proc: subprocess.Popen, *, sig: int = signal.SIGTERM, timeout: float, kill_group: bool = False
+) -> None:
     """Send ``sig`` to a running ``proc`` and wait ``timeout`` seconds for it to exit; then SIGKILL
     it -- its whole process group with ``kill_group`` (for a process started with
     ``start_new_session=True``) -- and wait up to 10 s more."""
@@ -146,8 +153,13 @@ class Processes:
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.log_dir / f"{name}.log", "ab")
         proc = subprocess.Popen(
-            argv, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            argv,
+            cwd=self.cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         self.started.append((name, proc))
@@ -181,8 +193,14 @@ class Processes:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
-def wait_for_audit(http: httpx.Client, audit_id: str, *, timeout: float, bodies: list[str],
-                   what: str = "audit to finish") -> dict:
+def wait_for_audit(
+    http: httpx.Client,
+    audit_id: str,
+    *,
+    timeout: float,
+    bodies: list[str],
+    what: str = "audit to finish",
+) -> dict:
     """Poll ``GET /audits/{audit_id}`` once a second until the audit is succeeded, failed or
     cancelled; return its JSON. Every response body is appended to ``bodies`` (for the tests'
     scans for secrets)."""

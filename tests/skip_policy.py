@@ -34,8 +34,7 @@ def skip_reason(report) -> str:
 def _as_failure(report) -> None:
     reason = skip_reason(report)
     report.outcome = "failed"
-    report.longrepr = (f"skipped, but {REQUIRE_ALL_VAR}=1 (CI) requires every test to run: "
-                       f"{reason}")
+    report.longrepr = f"skipped, but {REQUIRE_ALL_VAR}=1 (CI) requires every test to run: {reason}"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -60,11 +59,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not skipped:
         return
     reasons = Counter(skip_reason(r) for r in skipped)
-    terminalreporter.section(f"NOT TESTED: {len(skipped)} skipped", sep="=", yellow=True,
-                             bold=True)
+    terminalreporter.section(f"NOT TESTED: {len(skipped)} skipped", sep="=", yellow=True, bold=True)
     for reason, count in reasons.most_common():
         terminalreporter.line(f"{count:5d} skipped: {reason}")
     terminalreporter.line(
         "This run did not test everything. PostgreSQL: set FLAUDIT_TEST_POSTGRES_URL (README, "
         f"'Tests'); .ci/run installs what is missing and sets {REQUIRE_ALL_VAR}=1, which turns "
-        "every skip into an error.")
+        "every skip into an error."
+    )

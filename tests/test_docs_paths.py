@@ -47,8 +47,10 @@ def cited_paths(text: str) -> set[str]:
 
 
 def pages() -> dict[str, str]:
-    out = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
-           for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+    out = {
+        str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
+        for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    }
     out["OpenAPI"] = json.dumps(create_app(Settings(start_runner=False)).openapi())
     return out
 

@@ -19,8 +19,10 @@ def python_snippets(text: str) -> list[str]:
     out = []
     for match in re.finditer(r"^([ \t]*)```python\n(.*?)^\1```", text, re.S | re.M):
         indent = match.group(1)
-        lines = [line[len(indent):] if line.startswith(indent) else line
-                 for line in match.group(2).splitlines()]
+        lines = [
+            line[len(indent) :] if line.startswith(indent) else line
+            for line in match.group(2).splitlines()
+        ]
         out.append("\n".join(lines) + "\n")
     return out
 
@@ -34,8 +36,21 @@ def test_the_readme_has_python_snippets():
 
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
 def test_readme_python_snippet_runs(index, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(README.parent), "FLWR_TELEMETRY_ENABLED": "0",
-           "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_HOME": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-c", SNIPPETS[index]], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, f"README snippet {index} failed:\n{SNIPPETS[index]}\n{result.stderr}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(README.parent),
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_HOME": str(tmp_path),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SNIPPETS[index]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, (
+        f"README snippet {index} failed:\n{SNIPPETS[index]}\n{result.stderr}"
+    )

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-SKIPPING = '''
+SKIPPING = """
 import pytest
 
 needs_thing = pytest.mark.skipif(True, reason="the thing is not installed")
@@ -43,9 +43,9 @@ def test_expected_failure():
 
 def test_passes():
     assert True
-'''
+"""
 
-SKIPPED_MODULE = '''
+SKIPPED_MODULE = """
 import pytest
 
 pytest.importorskip("surely_no_such_module_here")
@@ -53,22 +53,47 @@ pytest.importorskip("surely_no_such_module_here")
 
 def test_never_collected():
     pass
-'''
+"""
 
 
-def _pytest(tmp_path: Path, *, require_all: str | None,
-            module: str = SKIPPING) -> subprocess.CompletedProcess:
+def _pytest(
+    tmp_path: Path, *, require_all: str | None, module: str = SKIPPING
+) -> subprocess.CompletedProcess:
     (tmp_path / "test_module.py").write_text(module)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("FLAUDIT_REQUIRE_ALL", None)
     if require_all is not None:
         env["FLAUDIT_REQUIRE_ALL"] = require_all
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.skip_policy", "-p", "no:cacheprovider",
-         "-p", "no:schemathesis", "-p", "no:hypothesispytest", "-p", "no:anyio",
-         "-rA", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
-        stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.skip_policy",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:schemathesis",
+            "-p",
+            "no:hypothesispytest",
+            "-p",
+            "no:anyio",
+            "-rA",
+            "--rootdir",
+            str(tmp_path),
+            "-c",
+            os.devnull,
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.timeout(180)
@@ -81,8 +106,11 @@ def test_under_require_all_every_skip_is_an_error_naming_the_reason(tmp_path):
     assert "1 passed" in final and "1 xfailed" in final, final
     # the marked test and the fixture skip fail in setup (errors), the body skip in the call
     assert "1 failed" in final and "2 errors" in final, final
-    for reason in ("the thing is not installed", "no server for this test",
-                   "no server for this fixture"):
+    for reason in (
+        "the thing is not installed",
+        "no server for this test",
+        "no server for this fixture",
+    ):
         assert reason in out, reason
     assert out.count("FLAUDIT_REQUIRE_ALL=1 (CI) requires every test to run") >= 3, out
     assert "NOT TESTED" not in out
@@ -106,7 +134,7 @@ def test_without_require_all_skips_are_skips_and_counted_in_the_summary(tmp_path
     assert result.returncode == 0, out + result.stderr
     final = out.strip().splitlines()[-1]
     assert "1 passed" in final and "3 skipped" in final and "1 xfailed" in final, final
-    section = out[out.index("NOT TESTED: 3 skipped"):]
+    section = out[out.index("NOT TESTED: 3 skipped") :]
     assert "1 skipped: the thing is not installed" in section
     assert "1 skipped: no server for this test" in section
     assert "1 skipped: no server for this fixture" in section

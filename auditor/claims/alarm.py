@@ -34,8 +34,15 @@ from .fdp import fdp_mu_lo
 from .normal_scores import NormalScoreTest
 from .tiers import AlarmTest, ValidityTier
 
-__all__ = ["ALARM_ALPHA", "ALARM_BUDGET", "PER_ROUND_SHARE", "AlarmDecision", "decide_alarm",
-           "look_level", "alarm_guarantee"]
+__all__ = [
+    "ALARM_ALPHA",
+    "ALARM_BUDGET",
+    "PER_ROUND_SHARE",
+    "AlarmDecision",
+    "decide_alarm",
+    "look_level",
+    "alarm_guarantee",
+]
 
 #: Default false-alarm probability over all looks and tests.
 ALARM_ALPHA = 0.05
@@ -55,8 +62,9 @@ PER_ROUND_SHARE: dict[AlarmTest, float] = {
 _KNOWN_ROUNDS = ThreatModel.known_rounds
 
 
-def look_level(test: AlarmTest | str, look: int, num_looks: int, *,
-               alpha: float = ALARM_ALPHA) -> float:
+def look_level(
+    test: AlarmTest | str, look: int, num_looks: int, *, alpha: float = ALARM_ALPHA
+) -> float:
     """The level ``test`` is held to at ``look`` (1-based; ``look == num_looks`` is the final
     evaluation). Summed over all looks and tests the levels are ``alpha``. 0 means the test is
     not evaluated at that look."""
@@ -123,9 +131,15 @@ class AlarmDecision:
     refuted_by: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "look": self.look, "num_looks": self.num_looks,
-                "level_per_test": self.level_per_test, "rejected": self.rejected,
-                "guarantee": self.guarantee, "refuted_by": self.refuted_by}
+        return {
+            "status": self.status,
+            "look": self.look,
+            "num_looks": self.num_looks,
+            "level_per_test": self.level_per_test,
+            "rejected": self.rejected,
+            "guarantee": self.guarantee,
+            "refuted_by": self.refuted_by,
+        }
 
 
 def alarm_guarantee(claims, *, num_looks: int, alpha: float = ALARM_ALPHA, **_ignored) -> str:
@@ -134,8 +148,10 @@ def alarm_guarantee(claims, *, num_looks: int, alpha: float = ALARM_ALPHA, **_ig
     check_integer_at_least(num_looks, "num_looks", 1)
     known = [c for c in claims if c.threat_model == _KNOWN_ROUNDS]
     if not any(c.is_claim for c in known):
-        return ("No DP claim: the noise multiplier is 0, so there is no privacy claim to test "
-                "and no DP alarm can fire.")
+        return (
+            "No DP claim: the noise multiplier is 0, so there is no privacy claim to test "
+            "and no DP alarm can fire."
+        )
     return (
         f"If DP-FedAvg meets its claim ({known[0].mu:.3g}-Gaussian DP towards a canary whose "
         f"rounds are known), the alarm fires with probability at most {alpha:.0%} over all "
@@ -151,17 +167,25 @@ def _mu_lo(test: AlarmTest, data: dict, level: float) -> float | None:
         except (KeyError, TypeError, ValueError):
             return None
     if test is AlarmTest.known_rounds_fdp_one_run:
-
         try:
-            return fdp_mu_lo(int(details["correct"]), int(details["guesses"]), int(details["m"]),
-                             level)
+            return fdp_mu_lo(
+                int(details["correct"]), int(details["guesses"]), int(details["m"]), level
+            )
         except (KeyError, TypeError, ValueError):
             return None
     return None
 
 
-def decide_alarm(tests, *, look: int, num_looks: int, claims=None, alpha: float = ALARM_ALPHA,
-                 delta: float | None = None, **_ignored) -> AlarmDecision:
+def decide_alarm(
+    tests,
+    *,
+    look: int,
+    num_looks: int,
+    claims=None,
+    alpha: float = ALARM_ALPHA,
+    delta: float | None = None,
+    **_ignored,
+) -> AlarmDecision:
     """Decide the alarm at one look from the claim tests evaluated there.
 
     Parameters
@@ -187,22 +211,26 @@ def decide_alarm(tests, *, look: int, num_looks: int, claims=None, alpha: float 
         no_claim = not any(c.is_claim for c in claims if c.threat_model == _KNOWN_ROUNDS)
         guarantee = alarm_guarantee(claims, num_looks=num_looks, alpha=alpha)
     else:
-        no_claim = bool(data) and all((t["claim"] or {}).get("kind") == "no_dp_claim"
-                                      for t in data)
+        no_claim = bool(data) and all((t["claim"] or {}).get("kind") == "no_dp_claim" for t in data)
         guarantee = (
             "No DP claim: the noise multiplier is 0, so there is no privacy claim to test and no "
-            "DP alarm can fire." if no_claim else
-            f"The alarm fires with probability at most {alpha:.0%} over all {num_looks} looks and "
-            "all claim tests combined when the claim holds.")
+            "DP alarm can fire."
+            if no_claim
+            else f"The alarm fires with probability at most {alpha:.0%} over all {num_looks} looks and "
+            "all claim tests combined when the claim holds."
+        )
     if no_claim:
         return AlarmDecision("no_dp_claim", look, num_looks, 0.0, [], guarantee)
     rejected, best, largest = [], None, 0.0
     for item in data:
         test = _alarm_test(item)
         claim = item.get("claim") or {}
-        if test is None or claim.get("kind") == "no_dp_claim" \
-                or item.get("threat_model") not in (_KNOWN_ROUNDS, "final_model") \
-                or claim.get("threat_model") != _KNOWN_ROUNDS:
+        if (
+            test is None
+            or claim.get("kind") == "no_dp_claim"
+            or item.get("threat_model") not in (_KNOWN_ROUNDS, "final_model")
+            or claim.get("threat_model") != _KNOWN_ROUNDS
+        ):
             continue
         level = look_level(test, look, num_looks, alpha=alpha)
         largest = max(largest, level)
@@ -211,23 +239,30 @@ def decide_alarm(tests, *, look: int, num_looks: int, claims=None, alpha: float 
         mu_lo = _mu_lo(test, item, level)
         # kept with the alert: without the per-round arrays the exact test carries (its
         # statistic, counts and claim stay)
-        details = {k: v for k, v in (item.get("details") or {}).items()
-                   if k not in ("round_sums", "round_counts")}
+        details = {
+            k: v
+            for k, v in (item.get("details") or {}).items()
+            if k not in ("round_sums", "round_counts")
+        }
         entry = dict(item, level=level, details=details)
         rejected.append(entry)
         refutation = {
-            "test": test.value, "threat_model": item.get("threat_model"),
-            "tier": test.tier.value, "p_value": float(item["p_value"]), "level": level,
-            "claim_mu": claim.get("mu"), "mu_lo": mu_lo,
-            "epsilon_lo": (None if mu_lo is None or delta is None
-                           else float(gdp_epsilon(mu_lo, delta))),
+            "test": test.value,
+            "threat_model": item.get("threat_model"),
+            "tier": test.tier.value,
+            "p_value": float(item["p_value"]),
+            "level": level,
+            "claim_mu": claim.get("mu"),
+            "mu_lo": mu_lo,
+            "epsilon_lo": (
+                None if mu_lo is None or delta is None else float(gdp_epsilon(mu_lo, delta))
+            ),
             "confidence": 1.0 - alpha,
         }
         key = (test.tier is ValidityTier.assumption_free, mu_lo or 0.0)
         if best is None or key > best[0]:
             best = (key, refutation)
     status = "error" if rejected else "ok"
-    return AlarmDecision(status, look, num_looks, largest, rejected, guarantee,
-                         None if best is None else best[1])
-
-
+    return AlarmDecision(
+        status, look, num_looks, largest, rejected, guarantee, None if best is None else best[1]
+    )

@@ -7,7 +7,8 @@ Pure: a spec, claim tests and estimates in; dicts and sentences out.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..bugs import InjectedBug
 from ..canaries import resolve_canary_family
@@ -56,32 +57,46 @@ def bug_label(spec: AuditSpec | Mapping) -> str | None:
     return f"bug injected: {bug.label} (testing only; the claim does not know about it)"
 
 
-def spec_alarm_guarantee(spec: AuditSpec | Mapping, *,
-                         canary_weight_factor: float | None = None) -> str:
+def spec_alarm_guarantee(
+    spec: AuditSpec | Mapping, *, canary_weight_factor: float | None = None
+) -> str:
     """One sentence: what the DP alarm guarantees for this spec, or "No DP claim: ...";
     ``canary_weight_factor`` above 1 (a weighted FedAvg): one more, saying the claim tests run
     at the heaviest influence the canaries carried."""
     spec = _spec(spec)
     claims = _alarming_claims(spec)
     text = alarm_guarantee(claims, num_looks=num_looks(spec))
-    if canary_weight_factor is not None and canary_weight_factor > 1 + 1e-6 \
-            and any(c.is_claim for c in claims):
-        heavy = audit_claims(spec.model_copy(update={"participation": Participation.uniform}),
-                             weight_factor=canary_weight_factor)[0]
-        text += (f" Weighted aggregation: the claim tests run at the heaviest influence the "
-                 f"canaries carried ({canary_weight_factor:.3g}× C/n), i.e. against "
-                 f"{heavy.mu:.3g}-Gaussian DP, what the claimed noise gives a canary that heavy.")
+    if (
+        canary_weight_factor is not None
+        and canary_weight_factor > 1 + 1e-6
+        and any(c.is_claim for c in claims)
+    ):
+        heavy = audit_claims(
+            spec.model_copy(update={"participation": Participation.uniform}),
+            weight_factor=canary_weight_factor,
+        )[0]
+        text += (
+            f" Weighted aggregation: the claim tests run at the heaviest influence the "
+            f"canaries carried ({canary_weight_factor:.3g}× C/n), i.e. against "
+            f"{heavy.mu:.3g}-Gaussian DP, what the claimed noise gives a canary that heavy."
+        )
     return text
 
 
-def decide(spec: AuditSpec, claim_tests: list, *, look: int,
-           weight_factor: float | None = None) -> AlarmDecision:
+def decide(
+    spec: AuditSpec, claim_tests: list, *, look: int, weight_factor: float | None = None
+) -> AlarmDecision:
     """The alarm at ``look`` of :func:`num_looks` over this look's claim tests (its
     ``refuted_by`` reads ``mu_lo`` as ε at the spec's δ); ``weight_factor``: the heaviest
     influence the canaries carried so far, the one the tests were run at
     (:func:`~flaudit.auditor.claims.audit_claims`)."""
-    return decide_alarm(claim_tests, look=look, num_looks=num_looks(spec),
-                        claims=audit_claims(spec, weight_factor=weight_factor), delta=spec.delta)
+    return decide_alarm(
+        claim_tests,
+        look=look,
+        num_looks=num_looks(spec),
+        claims=audit_claims(spec, weight_factor=weight_factor),
+        delta=spec.delta,
+    )
 
 
 def alarm_record(decision: AlarmDecision, *, round: int | None) -> dict | None:
@@ -89,8 +104,13 @@ def alarm_record(decision: AlarmDecision, *, round: int | None) -> dict | None:
     final look) and why (``refuted_by``). None for any other status."""
     if decision.status != "error":
         return None
-    return {"status": "error", "round": round, "look": decision.look,
-            "num_looks": decision.num_looks, "refuted_by": decision.refuted_by}
+    return {
+        "status": "error",
+        "round": round,
+        "look": decision.look,
+        "num_looks": decision.num_looks,
+        "refuted_by": decision.refuted_by,
+    }
 
 
 def first_alarm(alerts: Iterable[Mapping[str, Any]] | None) -> dict | None:
@@ -113,22 +133,29 @@ def alarm_alert(alarm: AlarmDecision, *, round: int | None = None) -> dict | Non
     claim = (rejected[0].get("claim") or {}) if rejected else {}
     what = claim.get("description") or claim.get("kind") or kind
     if alarm.status == "error":
+
         def name(t):
             test = (t.get("details") or {}).get("test")
             return TEST_NAMES.get(test) or f"the {t.get('threat_model')} scores"
 
         by = " and ".join(
             f"{name(t)} (p = {t['p_value']:.2g} <= {t.get('level', alarm.level_per_test):.2g})"
-            for t in rejected)
-        message = (f"possible DP bug or wrong claim: the known-rounds claim ({what}) is rejected "
-                   f"by {by} at look {alarm.look} of {alarm.num_looks}")
+            for t in rejected
+        )
+        message = (
+            f"possible DP bug or wrong claim: the known-rounds claim ({what}) is rejected "
+            f"by {by} at look {alarm.look} of {alarm.num_looks}"
+        )
         record = alarm_record(alarm, round=round)
         return {"level": "error", "message": message, "details": {"alarm": record}}
-    by = " and ".join(f"the {t.get('threat_model')} scores (p = {t['p_value']:.2g})"
-                      for t in rejected)
-    message = (f"amplification by sampling looks violated: the Poisson-subsampled claim is "
-               f"rejected by {by} at look {alarm.look} of {alarm.num_looks}; check that clients "
-               "and canaries are sampled by Poisson with the accountant's rate")
+    by = " and ".join(
+        f"the {t.get('threat_model')} scores (p = {t['p_value']:.2g})" for t in rejected
+    )
+    message = (
+        f"amplification by sampling looks violated: the Poisson-subsampled claim is "
+        f"rejected by {by} at look {alarm.look} of {alarm.num_looks}; check that clients "
+        "and canaries are sampled by Poisson with the accountant's rate"
+    )
     return {"level": "warning", "message": message}
 
 
@@ -166,7 +193,6 @@ def build_alerts(
         if alert is not None and not (kept is not None and alert["level"] == "error"):
             alerts.append(alert)
     if dim and dim >= 2:
-
         family = resolve_canary_family(
             spec.canary_family, num_canaries=spec.num_canaries, dim=int(dim)
         )
@@ -176,19 +202,32 @@ def build_alerts(
         if message:
             alerts.append({"level": "warning", "message": f"{message} (Keinan et al. 2025)"})
     fired = first_alarm(alerts)
-    if (has_final and rounds_stored < spec.num_rounds and spec.stop_on_alarm
-            and fired is not None and fired.get("round") == rounds_stored):
-        alerts.append({"level": "info", "message": (
-            f"training stopped at round {rounds_stored} of {spec.num_rounds} on the DP alarm "
-            "(stop_on_alarm); the statistics cover the rounds trained")})
+    if (
+        has_final
+        and rounds_stored < spec.num_rounds
+        and spec.stop_on_alarm
+        and fired is not None
+        and fired.get("round") == rounds_stored
+    ):
+        alerts.append(
+            {
+                "level": "info",
+                "message": (
+                    f"training stopped at round {rounds_stored} of {spec.num_rounds} on the DP alarm "
+                    "(stop_on_alarm); the statistics cover the rounds trained"
+                ),
+            }
+        )
     elif has_final and rounds_stored < spec.num_rounds:
-        alerts.append({
-            "level": "warning",
-            "message": (
-                f"the run ended after {rounds_stored} of {spec.num_rounds} rounds; the "
-                "all-iterates statistics cover only the rounds received"
-            ),
-        })
+        alerts.append(
+            {
+                "level": "warning",
+                "message": (
+                    f"the run ended after {rounds_stored} of {spec.num_rounds} rounds; the "
+                    "all-iterates statistics cover only the rounds received"
+                ),
+            }
+        )
     return alerts
 
 
@@ -202,8 +241,12 @@ def spec_claim(spec: AuditSpec, design=None) -> dict | None:
     if epsilon is None:
         epsilon = claim.epsilon(spec.delta)
     epsilon = None if epsilon is None or not math.isfinite(epsilon) else float(epsilon)
-    return {"mu": float(claim.mu), "epsilon": epsilon, "delta": float(spec.delta),
-            "description": claim.description}
+    return {
+        "mu": float(claim.mu),
+        "epsilon": epsilon,
+        "delta": float(spec.delta),
+        "description": claim.description,
+    }
 
 
 def spec_verdict(
@@ -228,15 +271,26 @@ def spec_verdict(
     spec = _spec(spec)
     design = audit_design(spec, dim=dim)
     stopped = None
-    if (alarm is not None and getattr(spec, "stop_on_alarm", False)
-            and alarm.get("round") is not None and state not in ("running", "queued")
-            and rounds_received == alarm["round"] < spec.num_rounds):
+    if (
+        alarm is not None
+        and getattr(spec, "stop_on_alarm", False)
+        and alarm.get("round") is not None
+        and state not in ("running", "queued")
+        and rounds_received == alarm["round"] < spec.num_rounds
+    ):
         stopped = int(alarm["round"])
     return audit_verdict(
-        claim=spec_claim(spec, design), design=design, alarm=alarm, estimates=estimates,
-        state=state, rounds_received=rounds_received, num_rounds=spec.num_rounds,
-        missing_rounds=missing_rounds, rounds_without_canaries=rounds_without_canaries,
-        stopped_at_round=stopped, weight_factor=weight_factor,
+        claim=spec_claim(spec, design),
+        design=design,
+        alarm=alarm,
+        estimates=estimates,
+        state=state,
+        rounds_received=rounds_received,
+        num_rounds=spec.num_rounds,
+        missing_rounds=missing_rounds,
+        rounds_without_canaries=rounds_without_canaries,
+        stopped_at_round=stopped,
+        weight_factor=weight_factor,
         canary_weight_factor=canary_weight_factor,
     )
 
@@ -247,6 +301,8 @@ def design_warning(spec: AuditSpec, design) -> str | None:
     if design is None or getattr(design, "testable", True) or design.claim_mu is None:
         return None
     advice = clause(design.advice) or "more canaries or canary repeats would make it testable"
-    return (f"this audit cannot refute its own claim (μ = {design.claim_mu:.3g} at "
-            f"δ = {spec.delta:g}): it {clause(design.summary)}; {advice}. It runs all the same; "
-            "its verdict will be 'inconclusive' unless the alarm fires.")
+    return (
+        f"this audit cannot refute its own claim (μ = {design.claim_mu:.3g} at "
+        f"δ = {spec.delta:g}): it {clause(design.summary)}; {advice}. It runs all the same; "
+        "its verdict will be 'inconclusive' unless the alarm fires."
+    )

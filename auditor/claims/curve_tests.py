@@ -33,6 +33,7 @@ from .curves import EpsilonDeltaCurveClaim, GaussianDPClaim, NoDPClaim, TradeOff
 
 __all__ = ["ClaimTestResult", "claim_test", "fdp_one_run_p_value", "fdp_one_run_lower_bound"]
 
+
 @dataclass(frozen=True)
 class ClaimTestResult:
     """A p-value for canary scores against a claimed trade-off curve.
@@ -68,6 +69,7 @@ class ClaimTestResult:
 
 
 # -- the claim test ------------------------------------------------------------------------------
+
 
 def _claim_p_values(seen, unseen, d, thresholds, claim, multiplicity):
     """Per-threshold p-values (times ``multiplicity``, capped at 1) of the observed counts
@@ -149,19 +151,26 @@ def claim_test(
     if threat_model is None:
         threat_model = "final_model" if unseen is None else "all_iterates"
     method = (
-        "exact binomial test of the false negatives against the claimed curve at the exact-null "
-        "FPR" if unseen is None else
-        "2 * sup over the claimed curve of min(binomial tails of false positives, false negatives)"
+        "exact binomial test of the false negatives against the claimed curve at the exact-null FPR"
+        if unseen is None
+        else "2 * sup over the claimed curve of min(binomial tails of false positives, false negatives)"
     ) + f"; {correction_label(correction)}"
     if not claim.is_claim:
-        return ClaimTestResult(1.0, claim, threat_model, correction.kind,
-                               "no DP claim: nothing to test", {"note": claim.description})
+        return ClaimTestResult(
+            1.0,
+            claim,
+            threat_model,
+            correction.kind,
+            "no DP claim: nothing to test",
+            {"note": claim.description},
+        )
 
     def evaluate(s_, u_, thresholds, multiplicity):
         return -_claim_p_values(s_, u_, d, thresholds, claim, multiplicity)
 
-    choice = search_thresholds(seen, unseen, correction=correction, evaluate=evaluate,
-                               empty_value=-1.0)
+    choice = search_thresholds(
+        seen, unseen, correction=correction, evaluate=evaluate, empty_value=-1.0
+    )
     details: dict[str, Any] = {
         "threshold": None if math.isnan(choice.threshold) else choice.threshold,
         "num_thresholds": int(choice.thresholds.size),
@@ -170,11 +179,13 @@ def claim_test(
     }
     if choice.note:
         details["note"] = choice.note
-    return ClaimTestResult(float(min(1.0, -choice.value)), claim, threat_model, correction.kind,
-                           method, details)
+    return ClaimTestResult(
+        float(min(1.0, -choice.value)), claim, threat_model, correction.kind, method, details
+    )
 
 
 # -- one-run f-DP audit (Mahloujifar, Melis & Chaudhuri, ICML 2025) ------------------------------
+
 
 def _inverse_blow_up(claim: TradeOffClaim, y: np.ndarray) -> np.ndarray:
     """``B^-1(y) = inf {x : 1 - f(x) >= y}``: the smallest FPR at which a test of the claimed
@@ -287,8 +298,9 @@ def fdp_one_run_lower_bound(
 
         # this pair's counts bound as defaults: the closure is only called in this iteration
         def rejected(mu: float, correct: int = correct, guesses: int = guesses) -> bool:
-            return not bool(_guess_game_feasible(GaussianDPClaim(mu), np.array([beta]),
-                                                 correct, guesses, m)[0])
+            return not bool(
+                _guess_game_feasible(GaussianDPClaim(mu), np.array([beta]), correct, guesses, m)[0]
+            )
 
         if not rejected(best[0]):
             continue  # rejection is monotone in mu: this pair cannot beat the best so far
@@ -304,8 +316,15 @@ def fdp_one_run_lower_bound(
         if lo > best[0]:
             best = (lo, kp, km, correct)
     mu_lo, kp, km, correct = best
-    details: dict[str, Any] = {"mu": mu_lo, "k_plus": kp, "k_minus": km, "correct": correct,
-                               "guesses": kp + km, "m": m, "grid_size": len(grid)}
+    details: dict[str, Any] = {
+        "mu": mu_lo,
+        "k_plus": kp,
+        "k_minus": km,
+        "correct": correct,
+        "guesses": kp + km,
+        "m": m,
+        "grid_size": len(grid),
+    }
     if claim is not None:
         p = min(fdp_one_run_p_value(claim, c, a + b, m) for a, b, c in counts)
         details["claim_p_value"] = float(min(1.0, len(grid) * p))

@@ -39,6 +39,7 @@ POISSON_SUBSAMPLED = ThreatModel.poisson_subsampled
 
 # -- claims as trade-off curves ----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class GaussianDPClaim:
     """``mu``-Gaussian DP: the trade-off curve ``f(alpha) = Phi(Phi^-1(1 - alpha) - mu)``.
@@ -73,8 +74,12 @@ class GaussianDPClaim:
         return gdp_epsilon(self.mu, delta)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "gaussian_dp", "mu": jsonable(self.mu), "threat_model": self.threat_model,
-                "description": self.description}
+        return {
+            "kind": "gaussian_dp",
+            "mu": jsonable(self.mu),
+            "threat_model": self.threat_model,
+            "description": self.description,
+        }
 
 
 @dataclass(frozen=True)
@@ -121,8 +126,12 @@ class EpsilonDeltaCurveClaim:
         return min(ok) if ok else math.inf
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "epsilon_delta_curve", "threat_model": self.threat_model,
-                "description": self.description, "num_points": len(self.epsilons)}
+        return {
+            "kind": "epsilon_delta_curve",
+            "threat_model": self.threat_model,
+            "description": self.description,
+            "num_points": len(self.epsilons),
+        }
 
 
 @dataclass(frozen=True)
@@ -143,8 +152,11 @@ class NoDPClaim:
         return math.inf
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "no_dp_claim", "threat_model": self.threat_model,
-                "description": self.description}
+        return {
+            "kind": "no_dp_claim",
+            "threat_model": self.threat_model,
+            "description": self.description,
+        }
 
 
 TradeOffClaim = GaussianDPClaim | EpsilonDeltaCurveClaim | NoDPClaim
@@ -167,17 +179,23 @@ def poisson_subsampled_claim(
     q = check_nonnegative(sampling_probability, "sampling_probability")
     if not 0 < q <= 1:
         raise ValueError(f"sampling_probability must be in (0, 1], got {sampling_probability!r}")
-    if isinstance(num_rounds, bool) or not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
+    if (
+        isinstance(num_rounds, bool)
+        or not isinstance(num_rounds, (int, np.integer))
+        or num_rounds < 1
+    ):
         raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
     if z == 0:
         return NoDPClaim(threat_model=POISSON_SUBSAMPLED)
-    return _poisson_curve(z, q, int(num_rounds), float(value_discretization_interval),
-                          int(num_epsilons))
+    return _poisson_curve(
+        z, q, int(num_rounds), float(value_discretization_interval), int(num_epsilons)
+    )
 
 
 @functools.lru_cache(maxsize=32)
-def _poisson_curve(z: float, q: float, num_rounds: int, value_discretization_interval: float,
-                   num_epsilons: int) -> EpsilonDeltaCurveClaim:
+def _poisson_curve(
+    z: float, q: float, num_rounds: int, value_discretization_interval: float, num_epsilons: int
+) -> EpsilonDeltaCurveClaim:
     """The PLD computation behind :func:`poisson_subsampled_claim`, cached (claims are
     immutable; the service asks for the same audit's claims after every round)."""
     from dp_accounting.pld import privacy_loss_distribution
@@ -189,7 +207,9 @@ def _poisson_curve(z: float, q: float, num_rounds: int, value_discretization_int
     epsilons = np.linspace(0.0, eps_max, num_epsilons)
     deltas = np.minimum(np.asarray(pld.get_delta_for_epsilon(epsilons), dtype=np.float64), 1.0)
     return EpsilonDeltaCurveClaim(
-        tuple(epsilons), tuple(deltas), threat_model=POISSON_SUBSAMPLED,
+        tuple(epsilons),
+        tuple(deltas),
+        threat_model=POISSON_SUBSAMPLED,
         description=f"dp-accounting PLD: Poisson-subsampled Gaussian (z={z:g}, q={q:g}) composed "
         f"over {num_rounds} rounds, as a trade-off curve from delta(eps) on {num_epsilons} "
         "epsilons",
@@ -224,18 +244,24 @@ def audit_claims(spec, *, weight_factor: float | None = None) -> list[TradeOffCl
     if z == 0:
         claims.append(NoDPClaim(threat_model=KNOWN_ROUNDS))
     elif w > 1.0:
-        claims.append(GaussianDPClaim(
-            w * math.sqrt(r) / z, threat_model=KNOWN_ROUNDS,
-            description=f"Gaussian DP mu = {w:.4g} * sqrt({r}) / {z:g}: a canary in {r} known "
-            f"round(s) with noise multiplier {z:g}, at {w:.4g}x the influence C/n (the heaviest "
-            "weight of a weighted FedAvg)",
-        ))
+        claims.append(
+            GaussianDPClaim(
+                w * math.sqrt(r) / z,
+                threat_model=KNOWN_ROUNDS,
+                description=f"Gaussian DP mu = {w:.4g} * sqrt({r}) / {z:g}: a canary in {r} known "
+                f"round(s) with noise multiplier {z:g}, at {w:.4g}x the influence C/n (the heaviest "
+                "weight of a weighted FedAvg)",
+            )
+        )
     else:
-        claims.append(GaussianDPClaim(
-            math.sqrt(r) / z, threat_model=KNOWN_ROUNDS,
-            description=f"Gaussian DP mu = sqrt({r}) / {z:g}: a canary in {r} known round(s) "
-            f"with noise multiplier {z:g}",
-        ))
+        claims.append(
+            GaussianDPClaim(
+                math.sqrt(r) / z,
+                threat_model=KNOWN_ROUNDS,
+                description=f"Gaussian DP mu = sqrt({r}) / {z:g}: a canary in {r} known round(s) "
+                f"with noise multiplier {z:g}",
+            )
+        )
     participation = getattr(spec.participation, "value", spec.participation)
     if participation == "poisson":
         claims.append(poisson_subsampled_claim(z / w, spec.sampling_probability, spec.num_rounds))

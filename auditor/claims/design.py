@@ -48,9 +48,11 @@ from .tiers import AlarmTest
 __all__ = ["AuditDesign", "audit_design", "CLEAR_BUG_NOISE_SCALE"]
 
 #: The design of an external audit with ``num_canaries = "auto"`` before its claim.
-_PENDING = ("Sizes itself when your ServerApp declares its federation (num_canaries = \"auto\"): "
-            "the canaries are chosen then, to catch half the claimed noise in 95% of runs where "
-            "the federation allows it.")
+_PENDING = (
+    'Sizes itself when your ServerApp declares its federation (num_canaries = "auto"): '
+    "the canaries are chosen then, to catch half the claimed noise in 95% of runs where "
+    "the federation allows it."
+)
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,9 @@ class AuditDesign:
 
 
 @functools.lru_cache(maxsize=1024)
-def _detectable_scale(lam: float, n_seen: int, num_rounds: int, z_level: float, z_power: float,
-                      dof: float) -> float | None:
+def _detectable_scale(
+    lam: float, n_seen: int, num_rounds: int, z_level: float, z_power: float, dof: float
+) -> float | None:
     """``s*`` (module docstring): the largest noise scale the known-rounds test catches in
     ``power`` of runs when each release's scale has ``dof`` degrees of freedom (``inf``: known;
     None: no scale is caught so often)."""
@@ -115,8 +118,11 @@ def _detectable_scale(lam: float, n_seen: int, num_rounds: int, z_level: float, 
         return math.sqrt(1.0 + x * x / (2.0 * dof))
 
     def margin(s: float) -> float:  # > 0: noise x s is caught in more than power of runs
-        return (math.sqrt(num_rounds) * (delta / s - delta) - z_level * spread(delta)
-                - z_power * spread(delta / s))
+        return (
+            math.sqrt(num_rounds) * (delta / s - delta)
+            - z_level * spread(delta)
+            - z_power * spread(delta / s)
+        )
 
     # margin(1) < 0; scan down from 1 for the first scale that is caught, then bisect
     grid = [1.0 - 0.01 * i for i in range(1, 100)] + [10.0 ** (-e) for e in range(2, 13)]
@@ -154,8 +160,9 @@ def _round_up(value: float, digits: int = 3) -> str:
     return f"{math.ceil(value * 10.0**p * (1 - 1e-9)) / 10.0**p:.{digits}g}"
 
 
-def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
-                 dim: int | None = None) -> AuditDesign:
+def audit_design(
+    spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95, dim: int | None = None
+) -> AuditDesign:
     """The audit design of ``spec`` (an :class:`flaudit.auditor.spec.AuditSpec`, or anything with
     ``noise_multiplier`` (the update noise), ``canary_repeats``, ``num_canaries``, ``num_rounds`` and
     ``delta``); ``dim``, the model's size once known, accounts for the noise scale's
@@ -165,23 +172,40 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
     r = int(spec.canary_repeats)
     delta = float(spec.delta)
     if spec.num_canaries == AUTO:  # an external audit before its ServerApp declared the claim
-        return AuditDesign(None, None, delta, None, None, None, None, True, _PENDING, None, 0,
-                           power, alpha)
+        return AuditDesign(
+            None, None, delta, None, None, None, None, True, _PENDING, None, 0, power, alpha
+        )
     k = int(spec.num_canaries)
     n_seen = seen_low(k) * r
     if z == 0:
-        return AuditDesign(None, None, delta, None, None, None, None, False,
-                           "No DP claim (noise multiplier 0): there is nothing to test.", None,
-                           n_seen, power, alpha)
+        return AuditDesign(
+            None,
+            None,
+            delta,
+            None,
+            None,
+            None,
+            None,
+            False,
+            "No DP claim (noise multiplier 0): there is nothing to test.",
+            None,
+            n_seen,
+            power,
+            alpha,
+        )
     lam = 1.0 / z
     mu = math.sqrt(r) * lam
     eps = float(gdp_epsilon(mu, delta))
-    level = look_level(AlarmTest.known_rounds_normal_scores, spec.num_rounds + 1,
-                       spec.num_rounds + 1, alpha=alpha)
+    level = look_level(
+        AlarmTest.known_rounds_normal_scores, spec.num_rounds + 1, spec.num_rounds + 1, alpha=alpha
+    )
     z_level, z_power = float(special.ndtri(1 - level)), float(special.ndtri(power))
     dof = math.inf if dim is None or int(dim) <= k else float(int(dim) - k)
-    s_claim = (_detectable_scale(lam, n_seen, max(1, int(spec.num_rounds)), z_level, z_power, dof)
-               if n_seen > 0 else None)
+    s_claim = (
+        _detectable_scale(lam, n_seen, max(1, int(spec.num_rounds)), z_level, z_power, dof)
+        if n_seen > 0
+        else None
+    )
     if s_claim is not None:  # the factor is on the noise the canaries meet (module docstring)
         s_star = s_claim
         det_mu = mu / s_claim
@@ -189,38 +213,67 @@ def audit_design(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95,
     else:
         s_star = det_mu = det_eps = None
     g = design_guesses(k)
-    fdp_level = look_level(AlarmTest.known_rounds_fdp_one_run, spec.num_rounds + 1,
-                           spec.num_rounds + 1, alpha=alpha)
+    fdp_level = look_level(
+        AlarmTest.known_rounds_fdp_one_run, spec.num_rounds + 1, spec.num_rounds + 1, alpha=alpha
+    )
     max_mu = _max_refutable_mu(g, k, fdp_level) if k >= 2 else 0.0
     testable = s_star is not None and s_star >= CLEAR_BUG_NOISE_SCALE
-    canaries_clear = canaries_needed(noise_multiplier=z, canary_repeats=r,
-                                     num_rounds=spec.num_rounds, alpha=alpha, power=power,
-                                     scale=CLEAR_BUG_NOISE_SCALE)
+    canaries_clear = canaries_needed(
+        noise_multiplier=z,
+        canary_repeats=r,
+        num_rounds=spec.num_rounds,
+        alpha=alpha,
+        power=power,
+        scale=CLEAR_BUG_NOISE_SCALE,
+    )
     # one sentence that also reads as a clause after "this audit" (the verdict embeds it)
     if s_star is None and n_seen > 0:
-        summary = (f"Cannot catch any bug in {power:.0%} of runs: the noise scale rests on "
-                   f"d − k = {dof:g} coordinates, too few for {k} canaries.")
+        summary = (
+            f"Cannot catch any bug in {power:.0%} of runs: the noise scale rests on "
+            f"d − k = {dof:g} coordinates, too few for {k} canaries."
+        )
     elif s_star is None:
         # about half the canaries are seen; in the unluckiest 5% of runs, none are
-        summary = (f"Cannot catch any bug in {power:.0%} of runs: with {k} canaries, too few "
-                   "are seen.")
+        summary = (
+            f"Cannot catch any bug in {power:.0%} of runs: with {k} canaries, too few are seen."
+        )
     else:  # printed toward what the audit keeps: the factor down, the mu and epsilon up
         shown = _round_down(s_star)
         shown_mu = mu / shown  # the run at noise x shown: caught, and more
         factor = f"{shown:.2f}" if shown >= 0.1 else f"{shown:.2g}"
-        summary = (f"Catches {'only ' if s_star < CLEAR_BUG_NOISE_SCALE else ''}noise × "
-                   f"{factor} or smaller (μ ≥ {_round_up(shown_mu)}, ε ≥ "
-                   f"{_round_up(float(gdp_epsilon(shown_mu, delta)))} at δ = {delta:g}) in "
-                   f"{power:.0%} of runs.")
+        summary = (
+            f"Catches {'only ' if s_star < CLEAR_BUG_NOISE_SCALE else ''}noise × "
+            f"{factor} or smaller (μ ≥ {_round_up(shown_mu)}, ε ≥ "
+            f"{_round_up(float(gdp_epsilon(shown_mu, delta)))} at δ = {delta:g}) in "
+            f"{power:.0%} of runs."
+        )
     advice = None
-    known_scale = (_detectable_scale(lam, n_seen, 1, z_level, z_power, math.inf)
-                   if n_seen > 0 else None)
+    known_scale = (
+        _detectable_scale(lam, n_seen, 1, z_level, z_power, math.inf) if n_seen > 0 else None
+    )
     if not testable and known_scale is not None and known_scale >= CLEAR_BUG_NOISE_SCALE:
-        advice = (f"The noise scale rests on only d − k = {dof:g} coordinates: fewer canaries "
-                  "(k well below d/2) would make this audit testable.")
+        advice = (
+            f"The noise scale rests on only d − k = {dof:g} coordinates: fewer canaries "
+            "(k well below d/2) would make this audit testable."
+        )
     elif not testable:  # more canaries where the federation has slots for them, else more rounds
         advice = capped_advice(spec, canaries_clear, alpha=alpha, power=power) or (
             f"Too few canaries to catch even half the claimed noise: use at least "
-            f"{canaries_clear} canaries (or more canary repeats) to make this audit testable.")
-    return AuditDesign(mu, eps, delta, s_star, det_mu, det_eps, max_mu, testable, summary, advice,
-                       n_seen, power, alpha, None if math.isinf(dof) else dof)
+            f"{canaries_clear} canaries (or more canary repeats) to make this audit testable."
+        )
+    return AuditDesign(
+        mu,
+        eps,
+        delta,
+        s_star,
+        det_mu,
+        det_eps,
+        max_mu,
+        testable,
+        summary,
+        advice,
+        n_seen,
+        power,
+        alpha,
+        None if math.isinf(dof) else dof,
+    )

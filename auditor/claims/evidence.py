@@ -33,9 +33,20 @@ from .known_rounds import KnownRoundsState, KnownRoundsStatistic
 from .summary import AuditLook, summarize
 
 __all__ = [
-    "ATOL", "BUNDLE_FORMAT", "CANONICALIZATION", "COMMITMENT_SCHEME", "RTOL", "Check",
-    "Mismatch", "Recomputed", "canonical_json", "digest", "jsonable", "recompute",
-    "seed_commitment", "signed_part",
+    "ATOL",
+    "BUNDLE_FORMAT",
+    "CANONICALIZATION",
+    "COMMITMENT_SCHEME",
+    "RTOL",
+    "Check",
+    "Mismatch",
+    "Recomputed",
+    "canonical_json",
+    "digest",
+    "jsonable",
+    "recompute",
+    "seed_commitment",
+    "signed_part",
 ]
 
 BUNDLE_FORMAT = "flaudit-evidence/1"
@@ -62,8 +73,13 @@ def signed_part(bundle: dict) -> dict:
 
 def canonical_json(document: Any) -> bytes:
     """The canonical bytes of ``document`` (:data:`CANONICALIZATION`)."""
-    return json.dumps(jsonable(document), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return json.dumps(
+        jsonable(document),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    ).encode("utf-8")
 
 
 def digest(bundle: dict) -> str:
@@ -112,7 +128,9 @@ class Recomputed:
 
 
 def _is_nan(value: Any) -> bool:
-    return (isinstance(value, str) and value == "nan") or (isinstance(value, float) and math.isnan(value))
+    return (isinstance(value, str) and value == "nan") or (
+        isinstance(value, float) and math.isnan(value)
+    )
 
 
 def _close(a: float, b: float) -> bool:
@@ -156,10 +174,18 @@ def _known_rounds(stats: dict, k: int, dim: int, dof: int):
     state = stats.get("known_rounds")
     if state is None:
         return None
-    return KnownRoundsStatistic(k, dim=dim, scale_dof=dof, state=KnownRoundsState(
-        sums=_array(state["sums"]), counts=_array(state["counts"], np.int64),
-        num_rounds=int(state["num_rounds"]), round_sums=_array(state["round_sums"]),
-        round_counts=_array(state["round_counts"], np.int64)))
+    return KnownRoundsStatistic(
+        k,
+        dim=dim,
+        scale_dof=dof,
+        state=KnownRoundsState(
+            sums=_array(state["sums"]),
+            counts=_array(state["counts"], np.int64),
+            num_rounds=int(state["num_rounds"]),
+            round_sums=_array(state["round_sums"]),
+            round_counts=_array(state["round_counts"], np.int64),
+        ),
+    )
 
 
 def _check(result: Recomputed, name: str, recorded: Any, recomputed: Any, note: str = "") -> bool:
@@ -172,28 +198,57 @@ def _check(result: Recomputed, name: str, recorded: Any, recomputed: Any, note: 
 
 def _check_seed(result: Recomputed, bundle: dict, seen: np.ndarray, k: int) -> None:
     canary_seed = bundle.get("canary_seed") or {}
-    commitment, salt, seed = (canary_seed.get("commitment"), canary_seed.get("salt"),
-                              canary_seed.get("seed"))
+    commitment, salt, seed = (
+        canary_seed.get("commitment"),
+        canary_seed.get("salt"),
+        canary_seed.get("seed"),
+    )
     if commitment is None:
-        result.checks.append(Check("canary_seed", None, "no commitment (audit created before "
-                                   "commitments existed): the split is not checked"))
+        result.checks.append(
+            Check(
+                "canary_seed",
+                None,
+                "no commitment (audit created before "
+                "commitments existed): the split is not checked",
+            )
+        )
         return
     if seed is None:
-        result.checks.append(Check("canary_seed", None, "seed not revealed (spec "
-                                   "reveal_seed off): the seen/unseen split is not checked"))
+        result.checks.append(
+            Check(
+                "canary_seed",
+                None,
+                "seed not revealed (spec reveal_seed off): the seen/unseen split is not checked",
+            )
+        )
         return
     if seed_commitment(int(seed), bytes.fromhex(salt)) != commitment:
         result.commitment_failed = True
-        _check(result, "canary_seed.commitment", commitment,
-               seed_commitment(int(seed), bytes.fromhex(salt)))
+        _check(
+            result,
+            "canary_seed.commitment",
+            commitment,
+            seed_commitment(int(seed), bytes.fromhex(salt)),
+        )
         return
-    _check(result, "statistics.seen", [bool(x) for x in seen],
-           [bool(x) for x in seen_mask(int(seed), k)],
-           "the revealed seed matches its commitment and gives this split")
+    _check(
+        result,
+        "statistics.seen",
+        [bool(x) for x in seen],
+        [bool(x) for x in seen_mask(int(seed), k)],
+        "the revealed seed matches its commitment and gives this split",
+    )
 
 
-def _recompute_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict, at_look: dict,
-                           seen: np.ndarray, dim: int, stats: dict) -> None:
+def _recompute_early_alarm(
+    result: Recomputed,
+    spec: AuditSpec,
+    alarm: dict,
+    at_look: dict,
+    seen: np.ndarray,
+    dim: int,
+    stats: dict,
+) -> None:
     """The alarm of look t < T from the statistics the service kept of that look: the
     all-iterates claim tests as the service ran them after round t (``live.ingest_round``)."""
     t, k = int(at_look["round"]), spec.num_canaries
@@ -202,18 +257,35 @@ def _recompute_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict, at_
     known = _known_rounds(at_look, k, dim, dof)
     tests: list = []
     if ThreatModel.all_iterates in spec.threat_models:
-        tests = list(summarize(AuditLook(
-            seen=seen, dim=dim, delta=spec.delta, max_cosines=_array(at_look["max_cosines"]),
-            final_cosines=None, threat_models=[ThreatModel.all_iterates.value], one_run=True,
-            bootstrap=0, known_rounds_scores=None if known is None else known.scores,
-            known_rounds_participations=None if known is None else known.num_participations,
-            known_rounds_rounds=None if known is None else known.rounds,
-            canary_repeats=spec.canary_repeats, claims=audit_claims(spec, weight_factor=_canary_weight(stats, upto=t)), num_rounds=t,
-            scale_dof=dof,
-        )).claim_tests)
+        tests = list(
+            summarize(
+                AuditLook(
+                    seen=seen,
+                    dim=dim,
+                    delta=spec.delta,
+                    max_cosines=_array(at_look["max_cosines"]),
+                    final_cosines=None,
+                    threat_models=[ThreatModel.all_iterates.value],
+                    one_run=True,
+                    bootstrap=0,
+                    known_rounds_scores=None if known is None else known.scores,
+                    known_rounds_participations=None if known is None else known.num_participations,
+                    known_rounds_rounds=None if known is None else known.rounds,
+                    canary_repeats=spec.canary_repeats,
+                    claims=audit_claims(spec, weight_factor=_canary_weight(stats, upto=t)),
+                    num_rounds=t,
+                    scale_dof=dof,
+                )
+            ).claim_tests
+        )
     recomputed = jsonable(alarm_record(decide(spec, tests, look=t), round=t))
-    _check(result, "alarm", alarm, recomputed,
-           f"fired at round {t}: recomputed from that look's statistics")
+    _check(
+        result,
+        "alarm",
+        alarm,
+        recomputed,
+        f"fired at round {t}: recomputed from that look's statistics",
+    )
 
 
 def _check_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict) -> None:
@@ -223,23 +295,39 @@ def _check_early_alarm(result: Recomputed, spec: AuditSpec, alarm: dict) -> None
     its μ_lo at the spec's δ."""
     by = alarm.get("refuted_by") or {}
     looks = num_looks(spec)
-    recorded = {"num_looks": alarm.get("num_looks"), "level": by.get("level"),
-                "confidence": by.get("confidence"), "epsilon_lo": by.get("epsilon_lo"),
-                "p_value_within_level": by.get("p_value") is not None
-                and by.get("level") is not None and by["p_value"] <= by["level"]}
+    recorded = {
+        "num_looks": alarm.get("num_looks"),
+        "level": by.get("level"),
+        "confidence": by.get("confidence"),
+        "epsilon_lo": by.get("epsilon_lo"),
+        "p_value_within_level": by.get("p_value") is not None
+        and by.get("level") is not None
+        and by["p_value"] <= by["level"],
+    }
     try:
         level = look_level(by.get("test"), int(alarm.get("look")), looks)
     except (TypeError, ValueError):
         level = None
     mu_lo = by.get("mu_lo")
-    recomputed = {"num_looks": looks, "level": level, "confidence": 1.0 - ALARM_ALPHA,
-                  "epsilon_lo": None if mu_lo is None else float(gdp_epsilon(mu_lo, spec.delta)),
-                  "p_value_within_level": True}
+    recomputed = {
+        "num_looks": looks,
+        "level": level,
+        "confidence": 1.0 - ALARM_ALPHA,
+        "epsilon_lo": None if mu_lo is None else float(gdp_epsilon(mu_lo, spec.delta)),
+        "p_value_within_level": True,
+    }
     found = first_difference(recorded, recomputed, "alarm.refuted_by")
-    result.checks.append(Check("alarm", found is None, (
-        f"fired at round {alarm['round']}: its p-value came from that round's statistics, which "
-        "the bundle does not hold, so the p-value is taken as recorded; its look, level, "
-        "confidence and ε are recomputed")))
+    result.checks.append(
+        Check(
+            "alarm",
+            found is None,
+            (
+                f"fired at round {alarm['round']}: its p-value came from that round's statistics, which "
+                "the bundle does not hold, so the p-value is taken as recorded; its look, level, "
+                "confidence and ε are recomputed"
+            ),
+        )
+    )
     result.mismatch = result.mismatch or found
 
 
@@ -274,10 +362,17 @@ def recompute(bundle: dict) -> Recomputed:
     if claim is None or recorded_claim is None:
         _check(result, "claim", recorded_claim, claim)
     else:  # the numbers first: a changed spec shows as the claim's mu it implies
-        found = next((m for m in (first_difference(recorded_claim.get(key), claim[key],
-                                                   f"claim.{key}")
-                                  for key in ("mu", "epsilon", "delta", "description"))
-                      if m is not None), None)
+        found = next(
+            (
+                m
+                for m in (
+                    first_difference(recorded_claim.get(key), claim[key], f"claim.{key}")
+                    for key in ("mu", "epsilon", "delta", "description")
+                )
+                if m is not None
+            ),
+            None,
+        )
         result.checks.append(Check("claim", found is None, "recomputed from the spec"))
         result.mismatch = result.mismatch or found
     _check(result, "statistics.delta", stats.get("delta"), spec.delta)
@@ -299,20 +394,27 @@ def recompute(bundle: dict) -> Recomputed:
         computed: list = []
         diagnostics: list = []
         if wanted:
-            summary = summarize(AuditLook(
-                seen=seen, dim=int(dim), delta=spec.delta,
-                max_cosines=max_cosines if ThreatModel.all_iterates.value in wanted else None,
-                final_cosines=_array(stats.get("final_cosines"))
-                if ThreatModel.final_model.value in wanted else None,
-                threat_models=wanted, one_run=True,
-                bootstrap=int(stats.get("bootstrap", FINAL_BOOTSTRAP)),
-                known_rounds_scores=None if known is None else known.scores,
-                known_rounds_participations=None if known is None else known.num_participations,
-                known_rounds_rounds=None if known is None else known.rounds,
-                canary_repeats=spec.canary_repeats,
-                claims=audit_claims(spec, weight_factor=_canary_weight(stats)),
-                num_rounds=int(stats.get("rounds_stored") or 0), scale_dof=dof,
-            ))
+            summary = summarize(
+                AuditLook(
+                    seen=seen,
+                    dim=int(dim),
+                    delta=spec.delta,
+                    max_cosines=max_cosines if ThreatModel.all_iterates.value in wanted else None,
+                    final_cosines=_array(stats.get("final_cosines"))
+                    if ThreatModel.final_model.value in wanted
+                    else None,
+                    threat_models=wanted,
+                    one_run=True,
+                    bootstrap=int(stats.get("bootstrap", FINAL_BOOTSTRAP)),
+                    known_rounds_scores=None if known is None else known.scores,
+                    known_rounds_participations=None if known is None else known.num_participations,
+                    known_rounds_rounds=None if known is None else known.rounds,
+                    canary_repeats=spec.canary_repeats,
+                    claims=audit_claims(spec, weight_factor=_canary_weight(stats)),
+                    num_rounds=int(stats.get("rounds_stored") or 0),
+                    scale_dof=dof,
+                )
+            )
             computed = jsonable([e.to_dict() for e in summary.estimates])
             diagnostics = jsonable([d.to_dict() for d in summary.diagnostics])
             tests = list(summary.claim_tests)
@@ -320,14 +422,29 @@ def recompute(bundle: dict) -> Recomputed:
         _check(result, "estimates", recorded_estimates, estimates)
         _check(result, "diagnostics", bundle.get("diagnostics") or [], diagnostics)
     else:
-        result.checks.append(Check("estimates", None, "the run ended before its final model: "
-                                   "the estimates of its last round are not recomputed"))
-        _check(result, "estimates (analytic)",
-               [e for e in recorded_estimates if e.get("estimator") == "analytic"], analytic)
+        result.checks.append(
+            Check(
+                "estimates",
+                None,
+                "the run ended before its final model: "
+                "the estimates of its last round are not recomputed",
+            )
+        )
+        _check(
+            result,
+            "estimates (analytic)",
+            [e for e in recorded_estimates if e.get("estimator") == "analytic"],
+            analytic,
+        )
     alarm = bundle.get("alarm")
     at_look = stats.get("alarm_statistics")
-    if alarm is not None and alarm.get("round") is not None and at_look is not None \
-            and dim and seen is not None:
+    if (
+        alarm is not None
+        and alarm.get("round") is not None
+        and at_look is not None
+        and dim
+        and seen is not None
+    ):
         _recompute_early_alarm(result, spec, alarm, at_look, seen, int(dim), stats)
     elif alarm is not None and alarm.get("round") is not None:
         _check_early_alarm(result, spec, alarm)
@@ -336,28 +453,51 @@ def recompute(bundle: dict) -> Recomputed:
         _check(result, "alarm", alarm, jsonable(final))
         alarm = final
     gaps = stats.get("gaps") or []
-    weights = [r.get("weight_factor") for r in stats.get("rounds") or []
-               if r.get("weight_factor") is not None]
-    _check(result, "statistics.max_weight_factor", stats.get("max_weight_factor"),
-           max(weights) if weights else None)
+    weights = [
+        r.get("weight_factor")
+        for r in stats.get("rounds") or []
+        if r.get("weight_factor") is not None
+    ]
+    _check(
+        result,
+        "statistics.max_weight_factor",
+        stats.get("max_weight_factor"),
+        max(weights) if weights else None,
+    )
     if "max_canary_weight_factor" in stats:
-        _check(result, "statistics.max_canary_weight_factor",
-               stats.get("max_canary_weight_factor"), _canary_weight(stats))
+        _check(
+            result,
+            "statistics.max_canary_weight_factor",
+            stats.get("max_canary_weight_factor"),
+            _canary_weight(stats),
+        )
     verdict = spec_verdict(
-        spec, alarm=alarm, estimates=estimates, state=bundle["audit"]["status"],
+        spec,
+        alarm=alarm,
+        estimates=estimates,
+        state=bundle["audit"]["status"],
         rounds_received=int(stats.get("rounds_stored") or 0),
         missing_rounds=[g["round"] for g in gaps if g.get("kind") == "not_reported"],
         rounds_without_canaries=[g["round"] for g in gaps if g.get("kind") == "no_canaries"],
         weight_factor=stats.get("max_weight_factor"),
-        canary_weight_factor=_canary_weight(stats), dim=stats.get("dim"),
+        canary_weight_factor=_canary_weight(stats),
+        dim=stats.get("dim"),
     )
-    factors = [noise_clip_factor(r.get("clip_norm"), r.get("noise_clip_norm"))
-               for r in stats.get("rounds") or []]
+    factors = [
+        noise_clip_factor(r.get("clip_norm"), r.get("noise_clip_norm"))
+        for r in stats.get("rounds") or []
+    ]
     least = min((f for f in factors if f is not None), default=None)
     if "min_noise_clip_factor" in stats:
-        _check(result, "statistics.min_noise_clip_factor", stats.get("min_noise_clip_factor"), least)
-    _check(result, "verdict", bundle.get("verdict"),
-           jsonable(with_noise_calibration(verdict.to_dict(), spec, least)))
+        _check(
+            result, "statistics.min_noise_clip_factor", stats.get("min_noise_clip_factor"), least
+        )
+    _check(
+        result,
+        "verdict",
+        bundle.get("verdict"),
+        jsonable(with_noise_calibration(verdict.to_dict(), spec, least)),
+    )
     return result
 
 
@@ -365,8 +505,11 @@ def _canary_weight(stats: dict, upto: int | None = None) -> float | None:
     """The heaviest influence a canary carried (rounds ``<= upto``): the largest weight factor
     of a round that inserted canaries; the claim tests run there (docs/estimators.md,
     "Weighted FedAvg: two answers")."""
-    weights = [float(r["weight_factor"]) for r in stats.get("rounds") or []
-               if r.get("weight_factor") is not None
-               and int(r.get("num_canaries_inserted") or 0) > 0
-               and (upto is None or int(r.get("round") or 0) <= upto)]
+    weights = [
+        float(r["weight_factor"])
+        for r in stats.get("rounds") or []
+        if r.get("weight_factor") is not None
+        and int(r.get("num_canaries_inserted") or 0) > 0
+        and (upto is None or int(r.get("round") or 0) <= upto)
+    ]
     return max(weights) if weights else None

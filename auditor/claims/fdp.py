@@ -31,7 +31,9 @@ def design_guesses(num_canaries: int) -> int:
     return max(1, int(math.ceil(GUESS_FRACTION * num_canaries))) if num_canaries >= 2 else 0
 
 
-def fdp_claim_test(scores, seen_mask, *, claim, threat_model: str = "known_rounds") -> ClaimTestResult:
+def fdp_claim_test(
+    scores, seen_mask, *, claim, threat_model: str = "known_rounds"
+) -> ClaimTestResult:
     """p-value of the guessing game's outcome under ``claim`` (scores: one per canary, seen and
     unseen; NaN scores are left out)."""
     scores = np.asarray(scores, dtype=np.float64)
@@ -40,26 +42,44 @@ def fdp_claim_test(scores, seen_mask, *, claim, threat_model: str = "known_round
     scores, seen = scores[keep], seen[keep]
     m = int(scores.size)
     g = design_guesses(m)
-    details: dict = {"test": AlarmTest.known_rounds_fdp_one_run.value, "m": m,
-                     "k_plus": g, "k_minus": g, "guesses": 2 * g if m >= 2 * g else m,
-                     "correct": 0}
+    details: dict = {
+        "test": AlarmTest.known_rounds_fdp_one_run.value,
+        "m": m,
+        "k_plus": g,
+        "k_minus": g,
+        "guesses": 2 * g if m >= 2 * g else m,
+        "correct": 0,
+    }
     if m < 2 or not claim.is_claim:
-        return ClaimTestResult(1.0, claim, threat_model, Correction.not_applicable,
-                               "one-run f-DP guessing game: too few scored canaries" if m < 2
-                               else "no DP claim: nothing to test", details)
+        return ClaimTestResult(
+            1.0,
+            claim,
+            threat_model,
+            Correction.not_applicable,
+            "one-run f-DP guessing game: too few scored canaries"
+            if m < 2
+            else "no DP claim: nothing to test",
+            details,
+        )
     kp = min(g, m)
     km = min(g, m - kp)
-    (_, _, correct), = guess_counts(scores, seen, [(kp, km)])
+    ((_, _, correct),) = guess_counts(scores, seen, [(kp, km)])
     details.update(k_plus=kp, k_minus=km, guesses=kp + km, correct=int(correct))
     p = fdp_one_run_p_value(claim, int(correct), kp + km, m)
     return ClaimTestResult(
-        float(p), claim, threat_model, Correction.not_applicable,
+        float(p),
+        claim,
+        threat_model,
+        Correction.not_applicable,
         f"one-run f-DP guessing game (Mahloujifar et al. 2025): IN for the {kp} highest and OUT "
         f"for the {km} lowest known-rounds scores (fixed in advance); valid without independence",
-        details)
+        details,
+    )
 
 
-def _gdp_infeasible(mus: np.ndarray, level: float, correct: int, guesses: int, m: int) -> np.ndarray:
+def _gdp_infeasible(
+    mus: np.ndarray, level: float, correct: int, guesses: int, m: int
+) -> np.ndarray:
     """For each ``mu`` of ``mus``: whether ``correct`` of ``guesses`` right is infeasible at
     ``level`` for a ``mu``-GDP mechanism -- the recursion of
     :func:`flaudit.auditor.claims.curve_tests._guess_game_feasible` vectorised over ``mu`` (the

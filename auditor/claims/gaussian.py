@@ -88,8 +88,20 @@ class GaussianAuditResult:
     def to_dict(self) -> dict:
         out = {
             key: getattr(self, key)
-            for key in ("epsilon", "epsilon_null_variance", "epsilon_fitted_variance", "epsilon_lo",
-                        "epsilon_lo_valid", "analytic_epsilon", "mu_hat", "sigma_hat", "sigma", "d", "k", "delta")
+            for key in (
+                "epsilon",
+                "epsilon_null_variance",
+                "epsilon_fitted_variance",
+                "epsilon_lo",
+                "epsilon_lo_valid",
+                "analytic_epsilon",
+                "mu_hat",
+                "sigma_hat",
+                "sigma",
+                "d",
+                "k",
+                "delta",
+            )
         }
         out = {k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in out.items()}
         out["variance"] = self.variance.value
@@ -103,7 +115,9 @@ def _projected_cosines(sigma: float, d: int, k: int, rng: np.random.Generator) -
     lower[np.diag_indices(k)] = np.sqrt(rng.chisquare(d - np.arange(k)))
     units = lower / np.linalg.norm(lower, axis=1, keepdims=True)
     rho = units.sum(axis=0) + sigma * rng.standard_normal(k)
-    norm_sq = float(rho @ rho) + sigma**2 * float(rng.chisquare(d - k)) if d > k else float(rho @ rho)
+    norm_sq = (
+        float(rho @ rho) + sigma**2 * float(rng.chisquare(d - k)) if d > k else float(rho @ rho)
+    )
     return (units @ rho) / math.sqrt(norm_sq)
 
 
@@ -116,7 +130,12 @@ def _projected_orthogonal(sigma: float, d: int, k: int, rng: np.random.Generator
 
 
 def _materialised_cosines(
-    sigma: float, d: int, k: int, seed: int, rng: np.random.Generator, chunk_size: int,
+    sigma: float,
+    d: int,
+    k: int,
+    seed: int,
+    rng: np.random.Generator,
+    chunk_size: int,
     family: CanaryFamily,
 ) -> np.ndarray:
     if family is CanaryFamily.orthogonal:  # the sum of all k canaries is one transform
@@ -214,12 +233,18 @@ def gaussian_mechanism_audit(
     g = gaussian_mechanism_cosines(sigma, d, k, seed=seed, method=method, family=family)
     est_null = final_model_epsilon(g, d, delta, variance=VarianceTreatment.null)
     est_fitted = final_model_epsilon(g, d, delta, variance=VarianceTreatment.fitted)
-    lo = epsilon_lower_bound(g, d=d, delta=delta, confidence=confidence,
-                             threat_model=THREAT_MODEL)
-    lo_valid = epsilon_lower_bound(g, d=d, delta=delta, confidence=confidence,
-                                   correction=Bonferroni(), threat_model=THREAT_MODEL)
+    lo = epsilon_lower_bound(g, d=d, delta=delta, confidence=confidence, threat_model=THREAT_MODEL)
+    lo_valid = epsilon_lower_bound(
+        g,
+        d=d,
+        delta=delta,
+        confidence=confidence,
+        correction=Bonferroni(),
+        threat_model=THREAT_MODEL,
+    )
     relabel = [
-        EpsilonResult(**{**e.__dict__, "threat_model": THREAT_MODEL}) for e in (est_null, est_fitted)
+        EpsilonResult(**{**e.__dict__, "threat_model": THREAT_MODEL})
+        for e in (est_null, est_fitted)
     ]
     chosen = est_null if variance is VarianceTreatment.null else est_fitted
     return GaussianAuditResult(

@@ -124,8 +124,15 @@ class KnownRoundsStatistic:
         default ``dim`` (plain cosines).
     """
 
-    def __init__(self, num_canaries: int, *, dim: int, state: KnownRoundsState | None = None,
-                 min_null: int = 2, scale_dof: int | None = None) -> None:
+    def __init__(
+        self,
+        num_canaries: int,
+        *,
+        dim: int,
+        state: KnownRoundsState | None = None,
+        min_null: int = 2,
+        scale_dof: int | None = None,
+    ) -> None:
         check_integer_at_least(num_canaries, "num_canaries", 1)
         check_integer_at_least(dim, "dim", 2)
         check_integer_at_least(min_null, "min_null", 1)
@@ -156,7 +163,11 @@ class KnownRoundsStatistic:
             self._round_counts = [int(v) for v in np.asarray(state.round_counts, dtype=np.int64)]
             if len(self._round_sums) != len(self._round_counts):
                 raise ValueError("state.round_sums and state.round_counts differ in length")
-            num_rounds = int(state.num_rounds) if isinstance(state.num_rounds, np.integer) else state.num_rounds
+            num_rounds = (
+                int(state.num_rounds)
+                if isinstance(state.num_rounds, np.integer)
+                else state.num_rounds
+            )
             check_integer_at_least(num_rounds, "state.num_rounds", 0)
             self._num_rounds = num_rounds
         self.last_noise_scale: float = math.nan
@@ -169,8 +180,9 @@ class KnownRoundsStatistic:
             raise ValueError(f"{name} must be boolean, got dtype {array.dtype}")
         return array
 
-    def update(self, round_cosines: np.ndarray, participants: np.ndarray,
-               null_mask: np.ndarray) -> None:
+    def update(
+        self, round_cosines: np.ndarray, participants: np.ndarray, null_mask: np.ndarray
+    ) -> None:
         """Fold in one round.
 
         Parameters
@@ -193,14 +205,17 @@ class KnownRoundsStatistic:
         """
         cos = np.asarray(round_cosines, dtype=np.float64)
         if cos.shape != (self.num_canaries,):
-            raise ValueError(f"round_cosines must have shape ({self.num_canaries},), got {cos.shape}")
+            raise ValueError(
+                f"round_cosines must have shape ({self.num_canaries},), got {cos.shape}"
+            )
         if not np.all(np.isfinite(cos)):
             raise ValueError("round_cosines contains NaN or Inf")
         part = self._mask(participants, "participants")
         null = self._mask(null_mask, "null_mask")
         self._num_rounds += 1
-        self.last_noise_scale = (noise_scale(cos[null]) if int(null.sum()) >= self.min_null
-                                 else math.nan)
+        self.last_noise_scale = (
+            noise_scale(cos[null]) if int(null.sum()) >= self.min_null else math.nan
+        )
         if part.any():
             self._sums[part] += null_probit(cos[part], self.dim)
             self._counts[part] += 1
@@ -218,12 +233,15 @@ class KnownRoundsStatistic:
             return np.where(self._counts > 0, self._sums / np.sqrt(self._counts), np.nan)
 
     @property
-    def rounds(self) -> "RoundSums":
+    def rounds(self) -> RoundSums:
         """The per-round sums of the seen participants' studentized values, for the exact
         claim test (:class:`flaudit.auditor.claims.normal_scores.RoundSums`)."""
 
-        return RoundSums(np.array(self._round_sums, dtype=np.float64),
-                         np.array(self._round_counts, dtype=np.int64), float(self.scale_dof))
+        return RoundSums(
+            np.array(self._round_sums, dtype=np.float64),
+            np.array(self._round_counts, dtype=np.int64),
+            float(self.scale_dof),
+        )
 
     @property
     def num_participations(self) -> np.ndarray:
@@ -237,7 +255,10 @@ class KnownRoundsStatistic:
 
     def state(self) -> KnownRoundsState:
         """A copy of the running sums and counts (resumable; no seed, no cosines of old rounds)."""
-        return KnownRoundsState(sums=self._sums.copy(), counts=self._counts.copy(),
-                                num_rounds=self._num_rounds,
-                                round_sums=np.array(self._round_sums, dtype=np.float64),
-                                round_counts=np.array(self._round_counts, dtype=np.int64))
+        return KnownRoundsState(
+            sums=self._sums.copy(),
+            counts=self._counts.copy(),
+            num_rounds=self._num_rounds,
+            round_sums=np.array(self._round_sums, dtype=np.float64),
+            round_counts=np.array(self._round_counts, dtype=np.int64),
+        )

@@ -60,7 +60,7 @@ def _log_density_const(dof: float) -> float:
     if x < 10.0:
         return math.log(2.0) + x * math.log(x) - float(special.gammaln(x)) - x
     inv = 1.0 / x
-    stirling = inv / 12.0 - inv ** 3 / 360.0 + inv ** 5 / 1260.0 - inv ** 7 / 1680.0
+    stirling = inv / 12.0 - inv**3 / 360.0 + inv**5 / 1260.0 - inv**7 / 1680.0
     return math.log(2.0) + 0.5 * math.log(x) - 0.5 * math.log(2.0 * math.pi) - stirling
 
 
@@ -69,7 +69,7 @@ def _log_integrand(w, r, delta, dof: float, const: float):
     ``-dof/2`` at the density's peak is not added and taken away again."""
     with np.errstate(over="ignore", invalid="ignore"):
         u = np.exp(w)
-        out = (special.log_ndtr(r * u - delta) + dof * (w - 0.5 * np.expm1(2.0 * w)) + const)
+        out = special.log_ndtr(r * u - delta) + dof * (w - 0.5 * np.expm1(2.0 * w)) + const
     return np.where(np.isnan(out), -np.inf, out)
 
 
@@ -120,8 +120,9 @@ def nct_log_cdf(r, dof: float, delta) -> np.ndarray:
         The log-CDF, with relative error of the probability below 1e-3 wherever it is above
         1e-300 (module docstring; the tested grid is ``dof in [1, 1e7]``).
     """
-    r, delta = np.broadcast_arrays(np.asarray(r, dtype=np.float64),
-                                   np.asarray(delta, dtype=np.float64))
+    r, delta = np.broadcast_arrays(
+        np.asarray(r, dtype=np.float64), np.asarray(delta, dtype=np.float64)
+    )
     dof = float(dof)
     if not dof > 0:
         raise ValueError(f"dof must be > 0, got {dof!r}")
@@ -147,15 +148,26 @@ def _log_cdf_flat(r, delta, dof: float):
         step = np.where((ratio > 0) & np.isfinite(ratio), np.log(ratio), mode)
     # the mesh: both breakpoints and their graded neighbours, sorted per value; the smallest
     # panel is 10^-5 of the sharpest scale: the mode's curvature width, the step's 1/|delta|
-    unit = np.maximum(1e-5 * np.minimum(np.minimum(_curvature_width(mode, r, delta, dof),
-                                                   1.0 / np.maximum(np.abs(delta), 1.0)), 1.0),
-                      _MIN_UNIT)
+    unit = np.maximum(
+        1e-5
+        * np.minimum(
+            np.minimum(_curvature_width(mode, r, delta, dof), 1.0 / np.maximum(np.abs(delta), 1.0)),
+            1.0,
+        ),
+        _MIN_UNIT,
+    )
     offsets = unit[:, None] * _OFFSETS
-    points = np.concatenate([
-        mode[:, None], step[:, None],
-        mode[:, None] - offsets, mode[:, None] + offsets,
-        step[:, None] - offsets, step[:, None] + offsets,
-    ], axis=1)
+    points = np.concatenate(
+        [
+            mode[:, None],
+            step[:, None],
+            mode[:, None] - offsets,
+            mode[:, None] + offsets,
+            step[:, None] - offsets,
+            step[:, None] + offsets,
+        ],
+        axis=1,
+    )
     points.sort(axis=1)
     # h is unimodal with its mode on the mesh, so on each panel it lies between its values at
     # the panel's ends: panels whose upper bound is below 1e-18 of the largest panel's lower
@@ -172,13 +184,17 @@ def _log_cdf_flat(r, delta, dof: float):
     half = 0.5 * width[rows, cols]
     nodes = (left[rows, cols] + half)[:, None] + half[:, None] * _GL_X
     with np.errstate(divide="ignore", invalid="ignore"):
-        terms = (_log_integrand(nodes, r[rows][:, None], delta[rows][:, None], dof, const)
-                 + np.log(half)[:, None] + np.log(_GL_W))
+        terms = (
+            _log_integrand(nodes, r[rows][:, None], delta[rows][:, None], dof, const)
+            + np.log(half)[:, None]
+            + np.log(_GL_W)
+        )
         per_panel = special.logsumexp(terms, axis=1)
         starts = np.searchsorted(rows, np.arange(r.size))
         top = np.maximum.reduceat(per_panel, starts)
-        total = np.add.reduceat(np.exp(per_panel - np.where(np.isfinite(top), top, 0.0)[rows]),
-                                starts)
+        total = np.add.reduceat(
+            np.exp(per_panel - np.where(np.isfinite(top), top, 0.0)[rows]), starts
+        )
         out = np.where(np.isfinite(top), top + np.log(total), top)
     return np.minimum(out, 0.0)
 
@@ -192,8 +208,9 @@ def nct_normal_score(r, dof: float, delta) -> np.ndarray:
     """``Phi^-1(P(T <= r))``, each value from the tail it lies in (so a score of -30 or +30 is
     as accurate as one of 0): below the approximate median ``delta (1 - 1/(4 dof))`` from the
     log-CDF, above it from the log-SF. ``N(0, 1)`` for ``r`` drawn from the law itself."""
-    r, delta = np.broadcast_arrays(np.asarray(r, dtype=np.float64),
-                                   np.asarray(delta, dtype=np.float64))
+    r, delta = np.broadcast_arrays(
+        np.asarray(r, dtype=np.float64), np.asarray(delta, dtype=np.float64)
+    )
     out = np.empty(r.shape)
     lower = r * (1.0 - 0.25 / float(dof)) <= delta
     if np.any(lower):

@@ -40,8 +40,14 @@ from scipy import optimize, special
 from ..estimators.null import null_probit, studentized_from_cosine
 from .nct import nct_log_cdf, nct_normal_score
 
-__all__ = ["final_model_normal_scores", "final_model_rounds", "NormalScoreTest", "RoundSums",
-           "nct_log_cdf", "normal_score_test"]
+__all__ = [
+    "final_model_normal_scores",
+    "final_model_rounds",
+    "NormalScoreTest",
+    "RoundSums",
+    "nct_log_cdf",
+    "normal_score_test",
+]
 
 
 @dataclass(frozen=True)
@@ -88,13 +94,14 @@ class RoundSums:
         if self.weights is not None:
             weights = np.asarray(self.weights, dtype=np.float64).ravel()
             if weights.shape != sums.shape:
-                raise ValueError(f"weights must have the shape of sums {sums.shape}, got "
-                                 f"{weights.shape}")
+                raise ValueError(
+                    f"weights must have the shape of sums {sums.shape}, got {weights.shape}"
+                )
             if not np.all(np.isfinite(weights) & (weights > 0)):
                 raise ValueError("weights must be finite and > 0")
             object.__setattr__(self, "weights", weights)
 
-    def with_weights(self, weights) -> "RoundSums":
+    def with_weights(self, weights) -> RoundSums:
         """The same releases with per-release signal weights (class docstring)."""
         return RoundSums(self.sums, self.counts, self.dof, weights)
 
@@ -104,16 +111,21 @@ class RoundSums:
         return np.ones(self.sums.shape) if self.weights is None else self.weights
 
     @classmethod
-    def from_scores(cls, scores, participations=None) -> "RoundSums":
+    def from_scores(cls, scores, participations=None) -> RoundSums:
         """Independent normal scores with a known scale (``dof = inf``): score ``S_j`` of
         ``n_j`` participations (``sum`` of its per-round scores over ``sqrt(n_j)``) counts as
         one release with ``c = n_j`` (the test only sees ``sum sqrt(c) (R - sqrt(c) lam)``,
         the same however the scores are grouped). NaN scores and ``n_j = 0`` are left out."""
         s = np.asarray(scores, dtype=np.float64).ravel()
-        n = (np.ones(s.shape, dtype=np.int64) if participations is None
-             else np.asarray(participations, dtype=np.int64).ravel())
+        n = (
+            np.ones(s.shape, dtype=np.int64)
+            if participations is None
+            else np.asarray(participations, dtype=np.int64).ravel()
+        )
         if n.shape != s.shape:
-            raise ValueError(f"participations must have the shape of scores {s.shape}, got {n.shape}")
+            raise ValueError(
+                f"participations must have the shape of scores {s.shape}, got {n.shape}"
+            )
         keep = np.isfinite(s) & (n > 0)
         return cls(s[keep], n[keep], math.inf)
 
@@ -149,7 +161,9 @@ def _round_scores(rounds: RoundSums, lam: float) -> np.ndarray:
 
 def final_model_normal_scores(cosines, dim: int) -> np.ndarray:
     """``Phi^-1(F_d(cos))`` of final-model cosines: exactly ``N(0, 1)`` for an absent canary."""
-    return np.asarray(null_probit(np.asarray(cosines, dtype=np.float64), int(dim)), dtype=np.float64)
+    return np.asarray(
+        null_probit(np.asarray(cosines, dtype=np.float64), int(dim)), dtype=np.float64
+    )
 
 
 def final_model_rounds(cosines, dim: int, *, dof: float) -> RoundSums:
@@ -231,8 +245,12 @@ class NormalScoreTest:
         if finite.size < self.rounds.sums.size:
             return math.inf
         # a known-scale guess, doubled until the test no longer rejects
-        hi = max(1.0, float(np.sum(np.sqrt(self.rounds.counts) * finite)) / self.num_scores
-                 / float(np.min(self.rounds.signal_weights, initial=1.0)))
+        hi = max(
+            1.0,
+            float(np.sum(np.sqrt(self.rounds.counts) * finite))
+            / self.num_scores
+            / float(np.min(self.rounds.signal_weights, initial=1.0)),
+        )
         while excess(hi) > 0:
             hi *= 2.0
             if hi > 1e12:
@@ -241,26 +259,36 @@ class NormalScoreTest:
         return float(lam) * self.mu_per_unit
 
     def to_details(self) -> dict:
-        return {"statistic": self.z, "num_scores": self.num_scores,
-                "round_sums": [float(v) for v in self.rounds.sums],
-                "round_counts": [int(v) for v in self.rounds.counts],
-                "dof": "inf" if math.isinf(self.rounds.dof) else self.rounds.dof,
-                "lam_claim": self.lam_claim, "mu_per_unit": self.mu_per_unit,
-                **({} if self.rounds.weights is None
-                   else {"round_weights": [float(v) for v in self.rounds.weights]})}
+        return {
+            "statistic": self.z,
+            "num_scores": self.num_scores,
+            "round_sums": [float(v) for v in self.rounds.sums],
+            "round_counts": [int(v) for v in self.rounds.counts],
+            "dof": "inf" if math.isinf(self.rounds.dof) else self.rounds.dof,
+            "lam_claim": self.lam_claim,
+            "mu_per_unit": self.mu_per_unit,
+            **(
+                {}
+                if self.rounds.weights is None
+                else {"round_weights": [float(v) for v in self.rounds.weights]}
+            ),
+        }
 
     @classmethod
-    def from_details(cls, details: dict) -> "NormalScoreTest":
+    def from_details(cls, details: dict) -> NormalScoreTest:
         dof = details["dof"]
-        rounds = RoundSums(np.asarray(details["round_sums"], dtype=np.float64),
-                           np.asarray(details["round_counts"], dtype=np.int64),
-                           math.inf if dof == "inf" else float(dof),
-                           details.get("round_weights"))
+        rounds = RoundSums(
+            np.asarray(details["round_sums"], dtype=np.float64),
+            np.asarray(details["round_counts"], dtype=np.int64),
+            math.inf if dof == "inf" else float(dof),
+            details.get("round_weights"),
+        )
         return cls(rounds, float(details["lam_claim"]), float(details["mu_per_unit"]))
 
 
-def normal_score_test(rounds: RoundSums, *, claim_mu: float,
-                      claim_participations: int = 1) -> NormalScoreTest:
+def normal_score_test(
+    rounds: RoundSums, *, claim_mu: float, claim_participations: int = 1
+) -> NormalScoreTest:
     """The exact test of a Gaussian-DP claim on per-release sums (module docstring).
 
     Parameters

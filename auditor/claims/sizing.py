@@ -81,8 +81,9 @@ def check_num_canaries(value: Any, name: str = "num_canaries") -> int | str:
     if value == AUTO:
         return AUTO
     if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_NUM_CANARIES:
-        raise ValueError(f"{name} must be an integer from 2 to {MAX_NUM_CANARIES} or "
-                         f"\"{AUTO}\", got {value!r}")
+        raise ValueError(
+            f'{name} must be an integer from 2 to {MAX_NUM_CANARIES} or "{AUTO}", got {value!r}'
+        )
     return int(value)
 
 
@@ -92,8 +93,14 @@ def seen_low(k: int) -> int:
     return max(0, int(math.floor(k / 2 - _SEEN_Z * math.sqrt(k) / 2)))
 
 
-def max_canaries(*, clients_per_round: int, num_rounds: int, canary_repeats: int = 1,
-                 num_clients: int | None = None, max_canary_fraction: float = 1.0) -> int:
+def max_canaries(
+    *,
+    clients_per_round: int,
+    num_rounds: int,
+    canary_repeats: int = 1,
+    num_clients: int | None = None,
+    max_canary_fraction: float = 1.0,
+) -> int:
     """The largest ``k`` whose seen canaries always fit the federation (module docstring): 0
     when ``canary_repeats > num_rounds``."""
     n, t, r = int(clients_per_round), int(num_rounds), int(canary_repeats)
@@ -105,14 +112,21 @@ def max_canaries(*, clients_per_round: int, num_rounds: int, canary_repeats: int
 
 
 def _z_sum(num_rounds: int, alpha: float, power: float) -> float:
-    level = look_level(AlarmTest.known_rounds_normal_scores, num_rounds + 1, num_rounds + 1,
-                       alpha=alpha)
+    level = look_level(
+        AlarmTest.known_rounds_normal_scores, num_rounds + 1, num_rounds + 1, alpha=alpha
+    )
     return float(special.ndtri(1 - level) + special.ndtri(power))
 
 
-def detectable_noise_scale(*, noise_multiplier: float, num_canaries: int, canary_repeats: int,
-                           num_rounds: int, alpha: float = ALARM_ALPHA,
-                           power: float = 0.95) -> float | None:
+def detectable_noise_scale(
+    *,
+    noise_multiplier: float,
+    num_canaries: int,
+    canary_repeats: int,
+    num_rounds: int,
+    alpha: float = ALARM_ALPHA,
+    power: float = 0.95,
+) -> float | None:
     """Largest ``s`` such that noise x ``s`` is caught in ``power`` of runs (None: too few
     canaries are seen, or no noise is claimed)."""
     z = float(noise_multiplier)
@@ -122,9 +136,15 @@ def detectable_noise_scale(*, noise_multiplier: float, num_canaries: int, canary
     return 1.0 / (1.0 + _z_sum(num_rounds, alpha, power) * z / math.sqrt(n_seen))
 
 
-def canaries_needed(*, noise_multiplier: float, canary_repeats: int, num_rounds: int,
-                    alpha: float = ALARM_ALPHA, power: float = 0.95,
-                    scale: float = CLEAR_BUG_NOISE_SCALE) -> int:
+def canaries_needed(
+    *,
+    noise_multiplier: float,
+    canary_repeats: int,
+    num_rounds: int,
+    alpha: float = ALARM_ALPHA,
+    power: float = 0.95,
+    scale: float = CLEAR_BUG_NOISE_SCALE,
+) -> int:
     """The smallest ``k`` that catches noise x ``scale`` in ``power`` of runs (no cap)."""
     z, r = float(noise_multiplier), int(canary_repeats)
     if z <= 0:
@@ -144,19 +164,35 @@ def canaries_needed(*, noise_multiplier: float, canary_repeats: int, num_rounds:
     return k
 
 
-def _testable_within(noise_multiplier: float, *, clients_per_round: int, num_rounds: int,
-                     num_clients, max_canary_fraction: float, alpha: float,
-                     power: float) -> tuple[int, int] | None:
+def _testable_within(
+    noise_multiplier: float,
+    *,
+    clients_per_round: int,
+    num_rounds: int,
+    num_clients,
+    max_canary_fraction: float,
+    alpha: float,
+    power: float,
+) -> tuple[int, int] | None:
     """``(k, r)`` of the fewest displaced slots that is testable within the cap, or None."""
     best = None
     for r in REPEATS:
         if r > num_rounds:
             break
-        cap = max_canaries(clients_per_round=clients_per_round, num_rounds=num_rounds,
-                           canary_repeats=r, num_clients=num_clients,
-                           max_canary_fraction=max_canary_fraction)
-        k = canaries_needed(noise_multiplier=noise_multiplier, canary_repeats=r,
-                            num_rounds=num_rounds, alpha=alpha, power=power)
+        cap = max_canaries(
+            clients_per_round=clients_per_round,
+            num_rounds=num_rounds,
+            canary_repeats=r,
+            num_clients=num_clients,
+            max_canary_fraction=max_canary_fraction,
+        )
+        k = canaries_needed(
+            noise_multiplier=noise_multiplier,
+            canary_repeats=r,
+            num_rounds=num_rounds,
+            alpha=alpha,
+            power=power,
+        )
         if k <= cap and (best is None or k * r < best[0] * best[1]):
             best = (k, r)
     return best
@@ -191,34 +227,53 @@ class CanarySizing:
         return asdict(self)
 
 
-def choose_canaries(*, noise_multiplier: float, num_rounds: int, clients_per_round: int,
-                    num_clients: int | None = None, max_canary_fraction: float = 1.0,
-                    alpha: float = ALARM_ALPHA, power: float = 0.95) -> CanarySizing:
+def choose_canaries(
+    *,
+    noise_multiplier: float,
+    num_rounds: int,
+    clients_per_round: int,
+    num_clients: int | None = None,
+    max_canary_fraction: float = 1.0,
+    alpha: float = ALARM_ALPHA,
+    power: float = 0.95,
+) -> CanarySizing:
     """The canaries and repeats of ``num_canaries = "auto"`` (module docstring).
 
     ``noise_multiplier``: the accounted one (0: no claim; then the cap, at most
     :data:`MIN_AUTO_CANARIES`, with ``canary_repeats = 1``).
     """
-    fed = {"clients_per_round": int(clients_per_round), "num_rounds": int(num_rounds),
-           "num_clients": num_clients, "max_canary_fraction": float(max_canary_fraction)}
+    fed = {
+        "clients_per_round": int(clients_per_round),
+        "num_rounds": int(num_rounds),
+        "num_clients": num_clients,
+        "max_canary_fraction": float(max_canary_fraction),
+    }
 
     def sized(k: int, r: int, *, capped: bool) -> CanarySizing:
         cap = max_canaries(canary_repeats=r, **fed)
-        s = detectable_noise_scale(noise_multiplier=noise_multiplier, num_canaries=k,
-                                   canary_repeats=r, num_rounds=num_rounds, alpha=alpha,
-                                   power=power)
+        s = detectable_noise_scale(
+            noise_multiplier=noise_multiplier,
+            num_canaries=k,
+            canary_repeats=r,
+            num_rounds=num_rounds,
+            alpha=alpha,
+            power=power,
+        )
         return CanarySizing(k, r, cap, s is not None and s >= CLEAR_BUG_NOISE_SCALE, s, capped)
 
     if float(noise_multiplier) <= 0:
-        return sized(min(max_canaries(canary_repeats=1, **fed), MIN_AUTO_CANARIES), 1,
-                     capped=False)
+        return sized(min(max_canaries(canary_repeats=1, **fed), MIN_AUTO_CANARIES), 1, capped=False)
     best = _testable_within(noise_multiplier, alpha=alpha, power=power, **fed)
     if best is not None:
         k, r = best
-        return sized(min(max(k, MIN_AUTO_CANARIES), max_canaries(canary_repeats=r, **fed)), r,
-                     capped=False)
-    options = [sized(max_canaries(canary_repeats=r, **fed), r, capped=True)
-               for r in REPEATS if r <= num_rounds]
+        return sized(
+            min(max(k, MIN_AUTO_CANARIES), max_canaries(canary_repeats=r, **fed)), r, capped=False
+        )
+    options = [
+        sized(max_canaries(canary_repeats=r, **fed), r, capped=True)
+        for r in REPEATS
+        if r <= num_rounds
+    ]
     return max(options, key=lambda o: (o.detectable_noise_scale or 0.0, -o.canary_repeats))
 
 
@@ -241,29 +296,64 @@ def _search(feasible, start: int) -> int | None:
     return hi
 
 
-def rounds_needed(*, noise_multiplier: float, num_rounds: int, clients_per_round: int,
-                  num_clients: int | None = None, max_canary_fraction: float = 1.0,
-                  alpha: float = ALARM_ALPHA, power: float = 0.95) -> int | None:
+def rounds_needed(
+    *,
+    noise_multiplier: float,
+    num_rounds: int,
+    clients_per_round: int,
+    num_clients: int | None = None,
+    max_canary_fraction: float = 1.0,
+    alpha: float = ALARM_ALPHA,
+    power: float = 0.95,
+) -> int | None:
     """The fewest rounds (at least ``num_rounds``) with which ``"auto"`` finds a testable
     audit at ``clients_per_round``; None if the population cap forbids it whatever the
     rounds."""
+
     def ok(t: int) -> bool:
-        return _testable_within(noise_multiplier, num_rounds=t,
-                                clients_per_round=clients_per_round, num_clients=num_clients,
-                                max_canary_fraction=max_canary_fraction, alpha=alpha,
-                                power=power) is not None
+        return (
+            _testable_within(
+                noise_multiplier,
+                num_rounds=t,
+                clients_per_round=clients_per_round,
+                num_clients=num_clients,
+                max_canary_fraction=max_canary_fraction,
+                alpha=alpha,
+                power=power,
+            )
+            is not None
+        )
+
     return _search(ok, int(num_rounds))
 
 
-def clients_needed(*, noise_multiplier: float, num_rounds: int, clients_per_round: int,
-                   num_clients: int | None = None, max_canary_fraction: float = 1.0,
-                   alpha: float = ALARM_ALPHA, power: float = 0.95) -> int | None:
+def clients_needed(
+    *,
+    noise_multiplier: float,
+    num_rounds: int,
+    clients_per_round: int,
+    num_clients: int | None = None,
+    max_canary_fraction: float = 1.0,
+    alpha: float = ALARM_ALPHA,
+    power: float = 0.95,
+) -> int | None:
     """The fewest sampled clients per round (at least ``clients_per_round``) with which
     ``"auto"`` finds a testable audit in ``num_rounds`` rounds; None if none would."""
+
     def ok(n: int) -> bool:
-        return _testable_within(noise_multiplier, num_rounds=num_rounds, clients_per_round=n,
-                                num_clients=num_clients, max_canary_fraction=max_canary_fraction,
-                                alpha=alpha, power=power) is not None
+        return (
+            _testable_within(
+                noise_multiplier,
+                num_rounds=num_rounds,
+                clients_per_round=n,
+                num_clients=num_clients,
+                max_canary_fraction=max_canary_fraction,
+                alpha=alpha,
+                power=power,
+            )
+            is not None
+        )
+
     return _search(ok, int(clients_per_round))
 
 
@@ -272,17 +362,24 @@ def _federation(spec) -> dict[str, Any] | None:
     n = getattr(spec, "clients_per_round", None)
     if n is None:
         return None
-    return {"num_rounds": int(spec.num_rounds), "clients_per_round": int(n),
-            "num_clients": getattr(spec, "num_clients", None),
-            "max_canary_fraction": float(getattr(spec, "max_canary_fraction", 1.0) or 1.0)}
+    return {
+        "num_rounds": int(spec.num_rounds),
+        "clients_per_round": int(n),
+        "num_clients": getattr(spec, "num_clients", None),
+        "max_canary_fraction": float(getattr(spec, "max_canary_fraction", 1.0) or 1.0),
+    }
 
 
 def auto_sizing(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> CanarySizing:
     """:func:`choose_canaries` for a spec (an :class:`flaudit.auditor.spec.AuditSpec` or
     anything with ``accounted_noise_multiplier``, ``num_rounds``, ``clients_per_round``,
     ``num_clients`` and ``max_canary_fraction``)."""
-    return choose_canaries(noise_multiplier=canary_noise_multiplier(spec),
-                           alpha=alpha, power=power, **_federation(spec))
+    return choose_canaries(
+        noise_multiplier=canary_noise_multiplier(spec),
+        alpha=alpha,
+        power=power,
+        **_federation(spec),
+    )
 
 
 def spec_cap(spec) -> int | None:
@@ -294,8 +391,9 @@ def spec_cap(spec) -> int | None:
     return max_canaries(canary_repeats=int(spec.canary_repeats), **fed)
 
 
-def capped_advice(spec, needed: int, *, alpha: float = ALARM_ALPHA,
-                  power: float = 0.95) -> str | None:
+def capped_advice(
+    spec, needed: int, *, alpha: float = ALARM_ALPHA, power: float = 0.95
+) -> str | None:
     """What would make ``spec`` testable when the ``needed`` canaries exceed its federation's
     cap: the rounds (or sampled clients per round) with which ``"auto"`` finds a testable
     audit. None when ``needed`` fits the cap (more canaries is the advice) or no cap is known.
@@ -306,27 +404,35 @@ def capped_advice(spec, needed: int, *, alpha: float = ALARM_ALPHA,
     fed = _federation(spec)
     z = canary_noise_multiplier(spec)
     n, t, r = fed["clients_per_round"], fed["num_rounds"], int(spec.canary_repeats)
-    head = (f"The federation allows at most {cap} canaries ({n} sampled clients per round × "
-            f"{t // r} rounds per canary period; seen canaries take cohort slots), fewer than "
-            f"the {needed} this claim needs")
+    head = (
+        f"The federation allows at most {cap} canaries ({n} sampled clients per round × "
+        f"{t // r} rounds per canary period; seen canaries take cohort slots), fewer than "
+        f"the {needed} this claim needs"
+    )
     if fed["max_canary_fraction"] < 1 and fed["num_clients"] is not None and cap < n * (t // r):
-        return (f"{head}: allow seen canaries a larger share of the population (now "
-                f"{fed['max_canary_fraction']:g}; --max-canary-fraction) or add clients to make "
-                "this audit testable.")
+        return (
+            f"{head}: allow seen canaries a larger share of the population (now "
+            f"{fed['max_canary_fraction']:g}; --max-canary-fraction) or add clients to make "
+            "this audit testable."
+        )
     options = []
     rounds = rounds_needed(noise_multiplier=z, alpha=alpha, power=power, **fed)
     if rounds is not None:
         options.append((f"train {rounds} rounds", {**fed, "num_rounds": rounds}))
     clients = clients_needed(noise_multiplier=z, alpha=alpha, power=power, **fed)
     if clients is not None:
-        options.append((f"sample {clients} clients per round",
-                        {**fed, "clients_per_round": clients}))
+        options.append(
+            (f"sample {clients} clients per round", {**fed, "clients_per_round": clients})
+        )
     if not options:
         return f"{head}; no number of rounds or sampled clients makes it testable."
     words = []
     for text, there in options:  # with the canaries "auto" would choose there
         sized = choose_canaries(noise_multiplier=z, alpha=alpha, power=power, **there)
-        repeats = (f", each seen canary in {sized.canary_repeats} rounds"
-                   if sized.canary_repeats > 1 else "")
+        repeats = (
+            f", each seen canary in {sized.canary_repeats} rounds"
+            if sized.canary_repeats > 1
+            else ""
+        )
         words.append(f"{text} ({sized.num_canaries} canaries{repeats})")
     return f"{head}: {' or '.join(words)} to make this audit testable."

@@ -91,7 +91,9 @@ class AuditSummary:
         }
 
 
-def _histogram(seen: np.ndarray, unseen: np.ndarray, density, null: str, num_bins: int) -> Histogram:
+def _histogram(
+    seen: np.ndarray, unseen: np.ndarray, density, null: str, num_bins: int
+) -> Histogram:
     pooled = np.concatenate([seen, unseen])
     lo, hi = float(pooled.min()), float(pooled.max())
     if hi <= lo:
@@ -318,45 +320,75 @@ def _checked(look: AuditLook) -> _Checked:
             raise ValueError("known_rounds_scores contains Inf")
     claims = list(look.claims) if look.claims is not None else []
     known_claim = next((c for c in claims if c.threat_model == KNOWN_ROUNDS), None)
-    each = _split_confidence(confidence, final=FINAL_MODEL in tms and final is not None,
-                             max_cos=ALL_ITERATES in tms and maxc is not None,
-                             known=known is not None, one_run=look.one_run and k >= 2)
-    return _Checked(k=k, seen=seen_mask, dim=d, delta=delta, confidence=confidence,
-                    each_confidence=each,
-                    threat_models=tuple(tms), final=final, max_cosines=maxc, known=known,
-                    claims=claims, known_claim=known_claim)
+    each = _split_confidence(
+        confidence,
+        final=FINAL_MODEL in tms and final is not None,
+        max_cos=ALL_ITERATES in tms and maxc is not None,
+        known=known is not None,
+        one_run=look.one_run and k >= 2,
+    )
+    return _Checked(
+        k=k,
+        seen=seen_mask,
+        dim=d,
+        delta=delta,
+        confidence=confidence,
+        each_confidence=each,
+        threat_models=tuple(tms),
+        final=final,
+        max_cosines=maxc,
+        known=known,
+        claims=claims,
+        known_claim=known_claim,
+    )
 
 
 def _add_final_model(summary: AuditSummary, c: _Checked, look: AuditLook) -> None:
     """The final-model estimates, bounds, claim tests, diagnostics and histogram."""
     s, u = c.final[c.seen], c.final[~c.seen]
-    d, delta, confidence = c.dim, c.delta, c.confidence
+    d, delta = c.dim, c.delta
     n_seen = c.num_seen
     if n_seen >= 2:
         _add_final_model_bounds(summary, c, look, s)
     else:
-        summary.diagnostics.append(_skip("final_model_skipped",
-                                         f"final model: {n_seen} seen canaries, need at least 2",
-                                         num_seen=n_seen))
+        summary.diagnostics.append(
+            _skip(
+                "final_model_skipped",
+                f"final model: {n_seen} seen canaries, need at least 2",
+                num_seen=n_seen,
+            )
+        )
     if c.num_unseen:
         summary.diagnostics.append(unseen_vs_null(u, d))
     if look.one_run and c.k >= 2:
-        summary.estimates.append(one_run_lower_bound(c.final, c.seen, delta=delta,
-                                                     confidence=c.each_confidence,
-                                                     threat_model=FINAL_MODEL))
-        summary.estimates.append(fdp_one_run_lower_bound(c.final, c.seen, delta=delta,
-                                                         confidence=c.each_confidence,
-                                                         claim=c.known_claim,
-                                                         threat_model=FINAL_MODEL))
+        summary.estimates.append(
+            one_run_lower_bound(
+                c.final, c.seen, delta=delta, confidence=c.each_confidence, threat_model=FINAL_MODEL
+            )
+        )
+        summary.estimates.append(
+            fdp_one_run_lower_bound(
+                c.final,
+                c.seen,
+                delta=delta,
+                confidence=c.each_confidence,
+                claim=c.known_claim,
+                threat_model=FINAL_MODEL,
+            )
+        )
     exact = d < EXACT_NULL_BELOW_DIM
     summary.histograms[FINAL_MODEL] = _histogram(
-        s, u, (lambda x: null_pdf(x, d)) if exact else _gauss_pdf(0.0, 1 / math.sqrt(d)),
-        "exact" if exact else "N(0, 1/d)", look.num_bins,
+        s,
+        u,
+        (lambda x: null_pdf(x, d)) if exact else _gauss_pdf(0.0, 1 / math.sqrt(d)),
+        "exact" if exact else "N(0, 1/d)",
+        look.num_bins,
     )
 
 
-def _add_final_model_bounds(summary: AuditSummary, c: _Checked, look: AuditLook,
-                            s: np.ndarray) -> None:
+def _add_final_model_bounds(
+    summary: AuditSummary, c: _Checked, look: AuditLook, s: np.ndarray
+) -> None:
     """The final-model estimates of at least two seen canaries' cosines ``s``."""
     d, delta, confidence = c.dim, c.delta, c.confidence
     estimates, claim_tests = summary.estimates, summary.claim_tests
@@ -364,11 +396,18 @@ def _add_final_model_bounds(summary: AuditSummary, c: _Checked, look: AuditLook,
     estimates.extend(final_estimates)
     for corr in (NoCorrection(), Bonferroni()):
         estimates.append(
-            epsilon_lower_bound(s, d=d, delta=delta, confidence=confidence,
-                                correction=corr, threat_model=FINAL_MODEL)
+            epsilon_lower_bound(
+                s,
+                d=d,
+                delta=delta,
+                confidence=confidence,
+                correction=corr,
+                threat_model=FINAL_MODEL,
+            )
         )
-    estimates.append(gdp_lower_bound(s, d=d, delta=delta, confidence=confidence,
-                                     threat_model=FINAL_MODEL))
+    estimates.append(
+        gdp_lower_bound(s, d=d, delta=delta, confidence=confidence, threat_model=FINAL_MODEL)
+    )
     claim_tests.extend(
         claim_test(s, claim=claim, d=d, threat_model=FINAL_MODEL) for claim in c.claims
     )
@@ -376,20 +415,30 @@ def _add_final_model_bounds(summary: AuditSummary, c: _Checked, look: AuditLook,
     claimed = known_claim is not None and known_claim.is_claim
     test = normal_score_test(
         final_model_rounds(s, d, dof=d if look.scale_dof is None else look.scale_dof),
-        claim_mu=known_claim.mu if claimed else 0.0)
+        claim_mu=known_claim.mu if claimed else 0.0,
+    )
     if claimed:
-        claim_tests.append(_normal_score_result(
-            test, known_claim, FINAL_MODEL, AlarmTest.final_model_normal_scores,
-            "the seen canaries' final-model statistics studentized by the model's noise "
-            "scale and summed: noncentral Student-t under Gaussian noise, calibrated at "
-            "the claimed mu each (exact)"))
+        claim_tests.append(
+            _normal_score_result(
+                test,
+                known_claim,
+                FINAL_MODEL,
+                AlarmTest.final_model_normal_scores,
+                "the seen canaries' final-model statistics studentized by the model's noise "
+                "scale and summed: noncentral Student-t under Gaussian noise, calibrated at "
+                "the claimed mu each (exact)",
+            )
+        )
     estimates.append(_normal_score_bound(test, FINAL_MODEL, delta, c.each_confidence))
     summary.diagnostics.append(anderson_darling(s, name="seen_final"))
     if look.bootstrap:
         summary.diagnostics.append(
             bootstrap_interval(
                 lambda ss, _u: final_model_epsilon(ss, d, delta).epsilon,
-                s, None, name="final_model_epsilon", point=final_estimates[0].epsilon,
+                s,
+                None,
+                name="final_model_epsilon",
+                point=final_estimates[0].epsilon,
                 num_resamples=look.bootstrap,
             )
         )
@@ -406,39 +455,62 @@ def _add_all_iterates(summary: AuditSummary, c: _Checked, look: AuditLook) -> No
         estimates.append(all_iter)
         for corr in (NoCorrection(), Bonferroni()):
             estimates.append(
-                epsilon_lower_bound(s, u, delta=delta, confidence=confidence,
-                                    correction=corr, threat_model=ALL_ITERATES)
+                epsilon_lower_bound(
+                    s,
+                    u,
+                    delta=delta,
+                    confidence=confidence,
+                    correction=corr,
+                    threat_model=ALL_ITERATES,
+                )
             )
-        estimates.append(gdp_lower_bound(s, u, delta=delta, confidence=confidence,
-                                         threat_model=ALL_ITERATES))
+        estimates.append(
+            gdp_lower_bound(s, u, delta=delta, confidence=confidence, threat_model=ALL_ITERATES)
+        )
         summary.claim_tests.extend(
             claim_test(s, u, claim=claim, threat_model=ALL_ITERATES)
-            for claim in c.claims if claim.threat_model != KNOWN_ROUNDS
+            for claim in c.claims
+            if claim.threat_model != KNOWN_ROUNDS
         )
         diagnostics.append(anderson_darling(s, name="seen_max"))
         diagnostics.append(anderson_darling(u, name="unseen_max"))
         if look.bootstrap:
             diagnostics.append(
                 bootstrap_interval(
-                    lambda ss, uu: all_iterates_estimate(ss, uu, delta, num_rounds=num_rounds,
-                                                          d=d).epsilon,
-                    s, u, name="all_iterates_epsilon",
-                    point=all_iter.epsilon, num_resamples=look.bootstrap,
+                    lambda ss, uu: (
+                        all_iterates_estimate(ss, uu, delta, num_rounds=num_rounds, d=d).epsilon
+                    ),
+                    s,
+                    u,
+                    name="all_iterates_epsilon",
+                    point=all_iter.epsilon,
+                    num_resamples=look.bootstrap,
                 )
             )
     else:
-        diagnostics.append(_skip(
-            "all_iterates_skipped",
-            f"all iterates: {n_seen} seen and {n_unseen} unseen canaries, need at least 2 of each",
-            num_seen=n_seen, num_unseen=n_unseen))
+        diagnostics.append(
+            _skip(
+                "all_iterates_skipped",
+                f"all iterates: {n_seen} seen and {n_unseen} unseen canaries, need at least 2 of each",
+                num_seen=n_seen,
+                num_unseen=n_unseen,
+            )
+        )
     if look.one_run and c.k >= 2:
-        estimates.append(one_run_lower_bound(c.max_cosines, c.seen, delta=delta,
-                                             confidence=c.each_confidence,
-                                             threat_model=ALL_ITERATES))
+        estimates.append(
+            one_run_lower_bound(
+                c.max_cosines,
+                c.seen,
+                delta=delta,
+                confidence=c.each_confidence,
+                threat_model=ALL_ITERATES,
+            )
+        )
     if n_unseen:
         mu, sd = float(np.mean(u)), float(np.std(u))
-        summary.histograms[ALL_ITERATES] = _histogram(s, u, _gauss_pdf(mu, sd), "fitted to unseen",
-                                                      look.num_bins)
+        summary.histograms[ALL_ITERATES] = _histogram(
+            s, u, _gauss_pdf(mu, sd), "fitted to unseen", look.num_bins
+        )
 
 
 def _add_known_rounds(summary: AuditSummary, c: _Checked, look: AuditLook) -> None:
@@ -449,48 +521,68 @@ def _add_known_rounds(summary: AuditSummary, c: _Checked, look: AuditLook) -> No
     scored = np.isfinite(known)
     s, u = known[seen_mask & scored], known[~seen_mask & scored]
     if s.size >= 2 and u.size >= 2:
-        summary.estimates.append(gdp_lower_bound(s, u, delta=c.delta, confidence=c.confidence,
-                                                 threat_model=KNOWN_ROUNDS))
+        summary.estimates.append(
+            gdp_lower_bound(s, u, delta=c.delta, confidence=c.confidence, threat_model=KNOWN_ROUNDS)
+        )
         summary.claim_tests.extend(
             claim_test(s, u, claim=claim, threat_model=KNOWN_ROUNDS)
-            for claim in c.claims if claim.threat_model == KNOWN_ROUNDS
+            for claim in c.claims
+            if claim.threat_model == KNOWN_ROUNDS
         )
     else:
-        summary.diagnostics.append(_skip(
-            "known_rounds_skipped",
-            f"known rounds: {s.size} seen and {u.size} unseen canaries scored so far, need at "
-            "least 2 of each", num_seen=int(s.size), num_unseen=int(u.size)))
+        summary.diagnostics.append(
+            _skip(
+                "known_rounds_skipped",
+                f"known rounds: {s.size} seen and {u.size} unseen canaries scored so far, need at "
+                "least 2 of each",
+                num_seen=int(s.size),
+                num_unseen=int(u.size),
+            )
+        )
     counts = None
     if look.known_rounds_participations is not None:
         counts = np.asarray(look.known_rounds_participations, dtype=np.int64)
         if counts.shape != (k,):
-            raise ValueError(f"known_rounds_participations must have shape ({k},), got "
-                             f"{counts.shape}")
+            raise ValueError(
+                f"known_rounds_participations must have shape ({k},), got {counts.shape}"
+            )
     if s.size >= 1:
         rounds = look.known_rounds_rounds
         if rounds is None:
             rounds = RoundSums.from_scores(
-                known[seen_mask & scored],
-                None if counts is None else counts[seen_mask & scored])
-        test = normal_score_test(rounds, claim_mu=known_claim.mu if claimed else 0.0,
-                                 claim_participations=int(look.canary_repeats))
-        summary.estimates.append(_normal_score_bound(test, KNOWN_ROUNDS, c.delta,
-                                                     c.each_confidence))
+                known[seen_mask & scored], None if counts is None else counts[seen_mask & scored]
+            )
+        test = normal_score_test(
+            rounds,
+            claim_mu=known_claim.mu if claimed else 0.0,
+            claim_participations=int(look.canary_repeats),
+        )
+        summary.estimates.append(
+            _normal_score_bound(test, KNOWN_ROUNDS, c.delta, c.each_confidence)
+        )
         if claimed:
-            summary.claim_tests.append(_normal_score_result(
-                test, known_claim, KNOWN_ROUNDS, AlarmTest.known_rounds_normal_scores,
-                "the seen canaries' statistics in their known rounds, studentized by each "
-                "round's noise scale and summed per round: noncentral Student-t under "
-                "Gaussian noise, calibrated at the claimed 1/z per participation (exact)"))
+            summary.claim_tests.append(
+                _normal_score_result(
+                    test,
+                    known_claim,
+                    KNOWN_ROUNDS,
+                    AlarmTest.known_rounds_normal_scores,
+                    "the seen canaries' statistics in their known rounds, studentized by each "
+                    "round's noise scale and summed per round: noncentral Student-t under "
+                    "Gaussian noise, calibrated at the claimed 1/z per participation (exact)",
+                )
+            )
     if u.size:
         summary.diagnostics.append(unseen_normal_scores_check(u))
     if claimed and int(scored.sum()) >= 2:
-        summary.claim_tests.append(fdp_claim_test(known[scored], seen_mask[scored],
-                                                  claim=known_claim))
+        summary.claim_tests.append(
+            fdp_claim_test(known[scored], seen_mask[scored], claim=known_claim)
+        )
 
 
-def _split_confidence(confidence: float, *, final: bool, max_cos: bool, known: bool,
-                      one_run: bool) -> float:
+def _split_confidence(
+    confidence: float, *, final: bool, max_cos: bool, known: bool, one_run: bool
+) -> float:
     """The confidence of each bound the headline may choose from (the valid ones:
     :data:`flaudit.auditor.claims.verdict.VALID_BOUND_ESTIMATORS`), so that the largest of
     them is valid at ``confidence`` as a whole (Bonferroni: it exceeds the truth only if one
@@ -503,11 +595,13 @@ def _split_confidence(confidence: float, *, final: bool, max_cos: bool, known: b
     return 1.0 - (1.0 - confidence) / max(1, int(m))
 
 
-def _normal_score_result(test, claim, threat_model: str, name: AlarmTest,
-                         method: str) -> ClaimTestResult:
+def _normal_score_result(
+    test, claim, threat_model: str, name: AlarmTest, method: str
+) -> ClaimTestResult:
     details = dict(test.to_details(), test=name.value, tier=name.tier.value)
-    return ClaimTestResult(test.p_value, claim, threat_model, Correction.not_applicable, method,
-                           details)
+    return ClaimTestResult(
+        test.p_value, claim, threat_model, Correction.not_applicable, method, details
+    )
 
 
 def _normal_score_bound(test, threat_model: str, delta: float, confidence: float) -> EpsilonResult:
@@ -523,7 +617,11 @@ def _normal_score_bound(test, threat_model: str, delta: float, confidence: float
         method="Gaussian-DP lower bound from inverting the normal-score test (one test, no "
         "threshold search); exact for DP-FedAvg's Gaussian noise with orthogonal canaries; "
         "epsilon is that of the mu_lo-Gaussian mechanism",
-        details={"mu": mu_lo, "num_scores": test.num_scores,
-                 "tier": ValidityTier.independent_canaries.value, "dof": test.rounds.dof,
-                 "num_releases": int(test.rounds.counts.size)},
+        details={
+            "mu": mu_lo,
+            "num_scores": test.num_scores,
+            "tier": ValidityTier.independent_canaries.value,
+            "dof": test.rounds.dof,
+            "num_releases": int(test.rounds.counts.size),
+        },
     )

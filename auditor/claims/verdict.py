@@ -33,9 +33,10 @@ clients? From the recorded factors alone (:func:`weighting_answer`): ``cause`` "
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..results import jsonable, number
 
@@ -154,9 +155,12 @@ def largest_valid_bound(estimates: Iterable[Mapping[str, Any]]) -> dict | None:
     overall = max(0.0, round(1.0 - sum(misses), 12))
     each = number(best.get("confidence"))
     m = len(valid)
-    validity = (f"valid at {overall:.0%} as a whole: the level is split across the {m} valid "
-                f"bounds computed (each at {100 * each:.4g}%), and the largest is shown"
-                if m > 1 else f"valid at {overall:.0%}: the only valid bound computed")
+    validity = (
+        f"valid at {overall:.0%} as a whole: the level is split across the {m} valid "
+        f"bounds computed (each at {100 * each:.4g}%), and the largest is shown"
+        if m > 1
+        else f"valid at {overall:.0%}: the only valid bound computed"
+    )
     return {
         "estimator": best.get("estimator"),
         "name": _BOUND_NAMES.get(best.get("estimator"), str(best.get("estimator"))),
@@ -190,20 +194,22 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: :func:`~flaudit.auditor.results.jsonable`, as estimates are."""
-        return jsonable({
-            "status": self.status.value,
-            "summary": self.summary,
-            "claim": self.claim,
-            "refuted_by": self.refuted_by,
-            "design": self.design,
-            "largest_valid_bound": self.largest_valid_bound,
-            "tier": self.tier,
-            "round": self.round,
-            "gaps": self.gaps,
-            "stopped": self.stopped,
-            "cause": self.cause,
-            "weighting": self.weighting,
-        })
+        return jsonable(
+            {
+                "status": self.status.value,
+                "summary": self.summary,
+                "claim": self.claim,
+                "refuted_by": self.refuted_by,
+                "design": self.design,
+                "largest_valid_bound": self.largest_valid_bound,
+                "tier": self.tier,
+                "round": self.round,
+                "gaps": self.gaps,
+                "stopped": self.stopped,
+                "cause": self.cause,
+                "weighting": self.weighting,
+            }
+        )
 
 
 def clause(text: str | None) -> str:
@@ -224,19 +230,32 @@ def _as_dict(value: Any) -> dict | None:
 
 def _claim_text(claim: dict) -> str:
     eps = claim.get("epsilon")
-    return (f"μ = {_g(claim['mu'])} Gaussian DP (ε = {_g(eps, 2)} at δ = {claim['delta']:g})"
-            if eps is not None else f"μ = {_g(claim['mu'])} Gaussian DP")
+    return (
+        f"μ = {_g(claim['mu'])} Gaussian DP (ε = {_g(eps, 2)} at δ = {claim['delta']:g})"
+        if eps is not None
+        else f"μ = {_g(claim['mu'])} Gaussian DP"
+    )
 
 
-def _gaps(*, rounds_received: int, num_rounds: int, ended: bool, missing_rounds=None,
-          rounds_without_canaries=None) -> dict | None:
+def _gaps(
+    *,
+    rounds_received: int,
+    num_rounds: int,
+    ended: bool,
+    missing_rounds=None,
+    rounds_without_canaries=None,
+) -> dict | None:
     missing = sorted({int(t) for t in (missing_rounds or [])})
     bare = sorted({int(t) for t in (rounds_without_canaries or [])})
     short = ended and rounds_received < num_rounds
     if not (short or missing or bare):
         return None
-    return {"rounds_received": int(rounds_received), "num_rounds": int(num_rounds),
-            "missing_rounds": missing or None, "rounds_without_canaries": bare or None}
+    return {
+        "rounds_received": int(rounds_received),
+        "num_rounds": int(num_rounds),
+        "missing_rounds": missing or None,
+        "rounds_without_canaries": bare or None,
+    }
 
 
 def _rounds_text(rounds: list[int]) -> str:
@@ -249,23 +268,29 @@ def _gap_text(gaps: dict | None, *, ended: bool = True) -> str:
         return ""
     parts = []
     if gaps.get("missing_rounds"):
-        parts.append(f"round(s) {_rounds_text(gaps['missing_rounds'])} of {gaps['num_rounds']} "
-                     "were not reported")
+        parts.append(
+            f"round(s) {_rounds_text(gaps['missing_rounds'])} of {gaps['num_rounds']} "
+            "were not reported"
+        )
     elif ended and gaps["rounds_received"] < gaps["num_rounds"]:
-        parts.append(f"only {gaps['rounds_received']} of {gaps['num_rounds']} rounds were "
-                     "received")
+        parts.append(f"only {gaps['rounds_received']} of {gaps['num_rounds']} rounds were received")
     if gaps.get("rounds_without_canaries"):
-        parts.append(f"round(s) {_rounds_text(gaps['rounds_without_canaries'])} trained "
-                     "without canaries")
+        parts.append(
+            f"round(s) {_rounds_text(gaps['rounds_without_canaries'])} trained without canaries"
+        )
     if not parts:
         return ""
     text = " and ".join(parts)
     return f" Gaps: {text}; the audit covers the rest, with less power."
 
 
-def weighting_answer(weight_factor: float | None, claim_mu: float, *,
-                     canary_weight_factor: float | None = None,
-                     tolerance: float = WEIGHTING_TOLERANCE) -> dict | None:
+def weighting_answer(
+    weight_factor: float | None,
+    claim_mu: float,
+    *,
+    canary_weight_factor: float | None = None,
+    tolerance: float = WEIGHTING_TOLERANCE,
+) -> dict | None:
     """Does the weighting break the claim for the heaviest clients? From the recorded factors
     alone: the heaviest reply moved the model ``W = weight_factor`` times the ``C/n`` the noise
     is calibrated for, so correct noise protects a client that heavy at ``W * claim_mu``
@@ -282,36 +307,52 @@ def weighting_answer(weight_factor: float | None, claim_mu: float, *,
     w, mu = float(weight_factor), float(claim_mu)
     carried = w if canary_weight_factor is None else max(1.0, float(canary_weight_factor))
     breaks = w * mu > mu * (1 + tolerance)
-    return {"weight_factor": w, "claim_mu": mu, "heaviest_mu": w * mu,
-            "breaks_claim": breaks, "tested_mu": carried * mu, "matters": breaks}
+    return {
+        "weight_factor": w,
+        "claim_mu": mu,
+        "heaviest_mu": w * mu,
+        "breaks_claim": breaks,
+        "tested_mu": carried * mu,
+        "matters": breaks,
+    }
 
 
 def _influence(weighting: dict) -> str:
-    return (f"the weighted average gives the heaviest client {_g(weighting['weight_factor'])}× "
-            "the influence (C/n) the noise is calibrated for, so a client that heavy is "
-            f"protected only at μ = {_g(weighting['heaviest_mu'])}")
+    return (
+        f"the weighted average gives the heaviest client {_g(weighting['weight_factor'])}× "
+        "the influence (C/n) the noise is calibrated for, so a client that heavy is "
+        f"protected only at μ = {_g(weighting['heaviest_mu'])}"
+    )
 
 
 def _bound_text(bound: dict | None, by: dict, claim: dict, conf: str) -> str:
     """The leakage measured, in the words of the final valid bound (the tile's), else the
     alarm's own ``mu_lo``."""
-    split = (f" (as a whole: the level is split across {bound['num_bounds']} bounds)"
-             if bound is not None and (bound.get("num_bounds") or 1) > 1 else "")
+    split = (
+        f" (as a whole: the level is split across {bound['num_bounds']} bounds)"
+        if bound is not None and (bound.get("num_bounds") or 1) > 1
+        else ""
+    )
     if bound is not None and bound.get("mu") is not None:
         eps = bound.get("epsilon")
-        return (f"the leakage is at least μ = {_g(bound['mu'])}"
-                + (f" (ε ≥ {_g(eps, 2)} at δ = {claim['delta']:g})" if eps is not None else "")
-                + f" at {_conf(bound.get('confidence'))}{split} by the {bound['name']}")
+        return (
+            f"the leakage is at least μ = {_g(bound['mu'])}"
+            + (f" (ε ≥ {_g(eps, 2)} at δ = {claim['delta']:g})" if eps is not None else "")
+            + f" at {_conf(bound.get('confidence'))}{split} by the {bound['name']}"
+        )
     if bound is not None:
-        return (f"the leakage is at least ε = {_g(bound['epsilon'], 2)} at δ = "
-                f"{claim['delta']:g} at {_conf(bound.get('confidence'))}{split} by the "
-                f"{bound['name']}")
+        return (
+            f"the leakage is at least ε = {_g(bound['epsilon'], 2)} at δ = "
+            f"{claim['delta']:g} at {_conf(bound.get('confidence'))}{split} by the "
+            f"{bound['name']}"
+        )
     mu_lo, eps_lo = number(by.get("mu_lo")), number(by.get("epsilon_lo"))
     if mu_lo is not None:
-        return (f"the leakage is at least μ = {_g(mu_lo)}"
-                + (f" (ε ≥ {_g(eps_lo, 2)} at δ = {claim['delta']:g})" if eps_lo is not None
-                   else "")
-                + f" at {conf}")
+        return (
+            f"the leakage is at least μ = {_g(mu_lo)}"
+            + (f" (ε ≥ {_g(eps_lo, 2)} at δ = {claim['delta']:g})" if eps_lo is not None else "")
+            + f" at {conf}"
+        )
     p = number(by.get("p_value"))
     return f"the claim tests reject it at {conf}" + (f" (p = {p:.2g})" if p is not None else "")
 
@@ -321,8 +362,9 @@ def _conf(confidence: Any) -> str:
     return f"{value:.0%} confidence" if value is not None else "its stated confidence"
 
 
-def _refutation(alarm: dict, claim: dict, bound: dict | None, *,
-                weighted: bool = False) -> tuple[dict, str]:
+def _refutation(
+    alarm: dict, claim: dict, bound: dict | None, *, weighted: bool = False
+) -> tuple[dict, str]:
     """``verdict.refuted_by`` and its sentence from the alarm's record; the leakage is quoted
     from ``bound`` (the final valid one, the tile's), the alarm's round named as when it
     fired. In a weighted run (``weighted``) the sentence says that the noise falls short, and
@@ -331,31 +373,45 @@ def _refutation(alarm: dict, claim: dict, bound: dict | None, *,
     heavier reply, the ``C/n`` the noise is calibrated for."""
     by = dict(alarm.get("refuted_by") or {})
     threat_model = by.get("threat_model")
-    by.setdefault("name", TEST_NAMES.get(by.get("test"))
-                  or _SCORE_NAMES.get(threat_model, str(threat_model or "a claim test")))
+    by.setdefault(
+        "name",
+        TEST_NAMES.get(by.get("test"))
+        or _SCORE_NAMES.get(threat_model, str(threat_model or "a claim test")),
+    )
     by["round"] = alarm.get("round")
-    conf = _conf(by.get("confidence")) if by.get("confidence") is not None \
+    conf = (
+        _conf(by.get("confidence"))
+        if by.get("confidence") is not None
         else "the alarm's confidence"
+    )
     tested = number(by.get("claim_mu"))
     noise = ""
     if tested is not None and claim.get("mu") and tested > claim["mu"] * (1 + WEIGHTING_TOLERANCE):
-        noise = (f"the noise falls short: tested at the heaviest client's influence "
-                 f"({_g(tested / claim['mu'])}× the C/n the noise is calibrated for, where "
-                 f"correct noise gives μ = {_g(tested)}), ")
+        noise = (
+            f"the noise falls short: tested at the heaviest client's influence "
+            f"({_g(tested / claim['mu'])}× the C/n the noise is calibrated for, where "
+            f"correct noise gives μ = {_g(tested)}), "
+        )
     elif weighted:
-        noise = ("the noise falls short: tested at the C/n the noise is calibrated for (no "
-                 "round of the canaries up to the alarm had a heavier reply), ")
+        noise = (
+            "the noise falls short: tested at the C/n the noise is calibrated for (no "
+            "round of the canaries up to the alarm had a heavier reply), "
+        )
     t = alarm.get("round")
     when = f"at round {t}" if t is not None else "at the end of training"
     tier = by.get("tier")
     tier_text = f"; {_TIER_NAMES[tier]}" if tier in _TIER_NAMES else ""
-    return by, (f"{noise}{_bound_text(bound, by, claim, conf)}; the alarm fired {when} on "
-                f"{by['name']}{tier_text}.")
+    return by, (
+        f"{noise}{_bound_text(bound, by, claim, conf)}; the alarm fired {when} on "
+        f"{by['name']}{tier_text}."
+    )
 
 
 def _weighting_refutation(weighting: dict, what: str) -> str:
-    return (f"Claim refuted by the weighting, not the noise: {_influence(weighting)}, above the "
-            f"claim of {what}; cap the weights or weight uniformly.")
+    return (
+        f"Claim refuted by the weighting, not the noise: {_influence(weighting)}, above the "
+        f"claim of {what}; cap the weights or weight uniformly."
+    )
 
 
 def audit_verdict(
@@ -413,22 +469,32 @@ def audit_verdict(
     design_d = _as_dict(design)
     bound = largest_valid_bound(estimates)
     ended = state not in ("running", "queued")
-    gaps = _gaps(rounds_received=rounds_received, num_rounds=num_rounds, ended=ended,
-                 missing_rounds=missing_rounds, rounds_without_canaries=rounds_without_canaries)
+    gaps = _gaps(
+        rounds_received=rounds_received,
+        num_rounds=num_rounds,
+        ended=ended,
+        missing_rounds=missing_rounds,
+        rounds_without_canaries=rounds_without_canaries,
+    )
     common = {"design": design_d, "largest_valid_bound": bound, "gaps": gaps}
     if claim is None:
-        return Verdict(VerdictStatus.no_dp_claim,
-                       "No DP claim: the noise multiplier is 0, so there is no privacy claim to "
-                       "test; the estimates measure leakage only.", **common)
+        return Verdict(
+            VerdictStatus.no_dp_claim,
+            "No DP claim: the noise multiplier is 0, so there is no privacy claim to "
+            "test; the estimates measure leakage only.",
+            **common,
+        )
     claim = dict(claim)
     what = _claim_text(claim)
-    weighting = weighting_answer(weight_factor, claim["mu"],
-                                 canary_weight_factor=canary_weight_factor)
+    weighting = weighting_answer(
+        weight_factor, claim["mu"], canary_weight_factor=canary_weight_factor
+    )
     common["weighting"] = weighting
     breaks = weighting is not None and weighting["breaks_claim"]
     if alarm is not None:
-        refuted_by, because = _refutation(alarm, claim, bound,
-                                          weighted=weighting is not None and weighting["matters"])
+        refuted_by, because = _refutation(
+            alarm, claim, bound, weighted=weighting is not None and weighting["matters"]
+        )
         t = alarm.get("round")
         where = f"at round {t}" if t is not None else "at the end of training"
         if stopped_at_round is not None:  # the missing rounds are the ones never trained
@@ -437,52 +503,103 @@ def audit_verdict(
             head, gap_text = f"Claim refuted {where}", _gap_text(gaps, ended=ended)
         summary = f"{head}: the run does not meet its claim of {what}; {because}"
         if breaks:
-            summary += (f" The weighting breaks the claim too: {_influence(weighting)}; cap the "
-                        "weights or weight uniformly.")
-        return Verdict(VerdictStatus.claim_refuted, summary + gap_text, claim=claim,
-                       refuted_by=refuted_by, tier=refuted_by.get("tier"), round=t,
-                       stopped=stopped_at_round is not None,
-                       cause="noise_and_weighting" if breaks else "noise", **common)
-    note = (f" Weighting: {_influence(weighting)}; the claim tests run at that influence; cap "
-            "the weights or weight uniformly.") if breaks else ""
+            summary += (
+                f" The weighting breaks the claim too: {_influence(weighting)}; cap the "
+                "weights or weight uniformly."
+            )
+        return Verdict(
+            VerdictStatus.claim_refuted,
+            summary + gap_text,
+            claim=claim,
+            refuted_by=refuted_by,
+            tier=refuted_by.get("tier"),
+            round=t,
+            stopped=stopped_at_round is not None,
+            cause="noise_and_weighting" if breaks else "noise",
+            **common,
+        )
+    note = (
+        (
+            f" Weighting: {_influence(weighting)}; the claim tests run at that influence; cap "
+            "the weights or weight uniformly."
+        )
+        if breaks
+        else ""
+    )
     testable = bool(design_d.get("testable", True)) if design_d else True
     can = clause((design_d or {}).get("summary"))
     advice = clause((design_d or {}).get("advice"))
-    cannot = (f"this audit cannot refute its claim of {what}" + (f" (it {can})" if can else "")
-              + "; " + (advice or "more canaries or canary repeats would make it testable") + ".")
+    cannot = (
+        f"this audit cannot refute its claim of {what}"
+        + (f" (it {can})" if can else "")
+        + "; "
+        + (advice or "more canaries or canary repeats would make it testable")
+        + "."
+    )
     if state in ("running", "queued"):  # provisional: the status changes only at the end
-        progress = (f"round {rounds_received} of {num_rounds}" if state == "running"
-                    else "not started")
+        progress = (
+            f"round {rounds_received} of {num_rounds}" if state == "running" else "not started"
+        )
         if not testable:
             summary = f"Running ({progress}), inconclusive so far: {cannot}"
         else:
-            summary = (f"Running ({progress}): no evidence against the claim of {what} so far"
-                       + (f"; this audit {can}" if can else "") + ".")
-        return Verdict(VerdictStatus.running, summary + note + _gap_text(gaps, ended=False),
-                       claim=claim, **common)
+            summary = (
+                f"Running ({progress}): no evidence against the claim of {what} so far"
+                + (f"; this audit {can}" if can else "")
+                + "."
+            )
+        return Verdict(
+            VerdictStatus.running,
+            summary + note + _gap_text(gaps, ended=False),
+            claim=claim,
+            **common,
+        )
     if breaks:  # (b) refutes; (a) says what the noise did at the weighting used
         if not testable:
-            noise = (" Whether the noise is right for the weighting used is untested: "
-                     + cannot[0].upper() + cannot[1:])
+            noise = (
+                " Whether the noise is right for the weighting used is untested: "
+                + cannot[0].upper()
+                + cannot[1:]
+            )
         elif state != "succeeded":
-            noise = (f" The noise: no claim test rejected the claim at the heaviest client's "
-                     f"influence on the {rounds_received} of {num_rounds} rounds received "
-                     f"(the run {state}).")
+            noise = (
+                f" The noise: no claim test rejected the claim at the heaviest client's "
+                f"influence on the {rounds_received} of {num_rounds} rounds received "
+                f"(the run {state})."
+            )
         else:
-            noise = (" The noise is consistent with the claim for the weighting used: tested at "
-                     f"the heaviest influence the canaries carried (μ = "
-                     f"{_g(weighting['tested_mu'])}), no claim test rejected it" + (f"; this audit {can}" if can else "") + ".")
-        return Verdict(VerdictStatus.claim_refuted,
-                       _weighting_refutation(weighting, what) + noise + _gap_text(gaps),
-                       claim=claim, cause="weighting", **common)
+            noise = (
+                " The noise is consistent with the claim for the weighting used: tested at "
+                f"the heaviest influence the canaries carried (μ = "
+                f"{_g(weighting['tested_mu'])}), no claim test rejected it"
+                + (f"; this audit {can}" if can else "")
+                + "."
+            )
+        return Verdict(
+            VerdictStatus.claim_refuted,
+            _weighting_refutation(weighting, what) + noise + _gap_text(gaps),
+            claim=claim,
+            cause="weighting",
+            **common,
+        )
     if not testable:
-        return Verdict(VerdictStatus.inconclusive, f"Inconclusive: {cannot}" + _gap_text(gaps),
-                       claim=claim, **common)
+        return Verdict(
+            VerdictStatus.inconclusive,
+            f"Inconclusive: {cannot}" + _gap_text(gaps),
+            claim=claim,
+            **common,
+        )
     if state != "succeeded":
-        summary = (f"Inconclusive: the run {state} after {rounds_received} of {num_rounds} "
-                   f"rounds, before the audit could test its claim of {what}; no claim test "
-                   "rejected it on the rounds received.")
+        summary = (
+            f"Inconclusive: the run {state} after {rounds_received} of {num_rounds} "
+            f"rounds, before the audit could test its claim of {what}; no claim test "
+            "rejected it on the rounds received."
+        )
         return Verdict(VerdictStatus.inconclusive, summary, claim=claim, **common)
-    summary = (f"Consistent with the claim of {what}: no claim test rejected it"
-               + (f"; this audit {can}" if can else "") + "." + _gap_text(gaps))
+    summary = (
+        f"Consistent with the claim of {what}: no claim test rejected it"
+        + (f"; this audit {can}" if can else "")
+        + "."
+        + _gap_text(gaps)
+    )
     return Verdict(VerdictStatus.consistent, summary, claim=claim, **common)

@@ -39,8 +39,10 @@ def gaussian_epsilon_for_sigma(sigma: float, delta: float) -> float:
 
 
 def _check_count(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) and not (
-        isinstance(value, float) and value.is_integer()
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        and not (isinstance(value, float) and value.is_integer())
     ):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if int(value) < 1:
@@ -124,8 +126,12 @@ def analytic_epsilon(
                 threat_model="poisson_subsampled",
                 method=f"dp-accounting {name.upper()} accountant: Poisson-subsampled Gaussian "
                 f"(z={z:g}, q={q:g}) composed over {t} rounds",
-                details={"accountant": name, "noise_multiplier": z, "sampling_probability": q,
-                         "num_rounds": t},
+                details={
+                    "accountant": name,
+                    "noise_multiplier": z,
+                    "sampling_probability": q,
+                    "num_rounds": t,
+                },
                 **common,
             )
         )
@@ -144,8 +150,11 @@ def analytic_epsilon(
                 threat_model="known_rounds",
                 method=f"dp-accounting PLD accountant: Gaussian mechanism (z={z:g}) composed over "
                 f"the client's {participations} participation(s); the adversary knows the rounds",
-                details={"accountant": "pld", "noise_multiplier": z,
-                         "participations": participations},
+                details={
+                    "accountant": "pld",
+                    "noise_multiplier": z,
+                    "participations": participations,
+                },
                 **common,
             )
         )

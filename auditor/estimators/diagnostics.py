@@ -98,8 +98,13 @@ def unseen_vs_null(unseen, d: int, *, level: float = 0.01) -> Diagnostic:
         value=float(res.statistic),
         ok=ok,
         hint=hint,
-        details={"p_value": p, "level": level, "num": int(unseen.size), "checked": True,
-                 "mean_z": mean_z},
+        details={
+            "p_value": p,
+            "level": level,
+            "num": int(unseen.size),
+            "checked": True,
+            "mean_z": mean_z,
+        },
     )
 
 
@@ -128,23 +133,29 @@ def bootstrap_interval(
     hi = float(np.quantile(values, (1 + confidence) / 2, method="higher"))
     width = hi - lo if math.isfinite(hi) else math.inf
     ok = math.isfinite(width) and width <= max(1.0, abs(point) if math.isfinite(point) else 0) + 1
-    hint = (
-        f"{name}: bootstrap {confidence:.0%} interval [{lo:.2f}, {hi:.2f}] over canaries"
-        + ("" if ok else ": wide, the estimate depends strongly on which canaries were drawn "
-           "(add canaries)")
+    hint = f"{name}: bootstrap {confidence:.0%} interval [{lo:.2f}, {hi:.2f}] over canaries" + (
+        ""
+        if ok
+        else ": wide, the estimate depends strongly on which canaries were drawn (add canaries)"
     )
     return Diagnostic(
         name=f"bootstrap_{name}",
         value=width,
         ok=ok,
         hint=hint,
-        details={"lower": lo, "upper": hi, "confidence": confidence,
-                 "num_resamples": num_resamples, "point": point},
+        details={
+            "lower": lo,
+            "upper": hi,
+            "confidence": confidence,
+            "num_resamples": num_resamples,
+            "point": point,
+        },
     )
 
 
-def unseen_normal_scores_check(unseen_scores, *, level: float = 0.01,
-                               name: str = "unseen_known_rounds_vs_null") -> Diagnostic:
+def unseen_normal_scores_check(
+    unseen_scores, *, level: float = 0.01, name: str = "unseen_known_rounds_vs_null"
+) -> Diagnostic:
     """Kolmogorov-Smirnov test of the unseen canaries' normal scores against N(0, 1).
 
     The normal-score claim tests (:mod:`flaudit.auditor.claims.normal_scores`) calibrate every
@@ -157,19 +168,35 @@ def unseen_normal_scores_check(unseen_scores, *, level: float = 0.01,
     z = np.asarray(unseen_scores, dtype=np.float64)
     z = z[np.isfinite(z)]
     if z.size < 5:
-        return Diagnostic(name=name, value=0.0, ok=True,
-                          hint=f"too few unseen canaries scored ({z.size}) to check the null",
-                          details={"num": int(z.size), "checked": False})
+        return Diagnostic(
+            name=name,
+            value=0.0,
+            ok=True,
+            hint=f"too few unseen canaries scored ({z.size}) to check the null",
+            details={"num": int(z.size), "checked": False},
+        )
     from scipy import stats
 
     res = stats.kstest(z, "norm")
     p = float(res.pvalue)
     ok = p >= level
-    hint = ("unseen canaries' normal scores match N(0, 1): the normal-score tests are calibrated"
-            if ok else
-            f"unseen canaries' normal scores do not follow N(0, 1) (KS p = {p:.2g}, mean "
-            f"{float(z.mean()):.2f}, std {float(z.std()):.2f}): the normal-score tier's "
-            "calibration is doubtful in this run; rely on the assumption-free tier")
-    return Diagnostic(name=name, value=float(res.statistic), ok=ok, hint=hint,
-                      details={"num": int(z.size), "checked": True, "p_value": p,
-                               "mean": float(z.mean()), "std": float(z.std())})
+    hint = (
+        "unseen canaries' normal scores match N(0, 1): the normal-score tests are calibrated"
+        if ok
+        else f"unseen canaries' normal scores do not follow N(0, 1) (KS p = {p:.2g}, mean "
+        f"{float(z.mean()):.2f}, std {float(z.std()):.2f}): the normal-score tier's "
+        "calibration is doubtful in this run; rely on the assumption-free tier"
+    )
+    return Diagnostic(
+        name=name,
+        value=float(res.statistic),
+        ok=ok,
+        hint=hint,
+        details={
+            "num": int(z.size),
+            "checked": True,
+            "p_value": p,
+            "mean": float(z.mean()),
+            "std": float(z.std()),
+        },
+    )

@@ -29,7 +29,9 @@ def _fit(values: np.ndarray) -> tuple[float, float]:
     return float(np.mean(values)), float(np.std(values))
 
 
-def exact_null_epsilon(d: int, mu: float, sigma: float, delta: float, *, grid: int = 20001) -> float:
+def exact_null_epsilon(
+    d: int, mu: float, sigma: float, delta: float, *, grid: int = 20001
+) -> float:
     """Epsilon between the exact null cosine density (dimension ``d``) and ``N(mu, sigma^2)``.
 
     Cosines live in ``[-1, 1]``, so the Gaussian alternative is truncated to ``[-1, 1]``.
@@ -44,8 +46,14 @@ def exact_null_epsilon(d: int, mu: float, sigma: float, delta: float, *, grid: i
     if sigma <= 0:
         return math.inf
     fine_lo, fine_hi = max(-1.0, mu - 12 * sigma), min(1.0, mu + 12 * sigma)
-    edges = np.unique(np.concatenate([np.linspace(-1.0, 1.0, grid),
-                                      np.linspace(fine_lo, fine_hi, grid) if fine_hi > fine_lo else []]))
+    edges = np.unique(
+        np.concatenate(
+            [
+                np.linspace(-1.0, 1.0, grid),
+                np.linspace(fine_lo, fine_hi, grid) if fine_hi > fine_lo else [],
+            ]
+        )
+    )
     x = 0.5 * (edges[:-1] + edges[1:])  # midpoint rule: never evaluates the null at +-1
     w = np.diff(edges)
     log_p = null_logpdf(x, d)
@@ -106,8 +114,13 @@ def final_model_epsilon(
     mu, sigma_hat = _fit(seen)
     null_sd = 1.0 / math.sqrt(d)
     exact = d < EXACT_NULL_BELOW_DIM
-    details = {"mu_hat": mu, "sigma_hat": sigma_hat, "null_sigma": null_sd,
-               "num_seen": int(seen.size), "null": "exact" if exact else "gaussian"}
+    details = {
+        "mu_hat": mu,
+        "sigma_hat": sigma_hat,
+        "null_sigma": null_sd,
+        "num_seen": int(seen.size),
+        "null": "exact" if exact else "gaussian",
+    }
     alt = "N(mu_hat, 1/d)" if variance is VarianceTreatment.null else "N(mu_hat, sigma_hat^2)"
     if exact:
         # Exact null: map cosines through Phi^-1(F_null), under which the null is exactly
@@ -117,15 +130,19 @@ def final_model_epsilon(
         sd_alt = 1.0 if variance is VarianceTreatment.null else sd_y
         eps = two_gaussian_epsilon(0.0, 1.0, mu_y, sd_alt, delta)
         details.update(mu_probit=mu_y, sigma_probit=sd_y, sigma_alt_probit=sd_alt)
-        method = (f"two-Gaussian epsilon after the probit map Phi^-1(F_null) of the exact null "
-                  f"(1-t^2)^((d-3)/2), which becomes N(0, 1); alternative {alt} in that scale "
-                  f"fitted to {seen.size} seen final-model cosines (Andrew et al. Alg. 2, d < 1000)")
+        method = (
+            f"two-Gaussian epsilon after the probit map Phi^-1(F_null) of the exact null "
+            f"(1-t^2)^((d-3)/2), which becomes N(0, 1); alternative {alt} in that scale "
+            f"fitted to {seen.size} seen final-model cosines (Andrew et al. Alg. 2, d < 1000)"
+        )
     else:
         sigma_alt = null_sd if variance is VarianceTreatment.null else sigma_hat
         eps = two_gaussian_epsilon(0.0, null_sd, mu, sigma_alt, delta)
         details["sigma_alt"] = sigma_alt
-        method = (f"two-Gaussian epsilon between null N(0, 1/d) and {alt} fitted to "
-                  f"{seen.size} seen final-model cosines (Andrew et al. Alg. 2)")
+        method = (
+            f"two-Gaussian epsilon between null N(0, 1/d) and {alt} fitted to "
+            f"{seen.size} seen final-model cosines (Andrew et al. Alg. 2)"
+        )
     return EpsilonResult(
         epsilon=eps,
         estimator=Estimator.two_gaussian,
@@ -156,7 +173,11 @@ def max_null_probit(max_cosines, d: int, num_rounds: int) -> np.ndarray:
     computed in log space (``-inf``/``inf`` never appear for cosines in ``(-1, 1)``).
     """
     d = check_dim(d)
-    if isinstance(num_rounds, bool) or not isinstance(num_rounds, (int, np.integer)) or num_rounds < 1:
+    if (
+        isinstance(num_rounds, bool)
+        or not isinstance(num_rounds, (int, np.integer))
+        or num_rounds < 1
+    ):
         raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
     t = np.clip(np.asarray(max_cosines, dtype=np.float64), -1 + 1e-15, 1 - 1e-15)
     log_sf = null_logsf(t, d)
@@ -166,8 +187,9 @@ def max_null_probit(max_cosines, d: int, num_rounds: int) -> np.ndarray:
     log_max_cdf = num_rounds * log_cdf  # log P[max <= tau]
     with np.errstate(divide="ignore", invalid="ignore"):
         # log P[max > tau]: log(1 - F^T), or T * sf to first order where F^T rounds to 1
-        log_max_sf = np.where(log_max_cdf < -1e-12, np.log(-np.expm1(log_max_cdf)),
-                              math.log(num_rounds) + log_sf)
+        log_max_sf = np.where(
+            log_max_cdf < -1e-12, np.log(-np.expm1(log_max_cdf)), math.log(num_rounds) + log_sf
+        )
     lower = special.ndtri_exp(np.minimum(log_max_cdf, 0.0))
     upper = -special.ndtri_exp(np.minimum(log_max_sf, 0.0))
     return np.where(log_max_cdf < math.log(0.5), lower, upper)
@@ -211,8 +233,11 @@ def all_iterates_estimate(
     mu1, s1 = _fit(seen)
     mu0, s0 = _fit(unseen)
     eps = two_gaussian_epsilon(mu0, s0, mu1, s1, delta)
-    scale = (f" after the map Phi^-1(F_null^T) of the maximum of T = {num_rounds} null cosines "
-             f"(d = {d})" if mapped else " (no map: overshoots, see docs/fidelity.md)")
+    scale = (
+        f" after the map Phi^-1(F_null^T) of the maximum of T = {num_rounds} null cosines (d = {d})"
+        if mapped
+        else " (no map: overshoots, see docs/fidelity.md)"
+    )
     return EpsilonResult(
         epsilon=eps,
         estimator=Estimator.two_gaussian,

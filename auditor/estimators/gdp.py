@@ -10,7 +10,6 @@ bound on ``mu`` from the canary scores.
 Claims as trade-off curves and the tests of a claim live in :mod:`..claims` (they use these).
 """
 
-
 import math
 from typing import Any
 
@@ -37,6 +36,7 @@ _MU_MAX = 1e3  # mu_lo is capped here (a test with FPR and FNR both ~ 0)
 
 
 # -- Gaussian DP <-> (epsilon, delta) ----------------------------------------------------------
+
 
 def gdp_delta(mu: float, epsilon: float) -> float:
     """``delta(epsilon)`` of a ``mu``-GDP mechanism: ``Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``
@@ -80,6 +80,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 
 # -- results -----------------------------------------------------------------------------------
 
+
 class GaussianDPResult(EpsilonResult):
     """An :class:`EpsilonResult` whose ``.mu`` is the lower bound ``mu_lo`` (also in
     ``details["mu"]``) and whose ``.epsilon`` is the epsilon at ``delta`` of the
@@ -92,15 +93,21 @@ class GaussianDPResult(EpsilonResult):
 
 # -- shared argument handling ------------------------------------------------------------------
 
+
 def correction_label(correction: CorrectionStrategy) -> str:
     """How ``correction`` chose the threshold, in words for a result's method line."""
     if isinstance(correction, NoCorrection):
         return "max over all thresholds, uncorrected (reported, never alarming; not a valid bound)"
     if isinstance(correction, Bonferroni):
-        where = ("" if correction.quantiles is None else
-                 " (" + ", ".join(f"{q:g}" for q in correction.quantiles) + ")")
-        return (f"Bonferroni over {correction.num_thresholds} quantile thresholds of the seen "
-                f"scores{where}")
+        where = (
+            ""
+            if correction.quantiles is None
+            else " (" + ", ".join(f"{q:g}" for q in correction.quantiles) + ")"
+        )
+        return (
+            f"Bonferroni over {correction.num_thresholds} quantile thresholds of the seen "
+            f"scores{where}"
+        )
     return f"threshold chosen on a {correction.frac} split, evaluated on the rest"
 
 
@@ -110,10 +117,12 @@ def _multiplicity(correction: CorrectionStrategy) -> int:
 
 # -- mu_lo ---------------------------------------------------------------------------------------
 
+
 def _mu_bounds(seen, unseen, d, thresholds, alpha):
     """mu_lo at every threshold (level alpha for the pair of rates), with the rate bounds."""
-    log_fpr, log_fnr = threshold_bounds(seen, unseen, d, thresholds, alpha,
-                                        upper=clopper_pearson_upper)
+    log_fpr, log_fnr = threshold_bounds(
+        seen, unseen, d, thresholds, alpha, upper=clopper_pearson_upper
+    )
     with np.errstate(invalid="ignore"):
         mu = -special.ndtri_exp(log_fpr) - special.ndtri_exp(log_fnr)
     mu = np.clip(np.nan_to_num(mu, nan=0.0, posinf=_MU_MAX, neginf=0.0), 0.0, _MU_MAX)
@@ -179,16 +188,21 @@ def gdp_lower_bound(
     def evaluate(s_, u_, thresholds, multiplicity):
         return _mu_bounds(s_, u_, d, thresholds, alpha / multiplicity)[0]
 
-    choice = search_thresholds(seen, unseen, correction=correction, evaluate=evaluate,
-                               empty_value=0.0)
+    choice = search_thresholds(
+        seen, unseen, correction=correction, evaluate=evaluate, empty_value=0.0
+    )
     details: dict[str, Any] = {}
     fpr = fnr = 1.0
     if choice.note:
         details["note"] = choice.note
     else:
-        _, fpr_a, fnr_a = _mu_bounds(choice.seen, choice.unseen, d,
-                                     choice.thresholds[[choice.index]],
-                                     alpha / _multiplicity(correction))
+        _, fpr_a, fnr_a = _mu_bounds(
+            choice.seen,
+            choice.unseen,
+            d,
+            choice.thresholds[[choice.index]],
+            alpha / _multiplicity(correction),
+        )
         fpr, fnr = float(fpr_a[0]), float(fnr_a[0])
     mu_lo = float(choice.value)
     details.update(

@@ -73,7 +73,9 @@ def _check_family(family: CanaryFamily | str) -> CanaryFamily:
     try:
         return CanaryFamily(family)
     except ValueError:
-        raise ValueError(f"family must be 'orthogonal' or 'gaussian', got {family!r}") from None  # hypot: no underflow of z * z for tiny z
+        raise ValueError(
+            f"family must be 'orthogonal' or 'gaussian', got {family!r}"
+        ) from None  # hypot: no underflow of z * z for tiny z
 
 
 def interference_warning(
@@ -127,29 +129,37 @@ def interference_warning(
     if _check_family(family) is CanaryFamily.orthogonal:
         return None
     ratio = k / d
-    advice = (f"use the orthogonal canary family (canary_family = \"orthogonal\", no interference "
-              f"for any k <= d), or at most {max(1, int(ratio_threshold * d))} canaries for this "
-              "model size, or read the estimate as a lower value than the truth")
+    advice = (
+        f'use the orthogonal canary family (canary_family = "orthogonal", no interference '
+        f"for any k <= d), or at most {max(1, int(ratio_threshold * d))} canaries for this "
+        "model size, or read the estimate as a lower value than the truth"
+    )
     if noise_multiplier is None:
         if ratio < ratio_threshold:
             return None
-        return (f"{k} canaries for a model of dimension {d} (k/d = {ratio:.2%}): canaries interfere "
-                f"with each other above k/d = {ratio_threshold:.1%} and bias epsilon estimates low "
-                f"at low noise; {advice}")
+        return (
+            f"{k} canaries for a model of dimension {d} (k/d = {ratio:.2%}): canaries interfere "
+            f"with each other above k/d = {ratio_threshold:.1%} and bias epsilon estimates low "
+            f"at low noise; {advice}"
+        )
     z_eff = effective_noise_multiplier(k, d, noise_multiplier=noise_multiplier)
     z = float(noise_multiplier)
     if z == 0:
         if ratio < ratio_threshold / 10:
             return None
-        return (f"{k} canaries for a model of dimension {d} (k/d = {ratio:.2%}) with no noise: the "
-                f"canaries are the only noise the audit sees (effective noise multiplier "
-                f"{z_eff:.3g}), so epsilon estimates are finite and far too low")
+        return (
+            f"{k} canaries for a model of dimension {d} (k/d = {ratio:.2%}) with no noise: the "
+            f"canaries are the only noise the audit sees (effective noise multiplier "
+            f"{z_eff:.3g}), so epsilon estimates are finite and far too low"
+        )
     inflation = z_eff / z - 1
     if inflation <= noise_tolerance:
         return None
-    return (f"{k} canaries for a model of dimension {d} (k/d = {ratio:.2%}) at noise multiplier "
-            f"{z:g}: the other canaries act as extra noise (effective noise multiplier {z_eff:.3g}, "
-            f"+{inflation:.1%}), so epsilon estimates are biased low; use the orthogonal canary "
-            f"family (no interference for any k <= d), or at most "
-            f"{max(1, int(d * z * z * ((1 + noise_tolerance) ** 2 - 1)))} canaries, or read the "
-            "estimate as a lower value than the truth")
+    return (
+        f"{k} canaries for a model of dimension {d} (k/d = {ratio:.2%}) at noise multiplier "
+        f"{z:g}: the other canaries act as extra noise (effective noise multiplier {z_eff:.3g}, "
+        f"+{inflation:.1%}), so epsilon estimates are biased low; use the orthogonal canary "
+        f"family (no interference for any k <= d), or at most "
+        f"{max(1, int(d * z * z * ((1 + noise_tolerance) ** 2 - 1)))} canaries, or read the "
+        "estimate as a lower value than the truth"
+    )

@@ -77,7 +77,9 @@ class Bonferroni:
         if self.quantiles is not None:
             q = tuple(float(x) for x in self.quantiles)
             if not q or any(not 0.0 < x < 1.0 for x in q):
-                raise ValueError(f"quantiles must be a non-empty sequence in (0, 1), got {self.quantiles!r}")
+                raise ValueError(
+                    f"quantiles must be a non-empty sequence in (0, 1), got {self.quantiles!r}"
+                )
             object.__setattr__(self, "quantiles", q)
             object.__setattr__(self, "num_thresholds", len(q))
         if not isinstance(self.num_thresholds, int) or self.num_thresholds < 1:
@@ -130,8 +132,12 @@ def _eps_at(log_fpr: np.ndarray, log_fnr: np.ndarray, delta: float) -> np.ndarra
     """Vectorised eps(a) from log upper bounds on FPR and FNR (clipped at 0)."""
     fpr, fnr = np.exp(log_fpr), np.exp(log_fnr)
     with np.errstate(divide="ignore", invalid="ignore"):
-        one = np.where(1 - delta - fpr > 0, np.log(np.maximum(1 - delta - fpr, 1e-300)) - log_fnr, -np.inf)
-        two = np.where(1 - delta - fnr > 0, np.log(np.maximum(1 - delta - fnr, 1e-300)) - log_fpr, -np.inf)
+        one = np.where(
+            1 - delta - fpr > 0, np.log(np.maximum(1 - delta - fpr, 1e-300)) - log_fnr, -np.inf
+        )
+        two = np.where(
+            1 - delta - fnr > 0, np.log(np.maximum(1 - delta - fnr, 1e-300)) - log_fpr, -np.inf
+        )
     return np.maximum(np.maximum(one, two), 0.0)
 
 
@@ -146,7 +152,10 @@ def clopper_pearson_upper(failures, trials, alpha: float) -> np.ndarray:
 
 
 def threshold_counts(
-    seen: np.ndarray, unseen: np.ndarray | None, thresholds: np.ndarray, *,
+    seen: np.ndarray,
+    unseen: np.ndarray | None,
+    thresholds: np.ndarray,
+    *,
     inclusive: bool = False,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """False negatives (seen ``<= a``) and false positives (unseen ``> a``, None without unseen)
@@ -246,11 +255,20 @@ def search_thresholds(
             sel_unseen = used_unseen = None
         else:
             sel_unseen, used_unseen = unseen[pick_unseen], unseen[~pick_unseen]
-        if sel_seen.size == 0 or used_seen.size == 0 or (
-            unseen is not None and (sel_unseen.size == 0 or used_unseen.size == 0)
+        if (
+            sel_seen.size == 0
+            or used_seen.size == 0
+            or (unseen is not None and (sel_unseen.size == 0 or used_unseen.size == 0))
         ):
-            return ThresholdChoice(empty_value, -1, math.nan, np.empty(0), used_seen, used_unseen,
-                                   "too few canaries to split")
+            return ThresholdChoice(
+                empty_value,
+                -1,
+                math.nan,
+                np.empty(0),
+                used_seen,
+                used_unseen,
+                "too few canaries to split",
+            )
         cand = _candidate_thresholds(sel_seen, sel_unseen)
         chosen = cand[int(np.argmax(evaluate(sel_seen, sel_unseen, cand, 1)))]
         thresholds = np.array([chosen])
@@ -273,7 +291,9 @@ def check_threshold_inputs(seen, unseen, d, correction):
         if d is not None:
             d = check_dim(d)
     if not isinstance(correction, (NoCorrection, Bonferroni, Split)):
-        raise ValueError(f"correction must be NoCorrection(), Bonferroni() or Split(), got {correction!r}")
+        raise ValueError(
+            f"correction must be NoCorrection(), Bonferroni() or Split(), got {correction!r}"
+        )
     return seen, unseen, d
 
 
@@ -323,12 +343,14 @@ def epsilon_lower_bound(
     paper_exact = isinstance(correction, NoCorrection) and correction.paper_exact
 
     def evaluate(s_, u_, thresholds, multiplicity):
-        log_fpr, log_fnr = threshold_bounds(s_, u_, d, thresholds, alpha / multiplicity,
-                                   paper_exact=paper_exact)
+        log_fpr, log_fnr = threshold_bounds(
+            s_, u_, d, thresholds, alpha / multiplicity, paper_exact=paper_exact
+        )
         return _eps_at(log_fpr, log_fnr, delta)
 
-    choice = search_thresholds(seen, unseen, correction=correction, evaluate=evaluate,
-                               empty_value=0.0)
+    choice = search_thresholds(
+        seen, unseen, correction=correction, evaluate=evaluate, empty_value=0.0
+    )
     eps, a, thresholds = choice.value, choice.threshold, choice.thresholds
     used_seen, used_unseen = choice.seen, choice.unseen
     fpr = fnr = 1.0
@@ -336,13 +358,25 @@ def epsilon_lower_bound(
         details["note"] = choice.note
     else:
         multiplicity = correction.num_thresholds if isinstance(correction, Bonferroni) else 1
-        log_fpr, log_fnr = threshold_bounds(used_seen, used_unseen, d, thresholds[[choice.index]],
-                                   alpha / multiplicity, paper_exact=paper_exact)
+        log_fpr, log_fnr = threshold_bounds(
+            used_seen,
+            used_unseen,
+            d,
+            thresholds[[choice.index]],
+            alpha / multiplicity,
+            paper_exact=paper_exact,
+        )
         fpr, fnr = float(np.exp(log_fpr[0])), float(np.exp(log_fnr[0]))
     label = {
-        Correction.none: ("max over all thresholds, uncorrected (the paper's; NOT a valid 95% bound "
-                          "near epsilon 0, see docs/fidelity.md)")
-        + ("; the authors' rule: cos >= a is a positive, alpha for each rate" if paper_exact else ""),
+        Correction.none: (
+            "max over all thresholds, uncorrected (the paper's; NOT a valid 95% bound "
+            "near epsilon 0, see docs/fidelity.md)"
+        )
+        + (
+            "; the authors' rule: cos >= a is a positive, alpha for each rate"
+            if paper_exact
+            else ""
+        ),
         Correction.bonferroni: "Bonferroni over the thresholds tried",
         Correction.split: f"threshold chosen on a {correction.frac if isinstance(correction, Split) else ''} split",
     }[correction.kind]

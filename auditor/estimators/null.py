@@ -13,8 +13,17 @@ from scipy import special
 
 from ._validation import check_dim
 
-__all__ = ["null_probit", "null_logsf", "null_sf", "null_cdf", "null_pdf", "null_logpdf",
-           "EXACT_NULL_BELOW_DIM", "cosine_equivalent", "studentized_from_cosine"]
+__all__ = [
+    "null_probit",
+    "null_logsf",
+    "null_sf",
+    "null_cdf",
+    "null_pdf",
+    "null_logpdf",
+    "EXACT_NULL_BELOW_DIM",
+    "cosine_equivalent",
+    "studentized_from_cosine",
+]
 
 #: Below this dimension the estimators use the exact null instead of N(0, 1/d).
 EXACT_NULL_BELOW_DIM = 1000
@@ -111,8 +120,13 @@ def _student_log_outer(a, dof: float) -> np.ndarray:
     if np.isinf(dof):
         return np.log(2.0) + special.log_ndtr(-a)
     log_c = special.gammaln((dof + 1) / 2) - special.gammaln(dof / 2) - 0.5 * np.log(dof * np.pi)
-    return (np.log(2.0) + log_c + np.log(dof / (dof - 1.0)) - np.log(a)
-            - (dof - 1) / 2.0 * np.log1p(a * a / dof))
+    return (
+        np.log(2.0)
+        + log_c
+        + np.log(dof / (dof - 1.0))
+        - np.log(a)
+        - (dof - 1) / 2.0 * np.log1p(a * a / dof)
+    )
 
 
 def _solve_increasing_tail(log_target, lo, hi, log_tail, iterations: int = 200):
@@ -152,19 +166,21 @@ def cosine_equivalent(t, dof, d: int) -> np.ndarray:
     a2 = a * a
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if np.isinf(dof):
-            inner = special.erf(a / np.sqrt(2.0))      # P(|T| <= |t|)
-            outer = special.erfc(a / np.sqrt(2.0))     # P(|T| > |t|)
+            inner = special.erf(a / np.sqrt(2.0))  # P(|T| <= |t|)
+            outer = special.erfc(a / np.sqrt(2.0))  # P(|T| > |t|)
         else:
             inner = special.betainc(0.5, dof / 2.0, a2 / (dof + a2))
             outer = special.betainc(dof / 2.0, 0.5, dof / (dof + a2))
-        x2 = np.where(inner <= 0.5, special.betaincinv(0.5, b, inner),
-                      special.betainccinv(0.5, b, outer))
+        x2 = np.where(
+            inner <= 0.5, special.betaincinv(0.5, b, inner), special.betainccinv(0.5, b, outer)
+        )
         x = np.sqrt(x2)
         deep = (outer < _TINY) & np.isfinite(a)
         if np.any(deep):
             target = _student_log_outer(a[deep], dof) - np.log(2.0)
-            x[deep] = _solve_increasing_tail(target, np.zeros(target.shape), np.ones(target.shape),
-                                             lambda v: null_logsf(v, d))
+            x[deep] = _solve_increasing_tail(
+                target, np.zeros(target.shape), np.ones(target.shape), lambda v: null_logsf(v, d)
+            )
         x = np.where(np.isinf(a), 1.0, x)
     return np.clip(np.sign(t) * x, -1.0, 1.0)
 
@@ -177,14 +193,15 @@ def studentized_from_cosine(x, dof, d: int) -> np.ndarray:
     x = np.clip(np.asarray(x, dtype=np.float64), -1.0, 1.0)
     ax = np.abs(x)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        inner = special.betainc(0.5, b, ax * ax)                   # P(|X| <= |x|)
+        inner = special.betainc(0.5, b, ax * ax)  # P(|X| <= |x|)
         outer = special.betainc(b, 0.5, (1.0 - ax) * (1.0 + ax))  # P(|X| > |x|)
         if np.isinf(dof):
-            a = np.where(inner <= 0.5, special.ndtri(0.5 + inner / 2.0),
-                         -special.ndtri(outer / 2.0))
+            a = np.where(
+                inner <= 0.5, special.ndtri(0.5 + inner / 2.0), -special.ndtri(outer / 2.0)
+            )
         else:
-            w = special.betaincinv(0.5, dof / 2.0, inner)    # t^2 / (dof + t^2)
-            v = special.betaincinv(dof / 2.0, 0.5, outer)    # dof / (dof + t^2)
+            w = special.betaincinv(0.5, dof / 2.0, inner)  # t^2 / (dof + t^2)
+            v = special.betaincinv(dof / 2.0, 0.5, outer)  # dof / (dof + t^2)
             a = np.sqrt(np.where(inner <= 0.5, dof * w / (1.0 - w), dof * (1.0 - v) / v))
         deep = (outer < _TINY) & (ax < 1.0)
         if np.any(deep):
@@ -192,7 +209,8 @@ def studentized_from_cosine(x, dof, d: int) -> np.ndarray:
             # the t tail at a is at least the normal tail at a, which is below target here
             # once a >= the normal score of the target: bracket [1, that]
             high = np.maximum(-special.ndtri_exp(target - np.log(2.0)), 2.0) * 1e3
-            a[deep] = _solve_increasing_tail(target, np.ones(target.shape), high,
-                                             lambda v: _student_log_outer(v, dof))
+            a[deep] = _solve_increasing_tail(
+                target, np.ones(target.shape), high, lambda v: _student_log_outer(v, dof)
+            )
         a = np.where(ax >= 1.0, np.inf, a)
     return np.sign(x) * a

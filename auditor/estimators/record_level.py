@@ -89,8 +89,10 @@ class SeededRecordCanaries:
         """The orthogonal family at dimension ``dim`` (built once, ``O(d)`` bits)."""
         if self._family is None or self._family.dim != dim:
             if self.num_canaries > dim:
-                raise ValueError(f"{self.num_canaries} canaries need a model of dimension "
-                                 f">= {self.num_canaries} (the orthogonal family), got {dim}")
+                raise ValueError(
+                    f"{self.num_canaries} canaries need a model of dimension "
+                    f">= {self.num_canaries} (the orthogonal family), got {dim}"
+                )
             self._family = OrthogonalCanaries(self._seed, dim)
         return self._family
 
@@ -99,8 +101,9 @@ class SeededRecordCanaries:
         independently, from the stream keyed by ``(seed, 3, step)``)."""
         if isinstance(step, bool) or int(step) != step or step < 0:
             raise ValueError(f"step must be an integer >= 0, got {step!r}")
-        sequence = np.random.SeedSequence(entropy=self._seed,
-                                          spawn_key=(RECORD_SAMPLING_STREAM, int(step)))
+        sequence = np.random.SeedSequence(
+            entropy=self._seed, spawn_key=(RECORD_SAMPLING_STREAM, int(step))
+        )
         draws = np.random.Generator(np.random.Philox(sequence)).random(self._seen.size)
         return self._seen[draws < self.sample_rate]
 
@@ -135,8 +138,11 @@ def record_level_steps(steps_per_round: int | Sequence[int], rounds_trained: int
     else:
         if rounds_trained is None:
             raise ValueError("rounds_trained is required with one steps_per_round for all rounds")
-        if isinstance(rounds_trained, bool) or int(rounds_trained) != rounds_trained \
-                or rounds_trained < 1:
+        if (
+            isinstance(rounds_trained, bool)
+            or int(rounds_trained) != rounds_trained
+            or rounds_trained < 1
+        ):
             raise ValueError(f"rounds_trained must be an integer >= 1, got {rounds_trained!r}")
         counts = [steps_per_round] * int(rounds_trained)
     if not counts:
@@ -170,22 +176,39 @@ def record_level_epsilon(
     out = []
     for result in analytic_epsilon(z, q, steps, delta, accountants=accountants):
         name = result.details["accountant"]
-        out.append(replace(
-            result,
-            threat_model="record_level",
-            method=f"dp-accounting {name.upper()} accountant: Poisson-subsampled Gaussian "
-            f"(z={z:g}, q={q:g}) composed over {steps} DP-SGD steps in {rounds} round(s)",
-            details={"accountant": name, "noise_multiplier": z, "sample_rate": q,
-                     "steps": steps, "rounds_trained": rounds},
-        ))
+        out.append(
+            replace(
+                result,
+                threat_model="record_level",
+                method=f"dp-accounting {name.upper()} accountant: Poisson-subsampled Gaussian "
+                f"(z={z:g}, q={q:g}) composed over {steps} DP-SGD steps in {rounds} round(s)",
+                details={
+                    "accountant": name,
+                    "noise_multiplier": z,
+                    "sample_rate": q,
+                    "steps": steps,
+                    "rounds_trained": rounds,
+                },
+            )
+        )
     return out
 
 
 def record_level_per_round_epsilon(
-    noise_multiplier: float, sample_rate: float, steps_per_round: int, delta: float, *,
+    noise_multiplier: float,
+    sample_rate: float,
+    steps_per_round: int,
+    delta: float,
+    *,
     accountants: tuple[str, ...] = ("rdp", "pld"),
 ) -> list[EpsilonResult]:
     """The epsilon of one round alone (what a per-round PrivacyEngine, as in Flower's
     ``examples/opacus``, reports): :func:`record_level_epsilon` with one round."""
-    return record_level_epsilon(noise_multiplier, sample_rate, steps_per_round, delta,
-                                rounds_trained=1, accountants=accountants)
+    return record_level_epsilon(
+        noise_multiplier,
+        sample_rate,
+        steps_per_round,
+        delta,
+        rounds_trained=1,
+        accountants=accountants,
+    )

@@ -65,7 +65,11 @@ def _check_epsilon(epsilon: float, name: str = "epsilon") -> float:
 
 
 def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, np.integer))
+        or value < minimum
+    ):
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
@@ -138,7 +142,9 @@ def median_bandwidth(xs, ys) -> float:
     if x.shape[0] == 0 or y.shape[0] == 0:
         raise ValueError("xs and ys must not be empty")
     if x.shape[1] != y.shape[1]:
-        raise ValueError(f"xs and ys must have the same dimension, got {x.shape[1]} and {y.shape[1]}")
+        raise ValueError(
+            f"xs and ys must have the same dimension, got {x.shape[1]} and {y.shape[1]}"
+        )
     pooled = np.vstack([x, y])
     dist = np.sqrt(_sq_dists(pooled, pooled))[np.triu_indices(pooled.shape[0], k=1)]
     dist = dist[dist > 0]
@@ -299,7 +305,9 @@ class SequentialDPTest:
         x = _as_points(xs, "xs")
         y = _as_points(ys, "ys")
         if x.shape[0] != y.shape[0]:
-            raise ValueError(f"xs and ys must have the same length, got {x.shape[0]} and {y.shape[0]}")
+            raise ValueError(
+                f"xs and ys must have the same length, got {x.shape[0]} and {y.shape[0]}"
+            )
         for i in range(x.shape[0]):
             if self.update(x[i], y[i]):
                 break
@@ -387,10 +395,14 @@ class SequentialDPTest:
             self._norm_sq = max(0.0, self._norm_sq - 2.0 * old_c * g_old + old_c**2 * v_old)
             self._coef[h] = 0.0
             # g changed, so the new term's cross product uses g without the old term
-            gx -= old_c * (math.exp(-float((px - self._px[h]) @ (px - self._px[h])) * inv)
-                           - math.exp(-float((px - self._py[h]) @ (px - self._py[h])) * inv))
-            gy -= old_c * (math.exp(-float((py - self._px[h]) @ (py - self._px[h])) * inv)
-                           - math.exp(-float((py - self._py[h]) @ (py - self._py[h])) * inv))
+            gx -= old_c * (
+                math.exp(-float((px - self._px[h]) @ (px - self._px[h])) * inv)
+                - math.exp(-float((px - self._py[h]) @ (px - self._py[h])) * inv)
+            )
+            gy -= old_c * (
+                math.exp(-float((py - self._px[h]) @ (py - self._px[h])) * inv)
+                - math.exp(-float((py - self._py[h]) @ (py - self._py[h])) * inv)
+            )
         else:
             self._count += 1
         d_new = px - py
@@ -470,10 +482,14 @@ def sequential_epsilon_lower_bound(
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"xs and ys must have the same length, got {x.shape[0]} and {y.shape[0]}")
     if x.shape[1] != y.shape[1]:
-        raise ValueError(f"xs and ys must have the same dimension, got {x.shape[1]} and {y.shape[1]}")
+        raise ValueError(
+            f"xs and ys must have the same dimension, got {x.shape[1]} and {y.shape[1]}"
+        )
     delta = check_delta(delta)
     alpha = check_delta(alpha, "alpha")
-    eps_grid = default_epsilon_grid() if grid is None else np.asarray(grid, dtype=np.float64).reshape(-1)
+    eps_grid = (
+        default_epsilon_grid() if grid is None else np.asarray(grid, dtype=np.float64).reshape(-1)
+    )
     if eps_grid.size == 0:
         raise ValueError("grid must not be empty")
     if not np.all(np.isfinite(eps_grid)) or np.any(eps_grid < 0):
@@ -484,12 +500,18 @@ def sequential_epsilon_lower_bound(
     used_bandwidth = bandwidth
     for eps in eps_grid:
         test = SequentialDPTest(
-            float(eps), delta, alpha=alpha_each, bandwidth=bandwidth,
-            calibration=calibration, max_terms=max_terms,
+            float(eps),
+            delta,
+            alpha=alpha_each,
+            bandwidth=bandwidth,
+            calibration=calibration,
+            max_terms=max_terms,
         )
         test.update_many(x, y)
         used_bandwidth = test.bandwidth
-        outcomes.append(_GridOutcome(float(eps), test.rejected, test.stopping_time, test.log_wealth))
+        outcomes.append(
+            _GridOutcome(float(eps), test.rejected, test.stopping_time, test.log_wealth)
+        )
     rejected = [o for o in outcomes if o.rejected]
     best = max(rejected, key=lambda o: o.epsilon) if rejected else None
     eps_hat = best.epsilon if best else 0.0

@@ -14,7 +14,11 @@ def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tu
     """Two-sided Clopper-Pearson interval for a binomial rate."""
     a = 1 - confidence
     lo = 0.0 if successes == 0 else float(stats.beta.ppf(a / 2, successes, trials - successes + 1))
-    hi = 1.0 if successes == trials else float(stats.beta.ppf(1 - a / 2, successes + 1, trials - successes))
+    hi = (
+        1.0
+        if successes == trials
+        else float(stats.beta.ppf(1 - a / 2, successes + 1, trials - successes))
+    )
     return lo, hi
 
 
@@ -40,25 +44,40 @@ class BinomialLimit:
         return int(count) <= self.limit
 
     def __str__(self) -> str:
-        return (f"<= {self.limit} of {self.runs} (P[fail | {self.nominal:.0%}] = {self.false_fail:.1e}, "
-                f"P[fail | {self.against:.0%}] = {self.power:.3f})")
+        return (
+            f"<= {self.limit} of {self.runs} (P[fail | {self.nominal:.0%}] = {self.false_fail:.1e}, "
+            f"P[fail | {self.against:.0%}] = {self.power:.3f})"
+        )
 
 
-def binomial_limit(runs: int, nominal: float = 0.05, *, false_fail: float = 1e-3,
-                   against: float | None = None) -> BinomialLimit:
+def binomial_limit(
+    runs: int, nominal: float = 0.05, *, false_fail: float = 1e-3, against: float | None = None
+) -> BinomialLimit:
     """The smallest limit ``L`` with ``P[Bin(runs, nominal) > L] <= false_fail``, and the power of
     "count <= L" against a true rate ``against`` (default ``1.6 x nominal``: 8% for 5%)."""
     if runs < 1 or not 0 < nominal < 1 or not 0 < false_fail < 1:
-        raise ValueError(f"need runs >= 1 and nominal, false_fail in (0, 1); got {runs}, "
-                         f"{nominal}, {false_fail}")
+        raise ValueError(
+            f"need runs >= 1 and nominal, false_fail in (0, 1); got {runs}, {nominal}, {false_fail}"
+        )
     against = 1.6 * nominal if against is None else against
     limit = int(stats.binom.isf(false_fail, runs, nominal))
-    return BinomialLimit(runs, nominal, limit, float(stats.binom.sf(limit, runs, nominal)),
-                         against, float(stats.binom.sf(limit, runs, against)))
+    return BinomialLimit(
+        runs,
+        nominal,
+        limit,
+        float(stats.binom.sf(limit, runs, nominal)),
+        against,
+        float(stats.binom.sf(limit, runs, against)),
+    )
 
 
-def runs_needed(nominal: float = 0.05, *, false_fail: float = 1e-3, against: float | None = None,
-                power: float = 0.9) -> int:
+def runs_needed(
+    nominal: float = 0.05,
+    *,
+    false_fail: float = 1e-3,
+    against: float | None = None,
+    power: float = 0.9,
+) -> int:
     """Fewest runs whose :func:`binomial_limit` fails a true rate ``against`` with ``power``."""
     runs = 10
     while binomial_limit(runs, nominal, false_fail=false_fail, against=against).power < power:
@@ -70,8 +89,15 @@ def runs_needed(nominal: float = 0.05, *, false_fail: float = 1e-3, against: flo
     return runs
 
 
-def rate_consistent_with(successes: int, trials: int, limit: float, *, false_fail: float = 1e-3,
-                         against: float | None = None, min_power: float = 0.9) -> bool:
+def rate_consistent_with(
+    successes: int,
+    trials: int,
+    limit: float,
+    *,
+    false_fail: float = 1e-3,
+    against: float | None = None,
+    min_power: float = 0.9,
+) -> bool:
     """True while ``successes`` of ``trials`` is at most :func:`binomial_limit` (a correct
     procedure at rate ``limit`` fails this with probability <= ``false_fail``).
 
@@ -82,8 +108,10 @@ def rate_consistent_with(successes: int, trials: int, limit: float, *, false_fai
     check = binomial_limit(trials, limit, false_fail=false_fail, against=against)
     if check.power < min_power:
         need = runs_needed(limit, false_fail=false_fail, against=check.against, power=min_power)
-        raise ValueError(f"{trials} runs cannot tell a {limit:.0%} rate from {check.against:.0%} "
-                         f"(power {check.power:.2f} < {min_power}); use at least {need} runs")
+        raise ValueError(
+            f"{trials} runs cannot tell a {limit:.0%} rate from {check.against:.0%} "
+            f"(power {check.power:.2f} < {min_power}); use at least {need} runs"
+        )
     return check.passes(successes)
 
 

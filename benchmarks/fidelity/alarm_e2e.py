@@ -38,9 +38,18 @@ from ._common import clopper_pearson  # noqa: E402
 #: T = 10, z = 1, one known round per seen canary (about 1 CPU s per run with the alarm at
 #: every look).
 BASE = FedAvgSimulation(
-    dim=1000, num_clients=200, clients_per_round=20, num_rounds=10, num_canaries=400,
-    canary_repeats=1, noise_multiplier=1.0, clip_norm=1.0, momentum=0.0, client_signal=0.1,
-    client_noise=1.0, delta=1e-6,
+    dim=1000,
+    num_clients=200,
+    clients_per_round=20,
+    num_rounds=10,
+    num_canaries=400,
+    canary_repeats=1,
+    noise_multiplier=1.0,
+    clip_norm=1.0,
+    momentum=0.0,
+    client_signal=0.1,
+    client_noise=1.0,
+    delta=1e-6,
 )
 
 ROWS = [
@@ -61,21 +70,40 @@ def first_alarm(config: FedAvgSimulation, claims, seed: int) -> tuple[int | None
     looks = config.num_rounds + 1
     seen, d, delta = result.seen, result.dim, config.delta
     for t in range(1, config.num_rounds + 1):
-        summary = summarize(AuditLook(seen=seen, dim=d, delta=delta, threat_models=(),
-                            known_rounds_scores=result.known_rounds_history[t - 1],
-                            known_rounds_participations=result.known_rounds_counts_history[t - 1],
-                            known_rounds_rounds=result.rounds_at(t), scale_dof=result.scale_dof,
-                            canary_repeats=config.canary_repeats, claims=claims))
-        alarm = decide_alarm(summary.claim_tests, look=t, num_looks=looks, claims=claims,
-                             delta=delta)
+        summary = summarize(
+            AuditLook(
+                seen=seen,
+                dim=d,
+                delta=delta,
+                threat_models=(),
+                known_rounds_scores=result.known_rounds_history[t - 1],
+                known_rounds_participations=result.known_rounds_counts_history[t - 1],
+                known_rounds_rounds=result.rounds_at(t),
+                scale_dof=result.scale_dof,
+                canary_repeats=config.canary_repeats,
+                claims=claims,
+            )
+        )
+        alarm = decide_alarm(
+            summary.claim_tests, look=t, num_looks=looks, claims=claims, delta=delta
+        )
         if alarm.status == "error":
             return t, alarm.refuted_by["tier"]
-    final = summarize(AuditLook(seen=seen, dim=d, delta=delta, threat_models=("final_model",),
-                      final_cosines=result.final_cosines,
-                      known_rounds_scores=result.known_rounds_scores,
-                      known_rounds_participations=result.known_rounds_counts_history[-1],
-                      known_rounds_rounds=result.known_rounds_rounds, scale_dof=result.scale_dof,
-                      canary_repeats=config.canary_repeats, claims=claims))
+    final = summarize(
+        AuditLook(
+            seen=seen,
+            dim=d,
+            delta=delta,
+            threat_models=("final_model",),
+            final_cosines=result.final_cosines,
+            known_rounds_scores=result.known_rounds_scores,
+            known_rounds_participations=result.known_rounds_counts_history[-1],
+            known_rounds_rounds=result.known_rounds_rounds,
+            scale_dof=result.scale_dof,
+            canary_repeats=config.canary_repeats,
+            claims=claims,
+        )
+    )
     alarm = decide_alarm(final.claim_tests, look=looks, num_looks=looks, claims=claims, delta=delta)
     if alarm.status == "error":
         return looks, alarm.refuted_by["tier"]
@@ -90,9 +118,13 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     rows = ROWS if args.rows is None else [ROWS[int(i)] for i in args.rows.split(",")]
-    print(f"# simulator: d={BASE.dim}, k={BASE.num_canaries}, N={BASE.num_clients}, "
-          f"m={BASE.clients_per_round}, T={BASE.num_rounds}, z=1, r=1 unless said; alarm alpha = 5%")
-    print("| run | runs | alarm fired (any look, any test) | 95% CI | median first look (fired runs) |")
+    print(
+        f"# simulator: d={BASE.dim}, k={BASE.num_canaries}, N={BASE.num_clients}, "
+        f"m={BASE.clients_per_round}, T={BASE.num_rounds}, z=1, r=1 unless said; alarm alpha = 5%"
+    )
+    print(
+        "| run | runs | alarm fired (any look, any test) | 95% CI | median first look (fired runs) |"
+    )
     print("|---|---|---|---|---|")
     start = time.time()
     for name, changes in rows:
@@ -107,7 +139,9 @@ def main(argv=None) -> None:
                 looks.append(look)
         lo, hi = clopper_pearson(fired, runs)
         median = f"{np.median(looks):g} of {config.num_rounds + 1}" if looks else "-"
-        print(f"| {name} | {runs} | {fired / runs:.1%} | {lo:.1%}-{hi:.1%} | {median} |", flush=True)
+        print(
+            f"| {name} | {runs} | {fired / runs:.1%} | {lo:.1%}-{hi:.1%} | {median} |", flush=True
+        )
     print(f"# {time.time() - start:.0f} s")
 
 

@@ -41,23 +41,30 @@ import numpy as np
 from scipy import special, stats
 
 from flaudit.auditor.claims.alarm import decide_alarm
+from flaudit.auditor.claims.curve_tests import ClaimTestResult, claim_test
+from flaudit.auditor.claims.curves import GaussianDPClaim
 from flaudit.auditor.claims.fdp import fdp_claim_test
 from flaudit.auditor.claims.normal_scores import RoundSums, normal_score_test
 from flaudit.auditor.claims.tiers import AlarmTest
-from flaudit.auditor.claims.curves import GaussianDPClaim
-from flaudit.auditor.claims.curve_tests import ClaimTestResult, claim_test
 from flaudit.auditor.estimators.lower_bound import Bonferroni
 from flaudit.auditor.results import Correction
 
 from ._common import binomial_limit, clopper_pearson
 
-__all__ = ["simulate_scores", "normal_score_claim_test", "new_alarm_first_look", "old_alarm_first_look", "np_limit_power"]
+__all__ = [
+    "simulate_scores",
+    "normal_score_claim_test",
+    "new_alarm_first_look",
+    "old_alarm_first_look",
+    "np_limit_power",
+]
 
 _DIM = 10_000  # model dimension for the old final-model test's cosines (exact null)
 
 
-def simulate_scores(rng, *, k: int, num_rounds: int, noise_scale: float, z: float = 1.0,
-                    seen_law=None) -> dict:
+def simulate_scores(
+    rng, *, k: int, num_rounds: int, noise_scale: float, z: float = 1.0, seen_law=None
+) -> dict:
     """One run's scores. ``seen_law(rng, n, mu)`` draws seen known-rounds normal scores that a
     ``mu``-GDP mechanism could produce (default ``N(mu, 1)``)."""
     seen = rng.random(k) < 0.5
@@ -74,30 +81,44 @@ def simulate_scores(rng, *, k: int, num_rounds: int, noise_scale: float, z: floa
     return {"seen": seen, "rounds": rounds, "known": known, "final": final}
 
 
-def normal_score_claim_test(scores: np.ndarray, claim: GaussianDPClaim, threat_model: str,
-                             test: AlarmTest) -> ClaimTestResult:
+def normal_score_claim_test(
+    scores: np.ndarray, claim: GaussianDPClaim, threat_model: str, test: AlarmTest
+) -> ClaimTestResult:
     """The normal-score claim test on independent scores, in the form the service hands to the
     alarm (``summarize``'s ``claim_tests``: ``details["test"]`` names the alarm test). The
     per-release sums are left out of ``details`` (they only serve ``refuted_by["mu_lo"]``, which
     the first-look count does not read; leaving them out halves the cost of a run)."""
     result = normal_score_test(RoundSums.from_scores(scores), claim_mu=claim.mu)
-    return ClaimTestResult(result.p_value, claim, threat_model, Correction.not_applicable,
-                           "normal-score test", {"test": test.value})
+    return ClaimTestResult(
+        result.p_value,
+        claim,
+        threat_model,
+        Correction.not_applicable,
+        "normal-score test",
+        {"test": test.value},
+    )
 
 
-def new_alarm_first_look(run: dict, *, num_rounds: int, z: float = 1.0, alpha: float = 0.05,
-                         with_fdp: bool = True) -> int | None:
+def new_alarm_first_look(
+    run: dict, *, num_rounds: int, z: float = 1.0, alpha: float = 0.05, with_fdp: bool = True
+) -> int | None:
     """First look at which the shipped alarm (:func:`decide_alarm`) fires (None: never)."""
     claim = GaussianDPClaim(1.0 / z, threat_model="known_rounds")
     looks = num_rounds + 1
     seen, rounds, known = run["seen"], run["rounds"], run["known"]
     for t in range(1, looks + 1):
         scored = rounds <= min(t, num_rounds)
-        tests = [normal_score_claim_test(known[seen & scored], claim, "known_rounds",
-                                          AlarmTest.known_rounds_normal_scores)]
+        tests = [
+            normal_score_claim_test(
+                known[seen & scored], claim, "known_rounds", AlarmTest.known_rounds_normal_scores
+            )
+        ]
         if t == looks:  # the other tests spend their level at the final look only
-            tests.append(normal_score_claim_test(run["final"][seen], claim, "final_model",
-                                                  AlarmTest.final_model_normal_scores))
+            tests.append(
+                normal_score_claim_test(
+                    run["final"][seen], claim, "final_model", AlarmTest.final_model_normal_scores
+                )
+            )
             if with_fdp:
                 tests.append(fdp_claim_test(known, seen, claim=claim))
         if decide_alarm(tests, look=t, num_looks=looks, alpha=alpha).status == "error":
@@ -125,8 +146,9 @@ def old_alarm_first_look(run: dict, *, num_rounds: int, z: float = 1.0) -> int |
             return t
     s, u = known[seen], known[~seen]
     p_known = claim_test(s, u, claim=claim, correction=Bonferroni()).p_value
-    p_final = claim_test(_to_cosines(run["final"][seen]), claim=claim, d=_DIM,
-                         correction=Bonferroni()).p_value
+    p_final = claim_test(
+        _to_cosines(run["final"][seen]), claim=claim, d=_DIM, correction=Bonferroni()
+    ).p_value
     if min(p_known, p_final) <= 0.025 / 2:
         return looks
     return None
@@ -153,8 +175,17 @@ def power_table(ks, scales, *, runs: int, num_rounds: int = 10, seed: int = 0) -
                 new_hits += look is not None
                 first.append(look if look is not None else num_rounds + 2)
                 old_hits += old_alarm_first_look(run, num_rounds=num_rounds) is not None
-            rows.append({"k": k, "s": s, "runs": runs, "new": new_hits, "old": old_hits,
-                         "np": np_limit_power(k, s), "median_look": float(np.median(first))})
+            rows.append(
+                {
+                    "k": k,
+                    "s": s,
+                    "runs": runs,
+                    "new": new_hits,
+                    "old": old_hits,
+                    "np": np_limit_power(k, s),
+                    "median_look": float(np.median(first)),
+                }
+            )
     return rows
 
 
@@ -181,12 +212,15 @@ def _shift_family_law(dist, theta: float):
     return law, mu
 
 
-def validity_table(*, runs: int, k: int = 1000, num_rounds: int = 10, seed: int = 1,
-                   on_row=None) -> list[dict]:
+def validity_table(
+    *, runs: int, k: int = 1000, num_rounds: int = 10, seed: int = 1, on_row=None
+) -> list[dict]:
     rows = []
     laws = dict(_SEEN_LAWS)
-    for name, dist, theta in (("laplace_on_claim", stats.laplace(), 1.0),
-                              ("student_t3_on_claim", stats.t(3), 1.0)):
+    for name, dist, theta in (
+        ("laplace_on_claim", stats.laplace(), 1.0),
+        ("student_t3_on_claim", stats.t(3), 1.0),
+    ):
         law, mu = _shift_family_law(dist, theta)
         laws[name] = (law, mu)
     for name, law in laws.items():
@@ -198,8 +232,9 @@ def validity_table(*, runs: int, k: int = 1000, num_rounds: int = 10, seed: int 
         rng = np.random.default_rng([seed, hash(name) % 2**31])
         hits = 0
         for _ in range(runs):
-            run = simulate_scores(rng, k=k, num_rounds=num_rounds, noise_scale=1.0, z=z,
-                                  seen_law=law)
+            run = simulate_scores(
+                rng, k=k, num_rounds=num_rounds, noise_scale=1.0, z=z, seen_law=law
+            )
             # the final model of such a mechanism: seen scores no better than N(mu / sqrt(T), 1)
             hits += new_alarm_first_look(run, num_rounds=num_rounds, z=z) is not None
         rows.append({"law": name, "claim_mu": mu_claim, "runs": runs, "false_alarms": hits})
@@ -208,8 +243,14 @@ def validity_table(*, runs: int, k: int = 1000, num_rounds: int = 10, seed: int 
     return rows
 
 
-def coverage_table(*, runs: int, ks=(50, 100, 200, 500, 1000), mus=(0.0, 0.5, 1.0, 2.0, 4.0, 6.0),
-                   confidence: float = 0.95, seed: int = 2) -> list[dict]:
+def coverage_table(
+    *,
+    runs: int,
+    ks=(50, 100, 200, 500, 1000),
+    mus=(0.0, 0.5, 1.0, 2.0, 4.0, 6.0),
+    confidence: float = 0.95,
+    seed: int = 2,
+) -> list[dict]:
     """How often ``mu_lo`` (normal-score test inverted at ``1 - confidence``) exceeds the true
     ``mu`` (target <= 5%), and its mean; half of ``k`` seen on average (fair coins)."""
     rows = []
@@ -227,11 +268,20 @@ def coverage_table(*, runs: int, ks=(50, 100, 200, 500, 1000), mus=(0.0, 0.5, 1.
                 n = int((rng.random(k) < 0.5).sum())
                 scores = rng.normal(mu, 1.0, n) if law is None else law(rng, n, mu)
                 lo = normal_score_test(RoundSums.from_scores(scores), claim_mu=mu).mu_lo(
-                    1.0 - confidence)
+                    1.0 - confidence
+                )
                 over += lo > mu
                 total += lo
-            rows.append({"k": k, "law": name, "mu": mu, "runs": runs, "over": over,
-                         "mean_mu_lo": total / runs})
+            rows.append(
+                {
+                    "k": k,
+                    "law": name,
+                    "mu": mu,
+                    "runs": runs,
+                    "over": over,
+                    "mean_mu_lo": total / runs,
+                }
+            )
     return rows
 
 
@@ -250,36 +300,54 @@ def main(argv=None) -> None:
     check = binomial_limit(args.runs, 0.05, false_fail=1e-3, against=0.08)
     if args.coverage:
         print(f"# mu_lo (95%) of the normal-score test, {args.runs} runs per cell; check: {check}")
-        print("| k | seen scores | true mu | mu_lo > true mu | 95% CI | mean mu_lo | within limit |")
+        print(
+            "| k | seen scores | true mu | mu_lo > true mu | 95% CI | mean mu_lo | within limit |"
+        )
         print("|---|---|---|---|---|---|---|")
         for row in coverage_table(runs=args.runs):
             lo, hi = clopper_pearson(row["over"], row["runs"])
-            print(f"| {row['k']} | {row['law']} | {row['mu']:.3g} | {row['over'] / row['runs']:.1%} "
-                  f"| {lo:.1%}-{hi:.1%} | {row['mean_mu_lo']:.3f} | "
-                  f"{'yes' if check.passes(row['over']) else 'NO'} |")
+            print(
+                f"| {row['k']} | {row['law']} | {row['mu']:.3g} | {row['over'] / row['runs']:.1%} "
+                f"| {lo:.1%}-{hi:.1%} | {row['mean_mu_lo']:.3f} | "
+                f"{'yes' if check.passes(row['over']) else 'NO'} |"
+            )
     elif args.validity:
-        print(f"# false alarms over all 11 looks and all tests, k = {args.k}, T = 10, {args.runs} runs; "
-              f"check: {check}")
-        print("| seen scores (mechanism meets its claim) | claim mu | false alarms | 95% CI | within limit |")
+        print(
+            f"# false alarms over all 11 looks and all tests, k = {args.k}, T = 10, {args.runs} runs; "
+            f"check: {check}"
+        )
+        print(
+            "| seen scores (mechanism meets its claim) | claim mu | false alarms | 95% CI | within limit |"
+        )
         print("|---|---|---|---|---|")
+
         def show(row):
             lo, hi = clopper_pearson(row["false_alarms"], row["runs"])
-            print(f"| {row['law']} | {row['claim_mu']:.3f} | {row['false_alarms'] / row['runs']:.1%} "
-                  f"| {lo:.1%}-{hi:.1%} | {'yes' if check.passes(row['false_alarms']) else 'NO'} |",
-                  flush=True)
+            print(
+                f"| {row['law']} | {row['claim_mu']:.3f} | {row['false_alarms'] / row['runs']:.1%} "
+                f"| {lo:.1%}-{hi:.1%} | {'yes' if check.passes(row['false_alarms']) else 'NO'} |",
+                flush=True,
+            )
 
         validity_table(runs=args.runs, k=args.k, on_row=show)
     else:
-        print(f"# claim z = 1, r = 1, T = 10, {args.runs} runs per cell (same runs for both alarms)")
-        print("| k | noise x s | new alarm | old alarm | NP limit (seen mean, end) | new: median first look |")
+        print(
+            f"# claim z = 1, r = 1, T = 10, {args.runs} runs per cell (same runs for both alarms)"
+        )
+        print(
+            "| k | noise x s | new alarm | old alarm | NP limit (seen mean, end) | new: median first look |"
+        )
         print("|---|---|---|---|---|---|")
         for k in [int(x) for x in args.ks.split(",")]:
             for scale in [float(x) for x in args.scales.split(",")]:
-                row, = power_table([k], [scale], runs=args.runs)
+                (row,) = power_table([k], [scale], runs=args.runs)
                 look = row["median_look"]
-                print(f"| {row['k']} | {row['s']:g} | {row['new'] / row['runs']:.1%} | "
-                      f"{row['old'] / row['runs']:.1%} | {row['np']:.1%} | "
-                      f"{'never' if look > 11 else f'{look:g}'} |", flush=True)
+                print(
+                    f"| {row['k']} | {row['s']:g} | {row['new'] / row['runs']:.1%} | "
+                    f"{row['old'] / row['runs']:.1%} | {row['np']:.1%} | "
+                    f"{'never' if look > 11 else f'{look:g}'} |",
+                    flush=True,
+                )
     print(f"# {time.time() - start:.0f} s")
 
 

@@ -25,8 +25,14 @@ from flaudit.auditor.estimators.null import null_probit
 
 from ._common import clopper_pearson
 
-CELLS = [(1000, 400, 1.0), (1000, 400, 3.0), (1000, 900, 3.0), (10_000, 2000, 3.0),
-         (1000, 900, 7.5), (100_000, 10_000, 1.0)]  # (d, k, mu)
+CELLS = [
+    (1000, 400, 1.0),
+    (1000, 400, 3.0),
+    (1000, 900, 3.0),
+    (10_000, 2000, 3.0),
+    (1000, 900, 7.5),
+    (100_000, 10_000, 1.0),
+]  # (d, k, mu)
 
 
 def cell(d: int, k: int, mu: float, *, runs: int, seed: int = 0) -> dict:
@@ -59,8 +65,11 @@ def main() -> None:
     for d, k, mu in CELLS:
         res = cell(d, k, mu, runs=args.runs)
         lo, hi = clopper_pearson(res["covered"], res["runs"])
-        print(f"| {d} | {k} | {mu:g} | {100 * res['covered'] / res['runs']:.1f}% "
-              f"[{100 * lo:.1f}, {100 * hi:.1f}] |", flush=True)
+        print(
+            f"| {d} | {k} | {mu:g} | {100 * res['covered'] / res['runs']:.1f}% "
+            f"[{100 * lo:.1f}, {100 * hi:.1f}] |",
+            flush=True,
+        )
     print(f"{args.runs} releases per cell in {time.time() - t0:.0f} s")
 
 

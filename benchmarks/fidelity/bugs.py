@@ -27,6 +27,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from benchmarks.fidelity._common import clopper_pearson, dump, fmt  # noqa: E402
 from flaudit.auditor.estimators.analytic import analytic_epsilon  # noqa: E402
 from flaudit.server.simulated_audit import (
     VALID_LOWER_BOUNDS,
@@ -37,7 +38,6 @@ from flaudit.server.simulated_audit import (
     claimed_sampling_probability,
     simulate_dpfedavg_audit,
 )
-from benchmarks.fidelity._common import clopper_pearson, dump, fmt  # noqa: E402
 
 CASES = [
     (DPBug.none, 1.0),
@@ -61,7 +61,9 @@ def true_epsilons(config: FedAvgSimulation) -> dict[str, float]:
     def known(z_eff: float, parts: int) -> float:
         if z_eff == 0:
             return math.inf
-        return analytic_epsilon(z_eff, 1.0, 1, delta, participations=parts, accountants=())[0].epsilon
+        return analytic_epsilon(z_eff, 1.0, 1, delta, participations=parts, accountants=())[
+            0
+        ].epsilon
 
     def poisson(z_eff: float, q_eff: float) -> float:
         if z_eff == 0:
@@ -85,7 +87,9 @@ def true_epsilons(config: FedAvgSimulation) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--reps", type=int, default=40, help="runs per bug")
     p.add_argument("--null-reps", type=int, default=100, help="runs of the correct implementation")
     p.add_argument("--dim", type=int, default=10_000)
@@ -93,19 +97,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-rounds", type=int, default=10)
     p.add_argument("--noise-multiplier", type=float, default=2.0)
     p.add_argument("--seed", type=int, default=66)
-    p.add_argument("--cases", nargs="+", default=None,
-                   help="subset of bug:factor cases, e.g. none:1 no_clipping:4 (default: all)")
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        default=None,
+        help="subset of bug:factor cases, e.g. none:1 no_clipping:4 (default: all)",
+    )
     args = p.parse_args(argv)
-    base = FedAvgSimulation(dim=args.dim, num_canaries=args.num_canaries, num_rounds=args.num_rounds,
-                            noise_multiplier=args.noise_multiplier)
+    base = FedAvgSimulation(
+        dim=args.dim,
+        num_canaries=args.num_canaries,
+        num_rounds=args.num_rounds,
+        noise_multiplier=args.noise_multiplier,
+    )
     claims = claimed_epsilons(base)
     claim = claims["known_rounds"]
     print(f"config: {base}")
-    print(f"claimed (service, dp-accounting): known_rounds {claim:.3f}, poisson pld "
-          f"{claims['poisson_pld']:.3f}, poisson rdp {claims['poisson_rdp']:.3f}", flush=True)
+    print(
+        f"claimed (service, dp-accounting): known_rounds {claim:.3f}, poisson pld "
+        f"{claims['poisson_pld']:.3f}, poisson rdp {claims['poisson_rdp']:.3f}",
+        flush=True,
+    )
     cases = CASES
     if args.cases:
-        wanted = {(DPBug(c.split(":")[0]), float(c.split(":")[1]) if ":" in c else 1.0) for c in args.cases}
+        wanted = {
+            (DPBug(c.split(":")[0]), float(c.split(":")[1]) if ":" in c else 1.0)
+            for c in args.cases
+        }
         cases = [c for c in CASES if c in wanted]
     rows = []
     for bug, factor in cases:
@@ -124,14 +142,20 @@ def main(argv: list[str] | None = None) -> int:
             best.append(valid)
             alarms += valid > claim
             alarms_poisson += valid > claims["poisson_pld"]
-            alarms_uncorrected += max(e["final_model/lower_bound/none"], e["all_iterates/lower_bound/none"]) > claim
+            alarms_uncorrected += (
+                max(e["final_model/lower_bound/none"], e["all_iterates/lower_bound/none"]) > claim
+            )
             est_above += e["all_iterates/two_gaussian/fitted"] > claim
             for b in VALID_LOWER_BOUNDS:
                 per_bound[b] += e[b] > claim
         row = {
-            "bug": bug.value, "bug_factor": factor, "reps": reps,
-            "true_epsilon_canary": truth["canary"], "true_epsilon_client": truth["client"],
-            "ratio_canary": truth["canary"] / claim, "alarm_rate": alarms / reps,
+            "bug": bug.value,
+            "bug_factor": factor,
+            "reps": reps,
+            "true_epsilon_canary": truth["canary"],
+            "true_epsilon_client": truth["client"],
+            "ratio_canary": truth["canary"] / claim,
+            "alarm_rate": alarms / reps,
             "alarm_ci95": clopper_pearson(alarms, reps),
             "alarm_rate_vs_poisson_claim": alarms_poisson / reps,
             "uncorrected_alarm_rate": alarms_uncorrected / reps,
@@ -142,12 +166,15 @@ def main(argv: list[str] | None = None) -> int:
         }
         rows.append(row)
         lo, hi = row["alarm_ci95"]
-        print(f"{bug.value:>20} x{factor:<4g} true eps canary {fmt(truth['canary']):>7} "
-              f"(x{fmt(row['ratio_canary'])}) client {fmt(truth['client']):>7} | alarm "
-              f"{row['alarm_rate']:.3f} [{lo:.3f}, {hi:.3f}] | vs poisson claim "
-              f"{row['alarm_rate_vs_poisson_claim']:.3f} | uncorrected {row['uncorrected_alarm_rate']:.3f}"
-              f" | eps_est-all > claim {row['estimate_above_claim_rate']:.3f} | median best bound "
-              f"{row['median_best_valid_bound']:.2f} | {row['seconds_per_run']:.2f} s/run", flush=True)
+        print(
+            f"{bug.value:>20} x{factor:<4g} true eps canary {fmt(truth['canary']):>7} "
+            f"(x{fmt(row['ratio_canary'])}) client {fmt(truth['client']):>7} | alarm "
+            f"{row['alarm_rate']:.3f} [{lo:.3f}, {hi:.3f}] | vs poisson claim "
+            f"{row['alarm_rate_vs_poisson_claim']:.3f} | uncorrected {row['uncorrected_alarm_rate']:.3f}"
+            f" | eps_est-all > claim {row['estimate_above_claim_rate']:.3f} | median best bound "
+            f"{row['median_best_valid_bound']:.2f} | {row['seconds_per_run']:.2f} s/run",
+            flush=True,
+        )
     print(dump({"config": str(base), "claims": claims, "rows": rows}))
     return 0
 

@@ -27,10 +27,12 @@ from flaudit.auditor.claims.tiers import AlarmTest
 CELLS = [(900, 1000, 1), (900, 1000, 4), (400, 1000, 1), (1000, 10_000, 10)]  # (k, d, T)
 
 
-def caught(s: float, *, nu: float, per_round: float, rounds: int, crit: float, runs: int,
-           rng) -> float:
-    r = ((math.sqrt(per_round) / s + rng.standard_normal((runs, rounds)))
-         / np.sqrt(rng.chisquare(nu, (runs, rounds)) / nu))
+def caught(
+    s: float, *, nu: float, per_round: float, rounds: int, crit: float, runs: int, rng
+) -> float:
+    r = (math.sqrt(per_round) / s + rng.standard_normal((runs, rounds))) / np.sqrt(
+        rng.chisquare(nu, (runs, rounds)) / nu
+    )
     y = nct_normal_score(r, nu, math.sqrt(per_round))
     return float(np.mean(y.sum(axis=1) / math.sqrt(rounds) > crit))
 
@@ -43,17 +45,28 @@ def main() -> None:
     print("| k | d | T | s* with d | caught | s* (scale known) | caught |")
     print("|---|---|---|---|---|---|---|")
     for k, d, rounds in CELLS:
-        spec = SimpleNamespace(num_canaries=k, accounted_noise_multiplier=1.0, canary_repeats=1,
-                               num_rounds=rounds, delta=1e-6)
+        spec = SimpleNamespace(
+            num_canaries=k,
+            accounted_noise_multiplier=1.0,
+            canary_repeats=1,
+            num_rounds=rounds,
+            delta=1e-6,
+        )
         new, old = audit_design(spec, dim=d), audit_design(spec)
         per_round = new.expected_seen_participations / rounds
-        crit = float(special.ndtri(1 - look_level(AlarmTest.known_rounds_normal_scores,
-                                                  rounds + 1, rounds + 1)))
+        crit = float(
+            special.ndtri(
+                1 - look_level(AlarmTest.known_rounds_normal_scores, rounds + 1, rounds + 1)
+            )
+        )
         kw = dict(nu=d - k, per_round=per_round, rounds=rounds, crit=crit, runs=args.runs, rng=rng)
         a = caught(new.detectable_noise_scale, **kw)
         b = caught(old.detectable_noise_scale, **kw)
-        print(f"| {k} | {d} | {rounds} | {new.detectable_noise_scale:.3f} | {100 * a:.1f}% "
-              f"| {old.detectable_noise_scale:.3f} | {100 * b:.1f}% |", flush=True)
+        print(
+            f"| {k} | {d} | {rounds} | {new.detectable_noise_scale:.3f} | {100 * a:.1f}% "
+            f"| {old.detectable_noise_scale:.3f} | {100 * b:.1f}% |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

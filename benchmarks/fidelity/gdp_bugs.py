@@ -36,8 +36,9 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import math  # noqa: E402
 import time  # noqa: E402
 
-from flaudit.auditor.estimators import SequentialDPTest  # noqa: E402
+from benchmarks.fidelity._common import clopper_pearson  # noqa: E402
 from flaudit.auditor.claims import AuditLook, decide_alarm, summarize
+from flaudit.auditor.estimators import SequentialDPTest  # noqa: E402
 from flaudit.server.simulated_audit import (
     DPBug,
     FedAvgSimulation,
@@ -45,14 +46,22 @@ from flaudit.server.simulated_audit import (
     simulate_dpfedavg_audit,
     simulation_claims,
 )
-from benchmarks.fidelity._common import clopper_pearson  # noqa: E402
 
 #: The simulated run. Clients send S (0.1 u + g / sqrt(d)) (mostly their own direction), so the
 #: real clients' projections onto a canary stay small beside the DP noise.
 BASE = FedAvgSimulation(
-    dim=10_000, num_clients=2000, clients_per_round=100, num_rounds=10, num_canaries=1000,
-    canary_repeats=1, noise_multiplier=1.0, clip_norm=1.0, momentum=0.9, client_signal=0.1,
-    client_noise=1.0, delta=1e-6,
+    dim=10_000,
+    num_clients=2000,
+    clients_per_round=100,
+    num_rounds=10,
+    num_canaries=1000,
+    canary_repeats=1,
+    noise_multiplier=1.0,
+    clip_norm=1.0,
+    momentum=0.9,
+    client_signal=0.1,
+    client_noise=1.0,
+    delta=1e-6,
 )
 
 ROWS = [
@@ -64,8 +73,16 @@ ROWS = [
     ("4× participations", dict(bug=DPBug.extra_participation, bug_factor=4.0)),
 ]
 
-COLUMNS = ["error", "poisson_warning", "error_final_only", "mu_lo", "fdp_one_run", "eps_lo", "steinke",
-           "sequential"]
+COLUMNS = [
+    "error",
+    "poisson_warning",
+    "error_final_only",
+    "mu_lo",
+    "fdp_one_run",
+    "eps_lo",
+    "steinke",
+    "sequential",
+]
 
 
 def one_run(config: FedAvgSimulation, claims, eps_claim: float, seed: int) -> dict[str, bool]:
@@ -74,27 +91,49 @@ def one_run(config: FedAvgSimulation, claims, eps_claim: float, seed: int) -> di
     seen, d, delta = result.seen, result.dim, config.delta
     statuses, with_poisson = [], []
     for t in range(1, config.num_rounds + 1):
-        summary = summarize(AuditLook(seen=seen, dim=d, delta=delta, threat_models=("all_iterates",),
-                            max_cosines=result.max_cosines_history[t - 1],
-                            known_rounds_scores=result.known_rounds_history[t - 1],
-                            known_rounds_rounds=result.rounds_at(t), scale_dof=result.scale_dof,
-                            claims=claims))
+        summary = summarize(
+            AuditLook(
+                seen=seen,
+                dim=d,
+                delta=delta,
+                threat_models=("all_iterates",),
+                max_cosines=result.max_cosines_history[t - 1],
+                known_rounds_scores=result.known_rounds_history[t - 1],
+                known_rounds_rounds=result.rounds_at(t),
+                scale_dof=result.scale_dof,
+                claims=claims,
+            )
+        )
         statuses.append(decide_alarm(summary.claim_tests, look=t, num_looks=looks).status)
-        with_poisson.append(decide_alarm(summary.claim_tests, look=t, num_looks=looks,
-                                         poisson_warning=True).status)
-    final = summarize(AuditLook(seen=seen, dim=d, delta=delta, max_cosines=result.max_cosines,
-                      final_cosines=result.final_cosines,
-                      known_rounds_scores=result.known_rounds_scores,
-                      known_rounds_rounds=result.known_rounds_rounds, scale_dof=result.scale_dof,
-                      claims=claims, one_run=True))
+        with_poisson.append(
+            decide_alarm(summary.claim_tests, look=t, num_looks=looks, poisson_warning=True).status
+        )
+    final = summarize(
+        AuditLook(
+            seen=seen,
+            dim=d,
+            delta=delta,
+            max_cosines=result.max_cosines,
+            final_cosines=result.final_cosines,
+            known_rounds_scores=result.known_rounds_scores,
+            known_rounds_rounds=result.known_rounds_rounds,
+            scale_dof=result.scale_dof,
+            claims=claims,
+            one_run=True,
+        )
+    )
     final_status = decide_alarm(final.claim_tests, look=looks, num_looks=looks).status
     statuses.append(final_status)
-    with_poisson.append(decide_alarm(final.claim_tests, look=looks, num_looks=looks,
-                                     poisson_warning=True).status)
+    with_poisson.append(
+        decide_alarm(final.claim_tests, look=looks, num_looks=looks, poisson_warning=True).status
+    )
     est = {(e.threat_model, e.estimator.value, e.correction.value): e for e in final.estimates}
     mu_claim = claims[0].mu
-    valid_eps_lo = [est[(tm, "lower_bound", "bonferroni")].epsilon
-                    for tm in ("final_model", "all_iterates") if (tm, "lower_bound", "bonferroni") in est]
+    valid_eps_lo = [
+        est[(tm, "lower_bound", "bonferroni")].epsilon
+        for tm in ("final_model", "all_iterates")
+        if (tm, "lower_bound", "bonferroni") in est
+    ]
     steinke = [e.epsilon for e in final.estimates if e.estimator.value == "one_run"]
     fdp = est.get(("final_model", "fdp_one_run", "bonferroni"))
     known = est.get(("known_rounds", "gdp_lower_bound", "bonferroni"))
@@ -117,16 +156,20 @@ def one_run(config: FedAvgSimulation, claims, eps_claim: float, seed: int) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=200, help="runs per correct row")
-    parser.add_argument("--bug-reps", type=int, default=None, help="runs per bug row (default --reps)")
+    parser.add_argument(
+        "--bug-reps", type=int, default=None, help="runs per bug row (default --reps)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rows", default=None, help="comma-separated row numbers (0-based)")
     args = parser.parse_args()
     rows = ROWS if args.rows is None else [ROWS[int(i)] for i in args.rows.split(",")]
     eps_claim = claimed_epsilons(BASE)["known_rounds"]
-    print(f"k={BASE.num_canaries}, d={BASE.dim}, T={BASE.num_rounds}, m={BASE.clients_per_round}, "
-          f"N={BASE.num_clients}, z=1, momentum {BASE.momentum}, known-rounds claim mu=1 "
-          f"(eps={eps_claim:.2f} at delta={BASE.delta:g}); alarm alpha=5% over {BASE.num_rounds + 1} "
-          "looks")
+    print(
+        f"k={BASE.num_canaries}, d={BASE.dim}, T={BASE.num_rounds}, m={BASE.clients_per_round}, "
+        f"N={BASE.num_clients}, z=1, momentum {BASE.momentum}, known-rounds claim mu=1 "
+        f"(eps={eps_claim:.2f} at delta={BASE.delta:g}); alarm alpha=5% over {BASE.num_rounds + 1} "
+        "looks"
+    )
     header = "| run | runs | " + " | ".join(COLUMNS) + " |"
     print(header)
     print("|" + "---|" * (len(COLUMNS) + 2))

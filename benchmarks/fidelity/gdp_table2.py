@@ -34,16 +34,16 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from benchmarks.fidelity._common import clopper_pearson  # noqa: E402
+from flaudit.auditor.claims.curve_tests import claim_test
+from flaudit.auditor.claims.curves import GaussianDPClaim
+from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines  # noqa: E402
 from flaudit.auditor.claims.normal_scores import final_model_rounds, normal_score_test  # noqa: E402
 from flaudit.auditor.estimators import epsilon_lower_bound  # noqa: E402
 from flaudit.auditor.estimators.analytic import gaussian_sigma_for_epsilon  # noqa: E402
-from flaudit.auditor.claims.curves import GaussianDPClaim
-from flaudit.auditor.claims.curve_tests import claim_test
 from flaudit.auditor.estimators.gdp import gdp_epsilon, gdp_lower_bound
 from flaudit.auditor.estimators.lower_bound import Bonferroni  # noqa: E402
-from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines  # noqa: E402
 from flaudit.server.simulated_audit import sample_null_cosines  # noqa: E402
-from benchmarks.fidelity._common import clopper_pearson  # noqa: E402
 
 TARGETS = {1.0: 0.6, 3.0: 2.5, 10.0: 9.2}
 
@@ -60,7 +60,9 @@ def run_row(true_eps: float, *, d: int, k: int, delta: float, reps: int, seed: i
         gdp.append(gdp_lower_bound(g, d=d, delta=delta).epsilon)
         eps_lo.append(epsilon_lower_bound(g, d=d, delta=delta, correction=Bonferroni()).epsilon)
         rejected += claim_test(g, d=d, claim=claim).rejected(0.05)
-        mu_lo = normal_score_test(final_model_rounds(g, d, dof=d - k), claim_mu=claim.mu).mu_lo(0.05)
+        mu_lo = normal_score_test(final_model_rounds(g, d, dof=d - k), claim_mu=claim.mu).mu_lo(
+            0.05
+        )
         normal.append(gdp_epsilon(mu_lo, delta))
     gdp, eps_lo, normal = np.array(gdp), np.array(eps_lo), np.array(normal)
     tol = 1e-9
@@ -85,12 +87,16 @@ def main() -> None:
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    print(f"Table 2 setting: Gaussian mechanism, d={args.d}, k={args.k} (all inserted), "
-          f"delta={args.delta:g}, {args.reps} runs per row; 95% bounds, GDP_BONFERRONI (two "
-          "thresholds), exact null FPR")
-    print("| true ε | mean ε from μ_lo (GDP, Clopper–Pearson) | target | exceed. (95% CI) | "
-          "mean ε_lo (today, Jeffreys) | exceed. | claim test μ=1/σ rejects (5%) | "
-          "mean ε from normal-score μ_lo | exceed. |")
+    print(
+        f"Table 2 setting: Gaussian mechanism, d={args.d}, k={args.k} (all inserted), "
+        f"delta={args.delta:g}, {args.reps} runs per row; 95% bounds, GDP_BONFERRONI (two "
+        "thresholds), exact null FPR"
+    )
+    print(
+        "| true ε | mean ε from μ_lo (GDP, Clopper–Pearson) | target | exceed. (95% CI) | "
+        "mean ε_lo (today, Jeffreys) | exceed. | claim test μ=1/σ rejects (5%) | "
+        "mean ε from normal-score μ_lo | exceed. |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     t0 = time.time()
     for i, eps in enumerate((0.0, 1.0, 3.0, 10.0)):
@@ -98,10 +104,13 @@ def main() -> None:
         n = row["reps"]
         lo, hi = clopper_pearson(row["gdp_exceed"], n)
         target = TARGETS.get(eps)
-        print(f"| {eps:g} | {row['gdp_mean']:.3f} | {f'≥ {target:g}' if target else '—'} | "
-              f"{row['gdp_exceed']}/{n} ({lo:.1%}–{hi:.1%}) | {row['eps_lo_mean']:.3f} | "
-              f"{row['eps_lo_exceed']}/{n} | {row['claim_rejected']}/{n} | "
-              f"{row['normal_mean']:.3f} | {row['normal_exceed']}/{n} |", flush=True)
+        print(
+            f"| {eps:g} | {row['gdp_mean']:.3f} | {f'≥ {target:g}' if target else '—'} | "
+            f"{row['gdp_exceed']}/{n} ({lo:.1%}–{hi:.1%}) | {row['eps_lo_mean']:.3f} | "
+            f"{row['eps_lo_exceed']}/{n} | {row['claim_rejected']}/{n} | "
+            f"{row['normal_mean']:.3f} | {row['normal_exceed']}/{n} |",
+            flush=True,
+        )
     print(f"wall time {time.time() - t0:.0f} s")
 
 

@@ -38,13 +38,15 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np
+
+from benchmarks.fidelity._common import clopper_pearson
 from flaudit.auditor.claims import (
+    AuditLook,
     RoundSums,
     audit_design,
     largest_valid_bound,
     look_level,
     normal_score_test,
-    AuditLook,
     summarize,
 )
 from flaudit.auditor.claims.sizing import seen_low
@@ -52,22 +54,31 @@ from flaudit.auditor.claims.tiers import AlarmTest
 from flaudit.auditor.estimators.gdp import gdp_epsilon
 from flaudit.server.simulated_audit import FedAvgSimulation, simulate_dpfedavg_audit
 
-from benchmarks.fidelity._common import clopper_pearson
-
 #: (name, dim, rounds = repeats): the final model and the known rounds both carry the whole
 #: claim, so two bounds are tight and three more valid
 CELLS = [("T=r=1, d=5000", 5000, 1), ("T=r=2, d=5000", 5000, 2), ("T=r=3, d=600", 600, 3)]
 K, DELTA = 200, 1e-5
 
 
-def _headline(cfg: FedAvgSimulation, result, confidence: float,
-              one_run: bool = True) -> tuple[float, dict | None]:
-    summary = summarize(AuditLook(
-        seen=result.seen, dim=result.dim, delta=DELTA, final_cosines=result.final_cosines,
-        max_cosines=result.max_cosines, known_rounds_scores=result.known_rounds_scores,
-        known_rounds_rounds=result.known_rounds_rounds, canary_repeats=cfg.canary_repeats,
-        one_run=one_run, num_rounds=result.num_rounds, scale_dof=result.scale_dof,
-        confidence=confidence))
+def _headline(
+    cfg: FedAvgSimulation, result, confidence: float, one_run: bool = True
+) -> tuple[float, dict | None]:
+    summary = summarize(
+        AuditLook(
+            seen=result.seen,
+            dim=result.dim,
+            delta=DELTA,
+            final_cosines=result.final_cosines,
+            max_cosines=result.max_cosines,
+            known_rounds_scores=result.known_rounds_scores,
+            known_rounds_rounds=result.known_rounds_rounds,
+            canary_repeats=cfg.canary_repeats,
+            one_run=one_run,
+            num_rounds=result.num_rounds,
+            scale_dof=result.scale_dof,
+            confidence=confidence,
+        )
+    )
     bound = largest_valid_bound([e.to_dict() for e in summary.estimates])
     return 0.0 if bound is None else float(bound["epsilon"]), bound
 
@@ -76,9 +87,18 @@ def headline(reps: int) -> None:
     print("1. headline bound above the true epsilon (correct noise), share of runs")
     print(f"{'cell':<16} {'runs':>5} {'new':>22} {'old (2 x 95%)':>22} {'m':>3} {'s/run':>6}")
     for name, dim, r in CELLS:
-        cfg = FedAvgSimulation(dim=dim, num_clients=500, clients_per_round=50, num_rounds=r,
-                               num_canaries=K, canary_repeats=r, noise_multiplier=1.0,
-                               client_signal=0.1, delta=DELTA, participation="uniform")
+        cfg = FedAvgSimulation(
+            dim=dim,
+            num_clients=500,
+            clients_per_round=50,
+            num_rounds=r,
+            num_canaries=K,
+            canary_repeats=r,
+            noise_multiplier=1.0,
+            client_signal=0.1,
+            delta=DELTA,
+            participation="uniform",
+        )
         truth = float(gdp_epsilon(math.sqrt(r) / cfg.noise_multiplier, DELTA))
         new = old = 0
         m = None
@@ -101,8 +121,9 @@ def headline(reps: int) -> None:
 
 
 def _design_spec(k: int, T: int):
-    return SimpleNamespace(num_canaries=k, accounted_noise_multiplier=1.0, canary_repeats=1,
-                           num_rounds=T, delta=DELTA)
+    return SimpleNamespace(
+        num_canaries=k, accounted_noise_multiplier=1.0, canary_repeats=1, num_rounds=T, delta=DELTA
+    )
 
 
 def _caught(rng, reps, *, k, T, scale, level, dof, split):
@@ -125,8 +146,10 @@ def _caught(rng, reps, *, k, T, scale, level, dof, split):
 def design(reps: int) -> None:
     T = 10
     # a design whose s* lies just above a printed digit (as the 0.8162, printed 0.82)
-    k = min(range(300, 3001), key=lambda n: abs(audit_design(_design_spec(n, T))
-                                                 .detectable_noise_scale - 0.8162))
+    k = min(
+        range(300, 3001),
+        key=lambda n: abs(audit_design(_design_spec(n, T)).detectable_noise_scale - 0.8162),
+    )
     print(f"\n2. design (z = 1, T = {T}, r = 1, k = {k}): caught in share of runs")
     print(f"{'scale':<10} {'split':<6} {'factor':>8} {'caught':>22}")
     rng = np.random.default_rng(38)
@@ -138,23 +161,32 @@ def design(reps: int) -> None:
         dof = math.inf if dim is None else float(dim - k)
         print(f"  s* = {s:.4f}, printed: {d.summary}")
         for split in (False, True):
-            for factor, what in ((printed, "printed"), (math.ceil(s * 100) / 100, "ceil"),
-                                 (s, "s*")):
+            for factor, what in (
+                (printed, "printed"),
+                (math.ceil(s * 100) / 100, "ceil"),
+                (s, "s*"),
+            ):
                 n = reps if math.isinf(dof) else reps // 2
                 hits = _caught(rng, n, k=k, T=T, scale=factor, level=level, dof=dof, split=split)
                 lo, hi = clopper_pearson(hits, n)
-                print(f"{label:<10} {'coin' if split else 'fixed':<6} {factor:>8.4f} "
-                      f"{hits / n:6.1%} [{lo:5.1%}, {hi:5.1%}] ({what}, {n} runs)", flush=True)
+                print(
+                    f"{label:<10} {'coin' if split else 'fixed':<6} {factor:>8.4f} "
+                    f"{hits / n:6.1%} [{lo:5.1%}, {hi:5.1%}] ({what}, {n} runs)",
+                    flush=True,
+                )
 
 
 def ramp(reps: int) -> None:
     T, late = 20, 17
     weights = np.array([1.0] * (late - 1) + [2.0] * (T - late + 1))
-    k = next(n for n in range(10, 2000)
-             if audit_design(_design_spec(n, T)).detectable_noise_scale >= 0.5)
+    k = next(
+        n for n in range(10, 2000) if audit_design(_design_spec(n, T)).detectable_noise_scale >= 0.5
+    )
     d = audit_design(_design_spec(k, T))
-    print(f"\n3. ramp (z = 1, T = {T}, weight 1 then 2 from round {late}, k = {k}: "
-          f"{d.summary}), noise x 0.5")
+    print(
+        f"\n3. ramp (z = 1, T = {T}, weight 1 then 2 from round {late}, k = {k}: "
+        f"{d.summary}), noise x 0.5"
+    )
     levels = [look_level(AlarmTest.known_rounds_normal_scores, t, T + 1) for t in range(1, T + 1)]
     levels.append(look_level(AlarmTest.known_rounds_normal_scores, T + 1, T + 1))
     rng = np.random.default_rng(39)
@@ -173,12 +205,18 @@ def ramp(reps: int) -> None:
             rounds = RoundSums(sums[:t][keep], counts[:t][keep], math.inf)
             level = levels[look - 1]
             fired["max"] |= normal_score_test(rounds, claim_mu=heaviest).p_value <= level
-            fired["own"] |= normal_score_test(rounds.with_weights(weights[:t][keep] / heaviest),
-                                              claim_mu=heaviest).p_value <= level
+            fired["own"] |= (
+                normal_score_test(
+                    rounds.with_weights(weights[:t][keep] / heaviest), claim_mu=heaviest
+                ).p_value
+                <= level
+            )
         for key in named:
             named[key] += fired[key]
-    for key, what in (("max", "every round at the running maximum weight (before)"),
-                      ("own", "each round at its own weight (now)")):
+    for key, what in (
+        ("max", "every round at the running maximum weight (before)"),
+        ("own", "each round at its own weight (now)"),
+    ):
         lo, hi = clopper_pearson(named[key], reps)
         print(f"  {what:<52} {named[key] / reps:6.1%} [{lo:5.1%}, {hi:5.1%}] ({reps} runs)")
 

@@ -33,21 +33,22 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from benchmarks.fidelity._common import dump  # noqa: E402
+from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines  # noqa: E402
 from flaudit.auditor.estimators import final_model_epsilon  # noqa: E402
 from flaudit.auditor.estimators.analytic import (
     gaussian_epsilon_for_sigma,
     gaussian_sigma_for_epsilon,
 )
 from flaudit.auditor.estimators.interference import effective_noise_multiplier, interference_warning
-from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines  # noqa: E402
 from flaudit.auditor.results import VarianceTreatment  # noqa: E402
-from benchmarks.fidelity._common import dump  # noqa: E402
 
 RATIOS = (0.001, 0.003, 0.01, 0.03, 0.1)
 
 
-def measure(sigma: float, d: int, k: int, delta: float, reps: int, seed: int,
-            family: str = "gaussian") -> dict:
+def measure(
+    sigma: float, d: int, k: int, delta: float, reps: int, seed: int, family: str = "gaussian"
+) -> dict:
     """Mean/sem of both estimates over ``reps`` simulated audits."""
     null_var, fitted = [], []
     for r in range(reps):
@@ -55,26 +56,42 @@ def measure(sigma: float, d: int, k: int, delta: float, reps: int, seed: int,
         null_var.append(final_model_epsilon(g, d, delta, variance=VarianceTreatment.null).epsilon)
         fitted.append(final_model_epsilon(g, d, delta, variance=VarianceTreatment.fitted).epsilon)
     a, b = np.asarray(null_var), np.asarray(fitted)
-    return {"null_mean": float(a.mean()), "null_sem": float(a.std(ddof=1) / np.sqrt(reps)),
-            "fitted_mean": float(b.mean()), "fitted_sem": float(b.std(ddof=1) / np.sqrt(reps))}
+    return {
+        "null_mean": float(a.mean()),
+        "null_sem": float(a.std(ddof=1) / np.sqrt(reps)),
+        "fitted_mean": float(b.mean()),
+        "fitted_sem": float(b.std(ddof=1) / np.sqrt(reps)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 10.0, 30.0])
     p.add_argument("--dims", type=int, nargs="+", default=[20_000, 100_000])
     p.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS))
-    p.add_argument("--max-k", type=int, default=3000, help="skip cells with more canaries (memory k^2)")
+    p.add_argument(
+        "--max-k", type=int, default=3000, help="skip cells with more canaries (memory k^2)"
+    )
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=2025)
-    p.add_argument("--families", nargs="+", default=["gaussian"], choices=["gaussian", "orthogonal"])
-    p.add_argument("--simulator", action="store_true",
-                   help="also measure through the DP-FedAvg simulator (one round, see above)")
+    p.add_argument(
+        "--families", nargs="+", default=["gaussian"], choices=["gaussian", "orthogonal"]
+    )
+    p.add_argument(
+        "--simulator",
+        action="store_true",
+        help="also measure through the DP-FedAvg simulator (one round, see above)",
+    )
     args = p.parse_args(argv)
     rows = []
-    print(f"{'family':>10} {'eps':>5} {'d':>7} {'k':>5} {'k/d':>6} | {'eps_est(1/d)':>16} {'bias':>7} | "
-          f"{'eps_est(fit)':>16} {'bias':>7} | {'predicted':>9} | warning", flush=True)
+    print(
+        f"{'family':>10} {'eps':>5} {'d':>7} {'k':>5} {'k/d':>6} | {'eps_est(1/d)':>16} {'bias':>7} | "
+        f"{'eps_est(fit)':>16} {'bias':>7} | {'predicted':>9} | warning",
+        flush=True,
+    )
     for i, eps in enumerate(args.epsilons):
         sigma = gaussian_sigma_for_epsilon(eps, args.delta)
         analytic = gaussian_epsilon_for_sigma(sigma, args.delta)
@@ -84,23 +101,36 @@ def main(argv: list[str] | None = None) -> int:
                 if k < 10 or (k > args.max_k and family == "gaussian"):
                     continue
                 t0 = time.perf_counter()
-                m = measure(sigma, d, k, args.delta, args.reps, args.seed * 10**6 + i * 10**5 + k,
-                            family)
+                m = measure(
+                    sigma, d, k, args.delta, args.reps, args.seed * 10**6 + i * 10**5 + k, family
+                )
                 z_eff = effective_noise_multiplier(k, d, noise_multiplier=sigma, family=family)
                 predicted = gaussian_epsilon_for_sigma(z_eff, args.delta) / analytic - 1
                 warn = interference_warning(k, d, noise_multiplier=sigma, family=family)
                 warn_plain = interference_warning(k, d, family=family)
-                row = {"family": family, "analytic_epsilon": analytic, "sigma": sigma, "d": d,
-                       "k": k, "ratio": k / d,
-                       **m, "bias_null": m["null_mean"] / analytic - 1,
-                       "bias_fitted": m["fitted_mean"] / analytic - 1, "predicted_bias": predicted,
-                       "warns_with_noise": warn is not None, "warns_without_noise": warn_plain is not None,
-                       "seconds": time.perf_counter() - t0}
+                row = {
+                    "family": family,
+                    "analytic_epsilon": analytic,
+                    "sigma": sigma,
+                    "d": d,
+                    "k": k,
+                    "ratio": k / d,
+                    **m,
+                    "bias_null": m["null_mean"] / analytic - 1,
+                    "bias_fitted": m["fitted_mean"] / analytic - 1,
+                    "predicted_bias": predicted,
+                    "warns_with_noise": warn is not None,
+                    "warns_without_noise": warn_plain is not None,
+                    "seconds": time.perf_counter() - t0,
+                }
                 rows.append(row)
-                print(f"{family:>10} {analytic:>5.1f} {d:>7} {k:>5} {k / d:>6.3f} | {m['null_mean']:>8.3f} +- "
-                      f"{m['null_sem']:<5.3f} {row['bias_null']:>+7.1%} | {m['fitted_mean']:>8.3f} +- "
-                      f"{m['fitted_sem']:<5.3f} {row['bias_fitted']:>+7.1%} | {predicted:>+9.1%} | "
-                      f"{'z-aware' if warn else '-'}/{'k/d' if warn_plain else '-'}", flush=True)
+                print(
+                    f"{family:>10} {analytic:>5.1f} {d:>7} {k:>5} {k / d:>6.3f} | {m['null_mean']:>8.3f} +- "
+                    f"{m['null_sem']:<5.3f} {row['bias_null']:>+7.1%} | {m['fitted_mean']:>8.3f} +- "
+                    f"{m['fitted_sem']:<5.3f} {row['bias_fitted']:>+7.1%} | {predicted:>+9.1%} | "
+                    f"{'z-aware' if warn else '-'}/{'k/d' if warn_plain else '-'}",
+                    flush=True,
+                )
     sim_rows = simulator_rows(args) if args.simulator else []
     print(dump({"delta": args.delta, "reps": args.reps, "rows": rows, "simulator": sim_rows}))
     return 0
@@ -110,9 +140,11 @@ def simulator_rows(args) -> list[dict]:
     """One-round DP-FedAvg simulator runs: final-model estimate (null variance) vs eps(z)."""
     from flaudit.server.simulated_audit import FedAvgSimulation, simulate_dpfedavg_audit
 
-    print(f"\nDP-FedAvg simulator, one round, all seen canaries inserted, silent real clients:\n"
-          f"{'family':>10} {'eps':>5} {'d':>7} {'k':>5} {'k/d':>6} | {'eps_est(1/d)':>16} {'bias':>7}",
-          flush=True)
+    print(
+        f"\nDP-FedAvg simulator, one round, all seen canaries inserted, silent real clients:\n"
+        f"{'family':>10} {'eps':>5} {'d':>7} {'k':>5} {'k/d':>6} | {'eps_est(1/d)':>16} {'bias':>7}",
+        flush=True,
+    )
     rows = []
     for i, eps in enumerate(args.epsilons):
         sigma = gaussian_sigma_for_epsilon(eps, args.delta)
@@ -123,22 +155,48 @@ def simulator_rows(args) -> list[dict]:
                 if k < 10 or (k > args.max_k and family == "gaussian"):
                     continue
                 config = FedAvgSimulation(
-                    dim=d, num_clients=1000, clients_per_round=50, num_rounds=1,
-                    num_canaries=k, canary_repeats=1, noise_multiplier=sigma,
-                    client_signal=0.0, client_noise=0.0, delta=args.delta, canary_family=family)
+                    dim=d,
+                    num_clients=1000,
+                    clients_per_round=50,
+                    num_rounds=1,
+                    num_canaries=k,
+                    canary_repeats=1,
+                    noise_multiplier=sigma,
+                    client_signal=0.0,
+                    client_noise=0.0,
+                    delta=args.delta,
+                    canary_family=family,
+                )
                 estimates = []
                 for r in range(args.reps):
-                    res = simulate_dpfedavg_audit(config, seed=args.seed * 10**6 + i * 10**5 + k + r)
-                    estimates.append(final_model_epsilon(res.final_cosines[res.seen], d, args.delta,
-                                                         variance=VarianceTreatment.null).epsilon)
+                    res = simulate_dpfedavg_audit(
+                        config, seed=args.seed * 10**6 + i * 10**5 + k + r
+                    )
+                    estimates.append(
+                        final_model_epsilon(
+                            res.final_cosines[res.seen],
+                            d,
+                            args.delta,
+                            variance=VarianceTreatment.null,
+                        ).epsilon
+                    )
                 e = np.asarray(estimates)
-                row = {"family": family, "analytic_epsilon": analytic, "d": d, "k": k,
-                       "ratio": k / d, "mean": float(e.mean()),
-                       "sem": float(e.std(ddof=1) / np.sqrt(e.size)),
-                       "bias": float(e.mean() / analytic - 1)}
+                row = {
+                    "family": family,
+                    "analytic_epsilon": analytic,
+                    "d": d,
+                    "k": k,
+                    "ratio": k / d,
+                    "mean": float(e.mean()),
+                    "sem": float(e.std(ddof=1) / np.sqrt(e.size)),
+                    "bias": float(e.mean() / analytic - 1),
+                }
                 rows.append(row)
-                print(f"{family:>10} {analytic:>5.1f} {d:>7} {k:>5} {k / d:>6.3f} | {row['mean']:>8.3f} +- "
-                      f"{row['sem']:<5.3f} {row['bias']:>+7.1%}", flush=True)
+                print(
+                    f"{family:>10} {analytic:>5.1f} {d:>7} {k:>5} {k / d:>6.3f} | {row['mean']:>8.3f} +- "
+                    f"{row['sem']:<5.3f} {row['bias']:>+7.1%}",
+                    flush=True,
+                )
     return rows
 
 

@@ -43,7 +43,7 @@ mp.mp.dps = 20
 def _log_f(w, r, delta, nu):
     """float64 log-integrand of the w-route, for locating its peak only."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        out = (special.log_ndtr(r * np.exp(w) - delta) + nu * w - nu * np.exp(2 * w) / 2)
+        out = special.log_ndtr(r * np.exp(w) - delta) + nu * w - nu * np.exp(2 * w) / 2
     return np.where(np.isnan(out), -np.inf, out)
 
 
@@ -72,7 +72,7 @@ def w_route(r, delta, nu) -> mp.mpf:
     for c in centres:
         for j in range(35):
             for sign in (-1, 1):
-                x = c + sign * 1e-8 * 2.0 ** j
+                x = c + sign * 1e-8 * 2.0**j
                 if -200.0 < x < 15.0:
                     cuts.add(x)
         if -200.0 < c < 15.0:
@@ -108,7 +108,7 @@ def z_route(r, delta, nu, log_p) -> mp.mpf:
     for c in (-float(delta), float(r) - float(delta), 0.0, best):
         for j in range(-20, 8, 2):
             for sign in (-1, 1):
-                x = c + sign * 2.0 ** j
+                x = c + sign * 2.0**j
                 if lo < x < hi:
                     cuts.add(x)
     value = mp.quad(f, sorted(cuts))
@@ -123,16 +123,19 @@ def grid_points():
             sd = math.sqrt(1 + delta * delta / (2 * nu))
             for k in OFFSETS:
                 r = median + k * sd
-                yield r, nu, delta          # P(T <= r)
-                yield -r, nu, -delta        # P(-T <= -r) = P(T >= r)
+                yield r, nu, delta  # P(T <= r)
+                yield -r, nu, -delta  # P(-T <= -r) = P(T >= r)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/auditor/data/nct_reference.json")
-    ap.add_argument("--check", action="store_true",
-                    help="instead: compare the two routes on the cells nu in {1, 5, 30}, "
-                         "delta in {0, 10, 400} (about 10 minutes) and write nothing")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="instead: compare the two routes on the cells nu in {1, 5, 30}, "
+        "delta in {0, 10, 400} (about 10 minutes) and write nothing",
+    )
     args = ap.parse_args()
     t0 = time.time()
     if args.check:
@@ -147,10 +150,14 @@ def main() -> None:
             rel = float(abs(q - p) / p)
             worst, count = max(worst, rel), count + 1
             if rel > 1e-6:
-                print(f"routes differ: r={r} nu={nu} delta={delta} w={mp.nstr(p, 12)} "
-                      f"z={mp.nstr(q, 12)} rel={rel:.2e}")
-        print(f"{count} points in {time.time() - t0:.0f} s; largest relative difference of "
-              f"the two routes: {worst:.2e}")
+                print(
+                    f"routes differ: r={r} nu={nu} delta={delta} w={mp.nstr(p, 12)} "
+                    f"z={mp.nstr(q, 12)} rel={rel:.2e}"
+                )
+        print(
+            f"{count} points in {time.time() - t0:.0f} s; largest relative difference of "
+            f"the two routes: {worst:.2e}"
+        )
         return
     rows = []
     for i, (r, nu, delta) in enumerate(grid_points()):
@@ -159,8 +166,15 @@ def main() -> None:
         if i % 50 == 0:
             print(f"{i} points, {time.time() - t0:.0f} s", flush=True)
     with open(args.out, "w") as fh:
-        json.dump({"generated_by": "benchmarks/fidelity/nct_reference.py",
-                   "columns": ["r", "dof", "delta", "log_cdf"], "rows": rows}, fh, indent=0)
+        json.dump(
+            {
+                "generated_by": "benchmarks/fidelity/nct_reference.py",
+                "columns": ["r", "dof", "delta", "log_cdf"],
+                "rows": rows,
+            },
+            fh,
+            indent=0,
+        )
     print(f"{len(rows)} reference values in {time.time() - t0:.0f} s")
 
 

@@ -36,13 +36,21 @@ def cell(nu: int, delta: float, *, runs: int, alpha: float, seed: int = 0) -> di
     rng = np.random.default_rng([seed, nu, int(delta)])
     mu = delta / math.sqrt(SEEN)
     r = (delta + rng.standard_normal(runs)) / np.sqrt(rng.chisquare(nu, runs) / nu)
-    rejected = sum(normal_score_test(RoundSums([v], [SEEN], nu), claim_mu=mu).p_value <= alpha
-                   for v in r)
+    rejected = sum(
+        normal_score_test(RoundSums([v], [SEEN], nu), claim_mu=mu).p_value <= alpha for v in r
+    )
     lo, hi = clopper_pearson(int(rejected), runs)
     above = float(np.mean(r > stats.nct.isf(alpha, nu, delta)))
-    return {"nu": nu, "delta": delta, "mu": mu, "runs": runs, "size": rejected / runs,
-            "ci": (lo, hi), "ok": rate_consistent_with(int(rejected), runs, alpha),
-            "above_true_quantile": above}
+    return {
+        "nu": nu,
+        "delta": delta,
+        "mu": mu,
+        "runs": runs,
+        "size": rejected / runs,
+        "ci": (lo, hi),
+        "ok": rate_consistent_with(int(rejected), runs, alpha),
+        "above_true_quantile": above,
+    }
 
 
 def main() -> None:
@@ -50,16 +58,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20_000)
     ap.add_argument("--alpha", type=float, default=0.05)
     args = ap.parse_args()
-    print("| ν | δ | size of the nominal 5% test | 95% interval | above 5%? "
-          "| same draws above the true 95% quantile |")
+    print(
+        "| ν | δ | size of the nominal 5% test | 95% interval | above 5%? "
+        "| same draws above the true 95% quantile |"
+    )
     print("|---|---|---|---|---|---|")
     t0 = time.time()
     for nu, delta in CELLS:
         res = cell(nu, delta, runs=args.runs, alpha=args.alpha)
         lo, hi = res["ci"]
-        print(f"| {nu} | {delta:g} | {100 * res['size']:.2f}% | [{100 * lo:.2f}, {100 * hi:.2f}] "
-              f"| {'no' if res['ok'] else 'YES'} | {100 * res['above_true_quantile']:.2f}% |",
-              flush=True)
+        print(
+            f"| {nu} | {delta:g} | {100 * res['size']:.2f}% | [{100 * lo:.2f}, {100 * hi:.2f}] "
+            f"| {'no' if res['ok'] else 'YES'} | {100 * res['above_true_quantile']:.2f}% |",
+            flush=True,
+        )
     print(f"{args.runs} runs per cell in {time.time() - t0:.0f} s")
 
 

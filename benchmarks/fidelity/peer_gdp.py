@@ -70,8 +70,9 @@ def _cp_upper(count: np.ndarray, n: int, level: float) -> np.ndarray:
     return np.where(count < n, stats.beta.ppf(1.0 - level, safe + 1, n - safe), 1.0)
 
 
-def peer_gdp_mu(seen, unseen, *, significance: float = 0.05, delta: float = 1e-6,
-                signed: bool = False) -> float:
+def peer_gdp_mu(
+    seen, unseen, *, significance: float = 0.05, delta: float = 1e-6, signed: bool = False
+) -> float:
     """The peer's Gaussian-DP parameter (see the module docstring); 0 when no vertex qualifies.
 
     ``signed=False`` is the peer as shipped: ``max |mu(a)|``, which also counts the reverse
@@ -97,26 +98,44 @@ def _normal_mean_mu_lo(seen: np.ndarray, confidence: float) -> float:
     return float(seen.mean() - special.ndtri(confidence) / math.sqrt(seen.size))
 
 
-def run_cell(k: int, mu_true: float, *, runs: int, mu_claim: float = 1.0, seed: int = 0,
-             delta: float = 1e-6, confidence: float = 0.95) -> dict:
+def run_cell(
+    k: int,
+    mu_true: float,
+    *,
+    runs: int,
+    mu_claim: float = 1.0,
+    seed: int = 0,
+    delta: float = 1e-6,
+    confidence: float = 0.95,
+) -> dict:
     rng = np.random.default_rng([seed, k, int(round(mu_true * 1000))])
     half = k // 2
-    hits = {"peer epsilon_from_gdp as shipped (abs: not valid)": 0,
-            "peer epsilon_from_gdp, signed (its valid part)": 0,
-            "ours gdp_lower_bound unseen null, GDP_BONFERRONI (default)": 0,
-            "ours gdp_lower_bound unseen null, Bonferroni(20) (before #19)": 0,
-            "ours gdp_lower_bound unseen null, Split(0.5)": 0,
-            "ours exact-null normal-score mean (seen only)": 0}
+    hits = {
+        "peer epsilon_from_gdp as shipped (abs: not valid)": 0,
+        "peer epsilon_from_gdp, signed (its valid part)": 0,
+        "ours gdp_lower_bound unseen null, GDP_BONFERRONI (default)": 0,
+        "ours gdp_lower_bound unseen null, Bonferroni(20) (before #19)": 0,
+        "ours gdp_lower_bound unseen null, Split(0.5)": 0,
+        "ours exact-null normal-score mean (seen only)": 0,
+    }
     names = list(hits)
     for run in range(runs):
         seen = rng.normal(mu_true, 1.0, half)
         unseen = rng.normal(0.0, 1.0, k - half)
-        hits[names[0]] += peer_gdp_mu(seen, unseen, significance=1 - confidence, delta=delta) > mu_claim
-        hits[names[1]] += peer_gdp_mu(seen, unseen, significance=1 - confidence, delta=delta,
-                                      signed=True) > mu_claim
+        hits[names[0]] += (
+            peer_gdp_mu(seen, unseen, significance=1 - confidence, delta=delta) > mu_claim
+        )
+        hits[names[1]] += (
+            peer_gdp_mu(seen, unseen, significance=1 - confidence, delta=delta, signed=True)
+            > mu_claim
+        )
         for i, corr in ((2, GDP_BONFERRONI), (3, Bonferroni()), (4, Split(0.5, seed=run))):
-            hits[names[i]] += gdp_lower_bound(seen, unseen, delta=delta, confidence=confidence,
-                                              correction=corr).mu > mu_claim
+            hits[names[i]] += (
+                gdp_lower_bound(
+                    seen, unseen, delta=delta, confidence=confidence, correction=corr
+                ).mu
+                > mu_claim
+            )
         hits[names[5]] += _normal_mean_mu_lo(seen, confidence) > mu_claim
     return {"k": k, "mu_true": mu_true, "runs": runs, "hits": hits}
 
@@ -124,13 +143,17 @@ def run_cell(k: int, mu_true: float, *, runs: int, mu_claim: float = 1.0, seed: 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--cells", default="1000:0,1000:1.0,1000:1.25,1000:1.5,200:1.0,200:1.5,"
-                        "200:2.0,50:1.0,50:3.0",
-                        help="comma-separated k:mu_true cells (claim mu0 = 1)")
+    parser.add_argument(
+        "--cells",
+        default="1000:0,1000:1.0,1000:1.25,1000:1.5,200:1.0,200:1.5,200:2.0,50:1.0,50:3.0",
+        help="comma-separated k:mu_true cells (claim mu0 = 1)",
+    )
     args = parser.parse_args(argv)
     start = time.time()
-    print(f"# refutations of the claim mu0 = 1 (confidence 0.95), {args.runs} runs per cell; "
-          "half of k seen ~ N(mu_true, 1), unseen ~ N(0, 1)")
+    print(
+        f"# refutations of the claim mu0 = 1 (confidence 0.95), {args.runs} runs per cell; "
+        "half of k seen ~ N(mu_true, 1), unseen ~ N(0, 1)"
+    )
     print("| k | true mu | method | refuted | 95% CI |")
     print("|---|---|---|---|---|")
     for cell in args.cells.split(","):
@@ -138,10 +161,14 @@ def main(argv=None) -> None:
         out = run_cell(int(k), float(mu), runs=args.runs)
         for name, hit in out["hits"].items():
             lo, hi = clopper_pearson(int(hit), args.runs)
-            print(f"| {out['k']} | {out['mu_true']:g} | {name} | {hit / args.runs:.1%} | "
-                  f"{lo:.1%}-{hi:.1%} |")
-    print(f"# {time.time() - start:.0f} s; rerun: PYTHONPATH=. python -m benchmarks.fidelity.peer_gdp "
-          f"--runs {args.runs}")
+            print(
+                f"| {out['k']} | {out['mu_true']:g} | {name} | {hit / args.runs:.1%} | "
+                f"{lo:.1%}-{hi:.1%} |"
+            )
+    print(
+        f"# {time.time() - start:.0f} s; rerun: PYTHONPATH=. python -m benchmarks.fidelity.peer_gdp "
+        f"--runs {args.runs}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import sys
 import time
 
 import numpy as np
+
 from flaudit.auditor.claims import alarm, curve_tests, tradeoff
 from flaudit.auditor.claims.normal_scores import NormalScoreTest
 from flaudit.auditor.estimators import fitted, gdp, lower_bound
@@ -61,6 +62,7 @@ def _swap(original, replacement) -> None:
 
 
 # -- the plants ---------------------------------------------------------------------------------
+
 
 def _alarm_level_x16():
     original = alarm.look_level
@@ -100,8 +102,11 @@ def _claim_test(transform):
 
 
 def _bound_confidence():
-    for module, name in ((gdp, "gdp_lower_bound"), (lower_bound, "epsilon_lower_bound"),
-                         (curve_tests, "fdp_one_run_lower_bound")):
+    for module, name in (
+        (gdp, "gdp_lower_bound"),
+        (lower_bound, "epsilon_lower_bound"),
+        (curve_tests, "fdp_one_run_lower_bound"),
+    ):
         original = getattr(module, name)
 
         def planted(*args, _f=original, confidence=0.95, **kw):
@@ -113,6 +118,7 @@ def _bound_confidence():
 def _bound_coin():
     """With probability 0.08 the bound is computed on seen scores moved far up (a bound far
     above the truth); otherwise as shipped."""
+
     def shifted(seen, d):
         seen = np.asarray(seen, dtype=float)
         if d is None:
@@ -166,7 +172,8 @@ def _sequential_coin():
 
     SequentialDPTest.__init__ = __init__
     SequentialDPTest.rejected = property(
-        lambda self: getattr(self, "_planted_reject", False) or rejected(self))
+        lambda self: getattr(self, "_planted_reject", False) or rejected(self)
+    )
 
 
 def _band_coin():
@@ -190,56 +197,115 @@ def _estimate_bias():
     _swap(original, final_model_epsilon)
 
 
-_ALARM = ["tests/auditor/test_alarm.py::test_false_alarm_rate_over_every_look_on_the_claim",
-          "tests/fidelity/test_fidelity_alarm.py::test_a_laplace_mechanism_on_its_claim_rarely_alarms"]
+_ALARM = [
+    "tests/auditor/test_alarm.py::test_false_alarm_rate_over_every_look_on_the_claim",
+    "tests/fidelity/test_fidelity_alarm.py::test_a_laplace_mechanism_on_its_claim_rarely_alarms",
+]
 _CLAIM = ["tests/auditor/test_gdp.py::test_claim_test_and_mu_lo_valid_on_the_claim"]
-_BOUNDS = ["tests/auditor/test_gdp.py::test_claim_test_and_mu_lo_valid_on_the_claim",
-           "tests/auditor/test_gdp.py::test_exact_null_mu_lo_valid_at_epsilon_zero",
-           "tests/auditor/test_gdp.py::test_fdp_one_run_valid_and_powerful",
-           "tests/auditor/test_lower_bound.py::test_split_covers_the_true_epsilon",
-           "tests/fidelity/test_fidelity_validity.py::test_valid_lower_bounds_rarely_exceed_true_epsilon",
-           "tests/fidelity/test_fidelity_peer.py::test_a_true_claim_is_rarely_refuted_by_ours_but_often_by_the_peer_as_shipped"]
+_BOUNDS = [
+    "tests/auditor/test_gdp.py::test_claim_test_and_mu_lo_valid_on_the_claim",
+    "tests/auditor/test_gdp.py::test_exact_null_mu_lo_valid_at_epsilon_zero",
+    "tests/auditor/test_gdp.py::test_fdp_one_run_valid_and_powerful",
+    "tests/auditor/test_lower_bound.py::test_split_covers_the_true_epsilon",
+    "tests/fidelity/test_fidelity_validity.py::test_valid_lower_bounds_rarely_exceed_true_epsilon",
+    "tests/fidelity/test_fidelity_peer.py::test_a_true_claim_is_rarely_refuted_by_ours_but_often_by_the_peer_as_shipped",
+]
 
 #: name: (kind, what is planted, how, the tests that should catch it)
 PLANTS = {
-    "alarm_coin_8pct": ("coin", "decide_alarm also fires at the final look with probability 0.08",
-                        _alarm_coin, _ALARM),
-    "alarm_level_x1.6": ("natural", "every look's level 1.6 x (alpha 0.08 spent)",
-                         _alarm_level_x16, _ALARM),
-    "normal_score_size_8pct": ("natural", ("normal-score p-value / 1.6 and mu_lo at 1.6 x its "
-                                           "level (exact test: size and non-coverage 8%)"),
-                               _normal_score_size,
-                               ["tests/auditor/test_studentized.py::test_the_final_model_test_has_its_level_where_summed_scores_did_not",
-                                "tests/auditor/test_studentized.py::test_the_known_rounds_test_has_its_level_over_rounds_and_repeats",
-                                "tests/fidelity/test_fidelity_alarm.py::test_mu_lo_rarely_exceeds_the_truth"]),
-    "claim_test_coin_8pct": ("coin", "claim_test also rejects (p = 0) with probability 0.08",
-                             lambda: _claim_test(lambda p: 0.0 if _coin() else p), _CLAIM),
-    "claim_test_level_x1.6": ("natural", "claim_test p-value / 1.6",
-                              lambda: _claim_test(lambda p: p / 1.6), _CLAIM),
-    "bound_coin_8pct": ("coin", ("gdp/epsilon/f-DP lower bounds computed on seen scores moved "
-                                 "far up with probability 0.08"), _bound_coin, _BOUNDS),
-    "bound_confidence_0.92": ("natural", ("gdp/epsilon/f-DP lower bounds at confidence 0.92 "
-                                          "where 0.95 is asked"), _bound_confidence, _BOUNDS),
-    "sequential_alpha_x1.6": ("natural", "SequentialDPTest at alpha 0.08 where 0.05 is asked",
-                              _sequential_alpha,
-                              ["tests/auditor/test_sequential.py::test_same_distribution_rarely_rejects",
-                               "tests/auditor/test_sequential.py::test_calibrated_gaussian_mechanism_rarely_rejects",
-                               "tests/auditor/test_sequential.py::test_tight_randomized_response_rarely_rejects_but_a_smaller_claim_is_caught"]),
-    "sequential_coin_8pct": ("coin", ("a SequentialDPTest rejects whatever it sees with "
-                                      "probability 0.08"), _sequential_coin,
-                             ["tests/auditor/test_sequential.py::test_same_distribution_rarely_rejects",
-                              "tests/auditor/test_sequential.py::test_calibrated_gaussian_mechanism_rarely_rejects",
-                              "tests/auditor/test_sequential.py::test_tight_randomized_response_rarely_rejects_but_a_smaller_claim_is_caught"]),
-    "band_coin_8pct": ("coin", ("the trade-off band is moved above the claim curve with "
-                                "probability 0.08"), _band_coin,
-                       ["tests/auditor/test_tradeoff.py::test_band_covers_the_true_curve_at_every_alpha_at_once"]),
-    "band_confidence_0.92": ("natural", "trade-off band at confidence 0.92 where 0.95 is asked",
-                             _band_confidence,
-                             ["tests/auditor/test_tradeoff.py::test_band_covers_the_true_curve_at_every_alpha_at_once"]),
-    "estimate_bias_3pct": ("natural", "final_model_epsilon reads the seen cosines 3% too large",
-                           _estimate_bias,
-                           ["tests/auditor/test_fitted_and_null.py::test_final_model_estimate_recovers_the_calibrated_epsilon",
-                            "tests/auditor/test_gaussian.py::test_table2_setting_small_sample"]),
+    "alarm_coin_8pct": (
+        "coin",
+        "decide_alarm also fires at the final look with probability 0.08",
+        _alarm_coin,
+        _ALARM,
+    ),
+    "alarm_level_x1.6": (
+        "natural",
+        "every look's level 1.6 x (alpha 0.08 spent)",
+        _alarm_level_x16,
+        _ALARM,
+    ),
+    "normal_score_size_8pct": (
+        "natural",
+        (
+            "normal-score p-value / 1.6 and mu_lo at 1.6 x its "
+            "level (exact test: size and non-coverage 8%)"
+        ),
+        _normal_score_size,
+        [
+            "tests/auditor/test_studentized.py::test_the_final_model_test_has_its_level_where_summed_scores_did_not",
+            "tests/auditor/test_studentized.py::test_the_known_rounds_test_has_its_level_over_rounds_and_repeats",
+            "tests/fidelity/test_fidelity_alarm.py::test_mu_lo_rarely_exceeds_the_truth",
+        ],
+    ),
+    "claim_test_coin_8pct": (
+        "coin",
+        "claim_test also rejects (p = 0) with probability 0.08",
+        lambda: _claim_test(lambda p: 0.0 if _coin() else p),
+        _CLAIM,
+    ),
+    "claim_test_level_x1.6": (
+        "natural",
+        "claim_test p-value / 1.6",
+        lambda: _claim_test(lambda p: p / 1.6),
+        _CLAIM,
+    ),
+    "bound_coin_8pct": (
+        "coin",
+        (
+            "gdp/epsilon/f-DP lower bounds computed on seen scores moved "
+            "far up with probability 0.08"
+        ),
+        _bound_coin,
+        _BOUNDS,
+    ),
+    "bound_confidence_0.92": (
+        "natural",
+        ("gdp/epsilon/f-DP lower bounds at confidence 0.92 where 0.95 is asked"),
+        _bound_confidence,
+        _BOUNDS,
+    ),
+    "sequential_alpha_x1.6": (
+        "natural",
+        "SequentialDPTest at alpha 0.08 where 0.05 is asked",
+        _sequential_alpha,
+        [
+            "tests/auditor/test_sequential.py::test_same_distribution_rarely_rejects",
+            "tests/auditor/test_sequential.py::test_calibrated_gaussian_mechanism_rarely_rejects",
+            "tests/auditor/test_sequential.py::test_tight_randomized_response_rarely_rejects_but_a_smaller_claim_is_caught",
+        ],
+    ),
+    "sequential_coin_8pct": (
+        "coin",
+        ("a SequentialDPTest rejects whatever it sees with probability 0.08"),
+        _sequential_coin,
+        [
+            "tests/auditor/test_sequential.py::test_same_distribution_rarely_rejects",
+            "tests/auditor/test_sequential.py::test_calibrated_gaussian_mechanism_rarely_rejects",
+            "tests/auditor/test_sequential.py::test_tight_randomized_response_rarely_rejects_but_a_smaller_claim_is_caught",
+        ],
+    ),
+    "band_coin_8pct": (
+        "coin",
+        ("the trade-off band is moved above the claim curve with probability 0.08"),
+        _band_coin,
+        ["tests/auditor/test_tradeoff.py::test_band_covers_the_true_curve_at_every_alpha_at_once"],
+    ),
+    "band_confidence_0.92": (
+        "natural",
+        "trade-off band at confidence 0.92 where 0.95 is asked",
+        _band_confidence,
+        ["tests/auditor/test_tradeoff.py::test_band_covers_the_true_curve_at_every_alpha_at_once"],
+    ),
+    "estimate_bias_3pct": (
+        "natural",
+        "final_model_epsilon reads the seen cosines 3% too large",
+        _estimate_bias,
+        [
+            "tests/auditor/test_fitted_and_null.py::test_final_model_estimate_recovers_the_calibrated_epsilon",
+            "tests/auditor/test_gaussian.py::test_table2_setting_small_sample",
+        ],
+    ),
 }
 
 
@@ -253,14 +319,35 @@ def run(name: str) -> dict:
     kind, what, _, tests = PLANTS[name]
     env = dict(os.environ, **{_ENV: name})
     start = time.time()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                           "benchmarks.fidelity.plant_invalid", *tests],
-                          env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "benchmarks.fidelity.plant_invalid",
+            *tests,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     failed = sorted(set(re.findall(r"^FAILED (\S+)", proc.stdout, flags=re.MULTILINE)))
     errors = re.findall(r"^ERROR (\S+)", proc.stdout, flags=re.MULTILINE)
-    return {"plant": name, "kind": kind, "what": what, "tests": len(tests), "failed": failed,
-            "errors": errors, "caught": bool(failed) and not errors,
-            "seconds": time.time() - start}
+    return {
+        "plant": name,
+        "kind": kind,
+        "what": what,
+        "tests": len(tests),
+        "failed": failed,
+        "errors": errors,
+        "caught": bool(failed) and not errors,
+        "seconds": time.time() - start,
+    }
 
 
 def main(argv=None) -> int:
@@ -276,8 +363,11 @@ def main(argv=None) -> int:
         names = ", ".join(f.split("::")[-1] for f in res["failed"]) or "none"
         if res["errors"]:
             names += f" (errors: {', '.join(res['errors'])})"
-        print(f"| {name} | {res['kind']} | {res['what']} | {'yes' if res['caught'] else 'NO'} "
-              f"| {names} |", flush=True)
+        print(
+            f"| {name} | {res['kind']} | {res['what']} | {'yes' if res['caught'] else 'NO'} "
+            f"| {names} |",
+            flush=True,
+        )
     return 1 if missed else 0
 
 

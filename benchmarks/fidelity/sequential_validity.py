@@ -17,6 +17,7 @@ import math
 import time
 
 import numpy as np
+
 from flaudit.auditor.estimators.sequential import sequential_epsilon_lower_bound
 
 from ._common import binomial_limit, clopper_pearson
@@ -39,13 +40,16 @@ def main(argv=None) -> int:
     start, over = time.time(), 0
     for _ in range(args.runs):
         x, y = randomized_response(1.0, args.steps, rng)
-        res = sequential_epsilon_lower_bound(x, y, delta=1e-5, grid=[0.5, 1.0, 1.5, 2.0],
-                                             bandwidth=0.1, max_terms=100)
+        res = sequential_epsilon_lower_bound(
+            x, y, delta=1e-5, grid=[0.5, 1.0, 1.5, 2.0], bandwidth=0.1, max_terms=100
+        )
         over += res.epsilon > 1.0
     lo, hi = clopper_pearson(over, args.runs)
-    print(f"sequential lower bound above eps = 1: {over} of {args.runs} ({over / args.runs:.1%}, "
-          f"95% CI {lo:.1%}-{hi:.1%}); check {check}: {'pass' if check.passes(over) else 'FAIL'}; "
-          f"{time.time() - start:.0f} s")
+    print(
+        f"sequential lower bound above eps = 1: {over} of {args.runs} ({over / args.runs:.1%}, "
+        f"95% CI {lo:.1%}-{hi:.1%}); check {check}: {'pass' if check.passes(over) else 'FAIL'}; "
+        f"{time.time() - start:.0f} s"
+    )
     return 0 if check.passes(over) else 1
 
 

@@ -48,8 +48,14 @@ from flaudit.auditor.statistics import null_standardized_cosines
 from ._common import clopper_pearson
 
 CELLS = [  # (d, k, mu)
-    (1000, 400, 1.0), (1000, 400, 3.0), (1000, 400, 7.5), (1000, 900, 3.0),
-    (10_000, 2000, 1.0), (10_000, 2000, 5.0), (100_000, 10_000, 1.0), (100_000, 10_000, 3.0),
+    (1000, 400, 1.0),
+    (1000, 400, 3.0),
+    (1000, 400, 7.5),
+    (1000, 900, 3.0),
+    (10_000, 2000, 1.0),
+    (10_000, 2000, 5.0),
+    (100_000, 10_000, 1.0),
+    (100_000, 10_000, 3.0),
 ]
 
 
@@ -78,13 +84,28 @@ def cell(d: int, k: int, mu: float, *, runs: int, alpha: float, seed: int = 0) -
         new += test.p_value <= alpha
         new_lo += test.mu_lo(alpha)
         threshold += gdp_lower_bound(x, d=d, delta=1e-5, confidence=1 - alpha).mu > mu
-    return {"d": d, "k": k, "mu": mu, "runs": runs, "before": before, "old": old, "new": new,
-            "threshold": threshold,
-            "before_lo": before_lo / runs, "old_lo": old_lo / runs, "new_lo": new_lo / runs}
+    return {
+        "d": d,
+        "k": k,
+        "mu": mu,
+        "runs": runs,
+        "before": before,
+        "old": old,
+        "new": new,
+        "threshold": threshold,
+        "before_lo": before_lo / runs,
+        "old_lo": old_lo / runs,
+        "new_lo": new_lo / runs,
+    }
 
 
-POWER_CELLS = [(1000, 400, 0.9), (1000, 400, 0.8), (1000, 900, 0.8), (10_000, 2000, 0.95),
-               (100_000, 10_000, 0.98)]
+POWER_CELLS = [
+    (1000, 400, 0.9),
+    (1000, 400, 0.8),
+    (1000, 900, 0.8),
+    (10_000, 2000, 0.95),
+    (100_000, 10_000, 0.98),
+]
 
 
 def power_cell(d: int, k: int, scale: float, *, runs: int, alpha: float, seed: int = 1) -> dict:
@@ -96,10 +117,16 @@ def power_cell(d: int, k: int, scale: float, *, runs: int, alpha: float, seed: i
         y = rng.standard_normal(d)
         y[columns[seen]] += 1.0 / scale
         x = null_standardized_cosines(y, columns)[seen]
-        hits += normal_score_test(final_model_rounds(x, d, dof=d - k), claim_mu=1.0).p_value <= alpha
+        hits += (
+            normal_score_test(final_model_rounds(x, d, dof=d - k), claim_mu=1.0).p_value <= alpha
+        )
     n = np.arange(0, k + 1)
-    limit = float(np.sum(stats.binom.pmf(n, k, 0.5)
-                         * special.ndtr(np.sqrt(n) * (1.0 / scale - 1.0) - special.ndtri(1 - alpha))))
+    limit = float(
+        np.sum(
+            stats.binom.pmf(n, k, 0.5)
+            * special.ndtr(np.sqrt(n) * (1.0 / scale - 1.0) - special.ndtri(1 - alpha))
+        )
+    )
     return {"d": d, "k": k, "scale": scale, "runs": runs, "hits": hits, "limit": limit}
 
 
@@ -119,8 +146,9 @@ def main(argv=None) -> None:
         for rounds in (100, 1000, 5000):
             counts = rng.integers(20, 81, rounds)
             dof = 990_000
-            sums = ((np.sqrt(counts) * 1.3 + rng.standard_normal(rounds))
-                    / np.sqrt(rng.chisquare(dof, rounds) / dof))
+            sums = (np.sqrt(counts) * 1.3 + rng.standard_normal(rounds)) / np.sqrt(
+                rng.chisquare(dof, rounds) / dof
+            )
             times = []
             for _ in range(5):
                 start = time.perf_counter()
@@ -130,21 +158,28 @@ def main(argv=None) -> None:
             print(f"| {rounds} | {1e3 * float(np.median(times)):.0f} ms |", flush=True)
         return
     if args.power:
-        print(f"# claim mu = 1, seen canaries at 1/s (noise x s), one release, alpha = "
-              f"{args.alpha}, {args.runs} runs per cell")
+        print(
+            f"# claim mu = 1, seen canaries at 1/s (noise x s), one release, alpha = "
+            f"{args.alpha}, {args.runs} runs per cell"
+        )
         print("| d | k | noise × s | exact test rejects | NP limit (known scale, independent) |")
         print("|---|---|---|---|---|")
         start = time.time()
         for d, k, scale in POWER_CELLS:
             row = power_cell(d, k, scale, runs=args.runs, alpha=args.alpha)
             lo, hi = clopper_pearson(row["hits"], row["runs"])
-            print(f"| {d:,} | {k:,} | {scale:g} | {row['hits'] / row['runs']:.1%} "
-                  f"[{lo:.1%}, {hi:.1%}] | {row['limit']:.1%} |", flush=True)
+            print(
+                f"| {d:,} | {k:,} | {scale:g} | {row['hits'] / row['runs']:.1%} "
+                f"[{lo:.1%}, {hi:.1%}] | {row['limit']:.1%} |",
+                flush=True,
+            )
         print(f"# {time.time() - start:.0f} s")
         return
     print(f"# one release per run, true claim, alpha = {args.alpha}, {args.runs} runs per cell")
-    print("| d | k | μ (true = claimed) | false alarms: before | summed | exact "
-          "| mean μ_lo: before / summed / exact | threshold bound above μ |")
+    print(
+        "| d | k | μ (true = claimed) | false alarms: before | summed | exact "
+        "| mean μ_lo: before / summed / exact | threshold bound above μ |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     start = time.time()
     for d, k, mu in CELLS:
@@ -154,9 +189,12 @@ def main(argv=None) -> None:
             lo, hi = clopper_pearson(hits, runs)
             return f"{hits / runs:.1%} [{lo:.1%}, {hi:.1%}]"
 
-        print(f"| {d:,} | {k:,} | {mu:g} | {rate(row['before'])} | {rate(row['old'])} "
-              f"| {rate(row['new'])} | {row['before_lo']:.3f} / {row['old_lo']:.3f} / "
-              f"{row['new_lo']:.3f} | {rate(row['threshold'])} |", flush=True)
+        print(
+            f"| {d:,} | {k:,} | {mu:g} | {rate(row['before'])} | {rate(row['old'])} "
+            f"| {rate(row['new'])} | {row['before_lo']:.3f} / {row['old_lo']:.3f} / "
+            f"{row['new_lo']:.3f} | {rate(row['threshold'])} |",
+            flush=True,
+        )
     print(f"# {time.time() - start:.0f} s")
 
 

@@ -42,8 +42,14 @@ from sqlalchemy.pool import NullPool
 
 from ..tables import Base
 
-__all__ = ["VERSION_TABLE", "SchemaError", "alembic_config", "current_revision", "head_revision",
-           "upgrade"]
+__all__ = [
+    "VERSION_TABLE",
+    "SchemaError",
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "upgrade",
+]
 
 #: Where Alembic records the database's revision.
 VERSION_TABLE = "flaudit_alembic_version"
@@ -86,8 +92,9 @@ def upgrade(engine: Engine) -> str:
     if engine.dialect.name == "sqlite" and database and database != ":memory:":
         # pysqlite opens no transaction before DDL: a connection of our own that does, and
         # takes the write lock at once, so two instances never migrate the same file together
-        migrator = create_engine(engine.url, poolclass=NullPool,
-                                 connect_args={"check_same_thread": False, "timeout": 30})
+        migrator = create_engine(
+            engine.url, poolclass=NullPool, connect_args={"check_same_thread": False, "timeout": 30}
+        )
         event.listen(migrator, "connect", _no_implicit_transactions)
         event.listen(migrator, "begin", _begin_immediate)
         try:

@@ -87,14 +87,16 @@ def check_allowed(spec: AuditSpec, settings) -> None:
     if spec.inject_bug is not None and not settings.allow_bug_injection:
         raise HTTPException(
             status_code=422,
-            detail=[{
-                "loc": ["body", "inject_bug"],
-                "msg": (
-                    "inject_bug refused: a deliberate DP bug is a testing feature the operator "
-                    "must allow with FLAUDIT_ALLOW_BUG_INJECTION=1"
-                ),
-                "type": "value_error",
-            }],
+            detail=[
+                {
+                    "loc": ["body", "inject_bug"],
+                    "msg": (
+                        "inject_bug refused: a deliberate DP bug is a testing feature the operator "
+                        "must allow with FLAUDIT_ALLOW_BUG_INJECTION=1"
+                    ),
+                    "type": "value_error",
+                }
+            ],
         )
 
 
@@ -122,15 +124,20 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     store: Store = request.app.state.store
     design = audit_design(spec)
     warning = design_warning(spec, design)
-    shown = {"design": AuditDesignOut.model_validate(design.to_dict()),
-             "warnings": [warning] if warning else []}
+    shown = {
+        "design": AuditDesignOut.model_validate(design.to_dict()),
+        "warnings": [warning] if warning else [],
+    }
     check_allowed(spec, request.app.state.settings)
     if spec.engine == Engine.external:
         # A run flaudit does not start: the user's ServerApp attaches with a run token; the
         # seed stays here (the app fetches each round's canary vectors instead).
         token, seed = secrets.token_urlsafe(32), new_master_seed()
         audit = store.create_audit(
-            name=spec.name, spec=spec.model_dump(mode="json"), canary_seed=seed, run_token=token,
+            name=spec.name,
+            spec=spec.model_dump(mode="json"),
+            canary_seed=seed,
+            run_token=token,
         )
         shown["seed_commitment"] = commit_seed(store, audit.id, seed)
         response.headers["Location"] = f"/audits/{audit.id}"
@@ -152,8 +159,9 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     if runner is not None:
         runner.wake()
     response.headers["Location"] = f"/audits/{audit.id}"
-    return AuditCreated(id=audit.id, status="queued", links={"self": f"/audits/{audit.id}"},
-                        **shown)
+    return AuditCreated(
+        id=audit.id, status="queued", links={"self": f"/audits/{audit.id}"}, **shown
+    )
 
 
 @router.post(
@@ -215,7 +223,9 @@ def rotate_run_token(audit_id: AuditId, request: Request) -> RunTokenOut:
 )
 def list_audits(
     store: Annotated[Store, Depends(get_store)],
-    status: Annotated[AuditStatus | None, Query(description="Only audits with this status.")] = None,
+    status: Annotated[
+        AuditStatus | None, Query(description="Only audits with this status.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000, description="Items to skip.")] = 0,
 ) -> dict:
@@ -277,13 +287,13 @@ def get_cosines(
     audit_id: AuditId,
     request: Request,
     store: Annotated[Store, Depends(get_store)],
-    format: Annotated[
-        Literal["json", "csv"], Query(description="Response format.")
-    ] = "json",
+    format: Annotated[Literal["json", "csv"], Query(description="Response format.")] = "json",
     limit: Annotated[
         int, Query(ge=1, le=MAX_COSINES_PAGE, description="JSON page size (canaries per page).")
     ] = MAX_COSINES_PAGE,
-    offset: Annotated[int, Query(ge=0, le=10_000_000, description="First canary index (JSON).")] = 0,
+    offset: Annotated[
+        int, Query(ge=0, le=10_000_000, description="First canary index (JSON).")
+    ] = 0,
 ):
     """Per canary j: max over rounds of cos(c_j, Δ_t), the latest round's cosine,
     cos(c_j, θ_T − θ_0) and cos(c_j, θ_T). The seen/unseen label is published only once the

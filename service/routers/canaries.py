@@ -10,7 +10,6 @@ deployment audit (issue #29), each by its engine's rule
 
 from __future__ import annotations
 
-
 import numpy as np
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -18,8 +17,9 @@ from starlette.concurrency import run_in_threadpool
 from ...auditor.spec import AuditSpec, Engine
 from ..auth import require_run_token
 from ..external import round_canary_sum, round_canary_vectors
+from .bodies import http_error
 from .deps import AuditId, RoundNumber
-from .ingest import INGEST_ERRORS, http_error, precheck_ingest
+from .ingest import INGEST_ERRORS, precheck_ingest
 
 router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)])
 
@@ -48,6 +48,7 @@ async def get_round_canaries(
 ) -> Response:
     """What the ServerApp's wrapper adds to round t, scaled to that round's clip norm: the
     service schedules the canaries (same rule as built-in audits) and keeps the seed."""
+
     def vectors(seed: int, spec: AuditSpec, dim: int) -> tuple[np.ndarray, int]:
         block = round_canary_vectors(seed, spec, t, dim)
         return block, int(block.shape[0])
@@ -82,28 +83,40 @@ async def get_round_canary_sum(
     replies from the round's sum", says which mechanisms this is exact for). Served to the
     built-in ServerApp of a deployment audit too (issue #29: the seed stays here), by its rule
     (:func:`flaudit.auditor.schedules.audit_canary_plan`)."""
+
     def total(seed: int, spec: AuditSpec, dim: int) -> tuple[np.ndarray, int]:
         return round_canary_sum(seed, spec, t, dim)
 
-    return await _serve_canaries(request, audit_id, t, total,
-                                 engines=(Engine.external.value, Engine.deployment.value))
+    return await _serve_canaries(
+        request, audit_id, t, total, engines=(Engine.external.value, Engine.deployment.value)
+    )
 
 
-async def _serve_canaries(request: Request, audit_id: str, t: int, make, *,
-                          engines: tuple[str, ...] = (Engine.external.value,)) -> Response:
+async def _serve_canaries(
+    request: Request,
+    audit_id: str,
+    t: int,
+    make,
+    *,
+    engines: tuple[str, ...] = (Engine.external.value,),
+) -> Response:
     """Round ``t``'s canaries of a running audit of ``engines`` as raw little-endian float32,
     made by ``make(seed, spec, d) -> (array, c)`` off the event loop; the seed stays here."""
     audit = await precheck_ingest(request, audit_id, need_dim=True)
     if audit.spec.get("engine") not in engines:
-        raise http_error(409, "canaries are served only to audits with engine "
-                    + " or ".join(f"'{e}'" for e in engines))
+        raise http_error(
+            409,
+            "canaries are served only to audits with engine "
+            + " or ".join(f"'{e}'" for e in engines),
+        )
     if audit.status != "running":
         raise http_error(409, f"audit is {audit.status}; no canaries served")
     spec = AuditSpec.model_validate(audit.spec)
     if t > spec.num_rounds:
         raise http_error(422, f"t: round {t} exceeds num_rounds={spec.num_rounds} of the claim")
     array, count = await run_in_threadpool(
-        lambda: make(request.app.state.store.canary_seed(audit_id), spec, audit.dim))
+        lambda: make(request.app.state.store.canary_seed(audit_id), spec, audit.dim)
+    )
     return Response(
         content=np.ascontiguousarray(array, dtype="<f4").tobytes(),
         media_type="application/octet-stream",

@@ -27,8 +27,10 @@ def _ended_audit(store: Store, audit_id: str):
     if audit is None:
         raise HTTPException(status_code=404, detail=f"audit {audit_id!r} not found")
     if audit.status not in ENDED_STATUSES:
-        raise HTTPException(status_code=409, detail=(
-            f"audit {audit_id!r} is {audit.status}: its evidence exists once it has ended"))
+        raise HTTPException(
+            status_code=409,
+            detail=(f"audit {audit_id!r} is {audit.status}: its evidence exists once it has ended"),
+        )
     return audit
 
 
@@ -46,8 +48,9 @@ def get_evidence(audit_id: AuditId, request: Request) -> JSONResponse:
     store: Store = request.app.state.store
     bundle = build_bundle(store, _ended_audit(store, audit_id))
     EvidenceOut.model_validate(bundle)
-    return JSONResponse(bundle, headers={
-        "Content-Disposition": f'attachment; filename="{audit_id}-evidence.json"'})
+    return JSONResponse(
+        bundle, headers={"Content-Disposition": f'attachment; filename="{audit_id}-evidence.json"'}
+    )
 
 
 @router.get(
@@ -69,8 +72,11 @@ def get_commitment(audit_id: AuditId, request: Request) -> dict:
     "/audits/{audit_id}/report",
     response_class=HTMLResponse,
     dependencies=[Depends(read_access)],
-    responses={**_NOT_FOUND, **_NOT_ENDED,
-               200: {"content": {"text/html": {}}, "description": "One self-contained HTML file."}},
+    responses={
+        **_NOT_FOUND,
+        **_NOT_ENDED,
+        200: {"content": {"text/html": {}}, "description": "One self-contained HTML file."},
+    },
     summary="Printable report of an ended audit: one self-contained HTML file",
 )
 def get_report(audit_id: AuditId, request: Request) -> HTMLResponse:
@@ -81,8 +87,9 @@ def get_report(audit_id: AuditId, request: Request) -> HTMLResponse:
     bundle = build_bundle(store, audit)
     view = audit_view_with_tradeoff(store, audit)
     html = render_report(view, bundle, [r.estimates or [] for r in store.list_rounds(audit_id)])
-    return HTMLResponse(html, headers={
-        "Content-Disposition": f'attachment; filename="{audit_id}-report.html"'})
+    return HTMLResponse(
+        html, headers={"Content-Disposition": f'attachment; filename="{audit_id}-report.html"'}
+    )
 
 
 @router.get(
@@ -93,6 +100,15 @@ def get_report(audit_id: AuditId, request: Request) -> HTMLResponse:
 )
 def get_keys(request: Request) -> dict:
     keys = list_signing_keys(request.app.state.store)
-    return {"keys": [{"key_id": k.key_id, "algorithm": "Ed25519", "public_key": k.public_key,
-                      "created_at": iso_utc(k.created_at), "retired_at": iso_utc(k.retired_at)}
-                     for k in keys]}
+    return {
+        "keys": [
+            {
+                "key_id": k.key_id,
+                "algorithm": "Ed25519",
+                "public_key": k.public_key,
+                "created_at": iso_utc(k.created_at),
+                "retired_at": iso_utc(k.retired_at),
+            }
+            for k in keys
+        ]
+    }

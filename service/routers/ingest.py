@@ -17,7 +17,6 @@ import numpy as np
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect
 
 from ...auditor.claims import audit_design
 from ...auditor.spec import AuditClaim, AuditSpec, Engine
@@ -37,10 +36,21 @@ from ..schemas import (
 from ..silence import progress_at, silence_limit
 from ..strict_json import StrictJSONRoute
 from ..tables import utcnow
+from .bodies import (
+    UnusableBody,
+    http_error,
+    read_float32_body,
+    read_round_body,
+    read_vector,
+)
 from .deps import AuditId, RoundNumber
 
-router = APIRouter(prefix="/audits", tags=["ingest"], dependencies=[Depends(require_run_token)],
-                   route_class=StrictJSONRoute)
+router = APIRouter(
+    prefix="/audits",
+    tags=["ingest"],
+    dependencies=[Depends(require_run_token)],
+    route_class=StrictJSONRoute,
+)
 
 _BODY = {
     "requestBody": {
@@ -62,105 +72,17 @@ INGEST_ERRORS = {
     400: {"description": "Body not a whole number of float32 values, or truncated."},
     401: {"description": "Missing or invalid run token."},
     404: {"description": "No audit with this id."},
-    409: {"description": (
-        "Out of order, audit not running, initial model missing, or the audit belongs to "
-        "another run (X-Flaudit-Run-Id), or a run is bound and the request has no "
-        "X-Flaudit-Run-Id."
-    )},
+    409: {
+        "description": (
+            "Out of order, audit not running, initial model missing, or the audit belongs to "
+            "another run (X-Flaudit-Run-Id), or a run is bound and the request has no "
+            "X-Flaudit-Run-Id."
+        )
+    },
     413: {"description": "Body larger than 4*d bytes or the configured maximum."},
     415: {"description": "Content-Type is not application/octet-stream."},
     422: {"description": "Wrong length, NaN/Inf values, or invalid query metadata."},
 }
-
-
-def http_error(code: int, message: str) -> HTTPException:
-    """The ``HTTPException`` an ingest route raises: ``code`` with ``message`` as its detail."""
-    return HTTPException(status_code=code, detail=message)
-
-
-class _Unusable(HTTPException):
-    """A complete body the audit cannot use (not finite, wrong length): a 422 that also ends
-    a running audit (docs/flower.md, "When an audit ends")."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(status_code=422, detail=message)
-
-
-async def read_float32_body(request: Request, *, limit: int, what: str) -> np.ndarray:
-    """Read a raw float32 body of at most ``limit`` bytes and check it value by value."""
-    return _float32_values(await _read_body(request, limit=limit, what=what), what)
-
-
-async def _read_body(request: Request, *, limit: int, what: str) -> bytearray:
-    """The raw octet-stream body (at most ``limit`` bytes, not empty), in one writable buffer."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type != "application/octet-stream":
-        raise http_error(
-            415,
-            f"{what}: Content-Type must be application/octet-stream (raw little-endian float32), "
-            f"got {content_type or 'none'!r}",
-        )
-    declared = request.headers.get("content-length")
-    declared_len = None
-    if declared is not None:
-        try:
-            declared_len = int(declared)
-        except ValueError:
-            raise http_error(400, f"{what}: invalid Content-Length header") from None
-        if declared_len > limit:
-            raise http_error(
-                413, f"{what}: body of {declared_len} bytes exceeds the limit of {limit} bytes"
-            )
-    # streamed into one buffer: with a Content-Length (every client of ours sends one) it is
-    # allocated once at the declared size, so the body is never held twice (no chunk list +
-    # join); without one, chunks are collected and joined (at most the limit, twice)
-    buffer = bytearray(declared_len) if declared_len is not None else None
-    chunks: list[bytes] = []
-    total = 0
-    try:
-        async for chunk in request.stream():
-            end = total + len(chunk)
-            if end > limit:
-                raise http_error(413, f"{what}: body exceeds the limit of {limit} bytes")
-            if buffer is not None and end > declared_len:
-                raise http_error(400, f"{what}: body longer than its Content-Length ({declared_len})")
-            if buffer is not None:
-                buffer[total:end] = chunk
-            else:
-                chunks.append(chunk)
-            total = end
-    except ClientDisconnect:
-        raise http_error(400, f"{what}: truncated body (client disconnected after {total} bytes)") from None
-    if declared_len is not None and total != declared_len:
-        raise http_error(
-            400, f"{what}: truncated body: Content-Length is {declared_len}, received {total} bytes"
-        )
-    if total == 0:
-        raise http_error(422, f"{what}: empty body; expected raw little-endian float32 values")
-    return buffer if buffer is not None else bytearray(b"".join(chunks))
-
-
-def _float32_values(data: bytearray | memoryview, what: str) -> np.ndarray:
-    """The body's float32 values: a view of ``data`` (no copy), checked chunk by chunk."""
-    total = len(data)
-    if total % 4:
-        raise http_error(
-            400,
-            f"{what}: body length {total} bytes is not a multiple of 4; expected raw "
-            "little-endian float32 values (wrong dtype or truncated body)",
-        )
-    vector = np.frombuffer(data, dtype="<f4")
-    step = 1 << 20
-    for start in range(0, vector.shape[0], step):
-        if np.isfinite(vector[start : start + step]).all():
-            continue
-        bad = np.flatnonzero(~np.isfinite(vector))
-        kinds = "NaN" if np.isnan(vector[bad[0]]) else "Inf"
-        raise _Unusable(
-            f"{what}: contains {bad.size} non-finite value(s) (NaN or Inf); first is {kinds} at "
-            f"index {int(bad[0])}",
-        )
-    return vector
 
 
 _DECLARE_CLAIM_FIRST = "declare the claim first (PUT /audits/{id}/claim; CanaryAuditStrategy does)"
@@ -216,8 +138,13 @@ def _bind_unowned(request: Request, audit):
     itself (``X-Flaudit-Run-Id``) afterwards; from then on :func:`_check_owner` holds. Returns the
     audit as stored after the attempt (another run may have been first)."""
     mine = _run_id(request)
-    if not (_is_external(audit) and audit.run_id is None and mine is not None
-            and audit.started_at is not None and audit.status == "running"):
+    if not (
+        _is_external(audit)
+        and audit.run_id is None
+        and mine is not None
+        and audit.started_at is not None
+        and audit.status == "running"
+    ):
         return audit
     store = request.app.state.store
     if store.resume_run(audit.id, run_id=mine, previous=None):
@@ -256,68 +183,6 @@ async def _ingest(request: Request, func, *args):
         return await run_in_threadpool(work)
     except IngestError as exc:
         raise http_error(exc.status_code, exc.message) from None
-
-
-def _check_length(vector: np.ndarray, dim: int, what: str) -> None:
-    if vector.shape[0] != dim:
-        raise _Unusable(
-            f"{what}: wrong length: expected {dim} float32 values ({4 * dim} bytes), "
-            f"got {vector.shape[0]}",
-        )
-
-
-async def _read_vector(request: Request, dim: int, what: str) -> np.ndarray:
-    """The body as ``d`` float32 values: read at most ``4 d`` bytes (or the body limit), 422 if it
-    is not exactly ``d`` values."""
-    limit = min(4 * dim, request.app.state.settings.max_body_bytes)
-    vector = await read_float32_body(request, limit=limit, what=what)
-    _check_length(vector, dim, what)
-    return vector
-
-
-def _participant_indices(data: bytes, num_canaries: int) -> np.ndarray:
-    """The appended int32 indices, checked: each in ``[0, k)``, none twice (422 naming
-    ``participants`` otherwise)."""
-    indices = np.frombuffer(data, dtype="<i4").astype(np.int64)
-    if indices.size:
-        if indices.min() < 0:
-            raise http_error(422, f"participants: negative canary index {int(indices.min())}")
-        if indices.max() >= num_canaries:
-            raise http_error(
-                422,
-                f"participants: canary index {int(indices.max())} out of range "
-                f"(num_canaries={num_canaries})",
-            )
-        if np.unique(indices).size != indices.size:
-            raise http_error(422, "participants: a canary index is listed twice")
-    return indices
-
-
-async def _read_round_body(
-    request: Request, dim: int, num_participants: int | None, num_canaries: int, what: str
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """``d`` float32 values, then ``num_participants`` int32 canary indices (if given)."""
-    if num_participants is None:
-        return await _read_vector(request, dim, what), None
-    if num_participants > num_canaries:
-        raise http_error(
-            422,
-            f"num_participants: {num_participants} exceeds num_canaries={num_canaries}",
-        )
-    expected = 4 * (dim + num_participants)
-    limit = min(expected, request.app.state.settings.max_body_bytes)
-    data = await _read_body(request, limit=limit, what=what)
-    if len(data) != expected:
-        message = (f"{what}: wrong length: expected {dim} float32 values and num_participants="
-                   f"{num_participants} int32 indices ({expected} bytes), got {len(data)} bytes")
-        if len(data) < 4 * dim:  # the update itself is short: unusable, the audit ends
-            raise _Unusable(message)
-        # the update is whole but the indices are not the number announced: the request is
-        # malformed (422 naming num_participants, nothing stored), the audit goes on
-        raise http_error(422, f"num_participants: {message}")
-    view = memoryview(data)  # slices of a memoryview share the body's buffer
-    vector = _float32_values(view[: 4 * dim], what)
-    return vector, _participant_indices(bytes(view[4 * dim :]), num_canaries)
 
 
 @router.put(
@@ -364,17 +229,23 @@ async def put_round(
     canaries_missing = metadata.canaries_missing
     if canaries_missing is not None:
         if metadata.num_canaries_inserted != 0:
-            raise http_error(422, "canaries_missing: a round trained without canaries must say "
-                             f"num_canaries_inserted=0, got {metadata.num_canaries_inserted}")
+            raise http_error(
+                422,
+                "canaries_missing: a round trained without canaries must say "
+                f"num_canaries_inserted=0, got {metadata.num_canaries_inserted}",
+            )
         gap = {"round": t, "kind": "no_canaries", "reason": canaries_missing}
     if audit.spec.get("engine") in _SERVED_ENGINES and gap is None:
         await run_in_threadpool(_check_inserted, request, audit, t, metadata.num_canaries_inserted)
     try:
-        vector, participants = await _read_round_body(
-            request, audit.dim, metadata.num_participants, int(audit.spec["num_canaries"]),
+        vector, participants = await read_round_body(
+            request,
+            audit.dim,
+            metadata.num_participants,
+            int(audit.spec["num_canaries"]),
             f"round {t} update",
         )
-    except _Unusable as exc:
+    except UnusableBody as exc:
         await _end_refused(request, audit, t, exc)
         raise
     if gap is not None:  # no canary was in this round: it adds nothing to the known-rounds test
@@ -412,8 +283,8 @@ async def put_final_model(
     if audit.has_final:
         return IngestAck(audit_id=audit_id, stored=False, dim=audit.dim)
     try:
-        vector = await _read_vector(request, audit.dim, "final model")
-    except _Unusable as exc:
+        vector = await read_vector(request, audit.dim, "final model")
+    except UnusableBody as exc:
         await _end_refused(request, audit, None, exc)
         raise
     values = {k: v for k, v in metrics.model_dump().items() if v is not None}
@@ -421,7 +292,7 @@ async def put_final_model(
     return IngestAck(audit_id=audit_id, stored=result == "stored", dim=audit.dim)
 
 
-async def _end_refused(request: Request, audit, t: int | None, exc: _Unusable) -> None:
+async def _end_refused(request: Request, audit, t: int | None, exc: UnusableBody) -> None:
     """A running audit whose run sent an unusable round ``t`` (None: the final model) ends
     ``failed`` on the rounds it has, the reason naming what was refused and why; its rounds
     from ``t`` on are gaps. The training that diverged produces no usable round after it."""
@@ -429,20 +300,26 @@ async def _end_refused(request: Request, audit, t: int | None, exc: _Unusable) -
         return
     stored = int(audit.rounds_stored)
     what = f"round {t}" if t is not None else "the final model"
-    reason = (f"{what} was refused ({exc.detail}), so the audit ended on the {stored} round(s) "
-              "it has" + (f"; rounds {t}-{audit.spec.get('num_rounds')} and the final model "
-                          "were never received" if t is not None else
-                          "; the final-model statistic stands on the model after the last "
-                          "round received") + (
-              ". A model that is not finite usually means the training diverged (with DP "
-              "noise: a learning rate or noise too large for the clip norm)"
-              if "non-finite" in str(exc.detail) else ""))
+    reason = (
+        f"{what} was refused ({exc.detail}), so the audit ended on the {stored} round(s) "
+        "it has"
+        + (
+            f"; rounds {t}-{audit.spec.get('num_rounds')} and the final model were never received"
+            if t is not None
+            else "; the final-model statistic stands on the model after the last round received"
+        )
+        + (
+            ". A model that is not finite usually means the training diverged (with DP "
+            "noise: a learning rate or noise too large for the clip norm)"
+            if "non-finite" in str(exc.detail)
+            else ""
+        )
+    )
     store = request.app.state.store
 
     def work() -> bool:
         try:
-            return store.end_refused(audit.id, t=t if t is not None else stored + 1,
-                                     reason=reason)
+            return store.end_refused(audit.id, t=t if t is not None else stored + 1, reason=reason)
         finally:
             request.app.state.read_cache.refresh(store, audit.id)
 
@@ -477,10 +354,12 @@ def _check_inserted(request: Request, audit, t: int, inserted: int) -> None:
     responses={
         401: INGEST_ERRORS[401],
         404: INGEST_ERRORS[404],
-        409: {"description": (
-            "Not an external audit, not running, a different claim stored, or the audit "
-            "belongs to another run (resume=true to take it over with the same claim)."
-        )},
+        409: {
+            "description": (
+                "Not an external audit, not running, a different claim stored, or the audit "
+                "belongs to another run (resume=true to take it over with the same claim)."
+            )
+        },
         422: {"description": "A claim field is invalid, or the completed spec is inconsistent."},
     },
     summary="Declare the DP claim of an external run (its ServerApp does, once)",
@@ -489,11 +368,16 @@ def put_claim(
     audit_id: AuditId,
     claim: AuditClaim,
     request: Request,
-    resume: Annotated[bool, Query(description=(
-        "Continue the audit of the same training after its ServerApp crashed: the run sending "
-        "this claim (X-Flaudit-Run-Id) takes the audit over and continues after its last "
-        "stored round. The claim must be the one declared (num_rounds aside)."
-    ))] = False,
+    resume: Annotated[
+        bool,
+        Query(
+            description=(
+                "Continue the audit of the same training after its ServerApp crashed: the run sending "
+                "this claim (X-Flaudit-Run-Id) takes the audit over and continues after its last "
+                "stored round. The claim must be the one declared (num_rounds aside)."
+            )
+        ),
+    ] = False,
 ) -> ClaimAck:
     """The settings of the run as its Flower strategy has them (noise multiplier, clipping,
     sampling, rounds). They complete the audit's spec, so the analytic epsilon and every alarm
@@ -506,7 +390,9 @@ def put_claim(
     if audit is None:
         raise http_error(404, f"audit {audit_id!r} not found")
     if not _is_external(audit):
-        raise http_error(409, "only an audit with engine 'external' takes a claim from its ServerApp")
+        raise http_error(
+            409, "only an audit with engine 'external' takes a claim from its ServerApp"
+        )
     # no claim declared yet: a refusal ends the audit
     first = audit.started_at is None and audit.status == "running"
     try:
@@ -514,8 +400,9 @@ def put_claim(
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False)
         if first:
-            _refuse_federation(request, audit, "; ".join(
-                e["msg"].removeprefix("Value error, ") for e in errors))
+            _refuse_federation(
+                request, audit, "; ".join(e["msg"].removeprefix("Value error, ") for e in errors)
+            )
         raise HTTPException(
             status_code=422,
             detail=[
@@ -547,9 +434,13 @@ def put_claim(
             raise http_error(409, _no_run_id(audit))
         if mine is None or audit.run_id is None or mine == audit.run_id:
             if audit.spec == wanted:
-                return ClaimAck(audit_id=audit_id, stored=False, spec=spec,
-                                rounds_stored=audit.rounds_stored,
-                                design=audit_design(spec).to_dict())
+                return ClaimAck(
+                    audit_id=audit_id,
+                    stored=False,
+                    spec=spec,
+                    rounds_stored=audit.rounds_stored,
+                    design=audit_design(spec).to_dict(),
+                )
             raise http_error(409, "a different claim was declared for this audit already")
         if not resume:
             raise http_error(409, _other_run(audit, mine))
@@ -559,8 +450,7 @@ def put_claim(
     if not store.declare_claim(audit_id, spec=wanted, run_id=mine):
         raise http_error(409, "the claim was declared meanwhile, or the audit ended")
     request.app.state.read_cache.invalidate(audit_id)
-    return ClaimAck(audit_id=audit_id, stored=True, spec=spec,
-                    design=audit_design(spec).to_dict())
+    return ClaimAck(audit_id=audit_id, stored=True, spec=spec, design=audit_design(spec).to_dict())
 
 
 def _refuse_federation(request: Request, audit, problem: str) -> None:
@@ -575,29 +465,45 @@ def _refuse_federation(request: Request, audit, problem: str) -> None:
 def _resume(request: Request, audit, mine: str, wanted: dict) -> ClaimAck:
     """Hand ``audit`` to run ``mine`` (explicit resume): same claim, audit still running."""
     if audit.status != "running":
-        raise http_error(409, f"audit {audit.id} is {audit.status} ({audit.reason or 'ended'}); it "
-                         "cannot be resumed: start a new audit for this run")
+        raise http_error(
+            409,
+            f"audit {audit.id} is {audit.status} ({audit.reason or 'ended'}); it "
+            "cannot be resumed: start a new audit for this run",
+        )
     stored = {k: v for k, v in audit.spec.items() if k != "num_rounds"}
     if stored != {k: v for k, v in wanted.items() if k != "num_rounds"}:
-        raise http_error(409, f"resume: the claim differs from the one declared for audit {audit.id}; "
-                         "a resumed run must keep the DP settings (noise, clipping, sampling)")
+        raise http_error(
+            409,
+            f"resume: the claim differs from the one declared for audit {audit.id}; "
+            "a resumed run must keep the DP settings (noise, clipping, sampling)",
+        )
     if not request.app.state.store.resume_run(audit.id, run_id=mine, previous=audit.run_id):
         raise http_error(409, "the audit changed owner or ended meanwhile; try again")
     request.app.state.read_cache.invalidate(audit.id)
     spec = AuditSpec.model_validate(audit.spec)
-    return ClaimAck(audit_id=audit.id, stored=False, spec=spec, rounds_stored=audit.rounds_stored,
-                    resumed=True, design=audit_design(spec).to_dict())
+    return ClaimAck(
+        audit_id=audit.id,
+        stored=False,
+        spec=spec,
+        rounds_stored=audit.rounds_stored,
+        resumed=True,
+        design=audit_design(spec).to_dict(),
+    )
 
 
 @router.put(
     "/{audit_id}/heartbeat",
     response_model=HeartbeatAck,
-    responses={401: INGEST_ERRORS[401], 404: INGEST_ERRORS[404],
-               409: {"description": "Audit not running, claim missing, or another run's."}},
+    responses={
+        401: INGEST_ERRORS[401],
+        404: INGEST_ERRORS[404],
+        409: {"description": "Audit not running, claim missing, or another run's."},
+    },
     summary="The run is alive (sent while training is slow), and what it is doing",
 )
-async def put_heartbeat(audit_id: AuditId, request: Request,
-                        body: Heartbeat | None = None) -> HeartbeatAck:
+async def put_heartbeat(
+    audit_id: AuditId, request: Request, body: Heartbeat | None = None
+) -> HeartbeatAck:
     """An external audit ends when its run shows no sign of progress (claim, any ingest, or a
     heartbeat) for its silence limit: 150 s, at most ``timeout_seconds`` (returned here). A
     heartbeat counts as of what its optional JSON body reports (``round``, ``phase``, and in
@@ -610,19 +516,20 @@ async def put_heartbeat(audit_id: AuditId, request: Request,
     if audit.status != "running":
         raise http_error(409, f"audit is {audit.status}: {audit.reason or 'ended'}")
     limit = silence_limit(audit.spec)
-    at = progress_at(utcnow(), body.model_dump() if body is not None else None,
-                     silence_seconds=limit.seconds)
+    at = progress_at(
+        utcnow(), body.model_dump() if body is not None else None, silence_seconds=limit.seconds
+    )
     if not await run_in_threadpool(request.app.state.store.touch, audit_id, at=at):
         raise http_error(409, "the audit ended meanwhile")
-    return HeartbeatAck(audit_id=audit_id, status="running",
-                        silence_limit_seconds=limit.seconds)
+    return HeartbeatAck(audit_id=audit_id, status="running", silence_limit_seconds=limit.seconds)
 
 
 @router.put(
     "/{audit_id}/rounds/{t}/missing",
     response_model=IngestAck,
     responses={
-        401: INGEST_ERRORS[401], 404: INGEST_ERRORS[404],
+        401: INGEST_ERRORS[401],
+        404: INGEST_ERRORS[404],
         409: {"description": "Not the next round, audit not running, or another run's."},
         422: {"description": "No reason given."},
     },
@@ -643,8 +550,11 @@ async def put_missing_round(
     if audit.status != "running":
         raise http_error(409, f"audit is {audit.status}; ingest refused")
     if t != audit.rounds_stored + 1 or t > int(audit.spec.get("num_rounds", 0)):
-        raise http_error(409, f"round {t} is out of order: the next round must be "
-                         f"{audit.rounds_stored + 1} (of {audit.spec.get('num_rounds')})")
+        raise http_error(
+            409,
+            f"round {t} is out of order: the next round must be "
+            f"{audit.rounds_stored + 1} (of {audit.spec.get('num_rounds')})",
+        )
 
     def work() -> bool:
         try:

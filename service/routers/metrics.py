@@ -17,10 +17,13 @@ router = APIRouter(tags=["operations"])
     response_class=Response,
     dependencies=[Depends(read_access)],
     responses={
-        200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}},
-              "description": "The metrics in the Prometheus text format (version 0.0.4)"},
-        401: {"description": "Missing or invalid API key (only with "
-                             "FLAUDIT_REQUIRE_KEY_FOR_READS=1)"},
+        200: {
+            "content": {CONTENT_TYPE_LATEST.split(";")[0]: {}},
+            "description": "The metrics in the Prometheus text format (version 0.0.4)",
+        },
+        401: {
+            "description": "Missing or invalid API key (only with FLAUDIT_REQUIRE_KEY_FOR_READS=1)"
+        },
     },
     summary="Prometheus metrics: audits by status and verdict, ingest, alarms, health",
 )

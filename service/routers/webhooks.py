@@ -41,14 +41,21 @@ class WebhookIn(BaseModel):
 
     url: AnyHttpUrl = Field(description="http or https URL the events are POSTed to.")
     events: list[WebhookEvent] = Field(
-        default=list(WEBHOOK_EVENTS), min_length=1,
+        default=list(WEBHOOK_EVENTS),
+        min_length=1,
         description="Events to deliver: alarm.fired, audit.ended (succeeded or cancelled), "
-                    "audit.failed, gap.recorded. Default: all.")
-    audit_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,32}$",
-                                 description="Only this audit's events (default: every audit).")
+        "audit.failed, gap.recorded. Default: all.",
+    )
+    audit_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{1,32}$",
+        description="Only this audit's events (default: every audit).",
+    )
     format: Literal["json", "slack"] = Field(
-        default="json", description='"json": the signed event; "slack": {"text": ...} for a '
-                                    "Slack incoming webhook (signed too).")
+        default="json",
+        description='"json": the signed event; "slack": {"text": ...} for a '
+        "Slack incoming webhook (signed too).",
+    )
 
     @field_validator("url")
     @classmethod
@@ -68,8 +75,10 @@ class WebhookOut(BaseModel):
 
 
 class WebhookCreated(WebhookOut):
-    secret: str = Field(description="The signing secret: returned once, here, never again. "
-                                    "Verify X-Flaudit-Signature with it (docs/operations.md).")
+    secret: str = Field(
+        description="The signing secret: returned once, here, never again. "
+        "Verify X-Flaudit-Signature with it (docs/operations.md)."
+    )
 
 
 class WebhookList(BaseModel):
@@ -93,8 +102,14 @@ class DeliveryList(BaseModel):
 
 
 def _out(row: Webhook) -> dict:
-    return {"id": row.id, "url": row.url, "events": webhook_events(row),
-            "audit_id": row.audit_id, "format": row.format, "created_at": as_utc(row.created_at)}
+    return {
+        "id": row.id,
+        "url": row.url,
+        "events": webhook_events(row),
+        "audit_id": row.audit_id,
+        "format": row.format,
+        "created_at": as_utc(row.created_at),
+    }
 
 
 @router.post(
@@ -112,9 +127,14 @@ def post_webhook(body: WebhookIn, request: Request) -> dict:
     store: Store = request.app.state.store
     if body.audit_id is not None and store.get_audit(body.audit_id) is None:
         raise HTTPException(status_code=404, detail=f"audit {body.audit_id!r} not found")
-    row, secret = create_webhook(store, url=str(body.url), events=list(body.events),
-                                 audit_id=body.audit_id, format=body.format,
-                                 link_base=str(request.base_url))
+    row, secret = create_webhook(
+        store,
+        url=str(body.url),
+        events=list(body.events),
+        audit_id=body.audit_id,
+        format=body.format,
+        link_base=str(request.base_url),
+    )
     return {**_out(row), "secret": secret}
 
 
@@ -158,11 +178,20 @@ async def get_deliveries(audit_id: AuditId, request: Request) -> dict:
     def read() -> list | None:
         if store.get_audit(audit_id) is None:
             return None
-        return [{"id": d.id, "webhook_id": d.webhook_id, "event": d.event, "status": d.status,
-                 "attempts": d.attempts, "last_error": d.last_error,
-                 "created_at": as_utc(d.created_at),
-                 "next_attempt_at": as_utc(d.next_attempt_at) if d.status == "pending" else None,
-                 "delivered_at": as_utc(d.delivered_at)} for d in list_deliveries(store, audit_id)]
+        return [
+            {
+                "id": d.id,
+                "webhook_id": d.webhook_id,
+                "event": d.event,
+                "status": d.status,
+                "attempts": d.attempts,
+                "last_error": d.last_error,
+                "created_at": as_utc(d.created_at),
+                "next_attempt_at": as_utc(d.next_attempt_at) if d.status == "pending" else None,
+                "delivered_at": as_utc(d.delivered_at),
+            }
+            for d in list_deliveries(store, audit_id)
+        ]
 
     items = await run_in_threadpool(read)
     if items is None:

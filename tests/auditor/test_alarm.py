@@ -8,8 +8,15 @@ import math
 import numpy as np
 import pytest
 
+from benchmarks.fidelity._common import binomial_limit
+from benchmarks.fidelity.alarm_power import (
+    new_alarm_first_look,
+    normal_score_claim_test,
+    simulate_scores,
+)
 from flaudit.auditor.claims import (
     AlarmTest,
+    AuditLook,
     GaussianDPClaim,
     NoDPClaim,
     ValidityTier,
@@ -17,22 +24,19 @@ from flaudit.auditor.claims import (
     audit_claims,
     decide_alarm,
     look_level,
+    summarize,
 )
 from flaudit.auditor.claims.fdp import fdp_claim_test
-from flaudit.auditor.claims import AuditLook, summarize
 from flaudit.auditor.spec import AuditSpec
-from benchmarks.fidelity._common import binomial_limit
-from benchmarks.fidelity.alarm_power import (
-    new_alarm_first_look,
-    normal_score_claim_test,
-    simulate_scores,
-)
 
 
 def test_levels_sum_to_alpha_over_every_look_and_test():
     for looks in (1, 2, 11, 21):
-        total = sum(look_level(test, t, looks, alpha=0.05)
-                    for test in AlarmTest for t in range(1, looks + 1))
+        total = sum(
+            look_level(test, t, looks, alpha=0.05)
+            for test in AlarmTest
+            for t in range(1, looks + 1)
+        )
         assert math.isclose(total, 0.05, rel_tol=1e-12)
     # the known-rounds test is the only one spending at the per-round looks
     assert look_level(AlarmTest.known_rounds_normal_scores, 1, 11) > 0
@@ -44,10 +48,18 @@ def test_levels_sum_to_alpha_over_every_look_and_test():
 def _summary(seen, known, counts, d=5000, final=None, claims=None):
     spec = AuditSpec(noise_multiplier=1.0, num_canaries=seen.size, num_clients=10 * seen.size)
     claims = audit_claims(spec) if claims is None else claims
-    return summarize(AuditLook(seen=seen, dim=d, delta=1e-5, known_rounds_scores=known,
-                     known_rounds_participations=counts, final_cosines=final,
-                     threat_models=["final_model"] if final is not None else [],
-                     claims=claims)), claims
+    return summarize(
+        AuditLook(
+            seen=seen,
+            dim=d,
+            delta=1e-5,
+            known_rounds_scores=known,
+            known_rounds_participations=counts,
+            final_cosines=final,
+            threat_models=["final_model"] if final is not None else [],
+            claims=claims,
+        )
+    ), claims
 
 
 def test_decision_names_the_refuting_test_tier_and_bound():
@@ -93,9 +105,14 @@ def test_false_alarm_rate_over_every_look_on_the_claim():
     assert lim.false_fail <= 1e-3 and lim.power >= 0.9, str(lim)
     rng = np.random.default_rng(1)
     alarms = sum(
-        new_alarm_first_look(simulate_scores(rng, k=100, num_rounds=10, noise_scale=1.0),
-                             num_rounds=10, with_fdp=True) is not None
-        for _ in range(lim.runs))
+        new_alarm_first_look(
+            simulate_scores(rng, k=100, num_rounds=10, noise_scale=1.0),
+            num_rounds=10,
+            with_fdp=True,
+        )
+        is not None
+        for _ in range(lim.runs)
+    )
     assert lim.passes(alarms), (alarms, str(lim))
 
 
@@ -110,16 +127,25 @@ def test_the_validity_runs_feed_decide_alarm_what_summarize_does():
         seen, rounds, known = run["seen"], run["rounds"], run["known"]
         for look in range(1, 12):
             scored = rounds <= min(look, 10)
-            summary, claims = _summary(seen, np.where(scored, known, np.nan),
-                                       scored.astype(int), claims=[claim])
+            summary, claims = _summary(
+                seen, np.where(scored, known, np.nan), scored.astype(int), claims=[claim]
+            )
             by_name = {t.details.get("test"): t for t in summary.claim_tests}
-            direct = [normal_score_claim_test(known[seen & scored], claim, "known_rounds",
-                                              AlarmTest.known_rounds_normal_scores),
-                      fdp_claim_test(known[scored], seen[scored], claim=claim)]
+            direct = [
+                normal_score_claim_test(
+                    known[seen & scored],
+                    claim,
+                    "known_rounds",
+                    AlarmTest.known_rounds_normal_scores,
+                ),
+                fdp_claim_test(known[scored], seen[scored], claim=claim),
+            ]
             for test in direct:
                 shipped = by_name[test.details["test"]]
                 assert test.p_value == pytest.approx(shipped.p_value, rel=1e-9, abs=1e-15)
-            status = decide_alarm(summary.claim_tests, look=look, num_looks=11, claims=claims).status
+            status = decide_alarm(
+                summary.claim_tests, look=look, num_looks=11, claims=claims
+            ).status
             assert decide_alarm(direct, look=look, num_looks=11).status == status
             fired += status == "error"
     assert fired > 0  # the comparison covered alarms, not only silence
@@ -137,11 +163,15 @@ def test_summarize_reports_normal_score_tests_and_bounds():
     assert {a.value for a in AlarmTest} <= names
     kinds = {(e.threat_model, e.estimator.value) for e in summary.estimates}
     assert {("known_rounds", "normal_scores"), ("final_model", "normal_scores")} <= kinds
-    known_test = next(t for t in summary.claim_tests
-                      if t.details.get("test") == AlarmTest.known_rounds_normal_scores.value)
+    known_test = next(
+        t
+        for t in summary.claim_tests
+        if t.details.get("test") == AlarmTest.known_rounds_normal_scores.value
+    )
     assert known_test.p_value < 1e-10
-    no_claim = summarize(AuditLook(seen=seen, dim=d, delta=1e-5, known_rounds_scores=known,
-                         claims=[NoDPClaim()]))
+    no_claim = summarize(
+        AuditLook(seen=seen, dim=d, delta=1e-5, known_rounds_scores=known, claims=[NoDPClaim()])
+    )
     assert all(t.p_value == 1.0 for t in no_claim.claim_tests)
 
 

@@ -46,7 +46,9 @@ def test_known_rounds_composes_participations():
 
 def test_calibration_round_trip():
     for eps in (1.0, 3.0, 10.0):
-        assert gaussian_epsilon_for_sigma(gaussian_sigma_for_epsilon(eps, 1e-6), 1e-6) == pytest.approx(eps, abs=1e-3)
+        assert gaussian_epsilon_for_sigma(
+            gaussian_sigma_for_epsilon(eps, 1e-6), 1e-6
+        ) == pytest.approx(eps, abs=1e-3)
     assert gaussian_sigma_for_epsilon(1.0, 1e-6) == pytest.approx(4.22, abs=0.01)
     assert gaussian_sigma_for_epsilon(3.0, 1e-6) == pytest.approx(1.54, abs=0.01)
     assert gaussian_sigma_for_epsilon(10.0, 1e-6) == pytest.approx(0.541, abs=0.001)
@@ -55,11 +57,23 @@ def test_calibration_round_trip():
 @pytest.mark.parametrize(
     "kwargs,name",
     [
-        (dict(noise_multiplier=-1, sampling_probability=0.1, num_rounds=1, delta=1e-6), "noise_multiplier"),
-        (dict(noise_multiplier=1, sampling_probability=0.0, num_rounds=1, delta=1e-6), "sampling_probability"),
-        (dict(noise_multiplier=1, sampling_probability=0.1, num_rounds=0, delta=1e-6), "num_rounds"),
+        (
+            dict(noise_multiplier=-1, sampling_probability=0.1, num_rounds=1, delta=1e-6),
+            "noise_multiplier",
+        ),
+        (
+            dict(noise_multiplier=1, sampling_probability=0.0, num_rounds=1, delta=1e-6),
+            "sampling_probability",
+        ),
+        (
+            dict(noise_multiplier=1, sampling_probability=0.1, num_rounds=0, delta=1e-6),
+            "num_rounds",
+        ),
         (dict(noise_multiplier=1, sampling_probability=0.1, num_rounds=1, delta=2.0), "delta"),
-        (dict(noise_multiplier=math.nan, sampling_probability=0.1, num_rounds=1, delta=1e-6), "noise_multiplier"),
+        (
+            dict(noise_multiplier=math.nan, sampling_probability=0.1, num_rounds=1, delta=1e-6),
+            "noise_multiplier",
+        ),
     ],
 )
 def test_bad_input(kwargs, name):
@@ -74,21 +88,33 @@ def test_adaptive_clipping_count_query_is_accounted():
     from flaudit.auditor.spec import AdaptiveClipping, AuditSpec
 
     fixed = AuditSpec(noise_multiplier=1.0, clients_per_round=40, num_rounds=10)
-    adaptive = fixed.model_copy(update={
-        "clip_norm": None, "adaptive_clipping": AdaptiveClipping(clipped_count_stddev=2.0)})
+    adaptive = fixed.model_copy(
+        update={"clip_norm": None, "adaptive_clipping": AdaptiveClipping(clipped_count_stddev=2.0)}
+    )
     assert fixed.accounted_noise_multiplier == 1.0
     assert adaptive.accounted_noise_multiplier == pytest.approx((1 + 0.25) ** -0.5)
     # default sigma_b = clients_per_round / 20 = 2: the same
     default = fixed.model_copy(update={"clip_norm": None, "adaptive_clipping": AdaptiveClipping()})
     assert default.accounted_noise_multiplier == pytest.approx(adaptive.accounted_noise_multiplier)
-    eps_fixed = {(r.threat_model, r.details.get("accountant")): r.epsilon for r in audit_analytic_epsilon(fixed)}
-    eps_adapt = {(r.threat_model, r.details.get("accountant")): r.epsilon for r in audit_analytic_epsilon(adaptive)}
+    eps_fixed = {
+        (r.threat_model, r.details.get("accountant")): r.epsilon
+        for r in audit_analytic_epsilon(fixed)
+    }
+    eps_adapt = {
+        (r.threat_model, r.details.get("accountant")): r.epsilon
+        for r in audit_analytic_epsilon(adaptive)
+    }
     assert eps_fixed.keys() == eps_adapt.keys() and len(eps_fixed) == 3
     for key in eps_fixed:
         assert eps_adapt[key] > eps_fixed[key]
     # the same as calling the accountant with the combined multiplier directly
-    direct = analytic_epsilon(adaptive.accounted_noise_multiplier, adaptive.sampling_probability, 10,
-                              adaptive.delta, participations=1)
+    direct = analytic_epsilon(
+        adaptive.accounted_noise_multiplier,
+        adaptive.sampling_probability,
+        10,
+        adaptive.delta,
+        participations=1,
+    )
     assert sorted(r.epsilon for r in direct) == sorted(eps_adapt.values())
 
 

@@ -22,7 +22,9 @@ def test_canaries_unit_norm_reproducible_and_chunk_independent(family):
     assert np.allclose(np.linalg.norm(bank.astype(np.float64), axis=1), 1.0, atol=1e-5)
     assert np.allclose(canary_vector(SEED, 7, d, family=family), bank[7], atol=1e-7)
     for chunk in (1, 5, 64):
-        joined = np.concatenate([b for _, b in iter_canary_chunks(SEED, k, d, chunk, family=family)])
+        joined = np.concatenate(
+            [b for _, b in iter_canary_chunks(SEED, k, d, chunk, family=family)]
+        )
         assert np.allclose(joined, bank, atol=1e-7)
     assert not np.allclose(canary_vector(SEED + 1, 0, d, family=family), bank[0], atol=1e-3)
     mask = seen_mask(SEED, 4000)

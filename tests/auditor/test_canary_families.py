@@ -47,8 +47,13 @@ def test_tracker_cosines_equal_explicit_dot_products(family, d):
     tracker = CosineTracker(SEED, k, d, family=family)
     assert tracker.family is CanaryFamily(family)
     signal = vectors[seen_mask(SEED, k)].sum(axis=0)  # seen canaries inside the update
-    for v in (rng.normal(size=d), np.ones(d), np.eye(d)[5], np.cos(np.arange(d) * 0.01),
-              rng.normal(size=d) + 0.5 * np.sqrt(d) * signal):
+    for v in (
+        rng.normal(size=d),
+        np.ones(d),
+        np.eye(d)[5],
+        np.cos(np.arange(d) * 0.01),
+        rng.normal(size=d) + 0.5 * np.sqrt(d) * signal,
+    ):
         v32 = v.astype(np.float32)
         expected = expected_statistics(SEED, k, v32, family=family, vectors=vectors)
         assert np.allclose(tracker.all_cosines(v32), expected, atol=2e-6)
@@ -66,7 +71,8 @@ def test_families_share_the_tracker_api():
         for delta in deltas:
             tracker.update(delta)
         expected = np.max(
-            [expected_statistics(SEED, k, x, family=family, vectors=vectors) for x in deltas], axis=0
+            [expected_statistics(SEED, k, x, family=family, vectors=vectors) for x in deltas],
+            axis=0,
         )
         assert np.allclose(tracker.max_cosines, expected, atol=2e-6)
         theta_t = theta0 + sum(deltas)
@@ -165,9 +171,17 @@ def test_gaussian_mechanism_exact_simulation_matches_the_transform():
     from flaudit.auditor.claims.gaussian import gaussian_mechanism_cosines
 
     sigma, d, k = 0.5, 2000, 400
-    runs = {method: np.concatenate([
-        gaussian_mechanism_cosines(sigma, d, k, seed=s, method=method, family=ORTHOGONAL)
-        for s in range(8)]) * np.sqrt(d) * sigma for method in ("projected", "canaries")}
+    runs = {
+        method: np.concatenate(
+            [
+                gaussian_mechanism_cosines(sigma, d, k, seed=s, method=method, family=ORTHOGONAL)
+                for s in range(8)
+            ]
+        )
+        * np.sqrt(d)
+        * sigma
+        for method in ("projected", "canaries")
+    }
     for z in runs.values():  # seen statistic ~ N(1, sigma^2) in these units
         assert abs(z.mean() - 1) < 4 * sigma / np.sqrt(z.size)
         assert abs(z.std() / sigma - 1) < 0.08
@@ -182,7 +196,9 @@ def test_one_canaries_object_serves_every_round(family):
     d = 501
     canaries = Canaries(SEED, d, family=family)
     for indices in ([0, 7], [499], [3, 3, 100]):
-        assert np.array_equal(canaries.vectors(indices), canary_vectors(SEED, indices, d, family=family))
+        assert np.array_equal(
+            canaries.vectors(indices), canary_vectors(SEED, indices, d, family=family)
+        )
         assert np.array_equal(canaries.sum_of(indices), canary_sum(SEED, indices, d, family=family))
     for text in (repr(canaries), str(canaries)):
         assert str(SEED) not in text and hex(SEED)[2:] not in text and family.value in text

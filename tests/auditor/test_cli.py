@@ -10,8 +10,8 @@ import json
 import pytest
 
 from flaudit import __version__
-from flaudit.commands import cli
 from flaudit.auditor.bugs import InjectedBug
+from flaudit.commands import cli
 
 
 def _run(argv, capsys):
@@ -45,8 +45,16 @@ def test_an_unknown_injected_bug_is_named_with_the_choices_not_pydantic_text(cap
 
 
 def test_rotate_secret_key_error_has_no_stray_field_name(capsys, tmp_path):
-    code, out = _run(["rotate-secret-key", "--old-key-file", str(tmp_path / "old"),
-                      "--new-key-file", str(tmp_path / "new")], capsys)
+    code, out = _run(
+        [
+            "rotate-secret-key",
+            "--old-key-file",
+            str(tmp_path / "old"),
+            "--new-key-file",
+            str(tmp_path / "new"),
+        ],
+        capsys,
+    )
     assert code == 2
     assert "key_file:" not in out.err + out.out
     assert out.err.startswith("flaudit rotate-secret-key: error: cannot read --old-key-file")
@@ -64,8 +72,11 @@ def test_help_shows_every_default():
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in subparsers.choices.items():
         for action in sub._actions:
-            if (not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
-                    or action.help is None):
+            if (
+                not action.option_strings
+                or action.default in (None, False, argparse.SUPPRESS)
+                or action.help is None
+            ):
                 continue
             help_text = " ".join(sub.formatter_class("x")._get_help_string(action).split())
             assert "default" in help_text.lower(), (name, action.dest)
@@ -73,12 +84,28 @@ def test_help_shows_every_default():
 
 
 def test_gaussian_table_shows_the_valid_bound_labelled(capsys):
-    code, out = _run(["gaussian", "--d", "1e4", "--k", "200", "--eps", "3", "--runs", "2",
-                      "--seed", "3"], capsys)
+    code, out = _run(
+        ["gaussian", "--d", "1e4", "--k", "200", "--eps", "3", "--runs", "2", "--seed", "3"], capsys
+    )
     assert code == 0
     assert "valid eps_lo 95%" in out.out and "not a valid bound" in out.out
-    code, out = _run(["gaussian", "--d", "1e4", "--k", "200", "--eps", "3", "--runs", "4",
-                      "--seed", "3", "--json"], capsys)
+    code, out = _run(
+        [
+            "gaussian",
+            "--d",
+            "1e4",
+            "--k",
+            "200",
+            "--eps",
+            "3",
+            "--runs",
+            "4",
+            "--seed",
+            "3",
+            "--json",
+        ],
+        capsys,
+    )
     row = json.loads(out.out)["rows"][0]
     # Bonferroni over 20 thresholds at alpha/20 never beats the uncorrected maximum
     assert row["epsilon_lo_valid"]["mean"] <= row["epsilon_lo_uncorrected"]["mean"]

@@ -102,7 +102,12 @@ def test_every_option_of_every_subcommand_has_help():
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    missing = [f"{name} {opt}" for name, p in sub.choices.items() for a in p._actions
-               for opt in a.option_strings[:1] if not a.help and opt != "-h"]
+    missing = [
+        f"{name} {opt}"
+        for name, p in sub.choices.items()
+        for a in p._actions
+        for opt in a.option_strings[:1]
+        if not a.help and opt != "-h"
+    ]
     assert missing == []
     assert "log level" in sub.choices["serve"].format_help()

@@ -20,7 +20,9 @@ def test_anderson_darling_statistic_matches_scipy():
 def test_anderson_darling_flags_non_gaussian():
     rng = np.random.default_rng(1)
     assert anderson_darling(rng.normal(size=500), name="seen").ok
-    bad = anderson_darling(np.concatenate([rng.normal(-3, 1, 250), rng.normal(3, 1, 250)]), name="seen")
+    bad = anderson_darling(
+        np.concatenate([rng.normal(-3, 1, 250), rng.normal(3, 1, 250)]), name="seen"
+    )
     assert not bad.ok and "trust epsilon_lo" in bad.hint
     few = anderson_darling([0.1, 0.2], name="seen")
     assert few.details["checked"] is False
@@ -38,9 +40,19 @@ def test_unseen_vs_null():
 def test_bootstrap_interval_contains_point_and_handles_inf():
     rng = np.random.default_rng(3)
     seen = rng.normal(1, 1, 300)
-    diag = bootstrap_interval(lambda s, _u: float(np.mean(s)), seen, None, name="mean",
-                              point=float(seen.mean()), num_resamples=200)
+    diag = bootstrap_interval(
+        lambda s, _u: float(np.mean(s)),
+        seen,
+        None,
+        name="mean",
+        point=float(seen.mean()),
+        num_resamples=200,
+    )
     assert diag.details["lower"] <= seen.mean() <= diag.details["upper"]
-    assert diag.details["upper"] - diag.details["lower"] == pytest.approx(2 * 1.645 / math.sqrt(300), rel=0.3)
-    inf = bootstrap_interval(lambda s, _u: math.inf, seen, None, name="x", point=math.inf, num_resamples=5)
+    assert diag.details["upper"] - diag.details["lower"] == pytest.approx(
+        2 * 1.645 / math.sqrt(300), rel=0.3
+    )
+    inf = bootstrap_interval(
+        lambda s, _u: math.inf, seen, None, name="x", point=math.inf, num_resamples=5
+    )
     assert not inf.ok and not math.isnan(inf.value)

@@ -21,10 +21,14 @@ from flaudit.auditor.claims.evidence import (
 )
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**53, 2**53)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
-                                                                 max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -40,8 +44,10 @@ def test_the_canonical_form_survives_reformatting_and_reordering(value):
 
 
 def test_the_canonical_form_is_compact_sorted_utf8_and_names_non_finite_numbers():
-    assert canonical_json({"b": [1, 2.5], "a": "μ", "c": math.inf}) == \
-        '{"a":"μ","b":[1,2.5],"c":"inf"}'.encode()
+    assert (
+        canonical_json({"b": [1, 2.5], "a": "μ", "c": math.inf})
+        == '{"a":"μ","b":[1,2.5],"c":"inf"}'.encode()
+    )
     assert digest({"x": 1, "signature": {"value": "ignored"}}) == digest({"x": 1})
 
 

@@ -30,7 +30,9 @@ def test_exact_null_matches_simulated_cosines(d):
     assert stats.kstest(cos, lambda t: null_cdf(t, d)).pvalue > 1e-3
     # density integrates to 1 with variance exactly 1/d
     assert integrate.quad(lambda t: null_pdf(t, d), -1, 1)[0] == pytest.approx(1, abs=1e-8)
-    assert integrate.quad(lambda t: t * t * null_pdf(t, d), -1, 1)[0] == pytest.approx(1 / d, rel=1e-6)
+    assert integrate.quad(lambda t: t * t * null_pdf(t, d), -1, 1)[0] == pytest.approx(
+        1 / d, rel=1e-6
+    )
     assert null_sf(0.0, d) == pytest.approx(0.5)
 
 
@@ -49,13 +51,19 @@ def test_final_model_estimate_recovers_the_calibrated_epsilon():
         seen = rng.normal(mu, null_sd, (reps, n))
         pairs = [final_model_estimates(row, d, delta) for row in seen]
         null_var, fitted = pairs[0]
-        assert null_var.variance is VarianceTreatment.null and fitted.variance is VarianceTreatment.fitted
+        assert (
+            null_var.variance is VarianceTreatment.null
+            and fitted.variance is VarianceTreatment.fitted
+        )
         assert null_var.details["null"] == "gaussian"
         sd_hat = null_sd * np.sqrt(stats.chi2.ppf((np.arange(200) + 0.5) / 200, n - 1) / (n - 1))
-        fitted_ref = eps + np.mean([two_gaussian_epsilon(0.0, null_sd, mu, s, delta) - eps
-                                    for s in sd_hat])
-        for values, ref in (([a.epsilon for a, _ in pairs], eps),
-                            ([b.epsilon for _, b in pairs], fitted_ref)):
+        fitted_ref = eps + np.mean(
+            [two_gaussian_epsilon(0.0, null_sd, mu, s, delta) - eps for s in sd_hat]
+        )
+        for values, ref in (
+            ([a.epsilon for a, _ in pairs], eps),
+            ([b.epsilon for _, b in pairs], fitted_ref),
+        ):
             values = np.asarray(values)
             se = values.std(ddof=1) / math.sqrt(reps)
             assert abs(values.mean() - ref) <= 4 * se, (eps, values.mean(), ref, se)
@@ -163,8 +171,9 @@ def test_mapped_all_iterates_estimate_is_near_and_below_the_known_round_epsilon(
     d, rounds, k = 100_000, 50, 1000
     rng = np.random.default_rng(1)
     unseen = rng.standard_normal((k, rounds)).max(axis=1) / math.sqrt(d)
-    seen = np.maximum(rng.standard_normal(k) + mu,
-                      rng.standard_normal((k, rounds - 1)).max(axis=1)) / math.sqrt(d)
+    seen = np.maximum(
+        rng.standard_normal(k) + mu, rng.standard_normal((k, rounds - 1)).max(axis=1)
+    ) / math.sqrt(d)
     truth = gaussian_epsilon_for_sigma(1 / mu, 1e-5)
     mapped = all_iterates_estimate(seen, unseen, 1e-5, num_rounds=rounds, d=d)
     raw = all_iterates_estimate(seen, unseen, 1e-5)

@@ -48,8 +48,12 @@ def test_four_step_equals_scipy_dct3(n, dtype, workers, tiny_four_step):
     assert got.dtype == dtype
     np.testing.assert_allclose(got, want, atol=tol * np.sqrt(n), rtol=0)
     # through dct_numpy, which routes long inverse transforms here
-    np.testing.assert_allclose(transform.dct_numpy(x.copy(), inverse=True, workers=workers), want,
-                               atol=tol * np.sqrt(n), rtol=0)
+    np.testing.assert_allclose(
+        transform.dct_numpy(x.copy(), inverse=True, workers=workers),
+        want,
+        atol=tol * np.sqrt(n),
+        rtol=0,
+    )
 
 
 @pytest.mark.parametrize("row_block", [1, 3, 16])
@@ -69,8 +73,12 @@ def test_fused_row_pass_and_a_shared_work_buffer(row_block, tiny_four_step, monk
         np.testing.assert_allclose(got, want, atol=2e-6 * np.sqrt(n), rtol=0)
     assert fourstep.four_step_work([10, 30], np.float64) is None  # no length has a plan
     with pytest.raises(ValueError, match="work must be a contiguous 1-D complex128"):
-        fourstep.dct3_four_step(np.zeros(1000), fourstep.four_step_plan(1000), workers=1,
-                                work=np.empty(10, np.complex128))
+        fourstep.dct3_four_step(
+            np.zeros(1000),
+            fourstep.four_step_plan(1000),
+            workers=1,
+            work=np.empty(10, np.complex128),
+        )
 
 
 @pytest.mark.parametrize("dim", [4000, 4098, 2 * 3**7])
@@ -87,8 +95,9 @@ def test_canary_transform_on_the_four_step_path_matches_the_dense_definition(dim
         want *= signs[r - 1]
     got = family.transpose_apply(v, backend="numpy")
     np.testing.assert_allclose(got, want, atol=2e-6 * np.sqrt(dim), rtol=0)
-    np.testing.assert_array_equal(family.transpose_apply(v.copy(), backend="numpy", consume=True),
-                                  got)
+    np.testing.assert_array_equal(
+        family.transpose_apply(v.copy(), backend="numpy", consume=True), got
+    )
 
 
 def test_tracker_statistics_do_not_depend_on_the_path(monkeypatch):

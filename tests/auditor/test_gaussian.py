@@ -15,7 +15,10 @@ def test_projected_simulation_matches_materialised_canaries_in_distribution():
     d, k, sigma, runs = 200, 12, 0.8, 150
     fast = np.array([gaussian_mechanism_cosines(sigma, d, k, seed=s) for s in range(runs)])
     slow = np.array(
-        [gaussian_mechanism_cosines(sigma, d, k, seed=10_000 + s, method="canaries") for s in range(runs)]
+        [
+            gaussian_mechanism_cosines(sigma, d, k, seed=10_000 + s, method="canaries")
+            for s in range(runs)
+        ]
     )
     for stat in (lambda g: g.mean(axis=1), lambda g: g.std(axis=1), lambda g: g[:, 0]):
         assert stats.ks_2samp(stat(fast), stat(slow)).pvalue > 1e-3
@@ -32,7 +35,9 @@ def test_table2_setting_small_sample():
     audits = [gaussian_mechanism_audit(sigma, d, k, 1e-6, seed=s) for s in range(runs)]
     z = np.array([(r.mu_hat * math.sqrt(d) - 1 / sigma) * math.sqrt(k) for r in audits])
     assert abs(z.mean()) * math.sqrt(runs) <= stats.norm.isf(0.0005), z.mean()
-    assert stats.chi2.ppf(0.0005, runs) <= np.sum(z**2) <= stats.chi2.isf(0.0005, runs), np.sum(z**2)
+    assert stats.chi2.ppf(0.0005, runs) <= np.sum(z**2) <= stats.chi2.isf(0.0005, runs), np.sum(
+        z**2
+    )
     for r in audits:
         assert r.analytic_epsilon == pytest.approx(3.0, abs=0.02)
         assert r.epsilon == r.epsilon_null_variance

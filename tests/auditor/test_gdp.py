@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.fidelity._common import binomial_limit
 from flaudit.auditor import gdp_lower_bound
-from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma
+from flaudit.auditor.claims.curve_tests import claim_test, fdp_one_run_lower_bound
 from flaudit.auditor.claims.curves import (
     EpsilonDeltaCurveClaim,
     GaussianDPClaim,
@@ -19,20 +20,21 @@ from flaudit.auditor.claims.curves import (
     audit_claims,
     poisson_subsampled_claim,
 )
-from flaudit.auditor.claims.curve_tests import claim_test, fdp_one_run_lower_bound
+from flaudit.auditor.estimators.analytic import gaussian_epsilon_for_sigma
 from flaudit.auditor.estimators.gdp import gdp_delta, gdp_epsilon
 from flaudit.auditor.estimators.lower_bound import Bonferroni, NoCorrection, Split
 from flaudit.auditor.results import Estimator
-from flaudit.server.simulated_audit import sample_null_cosines
 from flaudit.auditor.spec import AuditSpec
-from benchmarks.fidelity._common import binomial_limit
+from flaudit.server.simulated_audit import sample_null_cosines
 
 
 def test_gdp_epsilon_matches_the_gaussian_mechanism():
     # sigma = 4.2247 is (1, 1e-6)-DP; mu = 1/sigma
     assert gdp_epsilon(1 / 4.2247, 1e-6) == pytest.approx(1.0, abs=2e-4)
     for sigma in (0.5, 1.0, 3.0):
-        assert gdp_epsilon(1 / sigma, 1e-5) == pytest.approx(gaussian_epsilon_for_sigma(sigma, 1e-5), rel=1e-3)
+        assert gdp_epsilon(1 / sigma, 1e-5) == pytest.approx(
+            gaussian_epsilon_for_sigma(sigma, 1e-5), rel=1e-3
+        )
     assert gdp_delta(1.0, gdp_epsilon(1.0, 1e-6)) == pytest.approx(1e-6, rel=1e-6)
     assert gdp_epsilon(0.0, 1e-6) == 0.0 and math.isinf(gdp_epsilon(math.inf, 1e-6))
 
@@ -73,11 +75,19 @@ def test_no_dp_claim_for_noise_multiplier_zero():
 
 
 def test_audit_claims_known_rounds_mu_and_adaptive_clipping():
-    spec = AuditSpec(noise_multiplier=2.0, canary_repeats=4, num_canaries=20, participation="uniform")
+    spec = AuditSpec(
+        noise_multiplier=2.0, canary_repeats=4, num_canaries=20, participation="uniform"
+    )
     (known,) = audit_claims(spec)
     assert known.mu == pytest.approx(1.0)
-    adaptive = AuditSpec(noise_multiplier=2.0, canary_repeats=4, num_canaries=20, clip_norm=None,
-                         adaptive_clipping={"clipped_count_stddev": 2.0}, participation="uniform")
+    adaptive = AuditSpec(
+        noise_multiplier=2.0,
+        canary_repeats=4,
+        num_canaries=20,
+        clip_norm=None,
+        adaptive_clipping={"clipped_count_stddev": 2.0},
+        participation="uniform",
+    )
     (claim,) = audit_claims(adaptive)
     # the canaries meet the update noise only (issue #38): the clipped-count query costs the
     # analytic epsilon (accounted_noise_multiplier) but is no part of the canaries' claim
@@ -90,9 +100,15 @@ def test_audit_claims_at_the_heaviest_influence(factor, scale):
     """A weighted FedAvg's canary of weight factor W has sensitivity W x C/n: the known-rounds
     claim at W x mu, the Poisson-subsampled one at noise multiplier z / W; W <= 1 changes
     nothing (the claim is never weakened below the uniform one)."""
-    spec = AuditSpec(noise_multiplier=2.0, canary_repeats=4, num_canaries=20,
-                     participation="poisson", num_clients=100, clients_per_round=10,
-                     num_rounds=5)
+    spec = AuditSpec(
+        noise_multiplier=2.0,
+        canary_repeats=4,
+        num_canaries=20,
+        participation="poisson",
+        num_clients=100,
+        clients_per_round=10,
+        num_rounds=5,
+    )
     q = spec.sampling_probability
     plain, plain_poisson = audit_claims(spec)
     known, poisson = audit_claims(spec, weight_factor=factor)
@@ -129,9 +145,15 @@ def test_claim_test_and_mu_lo_valid_on_the_claim(correction):
     rejections = exceed = 0
     for _ in range(VALIDITY.runs):
         s, u = _gauss(rng, mu, 100, 100)
-        rejections += claim_test(s, u, claim=GaussianDPClaim(mu), correction=correction).rejected(alpha)
+        rejections += claim_test(s, u, claim=GaussianDPClaim(mu), correction=correction).rejected(
+            alpha
+        )
         exceed += gdp_lower_bound(s, u, delta=1e-5, correction=correction).mu > mu
-    assert VALIDITY.passes(rejections) and VALIDITY.passes(exceed), (rejections, exceed, str(VALIDITY))
+    assert VALIDITY.passes(rejections) and VALIDITY.passes(exceed), (
+        rejections,
+        exceed,
+        str(VALIDITY),
+    )
 
 
 def test_exact_null_mu_lo_valid_at_epsilon_zero():
@@ -167,7 +189,11 @@ def test_result_provenance():
     res = gdp_lower_bound(s, u, delta=1e-6)
     assert res.estimator is Estimator.gdp_lower_bound and res.mu == res.details["mu"]
     assert res.epsilon == pytest.approx(gdp_epsilon(res.mu, 1e-6))
-    assert "share its noise scale" in res.method and "mu_lo = " in res.method and res.to_dict()["details"]["mu"] == res.mu
+    assert (
+        "share its noise scale" in res.method
+        and "mu_lo = " in res.method
+        and res.to_dict()["details"]["mu"] == res.mu
+    )
     with pytest.raises(ValueError, match="d is required"):
         gdp_lower_bound(s, delta=1e-6)
     with pytest.raises(ValueError, match="correction"):

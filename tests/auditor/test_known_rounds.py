@@ -14,7 +14,9 @@ from flaudit.auditor.claims.known_rounds import KnownRoundsState, KnownRoundsSta
 def _rounds(rng, *, k, num_rounds, repeats):
     """Rounds of every canary: ``repeats`` periods, one uniform round in each (as the schedule)."""
     bounds = np.linspace(0, num_rounds, repeats + 1).astype(int)
-    rounds = np.stack([rng.integers(bounds[i], bounds[i + 1], size=k) for i in range(repeats)], axis=1)
+    rounds = np.stack(
+        [rng.integers(bounds[i], bounds[i + 1], size=k) for i in range(repeats)], axis=1
+    )
     part = np.zeros((num_rounds, k), dtype=bool)
     for i in range(repeats):
         part[rounds[:, i], np.arange(k)] = True
@@ -96,8 +98,13 @@ def test_resume_from_state_equals_uninterrupted():
     for t in range(4):
         first.update(cos[t], part[t], ~seen)
     state = first.state()
-    resumed = KnownRoundsStatistic(k, dim=D, state=KnownRoundsState(
-        sums=list(state.sums), counts=list(state.counts), num_rounds=state.num_rounds))
+    resumed = KnownRoundsStatistic(
+        k,
+        dim=D,
+        state=KnownRoundsState(
+            sums=list(state.sums), counts=list(state.counts), num_rounds=state.num_rounds
+        ),
+    )
     for t in range(4, num_rounds):
         resumed.update(cos[t], part[t], ~seen)
     np.testing.assert_array_equal(resumed.scores, whole.scores)
@@ -136,8 +143,11 @@ def test_no_noise_gives_huge_finite_scores_without_a_measured_scale():
     """A no-noise bug: the canary's cosine is far in the null's tail; the score is huge and
     finite, and needs no noise measured on the unseen canaries (their cosines are all 0)."""
     stat = KnownRoundsStatistic(4, dim=D)
-    stat.update(np.array([0.5, 0.0, 0.0, 0.0]), np.array([True, True, False, False]),
-                np.array([False, True, True, True]))
+    stat.update(
+        np.array([0.5, 0.0, 0.0, 0.0]),
+        np.array([True, True, False, False]),
+        np.array([False, True, True, True]),
+    )
     assert stat.scores[0] > 30 and np.isfinite(stat.scores[0])
     assert stat.scores[1] == 0.0
     assert stat.last_noise_scale == 0.0  # the diagnostic still reports what it measured

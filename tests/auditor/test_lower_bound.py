@@ -33,8 +33,10 @@ def test_result_has_provenance_and_details():
     assert 2.0 < r.epsilon < 10.0
     det = r.details
     assert det["fpr"] == "exact null" and 0 < det["fnr_upper"] < 1 and 0 < det["fpr_upper"] < 1
-    recomputed = max(math.log((1 - 1e-6 - det["fpr_upper"]) / det["fnr_upper"]),
-                     math.log((1 - 1e-6 - det["fnr_upper"]) / det["fpr_upper"]))
+    recomputed = max(
+        math.log((1 - 1e-6 - det["fpr_upper"]) / det["fnr_upper"]),
+        math.log((1 - 1e-6 - det["fnr_upper"]) / det["fpr_upper"]),
+    )
     assert r.epsilon == pytest.approx(recomputed, rel=1e-9)
 
 
@@ -50,8 +52,12 @@ def _coverage_failures(correction, true_eps, trials):
         else:
             seen = _mechanism_scores(true_eps, d, 300, rng)
         unseen = rng.normal(0, 1 / math.sqrt(d), 300)
-        exact += epsilon_lower_bound(seen, d=d, delta=1e-6, correction=correction).epsilon > true_eps
-        jeffreys += epsilon_lower_bound(seen, unseen, delta=1e-6, correction=correction).epsilon > true_eps
+        exact += (
+            epsilon_lower_bound(seen, d=d, delta=1e-6, correction=correction).epsilon > true_eps
+        )
+        jeffreys += (
+            epsilon_lower_bound(seen, unseen, delta=1e-6, correction=correction).epsilon > true_eps
+        )
     return exact, jeffreys
 
 
@@ -185,8 +191,9 @@ def test_paper_exact_is_invariant_to_an_affine_map_of_the_scores():
     rng = np.random.default_rng(3)
     seen, unseen = rng.normal(1.0, 0.5, 100), rng.normal(0.0, 0.5, 100)
     one = epsilon_lower_bound(seen, unseen, delta=1e-5, correction=_PAPER).epsilon
-    two = epsilon_lower_bound(seen * 2.71828 + 3.14159, unseen * 2.71828 + 3.14159,
-                              delta=1e-5, correction=_PAPER).epsilon
+    two = epsilon_lower_bound(
+        seen * 2.71828 + 3.14159, unseen * 2.71828 + 3.14159, delta=1e-5, correction=_PAPER
+    ).epsilon
     assert one == pytest.approx(two, rel=1e-9) and one > 0
 
 

@@ -30,7 +30,7 @@ def test_the_reference_grid_spans_the_issue_and_reaches_far_tails():
     assert dof.min() == 1 and dof.max() == 1e7
     assert np.abs(delta).min() == 0 and np.abs(delta).max() == 1e5
     assert np.sum(log_p < math.log(1e-100)) > 20  # far tails on the grid
-    assert np.sum(log_p > math.log(0.1)) > 20     # and the bulk
+    assert np.sum(log_p > math.log(0.1)) > 20  # and the bulk
 
 
 def test_log_cdf_matches_the_mpmath_reference_wherever_the_probability_is_above_1e300():
@@ -61,8 +61,9 @@ def test_sf_is_the_other_side_and_the_two_sum_to_one():
 def test_bulk_agrees_with_scipy():
     for nu, delta in ((1.0, 0.0), (2.0, 1.0), (7.0, 3.0), (30.0, 5.0), (600.0, 30.0)):
         r = np.linspace(delta - 4, delta + 4, 9)
-        np.testing.assert_allclose(np.exp(nct_log_cdf(r, nu, delta)), stats.nct.cdf(r, nu, delta),
-                                   rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(
+            np.exp(nct_log_cdf(r, nu, delta)), stats.nct.cdf(r, nu, delta), rtol=1e-7, atol=1e-12
+        )
 
 
 def test_infinite_dof_is_the_normal_law_and_the_name_is_still_importable():
@@ -100,8 +101,10 @@ def test_zero_noncentrality_is_the_central_t_closed_form_far_into_both_tails(nu)
     tails scipy computes from the incomplete beta function (exact to 1e-14 against mpmath's
     ``betainc`` where it does not underflow: there it is left out)."""
     r = np.array([-1e6, -1e3, -60.0, -20.0, -3.0, 0.0, 2.0, 10.0, 1e3])
-    for mine, exact in ((nct_log_cdf(r, nu, 0.0), stats.t.logcdf(r, nu)),
-                        (nct_log_sf(r, nu, 0.0), stats.t.logsf(r, nu))):
+    for mine, exact in (
+        (nct_log_cdf(r, nu, 0.0), stats.t.logcdf(r, nu)),
+        (nct_log_sf(r, nu, 0.0), stats.t.logsf(r, nu)),
+    ):
         kept = exact > -690.0
         assert kept.sum() >= 5
         np.testing.assert_allclose(np.exp(mine[kept] - exact[kept]), 1.0, rtol=1e-6)

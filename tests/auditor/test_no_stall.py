@@ -53,8 +53,9 @@ def _audit_worker(name, index, progress):
     rng = np.random.default_rng(index)
     dim, k = 60_000, 400
     orthogonal = CosineTracker(SEED + index, k, dim, family=CanaryFamily.orthogonal, workers=1)
-    gaussian = CosineTracker(SEED + index, 16, 4_000, family=CanaryFamily.gaussian,
-                             cache_bytes=16 * 4_000 * 4)
+    gaussian = CosineTracker(
+        SEED + index, 16, 4_000, family=CanaryFamily.gaussian, cache_bytes=16 * 4_000 * 4
+    )
     seen = seen_mask(SEED + index, k)
     try:
         while not progress.stop.is_set():
@@ -63,9 +64,19 @@ def _audit_worker(name, index, progress):
             gaussian.update(rng.standard_normal(4_000))
             total = sum_of_squares(rng.standard_normal(3 * (1 << 20) + 5))  # several chunks
             assert total > 0.0
-            summarize(AuditLook(seen=seen, dim=dim, delta=1e-5, max_cosines=orthogonal.max_cosines,
-                      final_cosines=None, threat_models=["all_iterates"], one_run=False,
-                      num_rounds=orthogonal.num_rounds, scale_dof=orthogonal.scale_dof))
+            summarize(
+                AuditLook(
+                    seen=seen,
+                    dim=dim,
+                    delta=1e-5,
+                    max_cosines=orthogonal.max_cosines,
+                    final_cosines=None,
+                    threat_models=["all_iterates"],
+                    one_run=False,
+                    num_rounds=orthogonal.num_rounds,
+                    scale_dof=orthogonal.scale_dof,
+                )
+            )
             progress.beat(name)
     except BaseException:  # reported by the main thread
         progress.errors.append(f"{name}:\n{traceback.format_exc()}")
@@ -91,8 +102,10 @@ def _blas_worker(name, index, progress):
 
 def _stacks() -> str:
     names = {t.ident: t.name for t in threading.enumerate()}
-    return "\n".join(f"--- {names.get(ident, ident)}\n{''.join(traceback.format_stack(frame))}"
-                     for ident, frame in sys._current_frames().items())
+    return "\n".join(
+        f"--- {names.get(ident, ident)}\n{''.join(traceback.format_stack(frame))}"
+        for ident, frame in sys._current_frames().items()
+    )
 
 
 @pytest.mark.timeout(120)  # backstop only: the watchdog below fails first
@@ -100,14 +113,17 @@ def test_audit_statistics_beside_blas_threads_never_stall():
     workers = [(f"audit-{i}", _audit_worker, i) for i in range(AUDIT_THREADS)]
     workers += [(f"blas-{i}", _blas_worker, i) for i in range(BLAS_THREADS)]
     progress = Progress([name for name, _, _ in workers])
-    threads = [threading.Thread(target=target, args=(name, i, progress), name=name, daemon=True)
-               for name, target, i in workers]
+    threads = [
+        threading.Thread(target=target, args=(name, i, progress), name=name, daemon=True)
+        for name, target, i in workers
+    ]
     for thread in threads:
         thread.start()
     start = time.monotonic()
     stalled = None
-    while (time.monotonic() - start < RUN_S or min(progress.steps.values()) < MIN_STEPS) \
-            and not progress.errors:
+    while (
+        time.monotonic() - start < RUN_S or min(progress.steps.values()) < MIN_STEPS
+    ) and not progress.errors:
         time.sleep(0.2)
         now = time.monotonic()
         late = {name: now - last for name, last in progress.last.items() if now - last > STALL_S}
@@ -120,8 +136,10 @@ def test_audit_statistics_beside_blas_threads_never_stall():
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
     alive = [t.name for t in threads if t.is_alive()]
     if stalled or alive:
-        pytest.fail(f"stalled workers {stalled or alive} (no progress for {STALL_S} s); "
-                    f"steps {progress.steps}\n{_stacks()}")
+        pytest.fail(
+            f"stalled workers {stalled or alive} (no progress for {STALL_S} s); "
+            f"steps {progress.steps}\n{_stacks()}"
+        )
     assert not progress.errors, "\n".join(progress.errors)
     # every worker ran many rounds: the test exercised what it claims to
     assert min(progress.steps.values()) >= MIN_STEPS, progress.steps

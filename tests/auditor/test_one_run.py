@@ -15,17 +15,25 @@ def _brute_p_value(eps, v, r, m, delta):
     p = math.exp(eps) / (1 + math.exp(eps))
     pmf = [math.comb(r, j) * p**j * (1 - p) ** (r - j) for j in range(r + 1)]
     tail = sum(pmf[v:]) if v <= r else 0.0
-    alpha = max(2 / i * sum(pmf[j] for j in range(max(0, v - i), min(v, r + 1))) for i in range(1, m + 1))
+    alpha = max(
+        2 / i * sum(pmf[j] for j in range(max(0, v - i), min(v, r + 1))) for i in range(1, m + 1)
+    )
     return tail + delta * m * alpha
 
 
-@pytest.mark.parametrize("v,r,m,delta", [(18, 20, 40, 0.0), (18, 20, 40, 1e-3), (45, 60, 60, 1e-4), (7, 10, 100, 1e-2)])
+@pytest.mark.parametrize(
+    "v,r,m,delta", [(18, 20, 40, 0.0), (18, 20, 40, 1e-3), (45, 60, 60, 1e-4), (7, 10, 100, 1e-2)]
+)
 def test_p_value_matches_brute_force(v, r, m, delta):
     for eps in (0.0, 0.5, 1.3, 3.0):
-        assert one_run_p_value(eps, v, r, m, delta) == pytest.approx(_brute_p_value(eps, v, r, m, delta), rel=1e-9, abs=1e-15)
+        assert one_run_p_value(eps, v, r, m, delta) == pytest.approx(
+            _brute_p_value(eps, v, r, m, delta), rel=1e-9, abs=1e-15
+        )
 
 
-@pytest.mark.parametrize("v,r,m,delta", [(18, 20, 40, 0.0), (45, 60, 60, 1e-4), (95, 100, 100, 1e-5)])
+@pytest.mark.parametrize(
+    "v,r,m,delta", [(18, 20, 40, 0.0), (45, 60, 60, 1e-4), (95, 100, 100, 1e-5)]
+)
 def test_epsilon_is_the_largest_rejected_on_a_fine_grid(v, r, m, delta):
     beta = 0.05
     eps = one_run_epsilon(v, r, m, delta, beta)
@@ -37,7 +45,9 @@ def test_epsilon_is_the_largest_rejected_on_a_fine_grid(v, r, m, delta):
 def test_all_correct_randomized_response_closed_form():
     # delta = 0, all 100 guesses correct: p^100 = beta  =>  eps = logit(beta^(1/100))
     p = 0.05 ** (1 / 100)
-    assert one_run_epsilon(100, 100, 100, 0.0, 0.05) == pytest.approx(math.log(p / (1 - p)), abs=2e-4)  # bisection tol 1e-4
+    assert one_run_epsilon(100, 100, 100, 0.0, 0.05) == pytest.approx(
+        math.log(p / (1 - p)), abs=2e-4
+    )  # bisection tol 1e-4
 
 
 @settings(max_examples=40, deadline=None)

@@ -24,8 +24,11 @@ def test_one_slow_round_does_not_swing_the_median():
     assert eta_seconds(times, 10) == pytest.approx(1.0 * 5)
 
 
-@given(st.lists(st.floats(0.01, 100.0), min_size=1, max_size=30), st.integers(0, 50),
-       st.floats(0.0, 1e4))
+@given(
+    st.lists(st.floats(0.01, 100.0), min_size=1, max_size=30),
+    st.integers(0, 50),
+    st.floats(0.0, 1e4),
+)
 def test_eta_is_between_the_fastest_and_slowest_gap_times_rounds_left(gaps, extra, start_up):
     times = [start_up]
     for gap in gaps:

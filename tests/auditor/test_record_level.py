@@ -26,12 +26,16 @@ Z, Q, S, DELTA = 1.0, 0.02, 50, 1e-5
 
 def _direct(steps: int) -> dict[str, float]:
     event = dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(Q, dp_accounting.GaussianDpEvent(Z)), steps)
+        dp_accounting.PoissonSampledDpEvent(Q, dp_accounting.GaussianDpEvent(Z)), steps
+    )
     rdp = rdp_privacy_accountant.RdpAccountant(
-        orders=[float(a) for a in range(2, 65)] + [80.0, 96.0, 128.0, 192.0, 256.0, 512.0, 1024.0])
+        orders=[float(a) for a in range(2, 65)] + [80.0, 96.0, 128.0, 192.0, 256.0, 512.0, 1024.0]
+    )
     pld = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
-    return {"rdp": rdp.compose(event).get_epsilon(DELTA),
-            "pld": pld.compose(event).get_epsilon(DELTA)}
+    return {
+        "rdp": rdp.compose(event).get_epsilon(DELTA),
+        "pld": pld.compose(event).get_epsilon(DELTA),
+    }
 
 
 def test_the_run_claim_is_dp_accountings_composition_over_every_step_and_grows_with_rounds():
@@ -49,10 +53,13 @@ def test_the_run_claim_is_dp_accountings_composition_over_every_step_and_grows_w
 
 
 def test_per_round_epsilon_is_one_round_and_below_the_run():
-    per_round = {r.details["accountant"]: r.epsilon
-                 for r in record_level_per_round_epsilon(Z, Q, S, DELTA)}
-    run = {r.details["accountant"]: r.epsilon
-           for r in record_level_epsilon(Z, Q, S, DELTA, rounds_trained=10)}
+    per_round = {
+        r.details["accountant"]: r.epsilon for r in record_level_per_round_epsilon(Z, Q, S, DELTA)
+    }
+    run = {
+        r.details["accountant"]: r.epsilon
+        for r in record_level_epsilon(Z, Q, S, DELTA, rounds_trained=10)
+    }
     assert per_round["pld"] == pytest.approx(_direct(S)["pld"], rel=1e-9)
     assert per_round["pld"] < run["pld"] and per_round["rdp"] < run["rdp"]
 
@@ -62,11 +69,13 @@ def test_rounds_with_different_step_counts_add_up():
     assert record_level_steps(7, 3) == 21
     by_list = record_level_epsilon(Z, Q, [10, 20, 5], DELTA)
     assert by_list[0].epsilon == pytest.approx(_direct(35)["rdp"], rel=1e-9)
-    for bad in (dict(steps_per_round=7, rounds_trained=None),
-                dict(steps_per_round=7, rounds_trained=0),
-                dict(steps_per_round=[], rounds_trained=None),
-                dict(steps_per_round=[3, 0], rounds_trained=None),
-                dict(steps_per_round=[3, 4], rounds_trained=3)):
+    for bad in (
+        dict(steps_per_round=7, rounds_trained=None),
+        dict(steps_per_round=7, rounds_trained=0),
+        dict(steps_per_round=[], rounds_trained=None),
+        dict(steps_per_round=[3, 0], rounds_trained=None),
+        dict(steps_per_round=[3, 4], rounds_trained=3),
+    ):
         with pytest.raises(ValueError):
             record_level_steps(**bad)
     with pytest.raises(ValueError, match="sample_rate"):

@@ -7,7 +7,8 @@ import json
 import math
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from flaudit.auditor.results import Estimator, jsonable, number
 

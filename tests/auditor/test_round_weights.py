@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+
 from flaudit.auditor.claims import NormalScoreTest, RoundSums, normal_score_test
 
 Z, C, T = 1.0, 4, 20
@@ -62,9 +63,12 @@ def test_weights_of_one_change_nothing_and_survive_the_details():
     plain = normal_score_test(RoundSums(row, np.full(T, C), math.inf), claim_mu=1.0)
     ones = normal_score_test(RoundSums(row, np.full(T, C), math.inf, np.ones(T)), claim_mu=1.0)
     assert ones.p_value == plain.p_value and ones.mu_lo(0.05) == pytest.approx(plain.mu_lo(0.05))
-    weighted = normal_score_test(RoundSums(row, np.full(T, C), 40.0).with_weights(RAMP / 2),
-                                 claim_mu=2.0)
+    weighted = normal_score_test(
+        RoundSums(row, np.full(T, C), 40.0).with_weights(RAMP / 2), claim_mu=2.0
+    )
     again = NormalScoreTest.from_details(weighted.to_details())
-    assert again.p_value == weighted.p_value and again.rounds.weights.tolist() == (RAMP / 2).tolist()
+    assert (
+        again.p_value == weighted.p_value and again.rounds.weights.tolist() == (RAMP / 2).tolist()
+    )
     with pytest.raises(ValueError, match="weights"):
         RoundSums(row, np.full(T, C), math.inf, np.zeros(T))

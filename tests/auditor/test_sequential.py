@@ -43,12 +43,15 @@ def _run(x, y, eps, **kw):
 
 # -- the MMD threshold ----------------------------------------------------------------------
 
+
 def test_threshold_formula_and_limits():
     assert mmd_threshold(0.0, DELTA) == pytest.approx(math.sqrt(2) * DELTA)
     e = math.exp(1.0)
     assert mmd_threshold(1.0, 0.01) == pytest.approx(math.sqrt(2) * (e - 1 + 0.02) / (e + 1))
     assert mmd_threshold(1000.0, DELTA) == pytest.approx(math.sqrt(2))
-    assert mmd_threshold(1.0, 0.01, kernel_bound=2.0) == pytest.approx(2 / math.sqrt(2) * mmd_threshold(1.0, 0.01))
+    assert mmd_threshold(1.0, 0.01, kernel_bound=2.0) == pytest.approx(
+        2 / math.sqrt(2) * mmd_threshold(1.0, 0.01)
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -86,6 +89,7 @@ def test_randomized_response_attains_threshold_for_a_narrow_kernel():
 
 
 # -- type-I error under H0 (over REPS seeded repetitions) -----------------------------------
+
 
 def test_same_distribution_rarely_rejects():
     rng = np.random.default_rng(101)
@@ -127,6 +131,7 @@ def test_tight_randomized_response_rarely_rejects_but_a_smaller_claim_is_caught(
 
 # -- power ----------------------------------------------------------------------------------
 
+
 def test_clear_violation_is_rejected_within_a_few_hundred_steps():
     rng = np.random.default_rng(404)
     times = []
@@ -149,6 +154,7 @@ def test_vector_observations():
 
 
 # -- wealth, witness and bookkeeping invariants ---------------------------------------------
+
 
 @settings(max_examples=25, deadline=None)
 @given(
@@ -199,7 +205,9 @@ def test_calibration_pairs_are_not_tested():
         test.update(a, b)
     assert test.num_tested == 0 and test.log_wealth == 0.0
     pooled = np.concatenate([xs, ys])
-    assert test.bandwidth == pytest.approx(np.median(np.abs(pooled[:, None] - pooled[None, :])[np.triu_indices(40, 1)]))
+    assert test.bandwidth == pytest.approx(
+        np.median(np.abs(pooled[:, None] - pooled[None, :])[np.triu_indices(40, 1)])
+    )
     test.update(0.0, 0.0)
     assert test.num_tested == 1
 
@@ -211,6 +219,7 @@ def test_deterministic():
 
 
 # -- input validation -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "kwargs,name",
@@ -264,6 +273,7 @@ def test_lower_bound_validation_names_argument(kwargs, name):
 
 # -- the epsilon lower bound over a grid ----------------------------------------------------
 
+
 def test_lower_bound_is_largest_rejected_grid_value_with_bonferroni():
     rng = np.random.default_rng(909)
     x, y = _randomized_response(2.0, 800, rng)
@@ -291,14 +301,18 @@ def test_lower_bound_rarely_exceeds_the_truth():
     over = 0
     for _ in range(30):
         x, y = _randomized_response(1.0, 300, rng)
-        res = sequential_epsilon_lower_bound(x, y, delta=DELTA, grid=grid, bandwidth=0.1, max_terms=100)
+        res = sequential_epsilon_lower_bound(
+            x, y, delta=DELTA, grid=grid, bandwidth=0.1, max_terms=100
+        )
         over += res.epsilon > 1.0
     assert over <= int(stats.binom.ppf(0.999, 30, 0.05))
 
 
 def test_lower_bound_zero_without_leakage():
     rng = np.random.default_rng(1111)
-    result = sequential_epsilon_lower_bound(rng.normal(size=300), rng.normal(size=300), delta=DELTA, grid=[0.0, 1.0])
+    result = sequential_epsilon_lower_bound(
+        rng.normal(size=300), rng.normal(size=300), delta=DELTA, grid=[0.0, 1.0]
+    )
     assert result.epsilon == 0.0
     assert result.details["stopping_time"] is None
 

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from pydantic import Field, ValidationError
 
 from flaudit.auditor.spec import (
+    _BUILTIN_TASK_OPTIONS,
     BUILTIN_TASK_NAMES,
     MAX_INTEGER,
     MAX_MODEL_DIM,
     AuditSpec,
-    _BUILTIN_TASK_OPTIONS,
     _check_builtin_options,
     builtin_model_dim,
 )
@@ -42,8 +42,10 @@ def _error_locs(patch: dict, *, raw: str | None = None) -> list[str]:
         ({"noise_multiplier": math.nan}, "noise_multiplier"),
         ({"clip_norm": -math.inf}, "clip_norm"),
         ({"server_learning_rate": math.inf}, "server_learning_rate"),
-        ({"clip_norm": None, "adaptive_clipping": {"initial_clip_norm": math.inf}},
-         "adaptive_clipping.initial_clip_norm"),
+        (
+            {"clip_norm": None, "adaptive_clipping": {"initial_clip_norm": math.inf}},
+            "adaptive_clipping.initial_clip_norm",
+        ),
         ({"task_options": {"alpha": math.nan}}, "task_options"),
         ({"name": "\ud800"}, "name"),
         ({"name": "a\x00b"}, "name"),
@@ -109,8 +111,12 @@ def _factory_options(factory) -> dict[str, inspect.Parameter]:
     assert not any(p.kind is p.VAR_KEYWORD for p in parameters), (
         f"{factory.__name__} takes **kwargs: its options cannot be checked against the spec"
     )
-    accepted = {p.name: p for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-    assert _LOAD_TASK_ARGUMENTS <= set(accepted), f"{factory.__name__} must take {_LOAD_TASK_ARGUMENTS}"
+    accepted = {
+        p.name: p for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    }
+    assert _LOAD_TASK_ARGUMENTS <= set(accepted), (
+        f"{factory.__name__} must take {_LOAD_TASK_ARGUMENTS}"
+    )
     return {name: p for name, p in accepted.items() if name not in _LOAD_TASK_ARGUMENTS}
 
 
@@ -134,7 +140,9 @@ def test_the_spec_lists_exactly_the_options_each_builtin_task_accepts(task):
     hints = typing.get_type_hints(factory)
     for name, (kind, _, _) in listed.items():
         annotated = typing.get_args(hints[name]) or (hints[name],)
-        assert kind in annotated, f"task_options.{name}: spec says {kind.__name__}, task says {hints[name]}"
+        assert kind in annotated, (
+            f"task_options.{name}: spec says {kind.__name__}, task says {hints[name]}"
+        )
         default = accepted[name].default
         if default is not None and default is not inspect.Parameter.empty:
             _check_builtin_options(task, {name: default})  # the task's default is a valid option
@@ -146,8 +154,13 @@ def test_the_builtin_option_table_covers_every_builtin_task():
 
 @pytest.mark.parametrize(
     "task, options",
-    [("synthetic", {}), ("synthetic", {"dim": 5000}), ("synthetic", {"hidden": 7, "features": 5,
-     "classes": 3}), ("digits", {}), ("digits", {"hidden": 16})],
+    [
+        ("synthetic", {}),
+        ("synthetic", {"dim": 5000}),
+        ("synthetic", {"hidden": 7, "features": 5, "classes": 3}),
+        ("digits", {}),
+        ("digits", {"hidden": 16}),
+    ],
 )
 def test_builtin_model_dim_is_the_dimension_the_task_builds(task, options):
     tasks = pytest.importorskip("flaudit.clients.tasks")
@@ -166,9 +179,11 @@ def test_the_rule_covers_fields_added_later():
         extra_scale: float = Field(1.0)
         counts: list[int] = Field(default_factory=list)
 
-    for patch, field in [({"canary_family": "a\x00"}, "canary_family"),
-                         ({"extra_scale": math.inf}, "extra_scale"),
-                         ({"counts": [1, 2**60]}, "counts")]:
+    for patch, field in [
+        ({"canary_family": "a\x00"}, "canary_family"),
+        ({"extra_scale": math.inf}, "extra_scale"),
+        ({"counts": [1, 2**60]}, "counts"),
+    ]:
         with pytest.raises(ValidationError) as info:
             Extended.model_validate({**BASE, **patch})
         assert info.value.errors()[0]["loc"][0] == field
@@ -176,7 +191,9 @@ def test_the_rule_covers_fields_added_later():
 
 _json_values = st.recursive(
     st.none() | st.booleans() | st.floats() | st.integers() | st.text(),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from benchmarks.fidelity._common import binomial_limit
+from flaudit.auditor.claims.known_rounds import KnownRoundsState, KnownRoundsStatistic
 from flaudit.auditor.claims.normal_scores import RoundSums, final_model_rounds, normal_score_test
 from flaudit.auditor.estimators.null import (
     cosine_equivalent,
@@ -24,7 +25,6 @@ from flaudit.auditor.estimators.null import (
     null_probit,
     studentized_from_cosine,
 )
-from flaudit.auditor.claims.known_rounds import KnownRoundsState, KnownRoundsStatistic
 from flaudit.auditor.statistics import null_standardized_cosines
 
 
@@ -39,8 +39,9 @@ def test_a_studentized_null_maps_to_the_exact_cosine_null(d, dof):
     assert abs(z.mean()) < 0.03 and abs(z.std() - 1) < 0.03
 
 
-@pytest.mark.parametrize("d, dof", [(1000, 600), (10**6, 990_000), (10**9, 10**9 - 10**4),
-                                    (50, 3), (1000, math.inf)])
+@pytest.mark.parametrize(
+    "d, dof", [(1000, 600), (10**6, 990_000), (10**9, 10**9 - 10**4), (50, 3), (1000, math.inf)]
+)
 def test_the_map_is_inverted_to_full_precision_from_the_centre_to_far_tails(d, dof):
     t = np.array([-60.0, -8, -3, -1e-6, 0.0, 1e-9, 0.3, 2, 7.5, 40, 120])
     if math.isinf(dof):
@@ -50,13 +51,17 @@ def test_the_map_is_inverted_to_full_precision_from_the_centre_to_far_tails(d, d
     # probabilities agree where scipy can compute them
     moderate = np.abs(t) < 8
     law = stats.norm if math.isinf(dof) else stats.t(dof)
-    np.testing.assert_allclose(null_cdf(cosine_equivalent(t[moderate], dof, d), d),
-                               law.cdf(t[moderate]), atol=1e-12)
+    np.testing.assert_allclose(
+        null_cdf(cosine_equivalent(t[moderate], dof, d), d), law.cdf(t[moderate]), atol=1e-12
+    )
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(-300, 300, allow_nan=False), min_size=2, max_size=20),
-       st.integers(2, 5000), st.integers(1, 10**6))
+@given(
+    st.lists(st.floats(-300, 300, allow_nan=False), min_size=2, max_size=20),
+    st.integers(2, 5000),
+    st.integers(1, 10**6),
+)
 def test_the_map_is_monotone_and_odd(values, d, dof):
     t = np.sort(np.array(values))
     x = cosine_equivalent(t, dof, d)
@@ -138,8 +143,9 @@ def test_a_release_with_less_signal_than_claimed_is_rejected_less_and_a_bug_more
     for signal in (0.5, 1.0, 1.6):
         seen = rng.random(k) < 0.5
         x = null_standardized_cosines(_release(rng, d, k, seen, signal), np.arange(k))
-        p[signal] = normal_score_test(final_model_rounds(x[seen], d, dof=d - k),
-                                      claim_mu=1.0).p_value
+        p[signal] = normal_score_test(
+            final_model_rounds(x[seen], d, dof=d - k), claim_mu=1.0
+        ).p_value
     assert p[0.5] > 0.5 and p[1.6] < 1e-6
 
 
@@ -148,14 +154,18 @@ def test_with_a_known_scale_the_test_is_the_sum_of_normal_scores():
     rng = np.random.default_rng(6)
     scores = rng.normal(1.3, 1, 300)
     counts = rng.integers(1, 4, 300)
-    test = normal_score_test(RoundSums.from_scores(scores, counts), claim_mu=2.0,
-                             claim_participations=3)
+    test = normal_score_test(
+        RoundSums.from_scores(scores, counts), claim_mu=2.0, claim_participations=3
+    )
     lam = 2.0 / math.sqrt(3)
     expected = (np.sum(np.sqrt(counts) * scores) - lam * counts.sum()) / math.sqrt(counts.sum())
     assert test.z == pytest.approx(expected, rel=1e-12)
     mu_lo = test.mu_lo(0.05)
-    closed = (np.sum(np.sqrt(counts) * scores) - 1.6448536269514722 * math.sqrt(counts.sum())) \
-        / counts.sum() * math.sqrt(3)
+    closed = (
+        (np.sum(np.sqrt(counts) * scores) - 1.6448536269514722 * math.sqrt(counts.sum()))
+        / counts.sum()
+        * math.sqrt(3)
+    )
     assert mu_lo == pytest.approx(closed, rel=1e-8)
 
 
@@ -179,12 +189,15 @@ def test_no_noise_at_all_is_an_infinite_bound_and_no_signal_is_zero():
     assert normal_score_test(empty, claim_mu=1.0).p_value == 1.0
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(sums=[1.0], counts=[0], dof=5.0), "counts"),
-    (dict(sums=[1.0, 2.0], counts=[1], dof=5.0), "shape"),
-    (dict(sums=[np.nan], counts=[1], dof=5.0), "NaN"),
-    (dict(sums=[1.0], counts=[1], dof=0.0), "dof"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(sums=[1.0], counts=[0], dof=5.0), "counts"),
+        (dict(sums=[1.0, 2.0], counts=[1], dof=5.0), "shape"),
+        (dict(sums=[np.nan], counts=[1], dof=5.0), "NaN"),
+        (dict(sums=[1.0], counts=[1], dof=0.0), "dof"),
+    ],
+)
 def test_round_sums_refuse_what_they_cannot_test(bad, match):
     with pytest.raises(ValueError, match=match):
         RoundSums(np.asarray(bad["sums"]), np.asarray(bad["counts"]), bad["dof"])
@@ -219,28 +232,47 @@ def test_the_noncentral_t_tails_agree_with_scipy_in_the_bulk_and_an_integral_far
 
     for delta in (0.0, 3.0, 30.0):  # each tail from its own side, as the test uses them
         lower, upper = np.linspace(delta - 6, delta, 7), np.linspace(delta, delta + 6, 7)
-        np.testing.assert_allclose(special.ndtri_exp(nct_log_cdf(lower, dof, delta)),
-                                   special.ndtri(stats.nct.cdf(lower, dof, delta)), atol=2e-4)
-        np.testing.assert_allclose(-special.ndtri_exp(nct_log_cdf(-upper, dof, -delta)),
-                                   -special.ndtri(stats.nct.sf(upper, dof, delta)), atol=2e-4)
+        np.testing.assert_allclose(
+            special.ndtri_exp(nct_log_cdf(lower, dof, delta)),
+            special.ndtri(stats.nct.cdf(lower, dof, delta)),
+            atol=2e-4,
+        )
+        np.testing.assert_allclose(
+            -special.ndtri_exp(nct_log_cdf(-upper, dof, -delta)),
+            -special.ndtri(stats.nct.sf(upper, dof, delta)),
+            atol=2e-4,
+        )
     # ten and more standard deviations below (scipy's nct.cdf is NaN there): an adaptive
     # integral of Phi(r u - delta) against the density of U, scaled at its peak
 
     def log_integral(r, delta):
         def log_f(u):
-            return (special.log_ndtr(r * u - delta) + (dof - 1) * np.log(u) - dof * u * u / 2
-                    + np.log(2.0) + dof / 2 * np.log(dof / 2) - special.gammaln(dof / 2))
+            return (
+                special.log_ndtr(r * u - delta)
+                + (dof - 1) * np.log(u)
+                - dof * u * u / 2
+                + np.log(2.0)
+                + dof / 2 * np.log(dof / 2)
+                - special.gammaln(dof / 2)
+            )
+
         grid = np.linspace(1e-6, 3, 30_001)
         peak = grid[np.argmax(log_f(grid))]
-        value, _ = integrate.quad(lambda u: np.exp(log_f(u) - log_f(peak)), 0, 3 + peak,
-                                  points=[peak], limit=400, epsabs=0, epsrel=1e-10)
+        value, _ = integrate.quad(
+            lambda u: np.exp(log_f(u) - log_f(peak)),
+            0,
+            3 + peak,
+            points=[peak],
+            limit=400,
+            epsabs=0,
+            epsrel=1e-10,
+        )
         return log_f(peak) + np.log(value)
 
     if dof > 1e6:  # the density of U is too narrow for the reference integral's grid
         return
     for r, delta in ((-3.0, 7.07), (-50.0, 1.0)):
-        assert float(nct_log_cdf(r, dof, delta)) == pytest.approx(log_integral(r, delta),
-                                                                 rel=1e-4)
+        assert float(nct_log_cdf(r, dof, delta)) == pytest.approx(log_integral(r, delta), rel=1e-4)
 
 
 @settings(max_examples=40, deadline=None)

@@ -92,7 +92,8 @@ def test_band_is_no_looser_than_its_dkw_margin():
 
 
 def test_the_picture_says_what_its_band_assumes():
-    picture = tradeoff_picture(np.random.default_rng(3).normal(1.0, 1.0, 200), claim_mu=1.0,
-                               mu_lo=0.5)
+    picture = tradeoff_picture(
+        np.random.default_rng(3).normal(1.0, 1.0, 200), claim_mu=1.0, mu_lo=0.5
+    )
     assert "independent scores" in picture["band_assumes"]
     assert "not a test" in picture["band_assumes"]

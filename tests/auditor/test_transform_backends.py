@@ -10,8 +10,8 @@ import scipy.fft
 
 from flaudit.auditor import transform
 from flaudit.auditor.canaries import OrthogonalCanaries, seen_mask
-from flaudit.server.simulated_audit import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit
 from flaudit.auditor.statistics import CosineTracker
+from flaudit.server.simulated_audit import FedAvgSimulation, audit_epsilons, simulate_dpfedavg_audit
 
 torch = pytest.importorskip("torch")
 
@@ -32,8 +32,9 @@ def test_dct_back_ends_match_scipy(n, dtype, small_chunks):
     for inverse, reference in ((False, scipy.fft.dct), (True, scipy.fft.idct)):
         want = reference(x.astype(np.float64), type=2, norm="ortho")
         got_numpy = transform.dct_numpy(x.copy(), inverse=inverse, workers=1)
-        got_torch = transform.dct_torch([torch.from_numpy(x.copy())], inverse=inverse,
-                                        workers=1).numpy()
+        got_torch = transform.dct_torch(
+            [torch.from_numpy(x.copy())], inverse=inverse, workers=1
+        ).numpy()
         assert got_numpy.dtype == dtype and got_torch.dtype == dtype
         np.testing.assert_allclose(got_numpy, want, atol=tol * np.sqrt(n), rtol=0)
         np.testing.assert_allclose(got_torch, want, atol=tol * np.sqrt(n), rtol=0)
@@ -69,8 +70,9 @@ def test_transpose_apply_numpy_and_torch_agree(dim, small_chunks):
     np.testing.assert_array_equal(np.asarray(v), v)  # the input is left alone
     # consume=True transforms in place with the same numbers
     owned = v.copy()
-    np.testing.assert_array_equal(family.transpose_apply(owned, backend="numpy", consume=True),
-                                  got_numpy)
+    np.testing.assert_array_equal(
+        family.transpose_apply(owned, backend="numpy", consume=True), got_numpy
+    )
 
 
 def test_canaries_are_columns_of_the_transform(small_chunks):
@@ -116,13 +118,20 @@ def test_tracker_cosines_agree_across_back_ends(small_chunks):
         a = numpy_tracker.update(delta)
         b = torch_tracker.update(torch.from_numpy(delta))
         assert np.max(np.abs(a - b)) * np.sqrt(dim) < 1e-4  # in null standard deviations
-    np.testing.assert_allclose(numpy_tracker.max_cosines, torch_tracker.max_cosines,
-                               atol=1e-4 / np.sqrt(dim))
+    np.testing.assert_allclose(
+        numpy_tracker.max_cosines, torch_tracker.max_cosines, atol=1e-4 / np.sqrt(dim)
+    )
 
 
 def test_small_audit_estimates_do_not_depend_on_the_back_end(monkeypatch):
-    config = FedAvgSimulation(dim=4000, num_clients=200, clients_per_round=20, num_rounds=4,
-                              num_canaries=200, noise_multiplier=0.6)
+    config = FedAvgSimulation(
+        dim=4000,
+        num_clients=200,
+        clients_per_round=20,
+        num_rounds=4,
+        num_canaries=200,
+        noise_multiplier=0.6,
+    )
     results = {}
     for backend in ("numpy", "torch"):
         monkeypatch.setattr(transform, "_CPU_DEFAULT", backend)

@@ -20,7 +20,9 @@ def test_gaussian_mechanism_calibration_points():
 @pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-9])
 def test_equal_variance_matches_dp_accounting(sigma, delta):
     expected = dp_accounting.get_epsilon_gaussian(sigma, delta)
-    assert two_gaussian_epsilon(0.0, sigma, 1.0, sigma, delta) == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    assert two_gaussian_epsilon(0.0, sigma, 1.0, sigma, delta) == pytest.approx(
+        expected, rel=1e-6, abs=1e-6
+    )
 
 
 def _mc_hockey_stick(mu_p, s_p, mu_q, s_q, eps, n, rng):
@@ -48,6 +50,7 @@ def test_unequal_variances_match_monte_carlo_hockey_stick(params):
     assert max(fwd, bwd) <= delta + 5 * max(se_f, se_b)
     # ... and the closed form of each direction agrees with quadrature
     for a, sa, b, sb in ((mu0, s0, mu1, s1), (mu1, s1, mu0, s0)):
+
         def integrand(x, a=a, sa=sa, b=b, sb=sb):
             return max(0.0, stats.norm.pdf(x, a, sa) - math.exp(eps) * stats.norm.pdf(x, b, sb))
 
@@ -112,8 +115,14 @@ def test_invariant_under_common_affine_map(m0, s0, m1, s1, delta, shift, scale):
 def test_monotone_in_separation_and_delta(sigma, gap_a, gap_b, delta, ratio):
     lo_gap, hi_gap = sorted((gap_a, gap_b))
     s1 = sigma * ratio
-    assert two_gaussian_epsilon(0, sigma, lo_gap, s1, delta) <= two_gaussian_epsilon(0, sigma, hi_gap, s1, delta) + 1e-6
-    assert two_gaussian_epsilon(0, sigma, hi_gap, s1, delta) >= two_gaussian_epsilon(0, sigma, hi_gap, s1, min(0.5, delta * 10)) - 1e-6
+    assert (
+        two_gaussian_epsilon(0, sigma, lo_gap, s1, delta)
+        <= two_gaussian_epsilon(0, sigma, hi_gap, s1, delta) + 1e-6
+    )
+    assert (
+        two_gaussian_epsilon(0, sigma, hi_gap, s1, delta)
+        >= two_gaussian_epsilon(0, sigma, hi_gap, s1, min(0.5, delta * 10)) - 1e-6
+    )
 
 
 @settings(max_examples=40, deadline=None)

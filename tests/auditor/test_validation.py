@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from flaudit.auditor.validation import check_at_least, check_integer_at_least, check_positive
 
-numbers = st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6, allow_nan=False))
+numbers = st.one_of(st.integers(-(10**6), 10**6), st.floats(-1e6, 1e6, allow_nan=False))
 
 
 @given(value=numbers, minimum=st.integers(-5, 5))

@@ -41,8 +41,18 @@ def _quiet():
         yield
 
 
-def _private(*, z, n=60, batch=6, features=16, classes=4, lr=0.1, momentum=0.0, seed=0,
-             optimizer=torch.optim.SGD):
+def _private(
+    *,
+    z,
+    n=60,
+    batch=6,
+    features=16,
+    classes=4,
+    lr=0.1,
+    momentum=0.0,
+    seed=0,
+    optimizer=torch.optim.SGD,
+):
     """A tiny linear model made private by Opacus's PrivacyEngine (Poisson sampling, CPU)."""
     torch.manual_seed(seed)
     model = torch.nn.Linear(features, classes)
@@ -52,9 +62,14 @@ def _private(*, z, n=60, batch=6, features=16, classes=4, lr=0.1, momentum=0.0, 
         kwargs["momentum"] = momentum
     engine = PrivacyEngine()
     model, opt, loader = engine.make_private(
-        module=model, optimizer=optimizer(model.parameters(), **kwargs),
-        data_loader=DataLoader(data, batch_size=batch), noise_multiplier=z, max_grad_norm=C,
-        poisson_sampling=True, noise_generator=torch.Generator().manual_seed(seed + 1))
+        module=model,
+        optimizer=optimizer(model.parameters(), **kwargs),
+        data_loader=DataLoader(data, batch_size=batch),
+        noise_multiplier=z,
+        max_grad_norm=C,
+        poisson_sampling=True,
+        noise_generator=torch.Generator().manual_seed(seed + 1),
+    )
     return model, opt, loader
 
 
@@ -81,8 +96,7 @@ def test_the_canary_sum_is_added_exactly_before_scaling():
             torch.nn.functional.cross_entropy(model(x), y).backward()
             assert opt.pre_step()
         expected = C * source.step_canary_sum(step, d) / plain.expected_batch_size
-        np.testing.assert_allclose(_flat_grad(canaried) - _flat_grad(plain), expected,
-                                   atol=1e-6)
+        np.testing.assert_allclose(_flat_grad(canaried) - _flat_grad(plain), expected, atol=1e-6)
         nonempty += source.sampled(step).size > 0
     assert canaried.canary_step == 6
     assert nonempty >= 2  # the comparison saw canaries, not only empty draws
@@ -165,8 +179,9 @@ def test_under_noise_the_canary_projection_is_inclusions_plus_gaussian_noise():
 
 def test_with_real_data_and_noise_seen_canaries_score_above_unseen():
     lr = 0.05
-    model, opt, loader = _private(z=1.0, lr=lr, momentum=0.5, features=32, classes=8, n=100,
-                                  batch=10, seed=5)
+    model, opt, loader = _private(
+        z=1.0, lr=lr, momentum=0.5, features=32, classes=8, n=100, batch=10, seed=5
+    )
     k = 200
     mask = seen_mask(SEED, k)
     add_record_canaries(opt, SeededRecordCanaries(SEED, mask, sample_rate=loader.sample_rate))
@@ -176,8 +191,9 @@ def test_with_real_data_and_noise_seen_canaries_score_above_unseen():
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
-    cosines = record_canary_cosines(flat_parameters(opt) - before,
-                                    OrthogonalCanaries(SEED, _dim(opt)), np.arange(k))
+    cosines = record_canary_cosines(
+        flat_parameters(opt) - before, OrthogonalCanaries(SEED, _dim(opt)), np.arange(k)
+    )
     assert cosines[mask].mean() > cosines[~mask].mean()
     assert stats.mannwhitneyu(cosines[mask], cosines[~mask], alternative="greater").pvalue < 1e-3
 
@@ -186,17 +202,24 @@ def _sgd(**kwargs):
     return torch.optim.SGD(torch.nn.Linear(3, 2).parameters(), lr=0.1, **kwargs)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: _private(z=1.0, optimizer=torch.optim.Adam)[1],
-    lambda: _private(z=1.0, optimizer=torch.optim.AdamW)[1],
-    lambda: DPOptimizerFastGradientClipping(_sgd(), noise_multiplier=1.0, max_grad_norm=C,
-                                            expected_batch_size=4),
-    lambda: DPPerLayerOptimizer(_sgd(), noise_multiplier=1.0, max_grad_norm=[C, C],
-                                expected_batch_size=4),
-    lambda: DPOptimizer(_sgd(maximize=True), noise_multiplier=1.0, max_grad_norm=C,
-                        expected_batch_size=4),
-    lambda: _sgd(),  # a bare torch optimizer: not made private
-], ids=["adam", "adamw", "ghost", "per-layer", "maximize", "not-private"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _private(z=1.0, optimizer=torch.optim.Adam)[1],
+        lambda: _private(z=1.0, optimizer=torch.optim.AdamW)[1],
+        lambda: DPOptimizerFastGradientClipping(
+            _sgd(), noise_multiplier=1.0, max_grad_norm=C, expected_batch_size=4
+        ),
+        lambda: DPPerLayerOptimizer(
+            _sgd(), noise_multiplier=1.0, max_grad_norm=[C, C], expected_batch_size=4
+        ),
+        lambda: DPOptimizer(
+            _sgd(maximize=True), noise_multiplier=1.0, max_grad_norm=C, expected_batch_size=4
+        ),
+        lambda: _sgd(),  # a bare torch optimizer: not made private
+    ],
+    ids=["adam", "adamw", "ghost", "per-layer", "maximize", "not-private"],
+)
 def test_unsupported_optimizers_are_refused_naming_what_is_supported(make):
     with pytest.raises(UnsupportedOptimizerError) as info:
         add_record_canaries(make(), SeededRecordCanaries(SEED, [True] * 4, sample_rate=0.1))
@@ -206,16 +229,18 @@ def test_unsupported_optimizers_are_refused_naming_what_is_supported(make):
 
 def test_supported_optimizers_and_misuse():
     for kwargs in ({}, {"momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}):
-        opt = DPOptimizer(_sgd(**kwargs), noise_multiplier=1.0, max_grad_norm=C,
-                          expected_batch_size=4)
+        opt = DPOptimizer(
+            _sgd(**kwargs), noise_multiplier=1.0, max_grad_norm=C, expected_batch_size=4
+        )
         out = add_record_canaries(opt, SeededRecordCanaries(SEED, [True] * 4, sample_rate=0.1))
         assert out is opt and isinstance(opt, RecordCanaryDPOptimizer)
     with pytest.raises(ValueError, match="already adds record canaries"):
         add_record_canaries(opt, SeededRecordCanaries(SEED, [True] * 4, sample_rate=0.1))
     fresh = DPOptimizer(_sgd(), noise_multiplier=1.0, max_grad_norm=C, expected_batch_size=4)
     with pytest.raises(ValueError, match="must be equal"):
-        add_record_canaries(fresh, SeededRecordCanaries(SEED, [True] * 4, sample_rate=0.1),
-                            sample_rate=0.2)
+        add_record_canaries(
+            fresh, SeededRecordCanaries(SEED, [True] * 4, sample_rate=0.1), sample_rate=0.2
+        )
     with pytest.raises(TypeError, match="step_canary_sum"):
         add_record_canaries(fresh, object())
 
@@ -238,8 +263,9 @@ def test_the_optimizer_only_asks_for_sums_never_k_by_d(monkeypatch):
 
     monkeypatch.setattr(OrthogonalCanaries, "vectors", no_matrix)
     model, opt, loader = _private(z=1.0)
-    source = _Recording(SeededRecordCanaries(SEED, np.ones(60, dtype=bool),
-                                             sample_rate=loader.sample_rate))
+    source = _Recording(
+        SeededRecordCanaries(SEED, np.ones(60, dtype=bool), sample_rate=loader.sample_rate)
+    )
     add_record_canaries(opt, source)
     d = _dim(opt)
     _train(model, opt, loader, epochs=2)
@@ -250,8 +276,10 @@ def test_the_optimizer_only_asks_for_sums_never_k_by_d(monkeypatch):
 def test_opacus_accountant_beside_dp_accounting():
     """Opacus's RDP accountant and dp-accounting's agree on the Poisson-subsampled Gaussian."""
     z, q, s, rounds, delta = 1.1, 0.05, 40, 5, 1e-5
-    ours = {r.details["accountant"]: r.epsilon
-            for r in record_level_epsilon(z, q, s, delta, rounds_trained=rounds)}
+    ours = {
+        r.details["accountant"]: r.epsilon
+        for r in record_level_epsilon(z, q, s, delta, rounds_trained=rounds)
+    }
     theirs = opacus_epsilon(z, q, s * rounds, delta)
     assert theirs == pytest.approx(ours["rdp"], rel=0.05)
     assert ours["pld"] <= theirs  # PLD is the tighter accounting
@@ -265,9 +293,13 @@ def test_an_empty_poisson_batch_still_carries_its_canaries_and_the_accountant_st
     data = TensorDataset(torch.randn(60, 16), torch.randint(0, 4, (60,)))
     engine = PrivacyEngine(accountant="rdp")
     model, opt, loader = engine.make_private(
-        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-        data_loader=DataLoader(data, batch_size=6), noise_multiplier=0.0, max_grad_norm=C,
-        poisson_sampling=True)
+        module=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data_loader=DataLoader(data, batch_size=6),
+        noise_multiplier=0.0,
+        max_grad_norm=C,
+        poisson_sampling=True,
+    )
     source = SeededRecordCanaries(SEED, np.ones(30, dtype=bool), sample_rate=0.5)
     add_record_canaries(opt, source)
     d = _dim(opt)
@@ -281,8 +313,8 @@ def test_an_empty_poisson_batch_still_carries_its_canaries_and_the_accountant_st
     empty_x, empty_y = torch.zeros(0, 16), torch.zeros(0, dtype=torch.long)
     torch.nn.functional.cross_entropy(model(empty_x), empty_y, reduction="sum").backward()
     assert opt.pre_step()
-    np.testing.assert_allclose(_flat_grad(opt),
-                               C * source.step_canary_sum(step, d) / opt.expected_batch_size,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        _flat_grad(opt), C * source.step_canary_sum(step, d) / opt.expected_batch_size, atol=1e-6
+    )
     assert opt.canary_step == step + 1
     assert sum(n for _, _, n in engine.accountant.history) == step + 1

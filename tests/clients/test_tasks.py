@@ -29,7 +29,9 @@ def test_digits_model_has_about_1e5_parameters_and_partitions_cover_the_training
 
 def _label_skew(task, partitions):
     # mean total-variation distance between client label mixes and the global mix
-    counts = np.array([np.bincount(task.partition(p)[1], minlength=10) for p in range(partitions)], float)
+    counts = np.array(
+        [np.bincount(task.partition(p)[1], minlength=10) for p in range(partitions)], float
+    )
     mixes = counts / np.maximum(counts.sum(1, keepdims=True), 1)
     overall = counts.sum(0) / counts.sum()
     return 0.5 * np.abs(mixes - overall).sum(1).mean()
@@ -37,9 +39,13 @@ def _label_skew(task, partitions):
 
 @pytest.mark.parametrize("name", ["synthetic", "digits"])
 def test_partitions_are_non_iid_and_deterministic(name):
-    task = load_task(name, num_partitions=8, seed=3, options={"dim": 10_000} if name == "synthetic" else {})
+    task = load_task(
+        name, num_partitions=8, seed=3, options={"dim": 10_000} if name == "synthetic" else {}
+    )
     assert _label_skew(task, 8) > 0.3  # an IID split of this size would be ~0.1
-    again = load_task(name, num_partitions=8, seed=3, options={"dim": 10_000} if name == "synthetic" else {})
+    again = load_task(
+        name, num_partitions=8, seed=3, options={"dim": 10_000} if name == "synthetic" else {}
+    )
     x1, y1 = task.partition(2)
     x2, y2 = again.partition(2)
     assert np.array_equal(x1, x2) and np.array_equal(y1, y2)
@@ -53,8 +59,9 @@ def test_vector_roundtrip_and_local_training_reduces_loss():
     set_model_vector(model, theta + 1.0)
     assert np.allclose(model_vector(model), theta + 1.0)
     before = task.evaluate_fn(_with(task, theta), task.partition(0))["loss"]
-    delta, n, _ = local_update(task, theta, partition_id=0, epochs=5, learning_rate=0.1,
-                               batch_size=16, seed=1)
+    delta, n, _ = local_update(
+        task, theta, partition_id=0, epochs=5, learning_rate=0.1, batch_size=16, seed=1
+    )
     after = task.evaluate_fn(_with(task, theta + delta), task.partition(0))["loss"]
     assert n == len(task.partition(0)[1]) and delta.dtype == np.float32
     assert after < before
@@ -71,8 +78,13 @@ def test_user_task_hook(monkeypatch):
 
     def make(*, num_partitions, seed, width=7):
         base = synthetic_task(num_partitions=num_partitions, seed=seed, hidden=width)
-        return Task(name="mine", build_model=base.build_model, partition=base.partition,
-                    test_data=base.test_data, num_partitions=num_partitions)
+        return Task(
+            name="mine",
+            build_model=base.build_model,
+            partition=base.partition,
+            test_data=base.test_data,
+            num_partitions=num_partitions,
+        )
 
     module.make = make
     module.not_a_task = lambda **kw: 42
@@ -87,9 +99,14 @@ def test_user_task_hook(monkeypatch):
         load_task("no_such_module_xyz:make", num_partitions=3)
 
 
-@pytest.mark.parametrize("options, name", [({"dim": 0}, "task_options.dim"),
-                                           ({"alpha": -1.0}, "task_options.alpha"),
-                                           ({"dim": 1.5}, "task_options.dim")])
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"dim": 0}, "task_options.dim"),
+        ({"alpha": -1.0}, "task_options.alpha"),
+        ({"dim": 1.5}, "task_options.dim"),
+    ],
+)
 def test_bad_options_are_named(options, name):
     with pytest.raises(ValueError, match=name):
         load_task("synthetic", num_partitions=2, options=options)

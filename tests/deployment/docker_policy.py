@@ -113,7 +113,9 @@ def pip_no_cache(text: str) -> list[str]:
             for i, word in enumerate(words[:-1]):
                 if re.fullmatch(r"(.*/)?pip3?(\.\d+)?", word) and words[i + 1] == "install":
                     if "--no-cache-dir" not in words[i + 2 :]:
-                        problems.append(f"RUN {command.strip()}: pip install without --no-cache-dir")
+                        problems.append(
+                            f"RUN {command.strip()}: pip install without --no-cache-dir"
+                        )
     return problems
 
 
@@ -162,7 +164,13 @@ def no_secret_env(text: str) -> list[str]:
     return problems
 
 
-DOCKERFILE_RULES = (pinned_base_images, pip_no_cache, non_root_user, healthcheck_present, no_secret_env)
+DOCKERFILE_RULES = (
+    pinned_base_images,
+    pip_no_cache,
+    non_root_user,
+    healthcheck_present,
+    no_secret_env,
+)
 
 
 def check_dockerfile(text: str) -> list[str]:

@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flaudit.auditor.canaries import seen_mask
+from flaudit.auditor.spec import AuditSpec
 from flaudit.server import deployment as dep
 from flaudit.server.deployment import (
     DeploymentError,
@@ -23,8 +25,6 @@ from flaudit.server.deployment import (
     parse_run_status,
     run_deployment_audit,
 )
-from flaudit.auditor.canaries import seen_mask
-from flaudit.auditor.spec import AuditSpec
 from tests.processes import free_port
 
 SEED = 2**127 + 123456789  # wider than any TOML integer
@@ -32,7 +32,9 @@ TOKEN = "run-token-" + "q" * 30
 
 
 def _spec(**kw) -> AuditSpec:
-    base = dict(engine="deployment", superlink_address="127.0.0.1:9", num_rounds=3, timeout_seconds=60)
+    base = dict(
+        engine="deployment", superlink_address="127.0.0.1:9", num_rounds=3, timeout_seconds=60
+    )
     base.update(kw)
     return AuditSpec(**base)
 
@@ -69,8 +71,11 @@ def test_run_config_carries_the_audit_and_round_trips_through_toml():
         spec, audit_id="a1", canary_seed=SEED, ingest_url="http://flaudit:8000/", run_token=TOKEN
     )
     assert set(config) == {
-        dep.RUN_CONFIG_AUDIT_ID, dep.RUN_CONFIG_INGEST_URL, dep.RUN_CONFIG_RUN_TOKEN,
-        dep.RUN_CONFIG_NUM_SEEN_CANARIES, dep.RUN_CONFIG_SPEC,
+        dep.RUN_CONFIG_AUDIT_ID,
+        dep.RUN_CONFIG_INGEST_URL,
+        dep.RUN_CONFIG_RUN_TOKEN,
+        dep.RUN_CONFIG_NUM_SEEN_CANARIES,
+        dep.RUN_CONFIG_SPEC,
     }
     parsed = tomllib.loads(dep._run_config_toml(config))
     assert parsed == config
@@ -83,8 +88,13 @@ def test_run_config_keys_are_declared_in_the_flower_app():
     """`flwr run` rejects run-config keys the app's pyproject does not declare."""
     pyproject = tomllib.loads((dep.default_app_dir() / "pyproject.toml").read_text())
     declared = pyproject["tool"]["flwr"]["app"]["config"]
-    for key in (dep.RUN_CONFIG_AUDIT_ID, dep.RUN_CONFIG_INGEST_URL, dep.RUN_CONFIG_RUN_TOKEN,
-                dep.RUN_CONFIG_NUM_SEEN_CANARIES, dep.RUN_CONFIG_SPEC):
+    for key in (
+        dep.RUN_CONFIG_AUDIT_ID,
+        dep.RUN_CONFIG_INGEST_URL,
+        dep.RUN_CONFIG_RUN_TOKEN,
+        dep.RUN_CONFIG_NUM_SEEN_CANARIES,
+        dep.RUN_CONFIG_SPEC,
+    ):
         assert key in declared, key
     assert "canary-seed" not in declared
 
@@ -93,8 +103,13 @@ def test_run_config_keys_are_declared_in_the_flower_app():
 def test_the_run_config_holds_no_seed(seed):
     """Issue #29: whoever reads the SuperLink's run state must not learn the seed -- no key for it
     and no value that holds it, in decimal or hex, in the config or in the TOML file written."""
-    config = build_run_config(_spec(num_canaries=30), audit_id="a1", canary_seed=seed,
-                              ingest_url="http://svc:8000", run_token=TOKEN)
+    config = build_run_config(
+        _spec(num_canaries=30),
+        audit_id="a1",
+        canary_seed=seed,
+        ingest_url="http://svc:8000",
+        run_token=TOKEN,
+    )
     assert not any("seed" in key for key in config)
     forms = {str(seed), hex(seed), format(seed, "x"), format(seed, "X"), f"{seed:#X}"}
     text = dep._run_config_toml(config)
@@ -107,8 +122,13 @@ def test_the_run_config_holds_no_seed(seed):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.dictionaries(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20),
-                       st.text(st.characters(blacklist_categories=("Cs",)), max_size=50), max_size=5))
+@given(
+    st.dictionaries(
+        st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20),
+        st.text(st.characters(blacklist_categories=("Cs",)), max_size=50),
+        max_size=5,
+    )
+)
 def test_run_config_toml_round_trips_any_strings(config):
     assert tomllib.loads(dep._run_config_toml(config)) == config
 
@@ -187,14 +207,23 @@ def fake_start(monkeypatch):
 
 
 def _run(control, **kw):
-    args = dict(audit_id="a1", canary_seed=SEED, ingest_url="http://svc:8000", run_token=TOKEN,
-                poll_interval=0.01, stop_grace=1.0, control_factory=control)
+    args = dict(
+        audit_id="a1",
+        canary_seed=SEED,
+        ingest_url="http://svc:8000",
+        run_token=TOKEN,
+        poll_interval=0.01,
+        stop_grace=1.0,
+        control_factory=control,
+    )
     args |= kw
     return run_deployment_audit(_spec(), **args)
 
 
 def test_waits_until_the_run_completes(fake_start):
-    control = FakeControl([RunState.pending, RunState.running, RunState.running, RunState.completed])
+    control = FakeControl(
+        [RunState.pending, RunState.running, RunState.running, RunState.completed]
+    )
     started = []
     result = _run(control, on_started=started.append)
     assert result.state is RunState.completed and result.succeeded and result.run_id == 4242
@@ -237,18 +266,26 @@ def test_stop_that_never_lands_still_ends(fake_start):
 
 @pytest.mark.parametrize(
     ("kwargs", "name"),
-    [(dict(engine="simulation", superlink_address=None), "engine"),
-     (dict(), "poll_interval"),
-     (dict(), "timeout")],
+    [
+        (dict(engine="simulation", superlink_address=None), "engine"),
+        (dict(), "poll_interval"),
+        (dict(), "timeout"),
+    ],
 )
 def test_run_deployment_audit_rejects_bad_arguments(fake_start, kwargs, name):
     extra = {"poll_interval": 0} if name == "poll_interval" else {}
     extra |= {"timeout": -1} if name == "timeout" else {}
     spec = AuditSpec(**(dict(engine="deployment", superlink_address="h:1") | kwargs))
     with pytest.raises(ValueError, match=name):
-        run_deployment_audit(spec, audit_id="a", canary_seed=1, ingest_url="http://x",
-                             run_token="t", control_factory=FakeControl([RunState.completed]),
-                             **extra)
+        run_deployment_audit(
+            spec,
+            audit_id="a",
+            canary_seed=1,
+            ingest_url="http://x",
+            run_token="t",
+            control_factory=FakeControl([RunState.completed]),
+            **extra,
+        )
     assert fake_start == []
 
 
@@ -256,8 +293,9 @@ def test_run_deployment_audit_rejects_bad_arguments(fake_start, kwargs, name):
 
 
 def test_flwr_run_against_no_superlink_fails_without_leaking_secrets():
-    config = build_run_config(_spec(), audit_id="a1", canary_seed=SEED,
-                              ingest_url="http://svc:8000", run_token=TOKEN)
+    config = build_run_config(
+        _spec(), audit_id="a1", canary_seed=SEED, ingest_url="http://svc:8000", run_token=TOKEN
+    )
     # a free port: nothing listens there
     with pytest.raises(DeploymentError) as info:
         dep.start_flower_run(address=f"127.0.0.1:{free_port()}", run_config=config, timeout=60)
@@ -273,14 +311,23 @@ def test_redactor_removes_every_secret():
 
 
 def _payload():
-    return {"audit_id": "a1", "spec": _spec().model_dump(mode="json"), "seed": str(SEED),
-            "token": TOKEN, "base_url": "http://svc:8000", "timeout": 30.0}
+    return {
+        "audit_id": "a1",
+        "spec": _spec().model_dump(mode="json"),
+        "seed": str(SEED),
+        "token": TOKEN,
+        "base_url": "http://svc:8000",
+        "timeout": 30.0,
+    }
 
 
 def test_worker_raises_a_redacted_error_for_a_failed_run(monkeypatch):
     def fake_run(spec, **kw):
-        return DeploymentResult(run_id=7, state=RunState.failed,
-                                details=f"ServerApp failed: bad seed {SEED} with {TOKEN}")
+        return DeploymentResult(
+            run_id=7,
+            state=RunState.failed,
+            details=f"ServerApp failed: bad seed {SEED} with {TOKEN}",
+        )
 
     monkeypatch.setattr(dep, "run_deployment_audit", fake_run)
     previous = signal.getsignal(signal.SIGTERM)
@@ -315,8 +362,11 @@ def test_worker_turns_sigterm_into_a_stop_request(monkeypatch):
 
 
 def test_worker_returns_quietly_on_success(monkeypatch):
-    monkeypatch.setattr(dep, "run_deployment_audit",
-                        lambda spec, **kw: DeploymentResult(run_id=9, state=RunState.completed))
+    monkeypatch.setattr(
+        dep,
+        "run_deployment_audit",
+        lambda spec, **kw: DeploymentResult(run_id=9, state=RunState.completed),
+    )
     previous = signal.getsignal(signal.SIGTERM)
     try:
         assert dep.deployment_worker(_payload()) is None

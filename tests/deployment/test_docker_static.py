@@ -63,7 +63,9 @@ def test_check_docker_script_passes():
 @needs_docker_cli
 def test_compose_config_rejects_a_broken_file(tmp_path):
     broken = tmp_path / "compose.yaml"
-    broken.write_text("services:\n  web:\n    image: nginx:1.27\n    ports: 8080\n    restrt: always\n")
+    broken.write_text(
+        "services:\n  web:\n    image: nginx:1.27\n    ports: 8080\n    restrt: always\n"
+    )
     result = _run_check("compose", str(broken))
     assert result.returncode != 0
 
@@ -96,8 +98,11 @@ def _published_python_versions() -> list[str]:
     (framework/dev/build-docker-image-matrix.py in Flower's repository)."""
     from importlib.metadata import metadata
 
-    found = [c.rsplit(":: ", 1)[1] for c in metadata("flwr").get_all("Classifier")
-             if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    found = [
+        c.rsplit(":: ", 1)[1]
+        for c in metadata("flwr").get_all("Classifier")
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    ]
     return sorted(found, key=lambda v: int(v.split(".")[1]))
 
 
@@ -105,10 +110,14 @@ def test_flower_images_are_the_official_pinned_ones_with_tags_that_exist():
     from importlib.metadata import version
 
     text = (DOCKER / "Dockerfile.flower").read_text()
-    images = dict(re.findall(r"^ARG (SUPERLINK_IMAGE|SUPEREXEC_IMAGE|SUPERNODE_IMAGE)=(\S+)", text, re.M))
+    images = dict(
+        re.findall(r"^ARG (SUPERLINK_IMAGE|SUPEREXEC_IMAGE|SUPERNODE_IMAGE)=(\S+)", text, re.M)
+    )
     flwr = version("flwr")
     pythons = _published_python_versions()
-    project_python = re.search(r'requires-python = ">=(3\.\d+)', (ROOT / "pyproject.toml").read_text())
+    project_python = re.search(
+        r'requires-python = ">=(3\.\d+)', (ROOT / "pyproject.toml").read_text()
+    )
     # the app-running images: the project's Python, on Ubuntu (published for every version)
     assert project_python.group(1) in pythons
     app_tag = f"{flwr}-py{project_python.group(1)}-ubuntu24.04"
@@ -139,13 +148,21 @@ def test_flower_images_are_the_official_pinned_ones_with_tags_that_exist():
         ("FROM python:3.11-slim\nUSER 1000\n", "no HEALTHCHECK"),
         ("FROM python:3.11-slim\nUSER 1000\nHEALTHCHECK NONE\n", "no HEALTHCHECK"),
         (
-            ("FROM python:3.11-slim\nRUN apt-get update && \\\n    python -m pip install numpy==2.1\n"
-             "USER 1000\nHEALTHCHECK CMD true\n"),
+            (
+                "FROM python:3.11-slim\nRUN apt-get update && \\\n    python -m pip install numpy==2.1\n"
+                "USER 1000\nHEALTHCHECK CMD true\n"
+            ),
             "--no-cache-dir",
         ),
         ("FROM python:3.11-slim\nENV API_KEY=abc\nUSER 1000\nHEALTHCHECK CMD true\n", "secret"),
-        ("FROM python:3.11-slim\nENV DB_PASSWORD hunter2\nUSER 1000\nHEALTHCHECK CMD true\n", "secret"),
-        ("FROM python:3.11-slim\nARG GITHUB_TOKEN=ghp_x\nUSER 1000\nHEALTHCHECK CMD true\n", "secret"),
+        (
+            "FROM python:3.11-slim\nENV DB_PASSWORD hunter2\nUSER 1000\nHEALTHCHECK CMD true\n",
+            "secret",
+        ),
+        (
+            "FROM python:3.11-slim\nARG GITHUB_TOKEN=ghp_x\nUSER 1000\nHEALTHCHECK CMD true\n",
+            "secret",
+        ),
     ],
 )
 def test_policy_catches_each_rule(dockerfile, rule_fragment):
@@ -169,9 +186,18 @@ def test_policy_accepts_multistage_and_digests():
 
 @needs_docker_cli
 def test_compose_services_have_healthchecks_restart_and_no_literal_secrets():
-    for files in ([DOCKER / "compose.yaml"], [DOCKER / "compose.yaml", DOCKER / "compose.tls.yaml"]):
+    for files in (
+        [DOCKER / "compose.yaml"],
+        [DOCKER / "compose.yaml", DOCKER / "compose.tls.yaml"],
+    ):
         model = _compose_model(*files)
-        assert set(model["services"]) == {"postgres", "flaudit", "superlink", "serverapp", "supernode"}
+        assert set(model["services"]) == {
+            "postgres",
+            "flaudit",
+            "superlink",
+            "serverapp",
+            "supernode",
+        }
         assert policy.compose_services_ok(model) == []
 
 
@@ -183,8 +209,15 @@ def test_compose_policy_catches_problems():
         }
     }
     problems = "\n".join(policy.compose_services_ok(model))
-    for fragment in ("a: no healthcheck", "a: no restart", "a: image nginx", "DB_PASSWORD",
-                     "b: no healthcheck", "b: no restart", "b: image nginx:latest"):
+    for fragment in (
+        "a: no healthcheck",
+        "a: no restart",
+        "a: image nginx",
+        "DB_PASSWORD",
+        "b: no healthcheck",
+        "b: no restart",
+        "b: image nginx:latest",
+    ):
         assert fragment in problems
 
 
@@ -192,8 +225,10 @@ def test_compose_policy_catches_problems():
 def test_compose_topology_postgres_volume_scaling_and_dependencies():
     model = _compose_model(DOCKER / "compose.yaml", env_file=DOCKER / "example.env")
     services = model["services"]
-    assert any(v["target"] == "/var/lib/postgresql/data" and v["type"] == "volume"
-               for v in services["postgres"]["volumes"])
+    assert any(
+        v["target"] == "/var/lib/postgresql/data" and v["type"] == "volume"
+        for v in services["postgres"]["volumes"]
+    )
     assert services["flaudit"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert services["supernode"]["depends_on"]["superlink"]["condition"] == "service_healthy"
     # no fixed container_name or host port on the SuperNodes: `--scale supernode=N` works
@@ -221,11 +256,19 @@ def test_tls_override_switches_every_flower_link_to_tls():
     services = model["services"]
     command = services["superlink"]["command"]
     assert "--insecure" not in command
-    for flag, path in (("--ssl-ca-certfile", "/certs/ca.pem"), ("--ssl-certfile", "/certs/superlink.pem"),
-                       ("--ssl-keyfile", "/certs/superlink.key")):
+    for flag, path in (
+        ("--ssl-ca-certfile", "/certs/ca.pem"),
+        ("--ssl-certfile", "/certs/superlink.pem"),
+        ("--ssl-keyfile", "/certs/superlink.key"),
+    ):
         assert command[command.index(flag) + 1] == path
-    assert services["supernode"]["environment"]["FLAUDIT_SUPERLINK_ROOT_CERTIFICATES"] == "/certs/ca.pem"
-    assert services["flaudit"]["environment"]["FLAUDIT_SUPERLINK_ROOT_CERTIFICATES"] == "/certs/ca.pem"
+    assert (
+        services["supernode"]["environment"]["FLAUDIT_SUPERLINK_ROOT_CERTIFICATES"]
+        == "/certs/ca.pem"
+    )
+    assert (
+        services["flaudit"]["environment"]["FLAUDIT_SUPERLINK_ROOT_CERTIFICATES"] == "/certs/ca.pem"
+    )
     assert services["superlink"]["healthcheck"]["test"][-1].startswith("https://")
     executor = services["serverapp"]["command"]
     assert "--insecure" not in executor
@@ -253,20 +296,29 @@ def test_generate_certs_makes_a_chain_the_superlink_can_serve(tmp_path):
     out = tmp_path / "certs"
     result = subprocess.run(
         ["bash", str(DOCKER / "generate-certs.sh"), str(out), "superlink.example.org", "10.9.8.7"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     verify = subprocess.run(
         ["openssl", "verify", "-CAfile", str(out / "ca.pem"), str(out / "superlink.pem")],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     sans = subprocess.run(
         ["openssl", "x509", "-in", str(out / "superlink.pem"), "-noout", "-ext", "subjectAltName"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     ).stdout
-    for name in ("DNS:superlink", "DNS:localhost", "IP Address:127.0.0.1",
-                 "DNS:superlink.example.org", "IP Address:10.9.8.7"):
+    for name in (
+        "DNS:superlink",
+        "DNS:localhost",
+        "IP Address:127.0.0.1",
+        "DNS:superlink.example.org",
+        "IP Address:10.9.8.7",
+    ):
         assert name in sans
     assert stat.S_IMODE(os.stat(out / "ca.key").st_mode) == 0o600
 
@@ -303,11 +355,15 @@ def test_supernode_replica_number_is_found_by_name_not_by_reverse_lookup():
     spec = importlib.util.spec_from_file_location("sn_entry2", DOCKER / "supernode-entrypoint.py")
     entry = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(entry)
-    dns = {"flaudit-supernode-1": {"10.0.0.5"}, "flaudit-supernode-2": {"10.0.0.7"},
-           "flaudit-supernode-4": {"10.0.0.9"}}  # replica 3 not in DNS yet
+    dns = {
+        "flaudit-supernode-1": {"10.0.0.5"},
+        "flaudit-supernode-2": {"10.0.0.7"},
+        "flaudit-supernode-4": {"10.0.0.9"},
+    }  # replica 3 not in DNS yet
     lookup = lambda name: dns.get(name, set())  # noqa: E731
     find = lambda mine, **kw: entry.replica_number(  # noqa: E731
-        "flaudit-supernode", lookup=lookup, addresses=lambda: mine, wait=0, **kw)
+        "flaudit-supernode", lookup=lookup, addresses=lambda: mine, wait=0, **kw
+    )
     assert find({"10.0.0.5"}) == 1
     assert find({"10.0.0.7"}) == 2
     assert find({"10.0.0.9"}) == 4  # past a gap of one missing name
@@ -315,8 +371,12 @@ def test_supernode_replica_number_is_found_by_name_not_by_reverse_lookup():
     assert find(set(), attempts=1) is None
     # another compose project name (docker compose -p other)
     dns = {"other-supernode-1": {"10.1.0.2"}, "other-supernode-2": {"10.1.0.3"}}
-    assert entry.replica_number("other-supernode", lookup=lookup, addresses=lambda: {"10.1.0.3"},
-                                wait=0) == 2
+    assert (
+        entry.replica_number(
+            "other-supernode", lookup=lookup, addresses=lambda: {"10.1.0.3"}, wait=0
+        )
+        == 2
+    )
 
 
 def test_dockerfiles_fetch_nothing_but_their_bases_and_take_every_base_as_an_argument():
@@ -347,14 +407,20 @@ def test_image_dependency_layers_follow_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
     def deps(*args):
-        done = subprocess.run([sys.executable, str(DOCKER / "project-deps.py"),
-                               str(ROOT / "pyproject.toml"), *args],
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, str(DOCKER / "project-deps.py"), str(ROOT / "pyproject.toml"), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return done.stdout.split()
 
     service = deps("postgres")
-    expected = [d for d in project["dependencies"] + project["optional-dependencies"]["postgres"]
-                if not d.startswith("torch")]
+    expected = [
+        d
+        for d in project["dependencies"] + project["optional-dependencies"]["postgres"]
+        if not d.startswith("torch")
+    ]
     assert service == expected and not any(d.startswith("torch") for d in service)
     flower = deps("--flwr", "flwr==1.41.0")
     assert "flwr==1.41.0" in flower and not any(d.startswith("flwr[") for d in flower)

@@ -38,8 +38,16 @@ import pytest
 import yaml
 
 from tests.processes import (
-    BIN, ROOT, TEST_SECRET_KEY, Processes, flower_env, free_port, group_alive, http_ok,
-    wait_for, wait_for_audit,
+    BIN,
+    ROOT,
+    TEST_SECRET_KEY,
+    Processes,
+    flower_env,
+    free_port,
+    group_alive,
+    http_ok,
+    wait_for,
+    wait_for_audit,
 )
 
 KEY = "topology-key-" + "k" * 20
@@ -83,8 +91,14 @@ def postgres_database():
 
         url = make_url(server_url)
         name = f"flaudit_topology_{secrets.token_hex(4)}"
-        conninfo = dict(host=url.host or "127.0.0.1", port=url.port or 5432, user=url.username,
-                        password=url.password, dbname=url.database or "postgres", autocommit=True)
+        conninfo = dict(
+            host=url.host or "127.0.0.1",
+            port=url.port or 5432,
+            user=url.username,
+            password=url.password,
+            dbname=url.database or "postgres",
+            autocommit=True,
+        )
         conninfo = {k: v for k, v in conninfo.items() if v is not None}
         with psycopg.connect(**conninfo) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
@@ -106,8 +120,10 @@ def _run_or_skip(command: list[str], what: str, *, log: Path | None = None) -> N
         detail = (done.stderr or done.stdout).strip()
         if log is not None and log.exists():
             detail += "\n" + log.read_text(errors="replace")[-2000:]
-        pytest.skip(f"no PostgreSQL server for this test: {what} exited with {done.returncode}: "
-                    f"{detail} (set FLAUDIT_TEST_POSTGRES_URL to use a running server)")
+        pytest.skip(
+            f"no PostgreSQL server for this test: {what} exited with {done.returncode}: "
+            f"{detail} (set FLAUDIT_TEST_POSTGRES_URL to use a running server)"
+        )
 
 
 @contextmanager
@@ -136,16 +152,34 @@ def private_cluster():
         data = base / "pgdata"
         log = base / "server.log"
         port = free_port()
-        _run_or_skip([*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                      "--auth=trust"], "initdb")
-        _run_or_skip([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(log),
-                      "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1", "start"],
-                     "pg_ctl start", log=log)
+        _run_or_skip(
+            [*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"],
+            "initdb",
+        )
+        _run_or_skip(
+            [
+                *prefix,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-w",
+                "-l",
+                str(log),
+                "-o",
+                f"-p {port} -k {base} -c listen_addresses=127.0.0.1",
+                "start",
+            ],
+            "pg_ctl start",
+            log=log,
+        )
         try:
             yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
         finally:
-            subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast",
-                            "stop"], capture_output=True, timeout=60)
+            subprocess.run(
+                [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
+                capture_output=True,
+                timeout=60,
+            )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -179,13 +213,31 @@ class Topology:
 
 def _start_service(top: Topology, name: str) -> None:
     """``flaudit serve`` on the topology's port and database (compose: the flaudit service)."""
-    top.procs.start(name, [
-        str(BIN / "python"), "-m", "flaudit.commands.cli", "serve", "--host", "127.0.0.1",
-        "--port", str(top.api_port), "--database-url", top.database_url,
-    ], top.service_env)
-    wait_for(lambda: http_ok(f"{top.api}/readyz") or
-             (not top.procs.alive(name) and pytest.fail(top.procs.log(name)[-3000:])),
-             timeout=90, interval=0.3, what=f"service /readyz ({name})")
+    top.procs.start(
+        name,
+        [
+            str(BIN / "python"),
+            "-m",
+            "flaudit.commands.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(top.api_port),
+            "--database-url",
+            top.database_url,
+        ],
+        top.service_env,
+    )
+    wait_for(
+        lambda: (
+            http_ok(f"{top.api}/readyz")
+            or (not top.procs.alive(name) and pytest.fail(top.procs.log(name)[-3000:]))
+        ),
+        timeout=90,
+        interval=0.3,
+        what=f"service /readyz ({name})",
+    )
 
 
 def _start_topology(tmp_path: Path, stack: ExitStack) -> Topology:
@@ -207,46 +259,67 @@ def _start_topology(tmp_path: Path, stack: ExitStack) -> Topology:
     assert "--insecure" in link_command
     link_home = tmp_path / "superlink-home"
     link_home.mkdir()
-    procs.start("superlink", [str(BIN / "flower-superlink"), *link_command],
-                flower_env(link_home))
+    procs.start("superlink", [str(BIN / "flower-superlink"), *link_command], flower_env(link_home))
     # serverapp: the executor that runs the ServerApps (compose: --isolation process)
     executor = [str(arg) for arg in compose["serverapp"]["command"]]
     executor[executor.index("--runtime-api-address") + 1] = f"127.0.0.1:{link_port}"
     executor_home = tmp_path / "serverapp-home"
     executor_home.mkdir()
-    procs.start("serverapp", [str(BIN / "flower-superexec"), *executor],
-                flower_env(executor_home))
+    procs.start("serverapp", [str(BIN / "flower-superexec"), *executor], flower_env(executor_home))
 
     # flaudit service, pointed at PostgreSQL (compose: FLAUDIT_DATABASE_URL from .env)
     api_port = free_port()
     api = f"http://127.0.0.1:{api_port}"
     service_env = flower_env(tmp_path / "service-flwr-home")
-    service_env.update(FLAUDIT_API_KEY=KEY, FLAUDIT_SECRET_KEY=TEST_SECRET_KEY,
-                       FLAUDIT_PUBLIC_URL=api,
-                       FLAUDIT_FLOWER_APP_DIR=str(ROOT))
+    service_env.update(
+        FLAUDIT_API_KEY=KEY,
+        FLAUDIT_SECRET_KEY=TEST_SECRET_KEY,
+        FLAUDIT_PUBLIC_URL=api,
+        FLAUDIT_FLOWER_APP_DIR=str(ROOT),
+    )
     service_env.pop("FLAUDIT_API_KEY_FILE", None)
     top = Topology(procs, database_url, link_port, api, api_port, service_env)
 
-    wait_for(lambda: http_ok(f"http://127.0.0.1:{link_port}/health") or
-             (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:])),
-             timeout=60, interval=0.3, what="SuperLink /health")
+    wait_for(
+        lambda: (
+            http_ok(f"http://127.0.0.1:{link_port}/health")
+            or (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:]))
+        ),
+        timeout=60,
+        interval=0.3,
+        what="SuperLink /health",
+    )
 
     # two SuperNodes through the image's entry point (partition ids via node config)
     for i in range(2):
         home = tmp_path / f"supernode-{i}-home"
         home.mkdir()
         env = flower_env(home)
-        env.update(FLAUDIT_SUPERLINK=f"127.0.0.1:{link_port}", FLAUDIT_PARTITION_ID=str(i),
-                   FLAUDIT_NUM_PARTITIONS="2")
+        env.update(
+            FLAUDIT_SUPERLINK=f"127.0.0.1:{link_port}",
+            FLAUDIT_PARTITION_ID=str(i),
+            FLAUDIT_NUM_PARTITIONS="2",
+        )
         env.pop("FLAUDIT_SUPERLINK_ROOT_CERTIFICATES", None)
-        procs.start(f"supernode-{i}", [
-            str(BIN / "python"), str(ROOT / "docker" / "supernode-entrypoint.py"),
-            *map(str, compose["supernode"]["command"]), "--port", str(free_port()),
-        ], env)
+        procs.start(
+            f"supernode-{i}",
+            [
+                str(BIN / "python"),
+                str(ROOT / "docker" / "supernode-entrypoint.py"),
+                *map(str, compose["supernode"]["command"]),
+                "--port",
+                str(free_port()),
+            ],
+            env,
+        )
 
     _start_service(top, "flaudit")
-    wait_for(lambda: all("SuperNode ID" in procs.log(f"supernode-{i}") for i in range(2)),
-             timeout=60, interval=0.3, what="both SuperNodes registered")
+    wait_for(
+        lambda: all("SuperNode ID" in procs.log(f"supernode-{i}") for i in range(2)),
+        timeout=60,
+        interval=0.3,
+        what="both SuperNodes registered",
+    )
     for i in range(2):
         assert f"--node-config partition-id={i} num-partitions=2" in procs.log(f"supernode-{i}")
     return top
@@ -268,10 +341,13 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
             bodies.append(created.text)
             audit_id = created.json()["id"]
 
-            audit = wait_for_audit(http, audit_id, timeout=240, bodies=bodies,
-                                   what="deployment audit to finish")
+            audit = wait_for_audit(
+                http, audit_id, timeout=240, bodies=bodies, what="deployment audit to finish"
+            )
             assert audit["status"] == "succeeded", (
-                audit.get("reason"), procs.log("flaudit")[-3000:], procs.log("superlink")[-3000:],
+                audit.get("reason"),
+                procs.log("flaudit")[-3000:],
+                procs.log("superlink")[-3000:],
                 procs.log("serverapp")[-3000:],
             )
             assert audit["spec"]["engine"] == "deployment"
@@ -295,20 +371,30 @@ def test_deployment_audit_on_superlink_with_two_supernodes(tmp_path):
                 created = http.post("/audits", json=long_spec, headers=AUTH)
                 assert created.status_code == 201, created.text
                 cancel_id = created.json()["id"]
-                new_run = wait_for(lambda: set(control.runs()) - before, timeout=90,
-                                   interval=1.0, what="the second Flower run")
+                new_run = wait_for(
+                    lambda: set(control.runs()) - before,
+                    timeout=90,
+                    interval=1.0,
+                    what="the second Flower run",
+                )
                 (run_id,) = new_run
                 # the ServerApp is up and reporting (so the worker holds the run id)
-                wait_for(lambda: f"PUT /audits/{cancel_id}/initial-model" in procs.log("flaudit"),
-                         timeout=90, interval=0.5, what="the second run's first report")
+                wait_for(
+                    lambda: f"PUT /audits/{cancel_id}/initial-model" in procs.log("flaudit"),
+                    timeout=90,
+                    interval=0.5,
+                    what="the second run's first report",
+                )
                 cancelled = http.post(f"/audits/{cancel_id}/cancel", headers=AUTH)
                 assert cancelled.status_code in (200, 202), cancelled.text
+
                 def run_finished():
                     state = control.runs()[run_id][0]
                     return state if state.finished else None
 
-                state = wait_for(run_finished, timeout=60, interval=0.5,
-                                 what="the cancelled run to finish")
+                state = wait_for(
+                    run_finished, timeout=60, interval=0.5, what="the cancelled run to finish"
+                )
                 assert state is RunState.stopped, state
                 assert http.get(f"/audits/{cancel_id}").json()["status"] == "cancelled"
                 seeds = [_stored_seed(database_url, cancel_id)]
@@ -346,8 +432,12 @@ def test_a_service_restart_leaves_the_flower_run_training_and_the_audit_resumes(
     with ExitStack() as stack:
         top = _start_topology(tmp_path, stack)
         procs = top.procs
-        spec = dict(TINY_DEPLOYMENT_AUDIT, name="deployment topology restart",
-                    num_rounds=num_rounds, superlink_address=f"127.0.0.1:{top.link_port}")
+        spec = dict(
+            TINY_DEPLOYMENT_AUDIT,
+            name="deployment topology restart",
+            num_rounds=num_rounds,
+            superlink_address=f"127.0.0.1:{top.link_port}",
+        )
         http = stack.enter_context(httpx.Client(base_url=top.api, timeout=30))
         control = stack.enter_context(SuperLinkControl(f"127.0.0.1:{top.link_port}"))
         created = http.post("/audits", json=spec, headers=AUTH)
@@ -374,12 +464,20 @@ def test_a_service_restart_leaves_the_flower_run_training_and_the_audit_resumes(
         time.sleep(5)  # a restart's outage: the ServerApp keeps its reports meanwhile
         _start_service(top, "flaudit-restarted")
 
-        audit = wait_for_audit(http, audit_id, timeout=300, bodies=bodies,
-                               what="the audit to end after the restart")
-        state = wait_for(lambda: (s := control.status(run_id)[0]).finished and s, timeout=60,
-                         interval=0.5, what="the Flower run to finish")
+        audit = wait_for_audit(
+            http, audit_id, timeout=300, bodies=bodies, what="the audit to end after the restart"
+        )
+        state = wait_for(
+            lambda: (s := control.status(run_id)[0]).finished and s,
+            timeout=60,
+            interval=0.5,
+            what="the Flower run to finish",
+        )
         logs = {name: procs.log(name) for name, _ in procs.started}
-        assert audit["status"] == "succeeded", (audit.get("reason"), logs["flaudit-restarted"][-3000:])
+        assert audit["status"] == "succeeded", (
+            audit.get("reason"),
+            logs["flaudit-restarted"][-3000:],
+        )
         assert state is RunState.completed, state  # never stopped
         after = [r["round"] for r in http.get(f"/audits/{audit_id}/rounds").json()["items"]]
         assert set(before) <= set(after) and after == list(range(1, num_rounds + 1)), after
@@ -403,10 +501,17 @@ def test_tls_override_command_serves_supernodes_and_control_api(tmp_path):
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     certs = tmp_path / "certs"
-    subprocess.run(["bash", str(ROOT / "docker" / "generate-certs.sh"), str(certs)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["bash", str(ROOT / "docker" / "generate-certs.sh"), str(certs)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     override = yaml.safe_load((ROOT / "docker" / "compose.tls.yaml").read_text())
-    command = [str(arg).replace("/certs/", f"{certs}/") for arg in override["services"]["superlink"]["command"]]
+    command = [
+        str(arg).replace("/certs/", f"{certs}/")
+        for arg in override["services"]["superlink"]["command"]
+    ]
     port = free_port()
     command[command.index("--host") + 1] = "127.0.0.1"
     command[command.index("--port") + 1] = str(port)
@@ -418,29 +523,55 @@ def test_tls_override_command_serves_supernodes_and_control_api(tmp_path):
         home = tmp_path / "link-home"
         home.mkdir()
         procs.start("superlink", [str(BIN / "flower-superlink"), *command], flower_env(home))
-        health = [str(BIN / "python"), str(ROOT / "docker" / "healthcheck.py"),
-                  f"https://127.0.0.1:{port}/health"]
+        health = [
+            str(BIN / "python"),
+            str(ROOT / "docker" / "healthcheck.py"),
+            f"https://127.0.0.1:{port}/health",
+        ]
         env = dict(os.environ, HEALTHCHECK_CA_FILE=str(certs / "ca.pem"))
-        wait_for(lambda: subprocess.run(health, env=env, capture_output=True).returncode == 0 or
-                 (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:])),
-                 timeout=60, interval=0.3, what="SuperLink HTTPS /health")
+        wait_for(
+            lambda: (
+                subprocess.run(health, env=env, capture_output=True).returncode == 0
+                or (not procs.alive("superlink") and pytest.fail(procs.log("superlink")[-3000:]))
+            ),
+            timeout=60,
+            interval=0.3,
+            what="SuperLink HTTPS /health",
+        )
         # without the CA the certificate is not trusted
         assert subprocess.run(health, capture_output=True).returncode != 0
 
         node_home = tmp_path / "node-home"
         node_home.mkdir()
         node_env = flower_env(node_home)
-        node_env.update(FLAUDIT_SUPERLINK=f"127.0.0.1:{port}", FLAUDIT_PARTITION_ID="0",
-                        FLAUDIT_NUM_PARTITIONS="1",
-                        FLAUDIT_SUPERLINK_ROOT_CERTIFICATES=str(certs / "ca.pem"))
-        procs.start("supernode", [str(BIN / "python"), str(ROOT / "docker" / "supernode-entrypoint.py"),
-                                  "--port", str(free_port())], node_env)
-        wait_for(lambda: "SuperNode ID" in procs.log("supernode"), timeout=60, interval=0.3,
-                 what="SuperNode registered over TLS")
+        node_env.update(
+            FLAUDIT_SUPERLINK=f"127.0.0.1:{port}",
+            FLAUDIT_PARTITION_ID="0",
+            FLAUDIT_NUM_PARTITIONS="1",
+            FLAUDIT_SUPERLINK_ROOT_CERTIFICATES=str(certs / "ca.pem"),
+        )
+        procs.start(
+            "supernode",
+            [
+                str(BIN / "python"),
+                str(ROOT / "docker" / "supernode-entrypoint.py"),
+                "--port",
+                str(free_port()),
+            ],
+            node_env,
+        )
+        wait_for(
+            lambda: "SuperNode ID" in procs.log("supernode"),
+            timeout=60,
+            interval=0.3,
+            what="SuperNode registered over TLS",
+        )
         assert "--insecure" not in procs.log("supernode").splitlines()[0]
 
         # over TLS with the CA the Control API answers (an HTTP error status: no such run) ...
-        with SuperLinkControl(f"127.0.0.1:{port}", root_certificates=str(certs / "ca.pem")) as control:
+        with SuperLinkControl(
+            f"127.0.0.1:{port}", root_certificates=str(certs / "ca.pem")
+        ) as control:
             with pytest.raises(DeploymentError, match="HTTPStatusError"):
                 control.status(12345)
         # ... while plain HTTP does not even get an HTTP answer from the TLS port

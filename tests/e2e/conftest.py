@@ -79,8 +79,17 @@ def service(tmp_path_factory) -> Service:
     proc = subprocess.Popen(
         [
             # the real app, with reproducible canary seeds (tests/e2e/seeded_app.py)
-            sys.executable, "-m", "uvicorn", "--factory", "tests.e2e.seeded_app:create_app",
-            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "tests.e2e.seeded_app:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
         ],
         cwd=REPO,
         env=env,
@@ -91,8 +100,9 @@ def service(tmp_path_factory) -> Service:
     svc = Service(url, API_KEY, log_path)
     try:
         try:
-            wait_for_http(f"{url}/healthz", process=proc, timeout=60, interval=0.3,
-                          log_tail=svc.log_tail)
+            wait_for_http(
+                f"{url}/healthz", process=proc, timeout=60, interval=0.3, log_tail=svc.log_tail
+            )
         except (ProcessExited, TimeoutError) as exc:
             pytest.fail(f"the service did not answer /healthz: {exc}")
         yield svc
@@ -138,7 +148,9 @@ def tab(browser):
     page = context.new_page()
     page.set_default_timeout(20_000)
     tab = Tab(page)
-    page.on("console", lambda msg: tab.console_errors.append(msg.text) if msg.type == "error" else None)
+    page.on(
+        "console", lambda msg: tab.console_errors.append(msg.text) if msg.type == "error" else None
+    )
     page.on("pageerror", lambda exc: tab.console_errors.append(f"page error: {exc}"))
     page.on("response", lambda r: tab.responses.append((r.request.method, r.url, r.status)))
     try:

@@ -13,8 +13,12 @@ import numpy as np
 
 
 def _put(client: httpx.Client, path: str, vector, token: dict, **params) -> httpx.Response:
-    response = client.put(path, content=np.asarray(vector, "<f4").tobytes(), params=params,
-                          headers={**token, "Content-Type": "application/octet-stream"})
+    response = client.put(
+        path,
+        content=np.asarray(vector, "<f4").tobytes(),
+        params=params,
+        headers={**token, "Content-Type": "application/octet-stream"},
+    )
     response.raise_for_status()
     return response
 
@@ -36,16 +40,27 @@ def run_synthetic_audit(
     seed: int = 0,
 ) -> str:
     """Create, claim, feed and end one external audit; returns its id (status succeeded)."""
-    spec = {"name": name, "engine": "external", "num_canaries": num_canaries,
-            "canary_repeats": canary_repeats, "max_canary_fraction": 1.0, "delta": delta}
+    spec = {
+        "name": name,
+        "engine": "external",
+        "num_canaries": num_canaries,
+        "canary_repeats": canary_repeats,
+        "max_canary_fraction": 1.0,
+        "delta": delta,
+    }
     created = client.post("/audits", json=spec)
     created.raise_for_status()
     body = created.json()
     audit_id = body["id"]
     token = {"Authorization": f"Bearer {body['environment']['FLAUDIT_RUN_TOKEN']}"}
-    claim = {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "num_rounds": num_rounds,
-             "num_clients": num_clients, "clients_per_round": clients_per_round,
-             "strategy": "synthetic rounds (tests/e2e/synthetic_runs.py)"}
+    claim = {
+        "noise_multiplier": noise_multiplier,
+        "clip_norm": clip_norm,
+        "num_rounds": num_rounds,
+        "num_clients": num_clients,
+        "clients_per_round": clients_per_round,
+        "strategy": "synthetic rounds (tests/e2e/synthetic_runs.py)",
+    }
     client.put(f"/audits/{audit_id}/claim", json=claim, headers=token).raise_for_status()
     rng = np.random.default_rng(seed)
     theta = rng.standard_normal(dim)
@@ -62,8 +77,16 @@ def run_synthetic_audit(
         total = updates.sum(axis=0) + clip_norm * canaries.sum(axis=0)
         total += actual_noise * clip_norm * rng.standard_normal(dim)
         delta_t = total / clients_per_round
-        _put(client, f"/audits/{audit_id}/rounds/{t}", delta_t, token, clip_norm=clip_norm,
-             cohort_size=clients_per_round, num_failures=0, num_canaries_inserted=count)
+        _put(
+            client,
+            f"/audits/{audit_id}/rounds/{t}",
+            delta_t,
+            token,
+            clip_norm=clip_norm,
+            cohort_size=clients_per_round,
+            num_failures=0,
+            num_canaries_inserted=count,
+        )
         theta = theta + delta_t
     _put(client, f"/audits/{audit_id}/final-model", theta, token, accuracy=0.5, loss=1.0)
     return audit_id

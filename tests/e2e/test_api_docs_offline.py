@@ -8,8 +8,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from flaudit.service.headers import DOCS_CONTENT_SECURITY_POLICY
 from playwright.sync_api import expect
+
+from flaudit.service.headers import DOCS_CONTENT_SECURITY_POLICY
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -39,7 +40,11 @@ def test_swagger_ui_renders_the_operations_offline(service, tab):
     assert {"/audits", "/audits/design", "/audits/{audit_id}"} <= paths, paths
     assert aborted == []
     loaded = {urlsplit(u).path for _, u, status in tab.responses if status == 200}
-    assert {"/ui/vendor/swagger-ui-bundle.js", "/ui/vendor/swagger-ui.css", "/openapi.json"} <= loaded
+    assert {
+        "/ui/vendor/swagger-ui-bundle.js",
+        "/ui/vendor/swagger-ui.css",
+        "/openapi.json",
+    } <= loaded
     assert not [e for e in tab.console_errors if "Content Security Policy" in e], tab.console_errors
 
 

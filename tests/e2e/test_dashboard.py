@@ -128,8 +128,16 @@ def test_start_an_audit_from_the_page_and_watch_it_live(service, tab, output_dir
     rows = page.locator("#estimates-table tbody tr")
     expect(rows).to_have_count(len(audit["estimates"]))
     shown_estimators = set(rows.evaluate_all("rs => rs.map(r => r.dataset.estimator)"))
-    assert {"two_gaussian", "lower_bound", "one_run", "analytic", "gdp_lower_bound"} <= shown_estimators
-    shown = sorted(_shown_epsilon(t) for t in page.locator("#estimates-table td.eps-cell").all_inner_texts())
+    assert {
+        "two_gaussian",
+        "lower_bound",
+        "one_run",
+        "analytic",
+        "gdp_lower_bound",
+    } <= shown_estimators
+    shown = sorted(
+        _shown_epsilon(t) for t in page.locator("#estimates-table td.eps-cell").all_inner_texts()
+    )
     expected = sorted(_api_epsilon(e["epsilon"]) for e in audit["estimates"])
     assert len(shown) == len(expected)
     for got, want in zip(shown, expected):
@@ -147,13 +155,17 @@ def test_start_an_audit_from_the_page_and_watch_it_live(service, tab, output_dir
     page.screenshot(path=str(output_dir / "dashboard-audit-1280.png"), full_page=True)
     page.set_viewport_size({"width": 390, "height": 844})
     page.wait_for_timeout(400)
-    assert page.evaluate("document.documentElement.scrollWidth") <= 391, "horizontal scroll at phone width"
+    assert page.evaluate("document.documentElement.scrollWidth") <= 391, (
+        "horizontal scroll at phone width"
+    )
     page.screenshot(path=str(output_dir / "dashboard-audit-390.png"), full_page=True)
 
     page.goto(service.url + "/ui/#/")
     row = page.locator(f'#audits-table tr[data-audit-id="{audit_id}"]')
     # a succeeded audit shows its verdict, not the worker's exit status
-    expect(row.locator(".list-verdict")).to_have_attribute("data-verdict", audit["verdict"]["status"])
+    expect(row.locator(".list-verdict")).to_have_attribute(
+        "data-verdict", audit["verdict"]["status"]
+    )
     assert page.evaluate("document.documentElement.scrollWidth") <= 391
     page.screenshot(path=str(output_dir / "dashboard-list-390.png"), full_page=True)
     page.set_viewport_size({"width": 1280, "height": 800})
@@ -176,9 +188,9 @@ def test_start_an_audit_from_the_page_and_watch_it_live(service, tab, output_dir
     page.locator("#delete-audit").click()
     page.wait_for_url(re.compile(r"#/$"))
     assert service.client.get(f"/audits/{audit_id}").status_code == 404
-    assert [r for r in tab.responses if r[2] == 401] == [
-        ("POST", service.url + "/audits", 401)
-    ], "the key should be asked for exactly once"
+    assert [r for r in tab.responses if r[2] == 401] == [("POST", service.url + "/audits", 401)], (
+        "the key should be asked for exactly once"
+    )
     assert all(service.api_key not in url for _, url, _ in tab.responses)
     assert _unexpected_errors(tab, {401}) == []
 

@@ -46,7 +46,12 @@ def test_exact_cosine_density_matches_the_beta_law(js, d):
     a = (d - 1) / 2
     sd = 1 / np.sqrt(d)
     taus = np.linspace(-min(0.99, 6 * sd), min(0.99, 6 * sd), 101)
-    got = np.array(js("return arg.taus.map((t) => stats.sphereCosineDensity(t, arg.d));", {"taus": taus.tolist(), "d": d}))
+    got = np.array(
+        js(
+            "return arg.taus.map((t) => stats.sphereCosineDensity(t, arg.d));",
+            {"taus": taus.tolist(), "d": d},
+        )
+    )
     want = stats.beta.pdf((taus + 1) / 2, a, a) / 2
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
@@ -54,7 +59,12 @@ def test_exact_cosine_density_matches_the_beta_law(js, d):
 @pytest.mark.parametrize("d,T", [(100, 1), (10_000, 5), (9986, 50)])
 def test_max_of_T_null_density_is_the_derivative_of_phi_to_the_T(js, d, T):
     xs = np.linspace(-4, 6, 201) / np.sqrt(d)
-    got = np.exp(js("return arg.xs.map((x) => stats.logMaxNullDensity(x, arg.d, arg.T));", {"xs": xs.tolist(), "d": d, "T": T}))
+    got = np.exp(
+        js(
+            "return arg.xs.map((x) => stats.logMaxNullDensity(x, arg.d, arg.T));",
+            {"xs": xs.tolist(), "d": d, "T": T},
+        )
+    )
     z = xs * np.sqrt(d)
     want = T * stats.norm.cdf(z) ** (T - 1) * stats.norm.pdf(z) * np.sqrt(d)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-9 * want.max())
@@ -66,7 +76,9 @@ def test_histogram_densities_integrate_to_one(js):
     rng = np.random.default_rng(1)
     edges = np.sort(rng.uniform(-0.05, 0.05, 12)).tolist()
     counts = rng.integers(0, 30, len(edges) - 1).tolist()
-    dens = np.array(js("return charts.toDensity(arg.counts, arg.edges);", {"counts": counts, "edges": edges}))
+    dens = np.array(
+        js("return charts.toDensity(arg.counts, arg.edges);", {"counts": counts, "edges": edges})
+    )
     assert abs(float(np.sum(dens * np.diff(edges))) - 1) < 1e-12
     assert js("return charts.toDensity([0, 0], [0, 1, 2]);") == [0, 0]
 
@@ -93,8 +105,11 @@ def test_every_identifier_the_service_sends_has_a_human_name(js):
           inf: format.fmtEps("inf"),
         };
         """,
-        {"estimators": estimators, "variances": [v.value for v in VarianceTreatment],
-         "corrections": [c.value for c in Correction]},
+        {
+            "estimators": estimators,
+            "variances": [v.value for v in VarianceTreatment],
+            "corrections": [c.value for c in Correction],
+        },
     )
     for identifier, name, assumes, explains in out["names"]:
         assert name and assumes and explains, identifier
@@ -111,18 +126,31 @@ def test_the_page_and_the_report_speak_one_vocabulary(js):
     same estimate labels, adversaries and free-text rewording for the same identifiers."""
     from flaudit.service import vocabulary
 
-    estimates = [{"estimator": e, "threat_model": t, "variance": v, "correction": c,
-                  "details": {"accountant": "rdp"}}
-                 for e in ("two_gaussian", "lower_bound", "analytic", "normal_scores", "unknown")
-                 for t in ("final_model", "known_rounds", "nobody")
-                 for v in ("null", "fitted", "n/a") for c in ("bonferroni", "none", "n/a")]
-    texts = ["bug injected: noise_scale=0.2 (testing only)", "no_clipping=4 and extra_participation=3",
-             "the seen_final cosines (2-Gaussian DP); mu at final_model"]
-    out = js("return {labels: arg.estimates.map(format.estimateLabel),"
-             " threats: arg.estimates.map((e) => format.threatLabel(e.threat_model)),"
-             " texts: arg.texts.map(format.humanText),"
-             " unseen: format.diagnosticName({name: 'unseen_known_rounds_vs_null'})};",
-             {"estimates": estimates, "texts": texts})
+    estimates = [
+        {
+            "estimator": e,
+            "threat_model": t,
+            "variance": v,
+            "correction": c,
+            "details": {"accountant": "rdp"},
+        }
+        for e in ("two_gaussian", "lower_bound", "analytic", "normal_scores", "unknown")
+        for t in ("final_model", "known_rounds", "nobody")
+        for v in ("null", "fitted", "n/a")
+        for c in ("bonferroni", "none", "n/a")
+    ]
+    texts = [
+        "bug injected: noise_scale=0.2 (testing only)",
+        "no_clipping=4 and extra_participation=3",
+        "the seen_final cosines (2-Gaussian DP); mu at final_model",
+    ]
+    out = js(
+        "return {labels: arg.estimates.map(format.estimateLabel),"
+        " threats: arg.estimates.map((e) => format.threatLabel(e.threat_model)),"
+        " texts: arg.texts.map(format.humanText),"
+        " unseen: format.diagnosticName({name: 'unseen_known_rounds_vs_null'})};",
+        {"estimates": estimates, "texts": texts},
+    )
     assert out["labels"] == [vocabulary.estimate_label(e) for e in estimates]
     assert out["threats"] == [vocabulary.threat_label(e["threat_model"]) for e in estimates]
     assert out["texts"] == [vocabulary.human_text(t) for t in texts]

@@ -23,7 +23,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 DIM = 10_000
 
 
-def _estimate(epsilon, estimator, threat_model, *, variance="n/a", correction="n/a", confidence=None, **details):
+def _estimate(
+    epsilon,
+    estimator,
+    threat_model,
+    *,
+    variance="n/a",
+    correction="n/a",
+    confidence=None,
+    **details,
+):
     return {
         "epsilon": "inf" if epsilon == math.inf else epsilon,
         "estimator": estimator,
@@ -55,25 +64,48 @@ def _histogram(merged: bool) -> dict:
     return out
 
 
-GUARANTEE = ("If the DP implementation satisfies its claims (1-Gaussian DP ...), an alarm (error "
-             "or warning) fires with probability at most 5% over all 11 looks ...")
+GUARANTEE = (
+    "If the DP implementation satisfies its claims (1-Gaussian DP ...), an alarm (error "
+    "or warning) fires with probability at most 5% over all 11 looks ..."
+)
 
 
 RUNNING = "Running: no evidence against the claim ε = 4.0 at δ = 1e-6 after round 4 of 10."
-DESIGN = {"summary": "catches noise × 0.8 or smaller (ε ≥ 5.1 at δ = 1e-6) in 95% of runs",
-          "advice": None, "testable": True, "claim_mu": 1.0, "claim_epsilon": 4.0,
-          "delta": 1e-6}
+DESIGN = {
+    "summary": "catches noise × 0.8 or smaller (ε ≥ 5.1 at δ = 1e-6) in 95% of runs",
+    "advice": None,
+    "testable": True,
+    "claim_mu": 1.0,
+    "claim_epsilon": 4.0,
+    "delta": 1e-6,
+}
 
 
 def _verdict(status="running", summary=RUNNING, bound_eps=4.2, bound_mu=1.1):
-    bound = None if bound_eps is None else {
-        "estimator": "normal_scores", "name": "Normal-score bound on μ",
-        "threat_model": "known_rounds", "mu": bound_mu, "epsilon": bound_eps, "delta": 1e-6,
-        "confidence": 0.95}
-    return {"status": status, "summary": summary,
-            "claim": {"mu": 1.0, "epsilon": 4.0, "delta": 1e-6, "description": "one round"},
-            "refuted_by": None, "design": DESIGN, "largest_valid_bound": bound,
-            "tier": None, "round": 4, "gaps": None}
+    bound = (
+        None
+        if bound_eps is None
+        else {
+            "estimator": "normal_scores",
+            "name": "Normal-score bound on μ",
+            "threat_model": "known_rounds",
+            "mu": bound_mu,
+            "epsilon": bound_eps,
+            "delta": 1e-6,
+            "confidence": 0.95,
+        }
+    )
+    return {
+        "status": status,
+        "summary": summary,
+        "claim": {"mu": 1.0, "epsilon": 4.0, "delta": 1e-6, "description": "one round"},
+        "refuted_by": None,
+        "design": DESIGN,
+        "largest_valid_bound": bound,
+        "tier": None,
+        "round": 4,
+        "gaps": None,
+    }
 
 
 def _tradeoff(ended: bool) -> dict:
@@ -83,24 +115,37 @@ def _tradeoff(ended: bool) -> dict:
     return tradeoff_picture(seen, claim_mu=1.0, mu_lo=0.4)
 
 
-def _audit(status: str, *, round_: int, alerts=(), reason=None, guarantee=GUARANTEE,
-           bug=None, verdict=None) -> dict:
+def _audit(
+    status: str, *, round_: int, alerts=(), reason=None, guarantee=GUARANTEE, bug=None, verdict=None
+) -> dict:
     ended = status in ("succeeded", "failed", "cancelled")
     return {
         "id": "abc",
         "name": "rendered",
         "status": status,
         "reason": reason,
-        "spec": {"name": "rendered", "task": "synthetic", "num_rounds": 10, "threat_models": ["final_model", "all_iterates"]},
+        "spec": {
+            "name": "rendered",
+            "task": "synthetic",
+            "num_rounds": 10,
+            "threat_models": ["final_model", "all_iterates"],
+        },
         "created_at": "2026-01-01T00:00:00Z",
         "started_at": "2026-01-01T00:00:01Z",
         "finished_at": "2026-01-01T00:00:30Z" if ended else None,
-        "progress": {"round": round_, "num_rounds": 10, "fraction": round_ / 10, "eta_seconds": None if ended else 12.0},
+        "progress": {
+            "round": round_,
+            "num_rounds": 10,
+            "fraction": round_ / 10,
+            "eta_seconds": None if ended else 12.0,
+        },
         "dim": DIM,
         "estimates": [
             _estimate(math.inf, "two_gaussian", "final_model", variance="fitted"),
             _estimate(1.5, "two_gaussian", "final_model", variance="null"),
-            _estimate(4.2, "normal_scores", "known_rounds", correction="n/a", confidence=0.95, mu=1.1),
+            _estimate(
+                4.2, "normal_scores", "known_rounds", correction="n/a", confidence=0.95, mu=1.1
+            ),
             _estimate(4.2, "lower_bound", "final_model", correction="bonferroni", confidence=0.95),
             _estimate(7.0, "lower_bound", "all_iterates", correction="none", confidence=0.95),
             _estimate(0.3, "one_run", "final_model", correction="bonferroni", confidence=0.95),
@@ -108,7 +153,13 @@ def _audit(status: str, *, round_: int, alerts=(), reason=None, guarantee=GUARAN
             _estimate(4.0, "analytic", "known_rounds", accountant="pld"),
         ],
         "diagnostics": [
-            {"name": "anderson_darling_seen_final", "value": 2.1, "ok": False, "hint": "", "details": {}},
+            {
+                "name": "anderson_darling_seen_final",
+                "value": 2.1,
+                "ok": False,
+                "hint": "",
+                "details": {},
+            },
         ],
         "alerts": list(alerts),
         "alarm_guarantee": guarantee,
@@ -133,15 +184,32 @@ def _serve(tab, audit: dict, *, key: str | None = None, auth_log: list | None = 
         if auth_log is not None:
             auth_log.append((route.request.url, authorization))
         if key is not None and authorization != f"Bearer {key}":
-            route.fulfill(status=401, content_type="application/json", body='{"detail": "missing or invalid API key"}')
+            route.fulfill(
+                status=401,
+                content_type="application/json",
+                body='{"detail": "missing or invalid API key"}',
+            )
             return
         if path == "audits/abc":
             body = audit
         elif path == "audits/abc/rounds":
-            body = {"items": [{"round": t, "clip_norm": 1.0, "cohort_size": 10, "num_canaries_inserted": 1,
-                               "num_failures": 0, "estimates": audit["estimates"]} for t in range(1, audit["progress"]["round"] + 1)]}
+            body = {
+                "items": [
+                    {
+                        "round": t,
+                        "clip_norm": 1.0,
+                        "cohort_size": 10,
+                        "num_canaries_inserted": 1,
+                        "num_failures": 0,
+                        "estimates": audit["estimates"],
+                    }
+                    for t in range(1, audit["progress"]["round"] + 1)
+                ]
+            }
         else:
-            route.fulfill(status=404, content_type="application/json", body='{"detail": "not found"}')
+            route.fulfill(
+                status=404, content_type="application/json", body='{"detail": "not found"}'
+            )
             return
         route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
 
@@ -230,11 +298,13 @@ def test_an_attached_audit_says_when_it_stops_waiting_and_why_it_ended(static_ur
     page = tab.page
     page.goto(static_url + "index.html#/audits/abc")
     expect(page.locator("#eta")).to_contain_text(
-        "waiting for your Flower app… (the audit ends if no run starts within 10 min 0 s")
-    reason = ("the run never started: no Flower run declared its claim within 600 s of the "
-              "audit's creation (start_timeout_seconds = 600 s)")
-    ended = {**audit, "status": "failed", "reason": reason,
-             "finished_at": "2026-01-01T00:10:01Z"}
+        "waiting for your Flower app… (the audit ends if no run starts within 10 min 0 s"
+    )
+    reason = (
+        "the run never started: no Flower run declared its claim within 600 s of the "
+        "audit's creation (start_timeout_seconds = 600 s)"
+    )
+    ended = {**audit, "status": "failed", "reason": reason, "finished_at": "2026-01-01T00:10:01Z"}
     tab.page.unroute("**/audits**")
     _serve(tab, ended)
     page.reload()
@@ -265,9 +335,12 @@ def test_reads_that_need_the_key_ask_once_and_keep_it_out_of_urls(static_url, ta
 
 @pytest.mark.timeout(60)
 def test_an_injected_bug_is_said_plainly_and_no_bound_is_not_a_number(static_url, tab):
-    audit = _audit("running", round_=2, verdict=_verdict(bound_eps=None),
-                   bug="bug injected: noise_scale=0.5 (testing only; the claim does not know "
-                       "about it)")
+    audit = _audit(
+        "running",
+        round_=2,
+        verdict=_verdict(bound_eps=None),
+        bug="bug injected: noise_scale=0.5 (testing only; the claim does not know about it)",
+    )
     _serve(tab, audit)
     page = tab.page
     page.goto(static_url + "index.html#/audits/abc")
@@ -292,23 +365,40 @@ def test_a_service_without_verdicts_is_said_plainly(static_url, tab):
 @pytest.mark.timeout(60)
 def test_the_list_shows_each_audits_verdict_when_the_api_sends_it(static_url, tab):
     items = [
-        {"id": "a1", "name": "buggy", "status": "succeeded", "created_at": "2026-01-01T00:00:00Z",
-         "progress": {"round": 4, "num_rounds": 4, "fraction": 1.0}, "headline_epsilon": 7.1,
-         "verdict": {"status": "claim_refuted"}},
-        {"id": "a2", "name": "older service", "status": "running", "created_at": "2026-01-01T00:00:00Z",
-         "progress": {"round": 1, "num_rounds": 4, "fraction": 0.25}, "headline_epsilon": None},
+        {
+            "id": "a1",
+            "name": "buggy",
+            "status": "succeeded",
+            "created_at": "2026-01-01T00:00:00Z",
+            "progress": {"round": 4, "num_rounds": 4, "fraction": 1.0},
+            "headline_epsilon": 7.1,
+            "verdict": {"status": "claim_refuted"},
+        },
+        {
+            "id": "a2",
+            "name": "older service",
+            "status": "running",
+            "created_at": "2026-01-01T00:00:00Z",
+            "progress": {"round": 1, "num_rounds": 4, "fraction": 0.25},
+            "headline_epsilon": None,
+        },
     ]
 
     def handle(route):
         path = route.request.url.split("://", 1)[1].split("/", 1)[1].split("?")[0]
         if path == "audits":
-            route.fulfill(status=200, content_type="application/json",
-                          body=json.dumps({"items": items, "total": 2}))
+            route.fulfill(
+                status=200,
+                content_type="application/json",
+                body=json.dumps({"items": items, "total": 2}),
+            )
         else:
             route.fulfill(status=200, content_type="application/json", body="{}")
 
     tab.page.route("**/audits**", handle)
     page = tab.page
     page.goto(static_url + "index.html#/")
-    expect(page.locator('#audits-table tr[data-audit-id="a1"] .list-verdict')).to_have_text("✕ Claim refuted")
+    expect(page.locator('#audits-table tr[data-audit-id="a1"] .list-verdict')).to_have_text(
+        "✕ Claim refuted"
+    )
     expect(page.locator('#audits-table tr[data-audit-id="a2"] .list-verdict')).to_have_count(0)

@@ -83,14 +83,23 @@ def test_the_dashboard_downloads_the_report_of_an_ended_audit(reports, browser, 
     audit, _, _ = reports["refuted"]
     port = free_port()
     client = make_client(reports["store"])  # the app (no runner), as the service tests build it
-    server = uvicorn.Server(uvicorn.Config(client.app, host="127.0.0.1", port=port,
-                                           log_config=None))
+    server = uvicorn.Server(
+        uvicorn.Config(client.app, host="127.0.0.1", port=port, log_config=None)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     context = browser.new_context(accept_downloads=True)
     try:
-        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
-                 if server.started else False, timeout=30, interval=0.2, what="uvicorn")
+        wait_for(
+            lambda: (
+                httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+                if server.started
+                else False
+            ),
+            timeout=30,
+            interval=0.2,
+            what="uvicorn",
+        )
         page = context.new_page()
         page.goto(f"http://127.0.0.1:{port}/ui/#/audits/{audit['id']}")
         link = page.locator("#download-report")

@@ -67,8 +67,12 @@ def served(tmp_path_factory):
     thread.start()
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: server.started and httpx.get(f"{url}/healthz").status_code == 200,
-                 timeout=30, interval=0.2, what="uvicorn")
+        wait_for(
+            lambda: server.started and httpx.get(f"{url}/healthz").status_code == 200,
+            timeout=30,
+            interval=0.2,
+            what="uvicorn",
+        )
         yield audits, url
     finally:
         server.should_exit = True
@@ -142,8 +146,9 @@ def test_the_refuted_page_leads_with_the_evidence_it_rests_on(served, browser, o
         page.goto(f"{url}/ui/#/audits/{audit['id']}")
         expect(page.locator("#verdict-summary")).to_have_text(audit["verdict"]["summary"])
         first = page.locator(".charts-row > section").first
-        expect(first).to_have_attribute("data-threat-model",
-                                        audit["verdict"]["refuted_by"]["threat_model"])
+        expect(first).to_have_attribute(
+            "data-threat-model", audit["verdict"]["refuted_by"]["threat_model"]
+        )
         expect(first).to_contain_text("The verdict rests on this")
         for section in page.locator(".charts-row > section").all():
             adversary = section.locator(".adversary").inner_text()

@@ -15,11 +15,10 @@ import re
 import shutil
 
 import pytest
-
-from tests.processes import wait_for
 from playwright.sync_api import expect
 
 from tests.e2e.synthetic_runs import run_synthetic_audit
+from tests.processes import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -37,8 +36,18 @@ CASES = {
 #: What must never be on screen: identifiers of the API (snake_case words) and the old labels
 #: the issue lists.
 SNAKE = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
-FORBIDDEN = ["= null", "point estimate", "-Gaussian DP", "seen_final", "anderson darling",
-             "No cosines yet", "gdp lower bound", "fdp one run", "two gaussian", "eps_lo"]
+FORBIDDEN = [
+    "= null",
+    "point estimate",
+    "-Gaussian DP",
+    "seen_final",
+    "anderson darling",
+    "No cosines yet",
+    "gdp lower bound",
+    "fdp one run",
+    "two gaussian",
+    "eps_lo",
+]
 
 
 def visible_text_with_details_open(page) -> str:
@@ -60,8 +69,11 @@ def visible_text_with_details_open(page) -> str:
 
 def internal_identifiers(text: str) -> list[str]:
     found = SNAKE.findall(text)
-    found += [phrase for phrase in FORBIDDEN
-              if re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text, re.IGNORECASE)]
+    found += [
+        phrase
+        for phrase in FORBIDDEN
+        if re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text, re.IGNORECASE)
+    ]
     return found
 
 
@@ -72,11 +84,17 @@ def audits(service):
     for i, (name, (_, run)) in enumerate(CASES.items()):
         audit_id = run_synthetic_audit(service.client, name=f"{name} audit", seed=i, **run)
         # the body the page is compared with: once the audit has ended (not mid-finalisation)
-        out[name] = (audit_id, wait_for(
-            lambda audit_id=audit_id: (
-                lambda body: body if body["status"] not in ("queued", "running") else None)(
-                service.client.get(f"/audits/{audit_id}").json()),
-            timeout=60, interval=0.2, what=f"the {name} audit to end"))
+        out[name] = (
+            audit_id,
+            wait_for(
+                lambda audit_id=audit_id: (
+                    lambda body: body if body["status"] not in ("queued", "running") else None
+                )(service.client.get(f"/audits/{audit_id}").json()),
+                timeout=60,
+                interval=0.2,
+                what=f"the {name} audit to end",
+            ),
+        )
     return out
 
 
@@ -120,8 +138,12 @@ def test_each_verdict_reads_in_ten_seconds(name, audits, service, tab, output_di
     drawn = picture.get_attribute("data-drawn").split(",")
     tradeoff = body["tradeoff"]
     assert "empirical" in drawn and "band" in drawn  # the audit has ended: labels published
-    assert ("claim" in drawn) == (tradeoff["claim"] is not None) == (expected_status != "no_dp_claim")
-    inked = page.evaluate("(async () => (await import('./charts.js')).inkedPixels(document.getElementById('fdp-chart')))()")
+    assert (
+        ("claim" in drawn) == (tradeoff["claim"] is not None) == (expected_status != "no_dp_claim")
+    )
+    inked = page.evaluate(
+        "(async () => (await import('./charts.js')).inkedPixels(document.getElementById('fdp-chart')))()"
+    )
     assert inked > 2000, inked
 
     # a person reads the verdict first: the banner is at the top of the first screen
@@ -150,8 +172,12 @@ def test_the_audit_list_shows_each_verdict(audits, service, tab, output_dir):
     page = tab.page
     page.set_viewport_size({"width": 1280, "height": 640})
     page.goto(f"{service.url}/ui/#/audits")
-    titles = {"claim_refuted": "Claim refuted", "consistent": "Consistent with the claim",
-              "inconclusive": "Inconclusive", "no_dp_claim": "No DP claim"}
+    titles = {
+        "claim_refuted": "Claim refuted",
+        "consistent": "Consistent with the claim",
+        "inconclusive": "Inconclusive",
+        "no_dp_claim": "No DP claim",
+    }
     for name, (audit_id, body) in audits.items():
         line = page.locator(f'tr[data-audit-id="{audit_id}"] .list-verdict')
         expect(line).to_have_attribute("data-verdict", CASES[name][0])

@@ -56,8 +56,14 @@ def test_a_laplace_mechanism_on_its_claim_rarely_alarms():
 
 def test_half_the_noise_fires_within_the_first_three_rounds():
     rng = np.random.default_rng(2)
-    looks = [new_alarm_first_look(simulate_scores(rng, k=1000, num_rounds=10, noise_scale=0.5),
-                                  num_rounds=10, with_fdp=False) for _ in range(30)]
+    looks = [
+        new_alarm_first_look(
+            simulate_scores(rng, k=1000, num_rounds=10, noise_scale=0.5),
+            num_rounds=10,
+            with_fdp=False,
+        )
+        for _ in range(30)
+    ]
     assert all(look is not None for look in looks)
     assert np.median(looks) <= 3
 
@@ -83,11 +89,23 @@ def test_the_design_s_star_is_caught_at_least_as_often_as_promised():
 
     from flaudit.auditor.claims import audit_design
 
-    spec = SimpleNamespace(num_canaries=200, accounted_noise_multiplier=1.0, canary_repeats=1,
-                           num_rounds=10, delta=1e-6)
+    spec = SimpleNamespace(
+        num_canaries=200,
+        accounted_noise_multiplier=1.0,
+        canary_repeats=1,
+        num_rounds=10,
+        delta=1e-6,
+    )
     s_star = audit_design(spec).detectable_noise_scale
     rng = np.random.default_rng(4)
-    hits = sum(new_alarm_first_look(simulate_scores(rng, k=200, num_rounds=10, noise_scale=s_star),
-                                    num_rounds=10, with_fdp=False) is not None for _ in range(150))
+    hits = sum(
+        new_alarm_first_look(
+            simulate_scores(rng, k=200, num_rounds=10, noise_scale=s_star),
+            num_rounds=10,
+            with_fdp=False,
+        )
+        is not None
+        for _ in range(150)
+    )
     # promised >= 95% (conservative: seen count at its 5% quantile, only the final look counted)
     assert hits >= 138

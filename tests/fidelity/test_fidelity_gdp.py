@@ -16,9 +16,18 @@ from flaudit.server.simulated_audit import (
     simulation_claims,
 )
 
-SMALL = FedAvgSimulation(dim=5000, num_clients=500, clients_per_round=50, num_rounds=5,
-                         num_canaries=1000, canary_repeats=1, noise_multiplier=1.0,
-                         momentum=0.9, client_signal=0.1, delta=1e-6)
+SMALL = FedAvgSimulation(
+    dim=5000,
+    num_clients=500,
+    clients_per_round=50,
+    num_rounds=5,
+    num_canaries=1000,
+    canary_repeats=1,
+    noise_multiplier=1.0,
+    momentum=0.9,
+    client_signal=0.1,
+    delta=1e-6,
+)
 
 
 def _known(result):
@@ -47,11 +56,19 @@ def test_halved_noise_is_an_error_alarm_at_k_1000():
     s, u = _known(result)
     assert s.mean() > 1.6  # mu doubled (2) minus the clients' projections
     claims = simulation_claims(SMALL)  # the honest claim: it never knows the bug
-    summary = summarize(AuditLook(seen=result.seen, dim=result.dim, delta=1e-6,
-                        max_cosines=result.max_cosines, final_cosines=result.final_cosines,
-                        known_rounds_scores=result.known_rounds_scores,
-                        known_rounds_rounds=result.known_rounds_rounds,
-                        scale_dof=result.scale_dof, claims=claims))
+    summary = summarize(
+        AuditLook(
+            seen=result.seen,
+            dim=result.dim,
+            delta=1e-6,
+            max_cosines=result.max_cosines,
+            final_cosines=result.final_cosines,
+            known_rounds_scores=result.known_rounds_scores,
+            known_rounds_rounds=result.known_rounds_rounds,
+            scale_dof=result.scale_dof,
+            claims=claims,
+        )
+    )
     looks = config.num_rounds + 1
     decision = decide_alarm(summary.claim_tests, look=looks, num_looks=looks, claims=claims)
     assert decision.status == "error"

@@ -17,8 +17,14 @@ from flaudit.server.simulated_audit import (
     simulate_dpfedavg_audit,
 )
 
-SMALL = FedAvgSimulation(dim=2000, num_clients=200, clients_per_round=10, num_rounds=5,
-                         num_canaries=200, noise_multiplier=2.0)
+SMALL = FedAvgSimulation(
+    dim=2000,
+    num_clients=200,
+    clients_per_round=10,
+    num_rounds=5,
+    num_canaries=200,
+    noise_multiplier=2.0,
+)
 
 
 def _ks_to_null(x: np.ndarray, d: int) -> float:
@@ -30,8 +36,15 @@ def _ks_to_null(x: np.ndarray, d: int) -> float:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("dim", 1), ("num_canaries", 2), ("noise_multiplier", -1.0), ("clip_norm", 0.0),
-     ("bug_factor", 0.5), ("delta", 1.5), ("num_rounds", 0)],
+    [
+        ("dim", 1),
+        ("num_canaries", 2),
+        ("noise_multiplier", -1.0),
+        ("clip_norm", 0.0),
+        ("bug_factor", 0.5),
+        ("delta", 1.5),
+        ("num_rounds", 0),
+    ],
 )
 def test_config_rejects_bad_values_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
@@ -57,23 +70,31 @@ def test_seen_final_cosine_matches_closed_form(family):
     # is ~ r / sqrt(r^2 k_seen + n_real + T z^2 d) (S = 1). The orthogonal family's statistic
     # is standardized by the energy outside the seen canaries: ~ r / sqrt(n_real + T z^2 d).
     for repeats in (1, 2):
-        cfg = SMALL.with_(client_signal=0.0, client_noise=2.0, noise_multiplier=0.3,
-                          canary_repeats=repeats, canary_family=family)
+        cfg = SMALL.with_(
+            client_signal=0.0,
+            client_noise=2.0,
+            noise_multiplier=0.3,
+            canary_repeats=repeats,
+            canary_family=family,
+        )
         ratios = []  # one run's seen mean has ~7% noise at d = 2000: average six runs
         for run in range(6):
             res = simulate_dpfedavg_audit(cfg, seed=5 + repeats + 10 * run)
             k_seen = int(res.seen.sum())
             n_real = res.mean_cohort_size * cfg.num_rounds - k_seen * repeats
             canary_energy = repeats**2 * k_seen if family == "gaussian" else 0
-            predicted = repeats / math.sqrt(canary_energy + n_real
-                                            + cfg.num_rounds * cfg.noise_multiplier**2 * cfg.dim)
+            predicted = repeats / math.sqrt(
+                canary_energy + n_real + cfg.num_rounds * cfg.noise_multiplier**2 * cfg.dim
+            )
             ratios.append(float(np.mean(res.final_cosines[res.seen])) / predicted)
             assert res.canary_participations == repeats
         assert np.mean(ratios) == pytest.approx(1.0, rel=0.1)
 
 
 def test_bugs_change_what_they_claim_to_change():
-    extra = simulate_dpfedavg_audit(SMALL.with_(bug=DPBug.extra_participation, bug_factor=2), seed=3)
+    extra = simulate_dpfedavg_audit(
+        SMALL.with_(bug=DPBug.extra_participation, bug_factor=2), seed=3
+    )
     assert extra.canary_participations == 2 and extra.claimed_participations == 1
     base = simulate_dpfedavg_audit(SMALL, seed=3)
     larger = simulate_dpfedavg_audit(SMALL.with_(bug=DPBug.cohort_larger, bug_factor=4), seed=3)
@@ -97,8 +118,10 @@ def _alarm(cfg, seed) -> bool:
     return max(e[b] for b in VALID_LOWER_BOUNDS) > claim
 
 
-@pytest.mark.parametrize(("bug", "factor"), [(DPBug.no_noise, 1.0), (DPBug.noise_divided_twice, 1.0),
-                                           (DPBug.no_clipping, 16.0)])
+@pytest.mark.parametrize(
+    ("bug", "factor"),
+    [(DPBug.no_noise, 1.0), (DPBug.noise_divided_twice, 1.0), (DPBug.no_clipping, 16.0)],
+)
 def test_gross_bugs_are_caught_in_every_run(bug, factor):
     cfg = SMALL.with_(num_canaries=300)
     assert claimed_epsilons(cfg)["known_rounds"] == pytest.approx(2.0, abs=0.1)

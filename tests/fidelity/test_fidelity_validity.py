@@ -9,14 +9,14 @@ import math
 import numpy as np
 import pytest
 
+from benchmarks.fidelity._common import binomial_limit
+from benchmarks.fidelity.validity import VALID, run_bounds
 from flaudit.auditor.estimators.analytic import (
     gaussian_epsilon_for_sigma,
     gaussian_sigma_for_epsilon,
 )
 from flaudit.auditor.estimators.null import null_cdf
 from flaudit.server.simulated_audit import gaussian_mechanism_scores, sample_null_cosines
-from benchmarks.fidelity._common import binomial_limit
-from benchmarks.fidelity.validity import VALID, run_bounds
 
 DELTA = 1e-5
 #: 1400 runs, count <= 96: a correct 95% bound fails with probability 9.7e-4, one that exceeds

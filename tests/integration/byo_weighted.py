@@ -39,8 +39,11 @@ def copy_app(dest: Path) -> Path:
     blocks = documented_blocks()
     server = (dest / "pytorch_example" / "server_app.py").read_text()
     pyproject = (dest / "pyproject.toml").read_text()
-    for name, text in (("server_app imports", server), ("server_app strategy", server),
-                       ("pyproject config", pyproject)):
+    for name, text in (
+        ("server_app imports", server),
+        ("server_app strategy", server),
+        ("pyproject config", pyproject),
+    ):
         assert "\n".join(blocks[name]) in text, f"the worked example lacks docs' {name!r} lines"
     return dest
 
@@ -63,26 +66,49 @@ class Federation:
         self.link = f"127.0.0.1:{free_port()}"
         (home / "config.toml").write_text(
             f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{self.link}"\n'
-            'insecure = true\n')
+            "insecure = true\n"
+        )
         self.app = copy_app(root / "app")
         self.bodies: list[str] = []
 
-    def __enter__(self) -> "Federation":
+    def __enter__(self) -> Federation:
         port = free_port()
         self.service = ServiceProcess(
-            f"sqlite:///{self.root / 'flaudit.db'}", self.root / "service.log", api_key=API_KEY,
-            port=port, env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{port}"}, seed=self.seed)
+            f"sqlite:///{self.root / 'flaudit.db'}",
+            self.root / "service.log",
+            api_key=API_KEY,
+            port=port,
+            env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{port}"},
+            seed=self.seed,
+        )
         self.procs = Processes(self.root, cwd=self.root)
         try:
-            self.procs.start("superlink", [
-                str(BIN / "flower-superlink"), "--insecure", "--port",
-                self.link.rsplit(":", 1)[1], "--disable-runtime-dependency-installation"],
-                self.env)
+            self.procs.start(
+                "superlink",
+                [
+                    str(BIN / "flower-superlink"),
+                    "--insecure",
+                    "--port",
+                    self.link.rsplit(":", 1)[1],
+                    "--disable-runtime-dependency-installation",
+                ],
+                self.env,
+            )
             for i in range(NUM_NODES):
-                self.procs.start(f"supernode{i}", [
-                    str(BIN / "flower-supernode"), "--insecure", "--superlink", self.link,
-                    "--port", str(free_port()), "--node-config",
-                    f"partition-id={i} num-partitions={NUM_NODES}"], self.env)
+                self.procs.start(
+                    f"supernode{i}",
+                    [
+                        str(BIN / "flower-supernode"),
+                        "--insecure",
+                        "--superlink",
+                        self.link,
+                        "--port",
+                        str(free_port()),
+                        "--node-config",
+                        f"partition-id={i} num-partitions={NUM_NODES}",
+                    ],
+                    self.env,
+                )
             self.http = httpx.Client(base_url=self.service.url, timeout=30)
         except BaseException:
             self.__exit__(None, None, None)
@@ -94,8 +120,15 @@ class Federation:
             self.procs.stop_all()
         self.service.stop()
 
-    def start_run(self, name: str, *, planted_bug: str = "", noise_factor: float = 0.5,
-                  rounds: int = NUM_ROUNDS, seed: int = 0) -> dict:
+    def start_run(
+        self,
+        name: str,
+        *,
+        planted_bug: str = "",
+        noise_factor: float = 0.5,
+        rounds: int = NUM_ROUNDS,
+        seed: int = 0,
+    ) -> dict:
         """``flaudit attach`` (canaries auto) and ``flwr run`` with the run config the README
         shows; returns ``{"audit": id, "run": Flower run id, "name": name}``. ``seed`` > 0: the
         run-config key ``test-seed`` (the app's noise, cohorts, canary slots, initial model and
@@ -103,35 +136,69 @@ class Federation:
         slug = re.sub(r"\W", "-", name)
         token = self.root / f"{slug}.token"
         attach = subprocess.run(
-            [str(BIN / "flaudit"), "attach", "--url", self.service.url, "--name", name,
-             "--format", "run-config", "--token-file", str(token)],
-            env={**self.env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True,
-            timeout=60)
+            [
+                str(BIN / "flaudit"),
+                "attach",
+                "--url",
+                self.service.url,
+                "--name",
+                name,
+                "--format",
+                "run-config",
+                "--token-file",
+                str(token),
+            ],
+            env={**self.env, "FLAUDIT_API_KEY": API_KEY},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert attach.returncode == 0, attach.stderr
         lines = tomllib.loads(attach.stdout)
         config = self.root / f"{token.stem}.toml"
-        values = {**lines, "noise-multiplier": 1.0, "clipping-norm": CLIP,
-                  "num-server-rounds": rounds, "fraction-evaluate": 0.0,
-                  "planted-bug": planted_bug, "planted-noise-factor": noise_factor,
-                  "test-seed": int(seed)}
+        values = {
+            **lines,
+            "noise-multiplier": 1.0,
+            "clipping-norm": CLIP,
+            "num-server-rounds": rounds,
+            "fraction-evaluate": 0.0,
+            "planted-bug": planted_bug,
+            "planted-noise-factor": noise_factor,
+            "test-seed": int(seed),
+        }
         config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()))
 
         def submit():
             done = subprocess.run(
-                [str(BIN / "flwr"), "run", str(self.app), "local", "--run-config", str(config),
-                 "--format", "json"],
-                env=self.env, capture_output=True, text=True, timeout=120, cwd=self.root)
+                [
+                    str(BIN / "flwr"),
+                    "run",
+                    str(self.app),
+                    "local",
+                    "--run-config",
+                    str(config),
+                    "--format",
+                    "json",
+                ],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=self.root,
+            )
             if done.returncode != 0 or "{" not in done.stdout:
                 return None
-            payload = json.loads(done.stdout[done.stdout.index("{"):])
+            payload = json.loads(done.stdout[done.stdout.index("{") :])
             return payload.get("run-id") if payload.get("success") else None
 
-        run_id = int(wait_for(submit, timeout=120, interval=2,
-                              what="the SuperLink to accept the run"))
+        run_id = int(
+            wait_for(submit, timeout=120, interval=2, what="the SuperLink to accept the run")
+        )
         return {"audit": lines["flaudit-audit-id"], "run": run_id, "name": name}
 
-    def wait(self, runs: list[dict], *, timeout: float,
-             start_timeout: float = 300) -> dict[str, dict]:
+    def wait(
+        self, runs: list[dict], *, timeout: float, start_timeout: float = 300
+    ) -> dict[str, dict]:
         """Poll every run's audit until all have ended; returns ``{audit id: audit JSON}``,
         each with ``end_latency_s`` (``finished_at`` minus the last round's ``received_at``:
         how long the audit took to end after its run's last report). A run with no round
@@ -142,25 +209,34 @@ class Federation:
         deadline = begun + timeout
         while len(done) < len(runs):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"audits still running after {timeout:.0f} s: "
-                                   f"{[r['audit'] for r in runs if r['audit'] not in done]}")
+                raise TimeoutError(
+                    f"audits still running after {timeout:.0f} s: "
+                    f"{[r['audit'] for r in runs if r['audit'] not in done]}"
+                )
             for run in runs:
                 if run["audit"] in done:
                     continue
                 r = self.http.get(f"/audits/{run['audit']}")
                 self.bodies.append(r.text)
                 audit = r.json()
-                if (audit["status"] not in ENDED and audit["progress"]["round"] == 0
-                        and time.monotonic() - begun > start_timeout):
-                    raise TimeoutError(f"run {run['run']} ({run['name']}) reported no round "
-                                       f"in {start_timeout:.0f} s:\n"
-                                       f"{self.run_log(run['run'])[-3000:]}")
+                if (
+                    audit["status"] not in ENDED
+                    and audit["progress"]["round"] == 0
+                    and time.monotonic() - begun > start_timeout
+                ):
+                    raise TimeoutError(
+                        f"run {run['run']} ({run['name']}) reported no round "
+                        f"in {start_timeout:.0f} s:\n"
+                        f"{self.run_log(run['run'])[-3000:]}"
+                    )
                 if audit["status"] in ENDED:
                     rounds = self.http.get(f"/audits/{run['audit']}/rounds").json()["items"]
                     last = max((_time(x["received_at"]) for x in rounds), default=None)
                     audit["end_latency_s"] = (
                         (_time(audit["finished_at"]) - last).total_seconds()
-                        if last is not None and audit.get("finished_at") else None)
+                        if last is not None and audit.get("finished_at")
+                        else None
+                    )
                     audit["rounds_received"] = len(rounds)
                     audit["round_weight_factors"] = [x["weight_factor"] for x in rounds]
                     done[run["audit"]] = audit
@@ -168,9 +244,14 @@ class Federation:
         return done
 
     def run_log(self, run_id: int) -> str:
-        shown = subprocess.run([str(BIN / "flwr"), "log", str(run_id), "local", "--show"],
-                               env=self.env, capture_output=True, text=True, timeout=120,
-                               cwd=self.root)
+        shown = subprocess.run(
+            [str(BIN / "flwr"), "log", str(run_id), "local", "--show"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.root,
+        )
         return shown.stdout + shown.stderr
 
 
@@ -181,5 +262,7 @@ def _time(text: str) -> datetime:
 def blamed_on_noise(audit: dict) -> bool:
     """The verdict refutes the claim and names the noise as (one) cause."""
     verdict = audit.get("verdict") or {}
-    return (verdict.get("status") == "claim_refuted"
-            and verdict.get("cause") in ("noise", "noise_and_weighting"))
+    return verdict.get("status") == "claim_refuted" and verdict.get("cause") in (
+        "noise",
+        "noise_and_weighting",
+    )

@@ -34,29 +34,37 @@ NODES, K, SEED, ROUNDS = 2, 4, 0x5EED_0038, 3
 
 def documented_blocks() -> dict[str, list[str]]:
     text = (ROOT / "docs" / "flower.md").read_text()
-    return {m.group(1): m.group(2).rstrip("\n").split("\n") for m in re.finditer(
-        r"<!-- flaudit-adaptive: ([^>]+?) -->\n```\w*\n(.*?)```", text, re.S)}
+    return {
+        m.group(1): m.group(2).rstrip("\n").split("\n")
+        for m in re.finditer(r"<!-- flaudit-adaptive: ([^>]+?) -->\n```\w*\n(.*?)```", text, re.S)
+    }
 
 
 def make_app(dest: Path) -> None:
     shutil.copytree(TEMPLATE, dest, ignore=shutil.ignore_patterns("ORIGIN.md", "__pycache__"))
     pkg = dest / "pytorchexample"
     task = (pkg / "task.py").read_text()
-    task = re.sub(r"^(from datasets|from flwr_datasets|from torchvision|pytorch_transforms =).*\n",
-                  "", task, flags=re.M)
+    task = re.sub(
+        r"^(from datasets|from flwr_datasets|from torchvision|pytorch_transforms =).*\n",
+        "",
+        task,
+        flags=re.M,
+    )
     (pkg / "task.py").write_text(task + SYNTHETIC_DATA)
     blocks = documented_blocks()
     server = (pkg / "server_app.py").read_text()
-    for anchor, name in (("from flwr.serverapp.strategy import FedAvg", "server_app imports"),
-                         ("    strategy = FedAvg(fraction_evaluate=fraction_evaluate)",
-                          "server_app strategy")):
+    for anchor, name in (
+        ("from flwr.serverapp.strategy import FedAvg", "server_app imports"),
+        ("    strategy = FedAvg(fraction_evaluate=fraction_evaluate)", "server_app strategy"),
+    ):
         assert anchor in server, f"the quickstart no longer has {anchor!r}"
         server = server.replace(anchor, anchor + "\n" + "\n".join(blocks[name]), 1)
     (pkg / "server_app.py").write_text(server)
 
 
 def test_the_quickstart_behind_adaptive_clipping_records_the_clip_noise_mismatch(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from flwr.app import Context, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
@@ -68,14 +76,17 @@ def test_the_quickstart_behind_adaptive_clipping_records_the_clip_noise_mismatch
     made = []
 
     def local_from_env(cls, strategy, *, run_config=None, **options):
-        canaries = wrapper.LocalCanaries(SEED, num_canaries=K, num_rounds=ROUNDS,
-                                         clients_per_round=NODES)
+        canaries = wrapper.LocalCanaries(
+            SEED, num_canaries=K, num_rounds=ROUNDS, clients_per_round=NODES
+        )
         made.append(cls(strategy, reporter=reporter, canaries=canaries))
         return made[-1]
 
     monkeypatch.setattr(wrapper.CanaryAuditStrategy, "from_env", classmethod(local_from_env))
     monkeypatch.syspath_prepend(str(app))
-    for name in [m for m in sys.modules if m == "pytorchexample" or m.startswith("pytorchexample.")]:
+    for name in [
+        m for m in sys.modules if m == "pytorchexample" or m.startswith("pytorchexample.")
+    ]:
         monkeypatch.delitem(sys.modules, name)
     server_app = importlib.import_module("pytorchexample.server_app").app
     client_app = importlib.import_module("pytorchexample.client_app").app
@@ -85,16 +96,24 @@ def test_the_quickstart_behind_adaptive_clipping_records_the_clip_noise_mismatch
     monkeypatch.chdir(tmp_path)  # the quickstart saves final_model.pt
     random.seed(38)
     np.random.seed(38)  # Flower's DP noise and noisy clipped count
-    run_config = {"num-server-rounds": ROUNDS, "fraction-evaluate": 0.0, "local-epochs": 1,
-                  "learning-rate": 0.1, "batch-size": 32, "noise-multiplier": 1.0,
-                  "clipping-norm": 0.05, "num-sampled-clients": NODES,
-                  "clipped-count-stddev": 1.0}
+    run_config = {
+        "num-server-rounds": ROUNDS,
+        "fraction-evaluate": 0.0,
+        "local-epochs": 1,
+        "learning-rate": 0.1,
+        "batch-size": 32,
+        "noise-multiplier": 1.0,
+        "clipping-norm": 0.05,
+        "num-sampled-clients": NODES,
+        "clipped-count-stddev": 1.0,
+    }
     grid = InProcessGrid(client_app, NODES)
     for context in grid.contexts.values():  # the SuperNodes get the run's config too
         context.run_config = dict(run_config)
-    server_app(grid,
-               Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                       run_config=run_config))
+    server_app(
+        grid,
+        Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config),
+    )
     (claim,) = reporter.claims
     assert claim["configured_noise_multiplier"] == pytest.approx(1.0)
     assert claim["noise_multiplier"] == pytest.approx((1 - 0.25) ** -0.5)  # z_delta, sigma_b = 1

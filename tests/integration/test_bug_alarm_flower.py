@@ -76,7 +76,9 @@ def test_flaudit_run_alarms_on_halved_noise_and_not_on_the_correct_run(
     assert buggy["bug_injected"].startswith("bug injected: noise_scale=0.5")
     assert buggy["verdict"]["status"] == "claim_refuted"
     errors = [a for a in buggy["alerts"] if a["level"] == "error"]
-    assert errors and "possible DP bug or wrong claim: the known-rounds claim" in errors[0]["message"]
+    assert (
+        errors and "possible DP bug or wrong claim: the known-rounds claim" in errors[0]["message"]
+    )
     assert "at most 5%" in buggy["alarm_guarantee"]
     # the claim stays honest: the analytic known-rounds epsilon is that of z = 1
     assert buggy["spec"]["noise_multiplier"] == 1.0

@@ -31,14 +31,18 @@ CANARY_SEED = 0x39_A070_5EED_0000_0000_0000_0000_0001
 APP_SEED = 39
 #: Tests only: the app's random draws (Flower's cohort: ``random``; its DP noise: NumPy's
 #: global generator; the canaries' cohort slots: the wrapper's own generator) from APP_SEED
-SEEDING = (f"    random.seed({APP_SEED}); np.random.seed({APP_SEED}); torch.manual_seed({APP_SEED})\n"
-           f"    strategy.audit._slot_rng = np.random.default_rng({APP_SEED})\n")
+SEEDING = (
+    f"    random.seed({APP_SEED}); np.random.seed({APP_SEED}); torch.manual_seed({APP_SEED})\n"
+    f"    strategy.audit._slot_rng = np.random.default_rng({APP_SEED})\n"
+)
 
 
 def _seed_app(app) -> None:
     server = app / "pytorchexample" / "server_app.py"
     text = server.read_text()
-    anchor = "    strategy = CanaryAuditStrategy.from_env(strategy, run_config=context.run_config)\n"
+    anchor = (
+        "    strategy = CanaryAuditStrategy.from_env(strategy, run_config=context.run_config)\n"
+    )
     assert text.count(anchor) == 1 and text.startswith('"""')
     text = text.replace(anchor, anchor + SEEDING)
     head, rest = text.split("\n\n", 1)  # the module docstring, then the imports
@@ -47,9 +51,23 @@ def _seed_app(app) -> None:
 
 def _attach(service_url: str, env: dict, name: str, token_file, *extra: str) -> dict:
     attach = subprocess.run(
-        [str(BIN / "flaudit"), "attach", "--url", service_url, "--name", name, *extra,
-         "--format", "run-config", "--token-file", str(token_file)],
-        env={**env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True, timeout=60,
+        [
+            str(BIN / "flaudit"),
+            "attach",
+            "--url",
+            service_url,
+            "--name",
+            name,
+            *extra,
+            "--format",
+            "run-config",
+            "--token-file",
+            str(token_file),
+        ],
+        env={**env, "FLAUDIT_API_KEY": API_KEY},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert attach.returncode == 0, attach.stderr
     return tomllib.loads(attach.stdout)
@@ -69,20 +87,42 @@ def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_o
     )
     service_port = free_port()
     service = ServiceProcess(
-        f"sqlite:///{tmp_path / 'flaudit.db'}", tmp_path / "service.log", api_key=API_KEY,
-        port=service_port, env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"},
+        f"sqlite:///{tmp_path / 'flaudit.db'}",
+        tmp_path / "service.log",
+        api_key=API_KEY,
+        port=service_port,
+        env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"},
         seed=CANARY_SEED,
     )
     procs = Processes(tmp_path, cwd=tmp_path)
     started = time.monotonic()
     try:
-        procs.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--port",
-                                  str(link_port), "--disable-runtime-dependency-installation"], env)
+        procs.start(
+            "superlink",
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--port",
+                str(link_port),
+                "--disable-runtime-dependency-installation",
+            ],
+            env,
+        )
         for i in range(3):
-            procs.start(f"supernode{i}", [
-                str(BIN / "flower-supernode"), "--insecure", "--superlink", marker,
-                "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions=3",
-            ], env)
+            procs.start(
+                f"supernode{i}",
+                [
+                    str(BIN / "flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    marker,
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    f"partition-id={i} num-partitions=3",
+                ],
+                env,
+            )
         http = httpx.Client(base_url=service.url, timeout=30)
         app = tmp_path / "app"
         make_app(app, extra_client_metric=False)
@@ -90,21 +130,37 @@ def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_o
         runs = {}
         for name, rounds, extra in (("auto", 10, ()), ("too many", 5, ("--canaries", "100"))):
             lines = _attach(service.url, env, name, tmp_path / f"{name}.token", *extra)
-            config = _run_config(tmp_path / f"{name}.toml", {
-                "noise-multiplier": 1.0, "clipping-norm": CLIP, "num-sampled-clients": 2,
-                "num-server-rounds": rounds, "fraction-evaluate": 0.0, **lines})
+            config = _run_config(
+                tmp_path / f"{name}.toml",
+                {
+                    "noise-multiplier": 1.0,
+                    "clipping-norm": CLIP,
+                    "num-sampled-clients": 2,
+                    "num-server-rounds": rounds,
+                    "fraction-evaluate": 0.0,
+                    **lines,
+                },
+            )
             runs[name] = (lines["flaudit-audit-id"], _submit(app, config, env, tmp_path))
 
         def run_log(run_id: int) -> str:
-            shown = subprocess.run([str(BIN / "flwr"), "log", str(run_id), "local", "--show"],
-                                   env=env, capture_output=True, text=True, timeout=120,
-                                   cwd=tmp_path)
+            shown = subprocess.run(
+                [str(BIN / "flwr"), "log", str(run_id), "local", "--show"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=tmp_path,
+            )
             return shown.stdout + shown.stderr
 
         refused_id, refused_run = runs["too many"]
         refused = wait_for(
             lambda: (a := http.get(f"/audits/{refused_id}").json())["status"] != "running" and a,
-            timeout=300, interval=1, what="the impossible audit to end")
+            timeout=300,
+            interval=1,
+            what="the impossible audit to end",
+        )
         audit_id, run_id = runs["auto"]
         audit = wait_for_audit(http, audit_id, timeout=600, bodies=[], what="the auto-sized audit")
         auto_log, refused_log = run_log(run_id), run_log(refused_run)
@@ -116,20 +172,30 @@ def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_o
     assert refused["status"] == "failed" and "at most 10 canaries" in refused["reason"]
     assert refused["reason"].startswith("refused before round 1: ")
     assert "Running" not in refused["verdict"]["summary"]
-    errors = [line for line in refused_log.splitlines()
-              if "flaudit: the audit service refused this run's claim" in line]
+    errors = [
+        line
+        for line in refused_log.splitlines()
+        if "flaudit: the audit service refused this run's claim" in line
+    ]
     assert len(errors) == 1 and "at most 10 canaries" in errors[0], refused_log[-3000:]
 
     assert audit["status"] == "succeeded", audit["reason"]
     assert audit["spec"]["num_canaries"] == 20 and audit["spec"]["clients_per_round"] == 2
-    design = [i for i, line in enumerate(auto_log.splitlines())
-              if "flaudit: audit design: 20 canaries" in line]
+    design = [
+        i
+        for i, line in enumerate(auto_log.splitlines())
+        if "flaudit: audit design: 20 canaries" in line
+    ]
     first_round = [i for i, line in enumerate(auto_log.splitlines()) if "[ROUND 1/" in line]
     assert design and first_round and design[0] < first_round[0], auto_log[-3000:]
     verdict = audit["verdict"]
-    print(f"design line: {auto_log.splitlines()[design[0]]}\nverdict: {verdict['summary']}\n"
-          f"refused: {errors[0]}")
+    print(
+        f"design line: {auto_log.splitlines()[design[0]]}\nverdict: {verdict['summary']}\n"
+        f"refused: {errors[0]}"
+    )
     # 20 canaries cannot test z = 1 in 10 rounds: inconclusive, advising rounds, not canaries
     assert verdict["status"] == "inconclusive" and verdict["cause"] is None, verdict
-    assert verdict["summary"].startswith("Inconclusive: this audit cannot refute its claim"), verdict
+    assert verdict["summary"].startswith("Inconclusive: this audit cannot refute its claim"), (
+        verdict
+    )
     assert "train 20 rounds" in verdict["summary"] and "use at least" not in verdict["summary"]

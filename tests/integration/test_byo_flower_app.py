@@ -77,16 +77,24 @@ def make_app(dest: Path, *, extra_client_metric: bool) -> int:
     shutil.copytree(TEMPLATE, dest, ignore=shutil.ignore_patterns("ORIGIN.md", "__pycache__"))
     pkg = dest / "pytorchexample"
     task = (pkg / "task.py").read_text()
-    task = re.sub(r"^(from datasets|from flwr_datasets|from torchvision|pytorch_transforms =).*\n",
-                  "", task, flags=re.M)
+    task = re.sub(
+        r"^(from datasets|from flwr_datasets|from torchvision|pytorch_transforms =).*\n",
+        "",
+        task,
+        flags=re.M,
+    )
     (pkg / "task.py").write_text(task + SYNTHETIC_DATA)  # later definitions win
 
     blocks = documented_blocks()
     server = (pkg / "server_app.py").read_text()
-    server = _insert_after(server, "from flwr.serverapp.strategy import FedAvg",
-                           blocks["server_app imports"])
-    server = _insert_after(server, "    strategy = FedAvg(fraction_evaluate=fraction_evaluate)",
-                           blocks["server_app strategy"])
+    server = _insert_after(
+        server, "from flwr.serverapp.strategy import FedAvg", blocks["server_app imports"]
+    )
+    server = _insert_after(
+        server,
+        "    strategy = FedAvg(fraction_evaluate=fraction_evaluate)",
+        blocks["server_app strategy"],
+    )
     (pkg / "server_app.py").write_text(server)
     pyproject = (dest / "pyproject.toml").read_text()
     (dest / "pyproject.toml").write_text(
@@ -94,9 +102,14 @@ def make_app(dest: Path, *, extra_client_metric: bool) -> int:
     )
     if extra_client_metric:  # an app that reports more than the quickstart does
         client = (pkg / "client_app.py").read_text()
-        client = _insert_after(client, '        "train_loss": train_loss,',
-                               ['        "num-batches": len(trainloader),',
-                                '        "train_lr": float(msg.content["config"]["lr"]),'])
+        client = _insert_after(
+            client,
+            '        "train_loss": train_loss,',
+            [
+                '        "num-batches": len(trainloader),',
+                '        "train_lr": float(msg.content["config"]["lr"]),',
+            ],
+        )
         (pkg / "client_app.py").write_text(client)
     return sum(len(lines) for lines in blocks.values())
 
@@ -120,8 +133,11 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
     )
     service_port = free_port()
     service = ServiceProcess(
-        f"sqlite:///{tmp_path / 'flaudit.db'}", tmp_path / "service.log", api_key=API_KEY,
-        port=service_port, env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"},
+        f"sqlite:///{tmp_path / 'flaudit.db'}",
+        tmp_path / "service.log",
+        api_key=API_KEY,
+        port=service_port,
+        env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"},
     )
     procs = Processes(tmp_path, cwd=tmp_path)
     bodies: list[str] = []
@@ -132,50 +148,98 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
     audits, secrets = {}, []
     started = time.monotonic()
     try:
-        procs.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--port",
-                                  str(link_port), "--disable-runtime-dependency-installation"], env)
+        procs.start(
+            "superlink",
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--port",
+                str(link_port),
+                "--disable-runtime-dependency-installation",
+            ],
+            env,
+        )
         for i in range(2):
-            procs.start(f"supernode{i}", [
-                str(BIN / "flower-supernode"), "--insecure", "--superlink", marker,
-                "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions=2",
-            ], env)
+            procs.start(
+                f"supernode{i}",
+                [
+                    str(BIN / "flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    marker,
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    f"partition-id={i} num-partitions=2",
+                ],
+                env,
+            )
         http = httpx.Client(base_url=service.url, timeout=30)
         for name, (noise, extra) in cases.items():
             app = tmp_path / f"app-{name.replace(' ', '-')}"
             added = make_app(app, extra_client_metric=extra)
             assert added <= 15  # the documented change stays small
             attach = subprocess.run(
-                [str(BIN / "flaudit"), "attach", "--url", service.url, "--canaries",
-                 str(NUM_CANARIES), "--max-canary-fraction", "1.0", "--name", name,
-                 "--format", "run-config", "--token-file", str(tmp_path / f"{app.name}.token")],
-                env={**env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True,
+                [
+                    str(BIN / "flaudit"),
+                    "attach",
+                    "--url",
+                    service.url,
+                    "--canaries",
+                    str(NUM_CANARIES),
+                    "--max-canary-fraction",
+                    "1.0",
+                    "--name",
+                    name,
+                    "--format",
+                    "run-config",
+                    "--token-file",
+                    str(tmp_path / f"{app.name}.token"),
+                ],
+                env={**env, "FLAUDIT_API_KEY": API_KEY},
+                capture_output=True,
+                text=True,
                 timeout=60,
             )
             assert attach.returncode == 0, attach.stderr
             lines = tomllib.loads(attach.stdout)  # flaudit-audit-id = "...", ...
             # the token is in a file: the run config (which apps write to disk) holds its path
-            assert set(lines) == {"flaudit-audit-id", "flaudit-ingest-url",
-                                  "flaudit-run-token-file"}
+            assert set(lines) == {
+                "flaudit-audit-id",
+                "flaudit-ingest-url",
+                "flaudit-run-token-file",
+            }
             secrets.append(Path(lines["flaudit-run-token-file"]).read_text().strip())
             assert len(secrets[-1]) >= 16 and secrets[-1] not in attach.stdout
-            run_config = _run_config(tmp_path / f"{app.name}.toml", {
-                "noise-multiplier": noise, "clipping-norm": CLIP, "num-sampled-clients": 2,
-                "num-server-rounds": NUM_ROUNDS, "fraction-evaluate": 0.0,  # evaluate_fn only
-                **lines,
-            })
+            run_config = _run_config(
+                tmp_path / f"{app.name}.toml",
+                {
+                    "noise-multiplier": noise,
+                    "clipping-norm": CLIP,
+                    "num-sampled-clients": 2,
+                    "num-server-rounds": NUM_ROUNDS,
+                    "fraction-evaluate": 0.0,  # evaluate_fn only
+                    **lines,
+                },
+            )
 
             def submit(app=app, run_config=run_config):
                 done = subprocess.run(
                     [str(BIN / "flwr"), "run", str(app), "local", "--run-config", str(run_config)],
-                    env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    cwd=tmp_path,
                 )
                 return done if done.returncode == 0 else None
 
             wait_for(submit, timeout=90, interval=2, what="the SuperLink to accept the run")
             audits[name] = lines["flaudit-audit-id"]
         for name, audit_id in audits.items():  # the two runs train side by side
-            audits[name] = wait_for_audit(http, audit_id, timeout=420, bodies=bodies,
-                                          what=f"the {name} audit")
+            audits[name] = wait_for_audit(
+                http, audit_id, timeout=420, bodies=bodies, what=f"the {name} audit"
+            )
     finally:
         procs.stop_all()
         service.stop()
@@ -192,8 +256,10 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
         assert audit["dim"] == 62006  # the quickstart's CNN, unchanged
         assert 0 <= audit["metrics"]["accuracy"] <= 1 and math.isfinite(audit["metrics"]["loss"])
         estimates = audit["estimates"]
-        assert any(e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"
-                   for e in estimates)
+        assert any(
+            e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"
+            for e in estimates
+        )
         analytic = [e for e in estimates if e["estimator"] == "analytic"]
         assert analytic
         if noise == 0:
@@ -203,15 +269,24 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
             # 4 rounds x 2 cohort slots hold) it is at most about 0.2, 0 with an unbalanced
             # split (it was > 1 with 48 extra-reply canaries before they took cohort slots,
             # issue #22); the separation itself is checked by the headline below
-            one_run = [e for e in estimates if e["estimator"] == "one_run"
-                       and e["threat_model"] == "final_model"]
+            one_run = [
+                e
+                for e in estimates
+                if e["estimator"] == "one_run" and e["threat_model"] == "final_model"
+            ]
             assert one_run and 0 <= one_run[0]["epsilon"] < 1
         else:
             assert all(isinstance(e["epsilon"], float) for e in analytic)
-        headline[name] = audit["headline_epsilon"] if "headline_epsilon" in audit else next(
-            e["epsilon"] for e in estimates
-            if e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"
-            and e["variance"] == "null"
+        headline[name] = (
+            audit["headline_epsilon"]
+            if "headline_epsilon" in audit
+            else next(
+                e["epsilon"]
+                for e in estimates
+                if e["estimator"] == "two_gaussian"
+                and e["threat_model"] == "final_model"
+                and e["variance"] == "null"
+            )
         )
     # noise disabled in the app: the canaries stand out; z = 5 hides them
     assert headline["noise disabled"] > 10 * max(headline["noised"], 0.2), headline

@@ -39,7 +39,13 @@ import pytest
 
 from flaudit.auditor.claims.verdict import WEIGHTING_TOLERANCE
 from tests.integration.byo_weighted import (
-    CLIP, NUM_NODES, NUM_ROUNDS, PARTITION_EXAMPLES, Federation, blamed_on_noise)
+    CLIP,
+    NUM_NODES,
+    NUM_ROUNDS,
+    PARTITION_EXAMPLES,
+    Federation,
+    blamed_on_noise,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -68,9 +74,15 @@ def attainable_weight_factors(weights, per_round: int) -> list[float]:
 def test_worked_example_catches_short_noise_and_spares_correct_noise(tmp_path):
     started = time.monotonic()
     with Federation(tmp_path, seed=CANARY_SEED) as fed:
-        runs = [fed.start_run("short noise", planted_bug="short-noise", noise_factor=0.25,
-                              seed=RUN_SEEDS["short noise"]),
-                fed.start_run("correct noise", seed=RUN_SEEDS["correct noise"])]
+        runs = [
+            fed.start_run(
+                "short noise",
+                planted_bug="short-noise",
+                noise_factor=0.25,
+                seed=RUN_SEEDS["short noise"],
+            ),
+            fed.start_run("correct noise", seed=RUN_SEEDS["correct noise"]),
+        ]
         audits = fed.wait(runs, timeout=1500)
         logs = {run["name"]: fed.run_log(run["run"]) for run in runs}
     elapsed = time.monotonic() - started
@@ -78,10 +90,12 @@ def test_worked_example_catches_short_noise_and_spares_correct_noise(tmp_path):
     bug, good = (audits[run["audit"]] for run in runs)
     for run in runs:
         audit = audits[run["audit"]]
-        print(f"{run['name']}: {audit['status']} {audit['verdict']['status']} / "
-              f"{audit['verdict']['cause']}, ended {audit['end_latency_s']} s after its last "
-              f"round; max weight factor {audit['max_weight_factor']}\n  "
-              f"{audit['verdict']['summary']}")
+        print(
+            f"{run['name']}: {audit['status']} {audit['verdict']['status']} / "
+            f"{audit['verdict']['cause']}, ended {audit['end_latency_s']} s after its last "
+            f"round; max weight factor {audit['max_weight_factor']}\n  "
+            f"{audit['verdict']['summary']}"
+        )
     print(f"design: {bug['verdict']['design']['summary']}\nboth runs took {elapsed:.0f} s")
 
     for run in runs:
@@ -90,7 +104,10 @@ def test_worked_example_catches_short_noise_and_spares_correct_noise(tmp_path):
         assert audit["rounds_received"] == NUM_ROUNDS
         spec = audit["spec"]  # the claim came from the app
         assert (spec["noise_multiplier"], spec["clip_norm"], spec["num_rounds"]) == (
-            1.0, CLIP, NUM_ROUNDS)
+            1.0,
+            CLIP,
+            NUM_ROUNDS,
+        )
         assert spec["num_clients"] == NUM_NODES and spec["clients_per_round"] == 2
         # the design promises to catch noise x 0.5 (auto chose the canaries) ...
         design = audit["verdict"]["design"]
@@ -98,8 +115,13 @@ def test_worked_example_catches_short_noise_and_spares_correct_noise(tmp_path):
         assert design["summary"].startswith("Catches noise × "), design
         # ... and says so in the ServerApp's log before round 1
         lines = log.splitlines()
-        said = [i for i, line in enumerate(lines) if "flaudit: audit design: " in line
-                and "Catches noise × " in line and "Not testable" not in line]
+        said = [
+            i
+            for i, line in enumerate(lines)
+            if "flaudit: audit design: " in line
+            and "Catches noise × " in line
+            and "Not testable" not in line
+        ]
         first = [i for i, line in enumerate(lines) if "[ROUND 1/" in line]
         assert said and first and said[0] < first[0], log[-3000:]
         # unequal partitions (64, 96, 128): a round's factor is the run's heaviest weight so far
@@ -127,8 +149,9 @@ def test_worked_example_catches_short_noise_and_spares_correct_noise(tmp_path):
     assert "the noise falls short" not in good["verdict"]["summary"]
     for audit in (bug, good):  # the heaviest client's protection: the recorded factor x claim
         weighting = audit["verdict"]["weighting"]
-        assert math.isclose(weighting["heaviest_mu"],
-                            audit["max_weight_factor"] * weighting["claim_mu"]), weighting
+        assert math.isclose(
+            weighting["heaviest_mu"], audit["max_weight_factor"] * weighting["claim_mu"]
+        ), weighting
     for text in fed.bodies:  # the run tokens reach no response
         for token in tmp_path.glob("*.token"):
             assert token.read_text().strip() not in text

@@ -76,8 +76,13 @@ class InProcessGrid:
 
         self.client_app = client_app
         self.contexts = {
-            node: Context(run_id=1, node_id=node, state=RecordDict(), run_config={},
-                          node_config={"partition-id": node - 1, "num-partitions": num_nodes})
+            node: Context(
+                run_id=1,
+                node_id=node,
+                state=RecordDict(),
+                run_config={},
+                node_config={"partition-id": node - 1, "num-partitions": num_nodes},
+            )
             for node in range(1, num_nodes + 1)
         }
 
@@ -85,8 +90,10 @@ class InProcessGrid:
         return list(self.contexts)
 
     def send_and_receive(self, messages, *, timeout=None):
-        return [self.client_app(copy.deepcopy(m), self.contexts[m.metadata.dst_node_id])
-                for m in messages]
+        return [
+            self.client_app(copy.deepcopy(m), self.contexts[m.metadata.dst_node_id])
+            for m in messages
+        ]
 
 
 def run_app(tmp_path: Path, monkeypatch, *, heavy: int, noise: float):
@@ -102,10 +109,13 @@ def run_app(tmp_path: Path, monkeypatch, *, heavy: int, noise: float):
     made = []
 
     def local_from_env(cls, strategy, *, num_rounds, run_config=None, **options):
-        canaries = wrapper.LocalCanaries(SEED, num_canaries=K, num_rounds=num_rounds,
-                                         clients_per_round=SAMPLED)
+        canaries = wrapper.LocalCanaries(
+            SEED, num_canaries=K, num_rounds=num_rounds, clients_per_round=SAMPLED
+        )
         made.append(cls(strategy, num_rounds=num_rounds, reporter=reporter, canaries=canaries))
-        made[-1].audit._slot_rng = np.random.default_rng(0)  # which sampled clients canaries displace
+        made[-1].audit._slot_rng = np.random.default_rng(
+            0
+        )  # which sampled clients canaries displace
         return made[-1]
 
     monkeypatch.setattr(wrapper.LegacyCanaryAuditStrategy, "from_env", classmethod(local_from_env))
@@ -119,49 +129,77 @@ def run_app(tmp_path: Path, monkeypatch, *, heavy: int, noise: float):
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
     random.seed(31)  # Flower's client sampling: node 1 (partition 0) first in round 1's sample
     np.random.seed(3)  # Flower's DP noise
-    run_config = {"noise-multiplier": noise, "clipping-norm": 10.0,
-                  "num-sampled-clients": SAMPLED, "num-shares": 3,
-                  "reconstruction-threshold": 2}
-    server_app(InProcessGrid(client_app, NODES),
-               Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                       run_config=run_config))
+    run_config = {
+        "noise-multiplier": noise,
+        "clipping-norm": 10.0,
+        "num-sampled-clients": SAMPLED,
+        "num-shares": 3,
+        "reconstruction-threshold": 2,
+    }
+    server_app(
+        InProcessGrid(client_app, NODES),
+        Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config),
+    )
     return reporter, made[0]
 
 
 def alarm_status(reporter) -> str:
     """The service's own alarm decision on this run's statistics (final look)."""
     from flaudit.auditor.canaries import seen_mask
-    from flaudit.auditor.claims.curves import audit_claims
     from flaudit.auditor.claims import AuditLook
-    from flaudit.service.live import decide, num_looks, summary_parts
+    from flaudit.auditor.claims.curves import audit_claims
     from flaudit.auditor.spec import AuditClaim, AuditSpec
+    from flaudit.service.live import decide, num_looks, summary_parts
 
-    spec = AuditClaim(**reporter.claims[0]).apply(AuditSpec(
-        name="fl-dp-sa", engine="external", num_canaries=K, canary_repeats=1,
-        max_canary_fraction=1.0, delta=1e-5))
+    spec = AuditClaim(**reporter.claims[0]).apply(
+        AuditSpec(
+            name="fl-dp-sa",
+            engine="external",
+            num_canaries=K,
+            canary_repeats=1,
+            max_canary_fraction=1.0,
+            delta=1e-5,
+        )
+    )
     tracker = reporter.tracker
-    tests = summary_parts(AuditLook(
-        seen=seen_mask(SEED, K), dim=tracker.dim, delta=spec.delta,
-        max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
-        threat_models=["final_model", "all_iterates"],
-        known_rounds_scores=reporter.known_rounds.scores,
-        known_rounds_rounds=reporter.known_rounds.rounds, scale_dof=tracker.scale_dof,
-        claims=audit_claims(spec),
-        num_rounds=spec.num_rounds), final=True)[3]
+    tests = summary_parts(
+        AuditLook(
+            seen=seen_mask(SEED, K),
+            dim=tracker.dim,
+            delta=spec.delta,
+            max_cosines=tracker.max_cosines,
+            final_cosines=tracker.final_cosines,
+            threat_models=["final_model", "all_iterates"],
+            known_rounds_scores=reporter.known_rounds.scores,
+            known_rounds_rounds=reporter.known_rounds.rounds,
+            scale_dof=tracker.scale_dof,
+            claims=audit_claims(spec),
+            num_rounds=spec.num_rounds,
+        ),
+        final=True,
+    )[3]
     return decide(spec, tests, look=num_looks(spec)).status
 
 
 @pytest.mark.timeout(300)
 def test_fl_dp_sa_with_secagg_is_audited_and_a_10x_weighted_client_raises_the_alarm(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     reporter, strategy = run_app(tmp_path, monkeypatch, heavy=1, noise=0.2)
     claim = reporter.claims[0]
-    assert (claim["noise_multiplier"], claim["clip_norm"], claim["clients_per_round"],
-            claim["num_rounds"]) == (0.2, 10.0, SAMPLED, 3)  # read from the app's strategy
+    assert (
+        claim["noise_multiplier"],
+        claim["clip_norm"],
+        claim["clients_per_round"],
+        claim["num_rounds"],
+    ) == (0.2, 10.0, SAMPLED, 3)  # read from the app's strategy
     assert "DifferentialPrivacyClientSideFixedClipping" in claim["strategy"]
     assert [m.cohort_size for _, m in reporter.rounds] == [SAMPLED] * 3  # exactly n results
-    assert sum(m.num_canaries_inserted for _, m in reporter.rounds) == sum(
-        strategy.displaced.values()) > 0
+    assert (
+        sum(m.num_canaries_inserted for _, m in reporter.rounds)
+        == sum(strategy.displaced.values())
+        > 0
+    )
     assert reporter.final_model is not None
     assert all(f == pytest.approx(1.0) for f in strategy.weight_factors.values())
     correct = alarm_status(reporter)

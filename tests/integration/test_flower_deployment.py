@@ -54,14 +54,19 @@ class Ingest:
             def do_GET(self):  # noqa: N802
                 path = self.path.split("?")[0]
                 match = re.fullmatch(rf"/audits/{outer.audit_id}/rounds/(\d+)/canary-sum", path)
-                if self.headers.get("Authorization") != f"Bearer {TOKEN}" or match is None \
-                        or outer.initial is None:
+                if (
+                    self.headers.get("Authorization") != f"Bearer {TOKEN}"
+                    or match is None
+                    or outer.initial is None
+                ):
                     outer.rejected.append(path)
                     self.send_response(409)
                     self.end_headers()
                     return
                 t = int(match.group(1))
-                if t > outer.spec.num_rounds:  # fetched ahead past the last round: the service's 422
+                if (
+                    t > outer.spec.num_rounds
+                ):  # fetched ahead past the last round: the service's 422
                     self.send_response(422)
                     self.end_headers()
                     return
@@ -89,11 +94,11 @@ class Ingest:
                 params = dict(parse_qsl(parts.query))
                 # a round body is the float32 vector, then num_participants int32 indices
                 tail = 4 * int(params.get("num_participants", 0))
-                vector = np.frombuffer(body[:len(body) - tail], dtype="<f4").copy()
+                vector = np.frombuffer(body[: len(body) - tail], dtype="<f4").copy()
                 if tail:
-                    params["participants"] = np.frombuffer(body[len(body) - tail:], dtype="<i4")
+                    params["participants"] = np.frombuffer(body[len(body) - tail :], dtype="<i4")
                 prefix = f"/audits/{outer.audit_id}/"
-                path = parts.path[len(prefix):] if parts.path.startswith(prefix) else None
+                path = parts.path[len(prefix) :] if parts.path.startswith(prefix) else None
                 if path == "initial-model":
                     outer.initial = vector
                 elif path is not None and path.startswith("rounds/"):
@@ -165,17 +170,28 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
     env = flower_env(home, project_on_path=False)
     link_port, node1_port, node2_port = free_port(), free_port(), free_port()
     marker = f"127.0.0.1:{link_port}"
-    spec = AuditSpec(task="synthetic", task_options={"dim": 3000, "test_size": 200}, num_rounds=2,
-                     num_clients=4, clients_per_round=3, participation="uniform", num_canaries=4,
-                     noise_multiplier=0.1, clip_norm=1.0, canary_repeats=1, engine="deployment",
-                     superlink_address=marker)
+    spec = AuditSpec(
+        task="synthetic",
+        task_options={"dim": 3000, "test_size": 200},
+        num_rounds=2,
+        num_clients=4,
+        clients_per_round=3,
+        participation="uniform",
+        num_canaries=4,
+        noise_multiplier=0.1,
+        clip_norm=1.0,
+        canary_repeats=1,
+        engine="deployment",
+        superlink_address=marker,
+    )
     ingest = Ingest("audit-42", spec)
     (home / "config.toml").write_text(
         f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{marker}"\ninsecure = true\n'
     )
     run_config = tmp_path / "run-config.toml"
-    config = build_run_config(spec, audit_id="audit-42", canary_seed=SEED, ingest_url=ingest.url,
-                              run_token=TOKEN)
+    config = build_run_config(
+        spec, audit_id="audit-42", canary_seed=SEED, ingest_url=ingest.url, run_token=TOKEN
+    )
     text = _run_config_toml(config)
     assert not any(form in text for form in (str(SEED), hex(SEED), format(SEED, "x")))
     run_config.write_text(text + "flaudit-min-nodes = 2\nflaudit-round-timeout = 120.0\n")
@@ -183,17 +199,39 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
 
     started = time.monotonic()
     try:
-        procs.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--port",
-                                  str(link_port), "--disable-runtime-dependency-installation"], env)
+        procs.start(
+            "superlink",
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--port",
+                str(link_port),
+                "--disable-runtime-dependency-installation",
+            ],
+            env,
+        )
         for i, port in enumerate((node1_port, node2_port)):
-            procs.start(f"supernode{i}", [str(BIN / "flower-supernode"), "--insecure",
-                                          "--superlink", marker, "--port", str(port)], env)
+            procs.start(
+                f"supernode{i}",
+                [
+                    str(BIN / "flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    marker,
+                    "--port",
+                    str(port),
+                ],
+                env,
+            )
         submitted = None
         for _ in range(30):  # the SuperLink needs a few seconds to listen
             time.sleep(2)
             submitted = subprocess.run(
                 [str(BIN / "flwr"), "run", str(ROOT), "local", "--run-config", str(run_config)],
-                env=env, capture_output=True, text=True, timeout=120,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
             if submitted.returncode == 0:
                 break

@@ -21,9 +21,19 @@ SEED = 987654321987654321
 
 
 def _spec(**overrides):
-    options = dict(task="synthetic", task_options={"dim": 5000, "test_size": 500}, num_rounds=4,
-                   num_clients=10, clients_per_round=5, participation="uniform", num_canaries=20,
-                   noise_multiplier=0.3, clip_norm=1.0, canary_repeats=2, local_epochs=1)
+    options = dict(
+        task="synthetic",
+        task_options={"dim": 5000, "test_size": 500},
+        num_rounds=4,
+        num_clients=10,
+        clients_per_round=5,
+        participation="uniform",
+        num_canaries=20,
+        noise_multiplier=0.3,
+        clip_norm=1.0,
+        canary_repeats=2,
+        local_epochs=1,
+    )
     options.update(overrides)
     return AuditSpec(**options)
 
@@ -32,16 +42,24 @@ def _spec(**overrides):
 def test_simulation_audit_gives_final_and_all_iterate_statistics():
     spec = _spec()
     dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
-    reporter = LocalRoundReporter(CosineTracker(SEED, spec.num_canaries, dim, family=spec.canary_family))
+    reporter = LocalRoundReporter(
+        CosineTracker(SEED, spec.num_canaries, dim, family=spec.canary_family)
+    )
     ticks = []
     flwr_log = io.StringIO()
     handler = logging.StreamHandler(flwr_log)
     logging.getLogger("flwr").addHandler(handler)
     started = time.monotonic()
     try:
-        result = run_simulation_audit(spec, canary_seed=SEED, reporter=reporter, timeout=200,
-                                      progress=lambda t, total: ticks.append((t, total)),
-                                      max_supernodes=2, noise_seed=3)
+        result = run_simulation_audit(
+            spec,
+            canary_seed=SEED,
+            reporter=reporter,
+            timeout=200,
+            progress=lambda t, total: ticks.append((t, total)),
+            max_supernodes=2,
+            noise_seed=3,
+        )
     finally:
         logging.getLogger("flwr").removeHandler(handler)
     elapsed = time.monotonic() - started
@@ -68,6 +86,8 @@ def test_simulation_audit_gives_final_and_all_iterate_statistics():
 def test_simulation_audit_raises_timeout_error():
     spec = _spec(num_rounds=50)
     dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
-    reporter = LocalRoundReporter(CosineTracker(SEED, spec.num_canaries, dim, family=spec.canary_family))
+    reporter = LocalRoundReporter(
+        CosineTracker(SEED, spec.num_canaries, dim, family=spec.canary_family)
+    )
     with pytest.raises(TimeoutError):
         run_simulation_audit(spec, canary_seed=SEED, reporter=reporter, timeout=4, max_supernodes=2)

@@ -25,19 +25,48 @@ pytestmark = pytest.mark.slow
 def _tracked_modules() -> set[str]:
     """The wheel paths of the repository's modules: ``auditor/x.py`` installs as
     ``flaudit/auditor/x.py`` (one import package, no generic top-level names)."""
-    listed = subprocess.run(["git", "ls-files", "flaudit", "auditor", "protocol", "service", "server",
-                             "clients", "commands"],
-                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    return {p if p.startswith("flaudit/") else f"flaudit/{p}" for p in listed
-            if p.endswith((".py", ".mako")) or p.startswith("service/static/")}
+    listed = subprocess.run(
+        [
+            "git",
+            "ls-files",
+            "flaudit",
+            "auditor",
+            "protocol",
+            "service",
+            "server",
+            "clients",
+            "commands",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return {
+        p if p.startswith("flaudit/") else f"flaudit/{p}"
+        for p in listed
+        if p.endswith((".py", ".mako")) or p.startswith("service/static/")
+    }
 
 
 @pytest.mark.timeout(300)
 def test_the_wheel_installs_a_working_flaudit_outside_the_source_tree(tmp_path):
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(tmp_path / "dist"), str(ROOT)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
     )
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("flaudit-*.whl")
@@ -71,8 +100,20 @@ def test_the_wheel_installs_a_working_flaudit_outside_the_source_tree(tmp_path):
         "sys.argv = ['flaudit', 'attach', '--help']\n"
         "flaudit.commands.cli.main()\n"
     )
-    run = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path / "site"), site,
-                          str(tmp_path / "flaudit.db")],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            code,
+            str(tmp_path / "site"),
+            site,
+            str(tmp_path / "flaudit.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert "--format" in run.stdout, run.stderr[-2000:]
     assert Path(run.stdout.splitlines()[0]).is_relative_to(tmp_path / "site")

@@ -90,7 +90,7 @@ def _socket_inodes(pid: int) -> set[str]:
 def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """An address as /proc/net/tcp{,6} prints it (32-bit words in host byte order)."""
     raw = bytes.fromhex(hex_address)
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
     return ipaddress.ip_address(words)
 
 
@@ -128,16 +128,32 @@ def test_address_parsing_matches_known_forms():
 def test_simulation_audit_listens_on_loopback_only(tmp_path):
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("FLAUDIT_RAY_NODE_IP", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("FLAUDIT_RAY_NODE_IP", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    }
     env["PYTHONPATH"] = str(ROOT)
     before = set(_listening())
     log = tmp_path / "run.log"
     with log.open("w") as out:
         run = subprocess.Popen(
-            [sys.executable, "-m", "flaudit.commands.cli", "run", str(spec), "--max-supernodes", "2",
-             "--num-cpus", "2"],
-            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "flaudit.commands.cli",
+                "run",
+                str(spec),
+                "--max-supernodes",
+                "2",
+                "--num-cpus",
+                "2",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     seen: dict[str, tuple[str, object, int]] = {}  # inode -> (process, address, port)
     try:
@@ -157,6 +173,9 @@ def test_simulation_audit_listens_on_loopback_only(tmp_path):
     # Ray's GCS, raylet and workers must have been seen, or the check proves nothing
     assert {"gcs_server", "raylet"} <= {name for name, _, _ in seen.values()}, report
     assert not set(seen) & before
-    exposed = sorted(f"{name} {address}:{port}" for name, address, port in seen.values()
-                     if not _is_loopback(address))
+    exposed = sorted(
+        f"{name} {address}:{port}"
+        for name, address, port in seen.values()
+        if not _is_loopback(address)
+    )
     assert exposed == [], f"listening beyond loopback: {exposed}"

@@ -44,10 +44,26 @@ ROUNDS = 8
 
 def _attach(service_url: str, env: dict, name: str, token_file: Path) -> dict:
     attach = subprocess.run(
-        [str(BIN / "flaudit"), "attach", "--url", service_url, "--canaries", str(NUM_CANARIES),
-         "--max-canary-fraction", "1.0", "--name", name, "--format", "run-config",
-         "--token-file", str(token_file)],
-        env={**env, "FLAUDIT_API_KEY": API_KEY}, capture_output=True, text=True, timeout=60,
+        [
+            str(BIN / "flaudit"),
+            "attach",
+            "--url",
+            service_url,
+            "--canaries",
+            str(NUM_CANARIES),
+            "--max-canary-fraction",
+            "1.0",
+            "--name",
+            name,
+            "--format",
+            "run-config",
+            "--token-file",
+            str(token_file),
+        ],
+        env={**env, "FLAUDIT_API_KEY": API_KEY},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert attach.returncode == 0, attach.stderr
     return tomllib.loads(attach.stdout)
@@ -58,18 +74,32 @@ def _submit(app: Path, run_config: Path, env: dict, cwd: Path) -> int:
 
     def submit():
         done = subprocess.run(
-            [str(BIN / "flwr"), "run", str(app), "local", "--run-config", str(run_config),
-             "--format", "json"],
-            env=env, capture_output=True, text=True, timeout=120, cwd=cwd,
+            [
+                str(BIN / "flwr"),
+                "run",
+                str(app),
+                "local",
+                "--run-config",
+                str(run_config),
+                "--format",
+                "json",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=cwd,
         )
         last[:] = [f"exit {done.returncode}: {done.stdout[-1500:]} {done.stderr[-1500:]}"]
         if done.returncode != 0 or "{" not in done.stdout:
             return None
-        payload = json.loads(done.stdout[done.stdout.index("{"):])
+        payload = json.loads(done.stdout[done.stdout.index("{") :])
         return payload.get("run-id") if payload.get("success") else None
 
     try:
-        return int(wait_for(submit, timeout=180, interval=2, what="the SuperLink to accept the run"))
+        return int(
+            wait_for(submit, timeout=180, interval=2, what="the SuperLink to accept the run")
+        )
     except TimeoutError as exc:  # say what `flwr run` answered last
         raise TimeoutError(f"{exc}; last `flwr run`: {last[0] if last else 'never ran'}") from None
 
@@ -89,19 +119,39 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
     db = f"sqlite:///{tmp_path / 'flaudit.db'}"
     service_port = free_port()
     service_env = {"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"}
-    service = ServiceProcess(db, tmp_path / "service.log", api_key=API_KEY, port=service_port,
-                             env=service_env)
+    service = ServiceProcess(
+        db, tmp_path / "service.log", api_key=API_KEY, port=service_port, env=service_env
+    )
     procs = Processes(tmp_path, cwd=tmp_path)
     runs: dict[str, dict] = {}
     timeline: dict[str, float] = {}
     try:
-        procs.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--port",
-                                  str(link_port), "--disable-runtime-dependency-installation"], env)
+        procs.start(
+            "superlink",
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--port",
+                str(link_port),
+                "--disable-runtime-dependency-installation",
+            ],
+            env,
+        )
         for i in range(2):
-            procs.start(f"supernode{i}", [
-                str(BIN / "flower-supernode"), "--insecure", "--superlink", marker,
-                "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions=2",
-            ], env)
+            procs.start(
+                f"supernode{i}",
+                [
+                    str(BIN / "flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    marker,
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    f"partition-id={i} num-partitions=2",
+                ],
+                env,
+            )
         http = httpx.Client(base_url=service.url, timeout=30)
         for name in ("A", "B", "C"):  # all attached while the service is up
             app = tmp_path / f"app-{name}"
@@ -110,19 +160,39 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
             extra = {}
             if name == "C":  # the app opts into fail-closed
                 pyproject = app / "pyproject.toml"
-                pyproject.write_text(pyproject.read_text().replace(
-                    'flaudit-run-token-file = ""',
-                    'flaudit-run-token-file = ""\nflaudit-on-service-error = "continue"'))
-                extra = {"flaudit-on-service-error": "stop",
-                         "flaudit-ingest-url": f"http://127.0.0.1:{free_port()}"}
-            runs[name] = {"app": app, "audit": lines["flaudit-audit-id"], "config": _run_config(
-                tmp_path / f"{name}.toml",
-                {"noise-multiplier": 1.0, "clipping-norm": 1.0, "num-sampled-clients": 2,
-                 "num-server-rounds": ROUNDS if name != "C" else 3, "fraction-evaluate": 0.0,
-                 **lines, **extra})}
+                pyproject.write_text(
+                    pyproject.read_text().replace(
+                        'flaudit-run-token-file = ""',
+                        'flaudit-run-token-file = ""\nflaudit-on-service-error = "continue"',
+                    )
+                )
+                extra = {
+                    "flaudit-on-service-error": "stop",
+                    "flaudit-ingest-url": f"http://127.0.0.1:{free_port()}",
+                }
+            runs[name] = {
+                "app": app,
+                "audit": lines["flaudit-audit-id"],
+                "config": _run_config(
+                    tmp_path / f"{name}.toml",
+                    {
+                        "noise-multiplier": 1.0,
+                        "clipping-norm": 1.0,
+                        "num-sampled-clients": 2,
+                        "num-server-rounds": ROUNDS if name != "C" else 3,
+                        "fraction-evaluate": 0.0,
+                        **lines,
+                        **extra,
+                    },
+                ),
+            }
         runs["A"]["run"] = _submit(runs["A"]["app"], runs["A"]["config"], env, tmp_path)
-        wait_for(lambda: http.get(f"/audits/{runs['A']['audit']}").json()["progress"]["round"] >= 2,
-                 timeout=300, interval=0.5, what="run A's round 2")
+        wait_for(
+            lambda: http.get(f"/audits/{runs['A']['audit']}").json()["progress"]["round"] >= 2,
+            timeout=300,
+            interval=0.5,
+            what="run A's round 2",
+        )
         service.kill9()  # mid-training
         timeline["killed"] = time.monotonic()
         for name in ("B", "C"):  # started while the service is down
@@ -132,26 +202,43 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         def run_log(name: str) -> str:  # the ServerApp's own log, as the SuperLink keeps it
             shown = subprocess.run(
                 [str(BIN / "flwr"), "log", str(runs[name]["run"]), "local", "--show"],
-                env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=tmp_path,
+            )
             return shown.stdout + shown.stderr
 
         # B must really train its round 1 with the service down before the service returns
-        wait_for(lambda: "round 1 trains without canaries" in run_log("B"), timeout=400,
-                 interval=2, what="run B's round 1 to start without canaries")
+        wait_for(
+            lambda: "round 1 trains without canaries" in run_log("B"),
+            timeout=400,
+            interval=2,
+            what="run B's round 1 to start without canaries",
+        )
         timeline["b_running"] = time.monotonic()
         time.sleep(max(2.0, OUTAGE - (time.monotonic() - timeline["killed"])))
-        service = ServiceProcess(db, tmp_path / "service2.log", api_key=API_KEY,
-                                 port=service_port, env=service_env)
+        service = ServiceProcess(
+            db, tmp_path / "service2.log", api_key=API_KEY, port=service_port, env=service_env
+        )
         timeline["back"] = time.monotonic()
         http = httpx.Client(base_url=service.url, timeout=30)
         bodies: list[str] = []
-        audits = {name: wait_for_audit(http, runs[name]["audit"], timeout=400, bodies=bodies,
-                                       what=f"run {name}'s audit") for name in ("A", "B")}
+        audits = {
+            name: wait_for_audit(
+                http, runs[name]["audit"], timeout=400, bodies=bodies, what=f"run {name}'s audit"
+            )
+            for name in ("A", "B")
+        }
         states, run_logs = {}, {}
         for name in ("A", "B", "C"):
             states[name] = wait_for(
                 lambda n=name: (s := control.status(runs[n]["run"]))[0].finished and s,
-                timeout=300, interval=1, what=f"run {name} to finish")
+                timeout=300,
+                interval=1,
+                what=f"run {name} to finish",
+            )
             run_logs[name] = run_log(name)
             (tmp_path / f"serverapp-{name}.txt").write_text(run_logs[name])
         c_audit = http.get(f"/audits/{runs['C']['audit']}").json()
@@ -160,20 +247,28 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         service.stop()
     logs = {p.name: p.read_text(errors="replace") for p in tmp_path.glob("*.log")}
     outage = timeline["back"] - timeline["killed"]
-    print(f"service away {outage:.1f} s (B's round 1 started {timeline['back'] - timeline['b_running']:.1f} s "
-          f"before it returned); A gaps {audits['A']['gaps']}; B gaps {audits['B']['gaps']}")
+    print(
+        f"service away {outage:.1f} s (B's round 1 started {timeline['back'] - timeline['b_running']:.1f} s "
+        f"before it returned); A gaps {audits['A']['gaps']}; B gaps {audits['B']['gaps']}"
+    )
 
     # both trainings finished with exit 0 and their audits ended with every round and theta_T
     assert states["A"][0] is RunState.completed and states["B"][0] is RunState.completed, states
     for name in ("A", "B"):
         audit = audits[name]
-        assert audit["status"] == "succeeded", (name, audit["reason"], logs.get("superlink.log", "")[-3000:])
+        assert audit["status"] == "succeeded", (
+            name,
+            audit["reason"],
+            logs.get("superlink.log", "")[-3000:],
+        )
         assert audit["progress"]["round"] == ROUNDS and audit["spec"]["num_rounds"] == ROUNDS
         assert 0 <= audit["metrics"]["accuracy"] <= 1
         # an estimate on theta_T (the guessing game: it exists however few canaries were seen;
         # the two-Gaussian fit needs 2 seen, and 8 canaries less a gap round's can leave fewer)
-        assert any(e["estimator"] == "one_run" and e["threat_model"] == "final_model"
-                   for e in audit["estimates"])
+        assert any(
+            e["estimator"] == "one_run" and e["threat_model"] == "final_model"
+            for e in audit["estimates"]
+        )
     # B trained its first rounds with the service down: no canaries there, stated as gaps
     b_gaps = audits["B"]["gaps"]
     assert b_gaps and b_gaps[0]["round"] == 1 and all(g["kind"] == "no_canaries" for g in b_gaps)
@@ -182,7 +277,8 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
     assert all(g["kind"] == "no_canaries" and g["round"] > 2 for g in audits["A"]["gaps"])
     for name in ("A", "B"):  # one clear warning, and the service's return
         assert run_logs[name].count("training goes on (on_service_error='continue')") == 1, (
-            run_logs[name][-3000:])
+            run_logs[name][-3000:]
+        )
         assert "the audit service is back (unreachable for" in run_logs[name]
     tokens = [(tmp_path / f"{n}.token").read_text().strip() for n in runs]
     for text in [*run_logs.values(), *logs.values(), *bodies]:

@@ -11,12 +11,12 @@ import pytest
 from flwr.app import ArrayRecord, Error, Message, MetricRecord, RecordDict
 
 from flaudit.auditor.canaries import canary_vector, resolve_canary_family, seen_mask
+from flaudit.auditor.schedules import participation_schedule
 from flaudit.auditor.spec import AuditSpec
 from flaudit.auditor.statistics import CosineTracker
 from flaudit.clients.tasks import load_task
 from flaudit.server.app import AuditRuntime, check_dimension, run_audit
 from flaudit.server.reporting import LocalRoundReporter
-from flaudit.auditor.schedules import participation_schedule
 
 SEED = 0xC0FFEE
 
@@ -50,15 +50,27 @@ class FakeGrid:
                 continue
             if delta is None:
                 continue
-            content = RecordDict({"arrays": ArrayRecord([delta]), "metrics": MetricRecord({"train-loss": 1.0})})
+            content = RecordDict(
+                {"arrays": ArrayRecord([delta]), "metrics": MetricRecord({"train-loss": 1.0})}
+            )
             replies.append(Message(content=content, reply_to=msg))
         return replies
 
 
 def _spec(**overrides):
-    options = dict(task="synthetic", task_options={"dim": 2000, "test_size": 50}, num_rounds=4,
-                   num_clients=6, clients_per_round=4, participation="uniform", num_canaries=6,
-                   noise_multiplier=0.0, clip_norm=0.5, server_learning_rate=1.0, canary_repeats=2)
+    options = dict(
+        task="synthetic",
+        task_options={"dim": 2000, "test_size": 50},
+        num_rounds=4,
+        num_clients=6,
+        clients_per_round=4,
+        participation="uniform",
+        num_canaries=6,
+        noise_multiplier=0.0,
+        clip_norm=0.5,
+        server_learning_rate=1.0,
+        canary_repeats=2,
+    )
     options.update(overrides)
     return AuditSpec(**options)
 
@@ -79,6 +91,7 @@ def _run(spec, behaviour, nodes=(101, 102, 103), **runtime_kwargs):
 @pytest.mark.parametrize("canary_family", [None, "gaussian"])
 def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries(canary_family):
     spec = _spec(canary_family=canary_family)
+
     def zero(node, msg):
         return np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
 
@@ -89,14 +102,28 @@ def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries
     assert reporter.tracker.family is family
     seen = np.flatnonzero(seen_mask(SEED, spec.num_canaries))
     schedule = participation_schedule(
-        num_clients=6, num_seen_canaries=seen.size, num_rounds=4, participation="uniform",
-        clients_per_round=4, sampling_probability=spec.sampling_probability, canary_repeats=2, seed=0,
+        num_clients=6,
+        num_seen_canaries=seen.size,
+        num_rounds=4,
+        participation="uniform",
+        clients_per_round=4,
+        sampling_probability=spec.sampling_probability,
+        canary_repeats=2,
+        seed=0,
     )
     theta = reporter.initial_model.astype(np.float64)
     for t, (round_number, meta) in enumerate(reporter.rounds, start=1):
         assert round_number == t
-        expected = sum((0.5 * canary_vector(SEED, int(seen[p]), dim, family=family).astype(np.float64)
-                        for p in schedule.canaries(t)), np.zeros(dim)) / 4
+        expected = (
+            sum(
+                (
+                    0.5 * canary_vector(SEED, int(seen[p]), dim, family=family).astype(np.float64)
+                    for p in schedule.canaries(t)
+                ),
+                np.zeros(dim),
+            )
+            / 4
+        )
         theta += expected
         assert meta.num_canaries_inserted == schedule.canaries(t).size
         assert meta.cohort_size == schedule.real_clients(t).size + schedule.canaries(t).size
@@ -111,7 +138,9 @@ def test_clients_receive_the_current_global_model_and_no_canary_information():
     models_seen = []
 
     def record(node, msg):
-        models_seen.append((int(msg.metadata.group_id), msg.content["arrays"].to_numpy_ndarrays()[0].copy()))
+        models_seen.append(
+            (int(msg.metadata.group_id), msg.content["arrays"].to_numpy_ndarrays()[0].copy())
+        )
         assert not any("canary" in key or "seen" in key for key in msg.content["config"].keys())
         return np.full_like(models_seen[-1][1], 1e-3)
 
@@ -143,7 +172,10 @@ def test_failed_and_lost_clients_are_dropped_and_counted():
         failed_per_round[t] = failed_per_round.get(t, 0) + (msg.metadata.dst_node_id in (101, 102))
     for t, meta in reporter.rounds:
         assert meta.num_failures == failed_per_round.get(t, 0)
-        assert meta.cohort_size == sent_per_round.get(t, 0) - meta.num_failures + meta.num_canaries_inserted
+        assert (
+            meta.cohort_size
+            == sent_per_round.get(t, 0) - meta.num_failures + meta.num_canaries_inserted
+        )
     assert result["num_failures"] == sum(failed_per_round.values()) > 0
     assert reporter.final_model is not None  # the audit went on
 
@@ -177,13 +209,20 @@ def test_dimension_checks_name_the_field():
 def test_adaptive_clipping_moves_the_clip_norm_by_the_quantile_rule():
     from flaudit.auditor.spec import AdaptiveClipping
 
-    spec = _spec(clip_norm=None, num_rounds=4, canary_repeats=1,
-                 adaptive_clipping=AdaptiveClipping(initial_clip_norm=0.1, target_quantile=0.5,
-                                                    learning_rate=0.2, clipped_count_stddev=1e-9))  # ~noiseless
+    spec = _spec(
+        clip_norm=None,
+        num_rounds=4,
+        canary_repeats=1,
+        adaptive_clipping=AdaptiveClipping(
+            initial_clip_norm=0.1, target_quantile=0.5, learning_rate=0.2, clipped_count_stddev=1e-9
+        ),
+    )  # ~noiseless
     rng = np.random.default_rng(5)
 
     def big(node, msg):  # every update has norm 2 > S: all clipped
-        u = rng.standard_normal(msg.content["arrays"].to_numpy_ndarrays()[0].size).astype(np.float32)
+        u = rng.standard_normal(msg.content["arrays"].to_numpy_ndarrays()[0].size).astype(
+            np.float32
+        )
         return u * (2.0 / np.linalg.norm(u))
 
     _, reporter, _ = _run(spec, big)
@@ -191,13 +230,22 @@ def test_adaptive_clipping_moves_the_clip_norm_by_the_quantile_rule():
     assert norms[0] == pytest.approx(0.1)
     for before, after in zip(norms, norms[1:]):
         assert after == pytest.approx(before * np.exp(0.2 * 0.5))  # unclipped fraction 0
-    assert all(meta.clipped_fraction == 1.0 for _, meta in reporter.rounds if meta.cohort_size > meta.num_canaries_inserted)
+    assert all(
+        meta.clipped_fraction == 1.0
+        for _, meta in reporter.rounds
+        if meta.cohort_size > meta.num_canaries_inserted
+    )
 
 
 def _deployment_config(spec, **overrides):
-    return {"flaudit-spec": spec.model_dump_json(), "flaudit-audit-id": "a1",
-            "flaudit-ingest-url": "http://svc:8000", "flaudit-run-token": "tok",
-            "flaudit-num-seen-canaries": "3", **overrides}
+    return {
+        "flaudit-spec": spec.model_dump_json(),
+        "flaudit-audit-id": "a1",
+        "flaudit-ingest-url": "http://svc:8000",
+        "flaudit-run-token": "tok",
+        "flaudit-num-seen-canaries": "3",
+        **overrides,
+    }
 
 
 def test_the_deployment_runtime_holds_no_seed_and_fetches_the_canaries():
@@ -234,8 +282,12 @@ def test_the_runtime_takes_exactly_one_source_of_canaries():
     with pytest.raises(ValueError, match="canary_seed and canaries"):
         AuditRuntime(spec=spec, reporter=reporter)
     with pytest.raises(ValueError, match="canary_seed and canaries"):
-        AuditRuntime(spec=spec, reporter=reporter, canary_seed=SEED,
-                     canaries=LocalCanaries.for_audit(SEED, spec))
+        AuditRuntime(
+            spec=spec,
+            reporter=reporter,
+            canary_seed=SEED,
+            canaries=LocalCanaries.for_audit(SEED, spec),
+        )
 
 
 class _Service:
@@ -261,20 +313,24 @@ def test_canaries_from_the_service_train_the_model_the_seed_trains(bug):
     from flaudit.server.local import LocalCanaries
 
     spec = _spec(noise_multiplier=0.5, canary_repeats=1, inject_bug=bug)
+
     def zero(node, msg):
         return np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
 
     local_result, local, _ = _run(spec, zero)
-    service = _Service(spec.model_copy(update={"engine": "deployment",
-                                               "superlink_address": "h:1"}))
+    service = _Service(spec.model_copy(update={"engine": "deployment", "superlink_address": "h:1"}))
     service.dim = local_result["dim"]
     num_seen = LocalCanaries.for_audit(SEED, spec).num_seen
-    served_result, served, _ = _run(spec, zero, canaries=ServiceCanarySums(service,
-                                                                           num_seen=num_seen))
-    assert [m.num_canaries_inserted for _, m in served.rounds] == \
-        [m.num_canaries_inserted for _, m in local.rounds]
-    assert sum(m.num_canaries_inserted for _, m in served.rounds) == \
-        spec.canary_repeats * (2 if bug else 1) * num_seen
+    served_result, served, _ = _run(
+        spec, zero, canaries=ServiceCanarySums(service, num_seen=num_seen)
+    )
+    assert [m.num_canaries_inserted for _, m in served.rounds] == [
+        m.num_canaries_inserted for _, m in local.rounds
+    ]
+    assert (
+        sum(m.num_canaries_inserted for _, m in served.rounds)
+        == spec.canary_repeats * (2 if bug else 1) * num_seen
+    )
     assert all(m.participants is None for _, m in served.rounds)
     assert all(m.participants is not None for _, m in local.rounds)
     np.testing.assert_allclose(served.final_model, local.final_model, atol=1e-6)
@@ -288,6 +344,7 @@ def test_rounds_report_the_released_aggregate_and_participants_with_momentum():
     # with server momentum the model delta mixes rounds; the reported vector is the released
     # (rho + noise) / m of the round itself
     spec = _spec(noise_multiplier=0.5, server_momentum=0.9)
+
     def small(node, msg):
         return np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
 
@@ -303,8 +360,14 @@ def test_rounds_report_the_released_aggregate_and_participants_with_momentum():
     mask = seen_mask(SEED, spec.num_canaries)
     seen = np.flatnonzero(mask)
     schedule = participation_schedule(
-        num_clients=6, num_seen_canaries=seen.size, num_rounds=4, participation="uniform",
-        clients_per_round=4, sampling_probability=spec.sampling_probability, canary_repeats=2, seed=0,
+        num_clients=6,
+        num_seen_canaries=seen.size,
+        num_rounds=4,
+        participation="uniform",
+        clients_per_round=4,
+        sampling_probability=spec.sampling_probability,
+        canary_repeats=2,
+        seed=0,
     )
     counts = np.zeros(spec.num_canaries, dtype=int)
     for t, (_, meta) in enumerate(reporter.rounds, start=1):
@@ -317,8 +380,10 @@ def test_rounds_report_the_released_aggregate_and_participants_with_momentum():
 
 
 def test_extra_participation_bug_inserts_canaries_more_often_than_claimed():
-    spec = _spec(num_rounds=4, canary_repeats=1,
-                 inject_bug={"kind": "extra_participation", "factor": 4})
+    spec = _spec(
+        num_rounds=4, canary_repeats=1, inject_bug={"kind": "extra_participation", "factor": 4}
+    )
+
     def zero(node, msg):
         return np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
 
@@ -340,6 +405,7 @@ def test_a_report_error_on_the_audit_thread_stops_the_run():
     spec = _spec()
     dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
     reporter = _FailingReporter(CosineTracker(SEED, spec.num_canaries, dim))
+
     def zero(node, msg):
         return np.zeros_like(msg.content["arrays"].to_numpy_ndarrays()[0])
 
@@ -379,8 +445,10 @@ def test_the_audit_work_runs_while_the_clients_train():
 
     dim = load_task(spec.task, num_partitions=spec.num_clients, options=spec.task_options).dim()
     reporter = WaitingReporter(CosineTracker(SEED, spec.num_canaries, dim))
-    result = run_audit(FakeGrid((101, 102), training),
-                       AuditRuntime(spec=spec, canary_seed=SEED, reporter=reporter, noise_seed=1))
+    result = run_audit(
+        FakeGrid((101, 102), training),
+        AuditRuntime(spec=spec, canary_seed=SEED, reporter=reporter, noise_seed=1),
+    )
     assert overlapped == [True]
     assert [t for t, _ in reporter.rounds] == [1, 2, 3]
     starts = [t for kind, t in events if kind == "report start"]
@@ -419,8 +487,10 @@ class PushPullGrid:
 def _train_messages(n):
     from flwr.app import MessageType
 
-    return [Message(RecordDict(), message_type=MessageType.TRAIN, dst_node_id=1, group_id="1")
-            for _ in range(n)]
+    return [
+        Message(RecordDict(), message_type=MessageType.TRAIN, dst_node_id=1, group_id="1")
+        for _ in range(n)
+    ]
 
 
 def test_replies_are_pulled_soon_after_they_arrive_and_the_timeout_holds():

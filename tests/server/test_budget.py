@@ -53,7 +53,10 @@ def test_the_budget_is_validated_naming_the_argument(seconds):
         RoundBudget(seconds)
     dp = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=1.0, clipping_norm=0.5, num_sampled_clients=3)
+        noise_multiplier=1.0,
+        clipping_norm=0.5,
+        num_sampled_clients=3,
+    )
     with pytest.raises(ValueError, match="round_budget_seconds"):
         CanaryAuditStrategy(dp, reporter=LocalRoundReporter(), round_budget_seconds=seconds)
 
@@ -97,18 +100,31 @@ def test_a_hung_service_costs_each_round_at_most_its_budget():
     reporter = HungService()
     dp = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=1.0, clipping_norm=0.5, num_sampled_clients=3)
-    strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=5,
-                                   round_budget_seconds=BUDGET)
+        noise_multiplier=1.0,
+        clipping_norm=0.5,
+        num_sampled_clients=3,
+    )
+    strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=5, round_budget_seconds=BUDGET)
     model = np.zeros(630, np.float32)
     arrays = ArrayRecord([model[:600].reshape(20, 30), model[600:]])
     try:
         for t in (1, 2, 3):
             began = time.monotonic()
             messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
-            replies = [Message(content=RecordDict({
-                "arrays": ArrayRecord([model[:600].reshape(20, 30), model[600:] + 1e-3]),
-                "metrics": MetricRecord({"num-examples": 5})}), reply_to=m) for m in messages]
+            replies = [
+                Message(
+                    content=RecordDict(
+                        {
+                            "arrays": ArrayRecord(
+                                [model[:600].reshape(20, 30), model[600:] + 1e-3]
+                            ),
+                            "metrics": MetricRecord({"num-examples": 5}),
+                        }
+                    ),
+                    reply_to=m,
+                )
+                for m in messages
+            ]
             arrays, _ = strategy.aggregate_train(t, replies)
             # the round went on without the hung service (which holds each call 30 s)
             assert time.monotonic() - began < 15, t

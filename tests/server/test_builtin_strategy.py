@@ -42,17 +42,35 @@ class ConstantGrid:
     def send_and_receive(self, messages, *, timeout=None):
         messages = list(messages)
         self.sent.extend(messages)
-        return [Message(RecordDict({"arrays": ArrayRecord([self.delta]),
-                                    "metrics": MetricRecord({"train-loss": 0.5})}), reply_to=m)
-                for m in messages]
+        return [
+            Message(
+                RecordDict(
+                    {
+                        "arrays": ArrayRecord([self.delta]),
+                        "metrics": MetricRecord({"train-loss": 0.5}),
+                    }
+                ),
+                reply_to=m,
+            )
+            for m in messages
+        ]
 
 
 def _spec(**overrides):
     # ~10 seen canaries over 3 rounds, twice each, against m = 2: more canaries per round
     # than cohort slots, which only an uncapped insertion can hold
-    options = dict(task="synthetic", task_options={"dim": DIM}, num_rounds=3, num_clients=12,
-                   clients_per_round=2, participation="uniform", num_canaries=20,
-                   noise_multiplier=0.0, clip_norm=0.5, canary_repeats=2)
+    options = dict(
+        task="synthetic",
+        task_options={"dim": DIM},
+        num_rounds=3,
+        num_clients=12,
+        clients_per_round=2,
+        participation="uniform",
+        num_canaries=20,
+        noise_multiplier=0.0,
+        clip_norm=0.5,
+        canary_repeats=2,
+    )
     options.update(overrides)
     return AuditSpec(**options)
 
@@ -62,8 +80,13 @@ def test_the_builtin_strategy_takes_the_canary_sum_uncapped_from_the_wrapper():
     canaries = LocalCanaries.for_audit(SEED, spec)
     reporter = RecordingReporter.for_audit(canary_seed=SEED, num_canaries=spec.num_canaries)
     dp = BuiltinDPFedAvg(spec, num_seen_canaries=canaries.num_seen, noise_seed=0)
-    strategy = CanaryAuditStrategy(dp, reporter=reporter, canaries=canaries,
-                                   num_rounds=spec.num_rounds, round_budget_seconds=None)
+    strategy = CanaryAuditStrategy(
+        dp,
+        reporter=reporter,
+        canaries=canaries,
+        num_rounds=spec.num_rounds,
+        round_budget_seconds=None,
+    )
     grid = ConstantGrid()
     strategy.start(grid, ArrayRecord([np.zeros(DIM, np.float32)]), spec.num_rounds)
 

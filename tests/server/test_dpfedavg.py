@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flaudit.auditor.canaries import canary_sum, canary_vectors
+from flaudit.protocol.vectors import flatten, unflatten
 from flaudit.server.dpfedavg import (
     AdaptiveClipNorm,
     ServerOptimizer,
@@ -15,7 +16,6 @@ from flaudit.server.dpfedavg import (
     canary_update,
     clip_update,
 )
-from flaudit.protocol.vectors import flatten, unflatten
 
 
 @settings(max_examples=40, deadline=None)
@@ -48,16 +48,27 @@ def test_zero_noise_no_clients_aggregate_is_sum_of_scheduled_canaries(family):
     dim, clip, m = 300, 0.7, 5
     directions = canary_vectors(99, [3, 8, 21], dim, family=family)
     result = aggregate_round(
-        client_updates=[], canary_directions=directions, clip_norm=clip,
-        noise_multiplier=0.0, expected_cohort_size=m, dim=dim, rng=np.random.default_rng(0),
+        client_updates=[],
+        canary_directions=directions,
+        clip_norm=clip,
+        noise_multiplier=0.0,
+        expected_cohort_size=m,
+        dim=dim,
+        rng=np.random.default_rng(0),
     )
     expected = clip * directions.astype(np.float64).sum(axis=0)
     assert np.allclose(result.clipped_sum, expected, atol=1e-6)
     assert np.allclose(result.update, expected / m, atol=1e-7)
     summed = aggregate_round(
-        client_updates=[], canary_directions=[], clip_norm=clip, noise_multiplier=0.0,
-        expected_cohort_size=m, dim=dim, rng=np.random.default_rng(0),
-        canary_sum=canary_sum(99, [3, 8, 21], dim, family=family), num_summed_canaries=3,
+        client_updates=[],
+        canary_directions=[],
+        clip_norm=clip,
+        noise_multiplier=0.0,
+        expected_cohort_size=m,
+        dim=dim,
+        rng=np.random.default_rng(0),
+        canary_sum=canary_sum(99, [3, 8, 21], dim, family=family),
+        num_summed_canaries=3,
     )
     assert summed.num_canaries == 3 and np.allclose(summed.clipped_sum, expected, atol=1e-6)
     assert result.num_canaries == 3 and result.num_clients == 0 and result.noise_stddev == 0.0
@@ -68,8 +79,13 @@ def test_clients_are_clipped_and_uniformly_weighted():
     big = np.array([3.0, 4.0, 0.0, 0.0])  # norm 5 -> clipped to 1
     small = np.array([0.0, 0.0, 0.5, 0.0])  # kept
     result = aggregate_round(
-        client_updates=[big, small], canary_directions=np.empty((0, dim)), clip_norm=1.0,
-        noise_multiplier=0.0, expected_cohort_size=4, dim=dim, rng=np.random.default_rng(0),
+        client_updates=[big, small],
+        canary_directions=np.empty((0, dim)),
+        clip_norm=1.0,
+        noise_multiplier=0.0,
+        expected_cohort_size=4,
+        dim=dim,
+        rng=np.random.default_rng(0),
     )
     assert np.allclose(result.clipped_sum, [0.6, 0.8, 0.5, 0.0])
     assert np.allclose(result.update, np.array([0.6, 0.8, 0.5, 0.0]) / 4)
@@ -79,8 +95,13 @@ def test_clients_are_clipped_and_uniformly_weighted():
 def test_noise_has_stddev_z_times_clip_over_m_monte_carlo():
     dim, clip, z, m = 200_000, 0.5, 1.3, 10
     result = aggregate_round(
-        client_updates=[], canary_directions=np.empty((0, dim)), clip_norm=clip,
-        noise_multiplier=z, expected_cohort_size=m, dim=dim, rng=np.random.default_rng(7),
+        client_updates=[],
+        canary_directions=np.empty((0, dim)),
+        clip_norm=clip,
+        noise_multiplier=z,
+        expected_cohort_size=m,
+        dim=dim,
+        rng=np.random.default_rng(7),
     )
     sample_std = result.update.std()
     assert sample_std == pytest.approx(z * clip / m, rel=0.01)  # se of std ~ 1/sqrt(2d) = 0.16%
@@ -99,8 +120,15 @@ def test_noise_has_stddev_z_times_clip_over_m_monte_carlo():
     ],
 )
 def test_bad_arguments_are_named(kwargs, name):
-    options = dict(client_updates=[], canary_directions=np.empty((0, 4)), clip_norm=1.0,
-                   noise_multiplier=1.0, expected_cohort_size=2, dim=4, rng=np.random.default_rng(0))
+    options = dict(
+        client_updates=[],
+        canary_directions=np.empty((0, 4)),
+        clip_norm=1.0,
+        noise_multiplier=1.0,
+        expected_cohort_size=2,
+        dim=4,
+        rng=np.random.default_rng(0),
+    )
     options.update(kwargs)
     with pytest.raises(ValueError, match=name):
         aggregate_round(**options)
@@ -141,16 +169,25 @@ def test_flatten_unflatten_roundtrip():
 
 @pytest.mark.parametrize(
     "bug, factor, noise_ratio",
-    [("no_noise", None, 0.0), ("noise_scale", 0.5, 0.5), ("noise_scale", 3.0, 3.0),
-     ("noise_divided_twice", None, 0.1)],
+    [
+        ("no_noise", None, 0.0),
+        ("noise_scale", 0.5, 0.5),
+        ("noise_scale", 3.0, 3.0),
+        ("noise_divided_twice", None, 0.1),
+    ],
 )
 def test_injected_noise_bugs_change_the_noise_actually_added(bug, factor, noise_ratio):
     from flaudit.auditor.bugs import InjectedBug
 
     dim, clip, z, m = 200_000, 0.5, 1.3, 10
     result = aggregate_round(
-        client_updates=[], canary_directions=np.empty((0, dim)), clip_norm=clip,
-        noise_multiplier=z, expected_cohort_size=m, dim=dim, rng=np.random.default_rng(7),
+        client_updates=[],
+        canary_directions=np.empty((0, dim)),
+        clip_norm=clip,
+        noise_multiplier=z,
+        expected_cohort_size=m,
+        dim=dim,
+        rng=np.random.default_rng(7),
         bug=InjectedBug(kind=bug, factor=factor),
     )
     assert result.update.std() == pytest.approx(noise_ratio * z * clip / m, rel=0.01, abs=1e-12)
@@ -164,8 +201,13 @@ def test_injected_no_clipping_keeps_client_norms_and_sends_large_canaries():
     big = np.array([3.0, 4.0, 0.0, 0.0])
     canary = np.array([[0.0, 0.0, 0.0, 2.0]])
     result = aggregate_round(
-        client_updates=[big], canary_directions=canary, clip_norm=1.0, noise_multiplier=0.0,
-        expected_cohort_size=2, dim=dim, rng=np.random.default_rng(0),
+        client_updates=[big],
+        canary_directions=canary,
+        clip_norm=1.0,
+        noise_multiplier=0.0,
+        expected_cohort_size=2,
+        dim=dim,
+        rng=np.random.default_rng(0),
         bug=InjectedBug(kind="no_clipping", factor=4),
     )
     assert np.allclose(result.clipped_sum, [3.0, 4.0, 0.0, 4.0])

@@ -42,7 +42,10 @@ def test_start_has_the_reporter_watch_the_grid_with_the_round_timeout(how, expec
     reporter = WatchingReporter.for_audit(canary_seed=5, num_canaries=4)
     inner = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.0, clipping_norm=0.5, num_sampled_clients=3)
+        noise_multiplier=0.0,
+        clipping_norm=0.5,
+        num_sampled_clients=3,
+    )
     canaries = LocalCanaries(5, num_canaries=4, num_rounds=2, clients_per_round=3)
     strategy = CanaryAuditStrategy(inner, reporter=reporter, canaries=canaries, num_rounds=2)
     with pytest.raises(Stop):

@@ -63,15 +63,21 @@ def _run(weights, *, secagg, rounds=3):
     manager = SimpleClientManager()
     for i in range(N):
         manager.register(Proxy(str(i)))
-    fedavg = Counting(fraction_fit=1.0, min_fit_clients=N, min_available_clients=N,
-                      fraction_evaluate=0.0,
-                      initial_parameters=ndarrays_to_parameters([np.zeros((10, 30), np.float32)]))
-    dp = DifferentialPrivacyClientSideFixedClipping(fedavg, noise_multiplier=0.0,
-                                                   clipping_norm=S, num_sampled_clients=N)
+    fedavg = Counting(
+        fraction_fit=1.0,
+        min_fit_clients=N,
+        min_available_clients=N,
+        fraction_evaluate=0.0,
+        initial_parameters=ndarrays_to_parameters([np.zeros((10, 30), np.float32)]),
+    )
+    dp = DifferentialPrivacyClientSideFixedClipping(
+        fedavg, noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=N
+    )
     reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)
     canaries = LocalCanaries(SEED, num_canaries=K, num_rounds=rounds, clients_per_round=N)
-    strategy = LegacyCanaryAuditStrategy(dp, num_rounds=rounds, reporter=reporter,
-                                         canaries=canaries)
+    strategy = LegacyCanaryAuditStrategy(
+        dp, num_rounds=rounds, reporter=reporter, canaries=canaries
+    )
     parameters = strategy.initialize_parameters(manager)
     rng = np.random.default_rng(0)
     for t in range(1, rounds + 1):
@@ -86,8 +92,10 @@ def _run(weights, *, secagg, rounds=3):
             models = [mean] * len(pairs)
         else:
             models = [current + u for u in updates]
-        results = [(proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([m]), wi, {}))
-                   for (proxy, _), m, wi in zip(pairs, models, w)]
+        results = [
+            (proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([m]), wi, {}))
+            for (proxy, _), m, wi in zip(pairs, models, w)
+        ]
         parameters, _ = strategy.aggregate_fit(t, results, [])
         assert len(fedavg.seen[-1]) == N  # exactly num_sampled_clients results
         if c and pairs:
@@ -100,8 +108,9 @@ def test_legacy_fedavg_with_dp_and_secagg_view_is_audited_like_the_message_api(s
     final, strategy, reporter = _run({i: 5 for i in range(N)}, secagg=secagg)
     assert reporter.claims[0]["noise_multiplier"] == 0.0 and reporter.claims[0]["clip_norm"] == S
     assert reporter.claims[0]["clients_per_round"] == N and reporter.claims[0]["num_rounds"] == 3
-    assert [m.num_canaries_inserted for _, m in reporter.rounds] == [strategy.displaced[t]
-                                                                      for t in (1, 2, 3)]
+    assert [m.num_canaries_inserted for _, m in reporter.rounds] == [
+        strategy.displaced[t] for t in (1, 2, 3)
+    ]
     assert all(f == pytest.approx(1.0) for f in strategy.weight_factors.values())
     assert reporter.final_model is not None
     # every seen canary's direction is in the final model with S / N per insertion
@@ -128,17 +137,23 @@ def test_one_client_weighted_ten_times_is_flagged_as_the_weighting():
         # above 1 exactly when the round mixes weights (client 0 with a lighter client)
         assert (expected > 1 + 1e-9) == (len(set(fedavg.seen[t - 1])) > 1)
     assert [m.weight_factor for _, m in reporter.rounds] == pytest.approx(
-        [strategy.weight_factors[t] for t in range(1, 7)])
+        [strategy.weight_factors[t] for t in range(1, 7)]
+    )
     _, equal, _ = _run({i: 5 for i in range(N)}, secagg=True, rounds=6)
     assert all(f == pytest.approx(1.0) for f in equal.weight_factors.values())
 
 
 def test_the_claim_is_read_from_legacy_dp_wrappers():
-    dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(min_available_clients=5), 1.2, 3.0,
-                                                   num_sampled_clients=4)
+    dp = DifferentialPrivacyClientSideFixedClipping(
+        FedAvg(min_available_clients=5), 1.2, 3.0, num_sampled_clients=4
+    )
     claim = read_claim(dp, num_rounds=3, num_nodes=2)
-    assert (claim["noise_multiplier"], claim["clip_norm"], claim["clients_per_round"],
-            claim["num_clients"]) == (1.2, 3.0, 4, 5)
+    assert (
+        claim["noise_multiplier"],
+        claim["clip_norm"],
+        claim["clients_per_round"],
+        claim["num_clients"],
+    ) == (1.2, 3.0, 4, 5)
 
 
 class UpdateRecorder(ClaimRecorder):
@@ -188,45 +203,82 @@ def test_legacy_and_message_api_wrappers_report_the_same_numbers_for_the_same_re
             manager = SimpleClientManager()
             for i in range(N):
                 manager.register(Proxy(str(i)))
-            fedavg = FedAvg(fraction_fit=1.0, min_fit_clients=N, min_available_clients=N,
-                            fraction_evaluate=0.0, fit_metrics_aggregation_fn=_loss_mean,
-                            initial_parameters=ndarrays_to_parameters([start]))
+            fedavg = FedAvg(
+                fraction_fit=1.0,
+                min_fit_clients=N,
+                min_available_clients=N,
+                fraction_evaluate=0.0,
+                fit_metrics_aggregation_fn=_loss_mean,
+                initial_parameters=ndarrays_to_parameters([start]),
+            )
             strategy = LegacyCanaryAuditStrategy(
-                LegacyServerSideDP(fedavg, noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=N),
-                num_rounds=rounds, reporter=reporter, canaries=canaries)
+                LegacyServerSideDP(
+                    fedavg, noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=N
+                ),
+                num_rounds=rounds,
+                reporter=reporter,
+                canaries=canaries,
+            )
             parameters = strategy.initialize_parameters(manager)
             for t in range(1, rounds + 1):
                 pairs = strategy.configure_fit(t, parameters, manager)
                 current = parameters_to_ndarrays(parameters)[0]
-                results = [(proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(
-                    [current + u.reshape(current.shape)]), w, {"train_loss": 1.0 + i}))
-                    for i, ((proxy, _), u, w) in enumerate(zip(pairs, updates[t], weights))]
+                results = [
+                    (
+                        proxy,
+                        FitRes(
+                            Status(Code.OK, ""),
+                            ndarrays_to_parameters([current + u.reshape(current.shape)]),
+                            w,
+                            {"train_loss": 1.0 + i},
+                        ),
+                    )
+                    for i, ((proxy, _), u, w) in enumerate(zip(pairs, updates[t], weights))
+                ]
                 parameters, _ = strategy.aggregate_fit(t, results, [])
         else:
             inner = DifferentialPrivacyServerSideFixedClipping(
                 MessageFedAvg(min_train_nodes=N, min_available_nodes=N, fraction_evaluate=0.0),
-                noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=N)
-            strategy = CanaryAuditStrategy(inner, reporter=reporter, canaries=canaries,
-                                           num_rounds=rounds)
+                noise_multiplier=0.0,
+                clipping_norm=S,
+                num_sampled_clients=N,
+            )
+            strategy = CanaryAuditStrategy(
+                inner, reporter=reporter, canaries=canaries, num_rounds=rounds
+            )
             arrays = ArrayRecord([start])
             for t in range(1, rounds + 1):
                 messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), NodeGrid()))
                 current = arrays.to_numpy_ndarrays()[0]
-                replies = [Message(content=RecordDict({
-                    "arrays": ArrayRecord([current + u.reshape(current.shape)]),
-                    "metrics": MetricRecord({"num-examples": w, "train_loss": 1.0 + i})}),
-                    reply_to=msg)
-                    for i, (msg, u, w) in enumerate(zip(messages, updates[t], weights))]
+                replies = [
+                    Message(
+                        content=RecordDict(
+                            {
+                                "arrays": ArrayRecord([current + u.reshape(current.shape)]),
+                                "metrics": MetricRecord({"num-examples": w, "train_loss": 1.0 + i}),
+                            }
+                        ),
+                        reply_to=msg,
+                    )
+                    for i, (msg, u, w) in enumerate(zip(messages, updates[t], weights))
+                ]
                 arrays, _ = strategy.aggregate_train(t, replies)
                 strategy.flush()
         numbers[api] = reporter
     legacy, message = numbers["legacy"], numbers["message"]
     assert len(legacy.rounds) == len(message.rounds) == rounds
     clipped = []
-    for (_, a), (_, b), ua, ub in zip(legacy.rounds, message.rounds, legacy.updates,
-                                     message.updates):
-        for name in ("clip_norm", "cohort_size", "num_canaries_inserted", "num_failures",
-                     "clipped_fraction", "noise_stddev"):
+    for (_, a), (_, b), ua, ub in zip(
+        legacy.rounds, message.rounds, legacy.updates, message.updates
+    ):
+        for name in (
+            "clip_norm",
+            "cohort_size",
+            "num_canaries_inserted",
+            "num_failures",
+            "clipped_fraction",
+            "noise_stddev",
+        ):
             assert getattr(a, name) == getattr(b, name), name
         assert a.weight_factor == pytest.approx(b.weight_factor)
         assert a.train_loss == pytest.approx(b.train_loss)

@@ -8,16 +8,24 @@ import pytest
 
 from flaudit.auditor.canaries import canary_vectors, seen_mask
 from flaudit.auditor.statistics import CosineTracker
-from flaudit.server.reporting import LocalRoundReporter, RoundMetadata
 from flaudit.server.http_reporter import HttpRoundReporter, ReportingError
+from flaudit.server.reporting import LocalRoundReporter, RoundMetadata
 
-META = RoundMetadata(clip_norm=0.5, cohort_size=4, num_canaries_inserted=1, num_failures=0,
-                     clipped_fraction=0.25, noise_stddev=0.5)
+META = RoundMetadata(
+    clip_norm=0.5,
+    cohort_size=4,
+    num_canaries_inserted=1,
+    num_failures=0,
+    clipped_fraction=0.25,
+    noise_stddev=0.5,
+)
 
 
 def _reporter(handler, **kwargs):
     client = httpx.Client(transport=httpx.MockTransport(handler))
-    return HttpRoundReporter("http://auditor", "a1", "tok-123", client=client, backoff=0.0, **kwargs)
+    return HttpRoundReporter(
+        "http://auditor", "a1", "tok-123", client=client, backoff=0.0, **kwargs
+    )
 
 
 def test_http_reporter_sends_raw_float32_with_bearer_and_metadata():
@@ -102,17 +110,29 @@ def test_http_reporter_fails_open_buffers_in_order_and_sends_when_the_service_is
         assert reporter.pending() == 4 and state["seen"] == []
         state["up"] = True
         reporter.report_final(np.ones(2), {})  # drains
-    assert state["seen"] == ["/audits/a1/initial-model", "/audits/a1/rounds/1",
-                             "/audits/a1/rounds/2", "/audits/a1/rounds/3/missing",
-                             "/audits/a1/final-model"]
+    assert state["seen"] == [
+        "/audits/a1/initial-model",
+        "/audits/a1/rounds/1",
+        "/audits/a1/rounds/2",
+        "/audits/a1/rounds/3/missing",
+        "/audits/a1/final-model",
+    ]
     assert reporter.pending() == 0
-    assert reporter.gaps == [{"round": 3, "kind": "not_reported",
-                              "reason": "not reported: the wrapper's buffer (0 MiB) was full "
-                                        "while the service was away"}]
+    assert reporter.gaps == [
+        {
+            "round": 3,
+            "kind": "not_reported",
+            "reason": "not reported: the wrapper's buffer (0 MiB) was full "
+            "while the service was away",
+        }
+    ]
     unreachable = [r for r in caplog.records if "is unreachable (" in r.getMessage()]
     assert len(unreachable) == 1  # one clear warning per outage
-    assert any("is back (unreachable for" in r.getMessage()
-               and "5 buffered report(s) delivered" in r.getMessage() for r in caplog.records)
+    assert any(
+        "is back (unreachable for" in r.getMessage()
+        and "5 buffered report(s) delivered" in r.getMessage()
+        for r in caplog.records
+    )
     reporter.close()
 
 
@@ -126,8 +146,11 @@ def test_http_reporter_drain_gives_up_and_says_what_is_lost(caplog):
         reporter.report_round(1, np.zeros(2), META)
         reporter.report_final(np.ones(2), {})  # returns after drain_seconds, raises nothing
     assert reporter.pending() == 3
-    assert any("still unreachable; not reported: the initial model, round 1, the final model"
-               in r.getMessage() for r in caplog.records)
+    assert any(
+        "still unreachable; not reported: the initial model, round 1, the final model"
+        in r.getMessage()
+        for r in caplog.records
+    )
     reporter.close()
 
 
@@ -144,8 +167,14 @@ def test_http_reporter_sends_its_run_identity_and_the_reason_of_a_round_without_
     reporter.declare_claim({"noise_multiplier": 1.0})
     block = reporter.round_canaries(1)
     assert block.size == 0
-    meta = RoundMetadata(clip_norm=0.5, cohort_size=2, num_canaries_inserted=0, num_failures=0,
-                         clipped_fraction=0.0, noise_stddev=0.5)
+    meta = RoundMetadata(
+        clip_norm=0.5,
+        cohort_size=2,
+        num_canaries_inserted=0,
+        num_failures=0,
+        clipped_fraction=0.0,
+        noise_stddev=0.5,
+    )
     reporter.report_round(1, np.zeros(2), meta)
     assert reporter.drain(5)  # queued behind the outage the failed fetch revealed
     assert all(r.headers["x-flaudit-run-id"] == "run-a" for r in seen)
@@ -187,15 +216,23 @@ def test_local_reporter_feeds_the_known_rounds_statistic_from_participants():
         inside = np.zeros(k, dtype=bool)
         inside[part] = True
         update = (directions[inside & mask].sum(axis=0) + rng.normal(scale=0.5, size=d)) / 4
-        meta = RoundMetadata(0.5, 4, int((inside & mask).sum()), 0, 0.0, 0.5,
-                             participants=tuple(int(j) for j in part))
+        meta = RoundMetadata(
+            0.5,
+            4,
+            int((inside & mask).sum()),
+            0,
+            0.0,
+            0.5,
+            participants=tuple(int(j) for j in part),
+        )
         reporter.report_round(t, update.astype(np.float32), meta)
         u = update.astype(np.float32).astype(np.float64)
         expected.update(directions @ u / np.linalg.norm(u), inside, ~mask)
     # the orthogonal family's cosines are null-standardized (divided by the energy outside the
     # seen canaries, statistics.null_standardized_cosines), plain cosines here: within 1%
-    np.testing.assert_allclose(reporter.known_rounds.scores, expected.scores, rtol=1e-2,
-                               equal_nan=True)
+    np.testing.assert_allclose(
+        reporter.known_rounds.scores, expected.scores, rtol=1e-2, equal_nan=True
+    )
     for bad, words in (([-1], "negative"), ([k], "out of range"), ([2, 2], "twice")):
         with pytest.raises(ValueError, match=f"participants: .*{words}"):
             participant_mask(bad, k)

@@ -15,9 +15,9 @@ import flaudit.auditor.canaries
 import flaudit.commands.run
 import flaudit.server.simulation
 from flaudit.auditor.canaries import seen_mask
+from flaudit.clients.app import train
 from flaudit.commands.cli import main as cli_main
 from flaudit.commands.run import load_spec
-from flaudit.clients.app import train
 from flaudit.server.app import AuditRuntime, run_audit
 
 SPEC = """
@@ -60,9 +60,14 @@ def in_process_simulation(monkeypatch, flower_task_identity):
     # within the alarm's 5%), which failed one CI run; a test must give the same answer every time.
     def fake(spec, *, canary_seed, reporter, timeout=None, progress=None, **kwargs):
         calls.append(canary_seed)
-        runtime = AuditRuntime(spec=spec, canary_seed=canary_seed, reporter=reporter,
-                               progress=progress, deadline=time.monotonic() + 60,
-                               noise_seed=1000 + len(calls) - 1)
+        runtime = AuditRuntime(
+            spec=spec,
+            canary_seed=canary_seed,
+            reporter=reporter,
+            progress=progress,
+            deadline=time.monotonic() + 60,
+            noise_seed=1000 + len(calls) - 1,
+        )
         return dict(run_audit(InProcessGrid(), runtime))
 
     monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", fake)
@@ -115,8 +120,11 @@ def test_flaudit_run_prints_estimates_and_never_the_seed(tmp_path, capsys, in_pr
     assert {"final_model", "all_iterates", "known_rounds"} <= threat_models
     # the same estimator set as the service, the one-run bound for both threat models included
     assert {(e["estimator"], e["threat_model"]) for e in data["estimates"]} >= {
-        ("one_run", "final_model"), ("one_run", "all_iterates"),
-        ("lower_bound", "final_model"), ("two_gaussian", "final_model")}
+        ("one_run", "final_model"),
+        ("one_run", "all_iterates"),
+        ("lower_bound", "final_model"),
+        ("two_gaussian", "final_model"),
+    }
     assert data["run"]["num_rounds"] == 3 and 0 <= data["run"]["metrics"]["accuracy"] <= 1
 
 
@@ -137,9 +145,11 @@ def test_run_command_module_imports_no_heavy_packages():
     import subprocess
     import sys
 
-    code = ("import sys, flaudit.commands.run; "
-            "heavy = [m for m in ('flwr', 'torch', 'fastapi', 'ray') if m in sys.modules]; "
-            "print(heavy); sys.exit(1 if heavy else 0)")
+    code = (
+        "import sys, flaudit.commands.run; "
+        "heavy = [m for m in ('flwr', 'torch', 'fastapi', 'ray') if m in sys.modules]; "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -182,13 +192,17 @@ def test_the_readme_bug_demo_fires_through_real_flower_and_the_correct_run_does_
     engine (Ray), at small size: the demo's canaries, claim and bug, fewer rounds and a smaller
     model. The 20-run counts at full size: benchmarks/real_path_bugs.py, docs/fidelity.md."""
     text = (EXAMPLES / "audit.toml").read_text()
-    small = text.replace("num_rounds = 10", "num_rounds = 3").replace(
-        "dim = 20000", "dim = 8000").replace("test_size = 1000", "test_size = 100")
+    small = (
+        text.replace("num_rounds = 10", "num_rounds = 3")
+        .replace("dim = 20000", "dim = 8000")
+        .replace("test_size = 1000", "test_size = 100")
+    )
     assert small != text
     path = tmp_path / "demo.toml"
     path.write_text(small)
-    code = cli_main(["run", str(path), "--json", "--inject-bug", "noise_scale=0.5",
-                     "--max-supernodes", "2"])
+    code = cli_main(
+        ["run", str(path), "--json", "--inject-bug", "noise_scale=0.5", "--max-supernodes", "2"]
+    )
     buggy = json.loads(capsys.readouterr().out)
     assert code == 3 and buggy["verdict"]["status"] == "claim_refuted", buggy["verdict"]
     code = cli_main(["run", str(path), "--json", "--max-supernodes", "2"])
@@ -223,16 +237,26 @@ def test_flaudit_run_prints_the_alarm_with_its_guarantee_and_marks_injected_bugs
 
 
 #: Enough canaries to refute mu = 1 (200: the design says testable), three rounds.
-STOP_SPEC = SPEC.replace("num_clients = 6", "num_clients = 200").replace(
-    "num_canaries = 8", "num_canaries = 200").replace("noise_multiplier = 0.5", "noise_multiplier = 1.0")
+STOP_SPEC = (
+    SPEC.replace("num_clients = 6", "num_clients = 200")
+    .replace("num_canaries = 8", "num_canaries = 200")
+    .replace("noise_multiplier = 0.5", "noise_multiplier = 1.0")
+)
 
 
 def test_help_documents_the_exit_status_per_verdict(capsys):
     with pytest.raises(SystemExit):
         cli_main(["run", "--help"])
     out = capsys.readouterr().out
-    for line in ("0  consistent", "3  claim refuted", "4  inconclusive", "5  no DP claim",
-                 "1  error", "2  usage", "--stop-on-alarm"):
+    for line in (
+        "0  consistent",
+        "3  claim refuted",
+        "4  inconclusive",
+        "5  no DP claim",
+        "1  error",
+        "2  usage",
+        "--stop-on-alarm",
+    ):
         assert line in out
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from flaudit.commands.cli import main as cli_main
 from flaudit.auditor.claims.evidence import seed_commitment
-
+from flaudit.commands.cli import main as cli_main
 from tests.server.test_run_command import SPEC, STOP_SPEC
+
 # a fixture, re-exported for pytest (`as` marks it used; the tests' parameters take its value)
 from tests.server.test_run_command import in_process_simulation as in_process_simulation
 
@@ -23,13 +23,25 @@ def _cases(path):
     return root, cases
 
 
-def test_a_refuted_claim_is_one_failing_case_and_its_bundle_verifies(tmp_path, capsys,
-                                                                      in_process_simulation):
+def test_a_refuted_claim_is_one_failing_case_and_its_bundle_verifies(
+    tmp_path, capsys, in_process_simulation
+):
     spec = tmp_path / "audit.toml"
     spec.write_text(STOP_SPEC)
     junit, evidence = tmp_path / "audit.xml", tmp_path / "evidence.json"
-    code = cli_main(["run", str(spec), "--inject-bug", "no_noise", "--json",
-                     "--junit", str(junit), "--evidence", str(evidence)])
+    code = cli_main(
+        [
+            "run",
+            str(spec),
+            "--inject-bug",
+            "no_noise",
+            "--json",
+            "--junit",
+            str(junit),
+            "--evidence",
+            str(evidence),
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert code == 3 and data["verdict"]["status"] == "claim_refuted"
     root, cases = _cases(junit)
@@ -51,7 +63,8 @@ def test_a_refuted_claim_is_one_failing_case_and_its_bundle_verifies(tmp_path, c
 
 
 def test_a_run_that_is_not_refuted_has_no_failing_case_and_reveals_its_seed_if_asked(
-        tmp_path, capsys, in_process_simulation):
+    tmp_path, capsys, in_process_simulation
+):
     spec = tmp_path / "audit.toml"
     spec.write_text("reveal_seed = true\n" + SPEC)
     junit, evidence = tmp_path / "audit.xml", tmp_path / "evidence.json"

@@ -54,13 +54,21 @@ def test_each_seen_canary_is_presented_in_exactly_r_rounds_one_per_period(
 
 def test_shuffled_epochs_each_client_exactly_once_per_epoch():
     n, m = 30, 7
-    schedule = _schedule(num_clients=n, num_seen_canaries=0, participation="shuffled",
-                         clients_per_round=m, num_rounds=50)
+    schedule = _schedule(
+        num_clients=n,
+        num_seen_canaries=0,
+        participation="shuffled",
+        clients_per_round=m,
+        num_rounds=50,
+    )
     rounds_per_epoch = -(-n // m)  # last cohort of an epoch is short
     epochs = 50 // rounds_per_epoch
     for e in range(epochs):
         members = np.concatenate(
-            [schedule.real_clients(t) for t in range(e * rounds_per_epoch + 1, (e + 1) * rounds_per_epoch + 1)]
+            [
+                schedule.real_clients(t)
+                for t in range(e * rounds_per_epoch + 1, (e + 1) * rounds_per_epoch + 1)
+            ]
         )
         assert np.array_equal(np.sort(members), np.arange(n))
     assert all(schedule.real_clients(t).size <= m for t in range(1, 51))
@@ -77,8 +85,14 @@ def test_fixed_size_schemes_keep_cohort_size_m_including_canaries():
 
 def test_poisson_rate_within_tolerance():
     n, q, rounds = 2000, 0.05, 200
-    schedule = _schedule(num_clients=n, num_seen_canaries=0, participation="poisson",
-                         clients_per_round=100, sampling_probability=q, num_rounds=rounds)
+    schedule = _schedule(
+        num_clients=n,
+        num_seen_canaries=0,
+        participation="poisson",
+        clients_per_round=100,
+        sampling_probability=q,
+        num_rounds=rounds,
+    )
     counts = schedule.participation_counts()
     expected = n * rounds * q
     assert abs(counts.sum() - expected) < 5 * np.sqrt(expected * (1 - q))
@@ -88,9 +102,15 @@ def test_poisson_rate_within_tolerance():
 
 @pytest.mark.parametrize("scheme", ["poisson", "uniform", "shuffled", "batch_then_shuffle"])
 def test_participation_cap_is_respected(scheme):
-    schedule = _schedule(num_clients=20, num_seen_canaries=0, participation=scheme,
-                         clients_per_round=10, sampling_probability=0.6, num_rounds=30,
-                         max_participations=2)
+    schedule = _schedule(
+        num_clients=20,
+        num_seen_canaries=0,
+        participation=scheme,
+        clients_per_round=10,
+        sampling_probability=0.6,
+        num_rounds=30,
+        max_participations=2,
+    )
     counts = schedule.participation_counts()
     assert counts.max() <= 2
     assert counts.sum() > 0
@@ -153,8 +173,9 @@ def test_unseen_canaries_get_rounds_by_the_same_rule_and_participants_merge_both
 
     seen_by_round = [np.array([5, 1]), np.array([], dtype=np.int64), np.array([3])]
     unseen = np.array([0, 2, 4])
-    merged = canary_participants(seen_by_round=seen_by_round, unseen_indices=unseen,
-                                 unseen_rounds=np.array([[1], [0], [1]]))
+    merged = canary_participants(
+        seen_by_round=seen_by_round, unseen_indices=unseen, unseen_rounds=np.array([[1], [0], [1]])
+    )
     assert [m.tolist() for m in merged] == [[1, 2, 5], [0, 4], [3]]
 
 
@@ -170,21 +191,24 @@ def test_canaries_take_cohort_slots_never_more_than_the_cohort(repeats, rounds, 
     where the cap does not bind, the schedule is the uncapped one."""
     shortest = rounds // repeats
     seen = cap * shortest  # the most that fit
-    capped = canary_schedule(seen, num_rounds=rounds, canary_repeats=repeats, seed=seed,
-                             max_per_round=cap)
+    capped = canary_schedule(
+        seen, num_rounds=rounds, canary_repeats=repeats, seed=seed, max_per_round=cap
+    )
     assert max(len(r) for r in capped) <= cap
     bounds = (np.arange(repeats + 1) * rounds) // repeats
     for position in range(seen):
         rounds_in = [t for t in range(rounds) if position in capped[t]]
         periods = np.searchsorted(bounds, np.array(rounds_in), side="right") - 1
         assert sorted(periods.tolist()) == list(range(repeats))
-    loose = canary_schedule(seen, num_rounds=rounds, canary_repeats=repeats, seed=seed,
-                            max_per_round=seen + 1)
+    loose = canary_schedule(
+        seen, num_rounds=rounds, canary_repeats=repeats, seed=seed, max_per_round=seen + 1
+    )
     free = canary_schedule(seen, num_rounds=rounds, canary_repeats=repeats, seed=seed)
     assert all(np.array_equal(a, b) for a, b in zip(loose, free))
     with pytest.raises(ValueError, match="num_canaries"):
-        canary_schedule(seen + 1, num_rounds=rounds, canary_repeats=repeats, seed=seed,
-                        max_per_round=cap)
+        canary_schedule(
+            seen + 1, num_rounds=rounds, canary_repeats=repeats, seed=seed, max_per_round=cap
+        )
 
 
 def test_the_canary_schedule_is_the_participation_schedules_and_fills_no_more_than_m():
@@ -193,9 +217,15 @@ def test_the_canary_schedule_is_the_participation_schedules_and_fills_no_more_th
 
     mask = seen_mask(4242, 40)
     plan = CanarySchedule.from_mask(mask, num_rounds=10, canary_repeats=2, seed=5, max_per_round=6)
-    schedule = _schedule(num_seen_canaries=int(mask.sum()), num_rounds=10, canary_repeats=2,
-                         participation="uniform", clients_per_round=6, seed=5,
-                         max_canaries_per_round=6)
+    schedule = _schedule(
+        num_seen_canaries=int(mask.sum()),
+        num_rounds=10,
+        canary_repeats=2,
+        participation="uniform",
+        clients_per_round=6,
+        seed=5,
+        max_canaries_per_round=6,
+    )
     seen = np.flatnonzero(mask)
     for t in range(1, 11):
         assert plan.seen(t).tolist() == sorted(seen[schedule.canaries(t)].tolist())
@@ -210,8 +240,9 @@ def test_a_schedule_where_every_canary_came_up_seen():
 
     from flaudit.auditor.schedules import CanarySchedule
 
-    plan = CanarySchedule.from_mask(np.ones(8, dtype=bool), num_rounds=5, canary_repeats=1,
-                                    seed=0, max_per_round=3)
+    plan = CanarySchedule.from_mask(
+        np.ones(8, dtype=bool), num_rounds=5, canary_repeats=1, seed=0, max_per_round=3
+    )
     assert sum(plan.seen(t).size for t in range(1, 6)) == 8
 
 
@@ -223,16 +254,28 @@ def test_an_audits_canary_plan_follows_its_engine(engine):
     from flaudit.auditor.spec import AuditSpec
 
     seed = 2**90 + 17
-    common = dict(num_rounds=8, num_clients=50, clients_per_round=2, num_canaries=8,
-                  canary_repeats=2, data_seed=3, delta=1e-5)
+    common = dict(
+        num_rounds=8,
+        num_clients=50,
+        clients_per_round=2,
+        num_canaries=8,
+        canary_repeats=2,
+        data_seed=3,
+        delta=1e-5,
+    )
     if engine == "external":
         spec = AuditSpec(engine=engine, max_canary_fraction=1.0, **common)
-        want = canary_plan(seed, num_canaries=8, num_rounds=8, canary_repeats=2, data_seed=3,
-                           max_per_round=2)
+        want = canary_plan(
+            seed, num_canaries=8, num_rounds=8, canary_repeats=2, data_seed=3, max_per_round=2
+        )
     else:
         extra = {"superlink_address": "h:1"} if engine == "deployment" else {}
-        spec = AuditSpec(engine=engine, inject_bug={"kind": "extra_participation", "factor": 2},
-                         **common, **extra)
+        spec = AuditSpec(
+            engine=engine,
+            inject_bug={"kind": "extra_participation", "factor": 2},
+            **common,
+            **extra,
+        )
         want = canary_plan(seed, num_canaries=8, num_rounds=8, canary_repeats=4, data_seed=3)
     plan = audit_canary_plan(seed, spec)
     for t in range(1, 9):

@@ -45,10 +45,17 @@ def _play(stop_on_alarm: bool):
     reporter = AlarmAfter.for_audit(canary_seed=SEED, num_canaries=K)
     inner = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=3)
+        noise_multiplier=0.0,
+        clipping_norm=S,
+        num_sampled_clients=3,
+    )
     strategy = CanaryAuditStrategy(
-        inner, reporter=reporter, num_rounds=ROUNDS, stop_on_alarm=stop_on_alarm,
-        canaries=LocalCanaries(SEED, num_canaries=K, num_rounds=ROUNDS, canary_repeats=1))
+        inner,
+        reporter=reporter,
+        num_rounds=ROUNDS,
+        stop_on_alarm=stop_on_alarm,
+        canaries=LocalCanaries(SEED, num_canaries=K, num_rounds=ROUNDS, canary_repeats=1),
+    )
     rng = np.random.default_rng(0)
     arrays = ArrayRecord([rng.standard_normal(50).astype(np.float32)])
     sent, models = [], []
@@ -60,9 +67,14 @@ def _play(stop_on_alarm: bool):
         for msg in messages:
             u = rng.standard_normal(50).astype(np.float32)
             vec = current + u * (0.1 * S / np.linalg.norm(u))
-            replies.append(Message(content=RecordDict({"arrays": ArrayRecord([vec]),
-                                                       "metrics": MetricRecord({"num-examples": 1})}),
-                                   reply_to=msg))
+            replies.append(
+                Message(
+                    content=RecordDict(
+                        {"arrays": ArrayRecord([vec]), "metrics": MetricRecord({"num-examples": 1})}
+                    ),
+                    reply_to=msg,
+                )
+            )
         new, _ = strategy.aggregate_train(t, replies)
         strategy.flush()
         if new is not None:
@@ -83,8 +95,13 @@ def test_the_wrapper_stops_training_after_the_alarms_round():
     assert reporter.claims[0]["stop_on_alarm"] is True
     # the declared claim makes the service's spec ask for the stop (and record it)
     claim = AuditClaim.model_validate({k: v for k, v in reporter.claims[0].items()})
-    spec = AuditSpec(engine="external", num_canaries=K, num_clients=3, clients_per_round=3,
-                     max_canary_fraction=0.9)
+    spec = AuditSpec(
+        engine="external",
+        num_canaries=K,
+        num_clients=3,
+        clients_per_round=3,
+        max_canary_fraction=0.9,
+    )
     assert claim.apply(spec).stop_on_alarm is True
 
 
@@ -93,7 +110,13 @@ def test_without_the_option_the_run_goes_on():
     assert [n + strategy.displaced.get(t, 0) for t, n in enumerate(sent, 1)] == [3] * ROUNDS
     assert strategy.stopped_at_round is None
     assert len(reporter.rounds) == ROUNDS and "stop_on_alarm" not in reporter.claims[0]
-    spec = AuditSpec(engine="external", num_canaries=K, num_clients=3, clients_per_round=3,
-                     max_canary_fraction=0.9, stop_on_alarm=True)
+    spec = AuditSpec(
+        engine="external",
+        num_canaries=K,
+        num_clients=3,
+        clients_per_round=3,
+        max_canary_fraction=0.9,
+        stop_on_alarm=True,
+    )
     claim = AuditClaim.model_validate(reporter.claims[0])
     assert claim.apply(spec).stop_on_alarm is True  # a claim without it keeps the spec's

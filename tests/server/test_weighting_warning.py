@@ -4,9 +4,10 @@ item d): above the verdict's own threshold, never for equal partitions."""
 from __future__ import annotations
 
 import pytest
+from flwr.common.logger import FLOWER_LOGGER
+
 from flaudit.auditor.claims.verdict import WEIGHTING_TOLERANCE
 from flaudit.server.canary_audit import CanaryAudit
-from flwr.common.logger import FLOWER_LOGGER
 
 
 def _warnings(caplog, weights_per_round):

@@ -42,15 +42,19 @@ class ClaimRecorder(LocalRoundReporter):
 def _dp(noise=0.0, fedavg=None):
     return DifferentialPrivacyServerSideFixedClipping(
         fedavg or FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=noise, clipping_norm=S, num_sampled_clients=3,
+        noise_multiplier=noise,
+        clipping_norm=S,
+        num_sampled_clients=3,
     )
 
 
 def _wrapped(reporter, *, rounds=4, repeats=2, inner=None):
-    canaries = LocalCanaries(SEED, num_canaries=K, num_rounds=rounds, canary_repeats=repeats,
-                             clients_per_round=3)
-    return CanaryAuditStrategy(inner or _dp(), reporter=reporter, canaries=canaries,
-                               num_rounds=rounds), canaries
+    canaries = LocalCanaries(
+        SEED, num_canaries=K, num_rounds=rounds, canary_repeats=repeats, clients_per_round=3
+    )
+    return CanaryAuditStrategy(
+        inner or _dp(), reporter=reporter, canaries=canaries, num_rounds=rounds
+    ), canaries
 
 
 def _replies(messages, current, updates, metrics):
@@ -74,8 +78,9 @@ class CountingFedAvg(FedAvg):
     def aggregate_train(self, server_round, replies):
         replies = list(replies)
         self.aggregated.append(len(replies))
-        self.weights.append([float(next(iter(r.content.metric_records.values()))["num-examples"])
-                             for r in replies])
+        self.weights.append(
+            [float(next(iter(r.content.metric_records.values()))["num-examples"]) for r in replies]
+        )
         return super().aggregate_train(server_round, replies)
 
 
@@ -104,8 +109,12 @@ def test_canaries_take_cohort_slots_and_rounds_are_reported():
             updates.append(u * (0.1 * S / np.linalg.norm(u)))
         # the quickstart's metrics: an extra key beside the weight (Flower's FedAvg requires
         # every reply to carry the same keys)
-        replies = _replies(messages, current, updates,
-                           [{"num-examples": 10, "train_loss": 1.0 + i} for i in range(3)])
+        replies = _replies(
+            messages,
+            current,
+            updates,
+            [{"num-examples": 10, "train_loss": 1.0 + i} for i in range(3)],
+        )
         new_arrays, metrics = strategy.aggregate_train(t, replies)
         strategy.flush()  # the round is reported on the audit thread
         assert fedavg.aggregated[-1] == 3  # exactly num_sampled_clients replies
@@ -119,8 +128,13 @@ def test_canaries_take_cohort_slots_and_rounds_are_reported():
         assert meta.weight_factor == pytest.approx(1.0)
         assert sorted(meta.participants) == sorted(canaries.participants(t).tolist())
         family = resolve_canary_family(None, num_canaries=K, dim=dim)
-        expected_canaries = sum((S * canary_vector(SEED, j, dim, family=family).astype(np.float64)
-                                 for j in canaries.by_round[t]), np.zeros(dim))
+        expected_canaries = sum(
+            (
+                S * canary_vector(SEED, j, dim, family=family).astype(np.float64)
+                for j in canaries.by_round[t]
+            ),
+            np.zeros(dim),
+        )
         canary_part = (new.astype(np.float64) - current) * 3 - np.sum(updates, axis=0)
         assert np.allclose(canary_part, expected_canaries, atol=2e-5)
         assert set(canaries.by_round[t].tolist()) <= set(seen.tolist())
@@ -140,9 +154,15 @@ def test_local_canaries_follow_the_built_in_schedule():
 
     canaries = LocalCanaries(SEED, num_canaries=40, num_rounds=6, canary_repeats=2, data_seed=3)
     seen = np.flatnonzero(seen_mask(SEED, 40))
-    schedule = participation_schedule(num_clients=50, num_seen_canaries=seen.size, num_rounds=6,
-                                      participation="uniform", clients_per_round=10,
-                                      canary_repeats=2, seed=3)
+    schedule = participation_schedule(
+        num_clients=50,
+        num_seen_canaries=seen.size,
+        num_rounds=6,
+        participation="uniform",
+        clients_per_round=10,
+        canary_repeats=2,
+        seed=3,
+    )
     for t in range(1, 7):
         assert canaries.by_round[t].tolist() == sorted(seen[schedule.canaries(t)].tolist())
 
@@ -160,16 +180,24 @@ def test_weighted_fedavg_is_audited_with_canaries_at_the_largest_weight():
     arrays = ArrayRecord([model[:600].reshape(20, 30), model[600:]])
     for r in range(1, t):  # earlier rounds with equal weights
         messages = list(strategy.configure_train(r, arrays, ConfigRecord({}), Grid3()))
-        replies = _replies(messages, model, [np.full(630, 1e-4, np.float32)] * 3,
-                           [{"num-examples": 7} for _ in range(3)])
+        replies = _replies(
+            messages,
+            model,
+            [np.full(630, 1e-4, np.float32)] * 3,
+            [{"num-examples": 7} for _ in range(3)],
+        )
         arrays, _ = strategy.aggregate_train(r, replies)
         strategy.flush()
         assert strategy.weight_factors[r] == pytest.approx(1.0)  # equal weights: as before
         model = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
     messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
     weights = [10, 30, 20][: len(messages)]
-    replies = _replies(messages, model, [np.full(630, 1e-4, np.float32)] * len(messages),
-                       [{"num-examples": w} for w in weights])
+    replies = _replies(
+        messages,
+        model,
+        [np.full(630, 1e-4, np.float32)] * len(messages),
+        [{"num-examples": w} for w in weights],
+    )
     strategy.aggregate_train(t, replies)
     strategy.flush()
     assert fedavg.weights[-1] == [float(w) for w in weights] + [float(max(weights))] * c
@@ -182,8 +210,9 @@ def test_the_claim_is_read_from_flowers_dp_wrappers_and_completes_the_spec():
     fixed = read_claim(_dp(noise=1.3), num_rounds=5, num_nodes=4)
     assert fixed["noise_multiplier"] == 1.3 and fixed["clip_norm"] == S
     assert fixed["clients_per_round"] == 3 and fixed["num_clients"] == 4
-    client = DifferentialPrivacyClientSideFixedClipping(FedAvg(), noise_multiplier=0.7,
-                                                        clipping_norm=2.0, num_sampled_clients=2)
+    client = DifferentialPrivacyClientSideFixedClipping(
+        FedAvg(), noise_multiplier=0.7, clipping_norm=2.0, num_sampled_clients=2
+    )
     assert read_claim(client, num_rounds=2, num_nodes=2)["clip_norm"] == 2.0
     adaptive = DifferentialPrivacyServerSideAdaptiveClipping(
         FedAvg(), noise_multiplier=1.0, num_sampled_clients=2, clipped_count_stddev=1.0
@@ -218,13 +247,19 @@ def test_strategies_it_cannot_audit_are_refused_with_what_to_change():
         CanaryAuditStrategy(FedAvg(), reporter=reporter)
     with pytest.raises(ValueError, match="clip_norm"):
         CanaryAuditStrategy(_dp(), reporter=reporter, clip_norm=0)
-    accountant = RdpAccountant(PrivacyConfig(
-        target_delta=1e-5, population_size=2,
-        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-        sampling_method=SamplingMethod.NO_AMPLIFICATION,
-    ))
+    accountant = RdpAccountant(
+        PrivacyConfig(
+            target_delta=1e-5,
+            population_size=2,
+            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+            sampling_method=SamplingMethod.NO_AMPLIFICATION,
+        )
+    )
     accounted = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(), noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=2,
+        FedAvg(),
+        noise_multiplier=1.0,
+        clipping_norm=1.0,
+        num_sampled_clients=2,
         accountant=accountant,
     )
     CanaryAuditStrategy(accounted, reporter=reporter)  # accountant= is audited (next test)
@@ -243,14 +278,20 @@ def test_an_accounted_strategy_is_audited_and_its_accountant_sees_num_sampled_cl
 
     from flaudit.server.wrapper import accountant_spent
 
-    accountant = RdpAccountant(PrivacyConfig(
-        target_delta=1e-5, population_size=3,
-        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-        sampling_method=SamplingMethod.NO_AMPLIFICATION,
-    ))
+    accountant = RdpAccountant(
+        PrivacyConfig(
+            target_delta=1e-5,
+            population_size=3,
+            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+            sampling_method=SamplingMethod.NO_AMPLIFICATION,
+        )
+    )
     inner = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=2.0, clipping_norm=S, num_sampled_clients=3, accountant=accountant,
+        noise_multiplier=2.0,
+        clipping_norm=S,
+        num_sampled_clients=3,
+        accountant=accountant,
     )
     reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)
     strategy, canaries = _wrapped(reporter, rounds=2, repeats=1, inner=inner)
@@ -258,8 +299,12 @@ def test_an_accounted_strategy_is_audited_and_its_accountant_sees_num_sampled_cl
     arrays = ArrayRecord([model[:600].reshape(20, 30), model[600:]])
     for t in (1, 2):
         messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
-        replies = _replies(messages, model, [np.full(630, 1e-4, np.float32)] * len(messages),
-                           [{"num-examples": 4} for _ in messages])
+        replies = _replies(
+            messages,
+            model,
+            [np.full(630, 1e-4, np.float32)] * len(messages),
+            [{"num-examples": 4} for _ in messages],
+        )
         arrays, _ = strategy.aggregate_train(t, replies)
         model = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
     strategy.flush()
@@ -279,13 +324,16 @@ def test_client_side_adaptive_clipping_aggregates_canaries_with_the_norm_bit():
     class Spy(FedAvg):
         def aggregate_train(self, server_round, replies):
             replies = list(replies)
-            seen_bits.extend(next(iter(r.content.metric_records.values()))[KEY_NORM_BIT]
-                             for r in replies)
+            seen_bits.extend(
+                next(iter(r.content.metric_records.values()))[KEY_NORM_BIT] for r in replies
+            )
             return super().aggregate_train(server_round, replies)
 
     inner = DifferentialPrivacyClientSideAdaptiveClipping(
         Spy(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.0, num_sampled_clients=3, initial_clipping_norm=S,
+        noise_multiplier=0.0,
+        num_sampled_clients=3,
+        initial_clipping_norm=S,
     )
     reporter = LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=K)
     strategy, canaries = _wrapped(reporter, rounds=2, repeats=1, inner=inner)
@@ -294,8 +342,9 @@ def test_client_side_adaptive_clipping_aggregates_canaries_with_the_norm_bit():
     arrays = ArrayRecord([model[:600].reshape(20, 30), model[600:]])
     messages = list(strategy.configure_train(1, arrays, ConfigRecord({}), Grid3()))
     updates = [np.full(630, 0.001 * (i + 1), np.float32) for i in range(3)]
-    replies = _replies(messages, model, updates,
-                       [{"num-examples": 5, KEY_NORM_BIT: 1} for _ in range(3)])
+    replies = _replies(
+        messages, model, updates, [{"num-examples": 5, KEY_NORM_BIT: 1} for _ in range(3)]
+    )
     new_arrays, _ = strategy.aggregate_train(1, replies)
     strategy.flush()
     c = len(canaries.by_round[1])
@@ -326,9 +375,13 @@ def test_canaries_are_fetched_and_rounds_reported_while_the_clients_train():
     reporter = SlowService.for_audit(canary_seed=SEED, num_canaries=K)
     inner = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=3)
-    canaries = CountingCanaries(SEED, num_canaries=K, num_rounds=4, canary_repeats=2,
-                                clients_per_round=3)
+        noise_multiplier=0.0,
+        clipping_norm=S,
+        num_sampled_clients=3,
+    )
+    canaries = CountingCanaries(
+        SEED, num_canaries=K, num_rounds=4, canary_repeats=2, clients_per_round=3
+    )
     strategy = CanaryAuditStrategy(inner, reporter=reporter, canaries=canaries, num_rounds=4)
     model = np.zeros(630, np.float32)
     arrays = ArrayRecord([model[:600].reshape(20, 30), model[600:]])
@@ -336,8 +389,12 @@ def test_canaries_are_fetched_and_rounds_reported_while_the_clients_train():
         messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
         if t == 1:  # round 1's canaries: fetched before its messages go out
             assert fetched[0][0] == 1
-        replies = _replies(messages, model, [np.full(630, 1e-3, np.float32)] * 3,
-                           [{"num-examples": 5} for _ in range(3)])
+        replies = _replies(
+            messages,
+            model,
+            [np.full(630, 1e-3, np.float32)] * 3,
+            [{"num-examples": 5} for _ in range(3)],
+        )
         strategy._prefetched[t + 1].result()  # round t+1's canaries, fetched while t trains
         assert fetched[-1][0] == t + 1 and fetched[-1][1].startswith("flaudit-canaries")
         arrays, _ = strategy.aggregate_train(t, replies)
@@ -363,7 +420,8 @@ def test_the_run_token_never_comes_from_the_run_config(tmp_path, monkeypatch):
     path = tmp_path / "token"
     path.write_text("tok-123\n")
     strategy = CanaryAuditStrategy.from_env(
-        _dp(), run_config={**where, "flaudit-run-token-file": str(path)})
+        _dp(), run_config={**where, "flaudit-run-token-file": str(path)}
+    )
     assert strategy.reporter._headers["Authorization"] == "Bearer tok-123"
     assert "tok-123" not in repr(strategy) and "tok-123" not in repr(strategy.reporter)
     monkeypatch.setenv("FLAUDIT_RUN_TOKEN", "tok-env")  # the environment wins
@@ -391,12 +449,22 @@ class LoopGrid:
             if msg.metadata.message_type != "train":
                 continue
             record = msg.content["arrays"]
-            parts = [a + 0.01 * self.rng.standard_normal(a.shape).astype(np.float32)
-                     for a in record.to_numpy_ndarrays()]
+            parts = [
+                a + 0.01 * self.rng.standard_normal(a.shape).astype(np.float32)
+                for a in record.to_numpy_ndarrays()
+            ]
             weight = self.weights.get(msg.metadata.dst_node_id, 5)
-            out.append(Message(content=RecordDict({
-                "arrays": ArrayRecord(parts), "metrics": MetricRecord({"num-examples": weight}),
-            }), reply_to=msg))
+            out.append(
+                Message(
+                    content=RecordDict(
+                        {
+                            "arrays": ArrayRecord(parts),
+                            "metrics": MetricRecord({"num-examples": weight}),
+                        }
+                    ),
+                    reply_to=msg,
+                )
+            )
         return out
 
 
@@ -410,7 +478,8 @@ def test_an_overridden_start_keeps_running_with_canaries_in_its_rounds(tmp_path)
             arrays = initial_arrays
             for t in range(1, num_rounds + 1):
                 replies = grid.send_and_receive(
-                    self.configure_train(t, arrays, ConfigRecord({}), grid), timeout=None)
+                    self.configure_train(t, arrays, ConfigRecord({}), grid), timeout=None
+                )
                 arrays, _ = self.aggregate_train(t, replies)
                 calls.append(t)
             (tmp_path / "results.json").write_text(f'{{"rounds": {num_rounds}}}')
@@ -423,8 +492,9 @@ def test_an_overridden_start_keeps_running_with_canaries_in_its_rounds(tmp_path)
     model = np.zeros(630, np.float32)
     final = strategy.start(LoopGrid(), ArrayRecord([model]), num_rounds=3)
     assert calls == [1, 2, 3] and (tmp_path / "results.json").exists()  # its own loop ran
-    assert [m.num_canaries_inserted for _, m in reporter.rounds] == \
-        [len(canaries.by_round[t]) for t in (1, 2, 3)]
+    assert [m.num_canaries_inserted for _, m in reporter.rounds] == [
+        len(canaries.by_round[t]) for t in (1, 2, 3)
+    ]
     assert isinstance(final, ArrayRecord) and reporter.final_model is not None
     assert "configure_train" not in vars(inner)  # nothing left patched on the app's strategy
     assert strategy.min_train_nodes == 3  # its attributes read through the wrapper

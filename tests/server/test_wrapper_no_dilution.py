@@ -22,7 +22,6 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flaudit.auditor.canaries import seen_mask
 from flaudit.auditor.spec import AuditClaim, AuditSpec
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries
-
 from tests.server.test_wrapper import ClaimRecorder, CountingFedAvg, LoopGrid
 
 pytestmark = pytest.mark.usefixtures("flower_task_identity")
@@ -53,8 +52,9 @@ def audit(dp_class, noise_seed):
     from flaudit.service.live import decide, num_looks, summary_parts
 
     np.random.seed(noise_seed)  # Flower's DP noise draws from numpy's global generator
-    fedavg = CountingFedAvg(fraction_train=2 / 3, min_train_nodes=2, min_available_nodes=3,
-                            fraction_evaluate=0.0)
+    fedavg = CountingFedAvg(
+        fraction_train=2 / 3, min_train_nodes=2, min_available_nodes=3, fraction_evaluate=0.0
+    )
     dp = dp_class(fedavg, noise_multiplier=NOISE, clipping_norm=CLIP, num_sampled_clients=2)
     reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)
     canaries = LocalCanaries(SEED, num_canaries=K, num_rounds=ROUNDS, clients_per_round=2)
@@ -63,19 +63,33 @@ def audit(dp_class, noise_seed):
     strategy.start(grid, ArrayRecord([np.zeros(1000, np.float32)]), num_rounds=ROUNDS)
 
     claim = reporter.claims[0]
-    spec = AuditClaim(**claim).apply(AuditSpec(
-        name="no dilution", engine="external", num_canaries=K, canary_repeats=1,
-        max_canary_fraction=1.0, delta=1e-5,
-    ))
+    spec = AuditClaim(**claim).apply(
+        AuditSpec(
+            name="no dilution",
+            engine="external",
+            num_canaries=K,
+            canary_repeats=1,
+            max_canary_fraction=1.0,
+            delta=1e-5,
+        )
+    )
     tracker = reporter.tracker
-    _, _, _, tests = summary_parts(AuditLook(
-        seen=seen_mask(SEED, K), dim=tracker.dim, delta=spec.delta,
-        max_cosines=tracker.max_cosines, final_cosines=tracker.final_cosines,
-        threat_models=["final_model", "all_iterates"],
-        known_rounds_scores=reporter.known_rounds.scores,
-        known_rounds_rounds=reporter.known_rounds.rounds, scale_dof=tracker.scale_dof,
-        claims=audit_claims(spec), num_rounds=ROUNDS,
-    ), final=True)
+    _, _, _, tests = summary_parts(
+        AuditLook(
+            seen=seen_mask(SEED, K),
+            dim=tracker.dim,
+            delta=spec.delta,
+            max_cosines=tracker.max_cosines,
+            final_cosines=tracker.final_cosines,
+            threat_models=["final_model", "all_iterates"],
+            known_rounds_scores=reporter.known_rounds.scores,
+            known_rounds_rounds=reporter.known_rounds.rounds,
+            scale_dof=tracker.scale_dof,
+            claims=audit_claims(spec),
+            num_rounds=ROUNDS,
+        ),
+        final=True,
+    )
     alarm = decide(spec, tests, look=num_looks(spec))
     return alarm, fedavg.aggregated, grid.sent, strategy, reporter
 
@@ -93,5 +107,6 @@ def test_a_planted_quarter_noise_bug_raises_the_alarm_and_the_correct_run_does_n
 
     correct, aggregated, _, _, _ = audit(DifferentialPrivacyServerSideFixedClipping, noise_seed)
     assert aggregated == [2] * ROUNDS
-    assert correct.status != "error" and not [r for r in correct.rejected
-                                              if r.get("level") == "error"], correct.to_dict()
+    assert correct.status != "error" and not [
+        r for r in correct.rejected if r.get("level") == "error"
+    ], correct.to_dict()

@@ -64,8 +64,12 @@ def sqlite_store(tmp_path):
 
 
 def make_client(store: Store, **overrides) -> TestClient:
-    options = {"api_keys": (API_KEY,), "secret_keys": (TEST_SECRET_KEY,), "start_runner": False,
-               **overrides}
+    options = {
+        "api_keys": (API_KEY,),
+        "secret_keys": (TEST_SECRET_KEY,),
+        "start_runner": False,
+        **overrides,
+    }
     settings = Settings(database_url="sqlite://", **options)  # the store is passed in
     return TestClient(create_app(settings, store=store))
 

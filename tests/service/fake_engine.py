@@ -77,9 +77,14 @@ def worker(payload: dict) -> None:
     }
     ack_log = os.environ.get("FLAUDIT_TEST_ACK_LOG")
     with httpx.Client(timeout=30) as client:
+
         def put(path, vector, params=None):
-            r = client.put(f"{base}/{path}", content=vector.astype("<f4").tobytes(),
-                           params=params, headers=headers)
+            r = client.put(
+                f"{base}/{path}",
+                content=vector.astype("<f4").tobytes(),
+                params=params,
+                headers=headers,
+            )
             r.raise_for_status()
             if ack_log:
                 with open(ack_log, "a") as fh:

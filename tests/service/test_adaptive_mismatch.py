@@ -25,8 +25,13 @@ from .conftest import AUTH
 
 K, ROUNDS, DIM = 10, 8, 1000
 NODES = (11, 12, 13)
-EXTERNAL = {"name": "adaptive", "engine": "external", "num_canaries": K,
-            "max_canary_fraction": 1.0, "delta": 1e-5}
+EXTERNAL = {
+    "name": "adaptive",
+    "engine": "external",
+    "num_canaries": K,
+    "max_canary_fraction": 1.0,
+    "delta": 1e-5,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -45,20 +50,27 @@ def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):
     audit_id = body["environment"]["FLAUDIT_AUDIT_ID"]
     token = body["environment"]["FLAUDIT_RUN_TOKEN"]
     http = httpx.Client(transport=client._transport, base_url="http://testserver")
-    reporter = HttpRoundReporter("http://testserver", audit_id, token, client=http,
-                                 backoff=0.01, retry_seconds=0.05)
+    reporter = HttpRoundReporter(
+        "http://testserver", audit_id, token, client=http, backoff=0.01, retry_seconds=0.05
+    )
     np.random.seed(5)  # Flower's DP noise and its noisy clipped count
     random.seed(5)
-    fedavg = CountingFedAvg(fraction_train=1.0, min_train_nodes=3, min_available_nodes=3,
-                            fraction_evaluate=0.0)
+    fedavg = CountingFedAvg(
+        fraction_train=1.0, min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0
+    )
     # the updates have norm ~0.01 * sqrt(DIM) = 0.32 > 0.1: all clipped, the norm shrinks
     dp = DifferentialPrivacyServerSideAdaptiveClipping(
-        fedavg, noise_multiplier=1.0, num_sampled_clients=3, initial_clipping_norm=0.1,
-        clipped_count_stddev=1.0)
+        fedavg,
+        noise_multiplier=1.0,
+        num_sampled_clients=3,
+        initial_clipping_norm=0.1,
+        clipped_count_stddev=1.0,
+    )
     strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=ROUNDS)
     strategy.audit._slot_rng = np.random.default_rng(5)
-    strategy.start(LoopGrid(nodes=NODES, seed=5), ArrayRecord([np.zeros(DIM, np.float32)]),
-                   num_rounds=ROUNDS)
+    strategy.start(
+        LoopGrid(nodes=NODES, seed=5), ArrayRecord([np.zeros(DIM, np.float32)]), num_rounds=ROUNDS
+    )
     reporter.close()
     audit = client.get(f"/audits/{audit_id}", headers=AUTH).json()
     assert audit["status"] == "succeeded", audit["reason"]
@@ -70,7 +82,9 @@ def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):
     for row in rounds:
         t = row["round"]
         assert row["clip_norm"] == pytest.approx(strategy.audit.calibration.clip_norms[t])
-        assert row["noise_clip_norm"] == pytest.approx(strategy.audit.calibration.noise_clip_norms[t])
+        assert row["noise_clip_norm"] == pytest.approx(
+            strategy.audit.calibration.noise_clip_norms[t]
+        )
         assert row["noise_clip_factor"] == pytest.approx(factors[t])
     least = min(factors.values())
     assert least < 1 and audit["min_noise_clip_factor"] == pytest.approx(least)
@@ -79,14 +93,17 @@ def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):
     assert finding["min_factor"] == pytest.approx(least)
     assert finding["effective_noise_multiplier"] == pytest.approx(dp.noise_multiplier * least)
     assert f"its noise is {least:.3g}× what that clip norm needs" in finding["sentence"]
-    assert verdict["noise_split"].startswith("noise multiplier 1 as configured; with "
-                                             "clipped-count noise sigma_b = 1 the updates get 1.155")
+    assert verdict["noise_split"].startswith(
+        "noise multiplier 1 as configured; with "
+        "clipped-count noise sigma_b = 1 the updates get 1.155"
+    )
     assert any(a["message"].startswith("noise calibration: ") for a in audit["alerts"])
     assert finding["sentence"] in verdict["summary"]  # on the page and in the CLI
     assert f"Noise: {verdict['noise_split']}." in verdict["summary"]
     bundle = client.get(f"/audits/{audit_id}/evidence", headers=AUTH).json()
     assert [r["noise_clip_norm"] for r in bundle["statistics"]["rounds"]] == pytest.approx(
-        [strategy.audit.calibration.noise_clip_norms[t] for t in range(1, ROUNDS + 1)])
+        [strategy.audit.calibration.noise_clip_norms[t] for t in range(1, ROUNDS + 1)]
+    )
     assert bundle["statistics"]["min_noise_clip_factor"] == pytest.approx(least)
     assert bundle["verdict"]["noise_calibration"]["min_factor"] == pytest.approx(least)
     checked = recompute(bundle)

@@ -10,9 +10,9 @@ import pytest
 
 from flaudit.auditor.canaries import seen_mask
 from flaudit.auditor.claims import AuditLook, summarize
+from flaudit.auditor.spec import AuditSpec
 from flaudit.service.auth import NO_KEY_CONFIGURED
 from flaudit.service.schemas import AuditList, AuditOut, CosinesOut
-from flaudit.auditor.spec import AuditSpec
 from tests.canary_reference import expected_statistics
 
 from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
@@ -28,8 +28,22 @@ def test_post_returns_201_with_id_and_get_shows_the_agreed_shape(client):
     audit_id = submit(client)
     body = client.get(f"/audits/{audit_id}").json()
     assert body["id"] == audit_id and body["status"] == "queued"
-    for key in ("name", "reason", "spec", "created_at", "started_at", "finished_at", "progress",
-                "dim", "estimates", "diagnostics", "alerts", "histograms", "metrics", "links"):
+    for key in (
+        "name",
+        "reason",
+        "spec",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "progress",
+        "dim",
+        "estimates",
+        "diagnostics",
+        "alerts",
+        "histograms",
+        "metrics",
+        "links",
+    ):
         assert key in body
     assert body["progress"] == {"round": 0, "num_rounds": 4, "fraction": 0.0, "eta_seconds": None}
     assert body["links"]["rounds"] == f"/audits/{audit_id}/rounds"
@@ -68,7 +82,14 @@ def test_custom_tasks_need_to_be_allowed(client, store):
     assert any("task" in loc for loc in _locs(response))
     assert store.count_audits() == 0
     with make_client(store, allow_custom_tasks=True) as c:
-        assert c.post("/audits", json={**SMALL_SPEC, "task": "flaudit.clients.tasks:synthetic_task"}, headers=AUTH).status_code == 201
+        assert (
+            c.post(
+                "/audits",
+                json={**SMALL_SPEC, "task": "flaudit.clients.tasks:synthetic_task"},
+                headers=AUTH,
+            ).status_code
+            == 201
+        )
 
 
 def test_deleted_audit_is_not_resurrected_by_a_late_cache_refresh(client, store):
@@ -144,15 +165,26 @@ def test_api_key_file_with_several_keys(tmp_path, monkeypatch):
         load_api_keys(key_file=str(tmp_path / "missing"))
 
 
-@pytest.mark.parametrize("variable, value, message", [
-    ("FLAUDIT_MAX_BODY_BYTES", "64MB", "FLAUDIT_MAX_BODY_BYTES must be an integer"),
-    ("FLAUDIT_MAX_CONCURRENT_AUDITS", "two", "FLAUDIT_MAX_CONCURRENT_AUDITS must be an integer"),
-    ("FLAUDIT_CANARY_CACHE_BYTES", "1.5", "FLAUDIT_CANARY_CACHE_BYTES must be an integer"),
-    ("FLAUDIT_BODY_TIMEOUT_SECONDS", "60s", "FLAUDIT_BODY_TIMEOUT_SECONDS must be a number"),
-    ("FLAUDIT_BODY_TIMEOUT_SECONDS", "inf", "FLAUDIT_BODY_TIMEOUT_SECONDS\\) must be a finite"),
-    ("FLAUDIT_LEASE_SECONDS", "nan", "FLAUDIT_LEASE_SECONDS\\) must be a finite"),
-    ("FLAUDIT_TIMEOUT_GRACE_SECONDS", "-1", "FLAUDIT_TIMEOUT_GRACE_SECONDS\\) must be a finite"),
-])
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        ("FLAUDIT_MAX_BODY_BYTES", "64MB", "FLAUDIT_MAX_BODY_BYTES must be an integer"),
+        (
+            "FLAUDIT_MAX_CONCURRENT_AUDITS",
+            "two",
+            "FLAUDIT_MAX_CONCURRENT_AUDITS must be an integer",
+        ),
+        ("FLAUDIT_CANARY_CACHE_BYTES", "1.5", "FLAUDIT_CANARY_CACHE_BYTES must be an integer"),
+        ("FLAUDIT_BODY_TIMEOUT_SECONDS", "60s", "FLAUDIT_BODY_TIMEOUT_SECONDS must be a number"),
+        ("FLAUDIT_BODY_TIMEOUT_SECONDS", "inf", "FLAUDIT_BODY_TIMEOUT_SECONDS\\) must be a finite"),
+        ("FLAUDIT_LEASE_SECONDS", "nan", "FLAUDIT_LEASE_SECONDS\\) must be a finite"),
+        (
+            "FLAUDIT_TIMEOUT_GRACE_SECONDS",
+            "-1",
+            "FLAUDIT_TIMEOUT_GRACE_SECONDS\\) must be a finite",
+        ),
+    ],
+)
 def test_a_bad_setting_in_the_environment_is_refused_naming_the_variable(
     monkeypatch, variable, value, message
 ):
@@ -174,7 +206,10 @@ def _snapshot(client, store, audit_id):
     arrays = store.cosine_arrays(audit_id)
     audit = store.get_audit(audit_id)
     return (
-        audit.rounds_stored, audit.dim, audit.has_final, len(store.list_rounds(audit_id)),
+        audit.rounds_stored,
+        audit.dim,
+        audit.has_final,
+        len(store.list_rounds(audit_id)),
         None if arrays["max_cosines"] is None else arrays["max_cosines"].tobytes(),
     )
 
@@ -183,7 +218,10 @@ def test_ingest_rejects_malformed_bodies_and_stores_nothing(client, store):
     audit_id, headers = _running(client, store)
     dim = 400
     base = f"/audits/{audit_id}"
-    assert client.put(f"{base}/initial-model", content=f32(np.zeros(dim)), headers=headers).status_code == 200
+    assert (
+        client.put(f"{base}/initial-model", content=f32(np.zeros(dim)), headers=headers).status_code
+        == 200
+    )
     good = np.full(dim, 0.01)
     meta = {"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1, "num_failures": 0}
     before = _snapshot(client, store, audit_id)
@@ -194,27 +232,46 @@ def test_ingest_rejects_malformed_bodies_and_stores_nothing(client, store):
     cases.append(("float64", np.asarray(good, "<f8").tobytes()[: 4 * dim + 2], {}, 413, "limit"))
     cases.append(("not multiple of 4", f32(good)[:-2], {}, 400, "multiple of 4"))
     cases.append(("truncated", f32(good)[:100], {"Content-Length": str(4 * dim)}, 400, "truncated"))
-    cases.append(("content type", f32(good), {"Content-Type": "application/json"}, 415, "octet-stream"))
+    cases.append(
+        ("content type", f32(good), {"Content-Type": "application/json"}, 415, "octet-stream")
+    )
     cases.append(("oversized", f32(np.zeros(dim + 1)), {}, 413, "exceeds"))
     cases.append(("empty", b"", {}, 422, "empty"))
     for name, body, extra, code, needle in cases:
-        response = client.put(f"{base}/rounds/1", params=meta, content=body, headers={**headers, **extra})
+        response = client.put(
+            f"{base}/rounds/1", params=meta, content=body, headers={**headers, **extra}
+        )
         assert response.status_code == code, (name, response.text)
         assert needle in response.json()["detail"], (name, response.text)
     # invalid metadata: 422 naming the field
-    response = client.put(f"{base}/rounds/1", params={**meta, "clip_norm": -1}, content=f32(good), headers=headers)
+    response = client.put(
+        f"{base}/rounds/1", params={**meta, "clip_norm": -1}, content=f32(good), headers=headers
+    )
     assert response.status_code == 422 and any("clip_norm" in loc for loc in _locs(response))
-    response = client.put(f"{base}/rounds/1", params={k: v for k, v in meta.items() if k != "cohort_size"},
-                          content=f32(good), headers=headers)
+    response = client.put(
+        f"{base}/rounds/1",
+        params={k: v for k, v in meta.items() if k != "cohort_size"},
+        content=f32(good),
+        headers=headers,
+    )
     assert response.status_code == 422 and any("cohort_size" in loc for loc in _locs(response))
     # wrong token / no token
     wrong = {**headers, "Authorization": "Bearer not-the-token"}
-    assert client.put(f"{base}/rounds/1", params=meta, content=f32(good), headers=wrong).status_code == 401
+    assert (
+        client.put(f"{base}/rounds/1", params=meta, content=f32(good), headers=wrong).status_code
+        == 401
+    )
     no_auth = {"Content-Type": "application/octet-stream"}
-    assert client.put(f"{base}/rounds/1", params=meta, content=f32(good), headers=no_auth).status_code == 401
+    assert (
+        client.put(f"{base}/rounds/1", params=meta, content=f32(good), headers=no_auth).status_code
+        == 401
+    )
     # the API key is not a run token
     api = {**headers, **AUTH}
-    assert client.put(f"{base}/rounds/1", params=meta, content=f32(good), headers=api).status_code == 401
+    assert (
+        client.put(f"{base}/rounds/1", params=meta, content=f32(good), headers=api).status_code
+        == 401
+    )
     # out of order
     response = client.put(f"{base}/rounds/3", params=meta, content=f32(good), headers=headers)
     assert response.status_code == 409 and "next round must be 1" in response.json()["detail"]
@@ -225,14 +282,18 @@ def test_ingest_rejects_malformed_bodies_and_stores_nothing(client, store):
 def test_round_before_initial_model_is_409(client, store):
     audit_id, headers = _running(client, store)
     meta = {"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1}
-    response = client.put(f"/audits/{audit_id}/rounds/1", params=meta, content=f32(np.ones(400)), headers=headers)
+    response = client.put(
+        f"/audits/{audit_id}/rounds/1", params=meta, content=f32(np.ones(400)), headers=headers
+    )
     assert response.status_code == 409 and "initial model" in response.json()["detail"]
 
 
 def test_ingest_for_queued_audit_is_unauthorized(client):
     audit_id = submit(client)
     headers = {"Authorization": "Bearer anything", "Content-Type": "application/octet-stream"}
-    response = client.put(f"/audits/{audit_id}/initial-model", content=f32(np.ones(10)), headers=headers)
+    response = client.put(
+        f"/audits/{audit_id}/initial-model", content=f32(np.ones(10)), headers=headers
+    )
     assert response.status_code == 401
 
 
@@ -300,8 +361,12 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     # how many seen canaries went in is withheld while the audit runs (it would count the seen)
     assert all(r["num_canaries_inserted"] is None for r in rounds)
 
-    r = client.put(f"/audits/{audit_id}/final-model", params={"accuracy": 0.75, "loss": 0.4},
-                   content=f32(theta_t), headers=headers)
+    r = client.put(
+        f"/audits/{audit_id}/final-model",
+        params={"accuracy": 0.75, "loss": 0.4},
+        content=f32(theta_t),
+        headers=headers,
+    )
     assert r.status_code == 200, r.text
     done = client.get(f"/audits/{audit_id}").json()
     assert done["status"] == "succeeded" and done["finished_at"] is not None
@@ -315,8 +380,9 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     AuditList.model_validate(client.get("/audits").json())
     assert cos["labels_published"] is True
     published = client.get(f"/audits/{audit_id}/rounds").json()["items"]
-    assert [r["num_canaries_inserted"] for r in published] == [m["num_canaries_inserted"] for m in
-                                                              synthetic_run(seed, spec, dim, noise_seed=1)[2]]
+    assert [r["num_canaries_inserted"] for r in published] == [
+        m["num_canaries_inserted"] for m in synthetic_run(seed, spec, dim, noise_seed=1)[2]
+    ]
     labels = np.array([i["seen"] for i in cos["items"]])
     np.testing.assert_array_equal(labels, seen_mask(seed, 20))
     final = np.array([i["final_cosine"] for i in cos["items"]])
@@ -325,15 +391,25 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     np.testing.assert_allclose(final, expected_final, rtol=1e-4, atol=1e-5)
 
     # recompute with the library from the published statistics: same numbers
-    recomputed = summarize(AuditLook(
-        seen=labels, dim=cos["dim"], delta=cos["delta"],
-        max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
-        final_cosines=final, threat_models=["final_model", "all_iterates"], one_run=True,
-        num_rounds=cos["num_rounds"], scale_dof=cos["scale_dof"],
-    ))
+    recomputed = summarize(
+        AuditLook(
+            seen=labels,
+            dim=cos["dim"],
+            delta=cos["delta"],
+            max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
+            final_cosines=final,
+            threat_models=["final_model", "all_iterates"],
+            one_run=True,
+            num_rounds=cos["num_rounds"],
+            scale_dof=cos["scale_dof"],
+        )
+    )
     assert cos["scale_dof"] == dim - 20  # orthogonal canaries: the d - k unused coordinates
-    service = {(e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
-               for e in done["estimates"] if e["estimator"] != "analytic"}
+    service = {
+        (e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
+        for e in done["estimates"]
+        if e["estimator"] != "analytic"
+    }
     for est in recomputed.estimates:
         key = (est.estimator.value, est.threat_model, est.variance.value, est.correction.value)
         value = service[key]
@@ -342,7 +418,9 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
         else:
             assert value == pytest.approx(est.epsilon, rel=1e-9, abs=1e-12), key
     csv_text = client.get(f"/audits/{audit_id}/cosines", params={"format": "csv"}).text
-    assert csv_text.splitlines()[0].startswith("index,max_cosine") and len(csv_text.splitlines()) == 21
+    assert (
+        csv_text.splitlines()[0].startswith("index,max_cosine") and len(csv_text.splitlines()) == 21
+    )
 
     # nothing more after the final model: the run token is revoked when the audit ends
     again = client.put(f"/audits/{audit_id}/final-model", content=f32(theta_t), headers=headers)
@@ -350,8 +428,16 @@ def test_live_state_and_final_estimates_match_the_library(client, store):
     assert client.get(f"/audits/{audit_id}").json()["finished_at"] == done["finished_at"]
 
     # the secret never appears
-    texts = [client.get(p).text for p in (f"/audits/{audit_id}", f"/audits/{audit_id}/rounds",
-             f"/audits/{audit_id}/cosines", "/audits", "/openapi.json")]
+    texts = [
+        client.get(p).text
+        for p in (
+            f"/audits/{audit_id}",
+            f"/audits/{audit_id}/rounds",
+            f"/audits/{audit_id}/cosines",
+            "/audits",
+            "/openapi.json",
+        )
+    ]
     for text in texts:
         assert str(seed) not in text and format(seed, "x") not in text.lower()
 
@@ -379,7 +465,9 @@ def _column(page: dict, name: str) -> list:
     return [item[name] for item in page["items"]]
 
 
-def test_cosine_pages_decode_the_arrays_once_per_round_and_see_each_new_round(client, store, monkeypatch):
+def test_cosine_pages_decode_the_arrays_once_per_round_and_see_each_new_round(
+    client, store, monkeypatch
+):
     spec = AuditSpec.model_validate(SMALL_SPEC)
     audit_id, headers = _running(client, store)
     seed = store.canary_seed(audit_id)
@@ -387,8 +475,15 @@ def test_cosine_pages_decode_the_arrays_once_per_round_and_see_each_new_round(cl
     base = f"/audits/{audit_id}"
     stored_arrays = store.cosine_arrays  # read without counting
     decodes = _count_decodes(store, monkeypatch)
-    assert client.put(f"{base}/initial-model", content=f32(theta0), headers=headers).status_code == 200
-    assert client.put(f"{base}/rounds/1", params=meta[0], content=f32(deltas[0]), headers=headers).status_code == 200
+    assert (
+        client.put(f"{base}/initial-model", content=f32(theta0), headers=headers).status_code == 200
+    )
+    assert (
+        client.put(
+            f"{base}/rounds/1", params=meta[0], content=f32(deltas[0]), headers=headers
+        ).status_code
+        == 200
+    )
 
     first, second = _page(client, audit_id, 0), _page(client, audit_id, 7)
     assert len(decodes) == 1
@@ -400,7 +495,12 @@ def test_cosine_pages_decode_the_arrays_once_per_round_and_see_each_new_round(cl
     assert _column(first, "seen") == [None] * 7 and _column(second, "seen") == [None] * 7
 
     # a new round: the next page decodes again and shows it; the page after does not decode
-    assert client.put(f"{base}/rounds/2", params=meta[1], content=f32(deltas[1]), headers=headers).status_code == 200
+    assert (
+        client.put(
+            f"{base}/rounds/2", params=meta[1], content=f32(deltas[1]), headers=headers
+        ).status_code
+        == 200
+    )
     after = _page(client, audit_id, 0)
     assert len(decodes) == 2 and after["num_rounds"] == 2
     _page(client, audit_id, 14)
@@ -409,13 +509,19 @@ def test_cosine_pages_decode_the_arrays_once_per_round_and_see_each_new_round(cl
     stored = stored_arrays(audit_id)
     assert _column(after, "last_cosine") == pytest.approx(stored["last_cosines"][:7].tolist())
     assert _column(after, "last_cosine") != _column(first, "last_cosine")
-    assert _column(after, "seen") == [None] * 7 and "True" not in csv_text and "False" not in csv_text
+    assert (
+        _column(after, "seen") == [None] * 7 and "True" not in csv_text and "False" not in csv_text
+    )
 
     # the final model ends the audit: fresh arrays and, now, the labels
     for t in range(3, spec.num_rounds + 1):
-        client.put(f"{base}/rounds/{t}", params=meta[t - 1], content=f32(deltas[t - 1]), headers=headers)
+        client.put(
+            f"{base}/rounds/{t}", params=meta[t - 1], content=f32(deltas[t - 1]), headers=headers
+        )
     theta_t = (theta0.astype(np.float64) + np.sum(deltas, axis=0)).astype(np.float32)
-    assert client.put(f"{base}/final-model", content=f32(theta_t), headers=headers).status_code == 200
+    assert (
+        client.put(f"{base}/final-model", content=f32(theta_t), headers=headers).status_code == 200
+    )
     done = _page(client, audit_id, 7)
     assert len(decodes) == 3 and done["labels_published"] and done["status"] == "succeeded"
     assert _column(done, "seen") == seen_mask(seed, 20)[7:14].tolist()
@@ -517,8 +623,12 @@ def test_restart_marks_running_audits_failed_with_reason(store):
         theta0, deltas, meta = synthetic_run(seed, spec, 400)
         c.put(f"/audits/{audit_id}/initial-model", content=f32(theta0), headers=headers)
         for t in (1, 2):
-            c.put(f"/audits/{audit_id}/rounds/{t}", params=meta[t - 1], content=f32(deltas[t - 1]),
-                  headers=headers)
+            c.put(
+                f"/audits/{audit_id}/rounds/{t}",
+                params=meta[t - 1],
+                content=f32(deltas[t - 1]),
+                headers=headers,
+            )
     with make_client(store) as c:  # a new service process on the same database
         body = c.get(f"/audits/{audit_id}").json()
         assert body["status"] == "failed"
@@ -526,7 +636,9 @@ def test_restart_marks_running_audits_failed_with_reason(store):
         assert len(c.get(f"/audits/{audit_id}/rounds").json()["items"]) == 2
         assert c.get(f"/audits/{queued_id}").json()["status"] == "queued"
         # the old run's token no longer works
-        r = c.put(f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(deltas[2]), headers=headers)
+        r = c.put(
+            f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(deltas[2]), headers=headers
+        )
         assert r.status_code in (401, 409)
 
 
@@ -560,18 +672,25 @@ def test_eta_counts_round_times_not_the_start_up(client, store):
 
     audit_id, headers = _running(client, store)
     with store.session() as s, s.begin():
-        s.execute(update(Audit).where(Audit.id == audit_id)
-                  .values(started_at=utcnow() - timedelta(minutes=10)))
+        s.execute(
+            update(Audit)
+            .where(Audit.id == audit_id)
+            .values(started_at=utcnow() - timedelta(minutes=10))
+        )
     base = f"/audits/{audit_id}"
-    assert client.put(f"{base}/initial-model", content=f32(np.zeros(400)), headers=headers).status_code == 200
+    assert (
+        client.put(f"{base}/initial-model", content=f32(np.zeros(400)), headers=headers).status_code
+        == 200
+    )
     meta = {"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1, "num_failures": 0}
     rng = np.random.default_rng(0)
     etas = []
     for t in (1, 2, 3):
         if t > 1:
             time.sleep(0.2)
-        response = client.put(f"{base}/rounds/{t}", params=meta, content=f32(rng.normal(size=400)),
-                              headers=headers)
+        response = client.put(
+            f"{base}/rounds/{t}", params=meta, content=f32(rng.normal(size=400)), headers=headers
+        )
         assert response.status_code == 200, response.text
         etas.append(client.get(base).json()["progress"]["eta_seconds"])
     assert etas[0] is None  # one round: no interval measured yet
@@ -591,28 +710,42 @@ def test_final_model_estimate_is_live_every_round_on_theta_t_minus_theta_0(clien
     dim = 400
     theta0, deltas, meta = synthetic_run(seed, spec, dim)
     base = f"/audits/{audit_id}"
-    assert client.put(f"{base}/initial-model", content=f32(theta0), headers=headers).status_code == 200
+    assert (
+        client.put(f"{base}/initial-model", content=f32(theta0), headers=headers).status_code == 200
+    )
     seen = seen_mask(seed, spec.num_canaries)
     for t, (delta, m) in enumerate(zip(deltas, meta), start=1):
         params = {k: v for k, v in m.items() if v is not None}
-        assert client.put(f"{base}/rounds/{t}", params=params, content=f32(delta),
-                          headers=headers).status_code == 200
+        assert (
+            client.put(
+                f"{base}/rounds/{t}", params=params, content=f32(delta), headers=headers
+            ).status_code
+            == 200
+        )
         body = client.get(base).json()
-        so_far = [e for e in body["estimates"]
-                  if e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"]
+        so_far = [
+            e
+            for e in body["estimates"]
+            if e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"
+        ]
         assert len(so_far) == 2, body["estimates"]
         assert all(e["details"]["so_far"] is True and e["details"]["round"] == t for e in so_far)
         assert all(e["method"].startswith(f"so far (round {t} of 4") for e in so_far)
         # independent route: the statistic straight from the canary vectors and the summed deltas
         change = np.sum([d.astype(np.float64) for d in deltas[:t]], axis=0).astype(np.float32)
         expected = final_model_estimates(
-            expected_statistics(seed, 20, change, family=spec.canary_family)[seen], dim,
-            spec.delta)
+            expected_statistics(seed, 20, change, family=spec.canary_family)[seen], dim, spec.delta
+        )
         for got, want in zip(so_far, expected):
             assert got["variance"] == want.variance.value
             assert got["epsilon"] == pytest.approx(want.epsilon, rel=1e-4, abs=1e-6)
     theta_t = theta0 + np.sum(deltas, axis=0)
-    assert client.put(f"{base}/final-model", content=f32(theta_t), headers=headers).status_code == 200
-    final = [e for e in client.get(base).json()["estimates"]
-             if e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"]
+    assert (
+        client.put(f"{base}/final-model", content=f32(theta_t), headers=headers).status_code == 200
+    )
+    final = [
+        e
+        for e in client.get(base).json()["estimates"]
+        if e["estimator"] == "two_gaussian" and e["threat_model"] == "final_model"
+    ]
     assert len(final) == 2 and not any(e["details"].get("so_far") for e in final)

@@ -12,14 +12,17 @@ import re
 from pathlib import Path
 
 import pytest
+
 from flaudit.service.apidoc import BEGIN, END, routes_markdown
 from flaudit.service.app import create_app
 from flaudit.service.settings import Settings
 
 API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
-BINARY_INGEST = [("put", "/audits/{audit_id}/initial-model"),
-                 ("put", "/audits/{audit_id}/rounds/{t}"),
-                 ("put", "/audits/{audit_id}/final-model")]
+BINARY_INGEST = [
+    ("put", "/audits/{audit_id}/initial-model"),
+    ("put", "/audits/{audit_id}/rounds/{t}"),
+    ("put", "/audits/{audit_id}/final-model"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,7 @@ def _table_after(text: str, header: str) -> list[list[str]]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header))
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
@@ -49,7 +52,8 @@ def test_the_route_reference_is_generated_from_the_openapi_schema():
     block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert block == routes_markdown().strip(), (
         "docs/api.md's route reference is stale: "
-        "python -m flaudit.service.apidoc --write docs/api.md")
+        "python -m flaudit.service.apidoc --write docs/api.md"
+    )
 
 
 def test_every_route_documents_its_responses(openapi):
@@ -80,8 +84,12 @@ def test_the_limits_table_matches_every_route_with_a_body(openapi):
     assert all("then close" in row[3] for row in rows if row not in body_rows)
     documented = set().union(*(_statuses(row[3]) for row in body_rows))
     assert documented == {"408", "413"}
-    with_body = [(m, p, op) for p, ops in openapi["paths"].items() for m, op in ops.items()
-                 if "requestBody" in op]
+    with_body = [
+        (m, p, op)
+        for p, ops in openapi["paths"].items()
+        for m, op in ops.items()
+        if "requestBody" in op
+    ]
     assert len(with_body) >= 6
     for method, path, operation in with_body:
         assert documented <= set(operation["responses"]), (method, path)

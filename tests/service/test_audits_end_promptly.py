@@ -19,12 +19,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
 import flaudit.service.routers.audits as audits_router
-from flaudit.commands import cli
-from flaudit.service.silence import SILENCE_SECONDS, silence_limit, start_limit
-from flaudit.service.store import as_utc, utcnow
 from flaudit.auditor.spec import AuditSpec
+from flaudit.commands import cli
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
+from flaudit.service.silence import SILENCE_SECONDS, silence_limit, start_limit
+from flaudit.service.store import as_utc, utcnow
 
 from .conftest import AUTH, SMALL_SPEC, f32, start_run, submit
 from .fake_engine import synthetic_run
@@ -81,8 +81,9 @@ def test_start_timeout_seconds_is_validated_naming_the_field(client, value):
     body = {"engine": "external", "num_canaries": 8, "start_timeout_seconds": value}
     response = client.post("/audits", json=body, headers=AUTH)
     assert response.status_code == 422
-    assert any("start_timeout_seconds" in ".".join(map(str, e["loc"]))
-               for e in response.json()["detail"])
+    assert any(
+        "start_timeout_seconds" in ".".join(map(str, e["loc"])) for e in response.json()["detail"]
+    )
     assert AuditSpec().start_timeout_seconds == 600
 
 
@@ -106,7 +107,8 @@ def test_a_dead_run_is_given_up_150_s_after_its_last_sign_of_progress(sqlite_sto
     assert ended.reason.startswith(
         "the run stopped making progress: no sign of it for more than 150 s (signs of "
         "progress: rounds, models, and heartbeats as of the progress they report; at most "
-        "timeout_seconds = 3600 s; last sign ")
+        "timeout_seconds = 3600 s; last sign "
+    )
     assert "rounds 1-20 and the final model were never reported" in ended.reason
 
 
@@ -124,17 +126,22 @@ def test_all_rounds_but_no_final_model_says_the_final_model_never_came(sqlite_st
 
 
 def test_an_attached_audit_whose_run_never_claims_it_ends_the_run_never_started(client, store):
-    body = client.post("/audits", json={"engine": "external", "num_canaries": 8,
-                                        "start_timeout_seconds": 30}, headers=AUTH).json()
+    body = client.post(
+        "/audits",
+        json={"engine": "external", "num_canaries": 8, "start_timeout_seconds": 30},
+        headers=AUTH,
+    ).json()
     created = as_utc(store.get_audit(body["id"]).created_at)
     assert store.end_silent_external(since=created, now=created + timedelta(seconds=29)) == []
     assert store.end_silent_external(since=created, now=created + timedelta(seconds=31)) == [
-        body["id"]]
+        body["id"]
+    ]
     audit = client.get(f"/audits/{body['id']}").json()
     assert audit["status"] == "failed"
     assert audit["reason"].startswith(
         "the run never started: no Flower run declared its claim within 30 s of the audit's "
-        "creation (start_timeout_seconds = 30 s)")
+        "creation (start_timeout_seconds = 30 s)"
+    )
     assert audit["verdict"]["status"] != "running"
 
 
@@ -145,18 +152,21 @@ def _first_rounds(client, store, rounds: int):
     spec = AuditSpec.model_validate(SMALL_SPEC)
     theta0, deltas, meta = synthetic_run(7, spec, 400)
     base = f"/audits/{audit_id}"
-    assert client.put(f"{base}/initial-model", content=f32(theta0),
-                      headers=headers).status_code == 200
+    assert (
+        client.put(f"{base}/initial-model", content=f32(theta0), headers=headers).status_code == 200
+    )
     for t in range(1, rounds + 1):
-        r = client.put(f"{base}/rounds/{t}", params=meta[t - 1], content=f32(deltas[t - 1]),
-                       headers=headers)
+        r = client.put(
+            f"{base}/rounds/{t}", params=meta[t - 1], content=f32(deltas[t - 1]), headers=headers
+        )
         assert r.status_code == 200, r.text
     return audit_id, headers, deltas, meta
 
 
 @pytest.mark.parametrize("problem", ["nan", "inf", "short"])
 def test_a_refused_round_ends_the_audit_on_the_rounds_it_has_with_the_reason(
-        client, store, problem, seeded):
+    client, store, problem, seeded
+):
     audit_id, headers, deltas, meta = _first_rounds(client, store, 2)
     before = client.get(f"/audits/{audit_id}").json()
     assert before["estimates"]  # the two rounds' estimates
@@ -167,28 +177,35 @@ def test_a_refused_round_ends_the_audit_on_the_rounds_it_has_with_the_reason(
         body[5] = np.inf
     else:
         body = body[:-1]
-    r = client.put(f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(body),
-                   headers=headers)
+    r = client.put(
+        f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(body), headers=headers
+    )
     assert r.status_code == 422
     audit = client.get(f"/audits/{audit_id}").json()
     assert audit["status"] == "failed"
     assert audit["reason"].startswith("round 3 was refused (round 3 update: ")
-    assert ("the audit ended on the 2 round(s) it has; rounds 3-4 and the final model were "
-            "never received") in audit["reason"]
+    assert (
+        "the audit ended on the 2 round(s) it has; rounds 3-4 and the final model were "
+        "never received"
+    ) in audit["reason"]
     assert ("training diverged" in audit["reason"]) == (problem != "short")
-    assert [(g["round"], g["kind"]) for g in audit["gaps"]] == [(3, "not_reported"),
-                                                                (4, "not_reported")]
+    assert [(g["round"], g["kind"]) for g in audit["gaps"]] == [
+        (3, "not_reported"),
+        (4, "not_reported"),
+    ]
     assert "final model never arrived" in audit["gaps"][0]["cost"]
     # no alarm on 2 rounds of a correct run: inconclusive, saying on what it stands
     assert audit["verdict"]["status"] == "inconclusive", audit["verdict"]
     assert audit["verdict"]["cause"] is None
     assert audit["verdict"]["summary"].startswith(
-        "Inconclusive: the run failed after 2 of 4 rounds"), audit["verdict"]["summary"]
+        "Inconclusive: the run failed after 2 of 4 rounds"
+    ), audit["verdict"]["summary"]
     assert audit["estimates"] == before["estimates"]  # the verdict stands on the rounds it has
     assert audit["progress"]["round"] == 2
     # later data of the diverged run is refused, naming the state
-    again = client.put(f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(deltas[2]),
-                       headers=headers)
+    again = client.put(
+        f"/audits/{audit_id}/rounds/3", params=meta[2], content=f32(deltas[2]), headers=headers
+    )
     assert again.status_code in (401, 409)
 
 
@@ -204,36 +221,52 @@ def test_a_refused_final_model_ends_the_audit_and_a_malformed_body_does_not(clie
     assert r.status_code == 422 and "non-finite" in r.json()["detail"]
     audit = client.get(base).json()
     assert audit["status"] == "failed" and audit["gaps"] == []
-    assert audit["reason"].startswith("the final model was refused (final model: contains 400 "
-                                      "non-finite value(s)")
+    assert audit["reason"].startswith(
+        "the final model was refused (final model: contains 400 non-finite value(s)"
+    )
     assert "ended on the 4 round(s) it has" in audit["reason"]
     assert audit["verdict"]["status"] != "running"
 
 
 def test_a_started_audit_is_not_ended_before_its_start_limit_by_the_start_rule(store):
     """The start rule applies only to audits that no run claimed."""
-    audit = store.create_audit(name="x", spec={"engine": "external", "num_rounds": 3,
-                                               "num_canaries": 8, "start_timeout_seconds": 1},
-                               canary_seed=1, run_token="t")
-    assert store.declare_claim(audit.id, spec={"engine": "external", "num_rounds": 3,
-                                               "num_canaries": 8, "start_timeout_seconds": 1},
-                               run_id="r")
+    audit = store.create_audit(
+        name="x",
+        spec={"engine": "external", "num_rounds": 3, "num_canaries": 8, "start_timeout_seconds": 1},
+        canary_seed=1,
+        run_token="t",
+    )
+    assert store.declare_claim(
+        audit.id,
+        spec={"engine": "external", "num_rounds": 3, "num_canaries": 8, "start_timeout_seconds": 1},
+        run_id="r",
+    )
     now = utcnow()
     assert store.end_silent_external(since=now, now=now + timedelta(seconds=60)) == []
 
 
 def test_flaudit_attach_sends_the_start_timeout_and_says_what_happens_without_a_run(
-        client, store, monkeypatch, capsys):
+    client, store, monkeypatch, capsys
+):
     monkeypatch.setenv("FLAUDIT_API_KEY", AUTH["Authorization"].split()[1])
-    monkeypatch.setattr(httpx, "post", lambda url, **kw: client.post(
-        url.replace("http://svc", ""), **{k: v for k, v in kw.items() if k != "timeout"}))
-    assert cli.main(["attach", "--url", "http://svc", "--start-timeout", "45",
-                     "--format", "json"]) == 0
+    monkeypatch.setattr(
+        httpx,
+        "post",
+        lambda url, **kw: client.post(
+            url.replace("http://svc", ""), **{k: v for k, v in kw.items() if k != "timeout"}
+        ),
+    )
+    assert (
+        cli.main(["attach", "--url", "http://svc", "--start-timeout", "45", "--format", "json"])
+        == 0
+    )
     out = capsys.readouterr()
     audit_id = json.loads(out.out)["FLAUDIT_AUDIT_ID"]
     assert store.get_audit(audit_id).spec["start_timeout_seconds"] == 45
-    assert ("if no ServerApp declares its claim within 45 s, the audit ends failed: the run "
-            "never started") in out.err
+    assert (
+        "if no ServerApp declares its claim within 45 s, the audit ends failed: the run "
+        "never started"
+    ) in out.err
 
 
 # -- the issue's case: the model goes NaN mid-run, with the real wrapper ------------------------
@@ -243,22 +276,33 @@ class _Grid3:
 
 
 def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on(
-        client, store, flower_identity, caplog, seeded):
-    body = client.post("/audits", json={"engine": "external", "num_canaries": 16,
-                                        "max_canary_fraction": 1.0, "delta": 1e-5},
-                       headers=AUTH).json()
+    client, store, flower_identity, caplog, seeded
+):
+    body = client.post(
+        "/audits",
+        json={"engine": "external", "num_canaries": 16, "max_canary_fraction": 1.0, "delta": 1e-5},
+        headers=AUTH,
+    ).json()
     audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
     http = httpx.Client(transport=client._transport, base_url="http://testserver")
-    reporter = HttpRoundReporter("http://testserver", audit_id, token, client=http,
-                                 backoff=0.01, retry_seconds=0.05)
+    reporter = HttpRoundReporter(
+        "http://testserver", audit_id, token, client=http, backoff=0.01, retry_seconds=0.05
+    )
     dp = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.5, clipping_norm=0.5, num_sampled_clients=3)
+        noise_multiplier=0.5,
+        clipping_norm=0.5,
+        num_sampled_clients=3,
+    )
     strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=6)
     strategy.audit._slot_rng = np.random.default_rng(0)  # which sampled clients canaries displace
     rng = np.random.default_rng(0)
-    arrays = ArrayRecord([rng.standard_normal((20, 30)).astype(np.float32),
-                          rng.standard_normal(30).astype(np.float32)])
+    arrays = ArrayRecord(
+        [
+            rng.standard_normal((20, 30)).astype(np.float32),
+            rng.standard_normal(30).astype(np.float32),
+        ]
+    )
     with caplog.at_level("ERROR", logger="flaudit.server.reporting"):
         for t in range(1, 7):  # the clients' updates blow up from round 3
             messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), _Grid3()))
@@ -268,22 +312,32 @@ def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on
                 vec = current + 0.01 * rng.standard_normal(630).astype(np.float32)
                 if t >= 3:
                     vec[:] = np.nan
-                replies.append(Message(content=RecordDict({
-                    "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
-                    "metrics": MetricRecord({"num-examples": 10})}), reply_to=msg))
+                replies.append(
+                    Message(
+                        content=RecordDict(
+                            {
+                                "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
+                                "metrics": MetricRecord({"num-examples": 10}),
+                            }
+                        ),
+                        reply_to=msg,
+                    )
+                )
             arrays, _ = strategy.aggregate_train(t, replies)
             strategy.flush()
     reporter.close()
     audit = client.get(f"/audits/{audit_id}").json()
     assert audit["status"] == "failed"
-    assert audit["reason"].startswith("round 3 was refused (round 3 update: contains 630 "
-                                      "non-finite value(s) (NaN or Inf)")
+    assert audit["reason"].startswith(
+        "round 3 was refused (round 3 update: contains 630 non-finite value(s) (NaN or Inf)"
+    )
     assert "ended on the 2 round(s) it has; rounds 3-6 and the final model" in audit["reason"]
     assert "training diverged" in audit["reason"]
     assert audit["verdict"]["status"] == "inconclusive", audit["verdict"]
     assert audit["verdict"]["cause"] is None
     assert audit["verdict"]["summary"].startswith(
-        "Inconclusive: the run failed after 2 of 6 rounds"), audit["verdict"]["summary"]
+        "Inconclusive: the run failed after 2 of 6 rounds"
+    ), audit["verdict"]["summary"]
     assert [g["round"] for g in audit["gaps"] if g["kind"] == "not_reported"] == [3, 4, 5, 6]
     # the ServerApp says once that the audit stopped; training went on to round 6
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
@@ -291,23 +345,46 @@ def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on
 
 
 def test_the_heartbeat_answers_the_silence_limit_and_the_wrapper_follows_it(client):
-    body = client.post("/audits", json={"engine": "external", "num_canaries": 8,
-                                        "max_canary_fraction": 1.0}, headers=AUTH).json()
+    body = client.post(
+        "/audits",
+        json={"engine": "external", "num_canaries": 8, "max_canary_fraction": 1.0},
+        headers=AUTH,
+    ).json()
     audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
     run = {"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": "r1"}
-    claim = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_rounds": 5, "num_clients": 4,
-             "clients_per_round": 4}
+    claim = {
+        "noise_multiplier": 1.0,
+        "clip_norm": 0.5,
+        "num_rounds": 5,
+        "num_clients": 4,
+        "clients_per_round": 4,
+    }
     assert client.put(f"/audits/{audit_id}/claim", json=claim, headers=run).status_code == 200
     raw = {**run, "Content-Type": "application/octet-stream"}
-    assert client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(64)),
-                      headers=raw).status_code == 200
+    assert (
+        client.put(
+            f"/audits/{audit_id}/initial-model", content=f32(np.zeros(64)), headers=raw
+        ).status_code
+        == 200
+    )
     beat = client.put(f"/audits/{audit_id}/heartbeat", headers=run).json()
     assert beat["silence_limit_seconds"] == SILENCE_SECONDS  # before round 1 too
-    meta = {"clip_norm": 0.5, "cohort_size": 4, "num_canaries_inserted": 0, "num_failures": 0,
-            "clipped_fraction": 0, "noise_stddev": 0.5, "canaries_missing": "test"}
+    meta = {
+        "clip_norm": 0.5,
+        "cohort_size": 4,
+        "num_canaries_inserted": 0,
+        "num_failures": 0,
+        "clipped_fraction": 0,
+        "noise_stddev": 0.5,
+        "canaries_missing": "test",
+    }
     for t in (1, 2, 3):  # fast rounds
-        r = client.put(f"/audits/{audit_id}/rounds/{t}", params=meta,
-                       content=f32(np.full(64, 0.01)), headers=raw)
+        r = client.put(
+            f"/audits/{audit_id}/rounds/{t}",
+            params=meta,
+            content=f32(np.full(64, 0.01)),
+            headers=raw,
+        )
         assert r.status_code == 200, r.text
     beat = client.put(f"/audits/{audit_id}/heartbeat", headers=run)
     assert beat.json()["silence_limit_seconds"] == SILENCE_SECONDS

@@ -20,10 +20,22 @@ from flaudit.service.store import as_utc, utcnow
 from .conftest import AUTH, f32
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-CLAIM = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_rounds": 6, "num_clients": 4,
-         "clients_per_round": 4}
-META = {"clip_norm": 0.5, "cohort_size": 4, "num_canaries_inserted": 0, "num_failures": 0,
-        "clipped_fraction": 0, "noise_stddev": 0.5, "canaries_missing": "test"}
+CLAIM = {
+    "noise_multiplier": 1.0,
+    "clip_norm": 0.5,
+    "num_rounds": 6,
+    "num_clients": 4,
+    "clients_per_round": 4,
+}
+META = {
+    "clip_norm": 0.5,
+    "cohort_size": 4,
+    "num_canaries_inserted": 0,
+    "num_failures": 0,
+    "clipped_fraction": 0,
+    "noise_stddev": 0.5,
+    "canaries_missing": "test",
+}
 
 
 # -- the rule, on its own --------------------------------------------------------------------
@@ -41,7 +53,8 @@ def test_a_heartbeat_vouches_for_the_superlinks_last_answer_and_the_runs_last_mo
     stuck_since = T0 - timedelta(seconds=700)
     ends_at = at + timedelta(seconds=SILENCE_SECONDS)
     assert ends_at - (stuck_since + timedelta(seconds=600)) == timedelta(
-        seconds=PROGRESS_GRACE_SECONDS)
+        seconds=PROGRESS_GRACE_SECONDS
+    )
     # without a round timeout the run's last move says nothing (a round may take any time)
     assert progress_at(T0, {"progress_age_seconds": 10_000}) == T0
     # nonsense is not a report
@@ -54,7 +67,8 @@ def test_a_shorter_silence_limit_keeps_the_grace_after_the_round_timeout():
     at = progress_at(T0, beat, silence_seconds=20)
     # stuck since T0 - 300, round timeout ran out at T0 - 270: ends 120 s later
     assert (at + timedelta(seconds=20)) - (T0 - timedelta(seconds=270)) == timedelta(
-        seconds=PROGRESS_GRACE_SECONDS)
+        seconds=PROGRESS_GRACE_SECONDS
+    )
 
 
 def _external(store, **spec):
@@ -114,17 +128,28 @@ def clock(monkeypatch):
 
 
 def _started(client, rounds: int) -> tuple[str, dict]:
-    body = client.post("/audits", json={"engine": "external", "num_canaries": 8,
-                                        "max_canary_fraction": 1.0}, headers=AUTH).json()
+    body = client.post(
+        "/audits",
+        json={"engine": "external", "num_canaries": 8, "max_canary_fraction": 1.0},
+        headers=AUTH,
+    ).json()
     audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
     run = {"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": "r1"}
     assert client.put(f"/audits/{audit_id}/claim", json=CLAIM, headers=run).status_code == 200
     raw = {**run, "Content-Type": "application/octet-stream"}
-    assert client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(64)),
-                      headers=raw).status_code == 200
+    assert (
+        client.put(
+            f"/audits/{audit_id}/initial-model", content=f32(np.zeros(64)), headers=raw
+        ).status_code
+        == 200
+    )
     for t in range(1, rounds + 1):
-        r = client.put(f"/audits/{audit_id}/rounds/{t}", params=META,
-                       content=f32(np.full(64, 0.01)), headers=raw)
+        r = client.put(
+            f"/audits/{audit_id}/rounds/{t}",
+            params=META,
+            content=f32(np.full(64, 0.01)),
+            headers=raw,
+        )
         assert r.status_code == 200, r.text
     return audit_id, run
 
@@ -140,7 +165,8 @@ def test_a_run_silent_after_its_first_rounds_ends_within_200_s(client, store, ro
     assert audit.status == "failed"
     assert f"after {rounds} of 6 rounds" in audit.reason
     assert [g["round"] for g in audit.gaps if g["kind"] == "not_reported"] == list(
-        range(rounds + 1, 7))
+        range(rounds + 1, 7)
+    )
 
 
 def test_a_10_minute_round_with_progress_heartbeats_keeps_running(client, store, clock):
@@ -149,8 +175,13 @@ def test_a_10_minute_round_with_progress_heartbeats_keeps_running(client, store,
     round_start = clock.now
     for beat in range(1, 21):  # round 2 trains for 10 minutes; a heartbeat every 30 s
         clock.now = round_start + timedelta(seconds=30 * beat)
-        body = {"round": 2, "phase": "training", "progress_age_seconds": 30.0 * beat,
-                "grid_age_seconds": 4.0, "round_timeout_seconds": 3600}
+        body = {
+            "round": 2,
+            "phase": "training",
+            "progress_age_seconds": 30.0 * beat,
+            "grid_age_seconds": 4.0,
+            "round_timeout_seconds": 3600,
+        }
         r = client.put(f"/audits/{audit_id}/heartbeat", json=body, headers=run)
         assert r.status_code == 200, r.text
         assert r.json()["silence_limit_seconds"] == SILENCE_SECONDS
@@ -162,24 +193,30 @@ def test_a_10_minute_round_with_progress_heartbeats_keeps_running(client, store,
     assert store.end_silent_external(since=since, now=clock.now + timedelta(seconds=140)) == []
 
 
-def test_heartbeats_after_the_superlink_died_end_the_audit_within_3_minutes(client, store,
-                                                                           clock):
+def test_heartbeats_after_the_superlink_died_end_the_audit_within_3_minutes(client, store, clock):
     audit_id, run = _started(client, 4)
     since = clock.now - timedelta(hours=1)
     dead = clock.now  # the SuperLink's last answer
     ended = None
     for beat in range(1, 20):
         clock.now = dead + timedelta(seconds=30 * beat)
-        body = {"round": 5, "phase": "training", "progress_age_seconds": 30.0 * beat,
-                "grid_age_seconds": 30.0 * beat, "round_timeout_seconds": 3600}
-        if client.put(f"/audits/{audit_id}/heartbeat", json=body,
-                      headers=run).status_code == 409:  # ended: the run is told
+        body = {
+            "round": 5,
+            "phase": "training",
+            "progress_age_seconds": 30.0 * beat,
+            "grid_age_seconds": 30.0 * beat,
+            "round_timeout_seconds": 3600,
+        }
+        if (
+            client.put(f"/audits/{audit_id}/heartbeat", json=body, headers=run).status_code == 409
+        ):  # ended: the run is told
             break
         if store.end_silent_external(since=since, now=clock.now + timedelta(seconds=2)):
             ended = clock.now + timedelta(seconds=2)
     assert ended is not None and (ended - dead).total_seconds() <= 180
     assert store.get_audit(audit_id).reason.startswith(
-        "the run stopped making progress: no sign of it for more than 150 s")
+        "the run stopped making progress: no sign of it for more than 150 s"
+    )
 
 
 def test_heartbeats_of_a_run_stuck_past_its_round_timeout_do_not_keep_it(client, store, clock):
@@ -189,10 +226,14 @@ def test_heartbeats_of_a_run_stuck_past_its_round_timeout_do_not_keep_it(client,
     ended = None
     for beat in range(1, 40):  # the SuperLink answers, but the run never moves again
         clock.now = stuck + timedelta(seconds=30 * beat)
-        body = {"round": 2, "phase": "training", "progress_age_seconds": 30.0 * beat,
-                "grid_age_seconds": 1.0, "round_timeout_seconds": 600}
-        if client.put(f"/audits/{audit_id}/heartbeat", json=body,
-                      headers=run).status_code == 409:
+        body = {
+            "round": 2,
+            "phase": "training",
+            "progress_age_seconds": 30.0 * beat,
+            "grid_age_seconds": 1.0,
+            "round_timeout_seconds": 600,
+        }
+        if client.put(f"/audits/{audit_id}/heartbeat", json=body, headers=run).status_code == 409:
             break
         if store.end_silent_external(since=since, now=clock.now):
             ended = clock.now

@@ -13,10 +13,11 @@ from flaudit.auditor.canaries import seen_mask
 from flaudit.auditor.spec import AuditSpec
 from flaudit.server.app import AuditRuntime, run_audit
 from flaudit.server.canary_sums import ServiceCanarySums
-from flaudit.server.local import LocalCanaries
 from flaudit.server.http_reporter import HttpRoundReporter
+from flaudit.server.local import LocalCanaries
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.service.store import AuditRound
+
 # a fixture, re-exported for pytest (`as` marks it used; the tests' parameters take its value)
 from tests.server.conftest import flower_task_identity as flower_task_identity
 
@@ -24,10 +25,21 @@ from .conftest import f32, make_client, start_run
 
 SEED = 0x5EED_2929_0BAD_F00D_1234_5678_9ABC_DEF1
 DIM = 400
-SPEC = dict(name="dep", engine="deployment", superlink_address="superlink:9093",
-            task="synthetic", task_options={"dim": DIM}, num_rounds=4, num_clients=50,
-            clients_per_round=2, num_canaries=20, canary_repeats=2, noise_multiplier=0.5,
-            clip_norm=1.0, delta=1e-5)
+SPEC = dict(
+    name="dep",
+    engine="deployment",
+    superlink_address="superlink:9093",
+    task="synthetic",
+    task_options={"dim": DIM},
+    num_rounds=4,
+    num_clients=50,
+    clients_per_round=2,
+    num_canaries=20,
+    canary_repeats=2,
+    noise_multiplier=0.5,
+    clip_norm=1.0,
+    delta=1e-5,
+)
 META = {"clip_norm": 1.0, "cohort_size": 5, "num_failures": 0}
 
 
@@ -39,15 +51,18 @@ def _audit(store, **overrides):
 
 
 def _as_simulation(spec: AuditSpec) -> AuditSpec:
-    return AuditSpec.model_validate({**spec.model_dump(mode="json"), "engine": "simulation",
-                                     "superlink_address": None})
+    return AuditSpec.model_validate(
+        {**spec.model_dump(mode="json"), "engine": "simulation", "superlink_address": None}
+    )
 
 
 def _participants(store, audit_id):
     with store.session() as s:
         rows = s.query(AuditRound).filter_by(audit_id=audit_id).order_by(AuditRound.round).all()
-        return [None if r.participants is None else np.frombuffer(r.participants, "<i4").tolist()
-                for r in rows]
+        return [
+            None if r.participants is None else np.frombuffer(r.participants, "<i4").tolist()
+            for r in rows
+        ]
 
 
 @pytest.mark.parametrize("bug", [None, {"kind": "extra_participation", "factor": 2}])
@@ -55,8 +70,12 @@ def test_the_canary_sum_route_serves_a_deployment_audit_the_simulations_sums(cli
     audit_id, headers, spec = _audit(store, inject_bug=bug)
     path = f"/audits/{audit_id}/rounds/{{t}}/canary-sum"
     assert client.get(path.format(t=1), headers=headers).status_code == 409  # no d yet
-    assert client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(DIM)),
-                      headers=headers).status_code == 200
+    assert (
+        client.put(
+            f"/audits/{audit_id}/initial-model", content=f32(np.zeros(DIM)), headers=headers
+        ).status_code
+        == 200
+    )
     local = LocalCanaries.for_audit(SEED, _as_simulation(spec))  # what the simulation inserts
     counts = []
     for t in range(1, spec.num_rounds + 1):
@@ -90,8 +109,12 @@ def test_a_deployment_audits_participants_are_derived_by_the_service(client, sto
     rng = np.random.default_rng(3)
     theta0 = rng.standard_normal(DIM).astype(np.float32)
     for audit_id, headers in ((dep_id, dep_headers), (sim_id, sim_headers)):
-        assert client.put(f"/audits/{audit_id}/initial-model", content=f32(theta0),
-                          headers=headers).status_code == 200
+        assert (
+            client.put(
+                f"/audits/{audit_id}/initial-model", content=f32(theta0), headers=headers
+            ).status_code
+            == 200
+        )
     want = []
     for t in range(1, spec.num_rounds + 1):
         total, count = local.round_sum(t, DIM)
@@ -102,13 +125,15 @@ def test_a_deployment_audits_participants_are_derived_by_the_service(client, sto
             meta["canaries_missing"] = "service unreachable"
         part = [] if missing else local.participants(t).tolist()
         want.append(part)
-        r = client.put(f"/audits/{dep_id}/rounds/{t}", params=meta, content=f32(update),
-                       headers=dep_headers)
+        r = client.put(
+            f"/audits/{dep_id}/rounds/{t}", params=meta, content=f32(update), headers=dep_headers
+        )
         assert r.status_code == 200, r.text
         sim_body = f32(update) + np.asarray(part, "<i4").tobytes()
         sim_meta = meta if missing else dict(meta, num_participants=len(part))
-        r = client.put(f"/audits/{sim_id}/rounds/{t}", params=sim_meta, content=sim_body,
-                       headers=sim_headers)
+        r = client.put(
+            f"/audits/{sim_id}/rounds/{t}", params=sim_meta, content=sim_body, headers=sim_headers
+        )
         assert r.status_code == 200, r.text
     assert _participants(store, dep_id) == want == _participants(store, sim_id)
     derived = store.load_secret_state(dep_id).known_rounds
@@ -126,22 +151,38 @@ def test_a_deployment_round_must_insert_the_canaries_served(client, store):
     """The service served round t's sum, so it knows how many canaries the round holds: another
     count is refused (422, nothing stored); a round without its canaries says 0 and is a gap."""
     audit_id, headers, spec = _audit(store)
-    assert client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(DIM)),
-                      headers=headers).status_code == 200
+    assert (
+        client.put(
+            f"/audits/{audit_id}/initial-model", content=f32(np.zeros(DIM)), headers=headers
+        ).status_code
+        == 200
+    )
     local = LocalCanaries.for_audit(SEED, _as_simulation(spec))
     total, count = local.round_sum(1, DIM)
     update = f32((total + 0.01) / 5)
     for wrong in (count + 1, max(count - 1, 0)):
-        refused = client.put(f"/audits/{audit_id}/rounds/1", content=update, headers=headers,
-                             params=dict(META, num_canaries_inserted=wrong))
+        refused = client.put(
+            f"/audits/{audit_id}/rounds/1",
+            content=update,
+            headers=headers,
+            params=dict(META, num_canaries_inserted=wrong),
+        )
         assert refused.status_code == 422, refused.text
         assert "num_canaries_inserted" in refused.text and f"the {count} canaries" in refused.text
     assert client.get(f"/audits/{audit_id}").json()["progress"]["round"] == 0  # nothing stored
-    ok = client.put(f"/audits/{audit_id}/rounds/1", content=update, headers=headers,
-                    params=dict(META, num_canaries_inserted=count))
+    ok = client.put(
+        f"/audits/{audit_id}/rounds/1",
+        content=update,
+        headers=headers,
+        params=dict(META, num_canaries_inserted=count),
+    )
     assert ok.status_code == 200, ok.text
-    gap = client.put(f"/audits/{audit_id}/rounds/2", content=f32(np.zeros(DIM)), headers=headers,
-                     params=dict(META, num_canaries_inserted=0, canaries_missing="unreachable"))
+    gap = client.put(
+        f"/audits/{audit_id}/rounds/2",
+        content=f32(np.zeros(DIM)),
+        headers=headers,
+        params=dict(META, num_canaries_inserted=0, canaries_missing="unreachable"),
+    )
     assert gap.status_code == 200, gap.text
     assert client.get(f"/audits/{audit_id}").json()["progress"]["round"] == 2
 
@@ -156,8 +197,9 @@ class _Grid:
         replies = []
         for msg in messages:
             delta = np.full_like(msg.content["arrays"].to_numpy_ndarrays()[0], 1e-3)
-            content = RecordDict({"arrays": ArrayRecord([delta]),
-                                  "metrics": MetricRecord({"train-loss": 1.0})})
+            content = RecordDict(
+                {"arrays": ArrayRecord([delta]), "metrics": MetricRecord({"train-loss": 1.0})}
+            )
             replies.append(Message(content=content, reply_to=msg))
         return replies
 
@@ -169,27 +211,34 @@ class _Recording(LocalRoundReporter):
 
 
 def test_a_deployment_serverapp_without_the_seed_audits_as_the_simulation_does(
-        sqlite_store, flower_task_identity):
+    sqlite_store, flower_task_identity
+):
     spec = AuditSpec(**{**SPEC, "num_rounds": 3, "canary_repeats": 1, "clients_per_round": 3})
-    audit = sqlite_store.create_audit(name="dep", spec=spec.model_dump(mode="json"),
-                                      canary_seed=SEED)
+    audit = sqlite_store.create_audit(
+        name="dep", spec=spec.model_dump(mode="json"), canary_seed=SEED
+    )
     with make_client(sqlite_store) as client:  # (running after the service's start-up)
         token = start_run(sqlite_store, audit.id)["Authorization"].split()[1]
         http = httpx.Client(transport=client._transport, base_url="http://testserver")
-        reporter = HttpRoundReporter("http://testserver", audit.id, token, client=http,
-                                     backoff=0.01)
+        reporter = HttpRoundReporter(
+            "http://testserver", audit.id, token, client=http, backoff=0.01
+        )
         canaries = ServiceCanarySums(reporter, num_seen=int(seen_mask(SEED, 20).sum()))
-        result = run_audit(_Grid(), AuditRuntime(spec=spec, reporter=reporter, canaries=canaries,
-                                                 noise_seed=1))
+        result = run_audit(
+            _Grid(), AuditRuntime(spec=spec, reporter=reporter, canaries=canaries, noise_seed=1)
+        )
         reporter.close()
         served = client.get(f"/audits/{audit.id}").json()
     assert served["status"] == "succeeded" and reporter.gaps == []
 
     local = _Recording.for_audit(canary_seed=SEED, num_canaries=20)
-    expected = run_audit(_Grid(), AuditRuntime(spec=_as_simulation(spec), reporter=local,
-                                               canary_seed=SEED, noise_seed=1))
-    assert [r["cohort_size"] for r in result["rounds"]] == \
-        [r["cohort_size"] for r in expected["rounds"]]
+    expected = run_audit(
+        _Grid(),
+        AuditRuntime(spec=_as_simulation(spec), reporter=local, canary_seed=SEED, noise_seed=1),
+    )
+    assert [r["cohort_size"] for r in result["rounds"]] == [
+        r["cohort_size"] for r in expected["rounds"]
+    ]
     assert _participants(sqlite_store, audit.id) == local.participants
     final = sqlite_store.load_secret_state(audit.id)
     np.testing.assert_allclose(final.max_cosines, local.tracker.max_cosines, atol=1e-5)

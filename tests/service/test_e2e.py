@@ -17,10 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from flaudit.auditor.claims import audit_claims
+from flaudit.auditor.claims import AuditLook, audit_claims, summarize
 from flaudit.auditor.spec import AuditSpec
-
-from flaudit.auditor.claims import AuditLook, summarize
 from flaudit.service.store import Store
 from tests.processes import wait_for, wait_for_audit
 
@@ -70,33 +68,51 @@ def test_real_simulation_audit_end_to_end_with_secret_scan(tmp_path):
             assert audit["progress"]["round"] == 3 and audit["metrics"]["accuracy"] >= 0
             cos_response = http.get(f"/audits/{audit_id}/cosines")
             rounds_response = http.get(f"/audits/{audit_id}/rounds")
-            bodies += [cos_response.text, rounds_response.text, http.get("/audits").text,
-                       http.get(f"/audits/{audit_id}/cosines", params={"format": "csv"}).text]
+            bodies += [
+                cos_response.text,
+                rounds_response.text,
+                http.get("/audits").text,
+                http.get(f"/audits/{audit_id}/cosines", params={"format": "csv"}).text,
+            ]
             assert len(rounds_response.json()["items"]) == 3
 
         cos = cos_response.json()
         labels = np.array([i["seen"] for i in cos["items"]], dtype=bool)
-        recomputed = summarize(AuditLook(
-            seen=labels, dim=cos["dim"], delta=cos["delta"],
-            max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
-            final_cosines=np.array([i["final_cosine"] for i in cos["items"]]),
-            threat_models=["final_model", "all_iterates"], one_run=True,
-            num_rounds=cos["num_rounds"], scale_dof=cos["scale_dof"],
-            # the final-model normal-score bound tests the audit's claim
-            claims=audit_claims(AuditSpec.model_validate(audit["spec"])),
-        ))
-        served = {(e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
-                  for e in audit["estimates"]
-                  if e["estimator"] != "analytic" and e["threat_model"] != "known_rounds"}
+        recomputed = summarize(
+            AuditLook(
+                seen=labels,
+                dim=cos["dim"],
+                delta=cos["delta"],
+                max_cosines=np.array([i["max_cosine"] for i in cos["items"]]),
+                final_cosines=np.array([i["final_cosine"] for i in cos["items"]]),
+                threat_models=["final_model", "all_iterates"],
+                one_run=True,
+                num_rounds=cos["num_rounds"],
+                scale_dof=cos["scale_dof"],
+                # the final-model normal-score bound tests the audit's claim
+                claims=audit_claims(AuditSpec.model_validate(audit["spec"])),
+            )
+        )
+        served = {
+            (e["estimator"], e["threat_model"], e["variance"], e["correction"]): e["epsilon"]
+            for e in audit["estimates"]
+            if e["estimator"] != "analytic" and e["threat_model"] != "known_rounds"
+        }
         assert len(served) == len(recomputed.estimates) > 0
         # the rounds carried their participants over HTTP: the known-rounds Gaussian-DP bound
         # (from statistics that are never published) is served too, and the alarm's guarantee
-        assert any(e["threat_model"] == "known_rounds" and e["estimator"] != "analytic"
-                   for e in audit["estimates"])
+        assert any(
+            e["threat_model"] == "known_rounds" and e["estimator"] != "analytic"
+            for e in audit["estimates"]
+        )
         assert "at most 5% over all 4 looks" in audit["alarm_guarantee"]
         for est in recomputed.estimates:
             key = (est.estimator.value, est.threat_model, est.variance.value, est.correction.value)
-            expected = "inf" if math.isinf(est.epsilon) else pytest.approx(est.epsilon, rel=1e-9, abs=1e-12)
+            expected = (
+                "inf"
+                if math.isinf(est.epsilon)
+                else pytest.approx(est.epsilon, rel=1e-9, abs=1e-12)
+            )
             assert served[key] == expected, key
         assert any(e["estimator"] == "analytic" for e in audit["estimates"])
     finally:
@@ -125,13 +141,19 @@ def test_cancel_stops_the_flower_run_and_its_ray_processes(tmp_path):
             spec = {**TINY_FLOWER_AUDIT, "name": "to cancel", "num_rounds": 200}
             audit_id = http.post("/audits", json=spec, headers=AUTH).json()["id"]
             # cancel once Ray runs for this audit (its raylet carries the worker's tag)
-            wait_for(lambda: any("raylet" in cmdline(p) for p in tagged_processes(audit_id)),
-                     timeout=180, interval=0.2, what="Ray to start")
+            wait_for(
+                lambda: any("raylet" in cmdline(p) for p in tagged_processes(audit_id)),
+                timeout=180,
+                interval=0.2,
+                what="Ray to start",
+            )
             time.sleep(3)  # let the run get going (ClientApps being scheduled)
             assert len(tagged_processes(audit_id)) >= 3  # worker, GCS, raylet, ...
             r = http.post(f"/audits/{audit_id}/cancel", headers=AUTH)
             assert r.status_code == 200 and r.json()["status"] == "cancelled"
-            assert wait_for(lambda: not tagged_processes(audit_id), timeout=20, what="processes gone")
+            assert wait_for(
+                lambda: not tagged_processes(audit_id), timeout=20, what="processes gone"
+            )
             stored = http.get(f"/audits/{audit_id}/rounds").json()["items"]
             time.sleep(2)
             after = http.get(f"/audits/{audit_id}")
@@ -146,8 +168,13 @@ def test_kill9_mid_audit_loses_no_acknowledged_round(tmp_path):
     db = f"sqlite:///{tmp_path / 'crash.db'}"
     acks = tmp_path / "acks.jsonl"
     env = {**FAKE_ENV, "FLAUDIT_TEST_ACK_LOG": str(acks), "FLAUDIT_LEASE_SECONDS": "3"}
-    spec = {**TINY_FLOWER_AUDIT, "name": "crash", "num_rounds": 40, "task": FAKE_TASK,
-            "task_options": {"dim": 2000, "round_seconds": 0.15}}
+    spec = {
+        **TINY_FLOWER_AUDIT,
+        "name": "crash",
+        "num_rounds": 40,
+        "task": FAKE_TASK,
+        "task_options": {"dim": 2000, "round_seconds": 0.15},
+    }
     service = ServiceProcess(db, tmp_path / "service.log", api_key=KEY, env=env)
     with httpx.Client(base_url=service.url, timeout=30) as http:
         audit_id = http.post("/audits", json=spec, headers=AUTH).json()["id"]
@@ -169,8 +196,12 @@ def test_kill9_mid_audit_loses_no_acknowledged_round(tmp_path):
     try:
         with httpx.Client(base_url=service.url, timeout=30) as http:
             # failed once the dead instance's lease (3 s) has expired
-            wait_for(lambda: http.get(f"/audits/{audit_id}").json()["status"] != "running",
-                     timeout=20, interval=0.2, what="the orphaned audit to fail")
+            wait_for(
+                lambda: http.get(f"/audits/{audit_id}").json()["status"] != "running",
+                timeout=20,
+                interval=0.2,
+                what="the orphaned audit to fail",
+            )
             audit = http.get(f"/audits/{audit_id}").json()
             stored = [r["round"] for r in http.get(f"/audits/{audit_id}/rounds").json()["items"]]
         assert set(acked_rounds()) <= set(stored)  # nothing acknowledged was lost

@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 
 import flaudit.service.routers.audits as audits_router
-from flaudit.commands.cli import main as cli_main
 from flaudit.auditor.claims.evidence import recompute, seed_commitment
+from flaudit.commands.cli import main as cli_main
 from flaudit.service.evidence_store import list_signing_keys, rotate_signing_key
 from flaudit.service.store import Store
 from tests.processes import TEST_SECRET_KEY, free_port, wait_for
@@ -49,8 +49,9 @@ def ended(tmp_path_factory):
         out["bundles"] = {a: client.get(f"/audits/{a}/evidence").json() for a in (correct, broken)}
         out["audits"] = {a: client.get(f"/audits/{a}").json() for a in (correct, broken)}
         out["keys"] = client.get("/keys").json()
-        out["commitments"] = {a: client.get(f"/audits/{a}/commitment").json()
-                              for a in (correct, broken)}
+        out["commitments"] = {
+            a: client.get(f"/audits/{a}/commitment").json() for a in (correct, broken)
+        }
     mp.undo()
     yield out
     store.dispose()
@@ -101,21 +102,40 @@ def test_every_estimate_is_recomputed_not_copied(ended):
     assert "analytic" in kinds and len(kinds) >= 4
 
 
-@pytest.mark.parametrize("tamper, field", [
-    (lambda b: b["statistics"]["final_cosines"].__setitem__(
-        int(np.flatnonzero(b["statistics"]["seen"])[0]), 0.5), "estimates"),
-    (lambda b: b["statistics"]["max_cosines"].__setitem__(0, 0.9), "estimates"),
-    (lambda b: b["estimates"][0].__setitem__("epsilon", b["estimates"][0]["epsilon"] + 0.01),
-     "estimates[0].epsilon"),
-    (lambda b: b["claim"].__setitem__("mu", b["claim"]["mu"] * 1.1), "claim.mu"),
-    (lambda b: b["spec"].__setitem__("noise_multiplier", 1.3), "claim.mu"),
-    (lambda b: b["verdict"].__setitem__("status", "consistent"), "verdict.status"),
-    (lambda b: b["alarm"]["refuted_by"].__setitem__("level", 0.05), "alarm.refuted_by.level"),
-    (lambda b: [b["statistics"]["alarm_statistics"]["known_rounds"][key].__setitem__(
-        slice(None), [0.0] * len(b["statistics"]["alarm_statistics"]["known_rounds"][key]))
-        for key in ("sums", "round_sums")], "alarm"),
-    (lambda b: b["alarm"]["refuted_by"].__setitem__("p_value", 0.5), "alarm.refuted_by.p_value"),
-])
+@pytest.mark.parametrize(
+    "tamper, field",
+    [
+        (
+            lambda b: b["statistics"]["final_cosines"].__setitem__(
+                int(np.flatnonzero(b["statistics"]["seen"])[0]), 0.5
+            ),
+            "estimates",
+        ),
+        (lambda b: b["statistics"]["max_cosines"].__setitem__(0, 0.9), "estimates"),
+        (
+            lambda b: b["estimates"][0].__setitem__("epsilon", b["estimates"][0]["epsilon"] + 0.01),
+            "estimates[0].epsilon",
+        ),
+        (lambda b: b["claim"].__setitem__("mu", b["claim"]["mu"] * 1.1), "claim.mu"),
+        (lambda b: b["spec"].__setitem__("noise_multiplier", 1.3), "claim.mu"),
+        (lambda b: b["verdict"].__setitem__("status", "consistent"), "verdict.status"),
+        (lambda b: b["alarm"]["refuted_by"].__setitem__("level", 0.05), "alarm.refuted_by.level"),
+        (
+            lambda b: [
+                b["statistics"]["alarm_statistics"]["known_rounds"][key].__setitem__(
+                    slice(None),
+                    [0.0] * len(b["statistics"]["alarm_statistics"]["known_rounds"][key]),
+                )
+                for key in ("sums", "round_sums")
+            ],
+            "alarm",
+        ),
+        (
+            lambda b: b["alarm"]["refuted_by"].__setitem__("p_value", 0.5),
+            "alarm.refuted_by.p_value",
+        ),
+    ],
+)
 def test_a_tampered_number_is_caught_with_its_field_named(ended, tmp_path, capsys, tamper, field):
     bundle = copy.deepcopy(ended["bundles"][ended["ids"][1]])
     tamper(bundle)
@@ -141,8 +161,9 @@ def test_a_key_not_listed_by_the_service_is_refused(ended, tmp_path, capsys):
     assert code == 4 and "not among the given public keys" in capsys.readouterr().err
 
 
-def test_the_commitment_is_published_at_creation_and_checks_the_revealed_seed(ended, tmp_path,
-                                                                               capsys):
+def test_the_commitment_is_published_at_creation_and_checks_the_revealed_seed(
+    ended, tmp_path, capsys
+):
     correct, broken = ended["ids"]
     hidden, revealed = ended["bundles"][correct], ended["bundles"][broken]
     assert hidden["canary_seed"]["seed"] is None and hidden["canary_seed"]["salt"] is None
@@ -150,8 +171,10 @@ def test_the_commitment_is_published_at_creation_and_checks_the_revealed_seed(en
     assert ended["commitments"][broken]["seed"] is None  # the route never reveals it
     seed = int(revealed["canary_seed"]["seed"])
     assert seed == ended["store"].canary_seed(broken)
-    assert seed_commitment(seed, bytes.fromhex(revealed["canary_seed"]["salt"])) == \
-        ended["commitments"][broken]["commitment"]
+    assert (
+        seed_commitment(seed, bytes.fromhex(revealed["canary_seed"]["salt"]))
+        == ended["commitments"][broken]["commitment"]
+    )
     checks = {c.name: c for c in recompute(revealed).checks}
     assert checks["statistics.seen"].ok is True
     assert recompute(hidden).checks[0].ok is None  # not revealed: said, not checked
@@ -219,8 +242,10 @@ def test_rotate_signing_key_command_retires_the_active_key(tmp_path, monkeypatch
         assert keys[first].retired_at is not None
         # the private halves are sealed: the database alone does not hold a usable key
         with store.engine.connect() as conn:
-            sealed = [r[0] for r in conn.exec_driver_sql(
-                "SELECT sealed_private_key FROM flaudit_signing_keys")]
+            sealed = [
+                r[0]
+                for r in conn.exec_driver_sql("SELECT sealed_private_key FROM flaudit_signing_keys")
+            ]
         assert all(value.startswith("fernet:") for value in sealed)
         monkeypatch.delenv("FLAUDIT_SECRET_KEY")
         assert cli_main(["rotate-signing-key", "--database-url", url]) == 2
@@ -232,35 +257,53 @@ def test_rotate_signing_key_command_retires_the_active_key(tmp_path, monkeypatch
 def test_verify_reads_the_keys_from_a_running_service(ended, tmp_path, capsys):
     """``--url``: GET /keys of the real app (uvicorn on the test store)."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(make_client(ended["store"]).app, host="127.0.0.1",
-                                           port=port, log_config=None))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            make_client(ended["store"]).app, host="127.0.0.1", port=port, log_config=None
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: server.started and httpx.get(
-            f"http://127.0.0.1:{port}/healthz").status_code == 200, timeout=30, interval=0.2,
-            what="uvicorn")
+        wait_for(
+            lambda: (
+                server.started and httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+            ),
+            timeout=30,
+            interval=0.2,
+            what="uvicorn",
+        )
         bundle = ended["bundles"][ended["ids"][1]]
         code, _ = _verify(tmp_path, bundle, "--url", f"http://127.0.0.1:{port}")
-        assert code == 0 and f"signed by key {bundle['signature']['key_id']}" in \
-            capsys.readouterr().out
+        assert (
+            code == 0
+            and f"signed by key {bundle['signature']['key_id']}" in capsys.readouterr().out
+        )
     finally:
         server.should_exit = True
         thread.join(timeout=10)
 
 
-def test_a_pretty_printed_bundle_still_verifies_and_help_lists_the_exit_statuses(ended, tmp_path,
-                                                                                 capsys):
+def test_a_pretty_printed_bundle_still_verifies_and_help_lists_the_exit_statuses(
+    ended, tmp_path, capsys
+):
     bundle = ended["bundles"][ended["ids"][0]]
     path = tmp_path / "pretty.json"
-    path.write_text(json.dumps(dict(reversed(list(bundle.items()))), indent=2,
-                               ensure_ascii=True), encoding="utf-8")
+    path.write_text(
+        json.dumps(dict(reversed(list(bundle.items()))), indent=2, ensure_ascii=True),
+        encoding="utf-8",
+    )
     assert cli_main(["verify", str(path)]) == 0
     capsys.readouterr()
     with pytest.raises(SystemExit):
         cli_main(["verify", "--help"])
     out = capsys.readouterr().out
-    for line in ("0  every recomputed number matches", "3  a recorded number differs",
-                 "4  bad signature", "5  the revealed canary seed", "2  usage"):
+    for line in (
+        "0  every recomputed number matches",
+        "3  a recorded number differs",
+        "4  bad signature",
+        "5  the revealed canary seed",
+        "2  usage",
+    ):
         assert line in out
     assert cli_main(["verify", str(tmp_path / "missing.json")]) == 2

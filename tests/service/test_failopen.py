@@ -22,8 +22,13 @@ from flaudit.server.wrapper import CanaryAuditStrategy
 
 from .conftest import AUTH
 
-EXTERNAL = {"name": "failopen", "engine": "external", "num_canaries": 12,  # fits 3 per round x 4 rounds
-            "max_canary_fraction": 1.0, "delta": 1e-5}
+EXTERNAL = {
+    "name": "failopen",
+    "engine": "external",
+    "num_canaries": 12,  # fits 3 per round x 4 rounds
+    "max_canary_fraction": 1.0,
+    "delta": 1e-5,
+}
 S = 0.5
 SHAPES = [(20, 30), (30,)]
 DIM = 630
@@ -70,14 +75,23 @@ def _attach(client, **spec):
 
 def _reporter(client, audit_id, token, switch, **options):
     http = httpx.Client(transport=switch, base_url="http://testserver")
-    return HttpRoundReporter("http://testserver", audit_id, token, client=http, backoff=0.01,
-                             retry_seconds=0.05, **options)
+    return HttpRoundReporter(
+        "http://testserver",
+        audit_id,
+        token,
+        client=http,
+        backoff=0.01,
+        retry_seconds=0.05,
+        **options,
+    )
 
 
 def _strategy(reporter, num_rounds):
     dp = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.5, clipping_norm=S, num_sampled_clients=3,
+        noise_multiplier=0.5,
+        clipping_norm=S,
+        num_sampled_clients=3,
     )
     return CanaryAuditStrategy(dp, reporter=reporter, num_rounds=num_rounds)
 
@@ -95,8 +109,12 @@ def _train(strategy, num_rounds, switch, *, down=(), seed=0):
         for msg in messages:
             u = rng.standard_normal(DIM).astype(np.float32)
             vec = current + u * (0.1 * S / np.linalg.norm(u))
-            content = RecordDict({"arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
-                                  "metrics": MetricRecord({"num-examples": 10})})
+            content = RecordDict(
+                {
+                    "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
+                    "metrics": MetricRecord({"num-examples": 10}),
+                }
+            )
             replies.append(Message(content=content, reply_to=msg))
         arrays, _ = strategy.aggregate_train(t, replies)
         strategy.flush()  # the round's report has been handed over before the switch flips
@@ -125,18 +143,25 @@ def test_training_goes_on_through_an_outage_and_the_audit_states_its_gaps(client
     gap_rounds = [g["round"] for g in audit["gaps"]]
     assert set(gap_rounds) <= {2, 3, 4, 5} and len(gap_rounds) == len(set(gap_rounds))
     for gap in audit["gaps"]:
-        assert gap["kind"] == "no_canaries" and gap["reason"] == "service unreachable (ConnectError)"
+        assert (
+            gap["kind"] == "no_canaries" and gap["reason"] == "service unreachable (ConnectError)"
+        )
         assert "never inserted" in gap["cost"]
         assert rounds[gap["round"] - 1]["num_canaries_inserted"] == 0  # published: audit ended
-        assert any(f"round {gap['round']} trained without canaries" in a["message"]
-                   or "trained without canaries" in a["message"]
-                   for a in audit["alerts"])
+        assert any(
+            f"round {gap['round']} trained without canaries" in a["message"]
+            or "trained without canaries" in a["message"]
+            for a in audit["alerts"]
+        )
     assert sum(r["num_canaries_inserted"] for r in rounds) > 0
     assert any(e["estimator"] == "two_gaussian" for e in audit["estimates"])
     stored = store.load_secret_state(audit_id)
     assert stored.rounds_stored == 7 and final.shape == (DIM,)
-    warnings = [r.getMessage() for r in caplog.records if "unreachable (" in r.getMessage()
-                and "training goes on" in r.getMessage()]
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if "unreachable (" in r.getMessage() and "training goes on" in r.getMessage()
+    ]
     assert len(warnings) == 1, warnings  # one clear warning for the outage
     # "round N trains without canaries": once per round (a failed prefetch and the round's own
     # second try both hit the outage; issue #28 item 7), and only for the rounds that did
@@ -168,7 +193,9 @@ def test_stop_mode_stops_the_run_with_a_clear_message(client):
     with pytest.raises(ReportingError) as error:
         _train(_strategy(reporter, 5), 5, switch, down=(3, 4, 5))
     message = str(error.value)
-    assert "is unreachable" in message and "training stops because on_service_error='stop'" in message
+    assert (
+        "is unreachable" in message and "training stops because on_service_error='stop'" in message
+    )
     assert client.get(f"/audits/{audit_id}").json()["progress"]["round"] == 2
     reporter.close()
 
@@ -180,9 +207,20 @@ def _partial(strategy, rounds, seed):
     for t in range(1, rounds + 1):
         messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
         current = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
-        replies = [Message(content=RecordDict({
-            "arrays": ArrayRecord([current[:600].reshape(20, 30), current[600:] + 0.01]),
-            "metrics": MetricRecord({"num-examples": 10})}), reply_to=m) for m in messages]
+        replies = [
+            Message(
+                content=RecordDict(
+                    {
+                        "arrays": ArrayRecord(
+                            [current[:600].reshape(20, 30), current[600:] + 0.01]
+                        ),
+                        "metrics": MetricRecord({"num-examples": 10}),
+                    }
+                ),
+                reply_to=m,
+            )
+            for m in messages
+        ]
         arrays, _ = strategy.aggregate_train(t, replies)
         strategy.flush()
 
@@ -203,28 +241,53 @@ def test_a_second_run_is_refused_by_name_and_the_first_runs_data_stays_intact(cl
     assert f"audit {audit_id} belongs to another run" in message
     assert "run-first" in message and "flaudit attach" in message and "resume" in message
     # a raw round of another run is refused as well, naming the audit
-    r = client.put(f"/audits/{audit_id}/rounds/3", content=np.zeros(DIM, "<f4").tobytes(),
-                   params={"clip_norm": 0.5, "cohort_size": 3, "num_canaries_inserted": 0,
-                           "num_failures": 0, "clipped_fraction": 0, "noise_stddev": 0.25,
-                           "canaries_missing": "x"},
-                   headers={"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": "run-third",
-                            "Content-Type": "application/octet-stream"})
+    r = client.put(
+        f"/audits/{audit_id}/rounds/3",
+        content=np.zeros(DIM, "<f4").tobytes(),
+        params={
+            "clip_norm": 0.5,
+            "cohort_size": 3,
+            "num_canaries_inserted": 0,
+            "num_failures": 0,
+            "clipped_fraction": 0,
+            "noise_stddev": 0.25,
+            "canaries_missing": "x",
+        },
+        headers={
+            "Authorization": f"Bearer {token}",
+            "X-Flaudit-Run-Id": "run-third",
+            "Content-Type": "application/octet-stream",
+        },
+    )
     assert r.status_code == 409 and "belongs to another run" in r.json()["detail"]
     # and a round without the run id header (an old wrapper, curl): refused, naming the audit
     # and the header (issue #28 item 5: a foreign round 3 was stored and ended the audit)
     bare_headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}
-    for path, params in ((f"/audits/{audit_id}/rounds/3",
-                          {"clip_norm": 0.5, "cohort_size": 3, "num_canaries_inserted": 0}),
-                         (f"/audits/{audit_id}/final-model", {})):
-        r = client.put(path, content=np.zeros(DIM, "<f4").tobytes(), params=params,
-                       headers=bare_headers)
+    for path, params in (
+        (
+            f"/audits/{audit_id}/rounds/3",
+            {"clip_norm": 0.5, "cohort_size": 3, "num_canaries_inserted": 0},
+        ),
+        (f"/audits/{audit_id}/final-model", {}),
+    ):
+        r = client.put(
+            path, content=np.zeros(DIM, "<f4").tobytes(), params=params, headers=bare_headers
+        )
         assert r.status_code == 409, r.text
         detail = r.json()["detail"]
         assert f"audit {audit_id}" in detail and "X-Flaudit-Run-Id" in detail
         assert "run-first" in detail
-    claim = client.put(f"/audits/{audit_id}/claim", headers=_run_auth(token),
-                       json={"noise_multiplier": 0.5, "clip_norm": S, "num_rounds": 4,
-                             "num_clients": 3, "clients_per_round": 3})
+    claim = client.put(
+        f"/audits/{audit_id}/claim",
+        headers=_run_auth(token),
+        json={
+            "noise_multiplier": 0.5,
+            "clip_norm": S,
+            "num_rounds": 4,
+            "num_clients": 3,
+            "clients_per_round": 3,
+        },
+    )
     assert claim.status_code == 409 and "X-Flaudit-Run-Id" in claim.json()["detail"]
     assert store.get_audit(audit_id).status == "running"
     second.close()
@@ -236,8 +299,15 @@ def test_a_second_run_is_refused_by_name_and_the_first_runs_data_stays_intact(cl
     store.finish(audit_id, status="cancelled", reason="test", only_if=("running",))
     late = _reporter(client, audit_id, token, switch, run_id="run-late")
     with pytest.raises(ReportingError, match=f"audit {audit_id} .*new audit"):
-        late.declare_claim({"noise_multiplier": 0.5, "clip_norm": S, "num_rounds": 4,
-                            "num_clients": 3, "clients_per_round": 3})
+        late.declare_claim(
+            {
+                "noise_multiplier": 0.5,
+                "clip_norm": S,
+                "num_rounds": 4,
+                "num_clients": 3,
+                "clients_per_round": 3,
+            }
+        )
     late.close()
     first.close()
 
@@ -257,7 +327,12 @@ def test_explicit_resume_continues_after_the_last_stored_round(client, store):
     audit = client.get(f"/audits/{audit_id}").json()
     assert audit["status"] == "succeeded", audit["reason"]
     assert [r["round"] for r in client.get(f"/audits/{audit_id}/rounds").json()["items"]] == [
-        1, 2, 3, 4, 5]
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
     assert audit["spec"]["num_rounds"] == 5 and audit["gaps"] == []
 
 
@@ -266,20 +341,30 @@ def test_a_resume_claiming_only_the_rounds_left_is_accepted_whatever_canaries_ar
     canary plan was checked when the claim was first declared. 64 canaries, about 32 seen, fit
     5 rounds of 16 slots but never 1 round of 16 (P < 1e-4): the plan is not checked again."""
     audit_id, token = _attach(client, num_canaries=64)
-    claim = {"noise_multiplier": 0.5, "clip_norm": S, "num_rounds": 5, "num_clients": 16,
-             "clients_per_round": 16}
+    claim = {
+        "noise_multiplier": 0.5,
+        "clip_norm": S,
+        "num_rounds": 5,
+        "num_clients": 16,
+        "clients_per_round": 16,
+    }
 
     def put(run_id, num_rounds, **params):
-        return client.put(f"/audits/{audit_id}/claim", params=params,
-                          json={**claim, "num_rounds": num_rounds},
-                          headers={"Authorization": f"Bearer {token}",
-                                   "X-Flaudit-Run-Id": run_id})
+        return client.put(
+            f"/audits/{audit_id}/claim",
+            params=params,
+            json={**claim, "num_rounds": num_rounds},
+            headers={"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": run_id},
+        )
 
     assert put("run-first", 5).status_code == 200
     # a first claim of 1 round would not fit the seen canaries: the check is real
     fresh_id, fresh_token = _attach(client, num_canaries=64)
-    refused = client.put(f"/audits/{fresh_id}/claim", json={**claim, "num_rounds": 1},
-                         headers={"Authorization": f"Bearer {fresh_token}"})
+    refused = client.put(
+        f"/audits/{fresh_id}/claim",
+        json={**claim, "num_rounds": 1},
+        headers={"Authorization": f"Bearer {fresh_token}"},
+    )
     assert refused.status_code == 422 and "cohort slots" in refused.json()["detail"]
     resumed = put("run-resumed", 1, resume="true")
     assert resumed.status_code == 200, resumed.text
@@ -299,7 +384,10 @@ def test_a_round_that_does_not_fit_the_buffer_is_a_stated_gap(client, store):
     assert "buffer" in not_reported[0]["reason"] and "final model" in not_reported[0]["cost"]
     assert "which arrived" in not_reported[0]["cost"]
     assert [r["round"] for r in client.get(f"/audits/{audit_id}/rounds").json()["items"]] == [
-        1, 2, 4]
+        1,
+        2,
+        4,
+    ]
 
 
 def test_a_not_reported_gap_says_whether_the_final_model_arrived():

@@ -73,8 +73,12 @@ def _rounds(strategy, on_round, rounds: int = ROUNDS) -> list[float]:
         for msg in messages:
             u = rng.standard_normal(DIM).astype(np.float32)
             vec = current + u * (0.1 * S / np.linalg.norm(u))
-            content = RecordDict({"arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
-                                  "metrics": MetricRecord({"num-examples": 10})})
+            content = RecordDict(
+                {
+                    "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
+                    "metrics": MetricRecord({"num-examples": 10}),
+                }
+            )
             replies.append(Message(content=content, reply_to=msg))
         began = time.monotonic()
         if t == rounds:  # the last round also sends the final model: not a round's pace
@@ -90,22 +94,33 @@ def _rounds(strategy, on_round, rounds: int = ROUNDS) -> list[float]:
 
 
 def _audit(http, service, num_canaries=16, **options):
-    body = http.post("/audits", json={"engine": "external", "num_canaries": num_canaries,
-                                      "max_canary_fraction": 1.0, "delta": 1e-5},
-                     headers=AUTH).json()
+    body = http.post(
+        "/audits",
+        json={
+            "engine": "external",
+            "num_canaries": num_canaries,
+            "max_canary_fraction": 1.0,
+            "delta": 1e-5,
+        },
+        headers=AUTH,
+    ).json()
     audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
     reporter = HttpRoundReporter(service.url, audit_id, token, fetch_timeout=BUDGET)
     dp = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.5, clipping_norm=S, num_sampled_clients=3)
+        noise_multiplier=0.5,
+        clipping_norm=S,
+        num_sampled_clients=3,
+    )
     return audit_id, reporter, CanaryAuditStrategy(dp, reporter=reporter, **options)
 
 
 def _warm_up(http, service) -> None:
     """A first audit of two rounds, waited for: the service's first ingest loads the
     estimators (seconds on a busy machine), which is not what this test measures."""
-    audit_id, reporter, strategy = _audit(http, service, num_canaries=4, num_rounds=2,
-                                          round_budget_seconds=None)
+    audit_id, reporter, strategy = _audit(
+        http, service, num_canaries=4, num_rounds=2, round_budget_seconds=None
+    )
     _rounds(strategy, lambda t: None, rounds=2)
     strategy.flush()
     reporter.report_final(np.zeros(DIM, np.float32), {})
@@ -115,15 +130,17 @@ def _warm_up(http, service) -> None:
 
 @pytest.mark.timeout(240)
 def test_rounds_keep_their_pace_while_the_service_is_frozen(tmp_path):
-    service = ServiceProcess(f"sqlite:///{tmp_path / 'frozen.db'}", tmp_path / "service.log",
-                             api_key=KEY)
+    service = ServiceProcess(
+        f"sqlite:///{tmp_path / 'frozen.db'}", tmp_path / "service.log", api_key=KEY
+    )
     frozen = False
     reporter = None
     try:
         http = httpx.Client(base_url=service.url, timeout=30)
         _warm_up(http, service)
-        audit_id, reporter, strategy = _audit(http, service, num_rounds=ROUNDS,
-                                              round_budget_seconds=BUDGET)
+        audit_id, reporter, strategy = _audit(
+            http, service, num_rounds=ROUNDS, round_budget_seconds=BUDGET
+        )
 
         def freeze_or_thaw(t):
             nonlocal frozen
@@ -148,7 +165,10 @@ def test_rounds_keep_their_pace_while_the_service_is_frozen(tmp_path):
         reporter.report_final(np.zeros(DIM, np.float32), {})
         audit = wait_for(
             lambda: (a := http.get(f"/audits/{audit_id}").json())["status"] != "running" and a,
-            timeout=60, interval=0.2, what="the audit to end")
+            timeout=60,
+            interval=0.2,
+            what="the audit to end",
+        )
         assert audit["status"] == "succeeded", audit["reason"]
         stored = [r["round"] for r in http.get(f"/audits/{audit_id}/rounds").json()["items"]]
         assert stored == list(range(1, ROUNDS + 1))  # nothing acknowledged was dropped

@@ -30,7 +30,9 @@ TIMEOUT = 1.0
 def service(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("header-timeout")
     service = ServiceProcess(
-        f"sqlite:///{tmp / 'service.db'}", tmp / "service.log", api_key=KEY,
+        f"sqlite:///{tmp / 'service.db'}",
+        tmp / "service.log",
+        api_key=KEY,
         args=("--header-timeout-seconds", str(TIMEOUT)),
     )
     yield service
@@ -104,7 +106,7 @@ def test_a_body_slower_than_the_head_timeout_is_still_read(service):
         )
         for i in range(0, len(body), 9):  # about 3 * TIMEOUT for the body
             time.sleep(TIMEOUT)
-            sock.sendall(body[i:i + 9])
+            sock.sendall(body[i : i + 9])
         answer = read_response(sock)
     assert answer.startswith(b"HTTP/1.1 422 "), answer[:200]  # parsed and refused: not a 408
 
@@ -122,7 +124,11 @@ def test_the_dashboard_and_api_answer_as_before(service):
 def _serve(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "flaudit.commands.cli", "serve", "--port", "9", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -142,9 +148,7 @@ def test_a_bad_header_timeout_stops_serve_and_names_the_setting(tmp_path, args, 
     env.pop("FLAUDIT_HEADER_TIMEOUT_SECONDS", None)
     if variable is not None:
         env["FLAUDIT_HEADER_TIMEOUT_SECONDS"] = variable
-    done = _serve(
-        ["--database-url", f"sqlite:///{tmp_path / 'x.db'}", *args], env
-    )
+    done = _serve(["--database-url", f"sqlite:///{tmp_path / 'x.db'}", *args], env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "FLAUDIT_HEADER_TIMEOUT_SECONDS" in done.stdout, done.stdout + done.stderr
     if args:

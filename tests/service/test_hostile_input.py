@@ -32,7 +32,10 @@ RAW_PROBES = [
     ({"noise_multiplier": "Infinity"}, "noise_multiplier"),
     ({"clip_norm": "-Infinity"}, "clip_norm"),
     ({"server_learning_rate": "1e999"}, "server_learning_rate"),
-    ({"clip_norm": "null", "adaptive_clipping": '{"initial_clip_norm": Infinity}'}, "adaptive_clipping"),
+    (
+        {"clip_norm": "null", "adaptive_clipping": '{"initial_clip_norm": Infinity}'},
+        "adaptive_clipping",
+    ),
     ({"task_options": '{"alpha": NaN}'}, "task_options"),
     ({"name": '"\\ud800"'}, "name"),
     ({"name": '"a\\u0000b"'}, "name"),
@@ -64,7 +67,9 @@ def test_raw_probe_is_422_naming_the_field_nothing_stored(client, store, raw, fi
 
 def test_lone_surrogate_in_raw_utf8_is_a_4xx(client, store):
     body = _raw_spec(name='"\ud800"')  # the surrogate's (invalid) UTF-8 bytes, not an escape
-    response = client.post("/audits", content=body, headers={**AUTH, "Content-Type": "application/json"})
+    response = client.post(
+        "/audits", content=body, headers={**AUTH, "Content-Type": "application/json"}
+    )
     assert 400 <= response.status_code < 500, response.text
     _strict_json(response)
     assert store.count_audits() == 0
@@ -74,9 +79,15 @@ def test_a_custom_task_must_be_findable(store):
     from .conftest import make_client
 
     with make_client(store, allow_custom_tasks=True) as c:
-        bad = c.post("/audits", json={**SMALL_SPEC, "task": "no_such_pkg_xyz.tasks:make"}, headers=AUTH)
+        bad = c.post(
+            "/audits", json={**SMALL_SPEC, "task": "no_such_pkg_xyz.tasks:make"}, headers=AUTH
+        )
         assert bad.status_code == 422 and "no_such_pkg_xyz" in bad.text
-        good = c.post("/audits", json={**SMALL_SPEC, "task": "flaudit.clients.tasks:synthetic_task"}, headers=AUTH)
+        good = c.post(
+            "/audits",
+            json={**SMALL_SPEC, "task": "flaudit.clients.tasks:synthetic_task"},
+            headers=AUTH,
+        )
         assert good.status_code == 201, good.text
     assert store.count_audits() == 1
 
@@ -85,7 +96,9 @@ def test_a_custom_task_must_be_findable(store):
 def _running_audit(client, store, dim=64):
     audit_id = submit(client)
     headers = start_run(store, audit_id)
-    initial = client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(dim)), headers=headers)
+    initial = client.put(
+        f"/audits/{audit_id}/initial-model", content=f32(np.zeros(dim)), headers=headers
+    )
     assert initial.status_code == 200, initial.text
     return audit_id, headers
 
@@ -95,16 +108,22 @@ META = {"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1}
 
 @pytest.mark.parametrize(
     "patch, field",
-    [({"cohort_size": 9223372036854775808}, "cohort_size"),
-     ({"num_canaries_inserted": 10**20}, "num_canaries_inserted"),
-     ({"num_failures": -1}, "num_failures"),
-     ({"clip_norm": "inf"}, "clip_norm"),
-     ({"train_loss": "nan"}, "train_loss")],
+    [
+        ({"cohort_size": 9223372036854775808}, "cohort_size"),
+        ({"num_canaries_inserted": 10**20}, "num_canaries_inserted"),
+        ({"num_failures": -1}, "num_failures"),
+        ({"clip_norm": "inf"}, "clip_norm"),
+        ({"train_loss": "nan"}, "train_loss"),
+    ],
 )
 def test_out_of_range_round_metadata_is_422(client, store, patch, field):
     audit_id, headers = _running_audit(client, store)
-    response = client.put(f"/audits/{audit_id}/rounds/1", params={**META, **patch},
-                          content=f32(np.ones(64)), headers=headers)
+    response = client.put(
+        f"/audits/{audit_id}/rounds/1",
+        params={**META, **patch},
+        content=f32(np.ones(64)),
+        headers=headers,
+    )
     assert response.status_code == 422 and field in response.text, response.text
     assert client.get(f"/audits/{audit_id}").json()["status"] == "running"
     assert client.get(f"/audits/{audit_id}").json()["progress"]["round"] == 0
@@ -114,11 +133,15 @@ def test_a_delta_whose_norm_overflows_float32_is_handled(client, store):
     audit_id, headers = _running_audit(client, store)
     delta = np.full(64, 3e38, dtype=np.float32)
     delta[::2] *= -1
-    response = client.put(f"/audits/{audit_id}/rounds/1", params=META, content=f32(delta), headers=headers)
+    response = client.put(
+        f"/audits/{audit_id}/rounds/1", params=META, content=f32(delta), headers=headers
+    )
     assert response.status_code == 200, response.text
     audit = client.get(f"/audits/{audit_id}").json()
     assert audit["status"] == "running" and audit["progress"]["round"] == 1
-    cosines = [item["max_cosine"] for item in client.get(f"/audits/{audit_id}/cosines").json()["items"]]
+    cosines = [
+        item["max_cosine"] for item in client.get(f"/audits/{audit_id}/cosines").json()["items"]
+    ]
     assert all(c is not None and -1 <= c <= 1 for c in cosines)
     final = client.put(f"/audits/{audit_id}/final-model", content=f32(-delta), headers=headers)
     assert final.status_code == 200, final.text
@@ -138,7 +161,8 @@ def test_cosines_json_is_paged_and_csv_has_every_canary(client, store):
 # -- body limits, before authentication -------------------------------------------------------
 def test_a_large_declared_body_is_refused_before_auth(client, store):
     response = client.post(
-        "/audits", content=b"{" + b" " * (70 << 10) + b"}",
+        "/audits",
+        content=b"{" + b" " * (70 << 10) + b"}",
         headers={"Content-Type": "application/json"},
     )
     assert response.status_code == 413 and "limit" in response.json()["detail"]
@@ -152,6 +176,8 @@ def test_a_large_chunked_body_is_cut_while_streaming(client, store):
             yield b"x" * 1024
         yield b'"}'
 
-    response = client.post("/audits", content=chunks(), headers={**AUTH, "Content-Type": "application/json"})
+    response = client.post(
+        "/audits", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}
+    )
     assert response.status_code == 413, response.text
     assert store.count_audits() == 0

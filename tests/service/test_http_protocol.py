@@ -20,7 +20,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from flaudit.service.http_protocol import MAX_HEAD_BYTES, http_protocol
 from tests.processes import free_port
 from tests.raw_http import (
-    assert_431, connect, read_response, read_until_closed, send_all_you_can,
+    assert_431,
+    connect,
+    read_response,
+    read_until_closed,
+    send_all_you_can,
 )
 
 TIMEOUT = 0.5
@@ -38,16 +42,26 @@ async def app(scope, receive, send):
         if not message.get("more_body"):
             break
     if scope["path"] == "/stream":
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/csv")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/csv")],
+            }
+        )
         for i in range(STREAM_CHUNKS):
             await asyncio.sleep(TIMEOUT / 2)
             await send({"type": "http.response.body", "body": b"row,%d\n" % i, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
         return
     answer = b"%s %d" % (scope["path"].encode(), len(body))
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-length", str(len(answer)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-length", str(len(answer)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": answer})
 
 
@@ -68,7 +82,11 @@ def keep_alive_port(request):
 def _serve(base, timeout: float):
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, lifespan="off", log_level="warning",
+        app,
+        host="127.0.0.1",
+        port=port,
+        lifespan="off",
+        log_level="warning",
         http=http_protocol(header_timeout_seconds=timeout, base=base),
         timeout_keep_alive=60,  # so that only the head timeout closes idle connections
     )
@@ -224,7 +242,8 @@ def test_a_large_body_with_a_pipelined_request_in_the_same_reads_is_served(port)
     with connect(port) as sock:
         sock.sendall(
             b"PUT /audits/a/rounds/1 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
-            + body + b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n"
+            + body
+            + b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n"
         )
         answers = read_until_closed(sock)  # both responses, then the idle close
     assert answers.count(b"HTTP/1.1 200 ") == 2, answers
@@ -235,8 +254,11 @@ def test_pipelined_requests_after_a_body_in_one_write_are_served(port):
     # the body's end, a whole request and the next request's start can share one read
     small = b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n"
     with connect(port) as sock:
-        sock.sendall(b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n"
-                     + b"p" * 300000 + small * 50)
+        sock.sendall(
+            b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n"
+            + b"p" * 300000
+            + small * 50
+        )
         answers = read_until_closed(sock)  # 51 responses, then the idle close
     assert answers.count(b"HTTP/1.1 200 ") == 51 and answers.count(b"/small 0") == 50, answers
     assert b"431" not in answers and answers.index(b"/post 300000") < answers.index(b"/small 0")
@@ -246,8 +268,14 @@ def test_trailers_of_a_chunked_body_do_not_count_against_the_head(port):
     headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(140))  # ~15 KiB
     trailers = b"".join(b"X-T%d: %s\r\n" % (i, b"t" * 100) for i in range(20))  # ~2 KiB
     with connect(port) as sock:
-        sock.sendall(b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-                     + headers + b"\r\n" + b"5\r\nhello\r\n0\r\n" + trailers + b"\r\n")
+        sock.sendall(
+            b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            + headers
+            + b"\r\n"
+            + b"5\r\nhello\r\n0\r\n"
+            + trailers
+            + b"\r\n"
+        )
         assert read_response(sock).endswith(b"/chunked 5")
 
 

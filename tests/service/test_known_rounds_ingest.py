@@ -8,10 +8,10 @@ import pytest
 
 from flaudit.auditor.canaries import canary_vectors, seen_mask
 from flaudit.auditor.claims.known_rounds import KnownRoundsStatistic
+from flaudit.server.http_reporter import HttpRoundReporter
+from flaudit.server.reporting import RoundMetadata
 from flaudit.service.live import LiveAudits
 from flaudit.service.schemas import AuditOut
-from flaudit.server.reporting import RoundMetadata
-from flaudit.server.http_reporter import HttpRoundReporter
 from tests.canary_reference import expected_statistics
 
 from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
@@ -62,8 +62,12 @@ def _assert_same_state(state, want):
 
 def _put_round(client, audit_id, t, update, part, headers, **meta):
     params = {**META, "num_participants": len(part), **meta}
-    return client.put(f"/audits/{audit_id}/rounds/{t}", params=params,
-                      content=f32(update) + _i32(part), headers=headers)
+    return client.put(
+        f"/audits/{audit_id}/rounds/{t}",
+        params=params,
+        content=f32(update) + _i32(part),
+        headers=headers,
+    )
 
 
 def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_instance(client, store):
@@ -71,8 +75,12 @@ def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_insta
     headers = start_run(store, audit_id)
     seed = store.canary_seed(audit_id)
     theta0, updates, participants, canaries, seen = _run(seed)
-    assert client.put(f"/audits/{audit_id}/initial-model", content=f32(theta0),
-                      headers=headers).status_code == 200
+    assert (
+        client.put(
+            f"/audits/{audit_id}/initial-model", content=f32(theta0), headers=headers
+        ).status_code
+        == 200
+    )
     for t in (1, 2):
         r = _put_round(client, audit_id, t, updates[t - 1], participants[t - 1], headers)
         assert r.status_code == 200, r.text
@@ -86,7 +94,10 @@ def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_insta
     fresh = LiveAudits(store)
     for t in (3, 4):
         mask = np.asarray(participants[t - 1], dtype=np.int64)
-        assert fresh.ingest_round(audit_id, t, updates[t - 1], dict(META, num_failures=0), mask) == "stored"
+        assert (
+            fresh.ingest_round(audit_id, t, updates[t - 1], dict(META, num_failures=0), mask)
+            == "stored"
+        )
     state = store.load_secret_state(audit_id).known_rounds
     want = _expected_state(updates, participants, canaries, seen, T, seed)
     _assert_same_state(state, want)
@@ -99,7 +110,8 @@ def test_known_rounds_state_is_stored_with_each_round_and_resumes_in_a_new_insta
 
         rows = s.query(AuditRound).filter_by(audit_id=audit_id).order_by(AuditRound.round).all()
         assert [np.frombuffer(r.participants, "<i4").tolist() for r in rows] == [
-            p.tolist() for p in participants]
+            p.tolist() for p in participants
+        ]
     for path in ("", "/rounds", "/cosines"):
         assert "participants" not in client.get(f"/audits/{audit_id}{path}").text
 
@@ -114,15 +126,21 @@ def test_participants_are_validated_naming_the_field_and_nothing_is_stored(clien
         assert r.status_code == 422 and "participants" in r.text and words in r.text, r.text
     r = _put_round(client, audit_id, 1, update, list(range(K + 1)), headers)
     assert r.status_code == 422 and "num_participants" in r.text
-    r = client.put(f"/audits/{audit_id}/rounds/1", params={**META, "num_participants": -1},
-                   content=f32(update), headers=headers)
+    r = client.put(
+        f"/audits/{audit_id}/rounds/1",
+        params={**META, "num_participants": -1},
+        content=f32(update),
+        headers=headers,
+    )
     assert r.status_code == 422 and "num_participants" in r.text
     assert store.get_audit(audit_id).rounds_stored == 0
     assert store.load_secret_state(audit_id).known_rounds is None
 
     # an audit reports participants on every round or on none
     assert _put_round(client, audit_id, 1, update, [0, 5], headers).status_code == 200
-    r = client.put(f"/audits/{audit_id}/rounds/2", params=META, content=f32(update), headers=headers)
+    r = client.put(
+        f"/audits/{audit_id}/rounds/2", params=META, content=f32(update), headers=headers
+    )
     assert r.status_code == 409 and "participants" in r.text
     assert store.get_audit(audit_id).rounds_stored == 1
     # a body missing indices its query announces (2 for num_participants=3) is a malformed
@@ -145,16 +163,21 @@ def test_http_reporter_sends_the_released_update_with_its_participants(client, s
     reporter = HttpRoundReporter("http://testserver", audit_id, token, client=client)
     assert "participants" not in repr(RoundMetadata(1.0, 5, 1, 0, 0.0, 0.5, participants=(3, 1)))
     reporter.report_initial(np.zeros(DIM, dtype=np.float32))
-    reporter.report_round(1, np.ones(DIM, dtype=np.float32),
-                          RoundMetadata(1.0, 5, 1, 0, 0.0, 0.5, participants=(1, 3, 7)))
+    reporter.report_round(
+        1,
+        np.ones(DIM, dtype=np.float32),
+        RoundMetadata(1.0, 5, 1, 0, 0.0, 0.5, participants=(1, 3, 7)),
+    )
     state = store.load_secret_state(audit_id).known_rounds
     assert state.counts.tolist() == [0, 1, 0, 1, 0, 0, 0, 1] + [0] * (K - 8)
     row = client.get(f"/audits/{audit_id}/rounds").json()["items"][0]
     assert row["update_norm"] == pytest.approx(np.sqrt(DIM)) and row["weight_factor"] is None
     # a weighted FedAvg's round: the wrapper's weight factor travels with the round
-    reporter.report_round(2, np.ones(DIM, dtype=np.float32),
-                          RoundMetadata(1.0, 5, 1, 0, 0.0, 0.5, participants=(2,),
-                                        weight_factor=2.5))
+    reporter.report_round(
+        2,
+        np.ones(DIM, dtype=np.float32),
+        RoundMetadata(1.0, 5, 1, 0, 0.0, 0.5, participants=(2,), weight_factor=2.5),
+    )
     rows = client.get(f"/audits/{audit_id}/rounds").json()["items"]
     assert [r["weight_factor"] for r in rows] == [None, 2.5]
     assert client.get(f"/audits/{audit_id}").json()["max_weight_factor"] == 2.5
@@ -194,8 +217,8 @@ def test_bug_injection_needs_the_operators_flag(store):
 
 
 def test_external_audits_get_participants_from_the_service_schedule():
-    from flaudit.service.external import round_canaries, round_participants
     from flaudit.auditor.spec import AuditSpec
+    from flaudit.service.external import round_canaries, round_participants
 
     spec = AuditSpec.model_validate({**SMALL_SPEC, "num_rounds": 6, "canary_repeats": 2})
     seed = 0x5EED_1234_ABCD

@@ -71,7 +71,9 @@ def _megabytes(total: int, *, chunked: bool):
 @pytest.fixture
 def service(tmp_path):
     service = ServiceProcess(
-        f"sqlite:///{tmp_path / 'limits.db'}", tmp_path / "service.log", api_key=KEY,
+        f"sqlite:///{tmp_path / 'limits.db'}",
+        tmp_path / "service.log",
+        api_key=KEY,
         env={"FLAUDIT_BODY_TIMEOUT_SECONDS": "2"},
     )
     yield service
@@ -116,7 +118,7 @@ def test_anonymous_200mb_bodies_are_refused_before_they_are_read(service):
 def test_partial_bodies_time_out(service):
     head = (
         b"POST /audits HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: 1000\r\n\r\n{\"name\": "
+        b"Authorization: Bearer " + KEY.encode() + b'\r\nContent-Length: 1000\r\n\r\n{"name": '
     )
     socks = []
     for _ in range(50):

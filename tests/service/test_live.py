@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from flaudit.auditor.canaries import CanaryFamily
 from flaudit.auditor.claims.alerts import build_alerts, decide
@@ -19,9 +20,15 @@ SPEC = AuditSpec(num_canaries=100, num_clients=1000, clients_per_round=10)
 
 
 def _est(estimator, eps, threat_model="final_model", **extra):
-    return {"estimator": estimator, "epsilon": eps, "threat_model": threat_model,
-            "variance": extra.pop("variance", "n/a"), "correction": extra.pop("correction", "none"),
-            "confidence": extra.pop("confidence", 0.95), "details": extra}
+    return {
+        "estimator": estimator,
+        "epsilon": eps,
+        "threat_model": threat_model,
+        "variance": extra.pop("variance", "n/a"),
+        "correction": extra.pop("correction", "none"),
+        "confidence": extra.pop("confidence", 0.95),
+        "details": extra,
+    }
 
 
 ANALYTIC = [
@@ -32,8 +39,7 @@ ANALYTIC = [
 
 
 def _alerts(estimates, spec=SPEC, dim=10**6):
-    return build_alerts(spec=spec, dim=dim, rounds_stored=1,
-                        has_final=False)
+    return build_alerts(spec=spec, dim=dim, rounds_stored=1, has_final=False)
 
 
 def test_epsilon_lower_bounds_above_analytic_are_never_alarms():
@@ -51,8 +57,16 @@ def _tests(mu_seen, *, k=400, seed=0, spec=SPEC):
     seen = rng.random(k) < 0.5
     scores = np.where(seen, mu_seen, 0.0) + rng.standard_normal(k)
     scores[:3] = np.nan  # canaries not yet in any round
-    summary = summarize(AuditLook(seen=seen, dim=10**6, delta=1e-5, threat_models=[],
-                        known_rounds_scores=scores, claims=audit_claims(spec)))
+    summary = summarize(
+        AuditLook(
+            seen=seen,
+            dim=10**6,
+            delta=1e-5,
+            threat_models=[],
+            known_rounds_scores=scores,
+            claims=audit_claims(spec),
+        )
+    )
     return summary.claim_tests
 
 
@@ -60,23 +74,20 @@ def test_a_rejected_known_rounds_claim_is_an_error_alert():
     # SPEC: z = 1, r = 1 -> mu = 1; a bug tripling mu is rejected at the per-round look's level
     alarm = decide(SPEC, _tests(3.0), look=1)
     assert alarm.status == "error"
-    alerts = build_alerts(spec=SPEC, dim=10**6, rounds_stored=1,
-                          has_final=False, alarm=alarm)
+    alerts = build_alerts(spec=SPEC, dim=10**6, rounds_stored=1, has_final=False, alarm=alarm)
     (alert,) = [a for a in alerts if a["level"] == "error"]
     assert "possible DP bug or wrong claim" in alert["message"]
     assert "look 1 of 21" in alert["message"] and "known rounds" in alert["message"]
     ok = decide(SPEC, _tests(1.0), look=1)
     assert ok.status == "ok"
-    assert build_alerts(spec=SPEC, dim=10**6, rounds_stored=1,
-                        has_final=False, alarm=ok) == []
+    assert build_alerts(spec=SPEC, dim=10**6, rounds_stored=1, has_final=False, alarm=ok) == []
 
 
 def test_no_dp_claim_is_said_plainly():
     spec = SPEC.model_copy(update={"noise_multiplier": 0.0})
     assert alarm_guarantee(spec).startswith("No DP claim")
     for alarm in (None, decide(spec, [], look=2)):
-        alerts = build_alerts(spec=spec, dim=10**6, rounds_stored=1,
-                              has_final=False, alarm=alarm)
+        alerts = build_alerts(spec=spec, dim=10**6, rounds_stored=1, has_final=False, alarm=alarm)
         assert [a["level"] for a in alerts if "No DP claim" in a["message"]] == ["info"]
     assert "at most 5% over all 21 looks" in alarm_guarantee(SPEC)
 
@@ -96,7 +107,9 @@ def test_estimates_above_analytic_are_not_alerts_unless_they_are_bounds():
     assert _alerts([_est("two_gaussian", 50.0, variance="fitted", correction="n/a")]) == []
 
 
-@pytest.mark.parametrize("dim, warned", [(10_000, False), (2_000, False), (1_900, True), (500, True)])
+@pytest.mark.parametrize(
+    "dim, warned", [(10_000, False), (2_000, False), (1_900, True), (500, True)]
+)
 def test_interference_warning_follows_the_effective_noise(dim, warned):
     # gaussian canaries, z = 1, k = 100: warn once sqrt(1 + k/d) inflates the noise by more
     # than 2.5% (k/d > ~5.1%); orthogonal canaries (the default here) never interfere
@@ -141,8 +154,8 @@ def test_jsonable_never_emits_non_finite_floats(values):
 def test_model_change_follows_the_server_optimizer_with_momentum():
     """theta_t - theta_0 rebuilt from the released updates points where the ServerApp's own
     optimizer moved the model (the learning rate only scales it)."""
-    from flaudit.service.live import _ModelChange
     from flaudit.server.dpfedavg import ServerOptimizer
+    from flaudit.service.live import _ModelChange
 
     rng = np.random.default_rng(4)
     for momentum in (0.0, 0.9):

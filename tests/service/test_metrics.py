@@ -42,8 +42,9 @@ FAMILIES = {
     "flaudit_scrape_duration_seconds": "gauge",
 }
 
-BUDGET_REASON = ("the canaries did not arrive within the round budget (5 s): the service is "
-                 "slow or unreachable")
+BUDGET_REASON = (
+    "the canaries did not arrive within the round budget (5 s): the service is slow or unreachable"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -73,8 +74,11 @@ def value(samples: dict, name: str, **labels) -> float:
 
 
 def audit_gauges(samples: dict) -> dict:
-    return {dict(labels)["status"] + "/" + dict(labels)["verdict"]: v
-            for (name, labels), v in samples.items() if name == "flaudit_audits"}
+    return {
+        dict(labels)["status"] + "/" + dict(labels)["verdict"]: v
+        for (name, labels), v in samples.items()
+        if name == "flaudit_audits"
+    }
 
 
 def leaky_run(client, store) -> tuple[str, list[dict]]:
@@ -92,17 +96,29 @@ def leaky_run(client, store) -> tuple[str, list[dict]]:
     round_of = rng.integers(0, spec.num_rounds, size=k)
     theta = rng.normal(size=DIM).astype(np.float32)
     base = f"/audits/{audit_id}"
-    assert client.put(f"{base}/initial-model", content=f32(theta), headers=headers).status_code == 200
+    assert (
+        client.put(f"{base}/initial-model", content=f32(theta), headers=headers).status_code == 200
+    )
     acks = []
     for t in range(1, spec.num_rounds + 1):
         inserted = seen & (round_of == t - 1)
-        update = (canaries[inserted].sum(axis=0, dtype=np.float64)
-                  + rng.normal(scale=0.2 * spec.noise_multiplier, size=DIM)) / m
+        update = (
+            canaries[inserted].sum(axis=0, dtype=np.float64)
+            + rng.normal(scale=0.2 * spec.noise_multiplier, size=DIM)
+        ) / m
         participants = np.flatnonzero(round_of == t - 1).astype("<i4")
-        meta = {"clip_norm": 1.0, "cohort_size": m, "num_canaries_inserted": int(inserted.sum()),
-                "num_participants": int(participants.size)}
-        response = client.put(f"{base}/rounds/{t}", params=meta,
-                              content=f32(update) + participants.tobytes(), headers=headers)
+        meta = {
+            "clip_norm": 1.0,
+            "cohort_size": m,
+            "num_canaries_inserted": int(inserted.sum()),
+            "num_participants": int(participants.size),
+        }
+        response = client.put(
+            f"{base}/rounds/{t}",
+            params=meta,
+            content=f32(update) + participants.tobytes(),
+            headers=headers,
+        )
         assert response.status_code == 200, response.text
         acks.append(response.json())
         theta = theta + update.astype(np.float32)
@@ -121,12 +137,23 @@ def run_with_gaps(client, store) -> str:
     zeros = f32(np.zeros(dim))
     assert client.put(f"{base}/initial-model", content=zeros, headers=headers).status_code == 200
     for t, reason in ((1, BUDGET_REASON), (2, "the canary fetch failed: connection refused")):
-        response = client.put(f"{base}/rounds/{t}", content=zeros, headers=headers, params={
-            "clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 0,
-            "canaries_missing": reason})
+        response = client.put(
+            f"{base}/rounds/{t}",
+            content=zeros,
+            headers=headers,
+            params={
+                "clip_norm": 1.0,
+                "cohort_size": 5,
+                "num_canaries_inserted": 0,
+                "canaries_missing": reason,
+            },
+        )
         assert response.status_code == 200, response.text
-    response = client.put(f"{base}/rounds/3/missing", json={"reason": "the report was lost"},
-                          headers={"Authorization": headers["Authorization"]})
+    response = client.put(
+        f"{base}/rounds/3/missing",
+        json={"reason": "the report was lost"},
+        headers={"Authorization": headers["Authorization"]},
+    )
     assert response.status_code == 200, response.text
     return audit_id
 
@@ -146,8 +173,9 @@ def test_metrics_parse_and_move_with_audits_through_the_ingest_routes(client, st
     assert value(after, "flaudit_round_ingest_seconds_count") == 4
     assert value(after, "flaudit_round_transform_seconds_count") == 4
     assert 0 < value(after, "flaudit_round_transform_seconds_sum")
-    assert (value(after, "flaudit_round_transform_seconds_sum")
-            <= value(after, "flaudit_round_ingest_seconds_sum"))
+    assert value(after, "flaudit_round_transform_seconds_sum") <= value(
+        after, "flaudit_round_ingest_seconds_sum"
+    )
     assert value(after, "flaudit_alarms_fired_total") == 1  # once, not once per later round
     verdict = client.get(f"/audits/{audit_id}").json()["verdict"]["status"]
     assert verdict == "claim_refuted"
@@ -164,8 +192,13 @@ def test_metrics_parse_and_move_with_audits_through_the_ingest_routes(client, st
     assert value(last, "flaudit_alarms_fired_total") == 1
     assert audit_gauges(last) == {"succeeded/claim_refuted": 1, "running/running": 1}
     # no audit id, and no seed of either audit, anywhere in the exposition
-    for secret in (audit_id, gapped, str(store.canary_seed(audit_id)),
-                   str(store.canary_seed(gapped)), format(store.canary_seed(gapped), "x")):
+    for secret in (
+        audit_id,
+        gapped,
+        str(store.canary_seed(audit_id)),
+        str(store.canary_seed(gapped)),
+        format(store.canary_seed(gapped), "x"),
+    ):
         assert secret not in response.text
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -64,33 +64,56 @@ def _create_old_tables(engine: sa.Engine, release: str) -> None:
 def _insert_old_audit(engine: sa.Engine, release: str) -> None:
     """A succeeded audit with two rounds, as the old store wrote it (the first release stored
     the seed in plain decimal; the last one encrypted)."""
-    when = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
+    when = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
     with engine.begin() as conn:
         meta = sa.MetaData()
         audits = sa.Table("flaudit_audits", meta, autoload_with=conn)
         rounds = sa.Table("flaudit_rounds", meta, autoload_with=conn)
-        conn.execute(audits.insert(), {
-            "id": AUDIT_ID, "name": "before the upgrade", "status": "succeeded", "reason": None,
-            "spec": {"name": "old", "num_rounds": 2, "noise_multiplier": 0.5},
-            "canary_seed": str(SEED) if release == "first" else CIPHER.seal(SEED),
-            "run_token_hash": None, "created_at": when, "started_at": when,
-            "finished_at": when, "updated_at": when, "last_round_at": when, "dim": 400,
-            "rounds_stored": 2, "has_final": True,
-            "max_cosines": MAX_COSINES.astype("<f8").tobytes(),
-            "estimates": [{"name": "eps_est", "epsilon": 1.5}], "headline_epsilon": 1.5,
-        })
+        conn.execute(
+            audits.insert(),
+            {
+                "id": AUDIT_ID,
+                "name": "before the upgrade",
+                "status": "succeeded",
+                "reason": None,
+                "spec": {"name": "old", "num_rounds": 2, "noise_multiplier": 0.5},
+                "canary_seed": str(SEED) if release == "first" else CIPHER.seal(SEED),
+                "run_token_hash": None,
+                "created_at": when,
+                "started_at": when,
+                "finished_at": when,
+                "updated_at": when,
+                "last_round_at": when,
+                "dim": 400,
+                "rounds_stored": 2,
+                "has_final": True,
+                "max_cosines": MAX_COSINES.astype("<f8").tobytes(),
+                "estimates": [{"name": "eps_est", "epsilon": 1.5}],
+                "headline_epsilon": 1.5,
+            },
+        )
         for t in (1, 2):
-            conn.execute(rounds.insert(), {
-                "audit_id": AUDIT_ID, "round": t, "clip_norm": 1.0, "cohort_size": 6,
-                "num_canaries_inserted": 1, "num_failures": 0, "noise_stddev": 0.5,
-                "estimates": [{"round": t}], "received_at": when,
-            })
+            conn.execute(
+                rounds.insert(),
+                {
+                    "audit_id": AUDIT_ID,
+                    "round": t,
+                    "clip_norm": 1.0,
+                    "cohort_size": 6,
+                    "num_canaries_inserted": 1,
+                    "num_failures": 0,
+                    "noise_stddev": 0.5,
+                    "estimates": [{"round": t}],
+                    "received_at": when,
+                },
+            )
 
 
 def _schema_differences(engine: sa.Engine) -> list:
     with engine.connect() as conn:
         context = MigrationContext.configure(
-            conn, opts={"compare_type": True, "version_table": migrations.VERSION_TABLE})
+            conn, opts={"compare_type": True, "version_table": migrations.VERSION_TABLE}
+        )
         return compare_metadata(context, Base.metadata)
 
 
@@ -125,19 +148,25 @@ def test_a_database_of_an_earlier_release_is_upgraded_in_place(database, release
         if release == "first" and engine.dialect.name == "sqlite":
             # SQLite neither enforces nor (without copying the table) changes a VARCHAR(48):
             # the first release's seed column keeps its declared type and holds long seeds
-            assert [(d[0][0], d[0][3]) for d in differences] == [
-                ("modify_type", "canary_seed")], differences
+            assert [(d[0][0], d[0][3]) for d in differences] == [("modify_type", "canary_seed")], (
+                differences
+            )
         else:
             assert differences == []
         audit = store.get_audit(AUDIT_ID)
         assert (audit.name, audit.status, audit.rounds_stored, audit.has_final) == (
-            "before the upgrade", "succeeded", 2, True)
+            "before the upgrade",
+            "succeeded",
+            2,
+            True,
+        )
         assert audit.spec["noise_multiplier"] == 0.5 and audit.headline_epsilon == 1.5
         assert audit.estimates == [{"name": "eps_est", "epsilon": 1.5}]
         assert audit.gaps is None and audit.flower_run_id is None  # the columns added since
-        assert [(r.round, r.clip_norm, r.estimates, r.weight_factor)
-                for r in store.list_rounds(AUDIT_ID)] == [
-            (1, 1.0, [{"round": 1}], None), (2, 1.0, [{"round": 2}], None)]
+        assert [
+            (r.round, r.clip_norm, r.estimates, r.weight_factor)
+            for r in store.list_rounds(AUDIT_ID)
+        ] == [(1, 1.0, [{"round": 1}], None), (2, 1.0, [{"round": 2}], None)]
         assert store.canary_seed(AUDIT_ID) == SEED  # a plain seed was encrypted on opening
         with engine.connect() as conn:
             stored = conn.exec_driver_sql("SELECT canary_seed FROM flaudit_audits").scalar()

@@ -17,9 +17,15 @@ pytestmark = pytest.mark.slow
 KEY = "runner-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 BASE = {
-    "num_rounds": 8, "num_clients": 10, "clients_per_round": 5, "num_canaries": 20,
-    "noise_multiplier": 0.5, "clip_norm": 1.0, "delta": 1e-5,
-    "task": FAKE_TASK, "task_options": {"dim": 1000, "round_seconds": 0.1},
+    "num_rounds": 8,
+    "num_clients": 10,
+    "clients_per_round": 5,
+    "num_canaries": 20,
+    "noise_multiplier": 0.5,
+    "clip_norm": 1.0,
+    "delta": 1e-5,
+    "task": FAKE_TASK,
+    "task_options": {"dim": 1000, "round_seconds": 0.1},
 }
 
 
@@ -30,6 +36,7 @@ def test_concurrency_limit_timeout_and_failure_reasons(tmp_path):
     service = ServiceProcess(db, tmp_path / "service.log", api_key=KEY, env=env)
     try:
         with httpx.Client(base_url=service.url, timeout=30) as http:
+
             def submit(**patch):
                 r = http.post("/audits", json={**BASE, **patch}, headers=AUTH)
                 assert r.status_code == 201, r.text
@@ -62,8 +69,9 @@ def test_concurrency_limit_timeout_and_failure_reasons(tmp_path):
         assert str(seed) not in reason and "<redacted>" in reason
         assert str(seed) not in (tmp_path / "service.log").read_text()
         for audit_id in ids:
-            assert wait_for(lambda audit_id=audit_id: not tagged_processes(audit_id), timeout=10,
-                            what="cleanup")
+            assert wait_for(
+                lambda audit_id=audit_id: not tagged_processes(audit_id), timeout=10, what="cleanup"
+            )
     finally:
         service.stop()
 
@@ -73,8 +81,9 @@ def test_demo_submits_the_example_once(tmp_path):
     db = f"sqlite:///{tmp_path / 'demo.db'}"
     env = dict(FAKE_ENV)
     for attempt in range(2):  # the second start finds an audit and submits nothing
-        service = ServiceProcess(db, tmp_path / f"service{attempt}.log", api_key=KEY, env=env,
-                                 args=("--demo",))
+        service = ServiceProcess(
+            db, tmp_path / f"service{attempt}.log", api_key=KEY, env=env, args=("--demo",)
+        )
         try:
             with httpx.Client(base_url=service.url, timeout=30) as http:
                 listing = http.get("/audits").json()
@@ -82,11 +91,18 @@ def test_demo_submits_the_example_once(tmp_path):
                 audit_id = listing["items"][0]["id"]
                 audit = wait_for(
                     lambda audit_id=audit_id: (
-                        (a := http.get(f"/audits/{audit_id}").json())["status"] != "queued" and a),
-                    timeout=60, what="demo audit to start")
+                        (a := http.get(f"/audits/{audit_id}").json())["status"] != "queued" and a
+                    ),
+                    timeout=60,
+                    what="demo audit to start",
+                )
                 assert audit["spec"]["task"] == "digits"
-                wait_for(lambda audit_id=audit_id:
-                         http.get(f"/audits/{audit_id}").json()["status"] == "succeeded",
-                         timeout=90, what="demo audit to finish")
+                wait_for(
+                    lambda audit_id=audit_id: (
+                        http.get(f"/audits/{audit_id}").json()["status"] == "succeeded"
+                    ),
+                    timeout=90,
+                    what="demo audit to finish",
+                )
         finally:
             service.stop()

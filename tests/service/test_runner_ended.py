@@ -19,8 +19,13 @@ from flaudit.service.runner import Runner, _Worker
 from flaudit.service.settings import Settings
 from tests.processes import wait_for
 
-DEPLOYMENT = {"num_rounds": 3, "num_canaries": 4, "delta": 1e-5, "engine": "deployment",
-              "superlink_address": "superlink:9093"}
+DEPLOYMENT = {
+    "num_rounds": 3,
+    "num_canaries": 4,
+    "delta": 1e-5,
+    "engine": "deployment",
+    "superlink_address": "superlink:9093",
+}
 
 
 def _worker_body(marker: str) -> None:
@@ -61,8 +66,11 @@ def _running_deployment_audit(runner: Runner, tmp_path: Path, name: str):
     worker = _Worker(audit.id, process, receiver, time.monotonic(), 60.0)
     worker.extra["flower_run_id"] = "4242"
     runner._workers[audit.id] = worker
-    wait_for(lambda: process.pid and os.getpgid(process.pid) == process.pid, timeout=30,
-             what="the stand-in worker's process group")
+    wait_for(
+        lambda: process.pid and os.getpgid(process.pid) == process.pid,
+        timeout=30,
+        what="the stand-in worker's process group",
+    )
     return audit.id, worker, marker
 
 
@@ -86,8 +94,9 @@ def test_a_succeeded_deployment_audit_keeps_its_worker_until_the_run_ends(runner
 
 def test_a_cancelled_deployment_audit_still_stops_its_worker(runner, tmp_path):
     audit_id, worker, marker = _running_deployment_audit(runner, tmp_path, "cancelled")
-    assert runner.store.finish(audit_id, status="cancelled", reason="cancelled",
-                               only_if=("running",))
+    assert runner.store.finish(
+        audit_id, status="cancelled", reason="cancelled", only_if=("running",)
+    )
     runner._keep_leases()
     assert marker.read_text() == "SIGTERM"  # the worker turns this into a stop request
     assert audit_id not in runner._workers and not worker.process.is_alive()
@@ -95,11 +104,14 @@ def test_a_cancelled_deployment_audit_still_stops_its_worker(runner, tmp_path):
 
 @pytest.mark.parametrize(
     ("status", "expected", "unexpected"),
-    [("succeeded", "ended with its final model", "outside this instance"),
-     ("cancelled", "ended outside this instance (cancelled)", "final model")],
+    [
+        ("succeeded", "ended with its final model", "outside this instance"),
+        ("cancelled", "ended outside this instance (cancelled)", "final model"),
+    ],
 )
-def test_the_log_says_how_a_simulation_audit_ended(runner, tmp_path, caplog, status, expected,
-                                                   unexpected):
+def test_the_log_says_how_a_simulation_audit_ended(
+    runner, tmp_path, caplog, status, expected, unexpected
+):
     """A simulation audit whose worker stored the final model ended normally: the lease tick
     that stops its worker says so, and keeps "outside this instance" for an end made elsewhere."""
     audit_id, worker, _ = _running_deployment_audit(runner, tmp_path, status)

@@ -17,7 +17,9 @@ from .conftest import AUTH, f32, start_run, submit
 
 
 def _ingest_initial(client, audit_id, headers):
-    return client.put(f"/audits/{audit_id}/initial-model", content=f32(np.zeros(8)), headers=headers)
+    return client.put(
+        f"/audits/{audit_id}/initial-model", content=f32(np.zeros(8)), headers=headers
+    )
 
 
 @pytest.mark.parametrize("ending", ["succeeded", "failed", "cancelled"])
@@ -26,7 +28,9 @@ def test_run_token_is_revoked_when_the_audit_ends(client, store, ending):
     headers = start_run(store, audit_id)
     assert _ingest_initial(client, audit_id, headers).status_code == 200
     if ending == "succeeded":
-        final = client.put(f"/audits/{audit_id}/final-model", content=f32(np.ones(8)), headers=headers)
+        final = client.put(
+            f"/audits/{audit_id}/final-model", content=f32(np.ones(8)), headers=headers
+        )
         assert final.status_code == 200, final.text
     elif ending == "failed":
         assert store.finish(audit_id, status="failed", reason="x", only_if=("running",))
@@ -61,7 +65,9 @@ def test_security_headers_on_dashboard_api_and_errors(client):
         assert response.headers["referrer-policy"] == "no-referrer", path
         assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY, path
     assert "'unsafe-inline'" not in CONTENT_SECURITY_POLICY
-    big = client.post("/audits", content=b" " * (1 << 17), headers={"Content-Type": "application/json"})
+    big = client.post(
+        "/audits", content=b" " * (1 << 17), headers={"Content-Type": "application/json"}
+    )
     assert big.status_code == 413 and big.headers["x-frame-options"] == "DENY"
 
 
@@ -83,8 +89,9 @@ def test_the_database_alone_does_not_reveal_the_seed(store):
     seed = 2**127 + 4242
     audit = store.create_audit(name="a", spec={}, canary_seed=seed)
     with store.engine.connect() as conn:
-        raw = conn.execute(text("SELECT canary_seed FROM flaudit_audits WHERE id = :i"),
-                           {"i": audit.id}).scalar_one()
+        raw = conn.execute(
+            text("SELECT canary_seed FROM flaudit_audits WHERE id = :i"), {"i": audit.id}
+        ).scalar_one()
     assert raw.startswith("fernet:")
     for form in (str(seed), hex(seed), format(seed, "x")):
         assert form not in raw
@@ -135,11 +142,20 @@ def test_rotate_secret_key_command_reencrypts_every_seed(tmp_path):
     (tmp_path / "new").write_text(new_key + "\n")
     url = f"sqlite:///{tmp_path / 'r.db'}"
     store = Store(url, cipher=SeedCipher([old_key]))
-    seeds = {store.create_audit(name=str(i), spec={}, canary_seed=2**100 + i).id: 2**100 + i
-             for i in range(3)}
+    seeds = {
+        store.create_audit(name=str(i), spec={}, canary_seed=2**100 + i).id: 2**100 + i
+        for i in range(3)
+    }
     store.dispose()
-    args = ["rotate-secret-key", "--database-url", url, "--old-key-file", str(tmp_path / "old"),
-            "--new-key-file", str(tmp_path / "new")]
+    args = [
+        "rotate-secret-key",
+        "--database-url",
+        url,
+        "--old-key-file",
+        str(tmp_path / "old"),
+        "--new-key-file",
+        str(tmp_path / "new"),
+    ]
     assert main(args) == 0
     rotated = Store(url, cipher=SeedCipher([new_key]))
     assert {a: rotated.canary_seed(a) for a in seeds} == seeds

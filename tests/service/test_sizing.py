@@ -13,21 +13,28 @@ import httpx
 import pytest
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
-from flaudit.commands import cli
 from flaudit.auditor.claims.sizing import canaries_needed, max_canaries
+from flaudit.commands import cli
 from flaudit.server.http_reporter import HttpRoundReporter, ReportingError
 from flaudit.server.wrapper import CanaryAuditStrategy
 
 from .conftest import AUTH
 
 #: Flower's advanced-pytorch shape: 3 SuperNodes, 2 sampled per round, 10 rounds, z = 1.
-CLAIM = {"noise_multiplier": 1.0, "clip_norm": 0.1, "num_rounds": 10, "num_clients": 3,
-         "clients_per_round": 2, "strategy": "DifferentialPrivacyServerSideFixedClipping > FedAvg"}
+CLAIM = {
+    "noise_multiplier": 1.0,
+    "clip_norm": 0.1,
+    "num_rounds": 10,
+    "num_clients": 3,
+    "clients_per_round": 2,
+    "strategy": "DifferentialPrivacyServerSideFixedClipping > FedAvg",
+}
 
 
 def _create(client, **spec):
-    response = client.post("/audits", json={"name": "byo", "engine": "external", **spec},
-                           headers=AUTH)
+    response = client.post(
+        "/audits", json={"name": "byo", "engine": "external", **spec}, headers=AUTH
+    )
     assert response.status_code == 201, response.text
     body = response.json()
     return body, {"Authorization": f"Bearer {body['environment']['FLAUDIT_RUN_TOKEN']}"}
@@ -65,10 +72,13 @@ def test_auto_picks_the_fewest_canaries_that_make_the_claim_testable(client):
     assert "Catches noise" in ack["design"]["summary"]
 
 
-@pytest.mark.parametrize("k,claim,words", [
-    (100, {"num_rounds": 5}, "at most 10 canaries"),  # issue #28: 100 canaries in 5 rounds
-    (16, {"num_clients": 1, "clients_per_round": 20}, "clients_per_round"),  # 20 of 1 + ~8
-])
+@pytest.mark.parametrize(
+    "k,claim,words",
+    [
+        (100, {"num_rounds": 5}, "at most 10 canaries"),  # issue #28: 100 canaries in 5 rounds
+        (16, {"num_clients": 1, "clients_per_round": 20}, "clients_per_round"),  # 20 of 1 + ~8
+    ],
+)
 def test_a_claim_the_federation_cannot_satisfy_ends_the_audit_at_once(client, k, claim, words):
     body, token = _create(client, num_canaries=k)
     refused = client.put(f"/audits/{body['id']}/claim", json={**CLAIM, **claim}, headers=token)
@@ -96,8 +106,9 @@ def test_the_cap_is_deterministic_not_a_draw_of_the_secret_seen_set(client):
 
 def test_num_canaries_is_validated(client):
     for bad in ("many", 1, 0, -3, 2_000_000, 2.5, True):
-        response = client.post("/audits", json={"engine": "external", "num_canaries": bad},
-                               headers=AUTH)
+        response = client.post(
+            "/audits", json={"engine": "external", "num_canaries": bad}, headers=AUTH
+        )
         assert response.status_code == 422 and "num_canaries" in response.text, bad
     built_in = client.post("/audits", json={"num_canaries": "auto"}, headers=AUTH)
     assert built_in.status_code == 422 and "engine 'external'" in built_in.text
@@ -114,8 +125,11 @@ def _wrapped(client, audit_id, token, **options):
     http = httpx.Client(transport=client._transport, base_url="http://testserver")
     reporter = HttpRoundReporter("http://testserver", audit_id, token, client=http, backoff=0.0)
     dp = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(fraction_evaluate=0.0), noise_multiplier=1.0, clipping_norm=0.1,
-        num_sampled_clients=2)
+        FedAvg(fraction_evaluate=0.0),
+        noise_multiplier=1.0,
+        clipping_norm=0.1,
+        num_sampled_clients=2,
+    )
     return CanaryAuditStrategy(dp, reporter=reporter, **options)
 
 
@@ -142,10 +156,11 @@ def test_the_serverapp_log_says_what_auto_chose_before_round_1(client, flwr_log)
     strategy.declare(_Grid(), 10)
     design = [m for level, m in flwr_log if m.startswith("flaudit: audit design:")]
     assert design == [
-        "flaudit: audit design: 20 canaries, 1 repeat(s) per seen canary: " + client.get(
-            f"/audits/{body['id']}").json()["verdict"]["design"]["summary"]
-        + " Not testable: " + client.get(f"/audits/{body['id']}").json()["verdict"]["design"][
-            "advice"]]
+        "flaudit: audit design: 20 canaries, 1 repeat(s) per seen canary: "
+        + client.get(f"/audits/{body['id']}").json()["verdict"]["design"]["summary"]
+        + " Not testable: "
+        + client.get(f"/audits/{body['id']}").json()["verdict"]["design"]["advice"]
+    ]
     assert "train 20 rounds" in design[0]
 
 
@@ -157,13 +172,15 @@ def test_a_refused_claim_is_one_clear_line_in_the_serverapp_log(client, flwr_log
     errors = [m for level, m in flwr_log if level >= logging.ERROR]
     assert len(errors) == 1 and errors[0].startswith(
         "flaudit: the audit service refused this run's claim: audit "
-        f"{body['id']} failed: refused before round 1: num_canaries: 100 canaries do not fit")
+        f"{body['id']} failed: refused before round 1: num_canaries: 100 canaries do not fit"
+    )
     assert "at most 2 sampled clients per round × 5 rounds per canary period = 10" in errors[0]
     assert client.get(f"/audits/{body['id']}").json()["status"] == "failed"
 
 
-@pytest.mark.parametrize("argv,wanted", [([], "auto"), (["--canaries", "auto"], "auto"),
-                                         (["--canaries", "12"], 12)])
+@pytest.mark.parametrize(
+    "argv,wanted", [([], "auto"), (["--canaries", "auto"], "auto"), (["--canaries", "12"], 12)]
+)
 def test_flaudit_attach_defaults_to_auto(client, monkeypatch, capsys, argv, wanted):
     monkeypatch.setenv("FLAUDIT_API_KEY", AUTH["Authorization"].split()[1])
     monkeypatch.setattr(httpx, "post", lambda url, **kw: client.post(url, **kw))
@@ -192,8 +209,11 @@ def test_docs_show_the_lines_the_serverapp_logs(client, flwr_log):
     body, token = _create(client, num_canaries=100, delta=1e-5)
     with pytest.raises(ReportingError):
         _wrapped(client, body["id"], token["Authorization"].split()[1]).declare(_Grid(), 5)
-    logged = [m.replace(body["id"], "<id>") for _, m in flwr_log
-              if m.startswith(("flaudit: audit design", "flaudit: the audit service refused"))]
+    logged = [
+        m.replace(body["id"], "<id>")
+        for _, m in flwr_log
+        if m.startswith(("flaudit: audit design", "flaudit: the audit service refused"))
+    ]
     assert len(logged) == 2 and all(line in documented for line in logged), (logged, documented)
 
 
@@ -207,13 +227,15 @@ def test_the_wrapper_may_fix_the_canaries_of_an_auto_audit(client, flwr_log):
     # an audit that fixed its canaries refuses another number (and ends: it cannot start)
     fixed, token = _create(client, num_canaries=20)
     with pytest.raises(ReportingError, match="asks for 12 canaries"):
-        _wrapped(client, fixed["id"], token["Authorization"].split()[1],
-                 num_canaries=12).declare(_Grid(), 10)
+        _wrapped(client, fixed["id"], token["Authorization"].split()[1], num_canaries=12).declare(
+            _Grid(), 10
+        )
     assert client.get(f"/audits/{fixed['id']}").json()["status"] == "failed"
     # "auto" from the app keeps the audit's own number
     fixed, token = _create(client, num_canaries=20)
-    _wrapped(client, fixed["id"], token["Authorization"].split()[1],
-             num_canaries="auto").declare(_Grid(), 10)
+    _wrapped(client, fixed["id"], token["Authorization"].split()[1], num_canaries="auto").declare(
+        _Grid(), 10
+    )
     assert client.get(f"/audits/{fixed['id']}").json()["spec"]["num_canaries"] == 20
 
 

@@ -10,20 +10,35 @@ import pytest
 
 import flaudit.service.leases as leases_module
 import flaudit.service.store as store_module
-from flaudit.service.store import StaleRound, bytes_to_array, array_to_bytes, hash_token, utcnow
+from flaudit.service.store import StaleRound, array_to_bytes, bytes_to_array, hash_token, utcnow
 
 SPEC = {"num_rounds": 3, "num_canaries": 4, "delta": 1e-5}
 
 
 def _round(t: int) -> dict:
-    return {"round": t, "clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1,
-            "num_failures": 0, "estimates": [{"epsilon": "inf", "estimator": "two_gaussian"}]}
+    return {
+        "round": t,
+        "clip_norm": 1.0,
+        "cohort_size": 5,
+        "num_canaries_inserted": 1,
+        "num_failures": 0,
+        "estimates": [{"epsilon": "inf", "estimator": "two_gaussian"}],
+    }
 
 
 def _store_round(store, audit_id, t, max_c=None):
     max_c = np.arange(4, dtype=float) * t if max_c is None else max_c
-    store.store_round(audit_id, round_row=_round(t), max_cosines=max_c, last_cosines=max_c,
-                      estimates=[], diagnostics=[], histograms={}, alerts=[], headline_epsilon=None)
+    store.store_round(
+        audit_id,
+        round_row=_round(t),
+        max_cosines=max_c,
+        last_cosines=max_c,
+        estimates=[],
+        diagnostics=[],
+        histograms={},
+        alerts=[],
+        headline_epsilon=None,
+    )
 
 
 def test_create_get_list_and_secret_stays_out_of_reprs(store):
@@ -93,7 +108,9 @@ def test_finish_only_from_allowed_statuses_and_restart_reason(store):
     assert audit.reason == "service restarted during the run; 1 rounds were stored"
     assert store.run_token_hash(running.id) is None
     assert store.get_audit(queued.id).status == "queued"
-    assert not store.finish(running.id, status="cancelled", reason="x", only_if=("queued", "running"))
+    assert not store.finish(
+        running.id, status="cancelled", reason="x", only_if=("queued", "running")
+    )
     with pytest.raises(ValueError, match="status"):
         store.finish(running.id, status="running", reason=None, only_if=("queued",))
 
@@ -170,7 +187,9 @@ def test_a_released_deployment_audit_is_adopted_not_failed(store, clock):
     # instance-a stops: it releases the audit whose run trains on (not the one of another owner)
     assert not store.release(released.id, owner="instance-b")
     assert store.release(released.id, owner="instance-a")
-    assert not store.release(unknown_run.id, owner="instance-a")  # no Flower run known: not released
+    assert not store.release(
+        unknown_run.id, owner="instance-a"
+    )  # no Flower run known: not released
     # the lease of a live owner is respected; the released audit is taken over at once, once
     assert store.adopt_flower_runs("instance-b", lease_seconds=60) == [(released.id, str(big))]
     assert store.adopt_flower_runs("instance-c", lease_seconds=60) == []

@@ -26,8 +26,9 @@ def _serve_two_audits(tmp_path, name: str, **options) -> tuple[list[int], str, s
     service = ServiceProcess(url, tmp_path / f"{name}.log", api_key=API_KEY, **options)
     bodies = []
     try:
-        with httpx.Client(base_url=service.url, timeout=30,
-                          headers={"Authorization": f"Bearer {API_KEY}"}) as http:
+        with httpx.Client(
+            base_url=service.url, timeout=30, headers={"Authorization": f"Bearer {API_KEY}"}
+        ) as http:
             ids = []
             for _ in range(2):
                 r = http.post("/audits", json={"engine": "external", "num_canaries": 8})
@@ -49,12 +50,14 @@ def _shown(seed: int, text: str) -> bool:
 
 def test_the_production_service_ignores_the_test_seed_and_never_shows_it(tmp_path):
     seeds, log, bodies = _serve_two_audits(
-        tmp_path, "production", env={TEST_SEED_VARIABLE: str(SEED)})
+        tmp_path, "production", env={TEST_SEED_VARIABLE: str(SEED)}
+    )
     assert all(s is not None for s in seeds) and seeds[0] != seeds[1]
     assert not {SEED, SEED + 1} & set(seeds), "the production service used the test seed"
     assert min(seeds).bit_length() > 64  # drawn (128 bits), not counted from somewhere
-    warnings = [line for line in log.splitlines() if f"{TEST_SEED_VARIABLE} is set and ignored"
-                in line]
+    warnings = [
+        line for line in log.splitlines() if f"{TEST_SEED_VARIABLE} is set and ignored" in line
+    ]
     assert len(warnings) == 1, log[-3000:]
     for seed in (SEED, *seeds):
         assert not _shown(seed, log) and not _shown(seed, bodies)

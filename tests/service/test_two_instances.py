@@ -21,19 +21,32 @@ KEY = "two-instances-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 LEASE = 3  # seconds: the audit runs for several leases, so only heartbeats keep it alive
 SPEC = {
-    "name": "long", "task": FAKE_TASK, "task_options": {"dim": 1000, "round_seconds": 0.25},
-    "num_rounds": 36, "num_clients": 10, "clients_per_round": 5, "num_canaries": 20,
-    "noise_multiplier": 0.5, "clip_norm": 1.0, "delta": 1e-5, "timeout_seconds": 120,
+    "name": "long",
+    "task": FAKE_TASK,
+    "task_options": {"dim": 1000, "round_seconds": 0.25},
+    "num_rounds": 36,
+    "num_clients": 10,
+    "clients_per_round": 5,
+    "num_canaries": 20,
+    "noise_multiplier": 0.5,
+    "clip_norm": 1.0,
+    "delta": 1e-5,
+    "timeout_seconds": 120,
 }
 
 
-@pytest.fixture(params=[
-    "sqlite",
-    pytest.param("postgresql", marks=[
-        pytest.mark.postgres,
-        pytest.mark.skipif(not POSTGRES_URL, reason="FLAUDIT_TEST_POSTGRES_URL not set"),
-    ]),
-])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param(
+            "postgresql",
+            marks=[
+                pytest.mark.postgres,
+                pytest.mark.skipif(not POSTGRES_URL, reason="FLAUDIT_TEST_POSTGRES_URL not set"),
+            ],
+        ),
+    ]
+)
 def database_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared.db'}"
@@ -59,37 +72,60 @@ def test_two_instances_share_a_database(database_url, tmp_path):
     try:
         with httpx.Client(base_url=first.url, timeout=30) as http_first:
             audit_id = http_first.post("/audits", json=SPEC, headers=AUTH).json()["id"]
-            wait_for(lambda: _status(http_first, audit_id)["progress"]["round"] >= 2,
-                     timeout=60, interval=0.1, what="two rounds on the first instance")
+            wait_for(
+                lambda: _status(http_first, audit_id)["progress"]["round"] >= 2,
+                timeout=60,
+                interval=0.1,
+                what="two rounds on the first instance",
+            )
             second = ServiceProcess(database_url, tmp_path / "second.log", api_key=KEY, env=env)
             with httpx.Client(base_url=second.url, timeout=30) as http_second:
                 assert _status(http_second, audit_id)["status"] == "running"
                 # the second instance runs audits of its own meanwhile
-                other = http_second.post("/audits", json={**SPEC, "name": "other", "num_rounds": 4},
-                                         headers=AUTH).json()["id"]
-                wait_for(lambda: _status(http_second, audit_id)["status"] != "running",
-                         timeout=90, interval=0.2, what="the first audit to end")
+                other = http_second.post(
+                    "/audits", json={**SPEC, "name": "other", "num_rounds": 4}, headers=AUTH
+                ).json()["id"]
+                wait_for(
+                    lambda: _status(http_second, audit_id)["status"] != "running",
+                    timeout=90,
+                    interval=0.2,
+                    what="the first audit to end",
+                )
                 final = _status(http_second, audit_id)
                 assert final["status"] == "succeeded", final["reason"]
                 assert final["progress"]["round"] == SPEC["num_rounds"]
-                wait_for(lambda: _status(http_second, other)["status"] not in ("queued", "running"),
-                         timeout=60, interval=0.2, what="the second audit to end")
+                wait_for(
+                    lambda: _status(http_second, other)["status"] not in ("queued", "running"),
+                    timeout=60,
+                    interval=0.2,
+                    what="the second audit to end",
+                )
                 assert _status(http_second, other)["status"] == "succeeded"
                 assert "stopped during the run" not in (tmp_path / "second.log").read_text()
 
         # the instance that runs the next audit dies mid-run: the other fails the audit once
         # the lease expired (whichever runner picked it up)
         with httpx.Client(base_url=first.url, timeout=30) as http:
-            orphan = http.post("/audits", json={**SPEC, "name": "orphan"}, headers=AUTH).json()["id"]
-            wait_for(lambda: _status(http, orphan)["progress"]["round"] >= 1,
-                     timeout=60, interval=0.1, what="the orphan's first round")
+            orphan = http.post("/audits", json={**SPEC, "name": "orphan"}, headers=AUTH).json()[
+                "id"
+            ]
+            wait_for(
+                lambda: _status(http, orphan)["progress"]["round"] >= 1,
+                timeout=60,
+                interval=0.1,
+                what="the orphan's first round",
+            )
         owner = _owner(database_url, orphan)
         dead, alive = (first, second) if f":{first.process.pid}:" in owner else (second, first)
         assert f":{dead.process.pid}:" in owner, owner
         dead.kill9()
         with httpx.Client(base_url=alive.url, timeout=30) as http:
-            wait_for(lambda: _status(http, orphan)["status"] == "failed",
-                     timeout=5 * LEASE, interval=0.2, what="the orphaned audit to fail")
+            wait_for(
+                lambda: _status(http, orphan)["status"] == "failed",
+                timeout=5 * LEASE,
+                interval=0.2,
+                what="the orphaned audit to fail",
+            )
             assert _status(http, orphan)["reason"].startswith("service restarted during the run")
         alive.stop()
     finally:

@@ -48,16 +48,19 @@ async def app(scope, receive, send):
         return
     while (await receive()).get("more_body"):
         pass
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-length", b"2")]})
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
     await send({"type": "http.response.body", "body": b"ok"})
 
 
 def _serve(http):
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=port, lifespan="off", log_level="error", http=http, **STRICT
-    ))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, lifespan="off", log_level="error", http=http, **STRICT
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -42,8 +42,16 @@ def fixed_canary_seeds(monkeypatch):
     monkeypatch.setattr(audits_router, "new_master_seed", lambda: next(seeds))
 
 
-def _run(client, store, spec: dict, *, noise_scale: float, rounds: int | None = None,
-         noise_seed: int = 3, weight_factor: float | None = None):
+def _run(
+    client,
+    store,
+    spec: dict,
+    *,
+    noise_scale: float,
+    rounds: int | None = None,
+    noise_seed: int = 3,
+    weight_factor: float | None = None,
+):
     """Submit ``spec``, play a Gaussian mechanism whose noise is ``noise_scale`` times the claimed
     one (1: correct; below 1: a DP bug) and ingest ``rounds`` rounds (all by default) with their
     canary participants, then the final model. ``weight_factor``: a weighted FedAvg whose
@@ -64,19 +72,29 @@ def _run(client, store, spec: dict, *, noise_scale: float, rounds: int | None = 
     m, z = parsed.clients_per_round, parsed.noise_multiplier
     theta = rng.normal(size=DIM).astype(np.float32)
     base = f"/audits/{audit_id}"
-    assert client.put(f"{base}/initial-model", content=f32(theta), headers=headers).status_code == 200
+    assert (
+        client.put(f"{base}/initial-model", content=f32(theta), headers=headers).status_code == 200
+    )
     acks = []
     for t in range(1, (rounds or num_rounds) + 1):
         inserted = seen & (round_of == t - 1)
         total = canaries[inserted].sum(axis=0, dtype=np.float64) * (weight_factor or 1.0)
         update = (total + rng.normal(scale=noise_scale * z, size=DIM)) / m
         participants = np.flatnonzero(round_of == t - 1).astype("<i4")
-        meta = {"clip_norm": 1.0, "cohort_size": m, "num_canaries_inserted": int(inserted.sum()),
-                "num_participants": int(participants.size)}
+        meta = {
+            "clip_norm": 1.0,
+            "cohort_size": m,
+            "num_canaries_inserted": int(inserted.sum()),
+            "num_participants": int(participants.size),
+        }
         if weight_factor is not None:
             meta["weight_factor"] = weight_factor
-        response = client.put(f"{base}/rounds/{t}", params=meta,
-                              content=f32(update) + participants.tobytes(), headers=headers)
+        response = client.put(
+            f"{base}/rounds/{t}",
+            params=meta,
+            content=f32(update) + participants.tobytes(),
+            headers=headers,
+        )
         assert response.status_code == 200, response.text
         acks.append(response.json())
         theta = theta + update.astype(np.float32)
@@ -116,9 +134,12 @@ def test_a_broken_run_is_refuted_naming_claim_bound_round_and_confidence(client,
     # the audit list carries the same verdict (the list page's line under the status)
     (listed,) = [a for a in client.get("/audits").json()["items"] if a["id"] == audit_id]
     # the list carries the verdict's words, its claim and its bound (the list's number)
-    assert listed["verdict"] == {"status": "claim_refuted", "summary": summary,
-                                 "claim": verdict["claim"],
-                                 "largest_valid_bound": verdict["largest_valid_bound"]}
+    assert listed["verdict"] == {
+        "status": "claim_refuted",
+        "summary": summary,
+        "claim": verdict["claim"],
+        "largest_valid_bound": verdict["largest_valid_bound"],
+    }
     # the refutation stays once fired, whatever later looks say
     assert any((a.get("details") or {}).get("alarm") for a in audit["alerts"])
 
@@ -131,23 +152,29 @@ def test_a_correct_run_is_consistent_and_says_what_the_audit_could_catch(client,
     assert verdict["status"] == "consistent", verdict
     assert verdict["summary"].startswith("Consistent with the claim of μ = 1 Gaussian DP")
     (listed,) = [a for a in client.get("/audits").json()["items"] if a["id"] == audit_id]
-    assert listed["verdict"] == {"status": "consistent", "summary": verdict["summary"],
-                                 "claim": verdict["claim"],
-                                 "largest_valid_bound": verdict["largest_valid_bound"]}
+    assert listed["verdict"] == {
+        "status": "consistent",
+        "summary": verdict["summary"],
+        "claim": verdict["claim"],
+        "largest_valid_bound": verdict["largest_valid_bound"],
+    }
     assert clause(verdict["design"]["summary"]) in verdict["summary"]
     assert verdict["refuted_by"] is None and verdict["gaps"] is None
     # the largest valid bound: the largest of the bounds valid for DP-FedAvg (the threshold
     # bounds are reported but not counted: docs/estimators.md, "One release, one scale")
     bound = verdict["largest_valid_bound"]
-    valid = [e for e in audit["estimates"] if e["estimator"] in
-             ("one_run", "fdp_one_run", "normal_scores")
-             and e["correction"] != "none" and isinstance(e["epsilon"], float)]
+    valid = [
+        e
+        for e in audit["estimates"]
+        if e["estimator"] in ("one_run", "fdp_one_run", "normal_scores")
+        and e["correction"] != "none"
+        and isinstance(e["epsilon"], float)
+    ]
     assert bound["epsilon"] == max(e["epsilon"] for e in valid)
     assert bound["name"] and bound["confidence"] == pytest.approx(0.95)
 
 
-def test_a_weighted_run_with_correct_noise_is_refuted_by_the_weighting_not_the_noise(
-        client, store):
+def test_a_weighted_run_with_correct_noise_is_refuted_by_the_weighting_not_the_noise(client, store):
     """Correct noise, but the canaries (at the heaviest client's weight) move the model 3x
     C/n: the claim tests run at that influence (mu = 3) and pass, so the noise is stated as
     consistent; the recorded weighting alone refutes the claim, in the verdict, an alert and
@@ -179,8 +206,10 @@ def test_a_weighted_run_with_too_little_noise_blames_the_noise(client, store):
     assert verdict["status"] == "claim_refuted", verdict
     assert verdict["cause"] == "noise_and_weighting"
     assert verdict["refuted_by"]["claim_mu"] == pytest.approx(1.5)  # tested at 1.5 x mu
-    assert "the noise falls short: tested at the heaviest client's influence (1.5×" \
+    assert (
+        "the noise falls short: tested at the heaviest client's influence (1.5×"
         in verdict["summary"]
+    )
     assert "The weighting breaks the claim too" in verdict["summary"]
     assert "not the noise" not in verdict["summary"]
     # the sentence's bound is the tile's (the final valid one), the alarm's round is when
@@ -206,10 +235,20 @@ def test_a_bad_weight_factor_is_refused_naming_it(client, store, bad):
     headers = start_run(store, audit_id)
     base = f"/audits/{audit_id}"
     theta = np.zeros(DIM, dtype=np.float32)
-    assert client.put(f"{base}/initial-model", content=f32(theta), headers=headers).status_code == 200
-    response = client.put(f"{base}/rounds/1", content=f32(theta), headers=headers,
-                          params={"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 0,
-                                  "weight_factor": bad})
+    assert (
+        client.put(f"{base}/initial-model", content=f32(theta), headers=headers).status_code == 200
+    )
+    response = client.put(
+        f"{base}/rounds/1",
+        content=f32(theta),
+        headers=headers,
+        params={
+            "clip_norm": 1.0,
+            "cohort_size": 5,
+            "num_canaries_inserted": 0,
+            "weight_factor": bad,
+        },
+    )
     assert response.status_code == 422 and "weight_factor" in response.text
     assert client.get(f"{base}/rounds").json()["items"] == []  # nothing stored
 
@@ -267,8 +306,10 @@ def test_stop_on_alarm_ends_the_run_at_the_alarm_and_records_why(client, store):
     assert verdict["round"] == t and audit["progress"]["round"] == t
     assert verdict["summary"].startswith(f"Stopped at round {t}: claim refuted: the run does not")
     assert audit["reason"] == f"stopped at round {t}: claim refuted (stop_on_alarm)"
-    assert any(a["message"].startswith(f"training stopped at round {t} of 4 on the DP alarm")
-               for a in audit["alerts"])
+    assert any(
+        a["message"].startswith(f"training stopped at round {t} of 4 on the DP alarm")
+        for a in audit["alerts"]
+    )
     assert not any("the run ended after" in a["message"] for a in audit["alerts"])
 
 
@@ -284,17 +325,27 @@ def test_a_service_audit_stops_its_flower_loop_on_alarm(store):
     from flaudit.server.http_reporter import HttpRoundReporter
     from flaudit.server.simulation import run_inprocess_audit
 
-    spec = {**BASE, "task_options": {"dim": 2000, "test_size": 50}, "num_rounds": 4,
-            "num_clients": 200, "clients_per_round": 3, "stop_on_alarm": True,
-            "inject_bug": {"kind": "no_noise"}}
+    spec = {
+        **BASE,
+        "task_options": {"dim": 2000, "test_size": 50},
+        "num_rounds": 4,
+        "num_clients": 200,
+        "clients_per_round": 3,
+        "stop_on_alarm": True,
+        "inject_bug": {"kind": "no_noise"},
+    }
     with make_client(store, allow_bug_injection=True) as service:
         audit_id = service.post("/audits", json=spec, headers=AUTH).json()["id"]
         headers = start_run(store, audit_id)
-        reporter = HttpRoundReporter("http://testserver", audit_id,
-                                     headers["Authorization"].split()[1], client=service)
-        result = run_inprocess_audit(AuditSpec.model_validate(spec),
-                                     canary_seed=store.canary_seed(audit_id), reporter=reporter,
-                                     timeout=120)
+        reporter = HttpRoundReporter(
+            "http://testserver", audit_id, headers["Authorization"].split()[1], client=service
+        )
+        result = run_inprocess_audit(
+            AuditSpec.model_validate(spec),
+            canary_seed=store.canary_seed(audit_id),
+            reporter=reporter,
+            timeout=120,
+        )
         audit = service.get(f"/audits/{audit_id}").json()
     t = result["stopped_at_round"]
     assert t is not None and t < 4 and result["rounds_trained"] == t
@@ -326,11 +377,22 @@ def test_a_built_in_service_run_stops_on_alarm_end_to_end(tmp_path):
     from .service_process import ServiceProcess
 
     key = "verdict-e2e-key-0123456789"
-    service = ServiceProcess(f"sqlite:///{tmp_path / 'v.db'}", tmp_path / "service.log",
-                             api_key=key, env={"FLAUDIT_ALLOW_BUG_INJECTION": "1"})
-    spec = {**BASE, "task_options": {"dim": 8000, "test_size": 100}, "num_rounds": 6,
-            "num_clients": 250, "clients_per_round": 4, "stop_on_alarm": True,
-            "inject_bug": {"kind": "no_noise"}, "timeout_seconds": 240}
+    service = ServiceProcess(
+        f"sqlite:///{tmp_path / 'v.db'}",
+        tmp_path / "service.log",
+        api_key=key,
+        env={"FLAUDIT_ALLOW_BUG_INJECTION": "1"},
+    )
+    spec = {
+        **BASE,
+        "task_options": {"dim": 8000, "test_size": 100},
+        "num_rounds": 6,
+        "num_clients": 250,
+        "clients_per_round": 4,
+        "stop_on_alarm": True,
+        "inject_bug": {"kind": "no_noise"},
+        "timeout_seconds": 240,
+    }
     try:
         with httpx.Client(base_url=service.url, timeout=30) as http:
             created = http.post("/audits", json=spec, headers={"Authorization": f"Bearer {key}"})

@@ -42,8 +42,9 @@ def verify(secret: str, header: str, body: bytes, tolerance: float = 300) -> boo
     timestamp = int(fields["t"])
     if abs(time.time() - timestamp) > tolerance:
         return False  # too old (or from the future): a replay
-    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body,
-                        hashlib.sha256).hexdigest()
+    expected = hmac.new(
+        secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256
+    ).hexdigest()
     return hmac.compare_digest(expected, fields["v1"])
 
 
@@ -65,8 +66,14 @@ class Receiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 time.sleep(receiver.delay)
                 with receiver.lock:
-                    receiver.requests.append({"headers": dict(self.headers), "body": body,
-                                              "status": receiver.status, "at": time.monotonic()})
+                    receiver.requests.append(
+                        {
+                            "headers": dict(self.headers),
+                            "body": body,
+                            "status": receiver.status,
+                            "at": time.monotonic(),
+                        }
+                    )
                 self.send_response(receiver.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -140,9 +147,17 @@ def gap_round(client, store) -> tuple[str, dict]:
 
 def put_gap(client, audit_id: str, headers: dict, t: int):
     zeros = f32(np.zeros(SMALL_SPEC["task_options"]["dim"]))
-    return client.put(f"/audits/{audit_id}/rounds/{t}", content=zeros, headers=headers, params={
-        "clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 0,
-        "canaries_missing": "the canary fetch failed: connection refused"})
+    return client.put(
+        f"/audits/{audit_id}/rounds/{t}",
+        content=zeros,
+        headers=headers,
+        params={
+            "clip_norm": 1.0,
+            "cohort_size": 5,
+            "num_canaries_inserted": 0,
+            "canaries_missing": "the canary fetch failed: connection refused",
+        },
+    )
 
 
 def test_the_event_names_agree():
@@ -150,7 +165,8 @@ def test_the_event_names_agree():
 
 
 def test_a_leaky_audit_sends_a_signed_alarm_and_its_end_with_verdict_and_links(
-        store, receiver, caplog):
+    store, receiver, caplog
+):
     caplog.set_level(logging.DEBUG)
     with make_client(store, **FAST) as client:
         created = subscribe(client, receiver.url + "?token=url-is-a-credential-too")
@@ -177,14 +193,17 @@ def test_a_leaky_audit_sends_a_signed_alarm_and_its_end_with_verdict_and_links(
         audit = json.loads(ended["body"])["audit"]
         assert audit["status"] == "succeeded"
         assert audit["verdict"]["status"] == "claim_refuted"
-        assert audit["verdict"]["summary"] == client.get(
-            f"/audits/{audit_id}").json()["verdict"]["summary"]
+        assert (
+            audit["verdict"]["summary"]
+            == client.get(f"/audits/{audit_id}").json()["verdict"]["summary"]
+        )
         assert audit["links"]["page"].endswith(f"/ui/#/audits/{audit_id}")
         assert audit["links"]["report"].endswith(f"/audits/{audit_id}/report")
         assert len(receiver.events("alarm.fired")) == 1  # once, not once per later round
 
-        history = wait_for(lambda: [d for d in deliveries(client, audit_id)
-                                    if d["status"] == "delivered"], 5.0)
+        history = wait_for(
+            lambda: [d for d in deliveries(client, audit_id) if d["status"] == "delivered"], 5.0
+        )
         assert {d["event"] for d in history} == {"alarm.fired", "audit.ended"}
         assert all(d["attempts"] == 1 and d["last_error"] is None for d in history)
 
@@ -211,8 +230,9 @@ def test_a_down_receiver_gets_retries_and_ends_failed(store):
         subscribe(client, url, events=["gap.recorded"])
         audit_id, headers = gap_round(client, store)
         assert put_gap(client, audit_id, headers, 1).status_code == 200
-        rows = wait_for(lambda: [d for d in deliveries(client, audit_id)
-                                 if d["status"] == "failed"], 10.0)
+        rows = wait_for(
+            lambda: [d for d in deliveries(client, audit_id) if d["status"] == "failed"], 10.0
+        )
         assert len(rows) == 1
         assert rows[0]["attempts"] == FAST["webhook_max_attempts"]
         assert rows[0]["event"] == "gap.recorded"
@@ -244,10 +264,12 @@ def test_pending_deliveries_survive_a_restart(store):
         with make_client(store, webhook_backoff_seconds=0.5, webhook_max_attempts=20) as client:
             subscribe(client, flaky.url, events=["audit.failed"])
             audit_id, _ = gap_round(client, store)
-            assert store.finish(audit_id, status="failed", reason="test: the run crashed",
-                                only_if=("running",))
-            rows = wait_for(lambda: [d for d in deliveries(client, audit_id)
-                                     if d["attempts"] >= 1], 10.0)
+            assert store.finish(
+                audit_id, status="failed", reason="test: the run crashed", only_if=("running",)
+            )
+            rows = wait_for(
+                lambda: [d for d in deliveries(client, audit_id) if d["attempts"] >= 1], 10.0
+            )
             assert rows and rows[0]["status"] == "pending"
             assert rows[0]["last_error"] == "HTTP 503"
         flaky.status = 200  # the receiver is back; a new service on the same database
@@ -257,8 +279,9 @@ def test_pending_deliveries_survive_a_restart(store):
             body = json.loads(got["body"])
             assert body["audit"]["status"] == "failed"
             assert body["audit"]["reason"] == "test: the run crashed"
-            rows = wait_for(lambda: [d for d in deliveries(client, audit_id)
-                                     if d["status"] == "delivered"], 5.0)
+            rows = wait_for(
+                lambda: [d for d in deliveries(client, audit_id) if d["status"] == "delivered"], 5.0
+            )
             assert len(rows) == 1 and rows[0]["attempts"] >= 2
     finally:
         flaky.close()
@@ -268,8 +291,7 @@ def test_slack_format_per_audit_scope_and_validation(store, receiver):
     with make_client(store, **FAST) as client:
         audit_id, headers = gap_round(client, store)
         other, other_headers = gap_round(client, store)
-        subscribe(client, receiver.url, events=["gap.recorded"], audit_id=audit_id,
-                  format="slack")
+        subscribe(client, receiver.url, events=["gap.recorded"], audit_id=audit_id, format="slack")
         assert put_gap(client, other, other_headers, 1).status_code == 200
         assert put_gap(client, audit_id, headers, 1).status_code == 200
         got = receiver.wait("gap.recorded", timeout=5.0)
@@ -279,15 +301,19 @@ def test_slack_format_per_audit_scope_and_validation(store, receiver):
         assert deliveries(client, other) == []  # subscribed to the other audit only
         assert len(receiver.events()) == 1
 
-        for bad in ({"url": "ftp://example.org/x"}, {"url": "not a url"},
-                    {"url": receiver.url, "events": ["audit.exploded"]},
-                    {"url": receiver.url, "events": []},
-                    {"url": receiver.url, "format": "xml"}):
+        for bad in (
+            {"url": "ftp://example.org/x"},
+            {"url": "not a url"},
+            {"url": receiver.url, "events": ["audit.exploded"]},
+            {"url": receiver.url, "events": []},
+            {"url": receiver.url, "format": "xml"},
+        ):
             assert client.post("/webhooks", json=bad, headers=AUTH).status_code == 422, bad
         assert client.post("/webhooks", json={"url": receiver.url}).status_code == 401
         assert client.get("/webhooks").status_code == 401
-        missing = client.post("/webhooks", json={"url": receiver.url, "audit_id": "nope"},
-                              headers=AUTH)
+        missing = client.post(
+            "/webhooks", json={"url": receiver.url, "audit_id": "nope"}, headers=AUTH
+        )
         assert missing.status_code == 404
         hook = client.get("/webhooks", headers=AUTH).json()["items"][0]["id"]
         assert client.delete(f"/webhooks/{hook}", headers=AUTH).status_code == 204

@@ -25,7 +25,6 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
-
 from tests.server.test_wrapper import CountingFedAvg, LoopGrid
 
 from .conftest import AUTH
@@ -33,8 +32,13 @@ from .conftest import AUTH
 K, ROUNDS, DIM = 80, 40, 1000
 NODES = (11, 12, 13)
 HEAVY = {11: 8, 12: 5, 13: 5}
-EXTERNAL = {"name": "weighted", "engine": "external", "num_canaries": K,
-            "max_canary_fraction": 1.0, "delta": 1e-5}
+EXTERNAL = {
+    "name": "weighted",
+    "engine": "external",
+    "num_canaries": K,
+    "max_canary_fraction": 1.0,
+    "delta": 1e-5,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -72,22 +76,29 @@ class HalfNoise(DifferentialPrivacyServerSideFixedClipping):
 
 def _audit(client, *, dp_class, weights, noise_seed=1) -> tuple[dict, CanaryAuditStrategy]:
     body = client.post("/audits", json=EXTERNAL, headers=AUTH).json()
-    audit_id, token = body["environment"]["FLAUDIT_AUDIT_ID"], body["environment"][
-        "FLAUDIT_RUN_TOKEN"]
+    audit_id, token = (
+        body["environment"]["FLAUDIT_AUDIT_ID"],
+        body["environment"]["FLAUDIT_RUN_TOKEN"],
+    )
     http = httpx.Client(transport=client._transport, base_url="http://testserver")
-    reporter = HttpRoundReporter("http://testserver", audit_id, token, client=http,
-                                 backoff=0.01, retry_seconds=0.05)
+    reporter = HttpRoundReporter(
+        "http://testserver", audit_id, token, client=http, backoff=0.01, retry_seconds=0.05
+    )
     np.random.seed(noise_seed)  # Flower's DP noise draws from numpy's global generator
-    fedavg = CountingFedAvg(fraction_train=2 / 3, min_train_nodes=2, min_available_nodes=3,
-                            fraction_evaluate=0.0)
+    fedavg = CountingFedAvg(
+        fraction_train=2 / 3, min_train_nodes=2, min_available_nodes=3, fraction_evaluate=0.0
+    )
     dp = dp_class(fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=2)
     strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=ROUNDS)
     # reproducible: Flower samples nodes with Python's random, the wrapper picks the nodes the
     # canaries displace with its own generator
     random.seed(noise_seed)
     strategy.audit._slot_rng = np.random.default_rng(noise_seed)
-    strategy.start(LoopGrid(nodes=NODES, weights=weights, seed=noise_seed),
-                   ArrayRecord([np.zeros(DIM, np.float32)]), num_rounds=ROUNDS)
+    strategy.start(
+        LoopGrid(nodes=NODES, weights=weights, seed=noise_seed),
+        ArrayRecord([np.zeros(DIM, np.float32)]),
+        num_rounds=ROUNDS,
+    )
     reporter.close()
     audit = client.get(f"/audits/{audit_id}").json()
     assert audit["status"] == "succeeded", audit["reason"]
@@ -115,8 +126,9 @@ def test_weighted_correct_noise_is_refuted_by_the_weighting_not_the_noise(client
 
     FLOWER_LOGGER.addHandler(caplog.handler)  # whether or not Flower's logger propagates
     try:
-        audit, strategy = _audit(client, dp_class=DifferentialPrivacyServerSideFixedClipping,
-                                 weights=HEAVY)
+        audit, strategy = _audit(
+            client, dp_class=DifferentialPrivacyServerSideFixedClipping, weights=HEAVY
+        )
     finally:
         FLOWER_LOGGER.removeHandler(caplog.handler)
     # the wrapper's weighting warning: once per run, though most rounds weigh above 1
@@ -135,8 +147,9 @@ def test_weighted_correct_noise_is_refuted_by_the_weighting_not_the_noise(client
 
 
 def test_equal_weights_correct_noise_is_consistent(client):
-    audit, strategy = _audit(client, dp_class=DifferentialPrivacyServerSideFixedClipping,
-                             weights={})
+    audit, strategy = _audit(
+        client, dp_class=DifferentialPrivacyServerSideFixedClipping, weights={}
+    )
     assert all(f == pytest.approx(1.0) for f in strategy.weight_factors.values())
     verdict = audit["verdict"]
     assert verdict["status"] == "consistent", verdict["summary"]

@@ -68,8 +68,12 @@ def _audit_columns() -> list[sa.Column]:
 def _round_columns() -> list[sa.Column]:
     return [
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("audit_id", sa.String(32),
-                  sa.ForeignKey("flaudit_audits.id", ondelete="CASCADE"), nullable=False),
+        sa.Column(
+            "audit_id",
+            sa.String(32),
+            sa.ForeignKey("flaudit_audits.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
         sa.Column("round", sa.Integer, nullable=False),
         sa.Column("clip_norm", sa.Float, nullable=False),
         sa.Column("cohort_size", sa.Integer, nullable=False),
@@ -90,9 +94,12 @@ def _round_columns() -> list[sa.Column]:
 #: (table, its columns, its extra constraints, its indexes: name -> column)
 _TABLES = (
     ("flaudit_audits", _audit_columns, (), {"ix_flaudit_audits_status": "status"}),
-    ("flaudit_rounds", _round_columns,
-     (lambda: sa.UniqueConstraint("audit_id", "round", name="uq_flaudit_rounds_audit_round"),),
-     {"ix_flaudit_rounds_audit_id": "audit_id"}),
+    (
+        "flaudit_rounds",
+        _round_columns,
+        (lambda: sa.UniqueConstraint("audit_id", "round", name="uq_flaudit_rounds_audit_round"),),
+        {"ix_flaudit_rounds_audit_id": "audit_id"},
+    ),
 )
 
 
@@ -113,8 +120,11 @@ def upgrade() -> None:
             if index not in have:
                 op.create_index(index, name, [column])
         seed = present.get("canary_seed")
-        if (seed is not None and op.get_bind().dialect.name == "postgresql"
-                and getattr(seed["type"], "length", None) is not None):
+        if (
+            seed is not None
+            and op.get_bind().dialect.name == "postgresql"
+            and getattr(seed["type"], "length", None) is not None
+        ):
             op.alter_column(name, "canary_seed", type_=sa.Text, existing_nullable=True)
 
 

@@ -22,8 +22,12 @@ def upgrade() -> None:
     op.add_column("flaudit_audits", sa.Column("max_canary_weight_factor", sa.Float, nullable=True))
     op.create_table(
         "flaudit_seed_commitments",
-        sa.Column("audit_id", sa.String(32),
-                  sa.ForeignKey("flaudit_audits.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column(
+            "audit_id",
+            sa.String(32),
+            sa.ForeignKey("flaudit_audits.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
         sa.Column("commitment", sa.String(64), nullable=False),
         sa.Column("salt", sa.String(64), nullable=False),
         sa.Column("created_at", _TIME, nullable=False),
@@ -38,8 +42,12 @@ def upgrade() -> None:
     )
     op.create_table(
         "flaudit_alarm_statistics",
-        sa.Column("audit_id", sa.String(32),
-                  sa.ForeignKey("flaudit_audits.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column(
+            "audit_id",
+            sa.String(32),
+            sa.ForeignKey("flaudit_audits.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
         sa.Column("round", sa.Integer, nullable=False),
         sa.Column("max_cosines", sa.LargeBinary, nullable=False),
         sa.Column("known_rounds_state", sa.LargeBinary, nullable=True),

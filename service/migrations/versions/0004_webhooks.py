@@ -23,8 +23,12 @@ def upgrade() -> None:
         sa.Column("id", sa.String(32), primary_key=True),
         sa.Column("url", sa.Text, nullable=False),
         sa.Column("events", sa.String(200), nullable=False),
-        sa.Column("audit_id", sa.String(32),
-                  sa.ForeignKey("flaudit_audits.id", ondelete="CASCADE"), nullable=True),
+        sa.Column(
+            "audit_id",
+            sa.String(32),
+            sa.ForeignKey("flaudit_audits.id", ondelete="CASCADE"),
+            nullable=True,
+        ),
         sa.Column("format", sa.String(16), nullable=False),
         sa.Column("link_base", sa.Text, nullable=False),
         sa.Column("sealed_secret", sa.Text, nullable=False),
@@ -34,8 +38,12 @@ def upgrade() -> None:
     op.create_table(
         "flaudit_webhook_deliveries",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("webhook_id", sa.String(32),
-                  sa.ForeignKey("flaudit_webhooks.id", ondelete="CASCADE"), nullable=False),
+        sa.Column(
+            "webhook_id",
+            sa.String(32),
+            sa.ForeignKey("flaudit_webhooks.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
         sa.Column("audit_id", sa.String(32), nullable=True),
         sa.Column("event", sa.String(32), nullable=False),
         sa.Column("data", sa.JSON, nullable=True),
@@ -48,8 +56,9 @@ def upgrade() -> None:
         sa.Column("delivered_at", _TIME, nullable=True),
     )
     for column in ("webhook_id", "audit_id", "status"):
-        op.create_index(f"ix_flaudit_webhook_deliveries_{column}", "flaudit_webhook_deliveries",
-                        [column])
+        op.create_index(
+            f"ix_flaudit_webhook_deliveries_{column}", "flaudit_webhook_deliveries", [column]
+        )
 
 
 def downgrade() -> None:
