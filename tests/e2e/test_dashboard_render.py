@@ -206,6 +206,8 @@ def _serve(tab, audit: dict, *, key: str | None = None, auth_log: list | None = 
                     for t in range(1, audit["progress"]["round"] + 1)
                 ]
             }
+        elif path == "audits/abc/webhook-deliveries":
+            body = {"items": []}  # no alert webhooks subscribed
         else:
             route.fulfill(
                 status=404, content_type="application/json", body='{"detail": "not found"}'
