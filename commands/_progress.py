@@ -21,21 +21,9 @@ from typing import TextIO
 from tqdm import tqdm
 from tqdm.contrib import DummyTqdmFile
 
-from ..auditor.progress import eta_seconds
+from ..auditor.progress import eta_seconds, fmt_seconds
 
 __all__ = ["RoundProgress", "fmt_seconds"]
-
-
-def fmt_seconds(seconds: float | None) -> str:
-    """``42 s``, ``3 min 05 s``, ``1 h 02 min``; ``?`` when unknown."""
-    if seconds is None:
-        return "?"
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 class _StatusBar(tqdm):

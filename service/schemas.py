@@ -63,9 +63,23 @@ class Progress(BaseModel):
     fraction: float = Field(description="t / T.", examples=[0.15])
     eta_seconds: float | None = Field(
         None,
-        description="Estimated seconds until the last round: median time between rounds since "
-        "round 1 times rounds left (start-up not counted; null until two rounds arrived).",
+        description="Estimated seconds until the last round: the time per round (the larger of "
+        "the median time between rounds since round 1 and the average since round 1 counting "
+        "the wait for the next round) for what is left of the round in progress and each round "
+        "after it (start-up not counted; null until two rounds arrived).",
         examples=[42.0],
+    )
+    waiting_for: str | None = Field(
+        None,
+        description="What the run is waiting for, in words (its start, round t+1's updates with "
+        "the wait so far and the earlier rounds' pace, the final model); null in the list and "
+        "once ended.",
+        examples=[
+            (
+                "waiting for round 5's updates (62 s so far; rounds 1-4 came 0.1 s apart: "
+                "this one is slower)"
+            )
+        ],
     )
 
 

@@ -21,10 +21,10 @@ from ..auditor.noise_calibration import (
     noise_clip_factor,
     with_noise_calibration,
 )
-from ..auditor.progress import eta_seconds
+from ..auditor.progress import eta_seconds, fmt_seconds, round_wait
 from ..auditor.spec import AUTO_CANARIES
 from ..auditor.statistics import scale_dof
-from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc
+from .store import ENDED_STATUSES, Audit, AuditRound, Store, as_utc, utcnow
 
 __all__ = [
     "audit_verdict_view",
@@ -45,15 +45,57 @@ def iso_utc(value) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
-def progress_view(audit: Audit, round_times=None) -> dict[str, Any]:
-    """Round t of T and the ETA from the times rounds 1..t arrived (``round_times``; without
-    them, as in the audit list, no ETA): the Flower/Ray start-up is not round time."""
+def _seconds(value: float) -> str:
+    return fmt_seconds(value, tenths_below=1.0)
+
+
+def _waiting_for(audit: Audit, t: int, num_rounds: int, times: list[float], now: float) -> str:
+    """What a running audit is waiting for, in words (issue #40: progress that says where the
+    time goes)."""
+    engine = audit.spec.get("engine")
+    since = as_utc(audit.started_at or audit.created_at)
+    waited = "" if since is None else f" ({_seconds(max(now - since.timestamp(), 0.0))} so far)"
+    if t == 0:
+        if engine == "external":
+            if audit.started_at is None:
+                return f"waiting for your Flower app to start and declare its claim{waited}"
+            return f"waiting for round 1's updates from your Flower app{waited}"
+        if engine == "deployment":
+            return f"waiting for the SuperLink to start the run and send round 1{waited}"
+        return f"starting Flower and Ray, then round 1{waited}"
+    if t >= num_rounds:
+        return "waiting for the final model"
+    wait = round_wait(times, num_rounds, now) if len(times) == t else None
+    if wait is None:
+        return f"waiting for round {t + 1}'s updates"
+    text = f"waiting for round {wait.round}'s updates ({_seconds(wait.waited_seconds)} so far"
+    if wait.typical_seconds is not None:
+        earlier = f"rounds 1-{t}" if t > 2 else "rounds 1 and 2"
+        text += f"; {earlier} came {_seconds(wait.typical_seconds)} apart"
+        if wait.overdue:
+            text += ": this one is slower"
+    elif t == 1:
+        text += "; the time per round is known after round 2"
+    return text + ")"
+
+
+def progress_view(audit: Audit, round_times=None, *, now: float | None = None) -> dict[str, Any]:
+    """Round t of T, what the run is waiting for (``waiting_for``, words) and the ETA from the
+    times rounds 1..t arrived (``round_times``; without them, as in the audit list, neither):
+    the Flower/Ray start-up is not round time, the wait for the next round is
+    (:func:`flaudit.auditor.progress.eta_seconds` with ``now``)."""
     num_rounds = int(audit.spec.get("num_rounds", 0) or 0)
     t = int(audit.rounds_stored or 0)
-    eta = None
-    if audit.status == "running" and round_times is not None and len(round_times) == t > 0:
-        eta = eta_seconds([as_utc(at).timestamp() for at in round_times], num_rounds)
-        eta = None if eta is None else round(eta, 3)
+    eta = waiting = None
+    if audit.status == "running" and round_times is not None:
+        now = utcnow().timestamp() if now is None else now
+        times = [as_utc(at).timestamp() for at in round_times]
+        waiting = _waiting_for(audit, t, num_rounds, times, now)
+        if len(times) == t > 0:
+            eta = eta_seconds(times, num_rounds, now=now)
+            eta = None if eta is None else round(eta, 3)
+    elif audit.status == "queued":
+        waiting = "waiting for the runner to start it (max_concurrent_audits run at once)"
     elif audit.status in ENDED_STATUSES:
         eta = 0.0 if audit.status == "succeeded" else None
     return {
@@ -61,6 +103,7 @@ def progress_view(audit: Audit, round_times=None) -> dict[str, Any]:
         "num_rounds": num_rounds,
         "fraction": (t / num_rounds) if num_rounds else 0.0,
         "eta_seconds": eta,
+        "waiting_for": waiting,
     }
 
 

@@ -351,8 +351,14 @@ export function renderAudit(root, id) {
     const fraction = p.fraction ?? (total ? round / total : 0);
     const text = a.status === "queued" ? "Waiting to start" : `Round ${round} of ${total}`;
     let sub = "";
-    if (a.status === "running" && round === 0) sub = a.spec?.engine === "external" ? waitingText(a) : "starting the Flower run…";
-    else if (a.status === "running") sub = p.eta_seconds != null ? `about ${fmtDuration(p.eta_seconds)} left` : "estimating time left…";
+    // what the run waits for (the service's words: its start, round t+1's updates with the wait
+    // so far beside the earlier rounds' pace, the final model), then the time left
+    if (a.status === "running" && round === 0 && a.spec?.engine === "external" && !a.started_at) sub = waitingText(a);
+    else if (a.status === "running") {
+      const left = round === 0 || round >= total ? "" : p.eta_seconds != null ? `about ${fmtDuration(p.eta_seconds)} left` : "time left known after round 2";
+      sub = [p.waiting_for || (round === 0 ? "starting the Flower run…" : ""), left].filter(Boolean).join(" · ");
+    }
+    else if (a.status === "queued" && p.waiting_for) sub = p.waiting_for;
     else if (TERMINAL.has(a.status) && a.started_at && a.finished_at) sub = `took ${fmtDuration((new Date(a.finished_at) - new Date(a.started_at)) / 1000)}`;
     fill(
       progressBox,

@@ -4,6 +4,7 @@ restart behaviour, and the estimates being consistent with the library."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -45,7 +46,13 @@ def test_post_returns_201_with_id_and_get_shows_the_agreed_shape(client):
         "links",
     ):
         assert key in body
-    assert body["progress"] == {"round": 0, "num_rounds": 4, "fraction": 0.0, "eta_seconds": None}
+    assert body["progress"] == {
+        "round": 0,
+        "num_rounds": 4,
+        "fraction": 0.0,
+        "eta_seconds": None,
+        "waiting_for": "waiting for the runner to start it (max_concurrent_audits run at once)",
+    }
     assert body["links"]["rounds"] == f"/audits/{audit_id}/rounds"
     assert body["spec"]["num_canaries"] == 20
     assert "canary_seed" not in str(body)
@@ -697,6 +704,57 @@ def test_eta_counts_round_times_not_the_start_up(client, store):
     assert 0.1 < etas[1] < 20 and 0.1 < etas[2] < 10  # 2 and 1 rounds left at ~0.2 s each
     listed = client.get("/audits").json()["items"][0]["progress"]
     assert listed["round"] == 3 and listed["eta_seconds"] is None
+
+
+def test_progress_says_what_the_run_waits_for_and_a_stall_raises_the_eta(client, store):
+    """Issue #40: a demo sat at "round 4 of 10" for a minute with an ETA of 2 s (rounds 1-4 had
+    arrived within a second). The page now says it waits for round 5's updates, for how long,
+    beside the earlier rounds' pace, and the ETA counts the wait."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from flaudit.service.store import AuditRound, utcnow
+
+    audit_id, headers = _running(client, store, {**SMALL_SPEC, "num_rounds": 10})
+    base = f"/audits/{audit_id}"
+    progress = client.get(base).json()["progress"]
+    assert progress["waiting_for"].startswith("starting Flower and Ray, then round 1 (")
+    assert progress["eta_seconds"] is None
+    assert (
+        client.put(f"{base}/initial-model", content=f32(np.zeros(400)), headers=headers).status_code
+        == 200
+    )
+    meta = {"clip_norm": 1.0, "cohort_size": 5, "num_canaries_inserted": 1, "num_failures": 0}
+    rng = np.random.default_rng(0)
+    for t in (1, 2, 3):
+        response = client.put(
+            f"{base}/rounds/{t}", params=meta, content=f32(rng.normal(size=400)), headers=headers
+        )
+        assert response.status_code == 200, response.text
+    quick = client.get(base).json()["progress"]
+    assert quick["waiting_for"].startswith("waiting for round 4's updates (")
+    assert "this one is slower" not in quick["waiting_for"]
+    # the three rounds arrived 0.1 s apart; round 4 has not come in the 45 s since
+    last = utcnow() - timedelta(seconds=45)
+    with store.session() as s, s.begin():
+        for t in (1, 2, 3):
+            s.execute(
+                update(AuditRound)
+                .where(AuditRound.audit_id == audit_id, AuditRound.round == t)
+                .values(received_at=last - timedelta(seconds=0.1 * (3 - t)))
+            )
+    client.app.state.read_cache.invalidate(audit_id)
+    stalled = client.get(base).json()["progress"]
+    assert stalled["round"] == 3 and stalled["num_rounds"] == 10
+    assert re.fullmatch(
+        r"waiting for round 4's updates \((45|46) s so far; rounds 1-3 came 0\.1 s apart: this "
+        r"one is slower\)",
+        stalled["waiting_for"],
+    ), stalled["waiting_for"]
+    # round 4 and six more to come, each at least the average since round 1 counting the wait
+    # (45.2 s / 3): the median alone (0.1 s) said under a second
+    assert 6 * 15 < stalled["eta_seconds"] < 6 * 16, stalled
 
 
 def test_final_model_estimate_is_live_every_round_on_theta_t_minus_theta_0(client, store):
