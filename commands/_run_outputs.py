@@ -12,7 +12,14 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
 from ..auditor.claims.alerts import first_alarm, spec_claim
-from ..auditor.claims.evidence import BUNDLE_FORMAT, COMMITMENT_SCHEME, jsonable, seed_commitment
+from ..auditor.claims.evidence import (
+    BUNDLE_FORMAT,
+    COMMITMENT_SCHEME,
+    cosine_summaries,
+    jsonable,
+    known_rounds_json,
+    seed_commitment,
+)
 from ..service.evidence import versions
 
 __all__ = ["commit", "junit_xml", "run_bundle"]
@@ -50,7 +57,6 @@ def run_bundle(
     :func:`flaudit.auditor.claims.evidence.recompute` reads)."""
     local = reporter.inner
     tracker, known = local.tracker, local.known_rounds
-    state = None if known is None else known.state()
     rounds = [
         {
             "round": t,
@@ -68,6 +74,29 @@ def run_bundle(
     reveal = bool(spec.reveal_seed)
     verdict_dict = jsonable(verdict.to_dict())
     claim = spec_claim(spec)
+    statistics = jsonable(
+        {
+            "dim": tracker.dim,
+            "scale_dof": tracker.scale_dof,
+            "delta": spec.delta,
+            "num_canaries": spec.num_canaries,
+            "rounds_stored": tracker.num_rounds,
+            "has_final": tracker.final_cosines is not None,
+            "bootstrap": int(bootstrap),
+            "seen": reporter.seen,
+            "max_cosines": tracker.max_cosines,
+            "last_cosines": None,
+            "final_cosines": tracker.final_cosines,
+            "final_model_cosines": tracker.final_model_cosines,
+            "known_rounds": known_rounds_json(None if known is None else known.state()),
+            "rounds": rounds,
+            "gaps": [],
+            "max_weight_factor": max(weights) if weights else None,
+            # the look at which the alarm first fired during training: verify recomputes its
+            # p-value from them instead of taking it as recorded
+            "alarm_statistics": reporter.alarm_statistics,
+        }
+    )
     bundle = {
         "format": BUNDLE_FORMAT,
         "audit": {"id": None, "name": spec.name, "status": "succeeded", "reason": None},
@@ -75,34 +104,7 @@ def run_bundle(
         "claim": None
         if claim is None
         else {**claim, "read_from": "from the audit spec (flaudit run: flaudit's own DP-FedAvg)"},
-        "statistics": jsonable(
-            {
-                "dim": tracker.dim,
-                "scale_dof": tracker.scale_dof,
-                "delta": spec.delta,
-                "num_canaries": spec.num_canaries,
-                "rounds_stored": tracker.num_rounds,
-                "has_final": tracker.final_cosines is not None,
-                "bootstrap": int(bootstrap),
-                "seen": reporter._seen,
-                "max_cosines": tracker.max_cosines,
-                "last_cosines": None,
-                "final_cosines": tracker.final_cosines,
-                "final_model_cosines": tracker.final_model_cosines,
-                "known_rounds": None
-                if state is None
-                else {
-                    "sums": state.sums,
-                    "counts": state.counts,
-                    "num_rounds": state.num_rounds,
-                    "round_sums": state.round_sums,
-                    "round_counts": state.round_counts,
-                },
-                "rounds": rounds,
-                "gaps": [],
-                "max_weight_factor": max(weights) if weights else None,
-            }
-        ),
+        "statistics": {**statistics, "cosine_summaries": cosine_summaries(statistics)},
         "alarm": first_alarm(alerts),
         "verdict": verdict_dict,
         "estimates": jsonable([e.to_dict() for e in estimates]),

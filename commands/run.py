@@ -31,6 +31,7 @@ from ..auditor.claims.alerts import (
     spec_verdict,
 )
 from ..auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
+from ..auditor.claims.evidence import known_rounds_json
 from ..auditor.estimators import audit_analytic_epsilon
 from ..auditor.spec import AuditSpec, ThreatModel
 from ._progress import RoundProgress
@@ -178,9 +179,12 @@ class AlarmWatch:
     def __init__(self, spec, inner, *, seen) -> None:
         self.spec = spec
         self.inner = inner
-        self._seen = seen
+        self.seen = seen
         self.alerts: list[dict] = []
         self.stop_reason: str | None = None
+        #: the statistics of the look at which the error alarm first fired during training
+        #: (round, max_cosines, known_rounds: the bundle's ``statistics.alarm_statistics``)
+        self.alarm_statistics: dict | None = None
 
     def __repr__(self) -> str:
         return "AlarmWatch(LocalRoundReporter)"
@@ -196,7 +200,7 @@ class AlarmWatch:
         tracker, known = self.inner.tracker, self.inner.known_rounds
         summary = summarize(
             AuditLook(
-                seen=self._seen,
+                seen=self.seen,
                 dim=tracker.dim,
                 delta=self.spec.delta,
                 max_cosines=tracker.max_cosines,
@@ -223,6 +227,13 @@ class AlarmWatch:
             previous=self.alerts,
         )
         record = first_alarm(self.alerts)
+        if record is not None and record.get("round") == server_round:
+            if self.alarm_statistics is None:  # as the service keeps them (live.ingest_round)
+                self.alarm_statistics = {
+                    "round": server_round,
+                    "max_cosines": tracker.max_cosines,
+                    "known_rounds": known_rounds_json(None if known is None else known.state()),
+                }
         if record is not None and self.spec.stop_on_alarm and self.stop_reason is None:
             self.stop_reason = f"claim refuted at round {record['round']}"
 
@@ -243,7 +254,7 @@ class AlarmWatch:
         counts = None if known is None else known.num_participations
         summary = summarize(
             AuditLook(
-                seen=self._seen,
+                seen=self.seen,
                 dim=tracker.dim,
                 delta=spec.delta,
                 max_cosines=tracker.max_cosines,

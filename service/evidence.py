@@ -18,10 +18,13 @@ from ..auditor.claims.evidence import (
     BUNDLE_FORMAT,
     CANONICALIZATION,
     COMMITMENT_SCHEME,
+    COSINE_ARRAYS,
     FINAL_BOOTSTRAP,
     canonical_json,
+    cosine_summaries,
     digest,
     jsonable,
+    known_rounds_json,
 )
 from ..auditor.spec import AuditSpec, Engine
 from ..auditor.statistics import scale_dof
@@ -108,7 +111,7 @@ def _statistics(store: Store, audit: Audit) -> dict[str, Any]:
         | {"update_norm": row.delta_norm, "received_at": iso_utc(row.received_at)}
         for row in store.list_rounds(audit.id)
     ]
-    return jsonable(
+    statistics = jsonable(
         {
             "dim": audit.dim,
             "scale_dof": dof,
@@ -118,11 +121,8 @@ def _statistics(store: Store, audit: Audit) -> dict[str, Any]:
             "has_final": bool(audit.has_final),
             "bootstrap": FINAL_BOOTSTRAP,
             "seen": seen_mask(secret.seed, k) if secret is not None else None,
-            **{
-                name: arrays[name]
-                for name in ("max_cosines", "last_cosines", "final_cosines", "final_model_cosines")
-            },
-            "known_rounds": _known(known),
+            **{name: arrays[name] for name in COSINE_ARRAYS},
+            "known_rounds": known_rounds_json(known),
             "rounds": rounds,
             "gaps": gaps,
             "max_weight_factor": audit.max_weight_factor,
@@ -131,20 +131,7 @@ def _statistics(store: Store, audit: Audit) -> dict[str, Any]:
             "alarm_statistics": _alarm_statistics(store, audit.id),
         }
     )
-
-
-def _known(state) -> dict | None:
-    return (
-        None
-        if state is None
-        else {
-            "sums": state.sums,
-            "counts": state.counts,
-            "num_rounds": state.num_rounds,
-            "round_sums": state.round_sums,
-            "round_counts": state.round_counts,
-        }
-    )
+    return {**statistics, "cosine_summaries": cosine_summaries(statistics)}
 
 
 def _alarm_statistics(store: Store, audit_id: str) -> dict | None:
@@ -156,7 +143,7 @@ def _alarm_statistics(store: Store, audit_id: str) -> dict | None:
     return {
         "round": saved["round"],
         "max_cosines": saved["max_cosines"],
-        "known_rounds": _known(saved["known_rounds"]),
+        "known_rounds": known_rounds_json(saved["known_rounds"]),
     }
 
 

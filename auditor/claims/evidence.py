@@ -41,9 +41,12 @@ __all__ = [
     "Check",
     "Mismatch",
     "Recomputed",
+    "COSINE_ARRAYS",
     "canonical_json",
+    "cosine_summaries",
     "digest",
     "jsonable",
+    "known_rounds_json",
     "recompute",
     "seed_commitment",
     "signed_part",
@@ -64,6 +67,8 @@ CANONICALIZATION = (
     "(RFC 8785 for every bundle whose numbers are integers or print alike in both)"
 )
 COMMITMENT_SCHEME = "sha256(salt || seed as 16 bytes big-endian), hex"
+#: The per-canary statistics a bundle carries (``statistics.<name>``, k numbers each, or null).
+COSINE_ARRAYS = ("max_cosines", "last_cosines", "final_cosines", "final_model_cosines")
 
 
 def signed_part(bundle: dict) -> dict:
@@ -90,6 +95,105 @@ def digest(bundle: dict) -> str:
 def seed_commitment(seed: int, salt: bytes) -> str:
     """The commitment to a 128-bit canary seed (:data:`COMMITMENT_SCHEME`)."""
     return hashlib.sha256(bytes(salt) + int(seed).to_bytes(16, "big")).hexdigest()
+
+
+def known_rounds_json(state: KnownRoundsState | None) -> dict | None:
+    """A known-rounds state as a bundle carries it (``statistics.known_rounds``)."""
+    if state is None:
+        return None
+    return {
+        "sums": state.sums,
+        "counts": state.counts,
+        "num_rounds": state.num_rounds,
+        "round_sums": state.round_sums,
+        "round_counts": state.round_counts,
+    }
+
+
+def _group_summary(values: np.ndarray) -> dict:
+    if values.size == 0:
+        return {"count": 0, "mean": None, "sd": None, "min": None, "max": None}
+    with np.errstate(invalid="ignore"):  # (-inf before a canary's first round)
+        return {
+            "count": int(values.size),
+            "mean": float(np.mean(values)),
+            "sd": float(np.std(values)),
+            "min": float(np.min(values)),
+            "max": float(np.max(values)),
+        }
+
+
+def cosine_summaries(stats: dict) -> dict:
+    """Per statistic of :data:`COSINE_ARRAYS` the bundle carries, the count, mean, standard
+    deviation, smallest and largest value over the seen and over the unseen canaries (over
+    ``all`` when the split is not in the bundle): what a reader compares at a glance, and what
+    ``flaudit verify`` recomputes from the per-canary numbers, so that a number edited in any of
+    them (``final_model_cosines`` and ``last_cosines`` included, which no estimate reads) shows
+    as a mismatch even under a signature made after the edit (issue #40)."""
+    seen = stats.get("seen")
+    mask = None if seen is None else np.asarray(seen, dtype=bool)
+    out: dict = {}
+    for name in COSINE_ARRAYS:
+        values = _array(stats.get(name))
+        if values is None:
+            continue
+        if mask is None or mask.shape != values.shape:
+            out[name] = {"all": _group_summary(values)}
+        else:
+            out[name] = {
+                "seen": _group_summary(values[mask]),
+                "unseen": _group_summary(values[~mask]),
+            }
+    return jsonable(out)
+
+
+def _check_cosines(result: Recomputed, stats: dict) -> None:
+    """The per-canary statistics against what they imply of each other and their summaries:
+    a canary's last-round cosine is at most its maximum over rounds, the maxima at the alarm's
+    look at most the final maxima (a running maximum only grows), and ``cosine_summaries``
+    recomputed from the arrays."""
+    maxima, last = _array(stats.get("max_cosines")), _array(stats.get("last_cosines"))
+    at_look = stats.get("alarm_statistics") or {}
+    for name, lower, upper, what in (
+        ("statistics.last_cosines", last, maxima, "max_cosines"),
+        (
+            "statistics.alarm_statistics.max_cosines",
+            _array(at_look.get("max_cosines")),
+            maxima,
+            "max_cosines",
+        ),
+    ):
+        if lower is None or upper is None or not stats.get("rounds_stored"):
+            continue
+        if lower.shape != upper.shape:
+            _check(result, f"{name} (length)", lower.size, upper.size)
+            continue
+        above = np.flatnonzero(lower > upper)
+        result.checks.append(Check(f"{name} <= statistics.{what}", above.size == 0))
+        if above.size and result.mismatch is None:
+            j = int(above[0])
+            result.mismatch = Mismatch(
+                f"{name}[{j}] (at most statistics.{what}[{j}])",
+                float(lower[j]),
+                float(upper[j]),
+            )
+    if "cosine_summaries" not in stats:
+        result.checks.append(
+            Check(
+                "statistics.cosine_summaries",
+                None,
+                "not in this bundle (made before they existed): final_model_cosines and "
+                "last_cosines, which no estimate reads, are covered by the signature only",
+            )
+        )
+        return
+    _check(
+        result,
+        "statistics.cosine_summaries",
+        stats.get("cosine_summaries"),
+        cosine_summaries(stats),
+        "recomputed from the per-canary statistics",
+    )
 
 
 @dataclass(frozen=True)
@@ -498,6 +602,7 @@ def recompute(bundle: dict) -> Recomputed:
         bundle.get("verdict"),
         jsonable(with_noise_calibration(verdict.to_dict(), spec, least)),
     )
+    _check_cosines(result, stats)  # last: an estimate or alarm an edit changed is named first
     return result
 
 

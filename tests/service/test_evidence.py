@@ -112,6 +112,23 @@ def test_every_estimate_is_recomputed_not_copied(ended):
             "estimates",
         ),
         (lambda b: b["statistics"]["max_cosines"].__setitem__(0, 0.9), "estimates"),
+        # no estimate reads these two; their summaries are recomputed (issue #40)
+        (
+            lambda b: b["statistics"]["final_model_cosines"].__setitem__(0, 0.5),
+            "statistics.cosine_summaries.final_model_cosines.",
+        ),
+        (
+            lambda b: b["statistics"]["last_cosines"].__setitem__(
+                0, min(float(b["statistics"]["max_cosines"][0]), 0.0) - 0.25
+            ),
+            "statistics.cosine_summaries.last_cosines.",
+        ),
+        (
+            lambda b: b["statistics"]["last_cosines"].__setitem__(
+                0, float(b["statistics"]["max_cosines"][0]) + 0.01
+            ),
+            "statistics.last_cosines[0] (at most statistics.max_cosines[0])",
+        ),
         (
             lambda b: b["estimates"][0].__setitem__("epsilon", b["estimates"][0]["epsilon"] + 0.01),
             "estimates[0].epsilon",
