@@ -79,6 +79,7 @@ class LegacyCanaryAuditStrategy(legacy_strategy_class()):
         self._canaries = canaries
         self._current: list[np.ndarray] | None = None
         self._round_block: dict[int, np.ndarray] = {}
+        self._watching = False
         self.displaced = self.audit.displaced
         self.weight_factors = self.audit.weight_factors
 
@@ -122,11 +123,34 @@ class LegacyCanaryAuditStrategy(legacy_strategy_class()):
                 num_rounds=self.num_rounds, num_nodes=int(client_manager.num_available())
             )
 
+    def _watch_grid(self, client_manager: Any) -> None:
+        """Have the reporter probe the SuperLink, as the Message-API wrapper does in ``start``
+        (issue #40: heartbeats then say when it last answered, and the service ends the audit of
+        a run whose SuperLink died). A legacy strategy is not handed the grid: Flower's
+        ``LegacyContext`` fills the client manager with ``GridClientProxy`` objects that hold
+        it. No round timeout is passed: the legacy ``ServerConfig.round_timeout`` is not the
+        strategy's to read (and its default, None, waits for replies as long as it takes)."""
+        watch = getattr(self.reporter, "watch_grid", None)
+        if self._watching or watch is None:
+            return
+        grid = next(
+            (
+                proxy.grid
+                for proxy in client_manager.all().values()
+                if callable(getattr(getattr(proxy, "grid", None), "get_node_ids", None))
+            ),
+            None,
+        )
+        if grid is not None:
+            self._watching = True
+            watch(grid.get_node_ids, round_timeout=None)
+
     def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
         """The wrapped strategy's clients, less one per canary scheduled this round."""
         from flwr.common import parameters_to_ndarrays
 
         self._declare(client_manager)
+        self._watch_grid(client_manager)
         self._current = parameters_to_ndarrays(parameters)
         self._report_initial(self._current)
         pairs = list(self.strategy.configure_fit(server_round, parameters, client_manager))
