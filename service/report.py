@@ -15,6 +15,10 @@ from ..auditor.claims.verdict import is_valid_bound
 from ..auditor.results import number
 from .vocabulary import (
     VOCABULARY,
+    diagnostic_name,
+    diagnostic_purpose,
+    diagnostic_state,
+    diagnostic_value,
     estimate_label,
     field_label,
     human_text,
@@ -416,6 +420,23 @@ def _estimates_table(estimates: list[dict]) -> str:
     return f"<table id=estimates>{head}{''.join(rows)}</table>"
 
 
+def _checks_table(diagnostics: list[dict]) -> str:
+    """The audit's checks (its diagnostics), each named in words with its result, its number and
+    what it is for (the dashboard's "Checks")."""
+    if not diagnostics:
+        return "<p id=checks class=muted>No checks were run.</p>"
+    rows = "".join(
+        f"<tr><td>{escape(diagnostic_name(d))}</td><td>{escape(diagnostic_state(d))}</td>"
+        f"<td>{escape(diagnostic_value(d))}</td><td class=small>{escape(diagnostic_purpose(d))}"
+        "</td></tr>"
+        for d in diagnostics
+    )
+    return (
+        "<table id=checks><tr><th>check</th><th>result</th><th>number</th><th>what it is for"
+        f"</th></tr>{rows}</table>"
+    )
+
+
 def render_report(view: dict, bundle: dict, round_estimates: list[list[dict]]) -> str:
     """The report of one ended audit.
 
@@ -482,6 +503,7 @@ def render_report(view: dict, bundle: dict, round_estimates: list[list[dict]]) -
 <section class="page-break"><h2>Estimates</h2>{
         _estimates_table(view.get("estimates") or [])
     }</section>
+<section><h2>Checks</h2>{_checks_table(view.get("diagnostics") or [])}</section>
 <section><h2>Settings of the audit</h2><table id=spec class=fields>{
         _rows(list(spec.items()))
     }</table></section>

@@ -15,6 +15,10 @@ from typing import Any
 
 __all__ = [
     "VOCABULARY",
+    "diagnostic_name",
+    "diagnostic_purpose",
+    "diagnostic_state",
+    "diagnostic_value",
     "estimate_label",
     "estimator_name",
     "field_label",
@@ -118,3 +122,52 @@ def value_text(value: Any, key: Any = None) -> str:
 def value_lines(value: dict) -> list[str]:
     """A nested setting as lines "field: value" (the report shows one per line)."""
     return [f"{field_label(k)}: {value_text(v, k)}" for k, v in value.items()]
+
+
+# -- checks (the audit's diagnostics), as the dashboard's format.js names them ------------------
+
+
+def diagnostic_name(d: dict) -> str:
+    """Which check, in words (an unknown one: "Check: " and its identifier's words)."""
+    name = str(d.get("name") or "")
+    entry = VOCABULARY["diagnostics"].get(name)
+    return entry["name"] if entry else f"Check: {_words(name)}"
+
+
+def diagnostic_purpose(d: dict) -> str:
+    """What the check is for and what to do when it fails."""
+    entry = VOCABULARY["diagnostics"].get(str(d.get("name") or ""))
+    return entry["purpose"] if entry else ""
+
+
+def diagnostic_state(d: dict) -> str:
+    """``passes``, ``needs attention``, or ``not run`` (too few canaries for the tests)."""
+    if str(d.get("name") or "").endswith("_skipped"):
+        return "not run"
+    return "passes" if d.get("ok") else "needs attention"
+
+
+def _eps(value: Any) -> float | None:
+    if value in ("inf", "Infinity"):
+        return math.inf
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        return float(value)
+    return None
+
+
+def diagnostic_value(d: dict) -> str:
+    """The check's number: the bootstrap interval of ε, the test statistic against its limit,
+    or its p-value; for a check not run, why."""
+    if str(d.get("name") or "").endswith("_skipped"):
+        return human_text(d.get("hint") or "")
+    details = d.get("details") or {}
+    lo, hi = _eps(details.get("lower")), _eps(details.get("upper"))
+    if lo is not None and hi is not None:
+        confidence = details.get("confidence")
+        level = f"{round(confidence * 100)}% " if isinstance(confidence, (int, float)) else ""
+        return f"{level}interval of ε: [{_number(lo)}, {_number(hi)}]"
+    if isinstance(details.get("critical_value"), (int, float)):
+        return f"A² = {value_text(d.get('value'))} (limit {_number(details['critical_value'])})"
+    if isinstance(details.get("p_value"), (int, float)):
+        return f"p = {_number(details['p_value'])}"
+    return f"value {value_text(d.get('value'))}"

@@ -14,6 +14,7 @@ import {
   VERDICT_STYLE,
   correctionLabel,
   diagnosticName,
+  diagnosticState,
   diagnosticPurpose,
   diagnosticValue,
   epsValue,
@@ -557,7 +558,7 @@ export function renderAudit(root, id) {
           "li",
           { class: `diag ${d.ok ? "ok" : "bad"}` },
           h("span", { class: "diag-icon", "aria-hidden": "true" }, d.ok ? "✓" : "!"),
-          h("div", {}, h("div", { class: "diag-head" }, h("strong", {}, diagnosticName(d)), h("span", { class: "diag-state" }, d.ok ? " · passes" : " · needs attention"), h("span", { class: "muted small" }, ` · ${diagnosticValue(d)}`)), h("div", { class: "muted small" }, diagnosticPurpose(d))),
+          h("div", {}, h("div", { class: "diag-head" }, h("strong", {}, diagnosticName(d)), h("span", { class: "diag-state" }, ` · ${diagnosticState(d)}`), h("span", { class: "muted small" }, ` · ${diagnosticValue(d)}`)), h("div", { class: "muted small" }, diagnosticPurpose(d))),
         ),
       ),
     );

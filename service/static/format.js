@@ -121,29 +121,25 @@ export function correctionLabel(c) {
 
 // --- diagnostics ------------------------------------------------------------------------------
 
-const SCORE_SET = { final: "final-model", max: "per-round maximum" };
-
 /** A diagnostic's name and purpose in words, by its identifier. */
 export function diagnosticName(d) {
   const name = String(d.name || "");
-  let m = name.match(/^anderson_darling_(seen|unseen)_(final|max)$/);
-  if (m) return `The ${m[1]} canaries' ${SCORE_SET[m[2]]} scores look Gaussian`;
-  m = name.match(/^bootstrap_(final_model|all_iterates)_epsilon$/);
-  if (m) return `Stability of the Gaussian-fit estimate (adversary ${threatLabel(m[1])})`;
-  if (VOCABULARY.diagnostics[name]) return VOCABULARY.diagnostics[name].name;
-  return `Check: ${name.replace(/_/g, " ")}`;
+  return VOCABULARY.diagnostics[name]?.name ?? `Check: ${name.replace(/_/g, " ")}`;
 }
 
 export function diagnosticPurpose(d) {
-  const name = String(d.name || "");
-  if (name.startsWith("anderson_darling")) return "The Gaussian-fit estimate relies on it (Anderson–Darling test, Andrew et al. App. B). If it fails, trust the lower bounds, not the estimate.";
-  if (name.startsWith("bootstrap")) return "How much the Gaussian-fit estimate moves when the canaries are resampled; a wide interval means too few canaries.";
-  if (VOCABULARY.diagnostics[name]) return VOCABULARY.diagnostics[name].purpose;
-  return "";
+  return VOCABULARY.diagnostics[String(d.name || "")]?.purpose ?? "";
+}
+
+/** "passes", "needs attention", or "not run" (too few canaries for the tests it names). */
+export function diagnosticState(d) {
+  if (String(d.name || "").endsWith("_skipped")) return "not run";
+  return d.ok ? "passes" : "needs attention";
 }
 
 /** What a diagnostic's number is: the bootstrap's interval, a test statistic or a p-value. */
 export function diagnosticValue(d) {
+  if (String(d.name || "").endsWith("_skipped")) return humanText(d.hint || "");
   const det = d.details || {};
   const lo = epsValue(det.lower);
   const hi = epsValue(det.upper);

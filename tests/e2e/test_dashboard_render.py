@@ -165,6 +165,13 @@ def _audit(
                 "hint": "",
                 "details": {},
             },
+            {
+                "name": "unseen_known_rounds_vs_null",
+                "value": 0.34,
+                "ok": True,
+                "hint": "",
+                "details": {"p_value": 0.34},
+            },
         ],
         "alerts": list(alerts),
         "alarm_guarantee": guarantee,
@@ -262,6 +269,14 @@ def test_running_audit_shows_a_provisional_verdict_and_keeps_polling(static_url,
     page.locator("#details > summary").click()
     expect(page.locator("#estimates-table tbody tr")).to_have_count(8)
     expect(page.locator("#details")).to_contain_text("stays secret while the audit runs")
+    # every check says which check it is (issue #40: "Another check · passes · p = 0.340")
+    expect(page.locator("#diagnostics .diag-head")).to_have_text(
+        [
+            "The seen canaries' final-model scores look Gaussian · needs attention · value 2.10",
+            "Normal-score test calibrated: held-out canaries' normal scores look standard normal"
+            " · passes · p = 0.340",
+        ]
+    )
     assert "∞" in page.locator("#estimates-table td.eps-cell").all_inner_texts()
     # still polling: two more requests come (within a deadline no loaded machine reaches)
     n = sum(p == "audits/abc" for p in requested)

@@ -20,6 +20,7 @@ from playwright.sync_api import expect
 
 import flaudit.service.routers.audits as audits_router
 from flaudit.service.store import Store
+from flaudit.service.vocabulary import VOCABULARY
 from tests.processes import free_port, wait_for
 from tests.service.conftest import CIPHER, make_client
 from tests.service.test_verdict import BASE, _run
@@ -100,6 +101,13 @@ def test_the_report_reads_like_a_document(name, served, browser, output_dir):
         text = page.evaluate("document.body.innerText")
         assert identifiers(text) == [], identifiers(text)
         assert ("Testing: bug injected" in text) == (name == "bug")
+        # the checks, each named (the page once showed "Another check · passes · p = 0.340")
+        rows = page.locator("#checks tr").all()[1:]
+        assert len(rows) == len(audit["diagnostics"]) >= 3
+        for row, d in zip(rows, audit["diagnostics"]):
+            cells = [c.inner_text() for c in row.locator("td").all()]
+            assert cells[0] == VOCABULARY["diagnostics"][d["name"]]["name"], (cells, d["name"])
+            assert cells[1] in ("passes", "needs attention", "not run") and cells[2] and cells[3]
         if name == "bug":
             assert "noise × 0.2" in page.locator("#bug-injected").inner_text()
         # every picture says which adversary it is about

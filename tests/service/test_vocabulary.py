@@ -9,6 +9,10 @@ from flaudit.auditor.results import Estimator
 from flaudit.auditor.spec import AuditSpec
 from flaudit.service.vocabulary import (
     VOCABULARY,
+    diagnostic_name,
+    diagnostic_purpose,
+    diagnostic_state,
+    diagnostic_value,
     estimate_label,
     field_label,
     human_text,
@@ -44,3 +48,56 @@ def test_every_spec_field_and_estimator_has_words():
         assert estimator.value in VOCABULARY["estimators"], estimator
     # an unknown field still reads as words
     assert field_label("some_new_knob") == "Some new knob"
+
+
+def _diagnostics(k: int, num_seen: int) -> list[dict]:
+    import numpy as np
+
+    from flaudit.auditor.claims import AuditLook, summarize
+
+    rng = np.random.default_rng(k)
+    seen = np.arange(k) < num_seen
+    look = AuditLook(
+        seen=seen,
+        dim=1000,
+        delta=1e-5,
+        max_cosines=rng.normal(size=k) / np.sqrt(1000) + 0.1,
+        final_cosines=rng.normal(size=k) / np.sqrt(1000),
+        threat_models=["final_model", "all_iterates"],
+        one_run=True,
+        bootstrap=20,
+        known_rounds_scores=rng.normal(size=k),
+        known_rounds_participations=np.ones(k, dtype=int),
+        num_rounds=5,
+    )
+    return [d.to_dict() for d in summarize(look).diagnostics]
+
+
+def test_every_check_the_audit_runs_is_named_in_words_with_its_purpose():
+    """Issue #40: the page showed "Another check · passes · p = 0.340" for a check it had no
+    name for. Every diagnostic `summarize` makes (enough canaries for every test; too few, so
+    the tests are left out) has a name and a purpose in the shared vocabulary, and its line reads
+    as words."""
+    diagnostics = _diagnostics(40, 20) + _diagnostics(6, 1)
+    names = {d["name"] for d in diagnostics}
+    assert len(names) == 10, names  # the seven checks and the three "not run" notes
+    for d in diagnostics:
+        entry = VOCABULARY["diagnostics"].get(d["name"])
+        assert entry and entry["name"] and entry["purpose"], d["name"]
+        line = " · ".join(
+            (diagnostic_name(d), diagnostic_state(d), diagnostic_value(d), diagnostic_purpose(d))
+        )
+        assert not SNAKE.search(line) and "value 0" not in line, line
+    by_name = {d["name"]: d for d in diagnostics}
+    ks = by_name["unseen_known_rounds_vs_null"]
+    assert diagnostic_name(ks).startswith("Normal-score test calibrated")
+    assert re.fullmatch(r"p = [0-9.e-]+", diagnostic_value(ks)), diagnostic_value(ks)
+    skipped = by_name["final_model_skipped"]
+    assert diagnostic_state(skipped) == "not run"
+    assert "need at least 2" in diagnostic_value(skipped)
+    assert re.fullmatch(
+        r"90% interval of ε: \[[0-9.]+, [0-9.]+\]",
+        diagnostic_value(by_name["bootstrap_final_model_epsilon"]),
+    )
+    # a check a later version adds still says which check it is
+    assert diagnostic_name({"name": "some_new_check", "ok": True}) == "Check: some new check"
