@@ -273,8 +273,10 @@ def test_running_audit_shows_a_provisional_verdict_and_keeps_polling(static_url,
     expect(page.locator("#diagnostics .diag-head")).to_have_text(
         [
             "The seen canaries' final-model scores look Gaussian · needs attention · value 2.10",
-            "Normal-score test calibrated: held-out canaries' normal scores look standard normal"
-            " · passes · p = 0.340",
+            (
+                "Normal-score test calibrated: held-out canaries' normal scores look standard "
+                "normal · passes · p = 0.340"
+            ),
         ]
     )
     assert "∞" in page.locator("#estimates-table td.eps-cell").all_inner_texts()
