@@ -94,10 +94,10 @@ class RoundWait:
 
     @property
     def overdue(self) -> bool:
-        """The wait is longer than twice the rounds' typical interval (and over a second)."""
-        return self.typical_seconds is not None and self.waited_seconds > max(
-            2.0 * self.typical_seconds, 1.0
-        )
+        """The wait is longer than twice the rounds' typical interval and than it plus 5 s (a
+        run of sub-second rounds is not called slow for a second's hiccup)."""
+        typical = self.typical_seconds
+        return typical is not None and self.waited_seconds > max(2.0 * typical, typical + 5.0)
 
 
 def round_wait(round_times: Sequence[float], num_rounds: int, now: float) -> RoundWait | None:

@@ -84,5 +84,8 @@ def test_round_wait_names_the_round_and_whether_it_is_slower():
     assert (wait.round, wait.waited_seconds) == (5, pytest.approx(60.0))
     assert wait.typical_seconds == pytest.approx(0.09) and wait.overdue
     assert not round_wait(times, 10, now=100.5).overdue
+    assert not round_wait(times, 10, now=105.0).overdue  # sub-second rounds: 5 s of grace
+    assert round_wait([0.0, 10.0, 20.0], 10, now=40.5).overdue  # twice 10 s
+    assert not round_wait([0.0, 10.0, 20.0], 10, now=39.5).overdue
     assert round_wait([], 10, now=5.0) is None and round_wait(times, 4, now=200.0) is None
     assert round_wait([3.0], 10, now=9.0).typical_seconds is None
