@@ -31,8 +31,8 @@ from .headers import SecurityHeaders
 from .limits import RequestLimits
 from .live import LiveAudits
 from .metrics import ServiceMetrics
-from .routers import audits, canaries, evidence, health, ingest, metrics, webhooks
 from .replicas import Ownership
+from .routers import audits, canaries, evidence, health, ingest, metrics, webhooks
 from .runner import Runner
 from .settings import Settings
 from .store import Store

@@ -373,11 +373,11 @@ class LeaseQueries:
                 return False
             changes.append(
                 {
-                    "at": now.isoformat(timespec="seconds"),
+                    "at": now.isoformat(timespec="milliseconds"),
                     "from": row.owner_id,
                     "to": owner,
                     "after_round": int(row.rounds_stored or 0),
-                    "last_heartbeat_at": beat.isoformat(timespec="seconds") if beat else None,
+                    "last_heartbeat_at": beat.isoformat(timespec="milliseconds") if beat else None,
                     "why": why,
                     "count": int(changes[-1].get("count", len(changes)) if changes else 0) + 1,
                 }
