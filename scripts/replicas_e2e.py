@@ -330,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         for name, port in ports.items():
             wait_until(
-                lambda port=port, name=name: answers(f"http://127.0.0.1:{port}/readyz")
-                or processes[name].poll() is not None,
+                lambda port=port, name=name: (
+                    answers(f"http://127.0.0.1:{port}/readyz") or processes[name].poll() is not None
+                ),
                 timeout=90,
                 what=f"{name} to answer /readyz",
             )
@@ -386,7 +387,9 @@ def main(argv: list[str] | None = None) -> int:
             interval=0.25,
         )
         quiet_taken = time.time() - killed_at
-        say(f"quiet audit taken over by {owner_of(store, quiet.audit_id)} after {quiet_taken:.1f} s")
+        say(
+            f"quiet audit taken over by {owner_of(store, quiet.audit_id)} after {quiet_taken:.1f} s"
+        )
         quiet.paused.clear()
         for run in runs:
             run.thread.join(timeout=150)
@@ -479,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for run in runs:
             run.paused.clear()
-        for name, process in processes.items():
+        for process in processes.values():
             if process.poll() is None:
                 process.terminate()
         for process in processes.values():

@@ -327,7 +327,6 @@ class LeaseQueries:
                     adopted.append((row.id, row.flower_run_id))
         return adopted
 
-
     # -- external audits across replicas ------------------------------------------------
     def take_over(
         self, audit_id: str, owner: str, *, lease_seconds: float, live_too: bool = True

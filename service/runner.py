@@ -171,7 +171,12 @@ class Runner:
     """
 
     def __init__(
-        self, store: Store, settings: Settings, *, on_change=None, ownership: Ownership | None = None
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        on_change=None,
+        ownership: Ownership | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
