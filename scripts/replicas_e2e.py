@@ -10,9 +10,11 @@ request retried on connection errors and 5xx as the ServerApp's reporter does):
 
 * two audits run rounds: an honest DP-FedAvg one and one whose noise is 50 times smaller than
   claimed (its alarm must fire);
-* a third, quiet audit held by the same replica as the first stops sending while that replica
-  is down: only the background takeover of an expired lease gives it a new owner;
-* once the first audit has ``--kill-at`` rounds acknowledged, its replica is killed with SIGKILL.
+* a third, quiet audit held by the same replica as one of them (audits are created until one
+  hashes there) stops sending while that replica is down: only the background takeover of an
+  expired lease gives it a new owner;
+* once that running audit has ``--kill-at`` rounds acknowledged, its replica is killed with
+  SIGKILL.
 
 It fails unless every audit ends ``succeeded`` with its verdict (the honest one not refuted, the
 buggy one refuted), every acknowledged round is in the database (rounds ``1..T``, no gap), the
@@ -264,9 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=20_000)
     parser.add_argument("--canaries", type=int, default=40)
     parser.add_argument("--cohort", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--round-seconds", type=float, default=0.3)
-    parser.add_argument("--kill-at", type=int, default=8, help="rounds acked before the kill")
+    parser.add_argument(
+        "--kill-at", type=int, default=8, help="rounds of the victim's audit acked before the kill"
+    )
     parser.add_argument("--results", default=None, help="write the measurements here (JSON)")
     args = parser.parse_args(argv)
 
@@ -346,29 +350,36 @@ def main(argv: list[str] | None = None) -> int:
         buggy = Run("buggy", proxy, args, noise=0.02)
         for run in (honest, buggy):
             run.create()
-        victim = wait_until(
-            lambda: owner_of(store, honest.audit_id), timeout=10, what="the lease of 'honest'"
-        )
-        # a quiet audit held by the same replica: audits are created until one hashes to it
+        for run in (honest, buggy):
+            wait_until(
+                lambda run=run: owner_of(store, run.audit_id),
+                timeout=10,
+                what=f"the lease of {run.name!r}",
+            )
+        # a quiet audit held by the same replica as a running one (the victim): audits are
+        # created until one hashes to a replica that holds honest or buggy
+        active = {owner_of(store, run.audit_id): run for run in (buggy, honest)}
         quiet = None
         for attempt in range(12):
             candidate = Run(f"quiet-{attempt}", proxy, args, noise=1.0, quiet=True)
             candidate.create()
-            if owner_of(store, candidate.audit_id) == victim:
+            if owner_of(store, candidate.audit_id) in active:
                 quiet = candidate
                 break
             candidate.request("POST", f"{candidate.base}/cancel", headers=AUTH)
         if quiet is None:
-            raise Failed(f"no audit of 12 hashed to {victim}")
+            raise Failed(f"no audit of 12 hashed to {sorted(active)}")
+        victim = owner_of(store, quiet.audit_id)
+        first = active[victim]  # the running audit of the replica killed (honest if both are)
         runs = [honest, buggy, quiet]
         owners = {run.name: owner_of(store, run.audit_id) for run in runs}
         say(f"audits {[(r.name, r.audit_id) for r in runs]}, owners {owners}; victim {victim}")
         for run in runs:
             run.start()
         wait_until(
-            lambda: len(honest.acks) >= args.kill_at and len(quiet.acks) >= 2,
+            lambda: len(first.acks) >= args.kill_at and len(quiet.acks) >= 2,
             timeout=60,
-            what=f"{args.kill_at} rounds of 'honest'",
+            what=f"{args.kill_at} rounds of {first.name!r}",
             interval=0.02,
         )
         quiet.paused.set()  # from now on the quiet run sends nothing until resumed
@@ -451,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             problems.append("buggy: its alarm did not fire (its noise was 50 times too small)")
         results.update(
             victim=victim,
+            killed_after_round={first.name: acked_before[first.name]},
             killed_at=datetime.fromtimestamp(killed_at).astimezone().isoformat(),
             quiet_background_takeover_s=round(quiet_taken, 1),
             audits=per_audit,
@@ -461,11 +473,11 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.results).write_text(json.dumps(results, indent=1))
         if problems:
             raise Failed("; ".join(problems))
-        honest_gap = per_audit["honest"]["first_ack_after_kill_s"]
+        gap = per_audit[first.name]["first_ack_after_kill_s"]
         say(
-            f"PASSED: {victim} killed after round {acked_before['honest']} of 'honest'; it "
-            f"continued on {owner_of(store, honest.audit_id) or 'another replica'} "
-            f"{honest_gap:.1f} s after the kill, the quiet audit was taken over after "
+            f"PASSED: {victim} killed after round {acked_before[first.name]} of {first.name!r}; "
+            f"it continued on {owner_of(store, first.audit_id) or 'another replica'} "
+            f"{gap:.1f} s after the kill, the quiet audit was taken over after "
             f"{quiet_taken:.1f} s (lease 30 s); 0 acknowledged rounds lost of "
             f"{sum(len(r.acks) for r in runs)}; verdicts "
             + ", ".join(f"{n}: {a['verdict']}" for n, a in per_audit.items())
