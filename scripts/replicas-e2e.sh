@@ -17,19 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 T0=$SECONDS
-say() { printf '[replicas-e2e %4ds] %s\n' "$((SECONDS - T0))" "$*"; }
-die() { say "FAILED: $*"; exit 1; }
-strict() {  # under CI: FLAUDIT_REQUIRE_ALL=1 (.ci/run sets it) or CI=true
-  local v
-  for v in "${FLAUDIT_REQUIRE_ALL:-}" "${CI:-}"; do
-    case "${v,,}" in 1|true|yes) return 0 ;; esac
-  done
-  return 1
-}
-skip() {
-  strict && die "$* (under CI the replicas test must run, so this is a failure)"
-  say "skipped: $*"; exit 0
-}
+E2E_NAME=replicas-e2e
+# shellcheck source=scripts/e2e-lib.sh
+source scripts/e2e-lib.sh  # say, die, strict, skip
 
 PY="${FLAUDIT_PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PY" ] || skip "no project Python at $PY (bash scripts/setup.sh, or set FLAUDIT_PYTHON)"
