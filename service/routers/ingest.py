@@ -164,7 +164,9 @@ async def precheck_ingest(request: Request, audit_id: str, *, need_dim: bool):
         audit = await run_in_threadpool(_bind_unowned, request, audit)
     _check_owner(request, audit)
     ownership = request.app.state.ownership
-    if audit.owner_id == ownership.instance_id:
+    if not (_is_external(audit) and audit.status == "running"):
+        pass  # a worker's audit: its lease stays with the runner that started it
+    elif audit.owner_id == ownership.instance_id:
         ownership.serve(audit)  # held here: no query
     elif await run_in_threadpool(ownership.serve, audit):
         # another replica (or none) held it (docs/deployment.md, "Replicas"): this one serves it
