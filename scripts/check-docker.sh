@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Static checks of the docker/ deployment (this machine and CI have a docker CLI but no engine):
-#   1. `docker compose config` validates docker/compose.yaml alone, with the TLS override, and
-#      with docker/example.env;
+#   1. `docker compose config` validates docker/compose.yaml alone, with the TLS override, with
+#      the replicas override, and with docker/example.env;
 #   2. hadolint lints every docker/Dockerfile.* (warnings and errors fail; infos are shown).
 # The project-specific rules hadolint does not enforce (non-root USER, health checks, no secrets in
 # ENV, pinned tags) are checked by tests/deployment/test_docker_static.py, which also runs this.
@@ -87,6 +87,8 @@ case "${1:-all}" in
     echo "check-docker: docker/compose.yaml is valid"
     check_compose docker/compose.yaml docker/compose.tls.yaml
     echo "check-docker: docker/compose.yaml + docker/compose.tls.yaml is valid"
+    check_compose docker/compose.yaml docker/compose.replicas.yaml
+    echo "check-docker: docker/compose.yaml + docker/compose.replicas.yaml is valid"
     mapfile -t cmd < <(find_compose)
     "${cmd[@]}" -f docker/compose.yaml --env-file docker/example.env config --quiet
     echo "check-docker: docker/compose.yaml with docker/example.env is valid"

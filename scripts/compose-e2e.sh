@@ -25,19 +25,9 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD"
 PROJECT=flaudit-e2e
 T0=$SECONDS
-say() { printf '[compose-e2e %4ds] %s\n' "$((SECONDS - T0))" "$*"; }
-die() { say "FAILED: $*"; exit 1; }
-strict() {  # under CI: FLAUDIT_REQUIRE_ALL=1 (.ci/run sets it) or CI=true
-  local v
-  for v in "${FLAUDIT_REQUIRE_ALL:-}" "${CI:-}"; do
-    case "${v,,}" in 1|true|yes) return 0 ;; esac
-  done
-  return 1
-}
-skip() {  # a user's run without docker is not a failure; CI's is (it must test the deployment)
-  strict && die "$* (under CI the compose test must run, so this is a failure)"
-  say "skipped: $*"; exit 0
-}
+E2E_NAME=compose-e2e
+# shellcheck source=scripts/e2e-lib.sh
+source scripts/e2e-lib.sh  # say, die, strict, skip
 
 # --- 1. docker engine --------------------------------------------------------------------------
 [ "$(id -u)" = 0 ] || skip "needs root to start dockerd and build images (run as root)"

@@ -31,6 +31,7 @@ from .headers import SecurityHeaders
 from .limits import RequestLimits
 from .live import LiveAudits
 from .metrics import ServiceMetrics
+from .replicas import Ownership
 from .routers import audits, canaries, evidence, health, ingest, metrics, webhooks
 from .runner import Runner
 from .settings import Settings
@@ -235,6 +236,12 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
             canary_cache_bytes=settings.canary_cache_bytes,
             metrics=app.state.metrics,
         )
+        app.state.ownership = Ownership(
+            app.state.store,
+            app.state.live,
+            instance_id=settings.instance_id,
+            lease_seconds=settings.lease_seconds,
+        )
         app.state.webhooks = WebhookDispatcher(
             app.state.store,
             backoff=settings.webhook_backoff_seconds,
@@ -271,6 +278,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
                 app.state.store,
                 settings,
                 on_change=lambda audit_id: app.state.read_cache.refresh(app.state.store, audit_id),
+                ownership=app.state.ownership,
             )
             app.state.runner.start()
         try:

@@ -16,6 +16,11 @@ An external audit (the user's own Flower app) belongs to the run that declared i
 heartbeat as of what it reports): :meth:`LeaseQueries.end_silent_external` ends it when there
 has been none for its silence limit (:mod:`.silence`), or when it never starts; :meth:`LeaseQueries.end_refused` ends it
 when its run sends data that cannot be audited.
+
+Replicas (several instances behind one URL, :mod:`.replicas`): an external audit is held under
+the same lease by the replica that serves its run's requests (:meth:`LeaseQueries.take_over`),
+and one whose replica stopped renewing is taken over in the background
+(:meth:`LeaseQueries.adopt_external`); each takeover is kept on the audit (``owner_changes``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from sqlalchemy import or_, select, update
 from .silence import silence_limit, start_limit
 from .tables import Audit, as_utc, update_audit_if, utcnow
 
-__all__ = ["LeaseQueries", "owner_is_gone"]
+__all__ = ["LeaseQueries", "OWNER_CHANGES_KEPT", "owner_is_gone"]
 
 
 class LeaseQueries:
@@ -308,28 +313,125 @@ class LeaseQueries:
             )
             if not gone:
                 continue
-            same_owner = (
-                Audit.owner_id.is_(None) if row.owner_id is None else Audit.owner_id == row.owner_id
-            )
-            same_beat = (
-                Audit.owner_heartbeat_at.is_(None)
-                if row.owner_heartbeat_at is None
-                else Audit.owner_heartbeat_at == row.owner_heartbeat_at
-            )
             now = utcnow()
             with self.session() as s, s.begin():
                 if update_audit_if(
                     s,
                     row.id,
                     Audit.status == "running",
-                    same_owner,
-                    same_beat,
+                    *_same_lease(row.owner_id, row.owner_heartbeat_at),
                     owner_id=owner,
                     owner_heartbeat_at=now,
                     updated_at=now,
                 ):
                     adopted.append((row.id, row.flower_run_id))
         return adopted
+
+    # -- external audits across replicas ------------------------------------------------
+    def take_over(
+        self, audit_id: str, owner: str, *, lease_seconds: float, live_too: bool = True
+    ) -> bool:
+        """``owner`` takes the lease of the running external audit ``audit_id`` (one
+        conditional ``UPDATE`` on the owner and heartbeat read, so two replicas never both take
+        it). With ``live_too`` (the audit's run sends its requests to ``owner``: the proxy
+        routes by audit id, so the traffic says who should hold it) a live lease is taken too;
+        without it (the runner's background pass) only a lease that expired or whose owner is
+        provably gone (:func:`owner_is_gone`). Taking an audit from another replica appends an
+        owner change (``owner_changes``: when, from, to, after which round, the previous
+        owner's last heartbeat, why) that the audit names (:func:`owner_change_alerts`).
+        True if ``owner`` holds the lease now and did not before."""
+        with self.session() as s:
+            row = s.execute(
+                select(
+                    Audit.spec,
+                    Audit.status,
+                    Audit.owner_id,
+                    Audit.owner_heartbeat_at,
+                    Audit.rounds_stored,
+                    Audit.owner_changes,
+                ).where(Audit.id == audit_id)
+            ).one_or_none()
+        if (
+            row is None
+            or row.status != "running"
+            or (row.spec or {}).get("engine") != "external"
+            or row.owner_id == owner
+        ):
+            return False
+        now = utcnow()
+        beat = as_utc(row.owner_heartbeat_at)
+        changes = list(row.owner_changes or [])
+        if row.owner_id is not None:
+            if beat is None or (now - beat).total_seconds() > lease_seconds:
+                why = f"its lease ({lease_seconds:g} s) expired"
+            elif owner_is_gone(row.owner_id, owner):
+                why = "its process is gone"
+            elif live_too:
+                why = "its lease was live; the audit's requests now reach this replica"
+            else:
+                return False
+            changes.append(
+                {
+                    "at": now.isoformat(timespec="milliseconds"),
+                    "from": row.owner_id,
+                    "to": owner,
+                    "after_round": int(row.rounds_stored or 0),
+                    "last_heartbeat_at": beat.isoformat(timespec="milliseconds") if beat else None,
+                    "why": why,
+                    "count": int(changes[-1].get("count", len(changes)) if changes else 0) + 1,
+                }
+            )
+        with self.session() as s, s.begin():
+            return update_audit_if(
+                s,
+                audit_id,
+                Audit.status == "running",
+                *_same_lease(row.owner_id, row.owner_heartbeat_at),
+                owner_id=owner,
+                owner_heartbeat_at=now,
+                owner_changes=changes[-OWNER_CHANGES_KEPT:] or None,
+            )
+
+    def adopt_external(self, owner: str, *, lease_seconds: float) -> list[str]:
+        """Take over (:meth:`take_over`, background: expired or gone owners only) every running
+        external audit held by another replica that stopped renewing its lease; the ids now
+        ``owner``'s. A quiet run (no request since its replica died) thus still gets a live
+        owner within the lease plus one runner heartbeat (a third of the lease)."""
+        expired = utcnow() - timedelta(seconds=lease_seconds)
+        with self.session() as s:
+            rows = s.execute(
+                select(Audit.id, Audit.spec, Audit.owner_id, Audit.owner_heartbeat_at).where(
+                    Audit.status == "running",
+                    Audit.owner_id.is_not(None),
+                    Audit.owner_id != owner,
+                )
+            ).all()
+        return [
+            row.id
+            for row in rows
+            if (row.spec or {}).get("engine") == "external"
+            and (
+                row.owner_heartbeat_at is None
+                or as_utc(row.owner_heartbeat_at) < expired
+                or owner_is_gone(row.owner_id, owner)
+            )
+            and self.take_over(row.id, owner, lease_seconds=lease_seconds, live_too=False)
+        ]
+
+
+#: Owner changes an audit keeps (the oldest dropped first; each one's ``count`` says how many
+#: there were up to it).
+OWNER_CHANGES_KEPT = 20
+
+
+def _same_lease(owner_id: str | None, heartbeat_at: datetime | None) -> tuple:
+    """The conditions that the lease is still the one read (owner and heartbeat)."""
+    return (
+        Audit.owner_id.is_(None) if owner_id is None else Audit.owner_id == owner_id,
+        Audit.owner_heartbeat_at.is_(None)
+        if heartbeat_at is None
+        else Audit.owner_heartbeat_at == heartbeat_at,
+    )
 
 
 def owner_is_gone(owner_id: str, instance_id: str) -> bool:

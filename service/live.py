@@ -474,6 +474,8 @@ class LiveAudits:
                     gap=gap,  # {round, kind, reason}: e.g. trained without canaries
                 )
             except StaleRound as exc:
+                if self._audit(audit_id).rounds_stored >= t:
+                    return "duplicate"  # another replica stored this round of the run first
                 raise IngestError(409, str(exc)) from None
             self.metrics.alarm(audit.alerts, alerts, audit_id)
             if alarm.status == "error" and first_alarm(audit.alerts) is None:
@@ -579,6 +581,8 @@ class LiveAudits:
                     headline_epsilon=headline_epsilon(all_estimates),
                 )
             except StaleRound as exc:
+                if self._audit(audit_id).has_final:
+                    return "duplicate"  # another replica stored the final model first
                 raise IngestError(409, str(exc)) from None
             self.metrics.alarm(audit.alerts, alerts, audit_id)
             self.version += 1

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..auditor.spec import AuditSpec, Engine
+from .replicas import Ownership
 from .settings import Settings
 from .store import Store, as_utc, utcnow
 
@@ -164,11 +165,22 @@ class Runner:
     settings : Settings
     on_change : callable, optional
         Called after the runner changes an audit (for read caches).
+    ownership : Ownership, optional
+        The external audits this instance holds (:mod:`.replicas`): their leases are renewed
+        with the workers', and expired ones of other replicas taken over.
     """
 
-    def __init__(self, store: Store, settings: Settings, *, on_change=None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        on_change=None,
+        ownership: Ownership | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
+        self.ownership = ownership
         self._on_change = on_change or (lambda audit_id: None)
         self._workers: dict[str, _Worker] = {}
         self._lock = threading.RLock()
@@ -358,14 +370,20 @@ class Runner:
         """Every third of the lease: renew this instance's lease on its running audits, stop
         workers whose audit ended elsewhere (e.g. cancelled through another instance; not one
         that watches the Flower run of a succeeded audit to its end: :meth:`_finishing`), and
-        fail running audits whose owner's lease expired (that instance died with its workers)."""
+        fail running audits whose owner's lease expired (that instance died with its workers).
+        The external audits this instance holds (:mod:`.replicas`) are renewed alike; one that
+        ended or that another replica took is forgotten, and external audits whose owner
+        stopped renewing are taken over."""
         now = time.monotonic()
         if now < self._next_heartbeat:
             return
         self._next_heartbeat = now + self.settings.lease_seconds / 3
         with self._lock:
             owned = list(self._workers)
-        for audit_id in self.store.heartbeat(self.settings.instance_id, owned):
+        held = self.ownership.held() if self.ownership is not None else []
+        for audit_id in self.store.heartbeat(self.settings.instance_id, owned + held):
+            if audit_id in held and self.ownership.lost(audit_id):
+                log.info("audit %s: ended, or another replica holds it now", audit_id)
             with self._lock:
                 worker = self._workers.get(audit_id)
             if worker is None or self._finishing(worker):
@@ -398,6 +416,17 @@ class Runner:
                 flower_run_id,
             )
             self._launch(audit_id, flower_run_id=flower_run_id)
+        if self.ownership is not None:
+            taken = self.store.adopt_external(
+                self.settings.instance_id, lease_seconds=self.settings.lease_seconds
+            )
+            self.ownership.add(taken)
+            for audit_id in taken:
+                log.warning(
+                    "audit %s: its replica stopped renewing its lease; this replica holds it",
+                    audit_id,
+                )
+                self._on_change(audit_id)
 
     def _finishing(self, worker: _Worker) -> bool:
         """Whether ``worker`` watches a Flower run whose audit has succeeded: the final model is

@@ -358,6 +358,24 @@ class AuditOut(BaseModel):
         ),
         examples=["7236461735498436921"],
     )
+    owner: str | None = Field(
+        None,
+        description=(
+            "The service replica holding the running audit's lease (FLAUDIT_INSTANCE_ID; null: "
+            "none, or ended). Several replicas share one database: docs/deployment.md, "
+            "'Replicas'."
+        ),
+        examples=["flaudit-1:7:3f2a9c1e"],
+    )
+    owner_changes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description=(
+            "Takeovers of the running audit by another replica: {at, from, to, after_round, "
+            "last_heartbeat_at, why, count}, the last 20; an info alert names what each one "
+            "interrupted. Every acknowledged round was committed before its acknowledgement, "
+            "so a takeover loses none."
+        ),
+    )
     max_weight_factor: float | None = Field(
         None,
         description=(

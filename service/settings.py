@@ -40,12 +40,16 @@ Environment variables
     kills the worker (default 30).
 ``FLAUDIT_LEASE_SECONDS``
     A running audit's owner lease (default 30): the instance running it renews it every third
-    of this; another instance fails the audit only after the lease expired.
+    of this; another instance fails the audit (a simulation), adopts it (a deployment audit's
+    Flower run) or takes it over (an external audit) only after the lease expired (at once for
+    an owner provably gone on the same host), so within the lease plus a third of it (40 s by
+    default). An external audit's run reaching another replica moves its lease at once.
 ``FLAUDIT_SILENCE_CHECK_SECONDS``
     How often the runner looks for external audits whose run went silent for longer than their
     spec's ``timeout_seconds`` and ends them (default 2).
 ``FLAUDIT_INSTANCE_ID``
-    Name of this instance in the leases (default ``<hostname>:<pid>:<random>``).
+    Name of this instance in the leases (default ``<hostname>:<pid>:<random>``; unique per
+    replica: two replicas with one name would renew each other's leases).
 ``FLAUDIT_CANARY_CACHE_BYTES``
     Memory the service may use to keep canaries between rounds (default 256 MiB in total).
 """

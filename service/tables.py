@@ -109,6 +109,9 @@ class Audit(Base):
     owner_heartbeat_at: Mapped[datetime | None] = mapped_column(
         DateTime(timezone=True), nullable=True
     )
+    # Takeovers of a running audit by another replica ([{at, from, to, after_round,
+    # last_heartbeat_at, why}], at most OWNER_CHANGES_KEPT; service/leases.py).
+    owner_changes: Mapped[list | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

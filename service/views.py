@@ -202,6 +202,41 @@ def gaps_view(audit: Audit) -> tuple[list[dict], list[dict]]:
     return gaps, alerts
 
 
+def owner_change_alerts(audit: Audit) -> list[dict]:
+    """One info alert when another replica took the running audit over (``owner_changes``,
+    service/replicas.py): when, from whom, after which round, and what it interrupted."""
+    changes = getattr(audit, "owner_changes", None) or []
+    if not changes:
+        return []
+    last = changes[-1]
+    count = int(last.get("count") or len(changes))
+    times = "once" if count == 1 else f"{count} times"
+    so_far = ""
+    if "final_model" in (audit.spec or {}).get("threat_models", ["final_model"]):
+        so_far = (
+            " The final-model estimate 'so far' (theta_t - theta_0, kept in the memory of the "
+            "replica that saw every round) is not shown again until the final model arrives."
+        )
+    return [
+        {
+            "level": "info",
+            "message": (
+                f"another service replica took this audit over {times}; last at {last['at']} "
+                f"after round {last['after_round']}: {last['from']} -> {last['to']} "
+                f"({last['why']}; its last heartbeat {last.get('last_heartbeat_at')}). No "
+                f"acknowledged round is lost: each was committed before it was acknowledged."
+                + so_far
+                + (
+                    " Route by audit id (docs/deployment.md, 'Replicas') so one replica serves "
+                    "each audit."
+                    if count > 2
+                    else ""
+                )
+            ),
+        }
+    ]
+
+
 def weighting_alerts(verdict: dict) -> list[dict]:
     """A warning when the run's aggregation weighted some reply enough above the C/n the noise
     is calibrated for to break the claim (the verdict's ``weighting``: the same answer and the
@@ -257,6 +292,7 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
         "alerts": [
             *(audit.alerts or []),
             *gap_alerts,
+            *owner_change_alerts(audit),
             *weighting_alerts(verdict),
             *noise_calibration_alerts(verdict),
         ],
@@ -265,6 +301,8 @@ def audit_view(audit: Audit, *, round_times=None) -> dict[str, Any]:
             audit.spec, canary_weight_factor=audit.max_canary_weight_factor
         ),
         "flower_run_id": audit.flower_run_id,
+        "owner": None if ended else audit.owner_id,
+        "owner_changes": list(getattr(audit, "owner_changes", None) or []),
         "max_weight_factor": audit.max_weight_factor,
         "min_noise_clip_factor": getattr(audit, "min_noise_clip_factor", None),
         "bug_injected": bug_label(audit.spec),

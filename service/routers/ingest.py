@@ -163,6 +163,15 @@ async def precheck_ingest(request: Request, audit_id: str, *, need_dim: bool):
     if audit.run_id is None and _run_id(request) is not None:
         audit = await run_in_threadpool(_bind_unowned, request, audit)
     _check_owner(request, audit)
+    ownership = request.app.state.ownership
+    if not (_is_external(audit) and audit.status == "running"):
+        pass  # a worker's audit: its lease stays with the runner that started it
+    elif audit.owner_id == ownership.instance_id:
+        ownership.serve(audit)  # held here: no query
+    elif await run_in_threadpool(ownership.serve, audit):
+        # another replica (or none) held it (docs/deployment.md, "Replicas"): this one serves it
+        # from the database and holds it now
+        request.app.state.read_cache.invalidate(audit_id)
     if need_dim and audit.dim is None:
         raise http_error(409, "send the initial model first (PUT /audits/{id}/initial-model)")
     return audit

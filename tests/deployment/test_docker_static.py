@@ -251,6 +251,28 @@ def test_compose_topology_postgres_volume_scaling_and_dependencies():
 
 
 @needs_docker_cli
+def test_replicas_override_scales_the_service_behind_the_proxy():
+    """docker/compose.replicas.yaml (docs/deployment.md §10): the service publishes no port, so
+    `--scale flaudit=N` works; the proxy publishes the service's port, follows the rules and
+    reaches both networks; everything reports to the proxy."""
+    model = _compose_model(DOCKER / "compose.yaml", DOCKER / "compose.replicas.yaml")
+    services = model["services"]
+    assert set(services) == {"postgres", "flaudit", "superlink", "serverapp", "supernode", "proxy"}
+    assert policy.compose_services_ok(model) == []
+    flaudit, proxy = services["flaudit"], services["proxy"]
+    assert not flaudit.get("ports") and "container_name" not in flaudit
+    assert flaudit["deploy"]["replicas"] == 3
+    assert flaudit["environment"]["FLAUDIT_PUBLIC_URL"] == "http://proxy:8000"
+    assert [p["target"] for p in proxy["ports"]] == [8000]
+    assert set(proxy["networks"]) == {"backend", "flower"}
+    assert proxy["environment"]["FLAUDIT_REPLICAS"] == "flaudit"
+    (volume,) = proxy["volumes"]
+    assert Path(volume["source"]) == DOCKER / "haproxy.cfg"
+    assert volume["target"] == "/usr/local/etc/haproxy/haproxy.cfg" and volume["read_only"]
+    assert proxy["depends_on"]["flaudit"]["condition"] == "service_healthy"
+
+
+@needs_docker_cli
 def test_tls_override_switches_every_flower_link_to_tls():
     model = _compose_model(DOCKER / "compose.yaml", DOCKER / "compose.tls.yaml")
     services = model["services"]
