@@ -173,13 +173,9 @@ def record_level_claimed_mu(
     included_steps: Sequence[int] | np.ndarray,
     steps_per_round: int,
     *,
-    momentum: float = 0.0,
-    dampening: float = 0.0,
-    nesterov: bool = False,
-    weight_decay: float = 0.0,
-    lr: float | None = None,
     optimizer: str = "sgd",
     clipping: str = "flat",
+    **sgd,
 ) -> float:
     """The claimed signal of one canary in one round's update: ``lam = sum_{t in S} w_t / (z ||w||)``.
 
@@ -198,22 +194,16 @@ def record_level_claimed_mu(
         The steps of this round the canary was included at (each in ``[0, steps_per_round)``).
     steps_per_round : int
         ``T``: noised DP-SGD steps the client made this round.
-    momentum, dampening, nesterov, weight_decay, lr
-        ``torch.optim.SGD``'s arguments (:func:`record_step_weights`).
+    **sgd
+        ``torch.optim.SGD``'s arguments ``momentum``, ``dampening``, ``nesterov``,
+        ``weight_decay`` and ``lr`` (:func:`record_step_weights`; default plain SGD).
     optimizer, clipping : str
         Only ``"sgd"`` and ``"flat"``; anything else raises
         :class:`UnsupportedRecordClaimError` (its message names what is supported).
     """
     check_record_optimizer(optimizer, clipping)
     z = _check_z(noise_multiplier)
-    w = record_step_weights(
-        steps_per_round,
-        momentum=momentum,
-        dampening=dampening,
-        nesterov=nesterov,
-        weight_decay=weight_decay,
-        lr=lr,
-    )
+    w = record_step_weights(steps_per_round, **sgd)
     return _included_weights(w, included_steps) / (z * float(np.linalg.norm(w)))
 
 
@@ -221,30 +211,19 @@ def record_level_signals(
     noise_multiplier: float,
     inclusions,
     *,
-    momentum: float = 0.0,
-    dampening: float = 0.0,
-    nesterov: bool = False,
-    weight_decay: float = 0.0,
-    lr: float | None = None,
     optimizer: str = "sgd",
     clipping: str = "flat",
+    **sgd,
 ) -> np.ndarray:
     """:func:`record_level_claimed_mu` for many canaries of one round at once: ``inclusions`` is
     a boolean ``(k, T)`` array (row ``j``: the steps canary ``j`` was included at); returns
-    ``(k,)`` signals."""
+    ``(k,)`` signals. ``sgd``: as for :func:`record_level_claimed_mu`."""
     check_record_optimizer(optimizer, clipping)
     z = _check_z(noise_multiplier)
     inc = np.asarray(inclusions, dtype=bool)
     if inc.ndim != 2 or inc.shape[1] < 1:
         raise ValueError(f"inclusions must be a (k, T) boolean array, got shape {inc.shape}")
-    w = record_step_weights(
-        inc.shape[1],
-        momentum=momentum,
-        dampening=dampening,
-        nesterov=nesterov,
-        weight_decay=weight_decay,
-        lr=lr,
-    )
+    w = record_step_weights(inc.shape[1], **sgd)
     return inc.astype(np.float64) @ w / (z * float(np.linalg.norm(w)))
 
 
@@ -253,19 +232,15 @@ def record_seen_score_sf(
     noise_multiplier: float,
     sample_rate: float,
     steps_per_round: int,
-    *,
-    momentum: float = 0.0,
-    dampening: float = 0.0,
-    nesterov: bool = False,
-    weight_decay: float = 0.0,
-    lr: float | None = None,
+    **sgd,
 ) -> np.ndarray:
     """``P(Y > x)`` for a seen canary's score in one round when its Poisson draws are unknown:
     ``Y = N(0, 1) + sum_t a_t Bernoulli(q)``, ``a_t = w_t / (z ||w||)``.
 
     Plain SGD (equal weights): the binomial mixture ``sum_k Bin(T, q)(k) Phi(k a - x)``.
     Otherwise Gil-Pelaez inversion of the characteristic function
-    ``exp(-u^2/2) prod_t (1 - q + q e^{i u a_t})`` (midpoint rule on ``u`` in ``(0, 14]``,
+    ``exp(-u^2/2) prod_t (1 - q + q e^{i u a_t})`` (``sgd``: torch SGD's arguments, as for
+    :func:`record_level_claimed_mu`) (midpoint rule on ``u`` in ``(0, 14]``,
     where the Gaussian factor has fallen below ``e^-98``): absolute error below ``1e-9``
     (checked against the binomial form), so tails under ``1e-8`` are not resolved.
     """
@@ -273,14 +248,7 @@ def record_seen_score_sf(
     q = check_finite(sample_rate, "sample_rate")
     if not 0 < q <= 1:
         raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
-    w = record_step_weights(
-        steps_per_round,
-        momentum=momentum,
-        dampening=dampening,
-        nesterov=nesterov,
-        weight_decay=weight_decay,
-        lr=lr,
-    )
+    w = record_step_weights(steps_per_round, **sgd)
     a = w / (z * float(np.linalg.norm(w)))
     xs = np.asarray(x, dtype=np.float64)
     flat = xs.ravel()

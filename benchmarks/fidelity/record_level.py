@@ -307,7 +307,8 @@ STEINKE_PUBLISHED = {1: 0.7, 2: 1.2, 4: 1.8, 8: 3.5}  # their Fig. 6, CIFAR-10, 
 def part_steinke(runs: int, seed: int) -> None:
     print(
         "# ours: the shape of Steinke et al.'s white-box table on a simulated DP-SGD client "
-        f"(one release, d=20000, fair-coin canaries, delta={DELTA:g}, 95%); medians over {runs} runs"
+        f"(one release, d=20000, fair-coin canaries, exact studentization, delta={DELTA:g}, "
+        f"95%); medians over {runs} runs"
     )
     print(
         "| true eps | q, T | z | m canaries | Steinke bound on our scores | ours: eps at z_hi "
@@ -325,6 +326,7 @@ def part_steinke(runs: int, seed: int) -> None:
                     sample_rate=q,
                     noise_multiplier=z,
                     releases=1,
+                    studentize="exact",
                 )
                 rng = np.random.default_rng([seed, eps, m, steps])
                 bounds, z_his = [], []
