@@ -157,9 +157,18 @@ def test_the_validity_check_is_designed_to_catch_an_8_percent_procedure():
 @pytest.mark.timeout(240)
 def test_correct_dp_sgd_runs_are_refuted_at_most_at_the_level_and_half_noise_is_caught():
     """Simulated correct runs (momentum 0.9, Poisson q = 0.1, T = 10, 3 releases of 60
-    canaries, d = 1500, the cosines through the shipped scoring): the claim is rejected at 5%
+    canaries, d = 1500, studentized on the d - k coordinates outside the canaries as the
+    orthogonal family does, then the shipped scoring): the claim is rejected at 5%
     in at most VALIDITY.limit of VALIDITY.runs runs; with the noise halved in 40 runs, in all."""
-    setting = Setting(dim=1500, canaries=60, steps=10, sample_rate=0.1, momentum=0.9, releases=3)
+    setting = Setting(
+        dim=1500,
+        canaries=60,
+        steps=10,
+        sample_rate=0.1,
+        momentum=0.9,
+        releases=3,
+        studentize="exact",
+    )
     rng = np.random.default_rng(20261206)
     rejections = sum(
         claim_test(setting, simulate_run(rng, setting))[0].p_value < 0.05
