@@ -88,7 +88,10 @@ class RecordCanaryDPOptimizer(DPOptimizer):
             raise ValueError(
                 f"step_canary_sum must return {dim} finite values, got shape {total.shape}"
             )
-        flat = torch.from_numpy(np.ascontiguousarray(total, dtype=np.float64))
+        if total.dtype not in (np.float32, np.float64):
+            total = total.astype(np.float64)
+        # no upcast of a float32 sum: each piece is converted once, to its parameter's dtype
+        flat = torch.from_numpy(np.ascontiguousarray(total))
         offset = 0
         for p in self.params:
             n = p.numel()

@@ -108,8 +108,10 @@ class SeededRecordCanaries:
         return self._seen[draws < self.sample_rate]
 
     def step_canary_sum(self, step: int, dim: int) -> np.ndarray:
-        """``sum_{j in sampled(step)} c_j``, float64 of length ``dim`` (zeros if none)."""
-        return self.family(dim).sum_of(self.sampled(step))
+        """``sum_{j in sampled(step)} c_j``, float32 of length ``dim`` (zeros if none): the
+        parameters' precision, and half the transform's time of float64 (the per-step cost the
+        client pays, docs/benchmarks.md "Record canaries: overhead")."""
+        return self.family(dim).sum_of(self.sampled(step), dtype=np.float32)
 
 
 def record_canary_cosines(update, canaries: OrthogonalCanaries, indices) -> np.ndarray:
