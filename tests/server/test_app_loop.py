@@ -27,7 +27,7 @@ class RecordingReporter(LocalRoundReporter):
         self.deltas = getattr(self, "deltas", []) + [np.array(delta)]
 
 
-pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/server/conftest.py
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 
 class FakeGrid:

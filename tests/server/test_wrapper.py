@@ -24,7 +24,7 @@ K = 10
 S = 0.5
 
 
-pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/server/conftest.py
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 
 class Grid3:

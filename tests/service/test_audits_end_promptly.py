@@ -31,17 +31,6 @@ from .fake_engine import synthetic_run
 
 
 @pytest.fixture
-def flower_identity():
-    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
-
-
-@pytest.fixture
 def seeded(monkeypatch):
     """Reproducible audits: fixed, secret-looking canary seeds and a fixed state of the global
     generators Flower draws from (NumPy's: the DP wrapper's noise; Python's: the cohort), so
@@ -276,7 +265,7 @@ class _Grid3:
 
 
 def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on(
-    client, store, flower_identity, caplog, seeded
+    client, store, flower_task_identity, caplog, seeded
 ):
     body = client.post(
         "/audits",

@@ -33,16 +33,7 @@ S = 0.5
 SHAPES = [(20, 30), (30,)]
 DIM = 630
 
-
-@pytest.fixture(autouse=True)
-def _flower_task_identity():
-    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 
 class Switch(httpx.BaseTransport):

@@ -25,7 +25,7 @@ from tests.processes import wait_for
 
 from .service_process import ServiceProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("flower_task_identity")]
 
 KEY = "frozen-service-key-" + "k" * 12
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -36,17 +36,6 @@ FROZEN = range(3, 9)  # rounds trained while the service is stopped
 S = 0.5
 SHAPES = [(20, 30), (30,)]
 DIM = 630
-
-
-@pytest.fixture(autouse=True)
-def _flower_task_identity():
-    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
 
 
 class Grid3:

@@ -40,6 +40,8 @@ EXTERNAL = {
     "delta": 1e-5,
 }
 
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
+
 
 @pytest.fixture(autouse=True)
 def fixed_canary_seeds(monkeypatch):
@@ -49,17 +51,6 @@ def fixed_canary_seeds(monkeypatch):
 
     seeds = iter(range(0x5EED_2026_1127_0F1A_0D17_C0DE_0028, 2**128))
     monkeypatch.setattr(audits_router, "new_master_seed", lambda: next(seeds))
-
-
-@pytest.fixture(autouse=True)
-def _flower_task_identity():
-    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
 
 
 class HalfNoise(DifferentialPrivacyServerSideFixedClipping):
