@@ -22,7 +22,7 @@ from flaudit.service.store import Store
 from tests.processes import TEST_SECRET_KEY, free_port, wait_for
 
 from .conftest import AUTH, CIPHER, make_client
-from .test_verdict import BASE, _run
+from .gaussian_runs import BASE, gaussian_run
 
 SEEDS = iter(range(0x5EED_2026_1127_0F1A_0D17_C0DE_CAFE, 2**128))
 
@@ -43,8 +43,8 @@ def ended(tmp_path_factory):
     out = {"store": store, "path": path}
     with make_client(store) as client:
         out["client"] = client
-        correct, _ = _run(client, store, BASE, noise_scale=1.0)
-        broken, _ = _run(client, store, {**BASE, "reveal_seed": True}, noise_scale=0.2)
+        correct, _ = gaussian_run(client, store, BASE, noise_scale=1.0)
+        broken, _ = gaussian_run(client, store, {**BASE, "reveal_seed": True}, noise_scale=0.2)
         out["ids"] = (correct, broken)
         out["bundles"] = {a: client.get(f"/audits/{a}/evidence").json() for a in (correct, broken)}
         out["audits"] = {a: client.get(f"/audits/{a}").json() for a in (correct, broken)}
