@@ -28,6 +28,7 @@ from flaudit.service.store import as_utc, utcnow
 
 from .conftest import AUTH, SMALL_SPEC, f32, start_run, submit
 from .fake_engine import synthetic_run
+from .test_dead_runs import report_rounds, started_run
 
 
 @pytest.fixture
@@ -334,47 +335,11 @@ def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on
 
 
 def test_the_heartbeat_answers_the_silence_limit_and_the_wrapper_follows_it(client):
-    body = client.post(
-        "/audits",
-        json={"engine": "external", "num_canaries": 8, "max_canary_fraction": 1.0},
-        headers=AUTH,
-    ).json()
-    audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
-    run = {"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": "r1"}
-    claim = {
-        "noise_multiplier": 1.0,
-        "clip_norm": 0.5,
-        "num_rounds": 5,
-        "num_clients": 4,
-        "clients_per_round": 4,
-    }
-    assert client.put(f"/audits/{audit_id}/claim", json=claim, headers=run).status_code == 200
-    raw = {**run, "Content-Type": "application/octet-stream"}
-    assert (
-        client.put(
-            f"/audits/{audit_id}/initial-model", content=f32(np.zeros(64)), headers=raw
-        ).status_code
-        == 200
-    )
+    audit_id, run = started_run(client, 0)
+    token = run["Authorization"].removeprefix("Bearer ")
     beat = client.put(f"/audits/{audit_id}/heartbeat", headers=run).json()
     assert beat["silence_limit_seconds"] == SILENCE_SECONDS  # before round 1 too
-    meta = {
-        "clip_norm": 0.5,
-        "cohort_size": 4,
-        "num_canaries_inserted": 0,
-        "num_failures": 0,
-        "clipped_fraction": 0,
-        "noise_stddev": 0.5,
-        "canaries_missing": "test",
-    }
-    for t in (1, 2, 3):  # fast rounds
-        r = client.put(
-            f"/audits/{audit_id}/rounds/{t}",
-            params=meta,
-            content=f32(np.full(64, 0.01)),
-            headers=raw,
-        )
-        assert r.status_code == 200, r.text
+    report_rounds(client, audit_id, run, (1, 2, 3))  # fast rounds
     beat = client.put(f"/audits/{audit_id}/heartbeat", headers=run)
     assert beat.json()["silence_limit_seconds"] == SILENCE_SECONDS
     reporter = HttpRoundReporter("http://testserver", audit_id, token)
