@@ -15,7 +15,7 @@ from datetime import timedelta
 import httpx
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
 import flaudit.service.routers.audits as audits_router
@@ -25,6 +25,7 @@ from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
 from flaudit.service.silence import SILENCE_SECONDS, silence_limit, start_limit
 from flaudit.service.store import as_utc, utcnow
+from tests.flower_rounds import reply
 
 from .conftest import AUTH, SMALL_SPEC, f32, start_run, submit
 from .fake_engine import synthetic_run
@@ -302,17 +303,7 @@ def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on
                 vec = current + 0.01 * rng.standard_normal(630).astype(np.float32)
                 if t >= 3:
                     vec[:] = np.nan
-                replies.append(
-                    Message(
-                        content=RecordDict(
-                            {
-                                "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
-                                "metrics": MetricRecord({"num-examples": 10}),
-                            }
-                        ),
-                        reply_to=msg,
-                    )
-                )
+                replies.append(reply(msg, vec))
             arrays, _ = strategy.aggregate_train(t, replies)
             strategy.flush()
     reporter.close()
