@@ -29,6 +29,21 @@ def dp_fedavg(noise_multiplier: float = 0.5, clip_norm: float = 0.5):
     )
 
 
+class ShortNoise(DifferentialPrivacyServerSideFixedClipping):
+    """The planted bug: claims ``noise_multiplier`` but adds ``noise_factor`` (a half) of that
+    noise."""
+
+    noise_factor = 0.5
+
+    def aggregate_train(self, server_round, replies):
+        claimed = self.noise_multiplier
+        self.noise_multiplier = claimed * self.noise_factor
+        try:
+            return super().aggregate_train(server_round, replies)
+        finally:
+            self.noise_multiplier = claimed
+
+
 def initial_arrays(rng) -> ArrayRecord:
     return ArrayRecord([rng.standard_normal(s).astype(np.float32) for s in SHAPES])
 

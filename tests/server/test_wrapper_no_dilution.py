@@ -21,6 +21,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
 from flaudit.auditor.canaries import seen_mask
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries
+from tests.flower_rounds import ShortNoise
 from tests.server.test_wrapper import ClaimRecorder, CountingFedAvg, LoopGrid
 
 pytestmark = pytest.mark.usefixtures("flower_task_identity")
@@ -32,16 +33,10 @@ NOISE = 1.0
 CLIP = 1.0
 
 
-class QuietNoise(DifferentialPrivacyServerSideFixedClipping):
+class QuietNoise(ShortNoise):
     """The planted bug: claims ``noise_multiplier`` but adds a quarter of that noise."""
 
-    def aggregate_train(self, server_round, replies):
-        claimed = self.noise_multiplier
-        self.noise_multiplier = claimed / 4
-        try:
-            return super().aggregate_train(server_round, replies)
-        finally:
-            self.noise_multiplier = claimed
+    noise_factor = 0.25
 
 
 def audit(dp_class, noise_seed):

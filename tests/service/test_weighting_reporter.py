@@ -25,6 +25,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
+from tests.flower_rounds import ShortNoise
 from tests.server.test_wrapper import CountingFedAvg, LoopGrid
 
 from .conftest import AUTH
@@ -53,16 +54,7 @@ def fixed_canary_seeds(monkeypatch):
     monkeypatch.setattr(audits_router, "new_master_seed", lambda: next(seeds))
 
 
-class HalfNoise(DifferentialPrivacyServerSideFixedClipping):
-    """The planted bug: claims ``noise_multiplier`` but adds half of that noise."""
-
-    def aggregate_train(self, server_round, replies):
-        claimed = self.noise_multiplier
-        self.noise_multiplier = claimed / 2
-        try:
-            return super().aggregate_train(server_round, replies)
-        finally:
-            self.noise_multiplier = claimed
+HalfNoise = ShortNoise  # the planted bug: half the claimed noise
 
 
 def _audit(client, *, dp_class, weights, noise_seed=1) -> tuple[dict, CanaryAuditStrategy]:
