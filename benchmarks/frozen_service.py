@@ -37,9 +37,13 @@ from _service import AUTH, running_service  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from flaudit.server.http_reporter import HttpRoundReporter
-from flaudit.server.wrapper import CanaryAuditStrategy  # noqa: E402
-from tests.flower_rounds import SHAPES, Grid3, dp_fedavg, initial_arrays, small_steps  # noqa: E402
+from tests.flower_rounds import (  # noqa: E402
+    SHAPES,
+    Grid3,
+    attached_strategy,
+    initial_arrays,
+    small_steps,
+)
 
 FREEZE_AT = 3
 
@@ -53,21 +57,14 @@ def _strategy(
     num_rounds: int,
     num_canaries: int = 16,
 ):
-    body = http.post(
-        "/audits",
-        json={
-            "engine": "external",
-            "num_canaries": num_canaries,
-            "max_canary_fraction": 1.0,
-            "delta": 1e-5,
-        },
-        headers=AUTH,
-    ).json()
-    reporter = HttpRoundReporter(
-        url, body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"], fetch_timeout=fetch_timeout
-    )
-    strategy = CanaryAuditStrategy(
-        dp_fedavg(), reporter=reporter, num_rounds=num_rounds, round_budget_seconds=budget
+    _, reporter, strategy = attached_strategy(
+        http,
+        url,
+        AUTH,
+        num_canaries=num_canaries,
+        fetch_timeout=fetch_timeout,
+        num_rounds=num_rounds,
+        round_budget_seconds=budget,
     )
     return reporter, strategy
 

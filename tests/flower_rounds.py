@@ -44,6 +44,30 @@ class ShortNoise(DifferentialPrivacyServerSideFixedClipping):
             self.noise_multiplier = claimed
 
 
+def attached_strategy(
+    http, url: str, auth: dict, *, num_canaries: int, fetch_timeout: float, **options
+):
+    """An attached audit (``num_canaries`` canaries) created through ``http`` on the service at
+    ``url`` and a ``CanaryAuditStrategy`` around :func:`dp_fedavg` reporting to it
+    (``options``: the strategy's); returns (audit id, reporter, strategy)."""
+    from flaudit.server.http_reporter import HttpRoundReporter
+    from flaudit.server.wrapper import CanaryAuditStrategy
+
+    body = http.post(
+        "/audits",
+        json={
+            "engine": "external",
+            "num_canaries": num_canaries,
+            "max_canary_fraction": 1.0,
+            "delta": 1e-5,
+        },
+        headers=auth,
+    ).json()
+    audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
+    reporter = HttpRoundReporter(url, audit_id, token, fetch_timeout=fetch_timeout)
+    return audit_id, reporter, CanaryAuditStrategy(dp_fedavg(), reporter=reporter, **options)
+
+
 def initial_arrays(rng) -> ArrayRecord:
     return ArrayRecord([rng.standard_normal(s).astype(np.float32) for s in SHAPES])
 

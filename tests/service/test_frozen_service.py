@@ -18,9 +18,13 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord
 
-from flaudit.server.http_reporter import HttpRoundReporter
-from flaudit.server.wrapper import CanaryAuditStrategy
-from tests.flower_rounds import DIM, Grid3, dp_fedavg, initial_arrays, small_steps
+from tests.flower_rounds import (
+    DIM,
+    Grid3,
+    attached_strategy,
+    initial_arrays,
+    small_steps,
+)
 from tests.processes import wait_for
 
 from .service_process import ServiceProcess
@@ -64,19 +68,9 @@ def _rounds(strategy, on_round, rounds: int = ROUNDS) -> list[float]:
 
 
 def _audit(http, service, num_canaries=16, **options):
-    body = http.post(
-        "/audits",
-        json={
-            "engine": "external",
-            "num_canaries": num_canaries,
-            "max_canary_fraction": 1.0,
-            "delta": 1e-5,
-        },
-        headers=AUTH,
-    ).json()
-    audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
-    reporter = HttpRoundReporter(service.url, audit_id, token, fetch_timeout=BUDGET)
-    return audit_id, reporter, CanaryAuditStrategy(dp_fedavg(), reporter=reporter, **options)
+    return attached_strategy(
+        http, service.url, AUTH, num_canaries=num_canaries, fetch_timeout=BUDGET, **options
+    )
 
 
 def _warm_up(http, service) -> None:
