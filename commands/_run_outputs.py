@@ -6,6 +6,7 @@ claim test, so CI systems show the audit like a test suite.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 import xml.etree.ElementTree as ET
@@ -89,15 +90,8 @@ def run_bundle(
                 "last_cosines": None,
                 "final_cosines": tracker.final_cosines,
                 "final_model_cosines": tracker.final_model_cosines,
-                "known_rounds": None
-                if state is None
-                else {
-                    "sums": state.sums,
-                    "counts": state.counts,
-                    "num_rounds": state.num_rounds,
-                    "round_sums": state.round_sums,
-                    "round_counts": state.round_counts,
-                },
+                # the KnownRoundsState fields, as the service's bundles hold them
+                "known_rounds": None if state is None else dataclasses.asdict(state),
                 "rounds": rounds,
                 "gaps": [],
                 "max_weight_factor": max(weights) if weights else None,
