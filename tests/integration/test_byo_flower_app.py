@@ -4,7 +4,7 @@ SuperLink with two SuperNodes on loopback against a running ``flaudit serve``; t
 attaches to succeed with estimates, and the one whose app disables the noise shows it.
 
 ``flwr new`` of Flower 1.41 downloads its templates from the Flower Hub, so the app is the
-unmodified copy in ``tests/integration/flower_quickstart`` (see its ORIGIN.md).
+unmodified copy in ``tests/integration/third_party/flower_quickstart`` (see its ORIGIN.md).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tests.processes import ROOT, Processes, wait_for_audit
 
 pytestmark = pytest.mark.slow
 
-TEMPLATE = Path(__file__).parent / "flower_quickstart"
+TEMPLATE = Path(__file__).parent / "third_party" / "flower_quickstart"
 API_KEY = "byo-app-key-" + "k" * 12
 # canaries take cohort slots (2 per round here): about 4 seen canaries in 4 rounds of 2 slots;
 # 8 always fit (one period of 4 rounds x 2 slots)

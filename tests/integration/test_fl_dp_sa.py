@@ -1,5 +1,5 @@
 """Flower's own DP + SecAgg+ example (``examples/fl-dp-sa``, copied unmodified: see
-``flower_fl_dp_sa/ORIGIN.md``), its data swapped for synthetic tensors, plus the lines
+``third_party/flower_fl_dp_sa/ORIGIN.md``), its data swapped for synthetic tensors, plus the lines
 docs/flower.md shows, run with the real ``SecAggPlusWorkflow`` and the example's ClientApp (with
 ``secaggplus_mod`` and ``fixedclipping_mod``) on an in-process grid (every node its own
 ``Context``; no Ray). Issue #22 item 2.
@@ -25,7 +25,7 @@ from tests.server.test_wrapper import ClaimRecorder
 
 pytestmark = pytest.mark.slow
 
-TEMPLATE = Path(__file__).parent / "flower_fl_dp_sa"
+TEMPLATE = Path(__file__).parent / "third_party" / "flower_fl_dp_sa"
 ROOT = Path(__file__).resolve().parents[2]
 NODES, SAMPLED, K, SEED = 50, 10, 16, 0x5EED_DA5A
 
