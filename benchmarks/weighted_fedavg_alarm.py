@@ -46,7 +46,9 @@ def main() -> None:
     from flaudit.server.http_reporter import HttpRoundReporter
     from flaudit.server.wrapper import CanaryAuditStrategy
     from flaudit.service.store import Store
-    from tests.flower_rounds import ShortNoise as HalfNoise  # half the claimed noise
+    from tests.integration.flower_weighted.pytorch_example.planted_bug import (
+        ShortNoise as HalfNoise,  # the worked example's: half the noise
+    )
     from tests.server.test_wrapper import CountingFedAvg, LoopGrid
     from tests.service.conftest import AUTH, CIPHER, make_client
 

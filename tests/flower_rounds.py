@@ -29,21 +29,6 @@ def dp_fedavg(noise_multiplier: float = 0.5, clip_norm: float = 0.5):
     )
 
 
-class ShortNoise(DifferentialPrivacyServerSideFixedClipping):
-    """The planted bug: claims ``noise_multiplier`` but adds ``noise_factor`` (a half) of that
-    noise."""
-
-    noise_factor = 0.5
-
-    def aggregate_train(self, server_round, replies):
-        claimed = self.noise_multiplier
-        self.noise_multiplier = claimed * self.noise_factor
-        try:
-            return super().aggregate_train(server_round, replies)
-        finally:
-            self.noise_multiplier = claimed
-
-
 def attached_strategy(
     http, url: str, auth: dict, *, num_canaries: int, fetch_timeout: float, **options
 ):

@@ -21,7 +21,9 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
 from flaudit.auditor.canaries import seen_mask
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries
-from tests.flower_rounds import ShortNoise
+from tests.integration.flower_weighted.pytorch_example.planted_bug import (
+    ShortNoise,  # the worked example's planted bug
+)
 from tests.server.test_wrapper import ClaimRecorder, CountingFedAvg, LoopGrid
 
 pytestmark = pytest.mark.usefixtures("flower_task_identity")

@@ -25,7 +25,9 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
-from tests.flower_rounds import ShortNoise
+from tests.integration.flower_weighted.pytorch_example.planted_bug import (
+    ShortNoise,  # the worked example's planted bug
+)
 from tests.server.test_wrapper import CountingFedAvg, LoopGrid
 
 from .conftest import AUTH
