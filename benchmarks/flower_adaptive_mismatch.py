@@ -55,6 +55,19 @@ def _updates(rng, n: int, d: int, clip_norm: float, spread: float) -> list[np.nd
     return out
 
 
+def _row(dp, current, new, updates, c_clip: float) -> tuple[float, float, float, float]:
+    """One round: (the clip norm used, the next round's, the noise added as a multiple of
+    z * C_used / n, the share of updates clipped)."""
+    n = len(updates)
+    noise = np.std(new - (current + np.mean([_clip(u, c_clip) for u in updates], axis=0)))
+    return (
+        c_clip,
+        float(dp.clipping_norm),
+        noise / (dp.noise_multiplier * c_clip / n),
+        np.mean([np.linalg.norm(u) > c_clip for u in updates]),
+    )
+
+
 def run_message_api(args, rng) -> list[tuple[float, float, float, float]]:
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
     from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping, FedAvg
@@ -91,16 +104,7 @@ def run_message_api(args, rng) -> list[tuple[float, float, float, float]]:
         ]
         released, _ = dp.aggregate_train(t, replies)
         new = released.to_numpy_ndarrays()[0].astype(np.float64)
-        clipped_mean = current + np.mean([_clip(u, c_clip) for u in updates], axis=0)
-        noise = np.std(new - clipped_mean)
-        rows.append(
-            (
-                c_clip,
-                float(dp.clipping_norm),
-                noise / (dp.noise_multiplier * c_clip / n),
-                np.mean([np.linalg.norm(u) > c_clip for u in updates]),
-            )
-        )
+        rows.append(_row(dp, current, new, updates, c_clip))
         current = new.astype(np.float32)
     return rows
 
@@ -137,16 +141,7 @@ def run_legacy(args, rng) -> list[tuple[float, float, float, float]]:
         ]
         released, _ = dp.aggregate_fit(t, results, [])
         new = parameters_to_ndarrays(released)[0].astype(np.float64)
-        clipped_mean = current + np.mean([_clip(u, c_clip) for u in updates], axis=0)
-        noise = np.std(new - clipped_mean)
-        rows.append(
-            (
-                c_clip,
-                float(dp.clipping_norm),
-                noise / (dp.noise_multiplier * c_clip / n),
-                np.mean([np.linalg.norm(u) > c_clip for u in updates]),
-            )
-        )
+        rows.append(_row(dp, current, new, updates, c_clip))
         current = new.astype(np.float32)
     return rows
 

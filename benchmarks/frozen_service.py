@@ -31,27 +31,21 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.flower_rounds
 
 from _service import AUTH, running_service  # noqa: E402
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
-from flwr.serverapp.strategy import (  # noqa: E402
-    DifferentialPrivacyServerSideFixedClipping,
-    FedAvg,
-)
+from flwr.app import ArrayRecord, ConfigRecord  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from flaudit.server.http_reporter import HttpRoundReporter
-from flaudit.server.wrapper import CanaryAuditStrategy  # noqa: E402
+from tests.flower_rounds import (  # noqa: E402
+    SHAPES,
+    Grid3,
+    attached_strategy,
+    initial_arrays,
+    small_steps,
+)
 
-SHAPES = [(20, 30), (30,)]
-DIM = 630
-S = 0.5
 FREEZE_AT = 3
-
-
-class Grid3:
-    def get_node_ids(self):
-        return [1, 2, 3]
 
 
 def _strategy(
@@ -63,27 +57,14 @@ def _strategy(
     num_rounds: int,
     num_canaries: int = 16,
 ):
-    body = http.post(
-        "/audits",
-        json={
-            "engine": "external",
-            "num_canaries": num_canaries,
-            "max_canary_fraction": 1.0,
-            "delta": 1e-5,
-        },
-        headers=AUTH,
-    ).json()
-    reporter = HttpRoundReporter(
-        url, body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"], fetch_timeout=fetch_timeout
-    )
-    dp = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.5,
-        clipping_norm=S,
-        num_sampled_clients=3,
-    )
-    strategy = CanaryAuditStrategy(
-        dp, reporter=reporter, num_rounds=num_rounds, round_budget_seconds=budget
+    _, reporter, strategy = attached_strategy(
+        http,
+        url,
+        AUTH,
+        num_canaries=num_canaries,
+        fetch_timeout=fetch_timeout,
+        num_rounds=num_rounds,
+        round_budget_seconds=budget,
     )
     return reporter, strategy
 
@@ -95,22 +76,7 @@ def one_round(strategy, t: int, arrays: ArrayRecord, rng, train_seconds: float):
     messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
     wrapper = time.monotonic() - began
     time.sleep(train_seconds)  # the clients train
-    current = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
-    replies = []
-    for msg in messages:
-        u = rng.standard_normal(DIM).astype(np.float32)
-        vec = current + u * (0.1 * S / np.linalg.norm(u))
-        replies.append(
-            Message(
-                content=RecordDict(
-                    {
-                        "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
-                        "metrics": MetricRecord({"num-examples": 10}),
-                    }
-                ),
-                reply_to=msg,
-            )
-        )
+    replies = small_steps(messages, arrays, rng)
     aggregate = time.monotonic()
     arrays, _ = strategy.aggregate_train(t, replies)
     return arrays, wrapper + time.monotonic() - aggregate
@@ -132,7 +98,7 @@ def run(
         url, http, budget=budget, fetch_timeout=fetch_timeout, num_rounds=10_000
     )
     rng = np.random.default_rng(0)
-    arrays = ArrayRecord([rng.standard_normal(s).astype(np.float32) for s in SHAPES])
+    arrays = initial_arrays(rng)
     strategy.declare(Grid3(), 10_000)  # what start() does before round 1
     strategy._report_initial(arrays)
     thawed = threading.Event()

@@ -46,19 +46,11 @@ def main() -> None:
     from flaudit.server.http_reporter import HttpRoundReporter
     from flaudit.server.wrapper import CanaryAuditStrategy
     from flaudit.service.store import Store
+    from tests.integration.flower_weighted.pytorch_example.planted_bug import (
+        ShortNoise as HalfNoise,  # the worked example's: half the noise
+    )
     from tests.server.test_wrapper import CountingFedAvg, LoopGrid
     from tests.service.conftest import AUTH, CIPHER, make_client
-
-    class HalfNoise(DifferentialPrivacyServerSideFixedClipping):
-        """The planted bug: claims ``noise_multiplier``, adds half of that noise."""
-
-        def aggregate_train(self, server_round, replies):
-            claimed = self.noise_multiplier
-            self.noise_multiplier = claimed / 2
-            try:
-                return super().aggregate_train(server_round, replies)
-            finally:
-                self.noise_multiplier = claimed
 
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
     FLOWER_LOGGER.setLevel(logging.ERROR)

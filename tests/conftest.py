@@ -11,6 +11,7 @@ os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 os.environ.setdefault("FLWR_HOME", tempfile.mkdtemp(prefix="flaudit-flwr-home-"))
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
+import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 # No per-example deadlines (2 shared cores make timings noisy); in CI, derandomized so a
@@ -27,3 +28,15 @@ from tests.skip_policy import (  # noqa: E402, F401  (pytest finds the hooks by 
     pytest_runtest_makereport,
     pytest_terminal_summary,
 )
+
+
+@pytest.fixture
+def flower_task_identity():
+    """Flower's task identity set to task 1, run 1, node 0 (what a ServerApp sees inside a run),
+    restored afterwards; Messages can then be built outside a real Flower run."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old

@@ -6,13 +6,15 @@ Importable as ``tests.processes`` because pytest runs with ``pythonpath = ["."]`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -212,3 +214,24 @@ def wait_for_audit(
         return body if body["status"] in ("succeeded", "failed", "cancelled") else None
 
     return wait_for(finished, timeout=timeout, interval=1.0, what=what)
+
+
+@contextlib.contextmanager
+def serve_in_thread(app, **config) -> Iterator[int]:
+    """``app`` served by uvicorn (``uvicorn.Config`` options ``config``) on a free loopback port
+    in a daemon thread of this process, until the block ends; yields the port once it listens."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **config))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

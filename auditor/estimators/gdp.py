@@ -207,12 +207,7 @@ def gdp_lower_bound(
     mu_lo = float(choice.value)
     details.update(
         mu=mu_lo,
-        threshold=None if math.isnan(choice.threshold) else choice.threshold,
-        fpr_upper=fpr,
-        fnr_upper=fnr,
-        num_thresholds=int(choice.thresholds.size),
-        num_seen=int(choice.seen.size),
-        num_unseen=None if choice.unseen is None else int(choice.unseen.size),
+        **choice.details(fpr, fnr),
         fpr="exact null" if unseen is None else "clopper-pearson",
         rate_bounds="clopper-pearson",
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -212,6 +213,17 @@ class ThresholdChoice:
     unseen: np.ndarray | None
     note: str | None = None
 
+    def details(self, fpr_upper: float, fnr_upper: float) -> dict[str, Any]:
+        """The choice as a result's ``details`` report it, with the rate bounds at it."""
+        return {
+            "threshold": None if math.isnan(self.threshold) else self.threshold,
+            "fpr_upper": fpr_upper,
+            "fnr_upper": fnr_upper,
+            "num_thresholds": int(np.size(self.thresholds)),
+            "num_seen": int(self.seen.size),
+            "num_unseen": None if self.unseen is None else int(self.unseen.size),
+        }
+
 
 def search_thresholds(
     seen: np.ndarray,
@@ -351,7 +363,7 @@ def epsilon_lower_bound(
     choice = search_thresholds(
         seen, unseen, correction=correction, evaluate=evaluate, empty_value=0.0
     )
-    eps, a, thresholds = choice.value, choice.threshold, choice.thresholds
+    eps, thresholds = choice.value, choice.thresholds
     used_seen, used_unseen = choice.seen, choice.unseen
     fpr = fnr = 1.0
     if choice.note:
@@ -380,15 +392,7 @@ def epsilon_lower_bound(
         Correction.bonferroni: "Bonferroni over the thresholds tried",
         Correction.split: f"threshold chosen on a {correction.frac if isinstance(correction, Split) else ''} split",
     }[correction.kind]
-    details.update(
-        threshold=None if math.isnan(a) else a,
-        fpr_upper=fpr,
-        fnr_upper=fnr,
-        num_thresholds=int(np.size(thresholds)),
-        num_seen=int(used_seen.size),
-        num_unseen=None if used_unseen is None else int(used_unseen.size),
-        fpr="exact null" if unseen is None else "jeffreys",
-    )
+    details.update(choice.details(fpr, fnr), fpr="exact null" if unseen is None else "jeffreys")
     if paper_exact:
         details["rule"] = "paper_exact"
     return EpsilonResult(

@@ -92,6 +92,44 @@ def main(argv: list[str] | None = None) -> int:
         f"{'eps_est(fit)':>16} {'bias':>7} | {'predicted':>9} | warning",
         flush=True,
     )
+    for i, sigma, analytic, d, k, family in _cells(args):
+        t0 = time.perf_counter()
+        m = measure(sigma, d, k, args.delta, args.reps, args.seed * 10**6 + i * 10**5 + k, family)
+        z_eff = effective_noise_multiplier(k, d, noise_multiplier=sigma, family=family)
+        predicted = gaussian_epsilon_for_sigma(z_eff, args.delta) / analytic - 1
+        warn = interference_warning(k, d, noise_multiplier=sigma, family=family)
+        warn_plain = interference_warning(k, d, family=family)
+        row = {
+            "family": family,
+            "analytic_epsilon": analytic,
+            "sigma": sigma,
+            "d": d,
+            "k": k,
+            "ratio": k / d,
+            **m,
+            "bias_null": m["null_mean"] / analytic - 1,
+            "bias_fitted": m["fitted_mean"] / analytic - 1,
+            "predicted_bias": predicted,
+            "warns_with_noise": warn is not None,
+            "warns_without_noise": warn_plain is not None,
+            "seconds": time.perf_counter() - t0,
+        }
+        rows.append(row)
+        print(
+            f"{family:>10} {analytic:>5.1f} {d:>7} {k:>5} {k / d:>6.3f} | {m['null_mean']:>8.3f} +- "
+            f"{m['null_sem']:<5.3f} {row['bias_null']:>+7.1%} | {m['fitted_mean']:>8.3f} +- "
+            f"{m['fitted_sem']:<5.3f} {row['bias_fitted']:>+7.1%} | {predicted:>+9.1%} | "
+            f"{'z-aware' if warn else '-'}/{'k/d' if warn_plain else '-'}",
+            flush=True,
+        )
+    sim_rows = simulator_rows(args) if args.simulator else []
+    print(dump({"delta": args.delta, "reps": args.reps, "rows": rows, "simulator": sim_rows}))
+    return 0
+
+
+def _cells(args):
+    """(index of epsilon, sigma, analytic epsilon, d, k, family) of each cell measured: k >= 10
+    canaries, Gaussian canaries up to ``--max-k``."""
     for i, eps in enumerate(args.epsilons):
         sigma = gaussian_sigma_for_epsilon(eps, args.delta)
         analytic = gaussian_epsilon_for_sigma(sigma, args.delta)
@@ -100,40 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 k = int(round(ratio * d))
                 if k < 10 or (k > args.max_k and family == "gaussian"):
                     continue
-                t0 = time.perf_counter()
-                m = measure(
-                    sigma, d, k, args.delta, args.reps, args.seed * 10**6 + i * 10**5 + k, family
-                )
-                z_eff = effective_noise_multiplier(k, d, noise_multiplier=sigma, family=family)
-                predicted = gaussian_epsilon_for_sigma(z_eff, args.delta) / analytic - 1
-                warn = interference_warning(k, d, noise_multiplier=sigma, family=family)
-                warn_plain = interference_warning(k, d, family=family)
-                row = {
-                    "family": family,
-                    "analytic_epsilon": analytic,
-                    "sigma": sigma,
-                    "d": d,
-                    "k": k,
-                    "ratio": k / d,
-                    **m,
-                    "bias_null": m["null_mean"] / analytic - 1,
-                    "bias_fitted": m["fitted_mean"] / analytic - 1,
-                    "predicted_bias": predicted,
-                    "warns_with_noise": warn is not None,
-                    "warns_without_noise": warn_plain is not None,
-                    "seconds": time.perf_counter() - t0,
-                }
-                rows.append(row)
-                print(
-                    f"{family:>10} {analytic:>5.1f} {d:>7} {k:>5} {k / d:>6.3f} | {m['null_mean']:>8.3f} +- "
-                    f"{m['null_sem']:<5.3f} {row['bias_null']:>+7.1%} | {m['fitted_mean']:>8.3f} +- "
-                    f"{m['fitted_sem']:<5.3f} {row['bias_fitted']:>+7.1%} | {predicted:>+9.1%} | "
-                    f"{'z-aware' if warn else '-'}/{'k/d' if warn_plain else '-'}",
-                    flush=True,
-                )
-    sim_rows = simulator_rows(args) if args.simulator else []
-    print(dump({"delta": args.delta, "reps": args.reps, "rows": rows, "simulator": sim_rows}))
-    return 0
+                yield i, sigma, analytic, d, k, family
 
 
 def simulator_rows(args) -> list[dict]:
@@ -146,57 +151,48 @@ def simulator_rows(args) -> list[dict]:
         flush=True,
     )
     rows = []
-    for i, eps in enumerate(args.epsilons):
-        sigma = gaussian_sigma_for_epsilon(eps, args.delta)
-        analytic = gaussian_epsilon_for_sigma(sigma, args.delta)
-        for d in args.dims:
-            for ratio, family in ((r, f) for r in args.ratios for f in args.families):
-                k = int(round(ratio * d))
-                if k < 10 or (k > args.max_k and family == "gaussian"):
-                    continue
-                config = FedAvgSimulation(
-                    dim=d,
-                    num_clients=1000,
-                    clients_per_round=50,
-                    num_rounds=1,
-                    num_canaries=k,
-                    canary_repeats=1,
-                    noise_multiplier=sigma,
-                    client_signal=0.0,
-                    client_noise=0.0,
-                    delta=args.delta,
-                    canary_family=family,
-                )
-                estimates = []
-                for r in range(args.reps):
-                    res = simulate_dpfedavg_audit(
-                        config, seed=args.seed * 10**6 + i * 10**5 + k + r
-                    )
-                    estimates.append(
-                        final_model_epsilon(
-                            res.final_cosines[res.seen],
-                            d,
-                            args.delta,
-                            variance=VarianceTreatment.null,
-                        ).epsilon
-                    )
-                e = np.asarray(estimates)
-                row = {
-                    "family": family,
-                    "analytic_epsilon": analytic,
-                    "d": d,
-                    "k": k,
-                    "ratio": k / d,
-                    "mean": float(e.mean()),
-                    "sem": float(e.std(ddof=1) / np.sqrt(e.size)),
-                    "bias": float(e.mean() / analytic - 1),
-                }
-                rows.append(row)
-                print(
-                    f"{family:>10} {analytic:>5.1f} {d:>7} {k:>5} {k / d:>6.3f} | {row['mean']:>8.3f} +- "
-                    f"{row['sem']:<5.3f} {row['bias']:>+7.1%}",
-                    flush=True,
-                )
+    for i, sigma, analytic, d, k, family in _cells(args):
+        config = FedAvgSimulation(
+            dim=d,
+            num_clients=1000,
+            clients_per_round=50,
+            num_rounds=1,
+            num_canaries=k,
+            canary_repeats=1,
+            noise_multiplier=sigma,
+            client_signal=0.0,
+            client_noise=0.0,
+            delta=args.delta,
+            canary_family=family,
+        )
+        estimates = []
+        for r in range(args.reps):
+            res = simulate_dpfedavg_audit(config, seed=args.seed * 10**6 + i * 10**5 + k + r)
+            estimates.append(
+                final_model_epsilon(
+                    res.final_cosines[res.seen],
+                    d,
+                    args.delta,
+                    variance=VarianceTreatment.null,
+                ).epsilon
+            )
+        e = np.asarray(estimates)
+        row = {
+            "family": family,
+            "analytic_epsilon": analytic,
+            "d": d,
+            "k": k,
+            "ratio": k / d,
+            "mean": float(e.mean()),
+            "sem": float(e.std(ddof=1) / np.sqrt(e.size)),
+            "bias": float(e.mean() / analytic - 1),
+        }
+        rows.append(row)
+        print(
+            f"{family:>10} {analytic:>5.1f} {d:>7} {k:>5} {k / d:>6.3f} | {row['mean']:>8.3f} +- "
+            f"{row['sem']:<5.3f} {row['bias']:>+7.1%}",
+            flush=True,
+        )
     return rows
 
 

@@ -36,6 +36,14 @@ def _est(estimator, eps, correction="bonferroni", confidence=0.95, **details):
     }
 
 
+def _verdict(**kw):
+    """audit_verdict for a finished 10-round run of CLAIM with a testable design, unless told."""
+    defaults = dict(
+        claim=CLAIM, design=TESTABLE, state="succeeded", rounds_received=10, num_rounds=10
+    )
+    return audit_verdict(**{**defaults, **kw})
+
+
 def test_the_largest_valid_bound_counts_the_bounds_valid_for_the_mechanism_audited():
     """Counted: the normal-score mu_lo (exact for DP-FedAvg with Gaussian noise) and the one-run
     bounds (any mechanism). Not counted: estimates, uncorrected maxima, and the threshold bounds,
@@ -144,14 +152,7 @@ def test_a_refutation_names_the_bound_its_confidence_and_its_tier():
             "tier": "assumption_free",
         },
     }
-    verdict = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        alarm=alarm,
-        state="succeeded",
-        rounds_received=10,
-        num_rounds=10,
-    )
+    verdict = _verdict(alarm=alarm)
     assert "at least μ = 1.6 (ε ≥ 7.1 at δ = 1e-05) at 95% confidence" in verdict.summary
     assert "valid for every mechanism that meets the claim" in verdict.summary
     assert verdict.tier == "assumption_free" and verdict.round == 3
@@ -159,28 +160,14 @@ def test_a_refutation_names_the_bound_its_confidence_and_its_tier():
 
 
 def test_gaps_and_no_claim():
-    short = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        state="succeeded",
-        rounds_received=7,
-        num_rounds=10,
-        missing_rounds=[4, 5, 6],
-    )
+    short = _verdict(rounds_received=7, missing_rounds=[4, 5, 6])
     assert short.status is VerdictStatus.consistent
     assert short.summary.endswith(
         " Gaps: round(s) 4, 5, 6 of 10 were not reported; the "
         "audit covers the rest, with less power."
     )
     assert short.gaps["missing_rounds"] == [4, 5, 6]
-    bare = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        state="running",
-        rounds_received=3,
-        num_rounds=10,
-        rounds_without_canaries=[2],
-    )
+    bare = _verdict(state="running", rounds_received=3, rounds_without_canaries=[2])
     assert "Gaps: round(s) 2 trained without canaries" in bare.summary
     none = audit_verdict(claim=None, state="succeeded", rounds_received=10, num_rounds=10)
     assert none.status is VerdictStatus.no_dp_claim and none.summary.startswith("No DP claim")
@@ -233,23 +220,8 @@ def _refuted(mu_lo):
 
 @pytest.mark.parametrize("factor", [None, 1.0, 1.0 + 1e-9])
 def test_equal_weights_add_nothing_to_the_verdict(factor):
-    plain = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        alarm=_refuted(2.5),
-        state="succeeded",
-        rounds_received=10,
-        num_rounds=10,
-    )
-    weighted = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        alarm=_refuted(2.5),
-        state="succeeded",
-        rounds_received=10,
-        num_rounds=10,
-        weight_factor=factor,
-    )
+    plain = _verdict(alarm=_refuted(2.5))
+    weighted = _verdict(alarm=_refuted(2.5), weight_factor=factor)
     assert weighted.summary == plain.summary and "weight" not in plain.summary
 
 
@@ -263,15 +235,8 @@ def test_an_alarm_tested_at_the_heaviest_influence_blames_the_noise():
     """The alarm's tests ran at W x mu (the record's claim_mu): an alarm is evidence that the
     noise falls short for the weighting used, whatever mu_lo is measured; a weighting that
     breaks the claim is said too (cause noise_and_weighting)."""
-    kw = dict(
-        claim=CLAIM,
-        design=TESTABLE,
-        state="succeeded",
-        rounds_received=10,
-        num_rounds=10,
-        weight_factor=3.2,
-    )
-    verdict = audit_verdict(alarm=_refuted_at(3.5, 3.2), **kw)
+    kw = dict(weight_factor=3.2)
+    verdict = _verdict(alarm=_refuted_at(3.5, 3.2), **kw)
     assert verdict.status is VerdictStatus.claim_refuted and verdict.cause == "noise_and_weighting"
     assert verdict.summary.startswith("Claim refuted at round 3")
     assert (
@@ -289,13 +254,13 @@ def test_an_alarm_tested_at_the_heaviest_influence_blames_the_noise():
         "matters": True,
     }
     # a weighting within the tolerance: tested there, blamed on the noise alone
-    slight = audit_verdict(alarm=_refuted_at(1.4, 1.005), **{**kw, "weight_factor": 1.005})
+    slight = _verdict(alarm=_refuted_at(1.4, 1.005), **{**kw, "weight_factor": 1.005})
     assert slight.cause == "noise" and "weighting breaks" not in slight.summary
     assert slight.weighting["breaks_claim"] is False and slight.weighting["matters"] is False
     # issue #38 (d): equal partitions (360 vs 359 examples: W = 1.002) say nothing about the
     # weighting, and never "1×"
-    even = audit_verdict(alarm=_refuted_at(1.4, 1.002), **{**kw, "weight_factor": 1.002})
-    plain = audit_verdict(alarm=_refuted(1.4), **{**kw, "weight_factor": None})
+    even = _verdict(alarm=_refuted_at(1.4, 1.002), **{**kw, "weight_factor": 1.002})
+    plain = _verdict(alarm=_refuted(1.4), **{**kw, "weight_factor": None})
     assert even.summary == plain.summary and "1×" not in even.summary
     assert "falls short" not in even.summary and even.cause == "noise"
 
@@ -305,14 +270,8 @@ def test_an_alarm_before_any_heavier_canary_round_still_names_the_noise():
     ran at the C/n the noise is calibrated for (claim_mu = mu), which is a test of the noise;
     the sentence names the noise as falling short there (the CI run of 2026-11-27 fired at
     round 2 with noise x 0.25 and said only "the run does not meet its claim")."""
-    verdict = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        alarm=_refuted_at(3.57, 1.0),
-        state="succeeded",
-        rounds_received=20,
-        num_rounds=20,
-        weight_factor=1.6,
+    verdict = _verdict(
+        alarm=_refuted_at(3.57, 1.0), rounds_received=20, num_rounds=20, weight_factor=1.6
     )
     assert verdict.cause == "noise_and_weighting"
     assert "the noise falls short: tested at the C/n the noise is calibrated for" in verdict.summary
@@ -324,16 +283,7 @@ def test_the_sentence_quotes_the_final_valid_bound_and_the_alarms_round():
     """The tile's bound (the final valid one), not the alarm round's mu_lo, is the leakage the
     sentence states; the alarm's round is when it fired."""
     estimates = [_est("normal_scores", 12.0, correction="n/a", mu=3.85)]
-    verdict = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        alarm=_refuted_at(1.1, 1.5),
-        estimates=estimates,
-        state="succeeded",
-        rounds_received=10,
-        num_rounds=10,
-        weight_factor=1.5,
-    )
+    verdict = _verdict(alarm=_refuted_at(1.1, 1.5), estimates=estimates, weight_factor=1.5)
     assert verdict.largest_valid_bound["mu"] == 3.85
     assert "the leakage is at least μ = 3.85" in verdict.summary
     assert "μ = 1.1" not in verdict.summary
@@ -346,14 +296,7 @@ def test_correct_noise_under_a_heavy_weighting_is_refuted_by_the_weighting_not_t
         ("succeeded", WEAK, "Whether the noise is right for the weighting used is untested"),
         ("failed", TESTABLE, "The noise: no claim test rejected"),
     ]:
-        verdict = audit_verdict(
-            claim=CLAIM,
-            design=design,
-            state=state,
-            rounds_received=10,
-            num_rounds=10,
-            weight_factor=2.0,
-        )
+        verdict = _verdict(design=design, state=state, weight_factor=2.0)
         assert verdict.status is VerdictStatus.claim_refuted and verdict.cause == "weighting"
         assert verdict.summary.startswith(
             "Claim refuted by the weighting, not the noise: the "
@@ -362,28 +305,13 @@ def test_correct_noise_under_a_heavy_weighting_is_refuted_by_the_weighting_not_t
         assert "protected only at μ = 2" in verdict.summary and noise in verdict.summary
         assert verdict.refuted_by is None and verdict.round is None
     # the tests ran at the heaviest influence the canaries carried, which the sentence names
-    carried = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        state="succeeded",
-        rounds_received=10,
-        num_rounds=10,
-        weight_factor=2.0,
-        canary_weight_factor=1.25,
-    )
+    carried = _verdict(weight_factor=2.0, canary_weight_factor=1.25)
     assert "the heaviest influence the canaries carried (μ = 1.25)" in carried.summary
     assert carried.weighting["tested_mu"] == 1.25 and carried.weighting["heaviest_mu"] == 2.0
 
 
 def test_a_running_weighted_run_says_what_the_weighting_does():
-    verdict = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        state="running",
-        rounds_received=4,
-        num_rounds=10,
-        weight_factor=2.0,
-    )
+    verdict = _verdict(state="running", rounds_received=4, weight_factor=2.0)
     assert verdict.status is VerdictStatus.running and verdict.cause is None
     assert (
         "Weighting: the weighted average gives the heaviest client 2× the influence"
@@ -391,31 +319,15 @@ def test_a_running_weighted_run_says_what_the_weighting_does():
     )
     assert "the claim tests run at that influence" in verdict.summary
     # within the tolerance: nothing to say, and the verdict is the unweighted one
-    slight = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        state="succeeded",
-        rounds_received=10,
-        num_rounds=10,
-        weight_factor=1.005,
-    )
+    slight = _verdict(weight_factor=1.005)
     assert slight.status is VerdictStatus.consistent and "weight" not in slight.summary
 
 
 def test_unweighted_refutations_blame_the_noise_and_consistent_verdicts_nothing():
-    refuted = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        alarm=_refuted(2.5),
-        state="succeeded",
-        rounds_received=10,
-        num_rounds=10,
-    )
+    refuted = _verdict(alarm=_refuted(2.5))
     assert refuted.cause == "noise" and refuted.weighting is None
     assert "falls short" not in refuted.summary  # tested at the claim itself
-    consistent = audit_verdict(
-        claim=CLAIM, design=TESTABLE, state="succeeded", rounds_received=10, num_rounds=10
-    )
+    consistent = _verdict()
     assert consistent.cause is None and consistent.to_dict()["cause"] is None
 
 

@@ -14,7 +14,7 @@ import flaudit.service.routers.audits as audits_router
 from flaudit.service.store import Store
 from tests.processes import free_port, wait_for
 from tests.service.conftest import CIPHER, make_client
-from tests.service.test_verdict import BASE, _run
+from tests.service.gaussian_runs import BASE, gaussian_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -31,7 +31,7 @@ def reports(tmp_path_factory):
     try:
         with make_client(store) as client:
             for name, scale in (("refuted", 0.2), ("consistent", 1.0)):
-                audit_id, _ = _run(client, store, BASE, noise_scale=scale)
+                audit_id, _ = gaussian_run(client, store, BASE, noise_scale=scale)
                 response = client.get(f"/audits/{audit_id}/report")
                 assert response.status_code == 200
                 assert response.headers["content-type"].startswith("text/html")

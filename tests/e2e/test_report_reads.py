@@ -23,7 +23,7 @@ from flaudit.service.store import Store
 from flaudit.service.vocabulary import VOCABULARY
 from tests.processes import free_port, wait_for
 from tests.service.conftest import CIPHER, make_client
-from tests.service.test_verdict import BASE, _run
+from tests.service.gaussian_runs import BASE, gaussian_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -53,7 +53,7 @@ def served(tmp_path_factory):
         with make_client(store, allow_bug_injection=True) as client:
             for name, (changes, scale) in CASES.items():
                 spec = {**BASE, "name": f"{name} audit", **changes}
-                audit_id, _ = _run(client, store, spec, noise_scale=scale)
+                audit_id, _ = gaussian_run(client, store, spec, noise_scale=scale)
                 response = client.get(f"/audits/{audit_id}/report")
                 assert response.status_code == 200, response.text
                 file = path / f"{name}.html"

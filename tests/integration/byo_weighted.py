@@ -7,20 +7,17 @@ attached with ``flaudit attach`` (canaries ``auto``), runs submitted with ``flwr
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import shutil
-import subprocess
 import time
-import tomllib
 from datetime import datetime
 from pathlib import Path
 
 import httpx
 
+from tests.integration import federation
 from tests.integration.test_byo_flower_app import documented_blocks
-from tests.processes import BIN, Processes, flower_env, free_port, wait_for
-from tests.service.service_process import ServiceProcess
+from tests.processes import Processes
 
 APP = Path(__file__).parent / "flower_weighted"
 API_KEY = "byo-weighted-key-" + "k" * 12
@@ -58,57 +55,15 @@ class Federation:
     def __init__(self, root: Path, *, seed: int | None = None):
         self.root = root
         self.seed = seed
-        home = root / "flwr-home"
-        home.mkdir()
-        self.env = flower_env(home, project_on_path=True)
-        for key in ("FLAUDIT_AUDIT_ID", "FLAUDIT_URL", "FLAUDIT_RUN_TOKEN"):
-            self.env.pop(key, None)
-        self.link = f"127.0.0.1:{free_port()}"
-        (home / "config.toml").write_text(
-            f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{self.link}"\n'
-            "insecure = true\n"
-        )
+        self.env, self.link = federation.flower_home(root)
         self.app = copy_app(root / "app")
         self.bodies: list[str] = []
 
     def __enter__(self) -> Federation:
-        port = free_port()
-        self.service = ServiceProcess(
-            f"sqlite:///{self.root / 'flaudit.db'}",
-            self.root / "service.log",
-            api_key=API_KEY,
-            port=port,
-            env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{port}"},
-            seed=self.seed,
-        )
+        self.service = federation.start_service(self.root, API_KEY, seed=self.seed)
         self.procs = Processes(self.root, cwd=self.root)
         try:
-            self.procs.start(
-                "superlink",
-                [
-                    str(BIN / "flower-superlink"),
-                    "--insecure",
-                    "--port",
-                    self.link.rsplit(":", 1)[1],
-                    "--disable-runtime-dependency-installation",
-                ],
-                self.env,
-            )
-            for i in range(NUM_NODES):
-                self.procs.start(
-                    f"supernode{i}",
-                    [
-                        str(BIN / "flower-supernode"),
-                        "--insecure",
-                        "--superlink",
-                        self.link,
-                        "--port",
-                        str(free_port()),
-                        "--node-config",
-                        f"partition-id={i} num-partitions={NUM_NODES}",
-                    ],
-                    self.env,
-                )
+            federation.start_federation(self.procs, self.env, self.link, NUM_NODES)
             self.http = httpx.Client(base_url=self.service.url, timeout=30)
         except BaseException:
             self.__exit__(None, None, None)
@@ -135,26 +90,7 @@ class Federation:
         batches; tests only, ``pytorch_example/planted_bug.py``)."""
         slug = re.sub(r"\W", "-", name)
         token = self.root / f"{slug}.token"
-        attach = subprocess.run(
-            [
-                str(BIN / "flaudit"),
-                "attach",
-                "--url",
-                self.service.url,
-                "--name",
-                name,
-                "--format",
-                "run-config",
-                "--token-file",
-                str(token),
-            ],
-            env={**self.env, "FLAUDIT_API_KEY": API_KEY},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert attach.returncode == 0, attach.stderr
-        lines = tomllib.loads(attach.stdout)
+        lines = federation.attach(self.service.url, self.env, API_KEY, name, token)
         config = self.root / f"{token.stem}.toml"
         values = {
             **lines,
@@ -166,34 +102,8 @@ class Federation:
             "planted-noise-factor": noise_factor,
             "test-seed": int(seed),
         }
-        config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()))
-
-        def submit():
-            done = subprocess.run(
-                [
-                    str(BIN / "flwr"),
-                    "run",
-                    str(self.app),
-                    "local",
-                    "--run-config",
-                    str(config),
-                    "--format",
-                    "json",
-                ],
-                env=self.env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                cwd=self.root,
-            )
-            if done.returncode != 0 or "{" not in done.stdout:
-                return None
-            payload = json.loads(done.stdout[done.stdout.index("{") :])
-            return payload.get("run-id") if payload.get("success") else None
-
-        run_id = int(
-            wait_for(submit, timeout=120, interval=2, what="the SuperLink to accept the run")
-        )
+        federation.write_run_config(config, values)
+        run_id = federation.submit(self.app, config, self.env, self.root, timeout=120)
         return {"audit": lines["flaudit-audit-id"], "run": run_id, "name": name}
 
     def wait(
@@ -244,15 +154,7 @@ class Federation:
         return done
 
     def run_log(self, run_id: int) -> str:
-        shown = subprocess.run(
-            [str(BIN / "flwr"), "log", str(run_id), "local", "--show"],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=self.root,
-        )
-        return shown.stdout + shown.stderr
+        return federation.run_log(run_id, self.env, self.root)
 
 
 def _time(text: str) -> datetime:

@@ -12,53 +12,34 @@ service path of the finding is ``tests/service/test_adaptive_mismatch.py``).
 
 from __future__ import annotations
 
-import importlib
 import random
-import re
-import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.integration.test_byo_flower_app import SYNTHETIC_DATA, TEMPLATE
-from tests.integration.test_fl_dp_sa import InProcessGrid
+from tests.integration.test_byo_flower_app import (
+    documented_blocks,
+    insert_after,
+    synthetic_quickstart,
+)
+from tests.integration.test_fl_dp_sa import InProcessGrid, load_apps
 from tests.server.test_wrapper import ClaimRecorder
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 NODES, K, SEED, ROUNDS = 2, 4, 0x5EED_0038, 3
 
 
-def documented_blocks() -> dict[str, list[str]]:
-    text = (ROOT / "docs" / "flower.md").read_text()
-    return {
-        m.group(1): m.group(2).rstrip("\n").split("\n")
-        for m in re.finditer(r"<!-- flaudit-adaptive: ([^>]+?) -->\n```\w*\n(.*?)```", text, re.S)
-    }
-
-
 def make_app(dest: Path) -> None:
-    shutil.copytree(TEMPLATE, dest, ignore=shutil.ignore_patterns("ORIGIN.md", "__pycache__"))
-    pkg = dest / "pytorchexample"
-    task = (pkg / "task.py").read_text()
-    task = re.sub(
-        r"^(from datasets|from flwr_datasets|from torchvision|pytorch_transforms =).*\n",
-        "",
-        task,
-        flags=re.M,
-    )
-    (pkg / "task.py").write_text(task + SYNTHETIC_DATA)
-    blocks = documented_blocks()
+    pkg = synthetic_quickstart(dest)
+    blocks = documented_blocks("flaudit-adaptive")
     server = (pkg / "server_app.py").read_text()
     for anchor, name in (
         ("from flwr.serverapp.strategy import FedAvg", "server_app imports"),
         ("    strategy = FedAvg(fraction_evaluate=fraction_evaluate)", "server_app strategy"),
     ):
-        assert anchor in server, f"the quickstart no longer has {anchor!r}"
-        server = server.replace(anchor, anchor + "\n" + "\n".join(blocks[name]), 1)
+        server = insert_after(server, anchor, blocks[name])
     (pkg / "server_app.py").write_text(server)
 
 
@@ -66,7 +47,6 @@ def test_the_quickstart_behind_adaptive_clipping_records_the_clip_noise_mismatch
     tmp_path, monkeypatch
 ):
     from flwr.app import Context, RecordDict
-    from flwr.supercore.task_identity import TaskIdentity
 
     import flaudit.server.wrapper as wrapper
 
@@ -83,16 +63,7 @@ def test_the_quickstart_behind_adaptive_clipping_records_the_clip_noise_mismatch
         return made[-1]
 
     monkeypatch.setattr(wrapper.CanaryAuditStrategy, "from_env", classmethod(local_from_env))
-    monkeypatch.syspath_prepend(str(app))
-    for name in [
-        m for m in sys.modules if m == "pytorchexample" or m.startswith("pytorchexample.")
-    ]:
-        monkeypatch.delitem(sys.modules, name)
-    server_app = importlib.import_module("pytorchexample.server_app").app
-    client_app = importlib.import_module("pytorchexample.client_app").app
-    for private in ("_task_id", "_run_id", "_node_id"):  # restored after the test
-        monkeypatch.setattr(TaskIdentity, private, getattr(TaskIdentity, private), raising=False)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    server_app, client_app = load_apps(monkeypatch, app, "pytorchexample")
     monkeypatch.chdir(tmp_path)  # the quickstart saves final_model.pt
     random.seed(38)
     np.random.seed(38)  # Flower's DP noise and noisy clipped count

@@ -13,17 +13,14 @@ benchmarks measure, not this test."""
 
 from __future__ import annotations
 
-import subprocess
 import time
-import tomllib
 
 import httpx
 import pytest
 
-from tests.integration.test_byo_flower_app import API_KEY, CLIP, _run_config, make_app
-from tests.integration.test_service_outage import _submit
-from tests.processes import BIN, Processes, flower_env, free_port, wait_for, wait_for_audit
-from tests.service.service_process import ServiceProcess
+from tests.integration import federation
+from tests.integration.test_byo_flower_app import API_KEY, CLIP, make_app
+from tests.processes import Processes, wait_for, wait_for_audit
 
 pytestmark = pytest.mark.slow
 
@@ -49,88 +46,23 @@ def _seed_app(app) -> None:
     server.write_text(f"{head}\n\nimport random\n\nimport numpy as np\n{rest}")
 
 
-def _attach(service_url: str, env: dict, name: str, token_file, *extra: str) -> dict:
-    attach = subprocess.run(
-        [
-            str(BIN / "flaudit"),
-            "attach",
-            "--url",
-            service_url,
-            "--name",
-            name,
-            *extra,
-            "--format",
-            "run-config",
-            "--token-file",
-            str(token_file),
-        ],
-        env={**env, "FLAUDIT_API_KEY": API_KEY},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert attach.returncode == 0, attach.stderr
-    return tomllib.loads(attach.stdout)
-
-
 @pytest.mark.timeout(900)
 def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_once(tmp_path):
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    env = flower_env(home, project_on_path=True)
-    for key in ("FLAUDIT_AUDIT_ID", "FLAUDIT_URL", "FLAUDIT_RUN_TOKEN"):
-        env.pop(key, None)
-    link_port = free_port()
-    marker = f"127.0.0.1:{link_port}"
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{marker}"\ninsecure = true\n'
-    )
-    service_port = free_port()
-    service = ServiceProcess(
-        f"sqlite:///{tmp_path / 'flaudit.db'}",
-        tmp_path / "service.log",
-        api_key=API_KEY,
-        port=service_port,
-        env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"},
-        seed=CANARY_SEED,
-    )
+    env, marker = federation.flower_home(tmp_path)
+    service = federation.start_service(tmp_path, API_KEY, seed=CANARY_SEED)
     procs = Processes(tmp_path, cwd=tmp_path)
     started = time.monotonic()
     try:
-        procs.start(
-            "superlink",
-            [
-                str(BIN / "flower-superlink"),
-                "--insecure",
-                "--port",
-                str(link_port),
-                "--disable-runtime-dependency-installation",
-            ],
-            env,
-        )
-        for i in range(3):
-            procs.start(
-                f"supernode{i}",
-                [
-                    str(BIN / "flower-supernode"),
-                    "--insecure",
-                    "--superlink",
-                    marker,
-                    "--port",
-                    str(free_port()),
-                    "--node-config",
-                    f"partition-id={i} num-partitions=3",
-                ],
-                env,
-            )
+        federation.start_federation(procs, env, marker, 3)
         http = httpx.Client(base_url=service.url, timeout=30)
         app = tmp_path / "app"
         make_app(app, extra_client_metric=False)
         _seed_app(app)
         runs = {}
         for name, rounds, extra in (("auto", 10, ()), ("too many", 5, ("--canaries", "100"))):
-            lines = _attach(service.url, env, name, tmp_path / f"{name}.token", *extra)
-            config = _run_config(
+            token = tmp_path / f"{name}.token"
+            lines = federation.attach(service.url, env, API_KEY, name, token, *extra)
+            config = federation.write_run_config(
                 tmp_path / f"{name}.toml",
                 {
                     "noise-multiplier": 1.0,
@@ -141,18 +73,7 @@ def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_o
                     **lines,
                 },
             )
-            runs[name] = (lines["flaudit-audit-id"], _submit(app, config, env, tmp_path))
-
-        def run_log(run_id: int) -> str:
-            shown = subprocess.run(
-                [str(BIN / "flwr"), "log", str(run_id), "local", "--show"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                cwd=tmp_path,
-            )
-            return shown.stdout + shown.stderr
+            runs[name] = (lines["flaudit-audit-id"], federation.submit(app, config, env, tmp_path))
 
         refused_id, refused_run = runs["too many"]
         refused = wait_for(
@@ -163,7 +84,8 @@ def test_auto_sizes_a_three_node_federation_and_an_impossible_request_fails_at_o
         )
         audit_id, run_id = runs["auto"]
         audit = wait_for_audit(http, audit_id, timeout=600, bodies=[], what="the auto-sized audit")
-        auto_log, refused_log = run_log(run_id), run_log(refused_run)
+        auto_log = federation.run_log(run_id, env, tmp_path)
+        refused_log = federation.run_log(refused_run, env, tmp_path)
     finally:
         procs.stop_all()
         service.stop()

@@ -4,29 +4,26 @@ SuperLink with two SuperNodes on loopback against a running ``flaudit serve``; t
 attaches to succeed with estimates, and the one whose app disables the noise shows it.
 
 ``flwr new`` of Flower 1.41 downloads its templates from the Flower Hub, so the app is the
-unmodified copy in ``tests/integration/flower_quickstart`` (see its ORIGIN.md).
+unmodified copy in ``tests/integration/third_party/flower_quickstart`` (see its ORIGIN.md).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil
-import subprocess
 import time
-import tomllib
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.processes import BIN, ROOT, Processes, flower_env, free_port, wait_for, wait_for_audit
-from tests.service.service_process import ServiceProcess
+from tests.integration import federation
+from tests.processes import ROOT, Processes, wait_for_audit
 
 pytestmark = pytest.mark.slow
 
-TEMPLATE = Path(__file__).parent / "flower_quickstart"
+TEMPLATE = Path(__file__).parent / "third_party" / "flower_quickstart"
 API_KEY = "byo-app-key-" + "k" * 12
 # canaries take cohort slots (2 per round here): about 4 seen canaries in 4 rounds of 2 slots;
 # 8 always fit (one period of 4 rounds x 2 slots)
@@ -57,23 +54,23 @@ def load_centralized_dataset():
 '''
 
 
-def documented_blocks() -> dict[str, list[str]]:
-    """The code blocks docs/flower.md marks with ``<!-- flaudit-byo: NAME -->``."""
+def documented_blocks(marker: str = "flaudit-byo") -> dict[str, list[str]]:
+    """The code blocks docs/flower.md marks with ``<!-- {marker}: NAME -->``."""
     text = (ROOT / "docs" / "flower.md").read_text()
     blocks = {}
-    for match in re.finditer(r"<!-- flaudit-byo: ([^>]+?) -->\n```\w*\n(.*?)```", text, re.S):
+    pattern = rf"<!-- {marker}: ([^>]+?) -->\n```\w*\n(.*?)```"
+    for match in re.finditer(pattern, text, re.S):
         blocks[match.group(1)] = match.group(2).rstrip("\n").split("\n")
     return blocks
 
 
-def _insert_after(text: str, anchor: str, lines: list[str]) -> str:
+def insert_after(text: str, anchor: str, lines: list[str]) -> str:
     assert anchor in text, f"the quickstart no longer has {anchor!r}"
     return text.replace(anchor, anchor + "\n" + "\n".join(lines), 1)
 
 
-def make_app(dest: Path, *, extra_client_metric: bool) -> int:
-    """Copy Flower's quickstart, make its data synthetic, apply the documented lines; return how
-    many lines the documentation adds."""
+def synthetic_quickstart(dest: Path) -> Path:
+    """Flower's quickstart copied to ``dest``, its data synthetic; returns its package."""
     shutil.copytree(TEMPLATE, dest, ignore=shutil.ignore_patterns("ORIGIN.md", "__pycache__"))
     pkg = dest / "pytorchexample"
     task = (pkg / "task.py").read_text()
@@ -84,13 +81,19 @@ def make_app(dest: Path, *, extra_client_metric: bool) -> int:
         flags=re.M,
     )
     (pkg / "task.py").write_text(task + SYNTHETIC_DATA)  # later definitions win
+    return pkg
 
+
+def make_app(dest: Path, *, extra_client_metric: bool) -> int:
+    """Copy Flower's quickstart, make its data synthetic, apply the documented lines; return how
+    many lines the documentation adds."""
+    pkg = synthetic_quickstart(dest)
     blocks = documented_blocks()
     server = (pkg / "server_app.py").read_text()
-    server = _insert_after(
+    server = insert_after(
         server, "from flwr.serverapp.strategy import FedAvg", blocks["server_app imports"]
     )
-    server = _insert_after(
+    server = insert_after(
         server,
         "    strategy = FedAvg(fraction_evaluate=fraction_evaluate)",
         blocks["server_app strategy"],
@@ -98,11 +101,11 @@ def make_app(dest: Path, *, extra_client_metric: bool) -> int:
     (pkg / "server_app.py").write_text(server)
     pyproject = (dest / "pyproject.toml").read_text()
     (dest / "pyproject.toml").write_text(
-        _insert_after(pyproject, "[tool.flwr.app.config]", blocks["pyproject config"])
+        insert_after(pyproject, "[tool.flwr.app.config]", blocks["pyproject config"])
     )
     if extra_client_metric:  # an app that reports more than the quickstart does
         client = (pkg / "client_app.py").read_text()
-        client = _insert_after(
+        client = insert_after(
             client,
             '        "train_loss": train_loss,',
             [
@@ -114,31 +117,10 @@ def make_app(dest: Path, *, extra_client_metric: bool) -> int:
     return sum(len(lines) for lines in blocks.values())
 
 
-def _run_config(path: Path, values: dict) -> Path:
-    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()))
-    return path
-
-
 @pytest.mark.timeout(600)
 def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    env = flower_env(home, project_on_path=True)
-    for key in ("FLAUDIT_AUDIT_ID", "FLAUDIT_URL", "FLAUDIT_RUN_TOKEN"):
-        env.pop(key, None)
-    link_port = free_port()
-    marker = f"127.0.0.1:{link_port}"
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{marker}"\ninsecure = true\n'
-    )
-    service_port = free_port()
-    service = ServiceProcess(
-        f"sqlite:///{tmp_path / 'flaudit.db'}",
-        tmp_path / "service.log",
-        api_key=API_KEY,
-        port=service_port,
-        env={"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"},
-    )
+    env, marker = federation.flower_home(tmp_path)
+    service = federation.start_service(tmp_path, API_KEY)
     procs = Processes(tmp_path, cwd=tmp_path)
     bodies: list[str] = []
     cases = {  # name: (noise multiplier, extra client metric)
@@ -148,61 +130,23 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
     audits, secrets = {}, []
     started = time.monotonic()
     try:
-        procs.start(
-            "superlink",
-            [
-                str(BIN / "flower-superlink"),
-                "--insecure",
-                "--port",
-                str(link_port),
-                "--disable-runtime-dependency-installation",
-            ],
-            env,
-        )
-        for i in range(2):
-            procs.start(
-                f"supernode{i}",
-                [
-                    str(BIN / "flower-supernode"),
-                    "--insecure",
-                    "--superlink",
-                    marker,
-                    "--port",
-                    str(free_port()),
-                    "--node-config",
-                    f"partition-id={i} num-partitions=2",
-                ],
-                env,
-            )
+        federation.start_federation(procs, env, marker, 2)
         http = httpx.Client(base_url=service.url, timeout=30)
         for name, (noise, extra) in cases.items():
             app = tmp_path / f"app-{name.replace(' ', '-')}"
             added = make_app(app, extra_client_metric=extra)
             assert added <= 15  # the documented change stays small
-            attach = subprocess.run(
-                [
-                    str(BIN / "flaudit"),
-                    "attach",
-                    "--url",
-                    service.url,
-                    "--canaries",
-                    str(NUM_CANARIES),
-                    "--max-canary-fraction",
-                    "1.0",
-                    "--name",
-                    name,
-                    "--format",
-                    "run-config",
-                    "--token-file",
-                    str(tmp_path / f"{app.name}.token"),
-                ],
-                env={**env, "FLAUDIT_API_KEY": API_KEY},
-                capture_output=True,
-                text=True,
-                timeout=60,
+            lines = federation.attach(
+                service.url,
+                env,
+                API_KEY,
+                name,
+                tmp_path / f"{app.name}.token",
+                "--canaries",
+                str(NUM_CANARIES),
+                "--max-canary-fraction",
+                "1.0",
             )
-            assert attach.returncode == 0, attach.stderr
-            lines = tomllib.loads(attach.stdout)  # flaudit-audit-id = "...", ...
             # the token is in a file: the run config (which apps write to disk) holds its path
             assert set(lines) == {
                 "flaudit-audit-id",
@@ -210,8 +154,8 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
                 "flaudit-run-token-file",
             }
             secrets.append(Path(lines["flaudit-run-token-file"]).read_text().strip())
-            assert len(secrets[-1]) >= 16 and secrets[-1] not in attach.stdout
-            run_config = _run_config(
+            assert len(secrets[-1]) >= 16  # and not in attach's output (attach checks)
+            run_config = federation.write_run_config(
                 tmp_path / f"{app.name}.toml",
                 {
                     "noise-multiplier": noise,
@@ -223,18 +167,7 @@ def test_flower_quickstart_audited_with_the_documented_lines(tmp_path):
                 },
             )
 
-            def submit(app=app, run_config=run_config):
-                done = subprocess.run(
-                    [str(BIN / "flwr"), "run", str(app), "local", "--run-config", str(run_config)],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=120,
-                    cwd=tmp_path,
-                )
-                return done if done.returncode == 0 else None
-
-            wait_for(submit, timeout=90, interval=2, what="the SuperLink to accept the run")
+            federation.submit(app, run_config, env, tmp_path, timeout=90)
             audits[name] = lines["flaudit-audit-id"]
         for name, audit_id in audits.items():  # the two runs train side by side
             audits[name] = wait_for_audit(

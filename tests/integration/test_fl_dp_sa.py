@@ -1,5 +1,5 @@
 """Flower's own DP + SecAgg+ example (``examples/fl-dp-sa``, copied unmodified: see
-``flower_fl_dp_sa/ORIGIN.md``), its data swapped for synthetic tensors, plus the lines
+``third_party/flower_fl_dp_sa/ORIGIN.md``), its data swapped for synthetic tensors, plus the lines
 docs/flower.md shows, run with the real ``SecAggPlusWorkflow`` and the example's ClientApp (with
 ``secaggplus_mod`` and ``fixedclipping_mod``) on an in-process grid (every node its own
 ``Context``; no Ray). Issue #22 item 2.
@@ -25,7 +25,7 @@ from tests.server.test_wrapper import ClaimRecorder
 
 pytestmark = pytest.mark.slow
 
-TEMPLATE = Path(__file__).parent / "flower_fl_dp_sa"
+TEMPLATE = Path(__file__).parent / "third_party" / "flower_fl_dp_sa"
 ROOT = Path(__file__).resolve().parents[2]
 NODES, SAMPLED, K, SEED = 50, 10, 16, 0x5EED_DA5A
 
@@ -96,10 +96,26 @@ class InProcessGrid:
         ]
 
 
+def load_apps(monkeypatch, app: Path, package: str):
+    """The ServerApp and ClientApp of the app copied at ``app`` (its package ``package``),
+    imported afresh, with Flower's task identity of a ServerApp inside a run (restored after
+    the test)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    monkeypatch.syspath_prepend(str(app))
+    for name in [m for m in sys.modules if m == package or m.startswith(f"{package}.")]:
+        monkeypatch.delitem(sys.modules, name)
+    server_app = importlib.import_module(f"{package}.server_app").app
+    client_app = importlib.import_module(f"{package}.client_app").app
+    for private in ("_task_id", "_run_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, private, getattr(TaskIdentity, private), raising=False)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    return server_app, client_app
+
+
 def run_app(tmp_path: Path, monkeypatch, *, heavy: int, noise: float):
     """Run the app once; return (reporter, strategy)."""
     from flwr.app import Context, RecordDict
-    from flwr.supercore.task_identity import TaskIdentity
 
     import flaudit.server.wrapper as wrapper
 
@@ -119,14 +135,7 @@ def run_app(tmp_path: Path, monkeypatch, *, heavy: int, noise: float):
         return made[-1]
 
     monkeypatch.setattr(wrapper.LegacyCanaryAuditStrategy, "from_env", classmethod(local_from_env))
-    monkeypatch.syspath_prepend(str(app))
-    for name in [m for m in sys.modules if m == "fl_dp_sa" or m.startswith("fl_dp_sa.")]:
-        monkeypatch.delitem(sys.modules, name)
-    server_app = importlib.import_module("fl_dp_sa.server_app").app
-    client_app = importlib.import_module("fl_dp_sa.client_app").app
-    for private in ("_task_id", "_run_id", "_node_id"):  # restored after the test
-        monkeypatch.setattr(TaskIdentity, private, getattr(TaskIdentity, private), raising=False)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    server_app, client_app = load_apps(monkeypatch, app, "fl_dp_sa")
     random.seed(31)  # Flower's client sampling: node 1 (partition 0) first in round 1's sample
     np.random.seed(3)  # Flower's DP noise
     run_config = {
@@ -145,40 +154,7 @@ def run_app(tmp_path: Path, monkeypatch, *, heavy: int, noise: float):
 
 def alarm_status(reporter) -> str:
     """The service's own alarm decision on this run's statistics (final look)."""
-    from flaudit.auditor.canaries import seen_mask
-    from flaudit.auditor.claims import AuditLook
-    from flaudit.auditor.claims.curves import audit_claims
-    from flaudit.auditor.spec import AuditClaim, AuditSpec
-    from flaudit.service.live import decide, num_looks, summary_parts
-
-    spec = AuditClaim(**reporter.claims[0]).apply(
-        AuditSpec(
-            name="fl-dp-sa",
-            engine="external",
-            num_canaries=K,
-            canary_repeats=1,
-            max_canary_fraction=1.0,
-            delta=1e-5,
-        )
-    )
-    tracker = reporter.tracker
-    tests = summary_parts(
-        AuditLook(
-            seen=seen_mask(SEED, K),
-            dim=tracker.dim,
-            delta=spec.delta,
-            max_cosines=tracker.max_cosines,
-            final_cosines=tracker.final_cosines,
-            threat_models=["final_model", "all_iterates"],
-            known_rounds_scores=reporter.known_rounds.scores,
-            known_rounds_rounds=reporter.known_rounds.rounds,
-            scale_dof=tracker.scale_dof,
-            claims=audit_claims(spec),
-            num_rounds=spec.num_rounds,
-        ),
-        final=True,
-    )[3]
-    return decide(spec, tests, look=num_looks(spec)).status
+    return reporter.final_alarm("fl-dp-sa", SEED, K).status
 
 
 @pytest.mark.timeout(300)

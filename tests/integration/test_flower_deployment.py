@@ -23,7 +23,8 @@ from flaudit.auditor.spec import AuditSpec
 from flaudit.auditor.statistics import CosineTracker
 from flaudit.server.deployment import _run_config_toml, build_run_config
 from flaudit.service.external import round_canary_sum
-from tests.processes import BIN, ROOT, Processes, flower_env, free_port
+from tests.integration import federation
+from tests.processes import ROOT, Processes
 
 pytestmark = pytest.mark.slow
 
@@ -165,11 +166,7 @@ def _stop(procs: list[subprocess.Popen], marker: str) -> None:
 
 @pytest.mark.timeout(300)
 def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    env = flower_env(home, project_on_path=False)
-    link_port, node1_port, node2_port = free_port(), free_port(), free_port()
-    marker = f"127.0.0.1:{link_port}"
+    env, marker = federation.flower_home(tmp_path, project_on_path=False)
     spec = AuditSpec(
         task="synthetic",
         task_options={"dim": 3000, "test_size": 200},
@@ -185,9 +182,6 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
         superlink_address=marker,
     )
     ingest = Ingest("audit-42", spec)
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{marker}"\ninsecure = true\n'
-    )
     run_config = tmp_path / "run-config.toml"
     config = build_run_config(
         spec, audit_id="audit-42", canary_seed=SEED, ingest_url=ingest.url, run_token=TOKEN
@@ -199,43 +193,8 @@ def test_two_round_audit_on_superlink_with_two_supernodes(tmp_path):
 
     started = time.monotonic()
     try:
-        procs.start(
-            "superlink",
-            [
-                str(BIN / "flower-superlink"),
-                "--insecure",
-                "--port",
-                str(link_port),
-                "--disable-runtime-dependency-installation",
-            ],
-            env,
-        )
-        for i, port in enumerate((node1_port, node2_port)):
-            procs.start(
-                f"supernode{i}",
-                [
-                    str(BIN / "flower-supernode"),
-                    "--insecure",
-                    "--superlink",
-                    marker,
-                    "--port",
-                    str(port),
-                ],
-                env,
-            )
-        submitted = None
-        for _ in range(30):  # the SuperLink needs a few seconds to listen
-            time.sleep(2)
-            submitted = subprocess.run(
-                [str(BIN / "flwr"), "run", str(ROOT), "local", "--run-config", str(run_config)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            if submitted.returncode == 0:
-                break
-        assert submitted is not None and submitted.returncode == 0, submitted.stderr[-2000:]
+        federation.start_federation(procs, env, marker, 2, partitions=False)
+        federation.submit(ROOT, run_config, env, tmp_path, timeout=90)
         finished = ingest.done.wait(timeout=220)
         logs = {p.name: p.read_text(errors="replace")[-3000:] for p in tmp_path.glob("*.log")}
         assert finished, f"no final model received; logs: {logs}"

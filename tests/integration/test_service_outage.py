@@ -21,20 +21,16 @@ Both A and B finish with the ServerApp's exit 0 (``finished:completed``). ``OUTA
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import time
-import tomllib
-from pathlib import Path
 
 import httpx
 import pytest
 
 from flaudit.server.deployment import RunState, SuperLinkControl
-from tests.integration.test_byo_flower_app import API_KEY, NUM_CANARIES, _run_config, make_app
-from tests.processes import BIN, Processes, flower_env, free_port, wait_for, wait_for_audit
-from tests.service.service_process import ServiceProcess
+from tests.integration import federation
+from tests.integration.test_byo_flower_app import API_KEY, NUM_CANARIES, make_app
+from tests.processes import Processes, free_port, wait_for, wait_for_audit
 
 pytestmark = pytest.mark.slow
 
@@ -42,121 +38,32 @@ OUTAGE = float(os.environ.get("FLAUDIT_OUTAGE_SECONDS", "25"))
 ROUNDS = 8
 
 
-def _attach(service_url: str, env: dict, name: str, token_file: Path) -> dict:
-    attach = subprocess.run(
-        [
-            str(BIN / "flaudit"),
-            "attach",
-            "--url",
-            service_url,
-            "--canaries",
-            str(NUM_CANARIES),
-            "--max-canary-fraction",
-            "1.0",
-            "--name",
-            name,
-            "--format",
-            "run-config",
-            "--token-file",
-            str(token_file),
-        ],
-        env={**env, "FLAUDIT_API_KEY": API_KEY},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert attach.returncode == 0, attach.stderr
-    return tomllib.loads(attach.stdout)
-
-
-def _submit(app: Path, run_config: Path, env: dict, cwd: Path) -> int:
-    last: list[str] = []
-
-    def submit():
-        done = subprocess.run(
-            [
-                str(BIN / "flwr"),
-                "run",
-                str(app),
-                "local",
-                "--run-config",
-                str(run_config),
-                "--format",
-                "json",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=cwd,
-        )
-        last[:] = [f"exit {done.returncode}: {done.stdout[-1500:]} {done.stderr[-1500:]}"]
-        if done.returncode != 0 or "{" not in done.stdout:
-            return None
-        payload = json.loads(done.stdout[done.stdout.index("{") :])
-        return payload.get("run-id") if payload.get("success") else None
-
-    try:
-        return int(
-            wait_for(submit, timeout=180, interval=2, what="the SuperLink to accept the run")
-        )
-    except TimeoutError as exc:  # say what `flwr run` answered last
-        raise TimeoutError(f"{exc}; last `flwr run`: {last[0] if last else 'never ran'}") from None
-
-
 @pytest.mark.timeout(900)
 def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_path):
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    env = flower_env(home, project_on_path=True)
-    for key in ("FLAUDIT_AUDIT_ID", "FLAUDIT_URL", "FLAUDIT_RUN_TOKEN", "FLAUDIT_ON_SERVICE_ERROR"):
-        env.pop(key, None)
-    link_port = free_port()
-    marker = f"127.0.0.1:{link_port}"
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "{marker}"\ninsecure = true\n'
+    env, marker = federation.flower_home(
+        tmp_path, drop=(*federation.ATTACHMENT_VARIABLES, "FLAUDIT_ON_SERVICE_ERROR")
     )
-    db = f"sqlite:///{tmp_path / 'flaudit.db'}"
-    service_port = free_port()
-    service_env = {"FLAUDIT_PUBLIC_URL": f"http://127.0.0.1:{service_port}"}
-    service = ServiceProcess(
-        db, tmp_path / "service.log", api_key=API_KEY, port=service_port, env=service_env
-    )
+    service = federation.start_service(tmp_path, API_KEY)
     procs = Processes(tmp_path, cwd=tmp_path)
     runs: dict[str, dict] = {}
     timeline: dict[str, float] = {}
     try:
-        procs.start(
-            "superlink",
-            [
-                str(BIN / "flower-superlink"),
-                "--insecure",
-                "--port",
-                str(link_port),
-                "--disable-runtime-dependency-installation",
-            ],
-            env,
-        )
-        for i in range(2):
-            procs.start(
-                f"supernode{i}",
-                [
-                    str(BIN / "flower-supernode"),
-                    "--insecure",
-                    "--superlink",
-                    marker,
-                    "--port",
-                    str(free_port()),
-                    "--node-config",
-                    f"partition-id={i} num-partitions=2",
-                ],
-                env,
-            )
+        federation.start_federation(procs, env, marker, 2)
         http = httpx.Client(base_url=service.url, timeout=30)
         for name in ("A", "B", "C"):  # all attached while the service is up
             app = tmp_path / f"app-{name}"
             make_app(app, extra_client_metric=False)
-            lines = _attach(service.url, env, f"outage {name}", tmp_path / f"{name}.token")
+            lines = federation.attach(
+                service.url,
+                env,
+                API_KEY,
+                f"outage {name}",
+                tmp_path / f"{name}.token",
+                "--canaries",
+                str(NUM_CANARIES),
+                "--max-canary-fraction",
+                "1.0",
+            )
             extra = {}
             if name == "C":  # the app opts into fail-closed
                 pyproject = app / "pyproject.toml"
@@ -173,7 +80,7 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
             runs[name] = {
                 "app": app,
                 "audit": lines["flaudit-audit-id"],
-                "config": _run_config(
+                "config": federation.write_run_config(
                     tmp_path / f"{name}.toml",
                     {
                         "noise-multiplier": 1.0,
@@ -186,7 +93,7 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
                     },
                 ),
             }
-        runs["A"]["run"] = _submit(runs["A"]["app"], runs["A"]["config"], env, tmp_path)
+        runs["A"]["run"] = federation.submit(runs["A"]["app"], runs["A"]["config"], env, tmp_path)
         wait_for(
             lambda: http.get(f"/audits/{runs['A']['audit']}").json()["progress"]["round"] >= 2,
             timeout=300,
@@ -196,32 +103,24 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
         service.kill9()  # mid-training
         timeline["killed"] = time.monotonic()
         for name in ("B", "C"):  # started while the service is down
-            runs[name]["run"] = _submit(runs[name]["app"], runs[name]["config"], env, tmp_path)
+            runs[name]["run"] = federation.submit(
+                runs[name]["app"], runs[name]["config"], env, tmp_path
+            )
         control = SuperLinkControl(marker)
 
-        def run_log(name: str) -> str:  # the ServerApp's own log, as the SuperLink keeps it
-            shown = subprocess.run(
-                [str(BIN / "flwr"), "log", str(runs[name]["run"]), "local", "--show"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                cwd=tmp_path,
-            )
-            return shown.stdout + shown.stderr
+        def server_log(name: str) -> str:  # the ServerApp's own log, as the SuperLink keeps it
+            return federation.run_log(runs[name]["run"], env, tmp_path)
 
         # B must really train its round 1 with the service down before the service returns
         wait_for(
-            lambda: "round 1 trains without canaries" in run_log("B"),
+            lambda: "round 1 trains without canaries" in server_log("B"),
             timeout=400,
             interval=2,
             what="run B's round 1 to start without canaries",
         )
         timeline["b_running"] = time.monotonic()
         time.sleep(max(2.0, OUTAGE - (time.monotonic() - timeline["killed"])))
-        service = ServiceProcess(
-            db, tmp_path / "service2.log", api_key=API_KEY, port=service_port, env=service_env
-        )
+        service = federation.start_service(tmp_path, API_KEY, port=service.port, log="service2.log")
         timeline["back"] = time.monotonic()
         http = httpx.Client(base_url=service.url, timeout=30)
         bodies: list[str] = []
@@ -239,7 +138,7 @@ def test_training_survives_a_service_outage_and_the_audits_state_their_gaps(tmp_
                 interval=1,
                 what=f"run {name} to finish",
             )
-            run_logs[name] = run_log(name)
+            run_logs[name] = server_log(name)
             (tmp_path / f"serverapp-{name}.txt").write_text(run_logs[name])
         c_audit = http.get(f"/audits/{runs['C']['audit']}").json()
     finally:

@@ -34,7 +34,7 @@ from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries, read_clai
 SEED, K = 4242, 6
 Z_DELTA = 3**0.5 * 2 / 3  # (1 - 1/4)^(-1/2): z = 1, sigma_b = 1
 
-pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/server/conftest.py
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 
 class Grid3:

@@ -27,7 +27,7 @@ class RecordingReporter(LocalRoundReporter):
         self.deltas = getattr(self, "deltas", []) + [np.array(delta)]
 
 
-pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/server/conftest.py
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 
 class FakeGrid:
@@ -88,6 +88,21 @@ def _run(spec, behaviour, nodes=(101, 102, 103), **runtime_kwargs):
     return result, reporter, grid
 
 
+def _schedule(spec, seen):
+    """The participation schedule the runs here use (6 clients, 4 rounds of 4, uniform, each
+    seen canary in 2 rounds)."""
+    return participation_schedule(
+        num_clients=6,
+        num_seen_canaries=seen.size,
+        num_rounds=4,
+        participation="uniform",
+        clients_per_round=4,
+        sampling_probability=spec.sampling_probability,
+        canary_repeats=2,
+        seed=0,
+    )
+
+
 @pytest.mark.parametrize("canary_family", [None, "gaussian"])
 def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries(canary_family):
     spec = _spec(canary_family=canary_family)
@@ -101,16 +116,7 @@ def test_zero_noise_silent_clients_model_moves_by_exactly_the_scheduled_canaries
     assert result["canary_family"] == family.value == (canary_family or "orthogonal")
     assert reporter.tracker.family is family
     seen = np.flatnonzero(seen_mask(SEED, spec.num_canaries))
-    schedule = participation_schedule(
-        num_clients=6,
-        num_seen_canaries=seen.size,
-        num_rounds=4,
-        participation="uniform",
-        clients_per_round=4,
-        sampling_probability=spec.sampling_probability,
-        canary_repeats=2,
-        seed=0,
-    )
+    schedule = _schedule(spec, seen)
     theta = reporter.initial_model.astype(np.float64)
     for t, (round_number, meta) in enumerate(reporter.rounds, start=1):
         assert round_number == t
@@ -359,16 +365,7 @@ def test_rounds_report_the_released_aggregate_and_participants_with_momentum():
 
     mask = seen_mask(SEED, spec.num_canaries)
     seen = np.flatnonzero(mask)
-    schedule = participation_schedule(
-        num_clients=6,
-        num_seen_canaries=seen.size,
-        num_rounds=4,
-        participation="uniform",
-        clients_per_round=4,
-        sampling_probability=spec.sampling_probability,
-        canary_repeats=2,
-        seed=0,
-    )
+    schedule = _schedule(spec, seen)
     counts = np.zeros(spec.num_canaries, dtype=int)
     for t, (_, meta) in enumerate(reporter.rounds, start=1):
         part = np.array(meta.participants, dtype=int)

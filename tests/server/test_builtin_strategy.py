@@ -17,7 +17,7 @@ from flaudit.server.local import LocalCanaries
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
 
-pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/server/conftest.py
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 SEED = 0x5EED
 DIM = 400

@@ -92,9 +92,9 @@ def test_clients_are_clipped_and_uniformly_weighted():
     assert result.num_clipped == 1 and result.clipped_fraction == 0.5
 
 
-def test_noise_has_stddev_z_times_clip_over_m_monte_carlo():
-    dim, clip, z, m = 200_000, 0.5, 1.3, 10
-    result = aggregate_round(
+def _noise_only(dim, clip, z, m, **options):
+    """One round with no client and no canary: the update is the DP noise alone."""
+    return aggregate_round(
         client_updates=[],
         canary_directions=np.empty((0, dim)),
         clip_norm=clip,
@@ -102,7 +102,13 @@ def test_noise_has_stddev_z_times_clip_over_m_monte_carlo():
         expected_cohort_size=m,
         dim=dim,
         rng=np.random.default_rng(7),
+        **options,
     )
+
+
+def test_noise_has_stddev_z_times_clip_over_m_monte_carlo():
+    dim, clip, z, m = 200_000, 0.5, 1.3, 10
+    result = _noise_only(dim, clip, z, m)
     sample_std = result.update.std()
     assert sample_std == pytest.approx(z * clip / m, rel=0.01)  # se of std ~ 1/sqrt(2d) = 0.16%
     assert abs(result.update.mean()) < 5 * z * clip / m / np.sqrt(dim)
@@ -180,16 +186,7 @@ def test_injected_noise_bugs_change_the_noise_actually_added(bug, factor, noise_
     from flaudit.auditor.bugs import InjectedBug
 
     dim, clip, z, m = 200_000, 0.5, 1.3, 10
-    result = aggregate_round(
-        client_updates=[],
-        canary_directions=np.empty((0, dim)),
-        clip_norm=clip,
-        noise_multiplier=z,
-        expected_cohort_size=m,
-        dim=dim,
-        rng=np.random.default_rng(7),
-        bug=InjectedBug(kind=bug, factor=factor),
-    )
+    result = _noise_only(dim, clip, z, m, bug=InjectedBug(kind=bug, factor=factor))
     assert result.update.std() == pytest.approx(noise_ratio * z * clip / m, rel=0.01, abs=1e-12)
     assert result.noise_stddev == pytest.approx(z * clip)  # what the implementation claims
 

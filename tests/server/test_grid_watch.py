@@ -12,7 +12,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, 
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries
 
-pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/server/conftest.py
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 
 class Stop(Exception):

@@ -83,6 +83,18 @@ def _play(stop_on_alarm: bool):
     return strategy, reporter, sent, models
 
 
+def _service_spec(**fields) -> AuditSpec:
+    """The service's spec of the runs here (an attached audit of K canaries, 3 clients)."""
+    return AuditSpec(
+        engine="external",
+        num_canaries=K,
+        num_clients=3,
+        clients_per_round=3,
+        max_canary_fraction=0.9,
+        **fields,
+    )
+
+
 def test_the_wrapper_stops_training_after_the_alarms_round():
     strategy, reporter, sent, models = _play(stop_on_alarm=True)
     # canaries take cohort slots: messages + displaced nodes = the 3 sampled, until the alarm's
@@ -95,14 +107,7 @@ def test_the_wrapper_stops_training_after_the_alarms_round():
     assert reporter.claims[0]["stop_on_alarm"] is True
     # the declared claim makes the service's spec ask for the stop (and record it)
     claim = AuditClaim.model_validate({k: v for k, v in reporter.claims[0].items()})
-    spec = AuditSpec(
-        engine="external",
-        num_canaries=K,
-        num_clients=3,
-        clients_per_round=3,
-        max_canary_fraction=0.9,
-    )
-    assert claim.apply(spec).stop_on_alarm is True
+    assert claim.apply(_service_spec()).stop_on_alarm is True
 
 
 def test_without_the_option_the_run_goes_on():
@@ -110,13 +115,6 @@ def test_without_the_option_the_run_goes_on():
     assert [n + strategy.displaced.get(t, 0) for t, n in enumerate(sent, 1)] == [3] * ROUNDS
     assert strategy.stopped_at_round is None
     assert len(reporter.rounds) == ROUNDS and "stop_on_alarm" not in reporter.claims[0]
-    spec = AuditSpec(
-        engine="external",
-        num_canaries=K,
-        num_clients=3,
-        clients_per_round=3,
-        max_canary_fraction=0.9,
-        stop_on_alarm=True,
-    )
+    spec = _service_spec(stop_on_alarm=True)
     claim = AuditClaim.model_validate(reporter.claims[0])
     assert claim.apply(spec).stop_on_alarm is True  # a claim without it keeps the spec's

@@ -24,7 +24,7 @@ K = 10
 S = 0.5
 
 
-pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/server/conftest.py
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 
 class Grid3:
@@ -37,6 +37,42 @@ class ClaimRecorder(LocalRoundReporter):
 
     def declare_claim(self, claim):
         self.claims = [*getattr(self, "claims", []), claim]
+
+    def final_alarm(self, name: str, seed: int, num_canaries: int, num_rounds: int | None = None):
+        """The service's own alarm decision (its final look) on the statistics recorded here,
+        for the first claim declared (``num_rounds``: the claim's by default)."""
+        from flaudit.auditor.claims import AuditLook
+        from flaudit.auditor.claims.curves import audit_claims
+        from flaudit.service.live import decide, num_looks, summary_parts
+
+        spec = AuditClaim(**self.claims[0]).apply(
+            AuditSpec(
+                name=name,
+                engine="external",
+                num_canaries=num_canaries,
+                canary_repeats=1,
+                max_canary_fraction=1.0,
+                delta=1e-5,
+            )
+        )
+        tracker = self.tracker
+        tests = summary_parts(
+            AuditLook(
+                seen=seen_mask(seed, num_canaries),
+                dim=tracker.dim,
+                delta=spec.delta,
+                max_cosines=tracker.max_cosines,
+                final_cosines=tracker.final_cosines,
+                threat_models=["final_model", "all_iterates"],
+                known_rounds_scores=self.known_rounds.scores,
+                known_rounds_rounds=self.known_rounds.rounds,
+                scale_dof=tracker.scale_dof,
+                claims=audit_claims(spec),
+                num_rounds=num_rounds or spec.num_rounds,
+            ),
+            final=True,
+        )[3]
+        return decide(spec, tests, look=num_looks(spec))
 
 
 def _dp(noise=0.0, fedavg=None):

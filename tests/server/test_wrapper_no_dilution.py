@@ -20,8 +20,10 @@ from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
 from flaudit.auditor.canaries import seen_mask
-from flaudit.auditor.spec import AuditClaim, AuditSpec
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries
+from tests.integration.flower_weighted.pytorch_example.planted_bug import (
+    ShortNoise,  # the worked example's planted bug
+)
 from tests.server.test_wrapper import ClaimRecorder, CountingFedAvg, LoopGrid
 
 pytestmark = pytest.mark.usefixtures("flower_task_identity")
@@ -33,24 +35,14 @@ NOISE = 1.0
 CLIP = 1.0
 
 
-class QuietNoise(DifferentialPrivacyServerSideFixedClipping):
+class QuietNoise(ShortNoise):
     """The planted bug: claims ``noise_multiplier`` but adds a quarter of that noise."""
 
-    def aggregate_train(self, server_round, replies):
-        claimed = self.noise_multiplier
-        self.noise_multiplier = claimed / 4
-        try:
-            return super().aggregate_train(server_round, replies)
-        finally:
-            self.noise_multiplier = claimed
+    noise_factor = 0.25
 
 
 def audit(dp_class, noise_seed):
     """Run the wrapped app; return (alarm, replies aggregated per round, claim, reporter)."""
-    from flaudit.auditor.claims import AuditLook
-    from flaudit.auditor.claims.curves import audit_claims
-    from flaudit.service.live import decide, num_looks, summary_parts
-
     np.random.seed(noise_seed)  # Flower's DP noise draws from numpy's global generator
     fedavg = CountingFedAvg(
         fraction_train=2 / 3, min_train_nodes=2, min_available_nodes=3, fraction_evaluate=0.0
@@ -62,35 +54,7 @@ def audit(dp_class, noise_seed):
     grid = LoopGrid(nodes=(11, 12, 13), seed=noise_seed)
     strategy.start(grid, ArrayRecord([np.zeros(1000, np.float32)]), num_rounds=ROUNDS)
 
-    claim = reporter.claims[0]
-    spec = AuditClaim(**claim).apply(
-        AuditSpec(
-            name="no dilution",
-            engine="external",
-            num_canaries=K,
-            canary_repeats=1,
-            max_canary_fraction=1.0,
-            delta=1e-5,
-        )
-    )
-    tracker = reporter.tracker
-    _, _, _, tests = summary_parts(
-        AuditLook(
-            seen=seen_mask(SEED, K),
-            dim=tracker.dim,
-            delta=spec.delta,
-            max_cosines=tracker.max_cosines,
-            final_cosines=tracker.final_cosines,
-            threat_models=["final_model", "all_iterates"],
-            known_rounds_scores=reporter.known_rounds.scores,
-            known_rounds_rounds=reporter.known_rounds.rounds,
-            scale_dof=tracker.scale_dof,
-            claims=audit_claims(spec),
-            num_rounds=ROUNDS,
-        ),
-        final=True,
-    )
-    alarm = decide(spec, tests, look=num_looks(spec))
+    alarm = reporter.final_alarm("no dilution", SEED, K, ROUNDS)
     return alarm, fedavg.aggregated, grid.sent, strategy, reporter
 
 

@@ -111,3 +111,24 @@ def start_run(store: Store, audit_id: str) -> dict:
 
 def f32(array) -> bytes:
     return np.asarray(array, dtype="<f4").tobytes()
+
+
+def put_gap(
+    client: TestClient,
+    audit_id: str,
+    headers: dict,
+    t: int,
+    reason: str = "the canary fetch failed: connection refused",
+):
+    """Round ``t`` of a ``SMALL_SPEC`` audit, trained without canaries (``reason``)."""
+    return client.put(
+        f"/audits/{audit_id}/rounds/{t}",
+        content=f32(np.zeros(SMALL_SPEC["task_options"]["dim"])),
+        headers=headers,
+        params={
+            "clip_norm": 1.0,
+            "cohort_size": 5,
+            "num_canaries_inserted": 0,
+            "canaries_missing": reason,
+        },
+    )

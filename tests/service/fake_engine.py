@@ -25,6 +25,17 @@ FAKE_ENV = {
     "FLAUDIT_WORKER_TARGET": "tests.service.fake_engine:worker",
     "FLAUDIT_ALLOW_CUSTOM_TASKS": "1",
 }
+#: A spec of this engine without its rounds and task options (10 clients, 5 a round, 20
+#: canaries, z = 0.5)
+FAKE_SPEC = {
+    "task": FAKE_TASK,
+    "num_clients": 10,
+    "clients_per_round": 5,
+    "num_canaries": 20,
+    "noise_multiplier": 0.5,
+    "clip_norm": 1.0,
+    "delta": 1e-5,
+}
 
 
 def task(**options):

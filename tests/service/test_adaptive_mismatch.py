@@ -33,16 +33,7 @@ EXTERNAL = {
     "delta": 1e-5,
 }
 
-
-@pytest.fixture(autouse=True)
-def _flower_task_identity():
-    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 
 def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):

@@ -15,7 +15,7 @@ from datetime import timedelta
 import httpx
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
 import flaudit.service.routers.audits as audits_router
@@ -25,20 +25,11 @@ from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
 from flaudit.service.silence import SILENCE_SECONDS, silence_limit, start_limit
 from flaudit.service.store import as_utc, utcnow
+from tests.flower_rounds import reply
 
 from .conftest import AUTH, SMALL_SPEC, f32, start_run, submit
 from .fake_engine import synthetic_run
-
-
-@pytest.fixture
-def flower_identity():
-    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+from .test_dead_runs import report_rounds, started_run
 
 
 @pytest.fixture
@@ -276,7 +267,7 @@ class _Grid3:
 
 
 def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on(
-    client, store, flower_identity, caplog, seeded
+    client, store, flower_task_identity, caplog, seeded
 ):
     body = client.post(
         "/audits",
@@ -312,17 +303,7 @@ def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on
                 vec = current + 0.01 * rng.standard_normal(630).astype(np.float32)
                 if t >= 3:
                     vec[:] = np.nan
-                replies.append(
-                    Message(
-                        content=RecordDict(
-                            {
-                                "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
-                                "metrics": MetricRecord({"num-examples": 10}),
-                            }
-                        ),
-                        reply_to=msg,
-                    )
-                )
+                replies.append(reply(msg, vec))
             arrays, _ = strategy.aggregate_train(t, replies)
             strategy.flush()
     reporter.close()
@@ -345,47 +326,11 @@ def test_a_run_whose_model_goes_nan_ends_its_audit_with_the_reason_and_trains_on
 
 
 def test_the_heartbeat_answers_the_silence_limit_and_the_wrapper_follows_it(client):
-    body = client.post(
-        "/audits",
-        json={"engine": "external", "num_canaries": 8, "max_canary_fraction": 1.0},
-        headers=AUTH,
-    ).json()
-    audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
-    run = {"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": "r1"}
-    claim = {
-        "noise_multiplier": 1.0,
-        "clip_norm": 0.5,
-        "num_rounds": 5,
-        "num_clients": 4,
-        "clients_per_round": 4,
-    }
-    assert client.put(f"/audits/{audit_id}/claim", json=claim, headers=run).status_code == 200
-    raw = {**run, "Content-Type": "application/octet-stream"}
-    assert (
-        client.put(
-            f"/audits/{audit_id}/initial-model", content=f32(np.zeros(64)), headers=raw
-        ).status_code
-        == 200
-    )
+    audit_id, run = started_run(client, 0)
+    token = run["Authorization"].removeprefix("Bearer ")
     beat = client.put(f"/audits/{audit_id}/heartbeat", headers=run).json()
     assert beat["silence_limit_seconds"] == SILENCE_SECONDS  # before round 1 too
-    meta = {
-        "clip_norm": 0.5,
-        "cohort_size": 4,
-        "num_canaries_inserted": 0,
-        "num_failures": 0,
-        "clipped_fraction": 0,
-        "noise_stddev": 0.5,
-        "canaries_missing": "test",
-    }
-    for t in (1, 2, 3):  # fast rounds
-        r = client.put(
-            f"/audits/{audit_id}/rounds/{t}",
-            params=meta,
-            content=f32(np.full(64, 0.01)),
-            headers=raw,
-        )
-        assert r.status_code == 200, r.text
+    report_rounds(client, audit_id, run, (1, 2, 3))  # fast rounds
     beat = client.put(f"/audits/{audit_id}/heartbeat", headers=run)
     assert beat.json()["silence_limit_seconds"] == SILENCE_SECONDS
     reporter = HttpRoundReporter("http://testserver", audit_id, token)

@@ -127,7 +127,9 @@ def clock(monkeypatch):
     return clock
 
 
-def _started(client, rounds: int) -> tuple[str, dict]:
+def started_run(client, rounds: int) -> tuple[str, dict]:
+    """An attached audit whose run declared ``CLAIM`` and sent its initial model and its first
+    ``rounds`` rounds; returns (audit id, the run's headers)."""
     body = client.post(
         "/audits",
         json={"engine": "external", "num_canaries": 8, "max_canary_fraction": 1.0},
@@ -137,13 +139,18 @@ def _started(client, rounds: int) -> tuple[str, dict]:
     run = {"Authorization": f"Bearer {token}", "X-Flaudit-Run-Id": "r1"}
     assert client.put(f"/audits/{audit_id}/claim", json=CLAIM, headers=run).status_code == 200
     raw = {**run, "Content-Type": "application/octet-stream"}
-    assert (
-        client.put(
-            f"/audits/{audit_id}/initial-model", content=f32(np.zeros(64)), headers=raw
-        ).status_code
-        == 200
+    initial = client.put(
+        f"/audits/{audit_id}/initial-model", content=f32(np.zeros(64)), headers=raw
     )
-    for t in range(1, rounds + 1):
+    assert initial.status_code == 200, initial.text
+    report_rounds(client, audit_id, run, range(1, rounds + 1))
+    return audit_id, run
+
+
+def report_rounds(client, audit_id: str, run: dict, rounds) -> None:
+    """Rounds ``rounds`` of a run started by ``started_run`` (small updates, no canaries)."""
+    raw = {**run, "Content-Type": "application/octet-stream"}
+    for t in rounds:
         r = client.put(
             f"/audits/{audit_id}/rounds/{t}",
             params=META,
@@ -151,12 +158,11 @@ def _started(client, rounds: int) -> tuple[str, dict]:
             headers=raw,
         )
         assert r.status_code == 200, r.text
-    return audit_id, run
 
 
 @pytest.mark.parametrize("rounds", [0, 1, 4])
 def test_a_run_silent_after_its_first_rounds_ends_within_200_s(client, store, rounds):
-    audit_id, _ = _started(client, rounds)
+    audit_id, _ = started_run(client, rounds)
     last = as_utc(store.get_audit(audit_id).last_contact_at)
     since = last - timedelta(hours=1)
     assert store.end_silent_external(since=since, now=last + timedelta(seconds=140)) == []
@@ -170,7 +176,7 @@ def test_a_run_silent_after_its_first_rounds_ends_within_200_s(client, store, ro
 
 
 def test_a_10_minute_round_with_progress_heartbeats_keeps_running(client, store, clock):
-    audit_id, run = _started(client, 1)
+    audit_id, run = started_run(client, 1)
     since = clock.now - timedelta(hours=1)
     round_start = clock.now
     for beat in range(1, 21):  # round 2 trains for 10 minutes; a heartbeat every 30 s
@@ -194,7 +200,7 @@ def test_a_10_minute_round_with_progress_heartbeats_keeps_running(client, store,
 
 
 def test_heartbeats_after_the_superlink_died_end_the_audit_within_3_minutes(client, store, clock):
-    audit_id, run = _started(client, 4)
+    audit_id, run = started_run(client, 4)
     since = clock.now - timedelta(hours=1)
     dead = clock.now  # the SuperLink's last answer
     ended = None
@@ -220,7 +226,7 @@ def test_heartbeats_after_the_superlink_died_end_the_audit_within_3_minutes(clie
 
 
 def test_heartbeats_of_a_run_stuck_past_its_round_timeout_do_not_keep_it(client, store, clock):
-    audit_id, run = _started(client, 1)
+    audit_id, run = started_run(client, 1)
     since = clock.now - timedelta(hours=1)
     stuck = clock.now
     ended = None
@@ -243,7 +249,7 @@ def test_heartbeats_of_a_run_stuck_past_its_round_timeout_do_not_keep_it(client,
 
 
 def test_a_heartbeat_body_is_validated(client):
-    audit_id, run = _started(client, 0)
+    audit_id, run = started_run(client, 0)
     r = client.put(f"/audits/{audit_id}/heartbeat", json={"grid_age_seconds": -1}, headers=run)
     assert r.status_code == 422
     assert any("grid_age_seconds" in ".".join(map(str, e["loc"])) for e in r.json()["detail"])

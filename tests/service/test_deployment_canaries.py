@@ -18,9 +18,6 @@ from flaudit.server.local import LocalCanaries
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.service.store import AuditRound
 
-# a fixture, re-exported for pytest (`as` marks it used; the tests' parameters take its value)
-from tests.server.conftest import flower_task_identity as flower_task_identity
-
 from .conftest import f32, make_client, start_run
 
 SEED = 0x5EED_2929_0BAD_F00D_1234_5678_9ABC_DEF1

@@ -7,22 +7,19 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 
-import httpx
 import numpy as np
 import pytest
-import uvicorn
 
 import flaudit.service.routers.audits as audits_router
 from flaudit.auditor.claims.evidence import recompute, seed_commitment
 from flaudit.commands.cli import main as cli_main
 from flaudit.service.evidence_store import list_signing_keys, rotate_signing_key
 from flaudit.service.store import Store
-from tests.processes import TEST_SECRET_KEY, free_port, wait_for
+from tests.processes import TEST_SECRET_KEY, serve_in_thread
 
 from .conftest import AUTH, CIPHER, make_client
-from .test_verdict import BASE, _run
+from .gaussian_runs import BASE, gaussian_run
 
 SEEDS = iter(range(0x5EED_2026_1127_0F1A_0D17_C0DE_CAFE, 2**128))
 
@@ -43,8 +40,8 @@ def ended(tmp_path_factory):
     out = {"store": store, "path": path}
     with make_client(store) as client:
         out["client"] = client
-        correct, _ = _run(client, store, BASE, noise_scale=1.0)
-        broken, _ = _run(client, store, {**BASE, "reveal_seed": True}, noise_scale=0.2)
+        correct, _ = gaussian_run(client, store, BASE, noise_scale=1.0)
+        broken, _ = gaussian_run(client, store, {**BASE, "reveal_seed": True}, noise_scale=0.2)
         out["ids"] = (correct, broken)
         out["bundles"] = {a: client.get(f"/audits/{a}/evidence").json() for a in (correct, broken)}
         out["audits"] = {a: client.get(f"/audits/{a}").json() for a in (correct, broken)}
@@ -273,32 +270,13 @@ def test_rotate_signing_key_command_retires_the_active_key(tmp_path, monkeypatch
 
 def test_verify_reads_the_keys_from_a_running_service(ended, tmp_path, capsys):
     """``--url``: GET /keys of the real app (uvicorn on the test store)."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            make_client(ended["store"]).app, host="127.0.0.1", port=port, log_config=None
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(
-            lambda: (
-                server.started and httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
-            ),
-            timeout=30,
-            interval=0.2,
-            what="uvicorn",
-        )
+    with serve_in_thread(make_client(ended["store"]).app, log_config=None) as port:
         bundle = ended["bundles"][ended["ids"][1]]
         code, _ = _verify(tmp_path, bundle, "--url", f"http://127.0.0.1:{port}")
         assert (
             code == 0
             and f"signed by key {bundle['signature']['key_id']}" in capsys.readouterr().out
         )
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def test_a_pretty_printed_bundle_still_verifies_and_help_lists_the_exit_statuses(

@@ -14,11 +14,11 @@ from __future__ import annotations
 import httpx
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+from flwr.app import ConfigRecord
 
 from flaudit.server.http_reporter import HttpRoundReporter, ReportingError
 from flaudit.server.wrapper import CanaryAuditStrategy
+from tests.flower_rounds import DIM, Grid3, dp_fedavg, flat, initial_arrays, reply, small_steps
 
 from .conftest import AUTH
 
@@ -29,20 +29,10 @@ EXTERNAL = {
     "max_canary_fraction": 1.0,
     "delta": 1e-5,
 }
-S = 0.5
-SHAPES = [(20, 30), (30,)]
-DIM = 630
 
+S = 0.5  # the clip norm of tests.flower_rounds.dp_fedavg
 
-@pytest.fixture(autouse=True)
-def _flower_task_identity():
-    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
 
 class Switch(httpx.BaseTransport):
@@ -56,11 +46,6 @@ class Switch(httpx.BaseTransport):
         if not self.up:
             raise httpx.ConnectError("connection refused (service down)")
         return self.inner.handle_request(request)
-
-
-class Grid3:
-    def get_node_ids(self):
-        return [1, 2, 3]
 
 
 def _run_auth(token):
@@ -87,38 +72,20 @@ def _reporter(client, audit_id, token, switch, **options):
 
 
 def _strategy(reporter, num_rounds):
-    dp = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.5,
-        clipping_norm=S,
-        num_sampled_clients=3,
-    )
-    return CanaryAuditStrategy(dp, reporter=reporter, num_rounds=num_rounds)
+    return CanaryAuditStrategy(dp_fedavg(), reporter=reporter, num_rounds=num_rounds)
 
 
 def _train(strategy, num_rounds, switch, *, down=(), seed=0):
     """Drive Flower's round loop by hand (no Ray); the service is away in rounds ``down``.
     Returns the final model as one vector."""
     rng = np.random.default_rng(seed)
-    arrays = ArrayRecord([rng.standard_normal(s).astype(np.float32) for s in SHAPES])
+    arrays = initial_arrays(rng)
     for t in range(1, num_rounds + 1):
         switch.up = t not in down
         messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
-        current = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
-        replies = []
-        for msg in messages:
-            u = rng.standard_normal(DIM).astype(np.float32)
-            vec = current + u * (0.1 * S / np.linalg.norm(u))
-            content = RecordDict(
-                {
-                    "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
-                    "metrics": MetricRecord({"num-examples": 10}),
-                }
-            )
-            replies.append(Message(content=content, reply_to=msg))
-        arrays, _ = strategy.aggregate_train(t, replies)
+        arrays, _ = strategy.aggregate_train(t, small_steps(messages, arrays, rng))
         strategy.flush()  # the round's report has been handed over before the switch flips
-    return np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
+    return flat(arrays)
 
 
 def test_training_goes_on_through_an_outage_and_the_audit_states_its_gaps(client, store, caplog):
@@ -203,24 +170,12 @@ def test_stop_mode_stops_the_run_with_a_clear_message(client):
 def _partial(strategy, rounds, seed):
     """``rounds`` rounds of training, then the ServerApp stops (no final model)."""
     rng = np.random.default_rng(seed)
-    arrays = ArrayRecord([rng.standard_normal(s).astype(np.float32) for s in SHAPES])
+    arrays = initial_arrays(rng)
     for t in range(1, rounds + 1):
         messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
-        current = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
-        replies = [
-            Message(
-                content=RecordDict(
-                    {
-                        "arrays": ArrayRecord(
-                            [current[:600].reshape(20, 30), current[600:] + 0.01]
-                        ),
-                        "metrics": MetricRecord({"num-examples": 10}),
-                    }
-                ),
-                reply_to=m,
-            )
-            for m in messages
-        ]
+        current = flat(arrays)
+        current[600:] += 0.01
+        replies = [reply(m, current) for m in messages]
         arrays, _ = strategy.aggregate_train(t, replies)
         strategy.flush()
 

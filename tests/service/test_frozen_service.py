@@ -16,16 +16,20 @@ import time
 import httpx
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+from flwr.app import ConfigRecord
 
-from flaudit.server.http_reporter import HttpRoundReporter
-from flaudit.server.wrapper import CanaryAuditStrategy
+from tests.flower_rounds import (
+    DIM,
+    Grid3,
+    attached_strategy,
+    initial_arrays,
+    small_steps,
+)
 from tests.processes import wait_for
 
 from .service_process import ServiceProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("flower_task_identity")]
 
 KEY = "frozen-service-key-" + "k" * 12
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -33,32 +37,13 @@ BUDGET = 1.0  # seconds per round the audit may add (the default is 5 s)
 MARGIN = 1.0 * BUDGET  # the wrapper's own work on a 630-value model is milliseconds
 ROUNDS = 10
 FROZEN = range(3, 9)  # rounds trained while the service is stopped
-S = 0.5
-SHAPES = [(20, 30), (30,)]
-DIM = 630
-
-
-@pytest.fixture(autouse=True)
-def _flower_task_identity():
-    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
-
-
-class Grid3:
-    def get_node_ids(self):
-        return [1, 2, 3]
 
 
 def _rounds(strategy, on_round, rounds: int = ROUNDS) -> list[float]:
     """Drive Flower's round loop by hand (the clients answer at once); the seconds the wrapper
     took in each round (configure_train + aggregate_train)."""
     rng = np.random.default_rng(0)
-    arrays = ArrayRecord([rng.standard_normal(s).astype(np.float32) for s in SHAPES])
+    arrays = initial_arrays(rng)
     # what start() does before round 1: the claim and theta_0 (outside the round budget)
     strategy.declare(Grid3(), rounds)
     strategy._report_initial(arrays)
@@ -68,18 +53,7 @@ def _rounds(strategy, on_round, rounds: int = ROUNDS) -> list[float]:
         began = time.monotonic()
         messages = list(strategy.configure_train(t, arrays, ConfigRecord({}), Grid3()))
         took = time.monotonic() - began
-        current = np.concatenate([a.ravel() for a in arrays.to_numpy_ndarrays()])
-        replies = []
-        for msg in messages:
-            u = rng.standard_normal(DIM).astype(np.float32)
-            vec = current + u * (0.1 * S / np.linalg.norm(u))
-            content = RecordDict(
-                {
-                    "arrays": ArrayRecord([vec[:600].reshape(20, 30), vec[600:]]),
-                    "metrics": MetricRecord({"num-examples": 10}),
-                }
-            )
-            replies.append(Message(content=content, reply_to=msg))
+        replies = small_steps(messages, arrays, rng)
         began = time.monotonic()
         if t == rounds:  # the last round also sends the final model: not a round's pace
             strategy.flush()
@@ -94,25 +68,9 @@ def _rounds(strategy, on_round, rounds: int = ROUNDS) -> list[float]:
 
 
 def _audit(http, service, num_canaries=16, **options):
-    body = http.post(
-        "/audits",
-        json={
-            "engine": "external",
-            "num_canaries": num_canaries,
-            "max_canary_fraction": 1.0,
-            "delta": 1e-5,
-        },
-        headers=AUTH,
-    ).json()
-    audit_id, token = body["id"], body["environment"]["FLAUDIT_RUN_TOKEN"]
-    reporter = HttpRoundReporter(service.url, audit_id, token, fetch_timeout=BUDGET)
-    dp = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.5,
-        clipping_norm=S,
-        num_sampled_clients=3,
+    return attached_strategy(
+        http, service.url, AUTH, num_canaries=num_canaries, fetch_timeout=BUDGET, **options
     )
-    return audit_id, reporter, CanaryAuditStrategy(dp, reporter=reporter, **options)
 
 
 def _warm_up(http, service) -> None:

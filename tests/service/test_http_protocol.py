@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import select
-import threading
 import time
 
 import pytest
-import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from flaudit.service.http_protocol import MAX_HEAD_BYTES, http_protocol
-from tests.processes import free_port
+from tests.processes import serve_in_thread
 from tests.raw_http import (
     assert_431,
     connect,
@@ -80,26 +78,14 @@ def keep_alive_port(request):
 
 
 def _serve(base, timeout: float):
-    port = free_port()
-    config = uvicorn.Config(
+    with serve_in_thread(
         app,
-        host="127.0.0.1",
-        port=port,
         lifespan="off",
         log_level="warning",
         http=http_protocol(header_timeout_seconds=timeout, base=base),
         timeout_keep_alive=60,  # so that only the head timeout closes idle connections
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield port
-    server.should_exit = True
-    thread.join(timeout=30)
+    ) as port:
+        yield port
 
 
 def test_a_stalled_partial_head_is_answered_408_and_closed(port):

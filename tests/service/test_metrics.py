@@ -7,26 +7,13 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from flaudit.auditor.canaries import canary_vectors, resolve_canary_family, seen_mask
-from flaudit.auditor.spec import AuditSpec
+from .conftest import AUTH, SMALL_SPEC, f32, make_client, put_gap, start_run, submit
+from .gaussian_runs import BASE, fix_canary_seeds, gaussian_run
 
-from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
+#: The first canary seed of the leaky runs here and in test_webhooks.py
+LEAKY_SEEDS = 0x5EED_4141_0000_0F1A_0D17_C0DE_CAFE
 
-DIM = 1000
-
-LEAKY = {
-    "name": "metrics",
-    "task": "synthetic",
-    "task_options": {"dim": DIM},
-    "num_rounds": 4,
-    "num_clients": 400,
-    "clients_per_round": 5,
-    "participation": "uniform",
-    "num_canaries": 400,
-    "noise_multiplier": 1.0,
-    "clip_norm": 1.0,
-    "delta": 1e-5,
-}
+LEAKY = {**BASE, "name": "metrics"}
 
 FAMILIES = {
     "flaudit_audits": "gauge",
@@ -50,10 +37,7 @@ BUDGET_REASON = (
 @pytest.fixture(autouse=True)
 def fixed_canary_seeds(monkeypatch):
     """The same canaries on every run (the leaky run below then fires the alarm every time)."""
-    import flaudit.service.routers.audits as audits_router
-
-    seeds = iter(range(0x5EED_4141_0000_0F1A_0D17_C0DE_CAFE, 2**128))
-    monkeypatch.setattr(audits_router, "new_master_seed", lambda: next(seeds))
+    fix_canary_seeds(monkeypatch, LEAKY_SEEDS)
 
 
 def scrape(client, **kwargs) -> tuple[dict, dict]:
@@ -84,47 +68,7 @@ def audit_gauges(samples: dict) -> dict:
 def leaky_run(client, store) -> tuple[str, list[dict]]:
     """A Gaussian mechanism with a fifth of the claimed noise (a DP bug) and its canaries, four
     rounds with their participants and the final model, through the ingest routes."""
-    audit_id = submit(client, LEAKY)
-    headers = start_run(store, audit_id)
-    spec = AuditSpec.model_validate(LEAKY)
-    seed = store.canary_seed(audit_id)
-    k, m = spec.num_canaries, spec.clients_per_round
-    rng = np.random.default_rng(41)
-    seen = seen_mask(seed, k)
-    family = resolve_canary_family(spec.canary_family, num_canaries=k, dim=DIM)
-    canaries = canary_vectors(seed, np.arange(k), DIM, family=family)
-    round_of = rng.integers(0, spec.num_rounds, size=k)
-    theta = rng.normal(size=DIM).astype(np.float32)
-    base = f"/audits/{audit_id}"
-    assert (
-        client.put(f"{base}/initial-model", content=f32(theta), headers=headers).status_code == 200
-    )
-    acks = []
-    for t in range(1, spec.num_rounds + 1):
-        inserted = seen & (round_of == t - 1)
-        update = (
-            canaries[inserted].sum(axis=0, dtype=np.float64)
-            + rng.normal(scale=0.2 * spec.noise_multiplier, size=DIM)
-        ) / m
-        participants = np.flatnonzero(round_of == t - 1).astype("<i4")
-        meta = {
-            "clip_norm": 1.0,
-            "cohort_size": m,
-            "num_canaries_inserted": int(inserted.sum()),
-            "num_participants": int(participants.size),
-        }
-        response = client.put(
-            f"{base}/rounds/{t}",
-            params=meta,
-            content=f32(update) + participants.tobytes(),
-            headers=headers,
-        )
-        assert response.status_code == 200, response.text
-        acks.append(response.json())
-        theta = theta + update.astype(np.float32)
-    response = client.put(f"{base}/final-model", content=f32(theta), headers=headers)
-    assert response.status_code == 200, response.text
-    return audit_id, acks
+    return gaussian_run(client, store, LEAKY, noise_scale=0.2, noise_seed=41)
 
 
 def run_with_gaps(client, store) -> str:
@@ -137,17 +81,7 @@ def run_with_gaps(client, store) -> str:
     zeros = f32(np.zeros(dim))
     assert client.put(f"{base}/initial-model", content=zeros, headers=headers).status_code == 200
     for t, reason in ((1, BUDGET_REASON), (2, "the canary fetch failed: connection refused")):
-        response = client.put(
-            f"{base}/rounds/{t}",
-            content=zeros,
-            headers=headers,
-            params={
-                "clip_norm": 1.0,
-                "cohort_size": 5,
-                "num_canaries_inserted": 0,
-                "canaries_missing": reason,
-            },
-        )
+        response = put_gap(client, audit_id, headers, t, reason)
         assert response.status_code == 200, response.text
     response = client.put(
         f"{base}/rounds/3/missing",

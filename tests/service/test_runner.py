@@ -10,23 +10,13 @@ from flaudit.service.store import Store
 from tests.processes import wait_for
 
 from .conftest import CIPHER
-from .fake_engine import FAKE_ENV, FAKE_TASK
+from .fake_engine import FAKE_ENV, FAKE_SPEC
 from .service_process import ServiceProcess, tagged_processes
 
 pytestmark = pytest.mark.slow
 KEY = "runner-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-BASE = {
-    "num_rounds": 8,
-    "num_clients": 10,
-    "clients_per_round": 5,
-    "num_canaries": 20,
-    "noise_multiplier": 0.5,
-    "clip_norm": 1.0,
-    "delta": 1e-5,
-    "task": FAKE_TASK,
-    "task_options": {"dim": 1000, "round_seconds": 0.1},
-}
+BASE = {**FAKE_SPEC, "num_rounds": 8, "task_options": {"dim": 1000, "round_seconds": 0.1}}
 
 
 @pytest.mark.timeout(150)

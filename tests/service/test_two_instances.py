@@ -12,8 +12,8 @@ import pytest
 from flaudit.service.store import Store
 from tests.processes import wait_for
 
-from .conftest import POSTGRES_URL, _drop
-from .fake_engine import FAKE_ENV, FAKE_TASK
+from .conftest import BACKENDS, POSTGRES_URL, _drop
+from .fake_engine import FAKE_ENV, FAKE_SPEC
 from .service_process import ServiceProcess
 
 pytestmark = pytest.mark.slow
@@ -21,32 +21,15 @@ KEY = "two-instances-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 LEASE = 3  # seconds: the audit runs for several leases, so only heartbeats keep it alive
 SPEC = {
+    **FAKE_SPEC,
     "name": "long",
-    "task": FAKE_TASK,
     "task_options": {"dim": 1000, "round_seconds": 0.25},
     "num_rounds": 36,
-    "num_clients": 10,
-    "clients_per_round": 5,
-    "num_canaries": 20,
-    "noise_multiplier": 0.5,
-    "clip_norm": 1.0,
-    "delta": 1e-5,
     "timeout_seconds": 120,
 }
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param(
-            "postgresql",
-            marks=[
-                pytest.mark.postgres,
-                pytest.mark.skipif(not POSTGRES_URL, reason="FLAUDIT_TEST_POSTGRES_URL not set"),
-            ],
-        ),
-    ]
-)
+@pytest.fixture(params=BACKENDS)
 def database_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared.db'}"

@@ -18,17 +18,16 @@ Timings are generous bounds, not speed targets: the limit is 1 s, a trickler run
 
 from __future__ import annotations
 
+import contextlib
 import select
-import threading
 import time
 
 import pytest
-import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from flaudit.service.http_protocol import http_protocol
-from tests.processes import free_port
+from tests.processes import serve_in_thread
 from tests.raw_http import connect, read_response, read_until_closed, send_all_you_can
 
 LIMIT = 1  # uvicorn's timeout_keep_alive and our header timeout, in seconds
@@ -54,22 +53,6 @@ async def app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def _serve(http):
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=port, lifespan="off", log_level="error", http=http, **STRICT
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    return port, server, thread
-
-
 @pytest.fixture(params=[H11Protocol, HttpToolsProtocol], ids=["h11", "httptools"])
 def parser(request):
     return request.param
@@ -77,17 +60,14 @@ def parser(request):
 
 @pytest.fixture
 def servers():
-    started = []
+    with contextlib.ExitStack() as stack:
 
-    def start(http):
-        port, server, thread = _serve(http)
-        started.append((server, thread))
-        return port
+        def start(http):
+            return stack.enter_context(
+                serve_in_thread(app, lifespan="off", log_level="error", http=http, **STRICT)
+            )
 
-    yield start
-    for server, thread in started:
-        server.should_exit = True
-        thread.join(timeout=30)
+        yield start
 
 
 def _trickle(socks, seconds):

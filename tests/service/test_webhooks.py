@@ -21,8 +21,9 @@ from flaudit.service.routers.webhooks import WebhookEvent
 from flaudit.service.sealing import is_sealed
 from flaudit.service.tables import WEBHOOK_EVENTS, Webhook
 
-from .conftest import AUTH, SMALL_SPEC, f32, make_client, start_run, submit
-from .test_metrics import leaky_run
+from .conftest import AUTH, SMALL_SPEC, f32, make_client, put_gap, start_run, submit
+from .gaussian_runs import fix_canary_seeds
+from .test_metrics import LEAKY_SEEDS, leaky_run
 
 FAST = {"webhook_backoff_seconds": 0.2, "webhook_max_attempts": 3}
 
@@ -30,10 +31,7 @@ FAST = {"webhook_backoff_seconds": 0.2, "webhook_max_attempts": 3}
 @pytest.fixture(autouse=True)
 def fixed_canary_seeds(monkeypatch):
     """The same canaries on every run (the leaky run then fires the alarm every time)."""
-    import flaudit.service.routers.audits as audits_router
-
-    seeds = iter(range(0x5EED_4141_0000_0F1A_0D17_C0DE_CAFE, 2**128))
-    monkeypatch.setattr(audits_router, "new_master_seed", lambda: next(seeds))
+    fix_canary_seeds(monkeypatch, LEAKY_SEEDS)
 
 
 def verify(secret: str, header: str, body: bytes, tolerance: float = 300) -> bool:
@@ -143,21 +141,6 @@ def gap_round(client, store) -> tuple[str, dict]:
     response = client.put(f"/audits/{audit_id}/initial-model", content=zeros, headers=headers)
     assert response.status_code == 200, response.text
     return audit_id, headers
-
-
-def put_gap(client, audit_id: str, headers: dict, t: int):
-    zeros = f32(np.zeros(SMALL_SPEC["task_options"]["dim"]))
-    return client.put(
-        f"/audits/{audit_id}/rounds/{t}",
-        content=zeros,
-        headers=headers,
-        params={
-            "clip_norm": 1.0,
-            "cohort_size": 5,
-            "num_canaries_inserted": 0,
-            "canaries_missing": "the canary fetch failed: connection refused",
-        },
-    )
 
 
 def test_the_event_names_agree():

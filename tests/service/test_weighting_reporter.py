@@ -25,6 +25,9 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
+from tests.integration.flower_weighted.pytorch_example.planted_bug import (
+    ShortNoise,  # the worked example's planted bug
+)
 from tests.server.test_wrapper import CountingFedAvg, LoopGrid
 
 from .conftest import AUTH
@@ -40,6 +43,8 @@ EXTERNAL = {
     "delta": 1e-5,
 }
 
+pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
+
 
 @pytest.fixture(autouse=True)
 def fixed_canary_seeds(monkeypatch):
@@ -51,27 +56,7 @@ def fixed_canary_seeds(monkeypatch):
     monkeypatch.setattr(audits_router, "new_master_seed", lambda: next(seeds))
 
 
-@pytest.fixture(autouse=True)
-def _flower_task_identity():
-    """Flower's task identity of a ServerApp inside a run, so Messages can be built here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
-
-
-class HalfNoise(DifferentialPrivacyServerSideFixedClipping):
-    """The planted bug: claims ``noise_multiplier`` but adds half of that noise."""
-
-    def aggregate_train(self, server_round, replies):
-        claimed = self.noise_multiplier
-        self.noise_multiplier = claimed / 2
-        try:
-            return super().aggregate_train(server_round, replies)
-        finally:
-            self.noise_multiplier = claimed
+HalfNoise = ShortNoise  # the planted bug: half the claimed noise
 
 
 def _audit(client, *, dp_class, weights, noise_seed=1) -> tuple[dict, CanaryAuditStrategy]:
