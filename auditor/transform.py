@@ -35,12 +35,12 @@ import math
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.fft
 
 from .fourstep import dct3_four_step, four_step_plan
+from .threads import run_groups
 
 
 class _LazyTorch:
@@ -126,22 +126,27 @@ def _chunk(device) -> int:
     return CHUNK * 16 if str(device).startswith("cuda") else CHUNK
 
 
+_MIN_CHUNKS_PER_GROUP = 2  # fewer chunks than this per thread run on the calling thread: at d =
+# 1.2M (two chunks, 1M + 0.2M) a second thread saved at most a sixth of a pass of ~1 ms and cost
+# more CPU than that in hand-over and cache traffic (issue #41, docs/benchmarks.md)
+
+
 def map_chunks(length: int, fn, *, workers: int = 1) -> list:
     """``[fn(a, b) for each CHUNK-long range [a, b) of [0, length)]``, in order, the ranges split
-    into ``workers`` contiguous groups run on their own threads (numpy releases the GIL on long
-    operations). The chunk boundaries do not depend on ``workers``, so neither do the results."""
+    into ``workers`` contiguous groups of at least two chunks run on the shared threads of
+    :func:`flaudit.auditor.threads.run_groups` (numpy releases the GIL on long operations).
+    The chunk boundaries do not depend on ``workers``, so neither do the results."""
     starts = list(range(0, length, CHUNK))
 
     def run(group):
         return [fn(a, min(a + CHUNK, length)) for a in group]
 
-    if workers <= 1 or len(starts) < 2:
+    count = min(workers, len(starts) // _MIN_CHUNKS_PER_GROUP)
+    if count < 2:
         return run(starts)
-    count = min(workers, len(starts))
     size = -(-len(starts) // count)
     groups = [starts[i : i + size] for i in range(0, len(starts), size)]
-    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        return [value for part in pool.map(run, groups) for value in part]
+    return [value for part in run_groups(run, groups) for value in part]
 
 
 # -- signs as bits ---------------------------------------------------------------------------------
@@ -237,7 +242,10 @@ def sum_of_squares(x, *, workers: int = 1) -> float:
 
 # -- numpy back end ----------------------------------------------------------------------------------
 _HALF = np.sqrt(0.5)
-_BIG = 1 << 16  # plans of transforms this long or longer are not kept
+_BIG = 1 << 20  # plans of transforms this long or longer are not kept. A kept plan holds about
+# 8L bytes (float32: 5 MiB at L = 600,000, measured); pocketfft keeps at most 16 per kind and dtype.
+# Rebuilding the four plans of a d = 1.2M round cost ~7 ms CPU of its ~58 ms (issue #41), so
+# plans below a half-length of 2^20 (d < 2.1M) are kept: at most 2 x 16 x 8 MiB per dtype.
 
 
 def _butterfly(x: np.ndarray) -> None:
@@ -291,17 +299,30 @@ def release_plans(dtype) -> None:
 
 
 def _half_transforms(x: np.ndarray, *, inverse: bool, workers: int) -> None:
-    """In place: DCT-II (DCT-III when ``inverse``) on the first half, DST-IV on the second; each
-    transform's cached plan released before the next (one plan alive at a time)."""
+    """In place: DCT-II (DCT-III when ``inverse``) on the first half, DST-IV on the second.
+
+    Halves of ``_BIG`` or more: one after the other, each transform's cached plan released
+    before the next (one plan alive at a time). Shorter halves keep their plans and, with
+    ``workers >= 2``, run at the same time on two threads (pocketfft runs a 1-D transform on
+    one thread and releases the GIL): about half the wall time on two idle cores, the same CPU."""
     half = x.shape[0] // 2
     first = scipy.fft.idct if inverse else scipy.fft.dct
-    for fn, part, kind in ((first, x[:half], 2), (scipy.fft.dst, x[half:], 4)):
+
+    def run(job) -> None:
+        fn, part, kind = job
         out = fn(part, type=kind, norm="ortho", workers=workers, overwrite_x=True)
         if not np.shares_memory(out, part):
             part[...] = out
         del out
         if half >= _BIG:
             release_plans(x.dtype)
+
+    jobs = [(first, x[:half], 2), (scipy.fft.dst, x[half:], 4)]
+    if half < _BIG and workers >= 2:
+        run_groups(run, jobs)
+    else:
+        for job in jobs:
+            run(job)
 
 
 def dct_numpy(
