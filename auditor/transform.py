@@ -248,20 +248,32 @@ _BIG = 1 << 20  # plans of transforms this long or longer are not kept. A kept p
 # plans below a half-length of 2^20 (d < 2.1M) are kept: at most 2 x 16 x 8 MiB per dtype.
 
 
-def _butterfly(x: np.ndarray) -> None:
+_SPLIT_MIN = 1 << 18  # butterflies and (de)interleaves at least this long run on two threads
+
+
+def _butterfly(x: np.ndarray, workers: int = 1) -> None:
     """In place on pairs ``(n, N-1-n)``: ``((a + b) / sqrt2, (a - b) / sqrt2)`` (symmetric and
-    orthogonal; the middle element of an odd ``N`` is left alone)."""
+    orthogonal; the middle element of an odd ``N`` is left alone). With ``workers >= 2`` and
+    ``N >= _SPLIT_MIN`` the pairs are split in two halves run on two threads (disjoint pairs:
+    the same result)."""
     n = x.shape[0]
     half = n // 2
-    for a in range(0, half, CHUNK):
-        b = min(a + CHUNK, half)
-        low = x[a:b].copy()
-        high = x[n - b : n - a][::-1]  # x[N-1-j] for j in [a, b)
-        x[a:b] += high
-        x[a:b] *= _HALF
-        low -= high
-        low *= _HALF
-        x[n - b : n - a] = low[::-1]
+
+    def pairs(span) -> None:
+        for a in range(span[0], span[1], CHUNK):
+            b = min(a + CHUNK, span[1])
+            low = x[a:b].copy()
+            high = x[n - b : n - a][::-1]  # x[N-1-j] for j in [a, b)
+            x[a:b] += high
+            x[a:b] *= _HALF
+            low -= high
+            low *= _HALF
+            x[n - b : n - a] = low[::-1]
+
+    if workers >= 2 and n >= _SPLIT_MIN:
+        run_groups(pairs, [(0, half // 2), (half // 2, half)])
+    else:
+        pairs((0, half))
 
 
 def _interleave(x: np.ndarray, out: np.ndarray) -> None:
@@ -273,12 +285,23 @@ def _interleave(x: np.ndarray, out: np.ndarray) -> None:
     odd[1::2] *= -1
 
 
-def _deinterleave(x: np.ndarray, out: np.ndarray) -> None:
-    """The transpose of :func:`_interleave`."""
+def _deinterleave(x: np.ndarray, out: np.ndarray, workers: int = 1) -> None:
+    """The transpose of :func:`_interleave` (its two halves on two threads when ``workers >= 2``
+    and ``N >= _SPLIT_MIN``)."""
     half = x.shape[0] // 2
-    out[:half] = x[0::2]
-    out[half:] = x[1::2]
-    out[half + 1 :: 2] *= -1
+
+    def part(which: int) -> None:
+        if which == 0:
+            out[:half] = x[0::2]
+        else:
+            out[half:] = x[1::2]
+            out[half + 1 :: 2] *= -1
+
+    if workers >= 2 and x.shape[0] >= _SPLIT_MIN:
+        run_groups(part, [0, 1])
+    else:
+        part(0)
+        part(1)
 
 
 _PLAN_CACHE = 16  # pocketfft keeps the 16 latest plans per transform kind and dtype
@@ -354,14 +377,14 @@ def dct_numpy(
         return x
     scratch = np.empty_like(x)  # the (de)interleave is out of place; x keeps the result
     if inverse:  # T^T = B diag(T_L^T, S4 D) P^T
-        _deinterleave(x, scratch)
+        _deinterleave(x, scratch, workers)
         x[...] = scratch
         del scratch
         _half_transforms(x, inverse=True, workers=workers)
-        _butterfly(x)
+        _butterfly(x, workers)
         return x
     del scratch  # allocated again below, after pocketfft's buffers are gone
-    _butterfly(x)
+    _butterfly(x, workers)
     _half_transforms(x, inverse=False, workers=workers)
     scratch = np.empty_like(x)
     _interleave(x, scratch)

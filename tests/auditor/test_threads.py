@@ -72,3 +72,19 @@ def test_map_chunks_results_do_not_depend_on_workers():
     signs.flip(one, 0, workers=1)
     signs.flip(two, 0, workers=2)
     assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+
+
+@pytest.mark.parametrize("inverse", [True, False])
+def test_the_split_butterflies_and_half_transforms_change_no_bit(inverse):
+    import scipy.fft
+
+    from flaudit.auditor.transform import dct_numpy
+
+    n = 600_000  # even, below the four-step threshold: butterfly, (de)interleave, two halves
+    x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    one = dct_numpy(x.copy(), inverse=inverse, workers=1)
+    two = dct_numpy(x.copy(), inverse=inverse, workers=2)
+    assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+    fn = scipy.fft.idct if inverse else scipy.fft.dct
+    reference = fn(x.astype(np.float64), type=2, norm="ortho")
+    assert np.max(np.abs(two - reference)) < 1e-4
