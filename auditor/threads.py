@@ -28,6 +28,8 @@ _IN_POOL = threading.local()
 
 
 def _reset_after_fork() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()  # another thread may have held it at the fork
     _STATE.update(pool=None, size=0)
 
 

@@ -88,3 +88,20 @@ def test_the_split_butterflies_and_half_transforms_change_no_bit(inverse):
     fn = scipy.fft.idct if inverse else scipy.fft.dct
     reference = fn(x.astype(np.float64), type=2, norm="ortho")
     assert np.max(np.abs(two - reference)) < 1e-4
+
+
+def test_a_forked_child_starts_its_own_pool():
+    import os
+
+    run_groups(lambda g: g, [0, 1])  # the parent's pool exists
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's threads do not exist here
+        import signal
+
+        signal.alarm(30)  # a child stuck on the parent's dead pool dies, and the test fails
+        try:
+            ok = run_groups(lambda g: g * 2, [1, 2, 3]) == [2, 4, 6]
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
