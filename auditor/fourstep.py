@@ -35,10 +35,11 @@ Results agree with scipy's DCT-III to the working precision (float32: ~1e-7 rela
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.fft
+
+from .threads import run_groups
 
 __all__ = ["four_step_plan", "four_step_work", "dct3_four_step", "FOUR_STEP_MIN"]
 
@@ -83,20 +84,15 @@ def _exp_i(angles: np.ndarray) -> np.ndarray:
 
 
 def _run(workers: int, fn, items) -> None:
-    """``fn(group)`` for ``workers`` contiguous groups of ``items``, one thread each (each
-    group allocates its scratch once)."""
+    """``fn(group)`` for ``workers`` contiguous groups of ``items``, one thread each (the shared
+    pool, :mod:`flaudit.auditor.threads`; each group allocates its scratch once)."""
     items = list(items)
     groups = (
         [items]
         if workers <= 1 or len(items) < 2
         else [part.tolist() for part in np.array_split(np.asarray(items), min(workers, len(items)))]
     )
-    if len(groups) == 1:
-        fn(groups[0])
-        return
-    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        for _ in pool.map(fn, groups):  # re-raises a worker's exception
-            pass
+    run_groups(fn, groups)  # the shared threads; re-raises a worker's exception
 
 
 def _pre_twiddled(

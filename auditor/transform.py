@@ -35,12 +35,12 @@ import math
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.fft
 
 from .fourstep import dct3_four_step, four_step_plan
+from .threads import run_groups
 
 
 class _LazyTorch:
@@ -126,22 +126,27 @@ def _chunk(device) -> int:
     return CHUNK * 16 if str(device).startswith("cuda") else CHUNK
 
 
+_MIN_CHUNKS_PER_GROUP = 2  # fewer chunks than this per thread run on the calling thread: at d =
+# 1.2M (two chunks, 1M + 0.2M) a second thread saved at most a sixth of a pass of ~1 ms and cost
+# more CPU than that in hand-over and cache traffic (issue #41, docs/benchmarks.md)
+
+
 def map_chunks(length: int, fn, *, workers: int = 1) -> list:
     """``[fn(a, b) for each CHUNK-long range [a, b) of [0, length)]``, in order, the ranges split
-    into ``workers`` contiguous groups run on their own threads (numpy releases the GIL on long
-    operations). The chunk boundaries do not depend on ``workers``, so neither do the results."""
+    into ``workers`` contiguous groups of at least two chunks run on the shared threads of
+    :func:`flaudit.auditor.threads.run_groups` (numpy releases the GIL on long operations).
+    The chunk boundaries do not depend on ``workers``, so neither do the results."""
     starts = list(range(0, length, CHUNK))
 
     def run(group):
         return [fn(a, min(a + CHUNK, length)) for a in group]
 
-    if workers <= 1 or len(starts) < 2:
+    count = min(workers, len(starts) // _MIN_CHUNKS_PER_GROUP)
+    if count < 2:
         return run(starts)
-    count = min(workers, len(starts))
     size = -(-len(starts) // count)
     groups = [starts[i : i + size] for i in range(0, len(starts), size)]
-    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        return [value for part in pool.map(run, groups) for value in part]
+    return [value for part in run_groups(run, groups) for value in part]
 
 
 # -- signs as bits ---------------------------------------------------------------------------------
@@ -237,23 +242,38 @@ def sum_of_squares(x, *, workers: int = 1) -> float:
 
 # -- numpy back end ----------------------------------------------------------------------------------
 _HALF = np.sqrt(0.5)
-_BIG = 1 << 16  # plans of transforms this long or longer are not kept
+_BIG = 1 << 20  # plans of transforms this long or longer are not kept. A kept plan holds about
+# 8L bytes (float32: 5 MiB at L = 600,000, measured); pocketfft keeps at most 16 per kind and dtype.
+# Rebuilding the four plans of a d = 1.2M round cost ~7 ms CPU of its ~58 ms (issue #41), so
+# plans below a half-length of 2^20 (d < 2.1M) are kept: at most 2 x 16 x 8 MiB per dtype.
 
 
-def _butterfly(x: np.ndarray) -> None:
+_SPLIT_MIN = 1 << 18  # butterflies and (de)interleaves at least this long run on two threads
+
+
+def _butterfly(x: np.ndarray, workers: int = 1) -> None:
     """In place on pairs ``(n, N-1-n)``: ``((a + b) / sqrt2, (a - b) / sqrt2)`` (symmetric and
-    orthogonal; the middle element of an odd ``N`` is left alone)."""
+    orthogonal; the middle element of an odd ``N`` is left alone). With ``workers >= 2`` and
+    ``N >= _SPLIT_MIN`` the pairs are split in two halves run on two threads (disjoint pairs:
+    the same result)."""
     n = x.shape[0]
     half = n // 2
-    for a in range(0, half, CHUNK):
-        b = min(a + CHUNK, half)
-        low = x[a:b].copy()
-        high = x[n - b : n - a][::-1]  # x[N-1-j] for j in [a, b)
-        x[a:b] += high
-        x[a:b] *= _HALF
-        low -= high
-        low *= _HALF
-        x[n - b : n - a] = low[::-1]
+
+    def pairs(span) -> None:
+        for a in range(span[0], span[1], CHUNK):
+            b = min(a + CHUNK, span[1])
+            low = x[a:b].copy()
+            high = x[n - b : n - a][::-1]  # x[N-1-j] for j in [a, b)
+            x[a:b] += high
+            x[a:b] *= _HALF
+            low -= high
+            low *= _HALF
+            x[n - b : n - a] = low[::-1]
+
+    if workers >= 2 and n >= _SPLIT_MIN:
+        run_groups(pairs, [(0, half // 2), (half // 2, half)])
+    else:
+        pairs((0, half))
 
 
 def _interleave(x: np.ndarray, out: np.ndarray) -> None:
@@ -265,12 +285,23 @@ def _interleave(x: np.ndarray, out: np.ndarray) -> None:
     odd[1::2] *= -1
 
 
-def _deinterleave(x: np.ndarray, out: np.ndarray) -> None:
-    """The transpose of :func:`_interleave`."""
+def _deinterleave(x: np.ndarray, out: np.ndarray, workers: int = 1) -> None:
+    """The transpose of :func:`_interleave` (its two halves on two threads when ``workers >= 2``
+    and ``N >= _SPLIT_MIN``)."""
     half = x.shape[0] // 2
-    out[:half] = x[0::2]
-    out[half:] = x[1::2]
-    out[half + 1 :: 2] *= -1
+
+    def part(which: int) -> None:
+        if which == 0:
+            out[:half] = x[0::2]
+        else:
+            out[half:] = x[1::2]
+            out[half + 1 :: 2] *= -1
+
+    if workers >= 2 and x.shape[0] >= _SPLIT_MIN:
+        run_groups(part, [0, 1])
+    else:
+        part(0)
+        part(1)
 
 
 _PLAN_CACHE = 16  # pocketfft keeps the 16 latest plans per transform kind and dtype
@@ -291,17 +322,30 @@ def release_plans(dtype) -> None:
 
 
 def _half_transforms(x: np.ndarray, *, inverse: bool, workers: int) -> None:
-    """In place: DCT-II (DCT-III when ``inverse``) on the first half, DST-IV on the second; each
-    transform's cached plan released before the next (one plan alive at a time)."""
+    """In place: DCT-II (DCT-III when ``inverse``) on the first half, DST-IV on the second.
+
+    Halves of ``_BIG`` or more: one after the other, each transform's cached plan released
+    before the next (one plan alive at a time). Shorter halves keep their plans and, with
+    ``workers >= 2``, run at the same time on two threads (pocketfft runs a 1-D transform on
+    one thread and releases the GIL): about half the wall time on two idle cores, the same CPU."""
     half = x.shape[0] // 2
     first = scipy.fft.idct if inverse else scipy.fft.dct
-    for fn, part, kind in ((first, x[:half], 2), (scipy.fft.dst, x[half:], 4)):
+
+    def run(job) -> None:
+        fn, part, kind = job
         out = fn(part, type=kind, norm="ortho", workers=workers, overwrite_x=True)
         if not np.shares_memory(out, part):
             part[...] = out
         del out
         if half >= _BIG:
             release_plans(x.dtype)
+
+    jobs = [(first, x[:half], 2), (scipy.fft.dst, x[half:], 4)]
+    if half < _BIG and workers >= 2:
+        run_groups(run, jobs)
+    else:
+        for job in jobs:
+            run(job)
 
 
 def dct_numpy(
@@ -333,14 +377,14 @@ def dct_numpy(
         return x
     scratch = np.empty_like(x)  # the (de)interleave is out of place; x keeps the result
     if inverse:  # T^T = B diag(T_L^T, S4 D) P^T
-        _deinterleave(x, scratch)
+        _deinterleave(x, scratch, workers)
         x[...] = scratch
         del scratch
         _half_transforms(x, inverse=True, workers=workers)
-        _butterfly(x)
+        _butterfly(x, workers)
         return x
     del scratch  # allocated again below, after pocketfft's buffers are gone
-    _butterfly(x)
+    _butterfly(x, workers)
     _half_transforms(x, inverse=False, workers=workers)
     scratch = np.empty_like(x)
     _interleave(x, scratch)

@@ -68,6 +68,14 @@ RECORDED = {
 }
 
 
+#: CPU seconds per round (all threads, median) as last written into docs/benchmarks.md: (d, k) ->
+#: (seconds, date, load). CPU time moves far less with the machine's load than wall time, so on a
+#: shared machine this is the comparison to read.
+RECORDED_CPU = {
+    (1_200_000, 2_000): (0.0424, "2026-12-06", "load 13-14"),
+}
+
+
 def _orthogonal(d: int, k: int, rounds: int, workers: int) -> dict:
     import numpy as np
 
@@ -260,6 +268,13 @@ def main(argv: list[str] | None = None) -> int:
                         note += (
                             f"; last recorded {last[0]:.3f} s wall ({last[1]}, "
                             f"{last[2]}): now {res['median_round_seconds'] / last[0]:.1f}x"
+                        )
+                    last_cpu = RECORDED_CPU.get((d, k))
+                    if last_cpu is not None:
+                        cpu = sorted(res["round_cpu_seconds"])[len(times) // 2]
+                        note += (
+                            f"; last recorded CPU {last_cpu[0]:.4f} s ({last_cpu[1]}, "
+                            f"{last_cpu[2]}): now {cpu / last_cpu[0]:.2f}x"
                         )
                 print(
                     f"{d:>10} {k:>7} {mode:>10} | {res['median_round_seconds']:>9.3f}s "

@@ -247,6 +247,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
             backoff=settings.webhook_backoff_seconds,
             max_attempts=settings.webhook_max_attempts,
             timeout=settings.webhook_timeout_seconds,
+            allow_private=settings.webhook_allow_private,
         )
         app.state.metrics.listeners[:] = [app.state.webhooks.notify]  # alarms, gaps
         app.state.webhooks.start()  # delivers from the database: pending rows survive restarts

@@ -154,6 +154,7 @@ class Settings:
     webhook_backoff_seconds: float = 10.0
     webhook_max_attempts: int = 8
     webhook_timeout_seconds: float = 10.0
+    webhook_allow_private: bool = False
 
     def __post_init__(self) -> None:
         if self.max_concurrent_audits < 1:
@@ -265,5 +266,6 @@ class Settings:
             webhook_timeout_seconds=_env_number(
                 "FLAUDIT_WEBHOOK_TIMEOUT_SECONDS", cls.webhook_timeout_seconds
             ),
+            webhook_allow_private=_env_bool("FLAUDIT_WEBHOOK_ALLOW_PRIVATE", False),
         )
         return replace(base, **overrides)

@@ -48,6 +48,7 @@ from .tables import (
     utcnow,
 )
 from .views import audit_verdict_view
+from .webhook_urls import WebhookURLRefused, pinned_request
 
 __all__ = [
     "WebhookDispatcher",
@@ -233,8 +234,10 @@ class WebhookDispatcher:
         max_attempts: int = 8,
         timeout: float = 10.0,
         poll: float = 1.0,
+        allow_private: bool = False,
     ) -> None:
         self.store = store
+        self.allow_private = allow_private  # webhook_urls.py: checked again at each delivery
         self.backoff, self.max_attempts, self.timeout, self.poll = (
             backoff,
             max_attempts,
@@ -351,9 +354,16 @@ class WebhookDispatcher:
                 "X-Flaudit-Delivery": str(delivery.id),
                 "X-Flaudit-Signature": sign(_open(self.store, sealed), body, int(time.time())),
             }
-            response = self._client.post(hook.url, content=body, headers=headers)
+            # DNS may have changed since the subscription: checked again, and the request
+            # goes to the address checked (webhook_urls.py)
+            url, host, extensions = pinned_request(hook.url, allow_private=self.allow_private)
+            response = self._client.post(
+                url, content=body, headers={**headers, **host}, extensions=extensions
+            )
             if not 200 <= response.status_code < 300:
                 error = f"HTTP {response.status_code}"
+        except WebhookURLRefused as exc:  # the host's name only, never the URL's path or query
+            error = f"refused: {exc}"
         except httpx.HTTPError as exc:
             error = type(exc).__name__
         except Exception as exc:  # a secret that cannot be opened, ...: the kind only

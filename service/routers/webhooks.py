@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
@@ -14,6 +15,7 @@ from ..auth import read_access, require_api_key
 from ..store import Store
 from ..strict_json import StrictJSONRoute
 from ..tables import WEBHOOK_EVENTS, Webhook, as_utc
+from ..webhook_urls import WebhookURLRefused, resolve_webhook_host
 from ..webhooks import (
     create_webhook,
     delete_webhook,
@@ -117,14 +119,41 @@ def _out(row: Webhook) -> dict:
     status_code=status.HTTP_201_CREATED,
     response_model=WebhookCreated,
     dependencies=[Depends(require_api_key)],
-    responses={**_AUTH, 404: {"description": "No audit with this audit_id."}},
+    responses={
+        **_AUTH,
+        404: {"description": "No audit with this audit_id."},
+        422: {
+            "description": "Invalid body, or a url whose host is or resolves to a private, "
+            "loopback or link-local address (allowed only with "
+            "FLAUDIT_WEBHOOK_ALLOW_PRIVATE=1 on the server)."
+        },
+    },
     summary="Subscribe a URL to alert events (the signing secret is returned once)",
 )
 def post_webhook(body: WebhookIn, request: Request) -> dict:
     """Events are POSTed as JSON, signed with HMAC-SHA256 over `<timestamp>.<raw body>`
     (`X-Flaudit-Signature: t=<unix>,v1=<hex>`), retried with exponential backoff. Links in the
-    payloads start at this request's base URL."""
+    payloads start at this request's base URL. The URL's host must resolve to public
+    addresses only (checked here and again at every delivery), unless the server sets
+    `FLAUDIT_WEBHOOK_ALLOW_PRIVATE=1`."""
     store: Store = request.app.state.store
+    try:
+        resolve_webhook_host(
+            str(body.url),
+            allow_private=request.app.state.settings.webhook_allow_private,
+            strict=False,
+        )
+    except WebhookURLRefused as exc:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ("body", "url"),
+                    "msg": str(exc),
+                    "input": str(body.url),
+                }
+            ]
+        ) from None
     if body.audit_id is not None and store.get_audit(body.audit_id) is None:
         raise HTTPException(status_code=404, detail=f"audit {body.audit_id!r} not found")
     row, secret = create_webhook(

@@ -25,7 +25,9 @@ from .conftest import AUTH, SMALL_SPEC, f32, make_client, put_gap, start_run, su
 from .gaussian_runs import fix_canary_seeds
 from .test_metrics import LEAKY_SEEDS, leaky_run
 
-FAST = {"webhook_backoff_seconds": 0.2, "webhook_max_attempts": 3}
+#: the receivers here listen on 127.0.0.1, which webhooks refuse by default (test_webhook_urls.py)
+LOCAL = {"webhook_allow_private": True}
+FAST = {"webhook_backoff_seconds": 0.2, "webhook_max_attempts": 3, **LOCAL}
 
 
 @pytest.fixture(autouse=True)
@@ -244,7 +246,9 @@ def test_a_slow_receiver_never_stalls_ingest(store):
 def test_pending_deliveries_survive_a_restart(store):
     flaky = Receiver(status=503)
     try:
-        with make_client(store, webhook_backoff_seconds=0.5, webhook_max_attempts=20) as client:
+        with make_client(
+            store, webhook_backoff_seconds=0.5, webhook_max_attempts=20, **LOCAL
+        ) as client:
             subscribe(client, flaky.url, events=["audit.failed"])
             audit_id, _ = gap_round(client, store)
             assert store.finish(
@@ -256,7 +260,7 @@ def test_pending_deliveries_survive_a_restart(store):
             assert rows and rows[0]["status"] == "pending"
             assert rows[0]["last_error"] == "HTTP 503"
         flaky.status = 200  # the receiver is back; a new service on the same database
-        with make_client(store, webhook_backoff_seconds=0.5) as client:
+        with make_client(store, webhook_backoff_seconds=0.5, **LOCAL) as client:
             got = flaky.wait("audit.failed", timeout=10.0)
             assert got is not None
             body = json.loads(got["body"])
