@@ -33,6 +33,7 @@ from ..auditor.claims.alerts import (
 from ..auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
 from ..auditor.claims.evidence import known_rounds_json
 from ..auditor.estimators import audit_analytic_epsilon
+from ..auditor.record_spec import is_record_level
 from ..auditor.spec import AuditSpec, ThreatModel
 from ._progress import RoundProgress
 from ._run_outputs import commit, junit_xml, run_bundle
@@ -110,19 +111,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_spec(path: Path):
-    """Parse ``path`` into an AuditSpec (ValueError naming the problem)."""
+def read_spec_file(path: Path) -> dict:
+    """The fields of a spec file: TOML (top level or an ``[audit]`` table) or, for a ``.json``
+    file, JSON (ValueError naming the problem)."""
     import tomllib
 
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ValueError(f"spec file not found: {path}") from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object")
+        return data
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path} is not valid TOML: {error}") from None
     if "audit" in data and isinstance(data["audit"], dict):
         data = data["audit"]
-    return AuditSpec.model_validate(data)
+    return data
+
+
+def load_spec(path: Path):
+    """Parse ``path`` into an AuditSpec (ValueError naming the problem)."""
+    return AuditSpec.model_validate(read_spec_file(path))
 
 
 #: Printed under the table when a point estimate exceeds the tightest analytic epsilon.
@@ -298,7 +315,16 @@ def main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     try:
-        spec = load_spec(args.spec)
+        data = read_spec_file(args.spec)
+    except ValueError as error:
+        print(f"flaudit run: error: {error}", file=sys.stderr)
+        return 2
+    if is_record_level(data):  # DP-SGD inside the clients (issue #37)
+        from .record_run import main as record_main
+
+        return record_main(args, data)
+    try:
+        spec = AuditSpec.model_validate(data)
     except ValidationError as error:
         print(f"flaudit run: invalid spec {args.spec}:", file=sys.stderr)
         for item in error.errors():

@@ -1,0 +1,265 @@
+"""``flaudit run`` on a record-level spec (``"level": "record"``, issue #37): DP-SGD inside every
+client (Opacus, Poisson sampling) audited with record canaries, in the built-in record-level
+engine (:mod:`flaudit.server.record_engine`).
+
+The same shape as the user-level run: the audit design before training (stderr), the canary seed
+drawn fresh and only its commitment printed, the alarm after every round and at the end
+(:func:`flaudit.auditor.claims.record_level.decide_record_alarm`), a verdict with its cause and the
+exit status of :data:`flaudit.commands.run.EXIT_CODES`. The claim is the record-level epsilon of
+the whole run (dp-accounting, Opacus's accountant beside it); the per-round figure a Flower +
+Opacus client prints is stated beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import textwrap
+
+from ..auditor.bugs import InjectedBug
+from ..auditor.canaries import new_master_seed, seen_mask
+from ..auditor.claims.record_level import (
+    RECORD_ALPHA,
+    decide_record_alarm,
+    record_cause,
+    record_design,
+)
+from ..auditor.estimators.record_level import record_level_epsilon, record_level_per_round_epsilon
+from ..auditor.record_spec import RecordLevelSpec
+from ._run_outputs import commit
+
+__all__ = ["main"]
+
+#: Exit status per verdict (as ``flaudit run``'s).
+EXIT_CODES = {"consistent": 0, "claim_refuted": 3, "inconclusive": 4, "no_dp_claim": 5}
+
+
+def _wrap(text: str, **kwargs) -> str:
+    return textwrap.fill(text, width=100, subsequent_indent="  ", **kwargs)
+
+
+def _spec(data: dict, args) -> RecordLevelSpec:
+    spec = RecordLevelSpec.model_validate(data)
+    changes: dict = {}
+    if args.inject_bug is not None:
+        changes["inject_bug"] = InjectedBug.parse(args.inject_bug)
+    if args.stop_on_alarm:
+        changes["stop_on_alarm"] = True
+    if changes:
+        spec = RecordLevelSpec.model_validate({**spec.model_dump(), **changes})
+    return spec
+
+
+def main(args, data: dict) -> int:
+    """Run the record-level audit of ``data`` (the parsed spec file) with ``flaudit run``'s
+    ``args``; return the exit status."""
+    from pydantic import ValidationError
+
+    try:
+        spec = _spec(data, args)
+    except ValidationError as error:
+        print(f"flaudit run: invalid record-level spec {args.spec}:", file=sys.stderr)
+        for item in error.errors():
+            where = ".".join(str(p) for p in item["loc"]) or "spec"
+            print(f"  {where}: {item['msg']}", file=sys.stderr)
+        return 2
+    except ValueError as error:
+        print(f"flaudit run: --inject-bug: {error}", file=sys.stderr)
+        return 2
+    for option in ("evidence", "junit"):
+        if getattr(args, option, None) is not None:
+            print(
+                f"flaudit run: --{option} is not available for record-level audits yet",
+                file=sys.stderr,
+            )
+            return 2
+    if getattr(args, "bootstrap", 0):
+        print("flaudit run: --bootstrap is ignored for a record-level audit", file=sys.stderr)
+
+    # deferred: torch and Opacus load only once a valid spec is about to train
+    from ..clients.record_canaries import opacus_epsilon
+    from ..server.record_engine import record_plan, run_record_audit
+
+    try:
+        plan = record_plan(spec)
+    except ValueError as error:
+        print(f"flaudit run: error: {error}", file=sys.stderr)
+        return 2
+    q, per_round = plan["sample_rate"], plan["steps_per_round"]
+    rounds_max = spec.num_rounds
+    steps_max = per_round * rounds_max
+    num_looks = spec.num_rounds + 1
+    z = spec.noise_multiplier
+    design = record_design(
+        num_canaries=spec.num_canaries,
+        noise_multiplier=z,
+        sample_rate=q,
+        steps=steps_max,
+        delta=spec.delta,
+        num_looks=num_looks,
+    )
+    print(_wrap(f"audit design: {design['summary']}"), file=sys.stderr)
+    claim_rows = []
+    if z > 0:
+        claim_rows = [e.to_dict() for e in record_level_epsilon(z, q, per_round, spec.delta, rounds_trained=rounds_max)]
+        per_round_eps = [
+            e.epsilon for e in record_level_per_round_epsilon(z, q, per_round, spec.delta)
+        ]
+        claim_rows.append(
+            {
+                "accountant": "opacus_rdp",
+                "epsilon": opacus_epsilon(z, q, steps_max, spec.delta),
+                "method": f"Opacus's RDPAccountant over {steps_max} steps",
+            }
+        )
+
+    seed = new_master_seed()
+    commitment = commit(seed)
+    print(f"canary seed commitment: {commitment['commitment']}", file=sys.stderr)
+    seen = seen_mask(seed, spec.num_canaries)
+    looks: list[dict] = []
+    state: dict = {"first_alarm": None, "last": None}
+
+    def on_round(view) -> bool:
+        state["last"] = view
+        alarm = decide_record_alarm(
+            view.scores,
+            seen,
+            noise_multiplier=z,
+            sample_rate=view.sample_rate,
+            steps=view.steps,
+            look=view.round,
+            num_looks=num_looks,
+            delta=spec.delta,
+        )
+        looks.append({"round": view.round, **alarm.to_dict()})
+        if alarm.status == "error" and state["first_alarm"] is None:
+            cause = record_cause(view.noise_units, view.shift_units, seen, noise_multiplier=z)
+            state["first_alarm"] = {"round": view.round, "alarm": alarm, "cause": cause}
+        return alarm.status == "error" and spec.stop_on_alarm
+
+    try:
+        result = run_record_audit(spec, canary_seed=seed, on_round=on_round, timeout=args.timeout)
+    except TimeoutError as error:
+        print(f"flaudit run: {error}", file=sys.stderr)
+        return 1
+    except ValueError as error:
+        print(f"flaudit run: error: {error}", file=sys.stderr)
+        return 2
+
+    last = state["last"]
+    final = decide_record_alarm(
+        last.scores,
+        seen,
+        noise_multiplier=z,
+        sample_rate=last.sample_rate,
+        steps=last.steps,
+        look=num_looks,
+        num_looks=num_looks,
+        delta=spec.delta,
+    )
+    looks.append({"round": None, **final.to_dict()})
+    if final.status == "error" and state["first_alarm"] is None:
+        cause = record_cause(last.noise_units, last.shift_units, seen, noise_multiplier=z)
+        state["first_alarm"] = {"round": None, "alarm": final, "cause": cause}
+    measured = record_cause(last.noise_units, last.shift_units, seen, noise_multiplier=z)
+    first = state["first_alarm"]
+    run_eps = min((r["epsilon"] for r in claim_rows), default=math.inf)
+    if z == 0:
+        status = "no_dp_claim"
+        sentence = "No DP claim: the noise multiplier is 0, so there is no privacy claim to test."
+    elif first is not None:
+        status = "claim_refuted"
+        where = "at the end" if first["round"] is None else f"at round {first['round']}"
+        test = first["alarm"].rejected[0]
+        sentence = (
+            f"Claim refuted {where}: the record canaries' scores are more separable than "
+            f"record-level epsilon = {first['alarm'].claim_epsilon:.3g} over "
+            f"{first['alarm'].steps} DP-SGD steps allows (p = {test['p_value']:.2g} <= level "
+            f"{test['level']:.2g}). Cause: {first['cause'].sentence}."
+        )
+    elif not design["refutable"]:
+        status = "inconclusive"
+        sentence = f"Inconclusive: this audit cannot refute its claim. {design['summary']}."
+    else:
+        status = "consistent"
+        sentence = (
+            f"Consistent with the claim: record-level epsilon = {run_eps:.3g} at delta = "
+            f"{spec.delta:g} over the run was not refuted at any of {num_looks} looks (the "
+            f"audit catches half the claimed noise in about {design['power']:.0%} of runs)."
+        )
+    code = EXIT_CODES[status]
+    guarantee = (
+        f"If every client's DP-SGD meets its record-level claim, the alarm fires with "
+        f"probability at most {RECORD_ALPHA:.0%} over all {num_looks} looks (after every round "
+        "and at the end)."
+    )
+    if args.json:
+        out = {
+            "verdict": {"status": status, "summary": sentence},
+            "exit_code": code,
+            "spec": spec.model_dump(mode="json"),
+            "run": result,
+            "design": design,
+            "claim": claim_rows,
+            "looks": looks,
+            "measured": measured.to_dict(),
+            "cause": None if first is None else first["cause"].to_dict(),
+            "alarm_guarantee": guarantee,
+            "bug_injected": None if spec.inject_bug is None else spec.inject_bug.label,
+        }
+        print(json.dumps(out, indent=2, default=float))
+        return code
+
+    print(_wrap(sentence))
+    print(
+        _wrap(
+            f"audit {spec.name!r} (record level): task {spec.task}, d={result['dim']}, "
+            f"{spec.num_clients} clients x {result['examples_per_client']} examples, "
+            f"R={spec.num_rounds} rounds, DP-SGD z={z:g}, C={spec.max_grad_norm:g}, "
+            f"q={q:.4g}, {per_round} steps per round, momentum {spec.momentum:g}; "
+            f"k={spec.num_canaries} record canaries ({int(seen.sum())} seen); "
+            f"{result['seconds']:.1f} s"
+        )
+    )
+    if result.get("stopped_at_round") is not None:
+        print(f"training stopped at round {result['stopped_at_round']} (stop_on_alarm)")
+    metrics = result["metrics"]
+    print(
+        f"final model: accuracy {metrics.get('accuracy', float('nan')):.4f}, "
+        f"loss {metrics.get('loss', float('nan')):.4f}"
+    )
+    for row in claim_rows:
+        print(f"claim: epsilon {row['epsilon']:.4g}  {row['method']}")
+    if claim_rows:
+        print(
+            _wrap(
+                f"A Flower + Opacus client that rebuilds its PrivacyEngine every round prints "
+                f"the per-round epsilon ({min(per_round_eps):.3g}); the run's record-level "
+                f"epsilon over its {rounds_max} rounds is {run_eps:.3g}: the audit tests the "
+                "run's."
+            )
+        )
+    print(
+        _wrap(
+            f"measured from the canaries: noise {measured.noise_ratio:.3f} (+/- "
+            f"{measured.noise_ratio_se:.3f}) x the claimed z*C; a seen canary's shift "
+            f"{measured.sensitivity_ratio:.3f} (+/- {measured.sensitivity_ratio_se:.3f}) x C per "
+            "inclusion"
+        )
+    )
+    for look in looks:
+        tests = ", ".join(f"p = {t['p_value']:.3g} (level {t['level']:.2g})" for t in look["tests"])
+        where = "final" if look["round"] is None else f"round {look['round']}"
+        print(f"look {where}: {look['status']}, {look['steps']} steps, claim eps {look['claim_epsilon']:.3g}; {tests}")
+    if spec.inject_bug is not None:
+        print(
+            _wrap(
+                f"BUG INJECTED (testing only): {spec.inject_bug.label}: the claim does not know "
+                "about it"
+            )
+        )
+    print(_wrap(f"alarm guarantee: {guarantee}"))
+    print(f"verdict: {status} (exit status {code})")
+    return code
