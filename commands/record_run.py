@@ -102,7 +102,10 @@ def main(args, data: dict) -> int:
     print(_wrap(f"audit design: {design['summary']}"), file=sys.stderr)
     claim_rows = []
     if z > 0:
-        claim_rows = [e.to_dict() for e in record_level_epsilon(z, q, per_round, spec.delta, rounds_trained=rounds_max)]
+        claim_rows = [
+            e.to_dict()
+            for e in record_level_epsilon(z, q, per_round, spec.delta, rounds_trained=rounds_max)
+        ]
         per_round_eps = [
             e.epsilon for e in record_level_per_round_epsilon(z, q, per_round, spec.delta)
         ]
@@ -252,7 +255,9 @@ def main(args, data: dict) -> int:
     for look in looks:
         tests = ", ".join(f"p = {t['p_value']:.3g} (level {t['level']:.2g})" for t in look["tests"])
         where = "final" if look["round"] is None else f"round {look['round']}"
-        print(f"look {where}: {look['status']}, {look['steps']} steps, claim eps {look['claim_epsilon']:.3g}; {tests}")
+        print(
+            f"look {where}: {look['status']}, {look['steps']} steps, claim eps {look['claim_epsilon']:.3g}; {tests}"
+        )
     if spec.inject_bug is not None:
         print(
             _wrap(

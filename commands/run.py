@@ -320,6 +320,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"flaudit run: error: {error}", file=sys.stderr)
         return 2
     if is_record_level(data):  # DP-SGD inside the clients (issue #37)
+        # deferred: the record-level command's accountants load only for a record-level spec
         from .record_run import main as record_main
 
         return record_main(args, data)

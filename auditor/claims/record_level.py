@@ -290,7 +290,12 @@ def record_design(
     """
     claim = record_claim(noise_multiplier, sample_rate, steps)
     if not claim.is_claim:
-        return {"claim_epsilon": math.inf, "refutable": False, "power": 0.0, "summary": "no DP claim"}
+        return {
+            "claim_epsilon": math.inf,
+            "refutable": False,
+            "power": 0.0,
+            "summary": "no DP claim",
+        }
     eps = float(claim.epsilon(delta))
     level = record_look_level(num_looks, num_looks, alpha=alpha)
     n_seen = num_canaries // 2
