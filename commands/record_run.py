@@ -27,7 +27,7 @@ from ..auditor.claims.record_level import (
 )
 from ..auditor.estimators.record_level import record_level_epsilon, record_level_per_round_epsilon
 from ..auditor.record_spec import RecordLevelSpec
-from ._run_outputs import commit
+from ._run_outputs import commit, print_invalid_spec
 
 __all__ = ["main"]
 
@@ -59,10 +59,7 @@ def main(args, data: dict) -> int:
     try:
         spec = _spec(data, args)
     except ValidationError as error:
-        print(f"flaudit run: invalid record-level spec {args.spec}:", file=sys.stderr)
-        for item in error.errors():
-            where = ".".join(str(p) for p in item["loc"]) or "spec"
-            print(f"  {where}: {item['msg']}", file=sys.stderr)
+        print_invalid_spec(f"record-level spec {args.spec}", error)
         return 2
     except ValueError as error:
         print(f"flaudit run: --inject-bug: {error}", file=sys.stderr)
@@ -124,22 +121,27 @@ def main(args, data: dict) -> int:
     looks: list[dict] = []
     state: dict = {"first_alarm": None, "last": None}
 
-    def on_round(view) -> bool:
-        state["last"] = view
+    def look_at(view, look: int, round_: int | None):
+        """The alarm at ``look`` on ``view``'s scores; the first error keeps its cause."""
         alarm = decide_record_alarm(
             view.scores,
             seen,
             noise_multiplier=z,
             sample_rate=view.sample_rate,
             steps=view.steps,
-            look=view.round,
+            look=look,
             num_looks=num_looks,
             delta=spec.delta,
         )
-        looks.append({"round": view.round, **alarm.to_dict()})
+        looks.append({"round": round_, **alarm.to_dict()})
         if alarm.status == "error" and state["first_alarm"] is None:
             cause = record_cause(view.noise_units, view.shift_units, seen, noise_multiplier=z)
-            state["first_alarm"] = {"round": view.round, "alarm": alarm, "cause": cause}
+            state["first_alarm"] = {"round": round_, "alarm": alarm, "cause": cause}
+        return alarm
+
+    def on_round(view) -> bool:
+        state["last"] = view
+        alarm = look_at(view, view.round, view.round)
         return alarm.status == "error" and spec.stop_on_alarm
 
     try:
@@ -152,20 +154,7 @@ def main(args, data: dict) -> int:
         return 2
 
     last = state["last"]
-    final = decide_record_alarm(
-        last.scores,
-        seen,
-        noise_multiplier=z,
-        sample_rate=last.sample_rate,
-        steps=last.steps,
-        look=num_looks,
-        num_looks=num_looks,
-        delta=spec.delta,
-    )
-    looks.append({"round": None, **final.to_dict()})
-    if final.status == "error" and state["first_alarm"] is None:
-        cause = record_cause(last.noise_units, last.shift_units, seen, noise_multiplier=z)
-        state["first_alarm"] = {"round": None, "alarm": final, "cause": cause}
+    look_at(last, num_looks, None)
     measured = record_cause(last.noise_units, last.shift_units, seen, noise_multiplier=z)
     first = state["first_alarm"]
     run_eps = min((r["epsilon"] for r in claim_rows), default=math.inf)

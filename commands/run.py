@@ -36,7 +36,7 @@ from ..auditor.estimators import audit_analytic_epsilon
 from ..auditor.record_spec import is_record_level
 from ..auditor.spec import AuditSpec, ThreatModel
 from ._progress import RoundProgress
-from ._run_outputs import commit, junit_xml, run_bundle
+from ._run_outputs import commit, junit_xml, print_invalid_spec, run_bundle
 from ._table import fmt_number, print_table
 
 #: Exit status per verdict (documented in ``--help``), so a CI job can gate on an audit.
@@ -327,10 +327,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         spec = AuditSpec.model_validate(data)
     except ValidationError as error:
-        print(f"flaudit run: invalid spec {args.spec}:", file=sys.stderr)
-        for item in error.errors():
-            where = ".".join(str(p) for p in item["loc"]) or "spec"
-            print(f"  {where}: {item['msg']}", file=sys.stderr)
+        print_invalid_spec(f"spec {args.spec}", error)
         return 2
     except ValueError as error:
         print(f"flaudit run: error: {error}", file=sys.stderr)

@@ -80,25 +80,20 @@ def test_the_cause_names_noise_clipping_or_sampling():
 
 
 def test_the_design_says_whether_the_claim_can_be_refuted():
-    good = record_design(
-        num_canaries=3400,
-        noise_multiplier=1.0,
-        sample_rate=1 / 18,
-        steps=108,
-        delta=1e-5,
-        num_looks=4,
-        runs=10,
-    )
+    def design(k, runs):
+        return record_design(
+            num_canaries=k,
+            noise_multiplier=1.0,
+            sample_rate=1 / 18,
+            steps=108,
+            delta=1e-5,
+            num_looks=4,
+            runs=runs,
+        )
+
+    good = design(3400, 10)
     assert good["refutable"] and good["power"] >= 0.8
-    hopeless = record_design(
-        num_canaries=4,
-        noise_multiplier=1.0,
-        sample_rate=1 / 18,
-        steps=108,
-        delta=1e-5,
-        num_looks=4,
-        runs=2,
-    )
+    hopeless = design(4, 2)
     assert not hopeless["refutable"] and "cannot refute" in hopeless["summary"]
 
 
