@@ -74,6 +74,11 @@ class RecordLevelSpec(SpecModel):
     stop_on_alarm: bool = Field(
         False, description="End training at the round where the record-level alarm fires."
     )
+    reveal_seed: bool = Field(
+        False,
+        description="Put the canary seed (and its commitment's salt) in the evidence bundle, "
+        "so a verifier checks the seen set against the commitment printed before training.",
+    )
     inject_bug: InjectedBug | None = Field(
         None,
         description="Testing only: a deliberate DP bug in the clients' DP-SGD that the claim "

@@ -19,14 +19,17 @@ import textwrap
 
 from ..auditor.bugs import InjectedBug
 from ..auditor.canaries import new_master_seed, seen_mask
+from ..auditor.claims.evidence import BUNDLE_FORMAT, jsonable
 from ..auditor.claims.record_level import (
     RECORD_ALPHA,
     decide_record_alarm,
     record_cause,
     record_design,
+    record_verdict,
 )
 from ..auditor.estimators.record_level import record_level_epsilon, record_level_per_round_epsilon
 from ..auditor.record_spec import RecordLevelSpec
+from ..service.evidence import versions
 from ._run_outputs import commit, print_invalid_spec
 
 __all__ = ["main"]
@@ -64,13 +67,9 @@ def main(args, data: dict) -> int:
     except ValueError as error:
         print(f"flaudit run: --inject-bug: {error}", file=sys.stderr)
         return 2
-    for option in ("evidence", "junit"):
-        if getattr(args, option, None) is not None:
-            print(
-                f"flaudit run: --{option} is not available for record-level audits yet",
-                file=sys.stderr,
-            )
-            return 2
+    if getattr(args, "junit", None) is not None:
+        print("flaudit run: --junit is not available for record-level audits yet", file=sys.stderr)
+        return 2
     if getattr(args, "bootstrap", 0):
         print("flaudit run: --bootstrap is ignored for a record-level audit", file=sys.stderr)
 
@@ -119,6 +118,7 @@ def main(args, data: dict) -> int:
     print(f"canary seed commitment: {commitment['commitment']}", file=sys.stderr)
     seen = seen_mask(seed, spec.num_canaries)
     looks: list[dict] = []
+    observed: list[dict] = []  # per look: the scores and projections (the evidence)
     state: dict = {"first_alarm": None, "last": None}
 
     def look_at(view, look: int, round_: int | None):
@@ -134,6 +134,16 @@ def main(args, data: dict) -> int:
             delta=spec.delta,
         )
         looks.append({"round": round_, **alarm.to_dict()})
+        observed.append(
+            {
+                "round": round_,
+                "look": look,
+                "steps": view.steps,
+                "scores": view.scores,
+                "noise_units": view.noise_units,
+                "shift_units": view.shift_units,
+            }
+        )
         if alarm.status == "error" and state["first_alarm"] is None:
             cause = record_cause(view.noise_units, view.shift_units, seen, noise_multiplier=z)
             state["first_alarm"] = {"round": round_, "alarm": alarm, "cause": cause}
@@ -157,31 +167,47 @@ def main(args, data: dict) -> int:
     look_at(last, num_looks, None)
     measured = record_cause(last.noise_units, last.shift_units, seen, noise_multiplier=z)
     first = state["first_alarm"]
-    run_eps = min((r["epsilon"] for r in claim_rows), default=math.inf)
-    if z == 0:
-        status = "no_dp_claim"
-        sentence = "No DP claim: the noise multiplier is 0, so there is no privacy claim to test."
-    elif first is not None:
-        status = "claim_refuted"
-        where = "at the end" if first["round"] is None else f"at round {first['round']}"
-        test = first["alarm"].rejected[0]
-        sentence = (
-            f"Claim refuted {where}: the record canaries' scores are more separable than "
-            f"record-level epsilon = {first['alarm'].claim_epsilon:.3g} over "
-            f"{first['alarm'].steps} DP-SGD steps allows (p = {test['p_value']:.2g} <= level "
-            f"{test['level']:.2g}). Cause: {first['cause'].sentence}."
-        )
-    elif not design["refutable"]:
-        status = "inconclusive"
-        sentence = f"Inconclusive: this audit cannot refute its claim. {design['summary']}."
-    else:
-        status = "consistent"
-        sentence = (
-            f"Consistent with the claim: record-level epsilon = {run_eps:.3g} at delta = "
-            f"{spec.delta:g} over the run was not refuted at any of {num_looks} looks (the "
-            f"audit catches half the claimed noise in about {design['power']:.0%} of runs)."
-        )
+    run_eps = min(
+        (r["epsilon"] for r in claim_rows if r.get("accountant") != "opacus_rdp"),
+        default=math.inf,
+    )
+    verdict = record_verdict(
+        noise_multiplier=z,
+        looks=looks,
+        cause=None if first is None else first["cause"].to_dict(),
+        design=design,
+        run_epsilon=run_eps,
+        delta=spec.delta,
+    )
+    status, sentence = verdict["status"], verdict["summary"]
     code = EXIT_CODES[status]
+    if args.evidence is not None:
+        bundle = {
+            "format": BUNDLE_FORMAT,
+            "level": "record",
+            "audit": {"id": None, "name": spec.name, "status": "succeeded", "reason": None},
+            "spec": spec.model_dump(mode="json"),
+            "claim": claim_rows,
+            "design": design,
+            "statistics": {
+                "dim": result["dim"],
+                "num_canaries": spec.num_canaries,
+                "sample_rate": q,
+                "steps_per_round": per_round,
+                "seen": seen,  # the audit has ended: the seen set is no longer secret
+                "looks": observed,
+            },
+            "looks": looks,
+            "cause": None if first is None else first["cause"].to_dict(),
+            "verdict": verdict,
+            "canary_seed": {
+                **commitment,
+                "salt": commitment["salt"] if spec.reveal_seed else None,
+                "seed": str(seed) if spec.reveal_seed else None,
+            },
+            "versions": versions(),
+        }
+        args.evidence.write_text(json.dumps(jsonable(bundle), indent=1), encoding="utf-8")
     guarantee = (
         f"If every client's DP-SGD meets its record-level claim, the alarm fires with "
         f"probability at most {RECORD_ALPHA:.0%} over all {num_looks} looks (after every round "

@@ -59,6 +59,7 @@ __all__ = [
     "record_claim_tests",
     "record_design",
     "record_look_level",
+    "record_verdict",
 ]
 
 #: False-alarm probability over all looks.
@@ -331,4 +332,48 @@ def record_design(
         "power": power,
         "runs": runs,
         "summary": summary,
+    }
+
+
+def record_verdict(
+    *,
+    noise_multiplier: float,
+    looks: list[dict[str, Any]],
+    cause: dict[str, Any] | None,
+    design: dict[str, Any],
+    run_epsilon: float,
+    delta: float,
+) -> dict[str, str]:
+    """The verdict of a record-level audit from its looks (:meth:`RecordAlarm.to_dict` with the
+    look's ``round``, None for the final look), the cause measured at the first alarm and the
+    design: ``status`` (``claim_refuted``, ``consistent``, ``inconclusive``, ``no_dp_claim``) and
+    one ``summary`` sentence."""
+    first = next((look for look in looks if look["status"] == "error"), None)
+    if noise_multiplier == 0:
+        return {
+            "status": "no_dp_claim",
+            "summary": "No DP claim: the noise multiplier is 0, so there is no privacy claim "
+            "to test.",
+        }
+    if first is not None:
+        where = "at the end" if first["round"] is None else f"at round {first['round']}"
+        test = first["rejected"][0]
+        because = "" if cause is None else f" Cause: {cause['sentence']}."
+        return {
+            "status": "claim_refuted",
+            "summary": f"Claim refuted {where}: the record canaries' scores are more separable "
+            f"than record-level epsilon = {first['claim_epsilon']:.3g} over {first['steps']} "
+            f"DP-SGD steps allows (p = {test['p_value']:.2g} <= level {test['level']:.2g})."
+            + because,
+        }
+    if not design["refutable"]:
+        return {
+            "status": "inconclusive",
+            "summary": f"Inconclusive: this audit cannot refute its claim. {design['summary']}.",
+        }
+    return {
+        "status": "consistent",
+        "summary": f"Consistent with the claim: record-level epsilon = {run_epsilon:.3g} at "
+        f"delta = {delta:g} over the run was not refuted at any of {len(looks)} looks (the "
+        f"audit catches half the claimed noise in about {design['power']:.0%} of runs).",
     }

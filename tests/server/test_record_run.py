@@ -57,5 +57,45 @@ def test_record_level_spec_errors_exit_2_before_training(tmp_path, capsys):
     path.write_text(json.dumps(data))
     assert cli_main(["run", str(path), "--inject-bug", "extra_participation=4"]) == 2
     assert "cannot be injected into a record-level audit" in capsys.readouterr().err
-    assert cli_main(["run", str(path), "--evidence", str(tmp_path / "e.json")]) == 2
+    assert cli_main(["run", str(path), "--junit", str(tmp_path / "j.xml")]) == 2
     assert "not available for record-level audits" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_record_level_evidence_is_recomputed_by_flaudit_verify(tmp_path, capsys, fixed_seed):
+    """A small record-level run writes its evidence (seen set, per-look scores, revealed seed);
+    `flaudit verify` recomputes design, claim, every look, the cause and the verdict, and
+    catches a changed score and a seed that does not match its commitment."""
+    data = json.loads(EXAMPLE.read_text())
+    small = {
+        **data,
+        "task_options": {"hidden": 16},
+        "num_clients": 2,
+        "num_rounds": 2,
+        "num_canaries": 400,
+        "local_epochs": 1,
+        "reveal_seed": True,
+    }
+    spec = tmp_path / "small.json"
+    spec.write_text(json.dumps(small))
+    bundle_path = tmp_path / "evidence.json"
+    code = cli_main(["run", str(spec), "--inject-bug", "no_noise", "--evidence", str(bundle_path)])
+    capsys.readouterr()
+    assert code == 3
+    bundle = json.loads(bundle_path.read_text())
+    assert bundle["level"] == "record" and bundle["canary_seed"]["seed"] == "20261206"
+    assert bundle["cause"]["cause"] == "noise"
+    assert cli_main(["verify", str(bundle_path), "--allow-unsigned"]) == 0
+    out = capsys.readouterr().out
+    assert "ok          looks" in out and "ok          verdict" in out
+    assert "ok          statistics.seen" in out
+
+    tampered = json.loads(bundle_path.read_text())
+    tampered["statistics"]["looks"][0]["scores"][0] = 0.5
+    bundle_path.write_text(json.dumps(tampered))
+    assert cli_main(["verify", str(bundle_path), "--allow-unsigned"]) == 3
+    capsys.readouterr()
+    tampered = json.loads(json.dumps(bundle))
+    tampered["canary_seed"]["seed"] = "1"
+    bundle_path.write_text(json.dumps(tampered))
+    assert cli_main(["verify", str(bundle_path), "--allow-unsigned"]) == 5
