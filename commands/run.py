@@ -1,4 +1,5 @@
-"""``flaudit run audit.toml``: one audit end to end in Flower's simulation engine.
+"""``flaudit run audit.toml``: one audit end to end in Flower's simulation engine (a record-level
+spec, ``"level": "record"``, goes to :mod:`flaudit.commands.record_run` instead).
 
 The TOML file holds :class:`flaudit.auditor.spec.AuditSpec` fields, either at the top level or in an
 ``[audit]`` table (``task_options`` and ``adaptive_clipping`` as sub-tables). A fresh secret
@@ -62,7 +63,12 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = _HelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("spec", type=Path, help="audit TOML file (AuditSpec fields)")
+    parser.add_argument(
+        "spec",
+        type=Path,
+        help='audit spec, TOML or .json: AuditSpec fields, or a record-level spec ("level": '
+        '"record": DP-SGD inside the clients, docs/record-level.md)',
+    )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument(
         "--timeout",
