@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import sys
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
@@ -27,6 +28,15 @@ __all__ = ["commit", "junit_xml", "run_bundle"]
 
 def _now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def print_invalid_spec(what: str, error) -> None:
+    """``flaudit run: invalid <what>:`` and one line per field of a pydantic ValidationError, on
+    stderr."""
+    print(f"flaudit run: invalid {what}:", file=sys.stderr)
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "spec"
+        print(f"  {where}: {item['msg']}", file=sys.stderr)
 
 
 def commit(seed: int) -> dict:

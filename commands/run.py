@@ -1,4 +1,5 @@
-"""``flaudit run audit.toml``: one audit end to end in Flower's simulation engine.
+"""``flaudit run audit.toml``: one audit end to end in Flower's simulation engine (a record-level
+spec, ``"level": "record"``, goes to :mod:`flaudit.commands.record_run` instead).
 
 The TOML file holds :class:`flaudit.auditor.spec.AuditSpec` fields, either at the top level or in an
 ``[audit]`` table (``task_options`` and ``adaptive_clipping`` as sub-tables). A fresh secret
@@ -33,9 +34,10 @@ from ..auditor.claims.alerts import (
 from ..auditor.claims.alerts import spec_alarm_guarantee as alarm_guarantee
 from ..auditor.claims.evidence import known_rounds_json
 from ..auditor.estimators import audit_analytic_epsilon
+from ..auditor.record_spec import is_record_level
 from ..auditor.spec import AuditSpec, ThreatModel
 from ._progress import RoundProgress
-from ._run_outputs import commit, junit_xml, run_bundle
+from ._run_outputs import commit, junit_xml, print_invalid_spec, run_bundle
 from ._table import fmt_number, print_table
 
 #: Exit status per verdict (documented in ``--help``), so a CI job can gate on an audit.
@@ -61,7 +63,12 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = _HelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("spec", type=Path, help="audit TOML file (AuditSpec fields)")
+    parser.add_argument(
+        "spec",
+        type=Path,
+        help='audit spec, TOML or .json: AuditSpec fields, or a record-level spec ("level": '
+        '"record": DP-SGD inside the clients, docs/record-level.md)',
+    )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument(
         "--timeout",
@@ -110,19 +117,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_spec(path: Path):
-    """Parse ``path`` into an AuditSpec (ValueError naming the problem)."""
+def read_spec_file(path: Path) -> dict:
+    """The fields of a spec file: TOML (top level or an ``[audit]`` table) or, for a ``.json``
+    file, JSON (ValueError naming the problem)."""
     import tomllib
 
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ValueError(f"spec file not found: {path}") from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object")
+        return data
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path} is not valid TOML: {error}") from None
     if "audit" in data and isinstance(data["audit"], dict):
         data = data["audit"]
-    return AuditSpec.model_validate(data)
+    return data
+
+
+def load_spec(path: Path):
+    """Parse ``path`` into an AuditSpec (ValueError naming the problem)."""
+    return AuditSpec.model_validate(read_spec_file(path))
 
 
 #: Printed under the table when a point estimate exceeds the tightest analytic epsilon.
@@ -298,12 +321,19 @@ def main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     try:
-        spec = load_spec(args.spec)
+        data = read_spec_file(args.spec)
+    except ValueError as error:
+        print(f"flaudit run: error: {error}", file=sys.stderr)
+        return 2
+    if is_record_level(data):  # DP-SGD inside the clients (issue #37)
+        # deferred: the record-level command's accountants load only for a record-level spec
+        from .record_run import main as record_main
+
+        return record_main(args, data)
+    try:
+        spec = AuditSpec.model_validate(data)
     except ValidationError as error:
-        print(f"flaudit run: invalid spec {args.spec}:", file=sys.stderr)
-        for item in error.errors():
-            where = ".".join(str(p) for p in item["loc"]) or "spec"
-            print(f"  {where}: {item['msg']}", file=sys.stderr)
+        print_invalid_spec(f"spec {args.spec}", error)
         return 2
     except ValueError as error:
         print(f"flaudit run: error: {error}", file=sys.stderr)

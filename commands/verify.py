@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from ..auditor.claims.evidence import ATOL, RTOL, canonical_json, digest, recompute, signed_part
+from ..auditor.claims.record_evidence import is_record_bundle, recompute_record
 
 #: Exit statuses (documented in ``--help`` and docs/evidence.md).
 OK, USAGE, MISMATCH, BAD_SIGNATURE, BAD_COMMITMENT = 0, 2, 3, 4, 5
@@ -145,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
         elif args.url is not None:
             with urllib.request.urlopen(args.url.rstrip("/") + "/keys", timeout=30) as response:
                 keys = load_keys(response.read().decode("utf-8"))
-        result = recompute(bundle)
+        result = (recompute_record if is_record_bundle(bundle) else recompute)(bundle)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"flaudit verify: error: {exc}", file=sys.stderr)
         return USAGE

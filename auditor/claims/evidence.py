@@ -618,3 +618,18 @@ def _canary_weight(stats: dict, upto: int | None = None) -> float | None:
         and (upto is None or int(r.get("round") or 0) <= upto)
     ]
     return max(weights) if weights else None
+
+
+def check_field(
+    result: Recomputed, name: str, recorded: Any, recomputed: Any, note: str = ""
+) -> bool:
+    """Compare one recorded field with its recomputation into ``result`` (the first mismatch is
+    kept): for other bundles' recomputations (the record-level one,
+    :mod:`flaudit.auditor.claims.record_evidence`)."""
+    return _check(result, name, recorded, recomputed, note)
+
+
+def check_seed(result: Recomputed, bundle: dict, seen: np.ndarray, k: int) -> None:
+    """The revealed seed against its commitment, then the seen set it gives, into ``result``
+    (not checked without a commitment or a revealed seed)."""
+    _check_seed(result, bundle, seen, k)

@@ -1,0 +1,107 @@
+"""The evidence of a record-level audit (issue #37): what ``flaudit run --evidence`` writes for a
+record-level spec and what ``flaudit verify`` recomputes from it.
+
+The bundle (``"level": "record"``, format :data:`flaudit.auditor.claims.evidence.BUNDLE_FORMAT`)
+carries the spec, the claim, the design, and per look every canary's score with its projections
+in noise and shift units; the seen set, secret while the audit runs, is in the bundle only once it
+has ended, and the canary seed with its salt only when the spec sets ``reveal_seed`` (then its
+commitment, printed before training, is checked and the seen set recomputed from it).
+:func:`recompute_record` recomputes the design, the claim (dp-accounting; Opacus's accountant is
+reported, not recomputed), every look's alarm, the cause and the verdict.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..estimators.record_level import record_level_epsilon
+from ..record_spec import RecordLevelSpec
+from .evidence import BUNDLE_FORMAT, Check, Recomputed, check_field, check_seed
+from .record_alarm import decide_record_alarm, record_cause, record_design, record_verdict
+
+__all__ = ["is_record_bundle", "recompute_record"]
+
+
+def is_record_bundle(bundle: object) -> bool:
+    """Whether ``bundle`` is the evidence of a record-level audit."""
+    return isinstance(bundle, dict) and bundle.get("level") == "record"
+
+
+def _floats(values) -> np.ndarray:
+    return np.asarray([float(v) if isinstance(v, str) else v for v in values], dtype=np.float64)
+
+
+def recompute_record(bundle: dict) -> Recomputed:
+    """Recompute every checkable part of a record-level bundle (ValueError: not one)."""
+    if bundle.get("format") != BUNDLE_FORMAT or not is_record_bundle(bundle):
+        raise ValueError(f"not a record-level evidence bundle of format {BUNDLE_FORMAT!r}")
+    result = Recomputed()
+    spec = RecordLevelSpec.model_validate(bundle["spec"])
+    stats = bundle["statistics"]
+    k, z = spec.num_canaries, spec.noise_multiplier
+    seen = np.asarray(stats["seen"], dtype=bool)
+    if seen.size != k:
+        raise ValueError(f"statistics.seen has {seen.size} entries for {k} canaries")
+    check_seed(result, bundle, seen, k)
+    if result.commitment_failed:
+        return result
+    q, per_round = float(stats["sample_rate"]), int(stats["steps_per_round"])
+    num_looks = spec.num_rounds + 1
+    design = record_design(
+        num_canaries=k,
+        noise_multiplier=z,
+        sample_rate=q,
+        steps=per_round * spec.num_rounds,
+        delta=spec.delta,
+        num_looks=num_looks,
+    )
+    check_field(result, "design", bundle["design"], design)
+    claim = []
+    if z > 0:
+        claim = [
+            e.to_dict()
+            for e in record_level_epsilon(
+                z, q, per_round, spec.delta, rounds_trained=spec.num_rounds
+            )
+        ]
+        recorded = [row for row in bundle["claim"] if row.get("accountant") != "opacus_rdp"]
+        check_field(result, "claim", recorded, claim)
+        result.checks.append(
+            Check("claim (Opacus's accountant)", None, "reported beside, not recomputed")
+        )
+    looks, cause = [], None
+    for entry in stats["looks"]:
+        scores = _floats(entry["scores"])
+        alarm = decide_record_alarm(
+            scores,
+            seen,
+            noise_multiplier=z,
+            sample_rate=q,
+            steps=int(entry["steps"]),
+            look=int(entry["look"]),
+            num_looks=num_looks,
+            delta=spec.delta,
+        )
+        looks.append({"round": entry["round"], **alarm.to_dict()})
+        if alarm.status == "error" and cause is None:
+            cause = record_cause(
+                _floats(entry["noise_units"]),
+                _floats(entry["shift_units"]),
+                seen,
+                noise_multiplier=z,
+            ).to_dict()
+    check_field(result, "looks", bundle["looks"], looks)
+    check_field(result, "cause", bundle.get("cause"), cause)
+    run_epsilon = min((row["epsilon"] for row in claim), default=math.inf)
+    verdict = record_verdict(
+        noise_multiplier=z,
+        looks=looks,
+        cause=cause,
+        design=design,
+        run_epsilon=run_epsilon,
+        delta=spec.delta,
+    )
+    check_field(result, "verdict", bundle["verdict"], verdict)
+    return result
