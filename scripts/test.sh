@@ -23,4 +23,7 @@ if [ -z "${FLAUDIT_TEST_POSTGRES_URL:-}" ]; then
 fi
 export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1
 export FLWR_HOME="${FLWR_HOME:-$(mktemp -d)}"
-exec .venv/bin/python -m pytest "$@"
+# Two pytest workers (pytest-xdist; the machine's two cores), each test file on one worker
+# (`--dist loadfile`: a file's module fixtures, its service or its SuperLink, stay in one process).
+# Pass `-n 0` to run in one process.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
