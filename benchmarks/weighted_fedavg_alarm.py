@@ -13,6 +13,18 @@ with each verdict status and cause, and the largest weight factor.
 
 Rerun: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/weighted_fedavg_alarm.py --seeds 5``
 (6.2 minutes on 2 shared cores, 2026-11-27).
+
+``--ramp N`` (issue #38): a late-heavy weighting instead, N runs per row. Every node weighs 5
+until round 17 of T = 20; from round 17 on one reply a round weighs 15 (about 2x C/n with the
+canaries at that weight). Before, every round was retested at the running maximum weight and a
+x 0.5 bug was named in 87.5% of runs (the issue's simulation); now each round is tested at its
+own weight. k is the smallest canary count whose design (the one ``POST /audits`` answers)
+catches noise x 0.5. Columns: the share of runs whose alarm blamed the noise (``cause`` noise
+or noise_and_weighting) with its 95% Clopper-Pearson interval, and the other verdicts.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/weighted_fedavg_alarm.py --ramp 200
+
+(``--noise claimed|half`` runs one row, e.g. the two rows in two processes.)
 """
 
 from __future__ import annotations
@@ -35,7 +47,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--canaries", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument(
+        "--ramp", type=int, default=0, help="runs per row of the late-heavy ramp (0: the table)"
+    )
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--noise", choices=("claimed", "half"), help="--ramp: only this row (both by default)"
+    )
     args = parser.parse_args()
+    if args.ramp:
+        ramp(args.ramp, args.first_seed, only=args.noise)
+        return
 
     import httpx
     from flwr.app import ArrayRecord
@@ -125,6 +147,137 @@ def main() -> None:
                         f"| {label} | {noise} | {shown} | {max(o[2] for o in out):.2f} |",
                         flush=True,
                     )
+        store.dispose()
+
+
+def ramp(reps: int, first_seed: int = 0, only: str | None = None) -> None:
+    """The late-heavy weighting (module docstring), through the same path as the table."""
+    import time
+
+    import httpx
+    from flwr.app import ArrayRecord
+    from flwr.common.logger import FLOWER_LOGGER
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from benchmarks.fidelity._common import clopper_pearson
+    from flaudit.server.http_reporter import HttpRoundReporter
+    from flaudit.server.wrapper import CanaryAuditStrategy
+    from flaudit.service.store import Store
+    from tests.server.test_wrapper import CountingFedAvg, LoopGrid
+    from tests.service.conftest import AUTH, CIPHER, make_client
+
+    class HalfNoise(DifferentialPrivacyServerSideFixedClipping):
+        """The planted bug: claims ``noise_multiplier``, adds half of that noise."""
+
+        def aggregate_train(self, server_round, replies):
+            claimed = self.noise_multiplier
+            self.noise_multiplier = claimed / 2
+            try:
+                return super().aggregate_train(server_round, replies)
+            finally:
+                self.noise_multiplier = claimed
+
+    class RampGrid(LoopGrid):
+        """Every reply weighs 5 until round ``late``; from then on the first reply of each
+        round weighs ``heavy`` (the heaviest client appears late)."""
+
+        late, heavy = 17, 15
+
+        def send_and_receive(self, messages, timeout=None):
+            messages = list(messages)
+            train = [m for m in messages if m.metadata.message_type == "train"]
+            round_now = sum(1 for n in self.sent if n) + 1 if train else 0
+            self.weights = {}
+            if train and round_now >= self.late:
+                self.weights = {train[0].metadata.dst_node_id: self.heavy}
+            return super().send_and_receive(messages, timeout)
+
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    FLOWER_LOGGER.setLevel(logging.ERROR)
+    logging.getLogger("flaudit").setLevel(logging.ERROR)
+    rounds, nodes, n = 20, tuple(range(11, 31)), 10
+
+    def spec(k: int) -> dict:
+        return {
+            "name": "ramp",
+            "engine": "external",
+            "num_canaries": k,
+            "num_rounds": rounds,
+            "max_canary_fraction": 1.0,
+            "delta": 1e-5,
+        }
+
+    def run(client, k: int, dp_class, seed: int) -> tuple[str, str | None, float]:
+        body = client.post("/audits", json=spec(k), headers=AUTH).json()
+        env = body["environment"]
+        http = httpx.Client(transport=client._transport, base_url="http://testserver")
+        reporter = HttpRoundReporter(
+            "http://testserver",
+            env["FLAUDIT_AUDIT_ID"],
+            env["FLAUDIT_RUN_TOKEN"],
+            client=http,
+            backoff=0.01,
+            retry_seconds=0.05,
+        )
+        np.random.seed(seed)  # Flower's DP noise
+        fedavg = CountingFedAvg(
+            fraction_train=n / len(nodes),
+            min_train_nodes=n,
+            min_available_nodes=len(nodes),
+            fraction_evaluate=0.0,
+        )
+        dp = dp_class(fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=n)
+        strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=rounds)
+        random.seed(seed)
+        strategy.audit._slot_rng = np.random.default_rng(seed)
+        strategy.start(
+            RampGrid(nodes=nodes, seed=seed),
+            ArrayRecord([np.zeros(1000, np.float32)]),
+            num_rounds=rounds,
+        )
+        reporter.close()
+        audit = client.get(f"/audits/{env['FLAUDIT_AUDIT_ID']}").json()
+        verdict = audit["verdict"]
+        return verdict["status"], verdict.get("cause"), float(audit["max_weight_factor"] or 1)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(f"sqlite:///{tmp}/bench.db", cipher=CIPHER)
+        with make_client(store) as client:
+            k, design = None, None
+            for candidate in range(10, 400):
+                answer = client.post("/audits", json=spec(candidate), headers=AUTH).json()
+                design = answer["design"]
+                if (design.get("detectable_noise_scale") or 0) >= 0.5:
+                    k = candidate
+                    break
+            print(
+                f"late-heavy ramp: T = {rounds}, {n} of {len(nodes)} nodes, z = 1, d = 1000, "
+                f"weight 5, one reply of 15 a round from round {RampGrid.late}; k = {k}: "
+                f"{design.get('summary')}; {reps} runs a row (seeds {first_seed}-"
+                f"{first_seed + reps - 1})"
+            )
+            print("| noise | alarm blamed the noise | verdicts (status / cause) | weight factor |")
+            print("|---|---|---|---|")
+            for key, noise, dp_class in (
+                ("claimed", "as claimed", DifferentialPrivacyServerSideFixedClipping),
+                ("half", "x 0.5 (bug)", HalfNoise),
+            ):
+                if only not in (None, key):
+                    continue
+                start = time.perf_counter()
+                out = [run(client, k, dp_class, first_seed + i) for i in range(reps)]
+                named = sum(c in ("noise", "noise_and_weighting") for _, c, _ in out)
+                lo, hi = clopper_pearson(named, reps)
+                counts = Counter(f"{s} / {c or '-'}" for s, c, _ in out)
+                shown = ", ".join(f"{v}× {key}" for key, v in sorted(counts.items()))
+                factors = [o[2] for o in out]
+                print(
+                    f"| {noise} | {named}/{reps} = {named / reps:.1%} [{lo:.1%}, {hi:.1%}] | "
+                    f"{shown} | {min(factors):.2f}-{max(factors):.2f} |",
+                    flush=True,
+                )
+                print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
         store.dispose()
 
 
