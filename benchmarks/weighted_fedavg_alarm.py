@@ -42,6 +42,66 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def _setup():
+    """Flower's task identity for an in-process ServerApp and quiet loggers."""
+    from flwr.common.logger import FLOWER_LOGGER
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    FLOWER_LOGGER.setLevel(logging.ERROR)
+    logging.getLogger("flaudit").setLevel(logging.ERROR)
+
+
+def _run(client, spec: dict, dp_class, grid, *, rounds: int, n: int, seed: int):
+    """One audited run: Flower's DP wrapper ``dp_class`` (z = 1, C = 1) around a FedAvg
+    weighted by num-examples, ``n`` of ``grid``'s nodes a round, inside CanaryAuditStrategy
+    reporting to the in-process service. Returns the verdict's status and cause and the
+    audit's largest weight factor."""
+    import httpx
+    from flwr.app import ArrayRecord
+
+    from flaudit.server.http_reporter import HttpRoundReporter
+    from flaudit.server.wrapper import CanaryAuditStrategy
+    from tests.server.test_wrapper import CountingFedAvg
+    from tests.service.conftest import AUTH
+
+    body = client.post("/audits", json=spec, headers=AUTH).json()
+    env = body["environment"]
+    http = httpx.Client(transport=client._transport, base_url="http://testserver")
+    reporter = HttpRoundReporter(
+        "http://testserver",
+        env["FLAUDIT_AUDIT_ID"],
+        env["FLAUDIT_RUN_TOKEN"],
+        client=http,
+        backoff=0.01,
+        retry_seconds=0.05,
+    )
+    np.random.seed(seed)  # Flower's DP noise
+    nodes = grid.get_node_ids()
+    fedavg = CountingFedAvg(
+        fraction_train=n / len(nodes),
+        min_train_nodes=n,
+        min_available_nodes=len(nodes),
+        fraction_evaluate=0.0,
+    )
+    dp = dp_class(fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=n)
+    strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=rounds)
+    # reproducible: Flower samples nodes with Python's random, the wrapper picks the nodes the
+    # canaries displace with its own generator
+    random.seed(seed)
+    strategy.audit._slot_rng = np.random.default_rng(seed)
+    strategy.start(grid, ArrayRecord([np.zeros(1000, np.float32)]), num_rounds=rounds)
+    reporter.close()
+    audit = client.get(f"/audits/{env['FLAUDIT_AUDIT_ID']}").json()
+    verdict = audit["verdict"]
+    return verdict["status"], verdict.get("cause"), float(audit["max_weight_factor"] or 1)
+
+
+def _verdicts(out) -> str:
+    counts = Counter(f"{s} / {c or '-'}" for s, c, _ in out)
+    return ", ".join(f"{v}× {key}" for key, v in sorted(counts.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -59,24 +119,16 @@ def main() -> None:
         ramp(args.ramp, args.first_seed, only=args.noise)
         return
 
-    import httpx
-    from flwr.app import ArrayRecord
-    from flwr.common.logger import FLOWER_LOGGER
     from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
-    from flwr.supercore.task_identity import TaskIdentity
 
-    from flaudit.server.http_reporter import HttpRoundReporter
-    from flaudit.server.wrapper import CanaryAuditStrategy
     from flaudit.service.store import Store
     from tests.integration.flower_weighted.pytorch_example.planted_bug import (
         ShortNoise as HalfNoise,  # the worked example's: half the noise
     )
-    from tests.server.test_wrapper import CountingFedAvg, LoopGrid
-    from tests.service.conftest import AUTH, CIPHER, make_client
+    from tests.server.test_wrapper import LoopGrid
+    from tests.service.conftest import CIPHER, make_client
 
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    FLOWER_LOGGER.setLevel(logging.ERROR)
-    logging.getLogger("flaudit").setLevel(logging.ERROR)
+    _setup()
     k, rounds, nodes, n = args.canaries, args.rounds, tuple(range(11, 31)), 10
     spec = {
         "name": "weighted",
@@ -85,42 +137,6 @@ def main() -> None:
         "max_canary_fraction": 1.0,
         "delta": 1e-5,
     }
-
-    def run(client, dp_class, weights: dict, seed: int) -> tuple[str, str | None, float]:
-        body = client.post("/audits", json=spec, headers=AUTH).json()
-        env = body["environment"]
-        http = httpx.Client(transport=client._transport, base_url="http://testserver")
-        reporter = HttpRoundReporter(
-            "http://testserver",
-            env["FLAUDIT_AUDIT_ID"],
-            env["FLAUDIT_RUN_TOKEN"],
-            client=http,
-            backoff=0.01,
-            retry_seconds=0.05,
-        )
-        np.random.seed(seed)  # Flower's DP noise
-        fedavg = CountingFedAvg(
-            fraction_train=n / len(nodes),
-            min_train_nodes=n,
-            min_available_nodes=len(nodes),
-            fraction_evaluate=0.0,
-        )
-        dp = dp_class(fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=n)
-        strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=rounds)
-        # reproducible: Flower samples nodes with Python's random, the wrapper picks the nodes the
-        # canaries displace with its own generator
-        random.seed(seed)
-        strategy.audit._slot_rng = np.random.default_rng(seed)
-        strategy.start(
-            LoopGrid(nodes=nodes, weights=weights, seed=seed),
-            ArrayRecord([np.zeros(1000, np.float32)]),
-            num_rounds=rounds,
-        )
-        reporter.close()
-        audit = client.get(f"/audits/{env['FLAUDIT_AUDIT_ID']}").json()
-        verdict = audit["verdict"]
-        return verdict["status"], verdict.get("cause"), float(audit["max_weight_factor"] or 1)
-
     print(
         f"k = {k}, T = {rounds}, {n} of {len(nodes)} nodes, z = 1, d = 1000, {args.seeds} runs each"
     )
@@ -140,11 +156,20 @@ def main() -> None:
         with make_client(store) as client:
             for label, weights in cases:
                 for noise, dp_class in noises:
-                    out = [run(client, dp_class, weights, seed) for seed in range(args.seeds)]
-                    counts = Counter(f"{s} / {c or '-'}" for s, c, _ in out)
-                    shown = ", ".join(f"{v}× {key}" for key, v in sorted(counts.items()))
+                    out = [
+                        _run(
+                            client,
+                            spec,
+                            dp_class,
+                            LoopGrid(nodes=nodes, weights=weights, seed=seed),
+                            rounds=rounds,
+                            n=n,
+                            seed=seed,
+                        )
+                        for seed in range(args.seeds)
+                    ]
                     print(
-                        f"| {label} | {noise} | {shown} | {max(o[2] for o in out):.2f} |",
+                        f"| {label} | {noise} | {_verdicts(out)} | {max(o[2] for o in out):.2f} |",
                         flush=True,
                     )
         store.dispose()
@@ -154,29 +179,15 @@ def ramp(reps: int, first_seed: int = 0, only: str | None = None) -> None:
     """The late-heavy weighting (module docstring), through the same path as the table."""
     import time
 
-    import httpx
-    from flwr.app import ArrayRecord
-    from flwr.common.logger import FLOWER_LOGGER
     from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
-    from flwr.supercore.task_identity import TaskIdentity
 
     from benchmarks.fidelity._common import clopper_pearson
-    from flaudit.server.http_reporter import HttpRoundReporter
-    from flaudit.server.wrapper import CanaryAuditStrategy
     from flaudit.service.store import Store
-    from tests.server.test_wrapper import CountingFedAvg, LoopGrid
+    from tests.integration.flower_weighted.pytorch_example.planted_bug import (
+        ShortNoise as HalfNoise,  # the worked example's: half the noise
+    )
+    from tests.server.test_wrapper import LoopGrid
     from tests.service.conftest import AUTH, CIPHER, make_client
-
-    class HalfNoise(DifferentialPrivacyServerSideFixedClipping):
-        """The planted bug: claims ``noise_multiplier``, adds half of that noise."""
-
-        def aggregate_train(self, server_round, replies):
-            claimed = self.noise_multiplier
-            self.noise_multiplier = claimed / 2
-            try:
-                return super().aggregate_train(server_round, replies)
-            finally:
-                self.noise_multiplier = claimed
 
     class RampGrid(LoopGrid):
         """Every reply weighs 5 until round ``late``; from then on the first reply of each
@@ -193,9 +204,7 @@ def ramp(reps: int, first_seed: int = 0, only: str | None = None) -> None:
                 self.weights = {train[0].metadata.dst_node_id: self.heavy}
             return super().send_and_receive(messages, timeout)
 
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    FLOWER_LOGGER.setLevel(logging.ERROR)
-    logging.getLogger("flaudit").setLevel(logging.ERROR)
+    _setup()
     rounds, nodes, n = 20, tuple(range(11, 31)), 10
 
     def spec(k: int) -> dict:
@@ -207,39 +216,6 @@ def ramp(reps: int, first_seed: int = 0, only: str | None = None) -> None:
             "max_canary_fraction": 1.0,
             "delta": 1e-5,
         }
-
-    def run(client, k: int, dp_class, seed: int) -> tuple[str, str | None, float]:
-        body = client.post("/audits", json=spec(k), headers=AUTH).json()
-        env = body["environment"]
-        http = httpx.Client(transport=client._transport, base_url="http://testserver")
-        reporter = HttpRoundReporter(
-            "http://testserver",
-            env["FLAUDIT_AUDIT_ID"],
-            env["FLAUDIT_RUN_TOKEN"],
-            client=http,
-            backoff=0.01,
-            retry_seconds=0.05,
-        )
-        np.random.seed(seed)  # Flower's DP noise
-        fedavg = CountingFedAvg(
-            fraction_train=n / len(nodes),
-            min_train_nodes=n,
-            min_available_nodes=len(nodes),
-            fraction_evaluate=0.0,
-        )
-        dp = dp_class(fedavg, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=n)
-        strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=rounds)
-        random.seed(seed)
-        strategy.audit._slot_rng = np.random.default_rng(seed)
-        strategy.start(
-            RampGrid(nodes=nodes, seed=seed),
-            ArrayRecord([np.zeros(1000, np.float32)]),
-            num_rounds=rounds,
-        )
-        reporter.close()
-        audit = client.get(f"/audits/{env['FLAUDIT_AUDIT_ID']}").json()
-        verdict = audit["verdict"]
-        return verdict["status"], verdict.get("cause"), float(audit["max_weight_factor"] or 1)
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(f"sqlite:///{tmp}/bench.db", cipher=CIPHER)
@@ -266,15 +242,24 @@ def ramp(reps: int, first_seed: int = 0, only: str | None = None) -> None:
                 if only not in (None, key):
                     continue
                 start = time.perf_counter()
-                out = [run(client, k, dp_class, first_seed + i) for i in range(reps)]
+                out = [
+                    _run(
+                        client,
+                        spec(k),
+                        dp_class,
+                        RampGrid(nodes=nodes, seed=first_seed + i),
+                        rounds=rounds,
+                        n=n,
+                        seed=first_seed + i,
+                    )
+                    for i in range(reps)
+                ]
                 named = sum(c in ("noise", "noise_and_weighting") for _, c, _ in out)
                 lo, hi = clopper_pearson(named, reps)
-                counts = Counter(f"{s} / {c or '-'}" for s, c, _ in out)
-                shown = ", ".join(f"{v}× {key}" for key, v in sorted(counts.items()))
                 factors = [o[2] for o in out]
                 print(
                     f"| {noise} | {named}/{reps} = {named / reps:.1%} [{lo:.1%}, {hi:.1%}] | "
-                    f"{shown} | {min(factors):.2f}-{max(factors):.2f} |",
+                    f"{_verdicts(out)} | {min(factors):.2f}-{max(factors):.2f} |",
                     flush=True,
                 )
                 print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)

@@ -187,33 +187,3 @@ def test_the_recorded_norms_alone_refute_an_ended_run_and_name_the_cause():
     # a weighting that breaks the claim too is named first
     both = audit_verdict(state="succeeded", noise_clip_factor=0.85, weight_factor=2.0, **kw)
     assert both.cause == "weighting"
-
-
-def test_an_alarm_under_a_mismatch_says_the_noise_falls_short_of_the_mechanism_run():
-    alarm = {
-        "status": "error",
-        "round": 3,
-        "look": 3,
-        "num_looks": 11,
-        "refuted_by": {
-            "test": "known_rounds_normal_scores",
-            "threat_model": "known_rounds",
-            "mu_lo": 2.5,
-            "epsilon_lo": 9.0,
-            "confidence": 0.95,
-            "tier": "independent_canaries",
-            "claim_mu": 1 / 0.85,
-        },
-    }
-    verdict = audit_verdict(
-        claim=CLAIM,
-        design=TESTABLE,
-        alarm=alarm,
-        state="succeeded",
-        rounds_received=10,
-        num_rounds=10,
-        noise_clip_factor=0.85,
-    )
-    assert verdict.cause == "noise"
-    assert "the noise falls short even of the mechanism actually run" in verdict.summary
-    assert "down to 0.85× it" in verdict.summary and "μ = 1.18" in verdict.summary
