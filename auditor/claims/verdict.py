@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ..noise_calibration import SHORT_NOISE_TOLERANCE
 from ..results import jsonable, number
 
 __all__ = [
@@ -549,8 +550,8 @@ def audit_verdict(
     common["weighting"] = weighting
     breaks = weighting is not None and weighting["breaks_claim"]
     short = 1.0
-    if noise_clip_factor is not None and 0 < noise_clip_factor < 1:
-        short = 1.0 / float(noise_clip_factor)
+    if noise_clip_factor is not None and 0 < noise_clip_factor < 1 - SHORT_NOISE_TOLERANCE:
+        short = 1.0 / float(noise_clip_factor)  # a finding (round-off is not one)
     if alarm is not None:
         refuted_by, because = _refutation(
             alarm,
