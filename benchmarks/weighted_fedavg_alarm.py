@@ -17,8 +17,9 @@ Rerun: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/weighted_fedavg_alarm.py --
 ``--ramp N`` (issue #38): a late-heavy weighting instead, N runs per row. Every node weighs 5
 until round 17 of T = 20; from round 17 on one reply a round weighs 15 (about 2x C/n with the
 canaries at that weight). Before, every round was retested at the running maximum weight and a
-x 0.5 bug was named in 87.5% of runs (the issue's simulation); now each round is tested at its
-own weight. k is the smallest canary count whose design (the one ``POST /audits`` answers)
+x 0.5 bug was named in 70.0% of 150 runs here (87.5% in the issue's simulation); now each round
+is tested at its own weight: 150 of 150, correct noise alarming in 5 of 150 (docs/fidelity.md
+section 10, 2026-12-06). k is the smallest canary count whose design (the one ``POST /audits`` answers)
 catches noise x 0.5. Columns: the share of runs whose alarm blamed the noise (``cause`` noise
 or noise_and_weighting) with its 95% Clopper-Pearson interval, and the other verdicts.
 
