@@ -24,6 +24,7 @@ __all__ = [
     "noise_calibration_alerts",
     "noise_clip_factor",
     "noise_split_sentence",
+    "signal_factor",
     "with_noise_calibration",
 ]
 
@@ -46,6 +47,26 @@ def noise_clip_factor(clip_norm: float | None, noise_clip_norm: float | None) ->
     if noise_clip_norm is None or not clip_norm:
         return None
     return float(noise_clip_norm) / float(clip_norm)
+
+
+def signal_factor(weight_factor: float | None = None, noise_factor: float | None = None) -> float:
+    """A round's signal under the claim in units of the unweighted claim's, for the mechanism
+    actually run: ``max(1, W_t) / min(1, f_t)`` with ``W_t`` the round's ``weight_factor`` (the
+    heaviest influence a reply carried, in units of ``C/n``) and ``f_t`` its
+    ``noise_clip_norm / clip_norm`` (:func:`noise_clip_factor`). A round noised for a smaller norm
+    than it clipped to (``f_t < 1``) has noise ``z f_t C/n``, so correct code for that
+    mechanism gives a canary ``W_t / (z f_t)`` per participation; a round noised for more
+    (``f_t > 1``) is tested at the claim, never above it (its extra noise is not credited, so a
+    run that meets its claim is never refuted for missing the extra). None: 1. The claim tests
+    run each round at its own factor (:meth:`flaudit.auditor.claims.known_rounds.KnownRoundsStatistic.rounds_at`;
+    docs/estimators.md, "Per-round weights" and "The mechanism actually run")."""
+    w = 1.0 if weight_factor is None else float(weight_factor)
+    f = 1.0 if noise_factor is None else float(noise_factor)
+    if not (math.isfinite(w) and math.isfinite(f) and f > 0):
+        raise ValueError(
+            f"signal_factor: need finite W and f > 0, got {weight_factor!r}, {noise_factor!r}"
+        )
+    return max(1.0, w) / min(1.0, f)
 
 
 def _get(spec: Any, name: str) -> Any:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..auditor.canaries import CanaryFamily, seen_mask
 from ..auditor.claims.known_rounds import KnownRoundsStatistic
+from ..auditor.noise_calibration import noise_clip_factor, signal_factor
 from ..auditor.statistics import CosineTracker
 from ..auditor.validation import check_at_least
 
@@ -184,7 +185,15 @@ class LocalRoundReporter:
                     k, dim=self.tracker.dim, scale_dof=self.tracker.scale_dof
                 )
             self.known_rounds.update(
-                round_cosines, participant_mask(metadata.participants, k), self.null_mask
+                round_cosines,
+                participant_mask(metadata.participants, k),
+                self.null_mask,
+                # the round's own signal under the claim (issue #38): its weight over its
+                # noise's clip-norm factor; 1 for equal weights and matched noise
+                factor=signal_factor(
+                    metadata.weight_factor,
+                    noise_clip_factor(metadata.clip_norm, metadata.noise_clip_norm),
+                ),
             )
         self.rounds.append((server_round, metadata))
 

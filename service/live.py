@@ -26,7 +26,7 @@ from ..auditor.claims import AuditLook, audit_claims, summarize
 from ..auditor.claims.alerts import build_alerts, decide, first_alarm, num_looks
 from ..auditor.claims.known_rounds import KnownRoundsStatistic
 from ..auditor.estimators import audit_analytic_epsilon, final_model_estimates
-from ..auditor.noise_calibration import noise_calibration
+from ..auditor.noise_calibration import noise_calibration, noise_clip_factor, signal_factor
 from ..auditor.results import jsonable, number
 from ..auditor.spec import AuditSpec, Engine, ThreatModel
 from ..auditor.statistics import CosineTracker
@@ -125,6 +125,12 @@ def _heaviest(*factors: Any) -> float | None:
     """The largest of the round ``weight_factor``s given (None: none reported)."""
     values = [float(f) for f in factors if number(f) is not None]
     return max(values) if values else None
+
+
+def _least(*factors: Any) -> float | None:
+    """The smallest of the round ``noise_clip_norm / clip_norm`` factors given (None: none)."""
+    values = [float(f) for f in factors if number(f) is not None]
+    return min(values) if values else None
 
 
 def alarm_cause(audit) -> str | None:
@@ -394,6 +400,11 @@ class LiveAudits:
             previous = secret.max_cosines if secret.max_cosines is not None else np.full(k, -np.inf)
             max_cosines = np.maximum(previous, round_cosines)
             seen = seen_mask(secret.seed, k)
+            # this round's noise for the clip norm its updates had (issue #38): below 1 the
+            # mechanism actually run gives a canary more than the claim, and is tested as run
+            noise_factor = noise_clip_factor(
+                metadata.get("clip_norm"), metadata.get("noise_clip_norm")
+            )
             known_rounds = None
             if participants is not None:
                 statistic = KnownRoundsStatistic(
@@ -401,14 +412,23 @@ class LiveAudits:
                 )
                 mask = np.zeros(k, dtype=bool)
                 mask[participants] = True
-                statistic.update(round_cosines, mask, ~seen)
+                statistic.update(
+                    round_cosines,
+                    mask,
+                    ~seen,
+                    factor=signal_factor(metadata.get("weight_factor"), noise_factor),
+                )
                 known_rounds = statistic
             # a weighted FedAvg: the claims at the heaviest influence the canaries carried so
-            # far (docs/estimators.md, "Weighted FedAvg: two answers")
+            # far (docs/estimators.md, "Weighted FedAvg: two answers"), each round's test at
+            # its own ("Per-round weights"); a round noised for less than its clip norm: the
+            # claims of the mechanism actually run ("The mechanism actually run")
             heaviest = _heaviest(
                 audit.max_canary_weight_factor,
                 metadata.get("weight_factor") if metadata.get("num_canaries_inserted") else None,
             )
+            least = _least(getattr(audit, "min_noise_clip_factor", None), noise_factor)
+            influence = signal_factor(heaviest, least)
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if ThreatModel.all_iterates in spec.threat_models:
                 estimates, diagnostics, histograms, tests = summary_parts(
@@ -423,9 +443,11 @@ class LiveAudits:
                         known_rounds_participations=None
                         if known_rounds is None
                         else known_rounds.num_participations,
-                        known_rounds_rounds=None if known_rounds is None else known_rounds.rounds,
+                        known_rounds_rounds=None
+                        if known_rounds is None
+                        else known_rounds.rounds_at(influence),
                         canary_repeats=spec.canary_repeats,
-                        claims=audit_claims(spec, weight_factor=heaviest),
+                        claims=audit_claims(spec, weight_factor=heaviest, noise_clip_factor=least),
                         num_rounds=t,
                         scale_dof=tracker.scale_dof,
                     )
@@ -442,7 +464,7 @@ class LiveAudits:
                         num_rounds=spec.num_rounds,
                     )
             all_estimates = estimates + list(audit.analytic or [])
-            alarm = decide(spec, tests, look=t, weight_factor=heaviest)
+            alarm = decide(spec, tests, look=t, weight_factor=heaviest, noise_clip_factor=least)
             alerts = build_alerts(
                 spec=spec,
                 dim=secret.dim,
@@ -530,13 +552,15 @@ class LiveAudits:
             if max_cosines is None:
                 wanted = [tm for tm in wanted if tm != ThreatModel.all_iterates]
             seen = seen_mask(secret.seed, k)
+            heaviest = audit.max_canary_weight_factor
+            least = getattr(audit, "min_noise_clip_factor", None)
             scores = counts = rounds = None
             if secret.known_rounds is not None and ThreatModel.all_iterates in wanted:
                 statistic = KnownRoundsStatistic(
                     k, dim=secret.dim, state=secret.known_rounds, scale_dof=tracker.scale_dof
                 )
                 scores, counts = statistic.scores, statistic.num_participations
-                rounds = statistic.rounds
+                rounds = statistic.rounds_at(signal_factor(heaviest, least))
             estimates, diagnostics, histograms, tests = [], [], {}, []
             if wanted:
                 estimates, diagnostics, histograms, tests = summary_parts(
@@ -551,7 +575,7 @@ class LiveAudits:
                         known_rounds_participations=counts,
                         known_rounds_rounds=rounds,
                         canary_repeats=spec.canary_repeats,
-                        claims=audit_claims(spec, weight_factor=audit.max_canary_weight_factor),
+                        claims=audit_claims(spec, weight_factor=heaviest, noise_clip_factor=least),
                         num_rounds=secret.rounds_stored,
                         scale_dof=tracker.scale_dof,
                     ),
@@ -564,7 +588,11 @@ class LiveAudits:
                 rounds_stored=secret.rounds_stored,
                 has_final=True,
                 alarm=decide(
-                    spec, tests, look=num_looks(spec), weight_factor=audit.max_canary_weight_factor
+                    spec,
+                    tests,
+                    look=num_looks(spec),
+                    weight_factor=heaviest,
+                    noise_clip_factor=least,
                 ),
                 previous=audit.alerts,
             )

@@ -149,13 +149,16 @@ class VerdictOut(BaseModel):
         "DP-FedAvg with Gaussian noise) or assumption_free (any mechanism meeting the claim).",
     )
     round: int | None = Field(None, description="Round where the alarm fired (null: at the end).")
-    cause: Literal["noise", "weighting", "noise_and_weighting"] | None = Field(
+    cause: Literal["noise", "weighting", "noise_and_weighting", "noise_calibration"] | None = Field(
         None,
         description="claim_refuted only: what breaks the claim. `noise`: a claim test "
         "rejected it at the heaviest influence the canaries carried (the noise falls short for "
         "the weighting used); `weighting`: the recorded weights alone give the heaviest client "
         "more than the claim (weighting.breaks_claim) while the noise passed; "
-        "`noise_and_weighting`: both.",
+        "`noise_and_weighting`: both; `noise_calibration`: a round was noised for a smaller "
+        "clip norm than its updates were clipped to, so the recorded norms alone break the "
+        "claim (noise_calibration) while the canaries' tests of the mechanism actually run "
+        "passed.",
         examples=["noise"],
     )
     noise_calibration: dict[str, Any] | None = Field(

@@ -184,16 +184,27 @@ class AuditRound(Base):
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+#: Ends a known-rounds state that carries ``round_factors`` (a negative ``<i8`` never ends the
+#: older layouts, whose last value is a round count >= 1).
+_FACTORS_TRAILER = -0x464C415544495401
+
+
 def known_rounds_to_bytes(state: KnownRoundsState) -> bytes:
     """``sums`` (<f8) and ``counts`` (<i8) per canary, then ``round_sums`` (<f8) and
     ``round_counts`` (<i8) per round with a seen participant; ``num_rounds`` is the audit's
-    ``rounds_stored``."""
-    return (
+    ``rounds_stored``. A state with round signal factors (a weighted FedAvg, a round noised for
+    a smaller clip norm) appends ``round_factors`` (<f8) and the trailer
+    :data:`_FACTORS_TRAILER`; one without them is written as before."""
+    out = (
         array_to_bytes(state.sums, "<f8")
         + array_to_bytes(state.counts, "<i8")
         + array_to_bytes(np.asarray(state.round_sums, dtype=np.float64), "<f8")
         + array_to_bytes(np.asarray(state.round_counts, dtype=np.int64), "<i8")
     )
+    factors = np.asarray(state.round_factors, dtype=np.float64)
+    if factors.size:
+        out += array_to_bytes(factors, "<f8") + np.array([_FACTORS_TRAILER], "<i8").tobytes()
+    return out
 
 
 def known_rounds_from_bytes(
@@ -201,11 +212,17 @@ def known_rounds_from_bytes(
 ) -> KnownRoundsState | None:
     """The inverse of :func:`known_rounds_to_bytes`. A state written before the per-round sums
     existed (``16 k`` bytes) loads with none: the exact claim test then counts only the rounds
-    stored after the upgrade (less power, never a wrong rejection)."""
+    stored after the upgrade (less power, never a wrong rejection). One written before the
+    round factors existed loads with none (every round at the claim, as it was tested)."""
     if data is None:
         return None
     k = int(num_canaries)
     head, rest = data[: 16 * k], data[16 * k :]
+    factors = np.zeros(0)
+    if len(rest) >= 8 and int(np.frombuffer(rest[-8:], "<i8")[0]) == _FACTORS_TRAILER:
+        per_round = (len(rest) - 8) // 24
+        factors = bytes_to_array(rest[16 * per_round : 24 * per_round], "<f8")
+        rest = rest[: 16 * per_round]
     half = len(rest) // 2
     return KnownRoundsState(
         sums=bytes_to_array(head[: 8 * k], "<f8"),
@@ -213,6 +230,7 @@ def known_rounds_from_bytes(
         num_rounds=int(num_rounds),
         round_sums=bytes_to_array(rest[:half], "<f8") if rest else np.zeros(0),
         round_counts=bytes_to_array(rest[half:], "<i8") if rest else np.zeros(0, dtype=np.int64),
+        round_factors=factors,
     )
 
 

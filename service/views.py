@@ -137,6 +137,7 @@ def audit_verdict_view(audit: Audit) -> dict[str, Any]:
         weight_factor=audit.max_weight_factor,
         canary_weight_factor=audit.max_canary_weight_factor,
         dim=getattr(audit, "dim", None),
+        noise_clip_factor=getattr(audit, "min_noise_clip_factor", None),
     )
     return with_noise_calibration(
         verdict.to_dict(), audit.spec, getattr(audit, "min_noise_clip_factor", None)

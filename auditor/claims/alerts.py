@@ -84,17 +84,23 @@ def spec_alarm_guarantee(
 
 
 def decide(
-    spec: AuditSpec, claim_tests: list, *, look: int, weight_factor: float | None = None
+    spec: AuditSpec,
+    claim_tests: list,
+    *,
+    look: int,
+    weight_factor: float | None = None,
+    noise_clip_factor: float | None = None,
 ) -> AlarmDecision:
     """The alarm at ``look`` of :func:`num_looks` over this look's claim tests (its
     ``refuted_by`` reads ``mu_lo`` as ε at the spec's δ); ``weight_factor``: the heaviest
-    influence the canaries carried so far, the one the tests were run at
+    influence the canaries carried so far, and ``noise_clip_factor``: the smallest round
+    ``noise_clip_norm / clip_norm`` so far, those the tests were run at
     (:func:`~flaudit.auditor.claims.audit_claims`)."""
     return decide_alarm(
         claim_tests,
         look=look,
         num_looks=num_looks(spec),
-        claims=audit_claims(spec, weight_factor=weight_factor),
+        claims=audit_claims(spec, weight_factor=weight_factor, noise_clip_factor=noise_clip_factor),
         delta=spec.delta,
     )
 
@@ -261,13 +267,15 @@ def spec_verdict(
     weight_factor: float | None = None,
     canary_weight_factor: float | None = None,
     dim: int | None = None,
+    noise_clip_factor: float | None = None,
 ) -> Verdict:
     """:func:`~flaudit.auditor.claims.verdict.audit_verdict` for one audit spec: its claim and
     its design from the spec; stopped on the alarm when ``spec.stop_on_alarm`` and the run
     ended at the alarm's round; ``weight_factor``: the largest of the rounds' (a weighted
     FedAvg); ``canary_weight_factor``: the largest of the rounds that carried canaries;
     ``dim``: the model's size once known (the design then accounts for the noise scale's
-    ``d - k`` degrees of freedom)."""
+    ``d - k`` degrees of freedom); ``noise_clip_factor``: the smallest round
+    ``noise_clip_norm / clip_norm`` (a round noised for a smaller clip norm than its updates)."""
     spec = _spec(spec)
     design = audit_design(spec, dim=dim)
     stopped = None
@@ -292,6 +300,7 @@ def spec_verdict(
         stopped_at_round=stopped,
         weight_factor=weight_factor,
         canary_weight_factor=canary_weight_factor,
+        noise_clip_factor=noise_clip_factor,
     )
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..estimators._validation import check_delta, check_nonnegative
 from ..estimators.gdp import gdp_epsilon
-from ..noise_calibration import canary_noise_multiplier
+from ..noise_calibration import canary_noise_multiplier, signal_factor
 from ..results import ThreatModel, jsonable
 from .tradeoff import gdp_tradeoff
 
@@ -216,7 +216,9 @@ def _poisson_curve(
     )
 
 
-def audit_claims(spec, *, weight_factor: float | None = None) -> list[TradeOffClaim]:
+def audit_claims(
+    spec, *, weight_factor: float | None = None, noise_clip_factor: float | None = None
+) -> list[TradeOffClaim]:
     """The DP claims of an audit (:class:`flaudit.auditor.spec.AuditSpec`) as trade-off curves: one place
     for the service, ``flaudit run`` and the fidelity suite.
 
@@ -233,6 +235,12 @@ def audit_claims(spec, *, weight_factor: float | None = None) -> list[TradeOffCl
     influence*, what correct noise gives a canary that heavy -- ``W * mu`` for the known-rounds
     claim, noise multiplier ``z / W`` for the Poisson-subsampled one (docs/estimators.md,
     "Weighted FedAvg: two answers"). Noise multiplier 0 gives :class:`NoDPClaim` in place of each.
+
+    ``noise_clip_factor`` (the smallest round ``noise_clip_norm / clip_norm``; None or at least 1:
+    every round noised for its clip norm): the claims of the mechanism actually run, whose
+    noise is ``z f`` for the clip norm -- at influence ``W / f``
+    (:func:`flaudit.auditor.noise_calibration.signal_factor`; docs/estimators.md, "The
+    mechanism actually run").
     """
     z = canary_noise_multiplier(spec)  # the update noise z_delta under adaptive clipping
     r = int(spec.canary_repeats)
@@ -240,9 +248,21 @@ def audit_claims(spec, *, weight_factor: float | None = None) -> list[TradeOffCl
     if not math.isfinite(w):
         raise ValueError(f"weight_factor must be finite, got {weight_factor!r}")
     w = max(1.0, w)
+    short = signal_factor(1.0, noise_clip_factor)  # 1 / f, at least 1
     claims: list[TradeOffClaim] = []
     if z == 0:
         claims.append(NoDPClaim(threat_model=KNOWN_ROUNDS))
+    elif short > 1.0:
+        claims.append(
+            GaussianDPClaim(
+                w * short * math.sqrt(r) / z,
+                threat_model=KNOWN_ROUNDS,
+                description=f"Gaussian DP mu = {w * short:.4g} * sqrt({r}) / {z:g}: a canary in "
+                f"{r} known round(s) with noise multiplier {z:g} at {w:.4g}x the influence C/n, "
+                f"noised for {1 / short:.4g}x its clip norm (the mechanism actually run)",
+            )
+        )
+        w *= short
     elif w > 1.0:
         claims.append(
             GaussianDPClaim(

@@ -22,7 +22,7 @@ import numpy as np
 from ..canaries import resolve_canary_family, seen_mask
 from ..estimators import audit_analytic_epsilon
 from ..estimators.gdp import gdp_epsilon
-from ..noise_calibration import noise_clip_factor, with_noise_calibration
+from ..noise_calibration import noise_clip_factor, signal_factor, with_noise_calibration
 from ..results import ThreatModel, jsonable, number
 from ..spec import AuditSpec
 from ..statistics import scale_dof
@@ -107,6 +107,8 @@ def known_rounds_json(state: KnownRoundsState | None) -> dict | None:
         "num_rounds": state.num_rounds,
         "round_sums": state.round_sums,
         "round_counts": state.round_counts,
+        # each round's signal factor under the claim (empty: all 1), issue #38
+        "round_factors": state.round_factors,
     }
 
 
@@ -288,6 +290,7 @@ def _known_rounds(stats: dict, k: int, dim: int, dof: int):
             num_rounds=int(state["num_rounds"]),
             round_sums=_array(state["round_sums"]),
             round_counts=_array(state["round_counts"], np.int64),
+            round_factors=_array(state.get("round_factors") or []),
         ),
     )
 
@@ -374,15 +377,32 @@ def _recompute_early_alarm(
                     bootstrap=0,
                     known_rounds_scores=None if known is None else known.scores,
                     known_rounds_participations=None if known is None else known.num_participations,
-                    known_rounds_rounds=None if known is None else known.rounds,
+                    known_rounds_rounds=None
+                    if known is None
+                    else known.rounds_at(_influence(stats, upto=t)),
                     canary_repeats=spec.canary_repeats,
-                    claims=audit_claims(spec, weight_factor=_canary_weight(stats, upto=t)),
+                    claims=audit_claims(
+                        spec,
+                        weight_factor=_canary_weight(stats, upto=t),
+                        noise_clip_factor=_least_noise_factor(stats, upto=t),
+                    ),
                     num_rounds=t,
                     scale_dof=dof,
                 )
             ).claim_tests
         )
-    recomputed = jsonable(alarm_record(decide(spec, tests, look=t), round=t))
+    recomputed = jsonable(
+        alarm_record(
+            decide(
+                spec,
+                tests,
+                look=t,
+                weight_factor=_canary_weight(stats, upto=t),
+                noise_clip_factor=_least_noise_factor(stats, upto=t),
+            ),
+            round=t,
+        )
+    )
     _check(
         result,
         "alarm",
@@ -512,9 +532,15 @@ def recompute(bundle: dict) -> Recomputed:
                     bootstrap=int(stats.get("bootstrap", FINAL_BOOTSTRAP)),
                     known_rounds_scores=None if known is None else known.scores,
                     known_rounds_participations=None if known is None else known.num_participations,
-                    known_rounds_rounds=None if known is None else known.rounds,
+                    known_rounds_rounds=None
+                    if known is None
+                    else known.rounds_at(_influence(stats)),
                     canary_repeats=spec.canary_repeats,
-                    claims=audit_claims(spec, weight_factor=_canary_weight(stats)),
+                    claims=audit_claims(
+                        spec,
+                        weight_factor=_canary_weight(stats),
+                        noise_clip_factor=_least_noise_factor(stats),
+                    ),
                     num_rounds=int(stats.get("rounds_stored") or 0),
                     scale_dof=dof,
                 )
@@ -553,7 +579,16 @@ def recompute(bundle: dict) -> Recomputed:
     elif alarm is not None and alarm.get("round") is not None:
         _check_early_alarm(result, spec, alarm)
     elif dim and seen is not None and stats.get("has_final"):
-        final = alarm_record(decide(spec, tests, look=num_looks(spec)), round=None)
+        final = alarm_record(
+            decide(
+                spec,
+                tests,
+                look=num_looks(spec),
+                weight_factor=_canary_weight(stats),
+                noise_clip_factor=_least_noise_factor(stats),
+            ),
+            round=None,
+        )
         _check(result, "alarm", alarm, jsonable(final))
         alarm = final
     gaps = stats.get("gaps") or []
@@ -586,12 +621,9 @@ def recompute(bundle: dict) -> Recomputed:
         weight_factor=stats.get("max_weight_factor"),
         canary_weight_factor=_canary_weight(stats),
         dim=stats.get("dim"),
+        noise_clip_factor=_least_noise_factor(stats),
     )
-    factors = [
-        noise_clip_factor(r.get("clip_norm"), r.get("noise_clip_norm"))
-        for r in stats.get("rounds") or []
-    ]
-    least = min((f for f in factors if f is not None), default=None)
+    least = _least_noise_factor(stats)
     if "min_noise_clip_factor" in stats:
         _check(
             result, "statistics.min_noise_clip_factor", stats.get("min_noise_clip_factor"), least
@@ -633,3 +665,20 @@ def check_seed(result: Recomputed, bundle: dict, seen: np.ndarray, k: int) -> No
     """The revealed seed against its commitment, then the seen set it gives, into ``result``
     (not checked without a commitment or a revealed seed)."""
     _check_seed(result, bundle, seen, k)
+
+
+def _least_noise_factor(stats: dict, upto: int | None = None) -> float | None:
+    """The smallest round ``noise_clip_norm / clip_norm`` (rounds ``<= upto``; None: none
+    reported), as the service keeps it (``min_noise_clip_factor``)."""
+    factors = [
+        noise_clip_factor(r.get("clip_norm"), r.get("noise_clip_norm"))
+        for r in stats.get("rounds") or []
+        if upto is None or int(r.get("round") or 0) <= upto
+    ]
+    return min((f for f in factors if f is not None), default=None)
+
+
+def _influence(stats: dict, upto: int | None = None) -> float:
+    """The influence the claims were tested at (rounds ``<= upto``): the heaviest weight a
+    canary carried over the smallest noise factor (:func:`signal_factor`), as the service did."""
+    return signal_factor(_canary_weight(stats, upto), _least_noise_factor(stats, upto))

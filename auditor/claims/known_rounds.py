@@ -96,6 +96,11 @@ class KnownRoundsState:
         existed).
     round_counts : numpy.ndarray
         (T',) ``c_t``, the seen participants behind each ``R_t`` (int64).
+    round_factors : numpy.ndarray
+        (T',) each round's signal factor under the claim
+        (:func:`flaudit.auditor.noise_calibration.signal_factor`: its weight over its noise's
+        clip-norm factor); empty: all 1 (every round at the claim, a state saved before they
+        existed or a run with equal weights and matched noise).
     """
 
     sums: np.ndarray
@@ -103,6 +108,7 @@ class KnownRoundsState:
     num_rounds: int = 0
     round_sums: np.ndarray = field(default_factory=lambda: np.zeros(0))
     round_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    round_factors: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 class KnownRoundsStatistic:
@@ -143,6 +149,7 @@ class KnownRoundsStatistic:
         k = self.num_canaries
         self._round_sums: list[float] = []
         self._round_counts: list[int] = []
+        self._round_factors: list[float] = []
         if state is None:
             self._sums = np.zeros(k, dtype=np.float64)
             self._counts = np.zeros(k, dtype=np.int64)
@@ -163,6 +170,12 @@ class KnownRoundsStatistic:
             self._round_counts = [int(v) for v in np.asarray(state.round_counts, dtype=np.int64)]
             if len(self._round_sums) != len(self._round_counts):
                 raise ValueError("state.round_sums and state.round_counts differ in length")
+            factors = [float(v) for v in np.asarray(state.round_factors, dtype=np.float64)]
+            if factors and len(factors) != len(self._round_sums):
+                raise ValueError("state.round_factors and state.round_sums differ in length")
+            if not all(math.isfinite(v) and v >= 1.0 for v in factors):
+                raise ValueError("state.round_factors must be finite and >= 1")
+            self._round_factors = factors or [1.0] * len(self._round_sums)
             num_rounds = (
                 int(state.num_rounds)
                 if isinstance(state.num_rounds, np.integer)
@@ -181,7 +194,12 @@ class KnownRoundsStatistic:
         return array
 
     def update(
-        self, round_cosines: np.ndarray, participants: np.ndarray, null_mask: np.ndarray
+        self,
+        round_cosines: np.ndarray,
+        participants: np.ndarray,
+        null_mask: np.ndarray,
+        *,
+        factor: float = 1.0,
     ) -> None:
         """Fold in one round.
 
@@ -197,6 +215,10 @@ class KnownRoundsStatistic:
             round's noise scale is measured on them (:func:`noise_scale`) as a diagnostic
             (``last_noise_scale``); the others among the participants (the seen canaries
             inserted) make the round's entry of :attr:`rounds`.
+        factor : float
+            The round's signal factor under the claim (at least 1:
+            :func:`flaudit.auditor.noise_calibration.signal_factor` of its weight factor and
+            its noise's clip-norm factor); its claim test runs at it (:meth:`rounds_at`).
 
         Raises
         ------
@@ -210,6 +232,8 @@ class KnownRoundsStatistic:
             )
         if not np.all(np.isfinite(cos)):
             raise ValueError("round_cosines contains NaN or Inf")
+        if not (math.isfinite(factor) and factor >= 1.0):
+            raise ValueError(f"factor must be finite and >= 1, got {factor!r}")
         part = self._mask(participants, "participants")
         null = self._mask(null_mask, "null_mask")
         self._num_rounds += 1
@@ -225,6 +249,7 @@ class KnownRoundsStatistic:
             studentized = studentized_from_cosine(cos[seen], self.scale_dof, self.dim)
             self._round_sums.append(float(np.sum(studentized)) / math.sqrt(count))
             self._round_counts.append(count)
+            self._round_factors.append(float(factor))
 
     @property
     def scores(self) -> np.ndarray:
@@ -235,12 +260,32 @@ class KnownRoundsStatistic:
     @property
     def rounds(self) -> RoundSums:
         """The per-round sums of the seen participants' studentized values, for the exact
-        claim test (:class:`flaudit.auditor.claims.normal_scores.RoundSums`)."""
+        claim test (:class:`flaudit.auditor.claims.normal_scores.RoundSums`), each round
+        weighted by its signal factor relative to the unweighted claim (:meth:`rounds_at`)."""
+        return self.rounds_at(1.0)
 
+    @property
+    def max_round_factor(self) -> float:
+        """The largest round signal factor (1 with none)."""
+        return max(self._round_factors, default=1.0)
+
+    def rounds_at(self, influence: float) -> RoundSums:
+        """:attr:`rounds` for a claim tested at ``influence`` times the unweighted one (the
+        claims of :func:`flaudit.auditor.claims.audit_claims` with ``weight_factor =
+        influence``): round ``t``'s weight is ``factor_t / influence``, so its noncentrality
+        under the claim is ``sqrt(c_t) factor_t / z``, its own, whatever the influence the
+        claim is stated at (issue #38). No weights (None) when every round is at the
+        influence, so a run with equal weights and matched noise is tested as before."""
+        influence = float(influence)
+        if not (math.isfinite(influence) and influence > 0):
+            raise ValueError(f"influence must be finite and > 0, got {influence!r}")
+        factors = np.array(self._round_factors, dtype=np.float64)
+        weights = None if np.all(factors == influence) else factors / influence
         return RoundSums(
             np.array(self._round_sums, dtype=np.float64),
             np.array(self._round_counts, dtype=np.int64),
             float(self.scale_dof),
+            weights,
         )
 
     @property
@@ -261,4 +306,8 @@ class KnownRoundsStatistic:
             num_rounds=self._num_rounds,
             round_sums=np.array(self._round_sums, dtype=np.float64),
             round_counts=np.array(self._round_counts, dtype=np.int64),
+            round_factors=np.array(
+                [] if all(v == 1.0 for v in self._round_factors) else self._round_factors,
+                dtype=np.float64,
+            ),
         )

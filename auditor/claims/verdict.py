@@ -28,6 +28,12 @@ heaviest influence the canaries carried (``W * mu``), so the alarm fires only on
 against that: ``cause`` "noise". (b) Does the weighting break the claim for the heaviest
 clients? From the recorded factors alone (:func:`weighting_answer`): ``cause`` "weighting", or
 "noise_and_weighting" when both.
+
+A round noised for a smaller clip norm than its updates were clipped to (``noise_clip_factor``
+``f < 1``, Flower's adaptive-clipping wrappers; issue #38): the claim tests run on the mechanism
+actually run (each round at its own ``W_t / f_t``), so an alarm means the noise falls short even
+of that; and the recorded norms alone break the claim once ``1 / f > 1 + WEIGHTING_TOLERANCE``:
+``cause`` "noise_calibration" when no alarm fired and the weighting does not break it.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ..noise_calibration import SHORT_NOISE_TOLERANCE
 from ..results import jsonable, number
 
 __all__ = [
@@ -56,8 +63,9 @@ __all__ = [
 
 #: What a refuted verdict blames (``Verdict.cause``): the noise (a claim test rejected the claim
 #: at the heaviest influence the canaries carried), the weighting (the recorded weights alone
-#: give the heaviest client more than the claim), or both.
-CAUSES = ("noise", "weighting", "noise_and_weighting")
+#: give the heaviest client more than the claim), or both; or the noise calibration (a round
+#: noised for a smaller clip norm than its updates had: the recorded norms alone break the claim).
+CAUSES = ("noise", "weighting", "noise_and_weighting", "noise_calibration")
 
 #: The weighting breaks the claim when the heaviest client's mu, ``W * mu``, exceeds the claim by
 #: more than this fraction (``W > 1.01``): a claim is stated to about 3 digits, and a 1% excess in
@@ -363,7 +371,12 @@ def _conf(confidence: Any) -> str:
 
 
 def _refutation(
-    alarm: dict, claim: dict, bound: dict | None, *, weighted: bool = False
+    alarm: dict,
+    claim: dict,
+    bound: dict | None,
+    *,
+    weighted: bool = False,
+    short: float = 1.0,
 ) -> tuple[dict, str]:
     """``verdict.refuted_by`` and its sentence from the alarm's record; the leakage is quoted
     from ``bound`` (the final valid one, the tile's), the alarm's round named as when it
@@ -386,7 +399,15 @@ def _refutation(
     )
     tested = number(by.get("claim_mu"))
     noise = ""
-    if tested is not None and claim.get("mu") and tested > claim["mu"] * (1 + WEIGHTING_TOLERANCE):
+    if short > 1.0 and tested is not None and claim.get("mu"):
+        noise = (
+            f"the noise falls short even of the mechanism actually run: tested with each "
+            f"round at its own noise for the clip norm (down to {_g(1 / short)}× it) and "
+            f"weight, where correct code for that mechanism gives up to μ = {_g(tested)}, "
+        )
+    elif (
+        tested is not None and claim.get("mu") and tested > claim["mu"] * (1 + WEIGHTING_TOLERANCE)
+    ):
         noise = (
             f"the noise falls short: tested at the heaviest client's influence "
             f"({_g(tested / claim['mu'])}× the C/n the noise is calibrated for, where "
@@ -414,6 +435,36 @@ def _weighting_refutation(weighting: dict, what: str) -> str:
     )
 
 
+def _calibration_refutation(
+    claim: dict, short: float, what: str, *, testable: bool, state: str, can: str, cannot: str
+) -> str:
+    """The verdict's sentence when the recorded norms alone refute the claim: a round noised
+    for ``1 / short`` of the clip norm its updates had, and what the canaries said of the
+    mechanism actually run."""
+    head = (
+        f"Claim refuted by the noise calibration: a round was noised for {_g(1 / short)}× the "
+        f"clip norm its updates were clipped to, so the mechanism actually run protects a "
+        f"canary in that round only at μ = {_g(short * claim['mu'])}, above the claim of {what}."
+    )
+    if not testable:
+        return (
+            head
+            + " Whether the noise is right for the mechanism run is untested: "
+            + (cannot[0].upper() + cannot[1:])
+        )
+    if state != "succeeded":
+        return head + (
+            f" The noise: no claim test rejected the mechanism actually run on the rounds "
+            f"received (the run {state})."
+        )
+    return head + (
+        " The noise is consistent with the mechanism actually run: tested with each round at "
+        "its own noise for the clip norm, no claim test rejected it"
+        + (f"; this audit {can}" if can else "")
+        + "."
+    )
+
+
 def audit_verdict(
     *,
     claim: Mapping[str, Any] | None,
@@ -428,6 +479,7 @@ def audit_verdict(
     stopped_at_round: int | None = None,
     weight_factor: float | None = None,
     canary_weight_factor: float | None = None,
+    noise_clip_factor: float | None = None,
 ) -> Verdict:
     """The verdict of one audit.
 
@@ -465,6 +517,12 @@ def audit_verdict(
     canary_weight_factor : float, optional
         The largest ``weight_factor`` of a round that carried canaries: the influence the claim
         tests ran at (None: ``weight_factor``).
+    noise_clip_factor : float, optional
+        The smallest round ``noise_clip_norm / clip_norm`` reported (None: every round noised
+        for its clip norm). Below 1 the claim tests ran on the mechanism actually run, so an
+        alarm blames the noise beyond it; beyond ``1 + WEIGHTING_TOLERANCE`` in ``1 / f`` the
+        recorded norms alone refute the claim once the run ended (``cause``
+        "noise_calibration", unless an alarm or the weighting already refutes it).
     """
     design_d = _as_dict(design)
     bound = largest_valid_bound(estimates)
@@ -491,9 +549,16 @@ def audit_verdict(
     )
     common["weighting"] = weighting
     breaks = weighting is not None and weighting["breaks_claim"]
+    short = 1.0
+    if noise_clip_factor is not None and 0 < noise_clip_factor < 1 - SHORT_NOISE_TOLERANCE:
+        short = 1.0 / float(noise_clip_factor)  # a finding (round-off is not one)
     if alarm is not None:
         refuted_by, because = _refutation(
-            alarm, claim, bound, weighted=weighting is not None and weighting["matters"]
+            alarm,
+            claim,
+            bound,
+            weighted=weighting is not None and weighting["matters"],
+            short=short,
         )
         t = alarm.get("round")
         where = f"at round {t}" if t is not None else "at the end of training"
@@ -580,6 +645,17 @@ def audit_verdict(
             _weighting_refutation(weighting, what) + noise + _gap_text(gaps),
             claim=claim,
             cause="weighting",
+            **common,
+        )
+    if short > 1 + WEIGHTING_TOLERANCE:  # the recorded norms refute; the canaries test the rest
+        return Verdict(
+            VerdictStatus.claim_refuted,
+            _calibration_refutation(
+                claim, short, what, testable=testable, state=state, can=can, cannot=cannot
+            )
+            + _gap_text(gaps),
+            claim=claim,
+            cause="noise_calibration",
             **common,
         )
     if not testable:

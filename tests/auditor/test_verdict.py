@@ -357,3 +357,16 @@ def test_the_headline_bound_states_the_confidence_left_after_splitting_the_level
         num_rounds=5,
     )
     assert "95% confidence (as a whole: the level is split across 3 bounds)" in verdict.summary
+
+
+def test_an_alarm_under_a_mismatch_says_the_noise_falls_short_of_the_mechanism_run():
+    """Issue #38: a round noised for 0.85x its clip norm; the claim tests ran on the mechanism
+    actually run (claim_mu = mu / 0.85), so an alarm says the noise falls short even of that."""
+    ended = {"state": "succeeded", "rounds_received": 10, "num_rounds": 10}
+    alarm = _refuted_at(2.5, 1 / 0.85)
+    verdict = audit_verdict(
+        claim=CLAIM, design=TESTABLE, alarm=alarm, noise_clip_factor=0.85, **ended
+    )
+    assert verdict.cause == "noise"
+    assert "the noise falls short even of the mechanism actually run" in verdict.summary
+    assert "down to 0.85× it" in verdict.summary and "μ = 1.18" in verdict.summary

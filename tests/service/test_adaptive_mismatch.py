@@ -31,6 +31,7 @@ EXTERNAL = {
     "num_canaries": K,
     "max_canary_fraction": 1.0,
     "delta": 1e-5,
+    "reveal_seed": True,  # the bundle's estimates and claim tests are recomputed
 }
 
 pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
@@ -90,6 +91,14 @@ def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):
     )
     assert any(a["message"].startswith("noise calibration: ") for a in audit["alerts"])
     assert finding["sentence"] in verdict["summary"]  # on the page and in the CLI
+    # a round was noised for 0.85x its clip norm: the recorded norms alone break the
+    # claim, and the verdict names that cause (the canaries tested the mechanism actually run)
+    assert 1 / least > 1.01
+    assert verdict["status"] == "claim_refuted" and verdict["cause"] == "noise_calibration"
+    assert verdict["summary"].startswith(
+        f"Claim refuted by the noise calibration: a round was noised for {least:.3g}× the clip "
+        "norm its updates were clipped to"
+    )
     assert f"Noise: {verdict['noise_split']}." in verdict["summary"]
     bundle = client.get(f"/audits/{audit_id}/evidence", headers=AUTH).json()
     assert [r["noise_clip_norm"] for r in bundle["statistics"]["rounds"]] == pytest.approx(
@@ -97,6 +106,14 @@ def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):
     )
     assert bundle["statistics"]["min_noise_clip_factor"] == pytest.approx(least)
     assert bundle["verdict"]["noise_calibration"]["min_factor"] == pytest.approx(least)
+    assert bundle["verdict"]["cause"] == "noise_calibration"
+    # each round with seen canaries was tested at its own noise: its signal factor 1 / f_t
+    # (equal weights) is in the known-rounds state the bundle carries
+    known = bundle["statistics"]["known_rounds"]
+    own = sorted(1 / min(1.0, f) for f in factors.values())
+    assert len(known["round_factors"]) == len(known["round_sums"]) > 0
+    for value in known["round_factors"]:
+        assert min(abs(value - o) for o in own) < 1e-9 * value
     checked = recompute(bundle)
     assert checked.ok, str(checked)
     # a tampered noise norm no longer recomputes

@@ -23,6 +23,7 @@ import pytest
 from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
+from flaudit.auditor.claims.evidence import recompute
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
 from tests.integration.flower_weighted.pytorch_example.planted_bug import (
@@ -41,6 +42,7 @@ EXTERNAL = {
     "num_canaries": K,
     "max_canary_fraction": 1.0,
     "delta": 1e-5,
+    "reveal_seed": True,  # flaudit verify recomputes the claim tests from the bundle
 }
 
 pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
@@ -104,6 +106,18 @@ def test_weighted_half_noise_is_blamed_on_the_noise(client):
     assert "The weighting breaks the claim too" in verdict["summary"]
     assert f"against {tested:.3g}-Gaussian DP" in audit["alarm_guarantee"]
     assert "not the noise" not in verdict["summary"]
+    # issue #38: each round with canaries was tested at its own weight, not the running
+    # maximum; the bundle carries the factors and flaudit verify recomputes with them
+    bundle = client.get(f"/audits/{audit['id']}/evidence", headers=AUTH).json()
+    own = [
+        max(1.0, r["weight_factor"])
+        for r in bundle["statistics"]["rounds"]
+        if r["num_canaries_inserted"]
+    ]
+    assert bundle["statistics"]["known_rounds"]["round_factors"] == pytest.approx(own)
+    assert min(own) < max(own)  # the weights differ across rounds here
+    checked = recompute(bundle)
+    assert checked.ok, str(checked)
 
 
 def test_weighted_correct_noise_is_refuted_by_the_weighting_not_the_noise(client, caplog):
