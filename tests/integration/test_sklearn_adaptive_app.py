@@ -7,7 +7,7 @@ and ClientApp on an in-process grid and the real service app in process
 
 With Flower's noise at std/2 behind the claim of z = 1 (Flower's ``add_gaussian_noise_inplace``
 replaced inside its adaptive-clipping module) the design line, logged before round 1, promises
-noise × 0.50 in 95% of runs, and the run is refuted with the noise named; the same seeds with
+noise × 0.50 in 95% of runs (68 canaries, allowing for the clip norm's growth), and the run is refuted with the noise named; the same seeds with
 the noise as claimed are not refuted. Seeded (the canary seed, Flower's cohorts and noise, the
 canary slots): one outcome each. The rate over seeds is ``benchmarks/sklearn_adaptive.py``'s.
 """
@@ -28,7 +28,7 @@ CANARY_SEED = 0x38_5EED_0000 + 2
 APP_SEED = 2
 
 
-@pytest.mark.timeout(240)  # two runs of ~15 s each on an idle core, ~40 s loaded
+@pytest.mark.timeout(300)  # two runs of ~15 s each on an idle core; 109 s for both at load 12
 def test_sklearn_adaptive_half_noise_is_refuted_and_the_correct_run_is_not(tmp_path):
     from flaudit.service.store import Store
 
