@@ -239,9 +239,7 @@ def one_run(client, cell, scale: float, seed: int) -> dict:
     )
     rng = np.random.default_rng(seed)
     nodes = list(range(1, NODES + 1))
-    weights = {
-        n: (int(rng.integers(4, 7)) if weighting == "weighted" else 5) for n in nodes
-    }
+    weights = {n: (int(rng.integers(4, 7)) if weighting == "weighted" else 5) for n in nodes}
     random.seed(seed)
     np.random.seed(seed)  # Flower's DP noise (and noisy clipped count)
     dp = dp_strategy(clipping, side, api)
@@ -266,9 +264,7 @@ def one_run(client, cell, scale: float, seed: int) -> dict:
         strategy.audit._slot_rng = np.random.default_rng(seed)
         app = legacy_client_app(side=side, clipping=clipping, weights=weights, rng=rng)
         context = LegacyContext(
-            context=Context(
-                run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}
-            ),
+            context=Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}),
             config=ServerConfig(num_rounds=ROUNDS),
             strategy=strategy,
         )
@@ -305,9 +301,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     from flwr.common.logger import FLOWER_LOGGER
+    from flwr.supercore.task_identity import TaskIdentity
 
     from flaudit.service.store import Store
-    from flwr.supercore.task_identity import TaskIdentity
     from tests.service.conftest import CIPHER, make_client
 
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
@@ -341,13 +337,15 @@ def main(argv=None) -> None:
                 ks = Counter(o["num_canaries"] for o in outs[1.0])
                 factors = {o["design_factor"] for o in outs[1.0]}
                 min_f = min(
-                    (o["min_noise_clip_factor"] for os_ in outs.values() for o in os_
-                     if o["min_noise_clip_factor"] is not None),
+                    (
+                        o["min_noise_clip_factor"]
+                        for os_ in outs.values()
+                        for o in os_
+                        if o["min_noise_clip_factor"] is not None
+                    ),
                     default=None,
                 )
-                max_w = max(
-                    (o["max_weight_factor"] or 1.0) for os_ in outs.values() for o in os_
-                )
+                max_w = max((o["max_weight_factor"] or 1.0) for os_ in outs.values() for o in os_)
                 print(
                     f"| {cell[3]} | {cell[0]} | {cell[1]} | {cell[2]} | "
                     f"{', '.join(str(k) for k in sorted(ks))} | "

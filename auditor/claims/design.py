@@ -260,11 +260,7 @@ def audit_design(
     known_scale = (
         _detectable_scale(lam, n_seen, 1, z_level, z_power, math.inf) if n_seen > 0 else None
     )
-    if (
-        not testable
-        and known_scale is not None
-        and known_scale / growth >= CLEAR_BUG_NOISE_SCALE
-    ):
+    if not testable and known_scale is not None and known_scale / growth >= CLEAR_BUG_NOISE_SCALE:
         advice = (
             f"The noise scale rests on only d − k = {dof:g} coordinates: fewer canaries "
             "(k well below d/2) would make this audit testable."

@@ -5,9 +5,8 @@ were clipped to and the (smaller or larger) one Flower noised for."""
 
 from __future__ import annotations
 
-import math
-
 import logging
+import math
 
 import numpy as np
 import pytest
