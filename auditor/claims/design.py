@@ -27,6 +27,11 @@ catches it with probability ``power`` when
 which is the known-scale condition at ``nu = inf``; ``s*`` is its largest root (bisection), and
 no root (a scale of too few degrees of freedom) means no noise scale is caught in ``power`` of
 runs. Checked by Monte Carlo of the exact test (tests/auditor/test_claims_design.py).
+
+Under adaptive clipping as Flower runs it, a round is noised for the clip norm after its update:
+the canaries (norm ``C_t``) meet up to ``g`` times the noise their norm needs, on average
+(:func:`flaudit.auditor.noise_calibration.clip_growth_bound`), so a run with noise x ``s`` looks
+like noise x ``s g`` to them and the factor printed is ``s* / g`` (issue #38).
 """
 
 from __future__ import annotations
