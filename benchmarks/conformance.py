@@ -48,6 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._service import in_process_reporter  # noqa: E402
 from benchmarks.fidelity._common import clopper_pearson  # noqa: E402
 
 DIM, NODES, ROUNDS, Z, CLIP, SIGMA_B = 200, 10, 10, 1.0, 1.0, 1.0
@@ -214,10 +215,8 @@ def legacy_client_app(*, side: str, clipping: str, weights: dict[int, int], rng)
 
 
 def one_run(client, cell, scale: float, seed: int) -> dict:
-    import httpx
     from flwr.app import ArrayRecord
 
-    from flaudit.server.http_reporter import HttpRoundReporter
     from flaudit.server.wrapper import CanaryAuditStrategy
     from tests.service.conftest import AUTH
 
@@ -228,15 +227,7 @@ def one_run(client, cell, scale: float, seed: int) -> dict:
         headers=AUTH,
     ).json()
     env = body["environment"]
-    http = httpx.Client(transport=client._transport, base_url="http://testserver")
-    reporter = HttpRoundReporter(
-        "http://testserver",
-        env["FLAUDIT_AUDIT_ID"],
-        env["FLAUDIT_RUN_TOKEN"],
-        client=http,
-        backoff=0.01,
-        retry_seconds=0.05,
-    )
+    reporter = in_process_reporter(client, env)
     rng = np.random.default_rng(seed)
     nodes = list(range(1, NODES + 1))
     weights = {n: (int(rng.integers(4, 7)) if weighting == "weighted" else 5) for n in nodes}

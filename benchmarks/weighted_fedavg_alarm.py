@@ -37,13 +37,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
 
-    import httpx
     from flwr.app import ArrayRecord
     from flwr.common.logger import FLOWER_LOGGER
     from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
     from flwr.supercore.task_identity import TaskIdentity
 
-    from flaudit.server.http_reporter import HttpRoundReporter
+    from benchmarks._service import in_process_reporter
     from flaudit.server.wrapper import CanaryAuditStrategy
     from flaudit.service.store import Store
     from tests.integration.flower_weighted.pytorch_example.planted_bug import (
@@ -67,15 +66,7 @@ def main() -> None:
     def run(client, dp_class, weights: dict, seed: int) -> tuple[str, str | None, float]:
         body = client.post("/audits", json=spec, headers=AUTH).json()
         env = body["environment"]
-        http = httpx.Client(transport=client._transport, base_url="http://testserver")
-        reporter = HttpRoundReporter(
-            "http://testserver",
-            env["FLAUDIT_AUDIT_ID"],
-            env["FLAUDIT_RUN_TOKEN"],
-            client=http,
-            backoff=0.01,
-            retry_seconds=0.05,
-        )
+        reporter = in_process_reporter(client, env)
         np.random.seed(seed)  # Flower's DP noise
         fedavg = CountingFedAvg(
             fraction_train=n / len(nodes),

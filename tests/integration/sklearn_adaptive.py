@@ -90,7 +90,6 @@ def run_once(
     ``app`` (the quickstart saves its model there) and restores it."""
     import os
 
-    import httpx
     from flwr.app import Context, RecordDict
     from flwr.common.logger import FLOWER_LOGGER
     from flwr.supercore.task_identity import TaskIdentity
@@ -98,7 +97,7 @@ def run_once(
     import flaudit.server.attach as attach
     import flaudit.server.wrapper as wrapper
     import flaudit.service.routers.audits as audits_router
-    from flaudit.server.http_reporter import HttpRoundReporter
+    from benchmarks._service import in_process_reporter
     from tests.integration.test_fl_dp_sa import InProcessGrid
     from tests.service.conftest import AUTH
 
@@ -113,21 +112,11 @@ def run_once(
     finally:
         audits_router.new_master_seed = saved_seed
     env = body["environment"]
-    http = httpx.Client(transport=client._transport, base_url="http://testserver")
     made = []
 
-    def reporter(base_url, audit_id, run_token, **options):
-        made.append(
-            HttpRoundReporter(
-                "http://testserver",
-                audit_id,
-                run_token,
-                client=http,
-                backoff=0.01,
-                retry_seconds=0.05,
-                **options,
-            )
-        )
+    def reporter(base_url, audit_id, run_token, **options):  # the service app in process
+        ids = {"FLAUDIT_AUDIT_ID": audit_id, "FLAUDIT_RUN_TOKEN": run_token}
+        made.append(in_process_reporter(client, ids, **options))
         return made[-1]
 
     run_config = {
