@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.integration.test_adaptive_clipping_app import documented_blocks
+from tests.integration.test_byo_flower_app import documented_blocks, insert_after
 
 TEMPLATE = Path(__file__).parent / "flower_sklearn"
 NODES, ROUNDS = 4, 25
@@ -44,13 +44,13 @@ def make_app(dest: Path) -> Path:
     shutil.copytree(TEMPLATE, dest, ignore=shutil.ignore_patterns("ORIGIN.md", "__pycache__"))
     server_path = dest / "sklearnexample" / "server_app.py"
     server = server_path.read_text()
-    blocks = documented_blocks()
+    blocks = documented_blocks("flaudit-adaptive")
     for anchor, name in (
         ("from flwr.serverapp.strategy import FedAvg", "server_app imports"),
         ("    strategy = FedAvg(fraction_train=1.0, fraction_evaluate=1.0)", "server_app strategy"),
     ):
-        assert server.count(anchor) == 1, f"the quickstart no longer has {anchor!r}"
-        server = server.replace(anchor, anchor + "\n" + "\n".join(blocks[name]), 1)
+        assert server.count(anchor) == 1, f"the quickstart no longer has {anchor!r} once"
+        server = insert_after(server, anchor, blocks[name])
     server_path.write_text(server)
     return dest
 
