@@ -1,23 +1,27 @@
 """Conformance matrix (issue #38 item 4): Flower's central-DP wrappers audited through flaudit's
 wrapper, each cell with a correct run and planted bugs at x0.5 and x0.25 of the claimed noise.
 
-Cells: fixed and adaptive clipping x server- and client-side x equal and weighted clients, on
-Flower's Message API strategies (``flwr.serverapp.strategy``). Flower's own strategy objects do
-the DP (``DifferentialPrivacy{Server,Client}Side{Fixed,Adaptive}Clipping`` around Flower's
-``FedAvg``), driven by Flower's own ``Strategy.start`` loop in process (no Ray), wrapped in
-``CanaryAuditStrategy`` with the real ``HttpRoundReporter`` talking to the real service app in
-process (SQLite, ``num_canaries = "auto"``): the audit sees what it sees in a real run, and the
-verdict is the one ``GET /audits/{id}`` returns. Client-side cells clip in Flower's own mods
-(``fixedclipping_mod``, ``adaptiveclipping_mod``), called on every reply of the in-process grid.
+Cells (``--cells``: indices into :data:`CELLS`, 0-7 Message API, 8-15 legacy): fixed and
+adaptive clipping x server- and client-side x equal and weighted clients, on Flower's Message
+API strategies (``flwr.serverapp.strategy``) and legacy ones (``flwr.server.strategy``).
+Flower's own strategy objects do the DP
+(``DifferentialPrivacy{Server,Client}Side{Fixed,Adaptive}Clipping`` around Flower's ``FedAvg``),
+driven by Flower's own loop in process, no Ray (Message API: ``Strategy.start``; legacy:
+``LegacyContext`` + ``DefaultWorkflow`` over a ``NumPyClient`` ``ClientApp`` on an in-process
+grid), wrapped in ``CanaryAuditStrategy`` / ``LegacyCanaryAuditStrategy`` with the real
+``HttpRoundReporter`` talking to the real service app in process (SQLite, ``num_canaries =
+"auto"``): the audit sees what it sees in a real run, and the verdict is the one
+``GET /audits/{id}`` returns. Client-side cells clip in Flower's own mods
+(``fixedclipping_mod``, ``adaptiveclipping_mod``; legacy: ``flwr.client.mod``'s).
 
 Clients send synthetic updates (random directions). Fixed clipping: norms around 2 C (all
 clipped). Adaptive clipping: norms around 0.3 C_0, never clipped, so Flower grows the clip norm
 every round and noises each round for the *next*, larger norm (``C_{t+1} / C_t`` about 1.1): the
 case where the canaries meet more noise than z_delta C_t / n, the hardest for the design's
-promise. Weighted: ``num-examples`` drawn once per node from 4..6 (weight factors up to 1.2).
+promise. Weighted: ``num-examples`` drawn once per node from 4..6 (weight factors up to 1.3).
 
 The planted bug scales the noise Flower adds (``add_gaussian_noise_inplace``, replaced inside
-Flower's DP modules only) by 0.5 or 0.25 behind the claim's back. A run *catches* the bug when
+Flower's DP modules only; legacy: ``add_gaussian_noise_to_params``) by 0.5 or 0.25 behind the claim's back. A run *catches* the bug when
 the verdict is ``claim_refuted`` with the noise named (cause ``noise`` or
 ``noise_and_weighting``); a correct run with that outcome is a *false alarm*.
 
@@ -25,9 +29,13 @@ Flower's ``LocalDpMod`` is not a cell: see docs/fidelity.md (the canaries, made 
 never pass through a client's mod, so they cannot meet its noise; the audit refuses an app
 whose strategy has no DP wrapper unless ``clip_norm=`` is given, and then claims no noise).
 
-Rerun (2 shared cores; the wall time is printed)::
+Seeds fix Flower's noise, the updates, the weights and the canary slots; the canary seed is the
+service's own (fresh per audit, as in a real run). Rerun (about 1.6 CPU-s a run; the wall time
+is printed; the table of docs/fidelity.md section 13)::
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/conformance.py --runs 20
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/conformance.py --runs 10 --cells 0,1,2,3,4,5,6,7
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/conformance.py --runs 10 --seed 7 \
+        --cells 8,9,10,11,12,13,14,15
 """
 
 from __future__ import annotations
