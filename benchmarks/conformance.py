@@ -20,10 +20,11 @@ every round and noises each round for the *next*, larger norm (``C_{t+1} / C_t``
 case where the canaries meet more noise than z_delta C_t / n, the hardest for the design's
 promise. Weighted: ``num-examples`` drawn once per node from 4..6 (weight factors up to 1.3).
 
-The planted bug scales the noise Flower adds (``add_gaussian_noise_inplace``, replaced inside
-Flower's DP modules only; legacy: ``add_gaussian_noise_to_params``) by 0.5 or 0.25 behind the claim's back. A run *catches* the bug when
-the verdict is ``claim_refuted`` with the noise named (cause ``noise`` or
-``noise_and_weighting``); a correct run with that outcome is a *false alarm*.
+The planted bug scales the noise Flower adds by 0.5 or 0.25 behind the claim's back
+(``add_gaussian_noise_inplace``, legacy ``add_gaussian_noise_to_params``, replaced inside
+Flower's DP modules only). A run *catches* the bug when the verdict is ``claim_refuted`` with the
+noise named (cause ``noise`` or ``noise_and_weighting``); a correct run with that outcome is a
+*false alarm*.
 
 Flower's ``LocalDpMod`` is not a cell: see docs/fidelity.md (the canaries, made by the server,
 never pass through a client's mod, so they cannot meet its noise; the audit refuses an app
