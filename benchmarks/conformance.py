@@ -18,7 +18,7 @@ Clients send synthetic updates (random directions). Fixed clipping: norms around
 clipped). Adaptive clipping: norms around 0.3 C_0, never clipped, so Flower grows the clip norm
 every round and noises each round for the *next*, larger norm (``C_{t+1} / C_t`` about 1.1): the
 case where the canaries meet more noise than z_delta C_t / n, the hardest for the design's
-promise. Weighted: ``num-examples`` drawn once per node from 4..6 (weight factors up to 1.3).
+promise. Weighted: ``num-examples`` drawn once per node from 4..6 (weight factors up to 1.36).
 
 The planted bug scales the noise Flower adds by 0.5 or 0.25 behind the claim's back
 (``add_gaussian_noise_inplace``, legacy ``add_gaussian_noise_to_params``, replaced inside
