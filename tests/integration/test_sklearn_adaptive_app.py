@@ -29,7 +29,7 @@ CANARY_SEED = 0x38_5EED_0000 + 2
 APP_SEED = 2
 
 
-@pytest.mark.timeout(300)  # two runs: 63 s for both at load 16 (78 s with setup), 109 s at load 28
+@pytest.mark.timeout(300)  # both runs: 11 s at load 3, 63 s at load 16, 109 s at load 28
 def test_sklearn_adaptive_half_noise_is_refuted_and_the_correct_run_is_not(tmp_path):
     from flaudit.service.store import Store
 
