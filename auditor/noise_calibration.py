@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "SHORT_NOISE_TOLERANCE",
     "canary_noise_multiplier",
+    "clip_growth_bound",
     "noise_calibration",
     "noise_calibration_alerts",
     "noise_clip_factor",
@@ -40,6 +41,31 @@ def canary_noise_multiplier(spec) -> float:
     accounted one."""
     z = getattr(spec, "noise_multiplier", None)
     return float(spec.accounted_noise_multiplier if z is None else z)
+
+
+def clip_growth_bound(spec) -> float:
+    """How much more noise than ``z * C_t / n`` a canary of norm ``C_t`` can meet in a round,
+    on average, under adaptive clipping as Flower runs it (1 without adaptive clipping).
+
+    Flower's adaptive wrappers noise round ``t`` for the clip norm after its geometric update,
+    ``C_{t+1} = C_t exp(-eta (b - gamma))`` with ``b`` the noisy clipped fraction
+    ``(clipped + N(0, sigma_b^2)) / n``: the canaries (never clipped) meet noise ``C_{t+1} /
+    C_t`` times what their norm needs. The largest expected factor, every update unclipped, is
+    ``E[exp(eta (gamma - N(0, sigma_b^2) / n))] = exp(eta gamma + eta^2 sigma_b^2 / (2 n^2))``
+    (``eta``: ``learning_rate``, ``gamma``: ``target_quantile``). A run whose noise is ``s``
+    times the claim's then looks like ``s * growth`` to the canaries, so the design divides its
+    factor by this bound and sizes the canaries for it (issue #38)."""
+    adaptive = _get(spec, "adaptive_clipping")
+    if adaptive is None or not float(_get(spec, "noise_multiplier") or 0.0):
+        return 1.0
+    eta = float(_get(adaptive, "learning_rate") or 0.0)
+    gamma = float(_get(adaptive, "target_quantile") or 0.0)
+    n = _get(spec, "clients_per_round")
+    sigma_b = _get(adaptive, "clipped_count_stddev")
+    if sigma_b is None and n:
+        sigma_b = int(n) / 20  # Flower's (and the spec's) default
+    spread = (eta * float(sigma_b) / int(n)) ** 2 / 2 if n and sigma_b else 0.0
+    return float(math.exp(eta * gamma + spread))
 
 
 def noise_clip_factor(clip_norm: float | None, noise_clip_norm: float | None) -> float | None:

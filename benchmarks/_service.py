@@ -87,3 +87,18 @@ def running_service(
         except subprocess.TimeoutExpired:
             service.kill()
         log.close()
+
+
+def in_process_reporter(client, environment: dict, **options):
+    """The real ``HttpRoundReporter`` talking to a service app in this process: ``client`` a
+    ``TestClient`` of it, ``environment`` the ``environment`` of its ``POST /audits`` answer."""
+    from flaudit.server.http_reporter import HttpRoundReporter
+
+    http = httpx.Client(transport=client._transport, base_url="http://testserver")
+    return HttpRoundReporter(
+        "http://testserver",
+        environment["FLAUDIT_AUDIT_ID"],
+        environment["FLAUDIT_RUN_TOKEN"],
+        client=http,
+        **{"backoff": 0.01, "retry_seconds": 0.05, **options},
+    )

@@ -58,25 +58,16 @@ def _run(client, spec: dict, dp_class, grid, *, rounds: int, n: int, seed: int):
     weighted by num-examples, ``n`` of ``grid``'s nodes a round, inside CanaryAuditStrategy
     reporting to the in-process service. Returns the verdict's status and cause and the
     audit's largest weight factor."""
-    import httpx
     from flwr.app import ArrayRecord
 
-    from flaudit.server.http_reporter import HttpRoundReporter
+    from benchmarks._service import in_process_reporter
     from flaudit.server.wrapper import CanaryAuditStrategy
     from tests.server.test_wrapper import CountingFedAvg
     from tests.service.conftest import AUTH
 
     body = client.post("/audits", json=spec, headers=AUTH).json()
     env = body["environment"]
-    http = httpx.Client(transport=client._transport, base_url="http://testserver")
-    reporter = HttpRoundReporter(
-        "http://testserver",
-        env["FLAUDIT_AUDIT_ID"],
-        env["FLAUDIT_RUN_TOKEN"],
-        client=http,
-        backoff=0.01,
-        retry_seconds=0.05,
-    )
+    reporter = in_process_reporter(client, env)
     np.random.seed(seed)  # Flower's DP noise
     nodes = grid.get_node_ids()
     fedavg = CountingFedAvg(

@@ -27,6 +27,11 @@ catches it with probability ``power`` when
 which is the known-scale condition at ``nu = inf``; ``s*`` is its largest root (bisection), and
 no root (a scale of too few degrees of freedom) means no noise scale is caught in ``power`` of
 runs. Checked by Monte Carlo of the exact test (tests/auditor/test_claims_design.py).
+
+Under adaptive clipping as Flower runs it, a round is noised for the clip norm after its update:
+the canaries (norm ``C_t``) meet up to ``g`` times the noise their norm needs, on average
+(:func:`flaudit.auditor.noise_calibration.clip_growth_bound`), so a run with noise x ``s`` looks
+like noise x ``s g`` to them and the factor printed is ``s* / g`` (issue #38).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from typing import Any
 from scipy import optimize, special
 
 from ..estimators.gdp import gdp_epsilon
-from ..noise_calibration import canary_noise_multiplier
+from ..noise_calibration import canary_noise_multiplier, clip_growth_bound
 from .alarm import ALARM_ALPHA, look_level
 from .fdp import design_guesses, fdp_mu_lo
 from .sizing import AUTO, CLEAR_BUG_NOISE_SCALE, canaries_needed, capped_advice, seen_low
@@ -169,6 +174,9 @@ def audit_design(
     ``d - k`` degrees of freedom (module docstring)."""
 
     z = canary_noise_multiplier(spec)  # the update noise: what the canaries meet
+    # adaptive clipping as Flower runs it: a round noised for the next clip norm, up to this
+    # many times what the canaries' norm needs; a bug x s looks like x s*growth to them
+    growth = clip_growth_bound(spec)
     r = int(spec.canary_repeats)
     delta = float(spec.delta)
     if spec.num_canaries == AUTO:  # an external audit before its ServerApp declared the claim
@@ -207,8 +215,8 @@ def audit_design(
         else None
     )
     if s_claim is not None:  # the factor is on the noise the canaries meet (module docstring)
-        s_star = s_claim
-        det_mu = mu / s_claim
+        s_star = s_claim / growth
+        det_mu = mu / s_star
         det_eps = float(gdp_epsilon(det_mu, delta))
     else:
         s_star = det_mu = det_eps = None
@@ -224,7 +232,7 @@ def audit_design(
         num_rounds=spec.num_rounds,
         alpha=alpha,
         power=power,
-        scale=CLEAR_BUG_NOISE_SCALE,
+        scale=CLEAR_BUG_NOISE_SCALE * growth,
     )
     # one sentence that also reads as a clause after "this audit" (the verdict embeds it)
     if s_star is None and n_seen > 0:
@@ -245,13 +253,19 @@ def audit_design(
             f"Catches {'only ' if s_star < CLEAR_BUG_NOISE_SCALE else ''}noise × "
             f"{factor} or smaller (μ ≥ {_round_up(shown_mu)}, ε ≥ "
             f"{_round_up(float(gdp_epsilon(shown_mu, delta)))} at δ = {delta:g}) in "
-            f"{power:.0%} of runs."
+            f"{power:.0%} of runs"
+            + (
+                f", allowing for adaptive clipping's noise for the next clip norm (up to "
+                f"{_round_up(growth)}× what the canaries' norm needs, on average)."
+                if growth > 1
+                else "."
+            )
         )
     advice = None
     known_scale = (
         _detectable_scale(lam, n_seen, 1, z_level, z_power, math.inf) if n_seen > 0 else None
     )
-    if not testable and known_scale is not None and known_scale >= CLEAR_BUG_NOISE_SCALE:
+    if not testable and known_scale is not None and known_scale / growth >= CLEAR_BUG_NOISE_SCALE:
         advice = (
             f"The noise scale rests on only d − k = {dof:g} coordinates: fewer canaries "
             "(k well below d/2) would make this audit testable."

@@ -32,7 +32,7 @@ from typing import Any
 
 from scipy import special
 
-from ..noise_calibration import canary_noise_multiplier
+from ..noise_calibration import canary_noise_multiplier, clip_growth_bound
 from .alarm import ALARM_ALPHA, look_level
 from .tiers import AlarmTest
 
@@ -126,14 +126,17 @@ def detectable_noise_scale(
     num_rounds: int,
     alpha: float = ALARM_ALPHA,
     power: float = 0.95,
+    growth: float = 1.0,
 ) -> float | None:
     """Largest ``s`` such that noise x ``s`` is caught in ``power`` of runs (None: too few
-    canaries are seen, or no noise is claimed)."""
+    canaries are seen, or no noise is claimed). ``growth``: the canaries may meet up to that
+    many times the noise their norm needs (:func:`~flaudit.auditor.noise_calibration.
+    clip_growth_bound`), so the factor is divided by it."""
     z = float(noise_multiplier)
     n_seen = seen_low(int(num_canaries)) * int(canary_repeats)
     if z <= 0 or n_seen <= 0:
         return None
-    return 1.0 / (1.0 + _z_sum(num_rounds, alpha, power) * z / math.sqrt(n_seen))
+    return 1.0 / (1.0 + _z_sum(num_rounds, alpha, power) * z / math.sqrt(n_seen)) / growth
 
 
 def canaries_needed(
@@ -145,10 +148,14 @@ def canaries_needed(
     power: float = 0.95,
     scale: float = CLEAR_BUG_NOISE_SCALE,
 ) -> int:
-    """The smallest ``k`` that catches noise x ``scale`` in ``power`` of runs (no cap)."""
+    """The smallest ``k`` that catches noise x ``scale`` in ``power`` of runs (no cap).
+    ``scale >= 1`` (a growth bound times the factor wanted) is never caught: more than any
+    cap."""
     z, r = float(noise_multiplier), int(canary_repeats)
     if z <= 0:
         raise ValueError("noise_multiplier must be > 0 (without noise there is no claim)")
+    if scale >= 1:
+        return MAX_NUM_CANARIES + 1
     need = math.ceil((_z_sum(num_rounds, alpha, power) * z / (1.0 / scale - 1.0)) ** 2 - 1e-9)
     per_canary = math.ceil(need / r)  # seen canaries needed
     # seen_low(k) >= p  <=>  k/2 - c*sqrt(k) >= p (p an integer): solve for sqrt(k), then
@@ -173,6 +180,7 @@ def _testable_within(
     max_canary_fraction: float,
     alpha: float,
     power: float,
+    growth: float = 1.0,
 ) -> tuple[int, int] | None:
     """``(k, r)`` of the fewest displaced slots that is testable within the cap, or None."""
     best = None
@@ -192,6 +200,7 @@ def _testable_within(
             num_rounds=num_rounds,
             alpha=alpha,
             power=power,
+            scale=CLEAR_BUG_NOISE_SCALE * growth,
         )
         if k <= cap and (best is None or k * r < best[0] * best[1]):
             best = (k, r)
@@ -236,11 +245,13 @@ def choose_canaries(
     max_canary_fraction: float = 1.0,
     alpha: float = ALARM_ALPHA,
     power: float = 0.95,
+    growth: float = 1.0,
 ) -> CanarySizing:
     """The canaries and repeats of ``num_canaries = "auto"`` (module docstring).
 
-    ``noise_multiplier``: the accounted one (0: no claim; then the cap, at most
-    :data:`MIN_AUTO_CANARIES`, with ``canary_repeats = 1``).
+    ``noise_multiplier``: the one the canaries meet (0: no claim; then the cap, at most
+    :data:`MIN_AUTO_CANARIES`, with ``canary_repeats = 1``); ``growth``: the adaptive clip
+    norm's bound (:func:`~flaudit.auditor.noise_calibration.clip_growth_bound`).
     """
     fed = {
         "clients_per_round": int(clients_per_round),
@@ -258,12 +269,13 @@ def choose_canaries(
             num_rounds=num_rounds,
             alpha=alpha,
             power=power,
+            growth=growth,
         )
         return CanarySizing(k, r, cap, s is not None and s >= CLEAR_BUG_NOISE_SCALE, s, capped)
 
     if float(noise_multiplier) <= 0:
         return sized(min(max_canaries(canary_repeats=1, **fed), MIN_AUTO_CANARIES), 1, capped=False)
-    best = _testable_within(noise_multiplier, alpha=alpha, power=power, **fed)
+    best = _testable_within(noise_multiplier, alpha=alpha, power=power, growth=growth, **fed)
     if best is not None:
         k, r = best
         return sized(
@@ -305,6 +317,7 @@ def rounds_needed(
     max_canary_fraction: float = 1.0,
     alpha: float = ALARM_ALPHA,
     power: float = 0.95,
+    growth: float = 1.0,
 ) -> int | None:
     """The fewest rounds (at least ``num_rounds``) with which ``"auto"`` finds a testable
     audit at ``clients_per_round``; None if the population cap forbids it whatever the
@@ -320,6 +333,7 @@ def rounds_needed(
                 max_canary_fraction=max_canary_fraction,
                 alpha=alpha,
                 power=power,
+                growth=growth,
             )
             is not None
         )
@@ -336,6 +350,7 @@ def clients_needed(
     max_canary_fraction: float = 1.0,
     alpha: float = ALARM_ALPHA,
     power: float = 0.95,
+    growth: float = 1.0,
 ) -> int | None:
     """The fewest sampled clients per round (at least ``clients_per_round``) with which
     ``"auto"`` finds a testable audit in ``num_rounds`` rounds; None if none would."""
@@ -350,6 +365,7 @@ def clients_needed(
                 max_canary_fraction=max_canary_fraction,
                 alpha=alpha,
                 power=power,
+                growth=growth,
             )
             is not None
         )
@@ -378,6 +394,7 @@ def auto_sizing(spec, *, alpha: float = ALARM_ALPHA, power: float = 0.95) -> Can
         noise_multiplier=canary_noise_multiplier(spec),
         alpha=alpha,
         power=power,
+        growth=clip_growth_bound(spec),
         **_federation(spec),
     )
 
@@ -402,7 +419,7 @@ def capped_advice(
     if cap is None or needed <= cap:
         return None
     fed = _federation(spec)
-    z = canary_noise_multiplier(spec)
+    z, g = canary_noise_multiplier(spec), clip_growth_bound(spec)
     n, t, r = fed["clients_per_round"], fed["num_rounds"], int(spec.canary_repeats)
     head = (
         f"The federation allows at most {cap} canaries ({n} sampled clients per round × "
@@ -416,10 +433,10 @@ def capped_advice(
             "this audit testable."
         )
     options = []
-    rounds = rounds_needed(noise_multiplier=z, alpha=alpha, power=power, **fed)
+    rounds = rounds_needed(noise_multiplier=z, alpha=alpha, power=power, growth=g, **fed)
     if rounds is not None:
         options.append((f"train {rounds} rounds", {**fed, "num_rounds": rounds}))
-    clients = clients_needed(noise_multiplier=z, alpha=alpha, power=power, **fed)
+    clients = clients_needed(noise_multiplier=z, alpha=alpha, power=power, growth=g, **fed)
     if clients is not None:
         options.append(
             (f"sample {clients} clients per round", {**fed, "clients_per_round": clients})
@@ -428,7 +445,7 @@ def capped_advice(
         return f"{head}; no number of rounds or sampled clients makes it testable."
     words = []
     for text, there in options:  # with the canaries "auto" would choose there
-        sized = choose_canaries(noise_multiplier=z, alpha=alpha, power=power, **there)
+        sized = choose_canaries(noise_multiplier=z, alpha=alpha, power=power, growth=g, **there)
         repeats = (
             f", each seen canary in {sized.canary_repeats} rounds"
             if sized.canary_repeats > 1
