@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "SHORT_NOISE_TOLERANCE",
+    "shortfall_text",
     "canary_noise_multiplier",
     "clip_growth_bound",
     "noise_calibration",
@@ -116,6 +117,12 @@ def noise_split_sentence(spec: Any) -> str | None:
     )
 
 
+def shortfall_text(factor: float) -> str:
+    """A noise factor below 1 in three decimals, rounded down: 0.9999 reads "0.999", never "1"
+    (a finding must not read as no finding)."""
+    return f"{math.floor(float(factor) * 1000) / 1000:.3f}"
+
+
 def noise_calibration(spec: Any, min_factor: float | None) -> dict | None:
     """The finding for a run whose smallest ``C_noise / C_clip`` is ``min_factor`` (None:
     every round noised for its own clip norm, or not reported)."""
@@ -133,7 +140,7 @@ def noise_calibration(spec: Any, min_factor: float | None) -> dict | None:
         "effective_noise_multiplier": effective,
         "sentence": (
             f"Some round was noised for a smaller clip norm than its updates were clipped to: "
-            f"its noise is {min_factor:.3g}× what that clip norm needs (effective noise "
+            f"its noise is {shortfall_text(min_factor)}× what that clip norm needs (effective noise "
             f"multiplier {effective:.4g}, claimed {z:.4g}); the claim does not hold for that "
             "round, whatever the canaries say (Flower's adaptive-clipping wrappers add the noise "
             "for the clip norm after its update; each round's noise_clip_norm is in "

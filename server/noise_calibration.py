@@ -24,6 +24,7 @@ from typing import Any
 from flwr.common.logger import log
 
 from ..auditor.noise_calibration import noise_split_sentence as split_sentence
+from ..auditor.noise_calibration import shortfall_text
 
 __all__ = [
     "NoiseCalibration",
@@ -80,14 +81,14 @@ class NoiseCalibration:
             log(
                 WARNING,
                 "flaudit: round %d: the DP wrapper clipped the updates to %.4g but added "
-                "the noise for clip norm %.4g (%.3g x): the round's effective noise multiplier is "
+                "the noise for clip norm %.4g (%s x): the round's effective noise multiplier is "
                 "%.4g, not %.4g. Flower's adaptive-clipping wrappers update the clip norm before "
                 "they add the noise; the audit records the factor of every round (noise_clip_norm). "
                 "(Said once per run.)",
                 t,
                 clip_norm,
                 noise_clip_norm,
-                factor,
+                shortfall_text(factor),
                 noise_multiplier * factor,
                 noise_multiplier,
             )

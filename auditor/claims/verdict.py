@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ..noise_calibration import SHORT_NOISE_TOLERANCE
+from ..noise_calibration import SHORT_NOISE_TOLERANCE, shortfall_text
 from ..results import jsonable, number
 
 __all__ = [
@@ -402,7 +402,7 @@ def _refutation(
     if short > 1.0 and tested is not None and claim.get("mu"):
         noise = (
             f"the noise falls short even of the mechanism actually run: tested with each "
-            f"round at its own noise for the clip norm (down to {_g(1 / short)}× it) and "
+            f"round at its own noise for the clip norm (down to {shortfall_text(1 / short)}× it) and "
             f"weight, where correct code for that mechanism gives up to μ = {_g(tested)}, "
         )
     elif (
@@ -442,7 +442,7 @@ def _calibration_refutation(
     for ``1 / short`` of the clip norm its updates had, and what the canaries said of the
     mechanism actually run."""
     head = (
-        f"Claim refuted by the noise calibration: a round was noised for {_g(1 / short)}× the "
+        f"Claim refuted by the noise calibration: a round was noised for {shortfall_text(1 / short)}× the "
         f"clip norm its updates were clipped to, so the mechanism actually run protects a "
         f"canary in that round only at μ = {_g(short * claim['mu'])}, above the claim of {what}."
     )

@@ -187,3 +187,12 @@ def test_the_recorded_norms_alone_refute_an_ended_run_and_name_the_cause():
     # a weighting that breaks the claim too is named first
     both = audit_verdict(state="succeeded", noise_clip_factor=0.85, weight_factor=2.0, **kw)
     assert both.cause == "weighting"
+
+
+def test_a_shortfall_just_below_one_never_reads_as_one():
+    from flaudit.auditor.noise_calibration import noise_calibration, shortfall_text
+
+    assert shortfall_text(0.9999) == "0.999"
+    assert shortfall_text(0.8537) == "0.853"
+    finding = noise_calibration({"noise_multiplier": 1.0}, 0.9999)
+    assert "0.999× what that clip norm needs" in finding["sentence"]

@@ -369,4 +369,4 @@ def test_an_alarm_under_a_mismatch_says_the_noise_falls_short_of_the_mechanism_r
     )
     assert verdict.cause == "noise"
     assert "the noise falls short even of the mechanism actually run" in verdict.summary
-    assert "down to 0.85× it" in verdict.summary and "μ = 1.18" in verdict.summary
+    assert "down to 0.850× it" in verdict.summary and "μ = 1.18" in verdict.summary

@@ -17,6 +17,7 @@ from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 
 from flaudit.auditor.claims.evidence import recompute
+from flaudit.auditor.noise_calibration import shortfall_text
 from flaudit.server.http_reporter import HttpRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
 from tests.server.test_wrapper import CountingFedAvg, LoopGrid
@@ -84,7 +85,7 @@ def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):
     finding = verdict["noise_calibration"]
     assert finding["min_factor"] == pytest.approx(least)
     assert finding["effective_noise_multiplier"] == pytest.approx(dp.noise_multiplier * least)
-    assert f"its noise is {least:.3g}× what that clip norm needs" in finding["sentence"]
+    assert f"its noise is {shortfall_text(least)}× what that clip norm needs" in finding["sentence"]
     assert verdict["noise_split"].startswith(
         "noise multiplier 1 as configured; with "
         "clipped-count noise sigma_b = 1 the updates get 1.155"
@@ -96,7 +97,7 @@ def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):
     assert 1 / least > 1.01
     assert verdict["status"] == "claim_refuted" and verdict["cause"] == "noise_calibration"
     assert verdict["summary"].startswith(
-        f"Claim refuted by the noise calibration: a round was noised for {least:.3g}× the clip "
+        f"Claim refuted by the noise calibration: a round was noised for {shortfall_text(least)}× the clip "
         "norm its updates were clipped to"
     )
     assert f"Noise: {verdict['noise_split']}." in verdict["summary"]
