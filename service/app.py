@@ -241,6 +241,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
             app.state.live,
             instance_id=settings.instance_id,
             lease_seconds=settings.lease_seconds,
+            on_lost=app.state.read_cache.invalidate,
         )
         app.state.webhooks = WebhookDispatcher(
             app.state.store,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from .live import LiveAudits
 from .store import Store
@@ -36,10 +37,19 @@ class Ownership:
     """The external audits whose lease this instance (``instance_id``) holds."""
 
     def __init__(
-        self, store: Store, live: LiveAudits, *, instance_id: str, lease_seconds: float
+        self,
+        store: Store,
+        live: LiveAudits,
+        *,
+        instance_id: str,
+        lease_seconds: float,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.live = live
+        # called with the audit id when this instance lets an audit go (the app drops its cached
+        # GET body: another replica writes it now, and this one must not serve its old view)
+        self.on_lost = on_lost
         self.instance_id = instance_id
         self.lease_seconds = float(lease_seconds)
         self._held: set[str] = set()
@@ -80,4 +90,6 @@ class Ownership:
                 return False
             self._held.discard(audit_id)
         self.live.forget(audit_id)
+        if self.on_lost is not None:
+            self.on_lost(audit_id)
         return True

@@ -164,7 +164,7 @@ def test_the_recorded_norms_alone_refute_an_ended_run_and_name_the_cause():
     refuted = audit_verdict(state="succeeded", noise_clip_factor=0.85, **kw)
     assert refuted.status is VerdictStatus.claim_refuted and refuted.cause == "noise_calibration"
     assert refuted.summary.startswith(
-        "Claim refuted by the noise calibration: a round was noised for 0.85× the clip norm its "
+        "Claim refuted by the noise calibration: a round was noised for 0.850× the clip norm its "
         "updates were clipped to, so the mechanism actually run protects a canary in that round "
         "only at μ = 1.18"
     )
