@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import or_, select, update
 
 from .silence import silence_limit, start_limit
-from .tables import Audit, as_utc, update_audit_if, utcnow
+from .tables import Audit, as_utc, ended_values, not_reported, update_audit_if, utcnow
 
 __all__ = ["LeaseQueries", "OWNER_CHANGES_KEPT", "owner_is_gone"]
 
@@ -112,11 +112,7 @@ class LeaseQueries:
                     audit_id,
                     Audit.status == "running",
                     ~lease_held,
-                    status="failed",
-                    reason=reason,
-                    finished_at=utcnow(),
-                    updated_at=utcnow(),
-                    run_token_hash=None,
+                    **ended_values("failed", reason),
                 ):
                     failed.append(audit_id)
         return failed
@@ -131,24 +127,19 @@ class LeaseQueries:
         last made progress and what never arrived (rounds, the final model)."""
         now = now or utcnow()
         since = as_utc(since)
-        with self.session() as s:
-            rows = s.execute(
-                select(
-                    Audit.id,
-                    Audit.spec,
-                    Audit.last_contact_at,
-                    Audit.started_at,
-                    Audit.created_at,
-                    Audit.rounds_stored,
-                    Audit.gaps,
-                    Audit.has_final,
-                ).where(Audit.status == "running", Audit.run_token_hash.is_not(None))
-            ).all()
+        rows = self._running(
+            "external",
+            Audit.last_contact_at,
+            Audit.started_at,
+            Audit.created_at,
+            Audit.rounds_stored,
+            Audit.gaps,
+            Audit.has_final,
+            where=(Audit.run_token_hash.is_not(None),),
+        )
         ended = []
         for row in rows:
             spec = row.spec or {}
-            if spec.get("engine") != "external":
-                continue
             contact = as_utc(row.last_contact_at or row.started_at or row.created_at)
             if row.started_at is None:
                 limit = start_limit(spec)
@@ -166,11 +157,7 @@ class LeaseQueries:
                         row.id,
                         Audit.status == "running",
                         Audit.started_at.is_(None),
-                        status="failed",
-                        reason=reason,
-                        finished_at=now,
-                        updated_at=now,
-                        run_token_hash=None,
+                        **ended_values("failed", reason, now),
                     ):
                         ended.append(row.id)
                 continue
@@ -188,10 +175,7 @@ class LeaseQueries:
                     else f"rounds {stored + 1}-{num_rounds}"
                 )
                 missing = f"; {span} and the final model were never reported"
-                gaps.extend(
-                    {"round": t, "kind": "not_reported", "reason": "the run stopped reporting"}
-                    for t in range(stored + 1, num_rounds + 1)
-                )
+                gaps.extend(not_reported(stored + 1, num_rounds, "the run stopped reporting"))
             elif not row.has_final:
                 missing = "; the final model was never reported"
             reason = (
@@ -210,11 +194,7 @@ class LeaseQueries:
                     Audit.status == "running",
                     contacted,
                     Audit.rounds_stored == stored,
-                    status="failed",
-                    reason=reason,
-                    finished_at=now,
-                    updated_at=now,
-                    run_token_hash=None,
+                    **ended_values("failed", reason, now),
                     gaps=gaps,
                 ):
                     ended.append(row.id)
@@ -234,21 +214,13 @@ class LeaseQueries:
             if row is None:
                 return False
             num_rounds = int((row.spec or {}).get("num_rounds") or 0)
-            gaps = list(row.gaps or [])
-            gaps.extend(
-                {"round": r, "kind": "not_reported", "reason": reason[:300]}
-                for r in range(int(t), num_rounds + 1)
-            )
+            gaps = list(row.gaps or []) + not_reported(int(t), num_rounds, reason[:300])
             return update_audit_if(
                 s,
                 audit_id,
                 Audit.status == "running",
                 Audit.rounds_stored == row.rounds_stored,
-                status="failed",
-                reason=reason,
-                finished_at=now,
-                updated_at=now,
-                run_token_hash=None,
+                **ended_values("failed", reason, now),
                 gaps=gaps,
             )
 
@@ -290,28 +262,16 @@ class LeaseQueries:
         again. Each take-over is one conditional ``UPDATE`` (the owner and heartbeat read), so
         two instances never both adopt an audit."""
         expired = utcnow() - timedelta(seconds=lease_seconds)
-        with self.session() as s:
-            rows = s.execute(
-                select(
-                    Audit.id,
-                    Audit.spec,
-                    Audit.owner_id,
-                    Audit.owner_heartbeat_at,
-                    Audit.flower_run_id,
-                ).where(Audit.status == "running", Audit.flower_run_id.is_not(None))
-            ).all()
+        rows = self._running(
+            "deployment",
+            Audit.owner_id,
+            Audit.owner_heartbeat_at,
+            Audit.flower_run_id,
+            where=(Audit.flower_run_id.is_not(None),),
+        )
         adopted = []
         for row in rows:
-            if (row.spec or {}).get("engine") != "deployment" or row.owner_id == owner:
-                continue
-            heartbeat = as_utc(row.owner_heartbeat_at)
-            gone = (
-                row.owner_id is None
-                or heartbeat is None
-                or heartbeat < expired
-                or owner_is_gone(row.owner_id, owner)
-            )
-            if not gone:
+            if row.owner_id == owner or not _lease_lapsed(row, owner, expired):
                 continue
             now = utcnow()
             with self.session() as s, s.begin():
@@ -398,30 +358,44 @@ class LeaseQueries:
         ``owner``'s. A quiet run (no request since its replica died) thus still gets a live
         owner within the lease plus one runner heartbeat (a third of the lease)."""
         expired = utcnow() - timedelta(seconds=lease_seconds)
-        with self.session() as s:
-            rows = s.execute(
-                select(Audit.id, Audit.spec, Audit.owner_id, Audit.owner_heartbeat_at).where(
-                    Audit.status == "running",
-                    Audit.owner_id.is_not(None),
-                    Audit.owner_id != owner,
-                )
-            ).all()
+        rows = self._running(
+            "external",
+            Audit.owner_id,
+            Audit.owner_heartbeat_at,
+            where=(Audit.owner_id.is_not(None), Audit.owner_id != owner),
+        )
         return [
             row.id
             for row in rows
-            if (row.spec or {}).get("engine") == "external"
-            and (
-                row.owner_heartbeat_at is None
-                or as_utc(row.owner_heartbeat_at) < expired
-                or owner_is_gone(row.owner_id, owner)
-            )
+            if _lease_lapsed(row, owner, expired)
             and self.take_over(row.id, owner, lease_seconds=lease_seconds, live_too=False)
         ]
+
+    def _running(self, engine: str, *columns, where: tuple = ()) -> list:
+        """``Audit.id``, ``Audit.spec`` and ``columns`` of the running audits of ``engine``
+        (their spec's) where the conditions ``where`` hold."""
+        with self.session() as s:
+            rows = s.execute(
+                select(Audit.id, Audit.spec, *columns).where(Audit.status == "running", *where)
+            ).all()
+        return [row for row in rows if (row.spec or {}).get("engine") == engine]
 
 
 #: Owner changes an audit keeps (the oldest dropped first; each one's ``count`` says how many
 #: there were up to it).
 OWNER_CHANGES_KEPT = 20
+
+
+def _lease_lapsed(row, owner: str, expired: datetime) -> bool:
+    """Whether the lease of ``row`` (``owner_id``, ``owner_heartbeat_at``) is free for
+    ``owner`` to take: no owner, no heartbeat since ``expired``, or an owner provably gone."""
+    heartbeat = as_utc(row.owner_heartbeat_at)
+    return (
+        row.owner_id is None
+        or heartbeat is None
+        or heartbeat < expired
+        or owner_is_gone(row.owner_id, owner)
+    )
 
 
 def _same_lease(owner_id: str | None, heartbeat_at: datetime | None) -> tuple:

@@ -36,6 +36,10 @@ __all__ = [
 ]
 
 
+#: A verdict's status (``VerdictOut.status``, ``VerdictBrief.status``).
+VerdictStatus = Literal["claim_refuted", "consistent", "inconclusive", "no_dp_claim", "running"]
+
+
 class AuditStatus(str, Enum):
     queued = "queued"
     running = "running"
@@ -127,7 +131,7 @@ class AuditDesignOut(BaseModel):
 class VerdictOut(BaseModel):
     """One verdict, the same sentence on the page, in the CLI and here."""
 
-    status: Literal["claim_refuted", "consistent", "inconclusive", "no_dp_claim", "running"]
+    status: VerdictStatus
     summary: str = Field(description="One sentence; the page and `flaudit run` show it verbatim.")
     claim: dict[str, Any] | None = Field(
         None, description="mu, epsilon, delta, description of the claim tested (null: none)."
@@ -416,7 +420,7 @@ class AuditOut(BaseModel):
 class VerdictBrief(BaseModel):
     """The verdict as the audit list shows it (the whole verdict: ``GET /audits/{id}``)."""
 
-    status: Literal["claim_refuted", "consistent", "inconclusive", "no_dp_claim", "running"]
+    status: VerdictStatus
     summary: str = Field(description="The verdict's sentence, as on the audit's page.")
     claim: dict[str, Any] | None = Field(
         None, description="The claim tested (epsilon, delta, mu), as in the whole verdict."

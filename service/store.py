@@ -40,6 +40,7 @@ from .tables import (
     array_to_bytes,
     as_utc,
     bytes_to_array,
+    ended_values,
     hash_token,
     known_rounds_from_bytes,
     known_rounds_to_bytes,
@@ -360,11 +361,7 @@ class Store(LeaseQueries):
                 s,
                 audit_id,
                 Audit.status.in_(only_if),
-                status=status,
-                reason=reason,
-                finished_at=now,
-                updated_at=now,
-                run_token_hash=None,
+                **ended_values(status, reason, now),
             )
 
     def clear_run_token(self, audit_id: str) -> None:
@@ -560,11 +557,7 @@ class Store(LeaseQueries):
                 alerts=alerts,
                 metrics=metrics,
                 headline_epsilon=headline_epsilon,
-                status="succeeded",
-                reason=None,
-                finished_at=now,
-                updated_at=now,
-                run_token_hash=None,  # the run has ended: its token stops working
+                **ended_values("succeeded", None, now),  # the run's token stops working
             ):
                 raise StaleRound("final model already stored or the audit is not running")
 

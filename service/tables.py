@@ -49,6 +49,8 @@ __all__ = [
     "known_rounds_to_bytes",
     "known_rounds_from_bytes",
     "update_audit_if",
+    "ended_values",
+    "not_reported",
     "Webhook",
     "WebhookDelivery",
     "WEBHOOK_EVENTS",
@@ -232,6 +234,25 @@ def known_rounds_from_bytes(
         round_counts=bytes_to_array(rest[half:], "<i8") if rest else np.zeros(0, dtype=np.int64),
         round_factors=factors,
     )
+
+
+def ended_values(status: str, reason: str | None, now: datetime | None = None) -> dict:
+    """The values of :func:`update_audit_if` that end an audit: ``status`` and ``reason``,
+    ``finished_at`` (``now``, default :func:`utcnow`), and no run token (the run's token stops
+    working)."""
+    now = now or utcnow()
+    return {
+        "status": status,
+        "reason": reason,
+        "finished_at": now,
+        "updated_at": now,
+        "run_token_hash": None,
+    }
+
+
+def not_reported(first: int, last: int, reason: str) -> list[dict]:
+    """The gaps (``{round, kind: "not_reported", reason}``) of rounds ``first`` to ``last``."""
+    return [{"round": t, "kind": "not_reported", "reason": reason} for t in range(first, last + 1)]
 
 
 def update_audit_if(session: Session, audit_id: str, *conditions, **values) -> bool:

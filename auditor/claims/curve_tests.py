@@ -27,7 +27,7 @@ from ..estimators.lower_bound import (
     threshold_counts,
 )
 from ..estimators.null import null_logsf
-from ..estimators.one_run import default_guess_grid
+from ..estimators.one_run import check_guess_grid, guess_details
 from ..results import Correction, Estimator, jsonable
 from .curves import EpsilonDeltaCurveClaim, GaussianDPClaim, NoDPClaim, TradeOffClaim
 
@@ -282,12 +282,7 @@ def fdp_one_run_lower_bound(
     delta = check_delta(delta)
     confidence = check_confidence(confidence)
     m = scores.size
-    grid = default_guess_grid(m) if grid is None else [(int(a), int(b)) for a, b in grid]
-    if not grid:
-        raise ValueError("grid must not be empty")
-    for kp, km in grid:
-        if kp < 0 or km < 0 or kp + km > m:
-            raise ValueError(f"grid entry ({kp}, {km}) must satisfy 0 <= k+, k- and k+ + k- <= {m}")
+    grid = check_guess_grid(grid, m)
     beta = (1.0 - confidence) / len(grid)
     counts = guess_counts(scores, seen, grid)
     best = (0.0, grid[0][0], grid[0][1], counts[0][2])
@@ -316,15 +311,7 @@ def fdp_one_run_lower_bound(
         if lo > best[0]:
             best = (lo, kp, km, correct)
     mu_lo, kp, km, correct = best
-    details: dict[str, Any] = {
-        "mu": mu_lo,
-        "k_plus": kp,
-        "k_minus": km,
-        "correct": correct,
-        "guesses": kp + km,
-        "m": m,
-        "grid_size": len(grid),
-    }
+    details: dict[str, Any] = {"mu": mu_lo, **guess_details(kp, km, correct, m, len(grid))}
     if claim is not None:
         p = min(fdp_one_run_p_value(claim, c, a + b, m) for a, b, c in counts)
         details["claim_p_value"] = float(min(1.0, len(grid) * p))

@@ -176,10 +176,10 @@ def _testable_within(
     *,
     clients_per_round: int,
     num_rounds: int,
-    num_clients,
-    max_canary_fraction: float,
-    alpha: float,
-    power: float,
+    num_clients: int | None = None,
+    max_canary_fraction: float = 1.0,
+    alpha: float = ALARM_ALPHA,
+    power: float = 0.95,
     growth: float = 1.0,
 ) -> tuple[int, int] | None:
     """``(k, r)`` of the fewest displaced slots that is testable within the cap, or None."""
@@ -308,69 +308,45 @@ def _search(feasible, start: int) -> int | None:
     return hi
 
 
+def _fewest_testable(vary: str, noise_multiplier: float, **federation: Any) -> int | None:
+    """The smallest ``federation[vary]`` (``"num_rounds"`` or ``"clients_per_round"``, at
+    least its current value) at which ``"auto"`` finds a testable audit; None if none would."""
+
+    def ok(value: int) -> bool:
+        return _testable_within(noise_multiplier, **{**federation, vary: value}) is not None
+
+    return _search(ok, int(federation[vary]))
+
+
 def rounds_needed(
-    *,
-    noise_multiplier: float,
-    num_rounds: int,
-    clients_per_round: int,
-    num_clients: int | None = None,
-    max_canary_fraction: float = 1.0,
-    alpha: float = ALARM_ALPHA,
-    power: float = 0.95,
-    growth: float = 1.0,
+    *, noise_multiplier: float, num_rounds: int, clients_per_round: int, **options: Any
 ) -> int | None:
     """The fewest rounds (at least ``num_rounds``) with which ``"auto"`` finds a testable
     audit at ``clients_per_round``; None if the population cap forbids it whatever the
-    rounds."""
-
-    def ok(t: int) -> bool:
-        return (
-            _testable_within(
-                noise_multiplier,
-                num_rounds=t,
-                clients_per_round=clients_per_round,
-                num_clients=num_clients,
-                max_canary_fraction=max_canary_fraction,
-                alpha=alpha,
-                power=power,
-                growth=growth,
-            )
-            is not None
-        )
-
-    return _search(ok, int(num_rounds))
+    rounds. ``options``: :func:`choose_canaries`'s ``num_clients``, ``max_canary_fraction``,
+    ``alpha``, ``power`` and ``growth`` (same defaults)."""
+    return _fewest_testable(
+        "num_rounds",
+        noise_multiplier,
+        num_rounds=num_rounds,
+        clients_per_round=clients_per_round,
+        **options,
+    )
 
 
 def clients_needed(
-    *,
-    noise_multiplier: float,
-    num_rounds: int,
-    clients_per_round: int,
-    num_clients: int | None = None,
-    max_canary_fraction: float = 1.0,
-    alpha: float = ALARM_ALPHA,
-    power: float = 0.95,
-    growth: float = 1.0,
+    *, noise_multiplier: float, num_rounds: int, clients_per_round: int, **options: Any
 ) -> int | None:
     """The fewest sampled clients per round (at least ``clients_per_round``) with which
-    ``"auto"`` finds a testable audit in ``num_rounds`` rounds; None if none would."""
-
-    def ok(n: int) -> bool:
-        return (
-            _testable_within(
-                noise_multiplier,
-                num_rounds=num_rounds,
-                clients_per_round=n,
-                num_clients=num_clients,
-                max_canary_fraction=max_canary_fraction,
-                alpha=alpha,
-                power=power,
-                growth=growth,
-            )
-            is not None
-        )
-
-    return _search(ok, int(clients_per_round))
+    ``"auto"`` finds a testable audit in ``num_rounds`` rounds; None if none would.
+    ``options`` as for :func:`rounds_needed`."""
+    return _fewest_testable(
+        "clients_per_round",
+        noise_multiplier,
+        num_rounds=num_rounds,
+        clients_per_round=clients_per_round,
+        **options,
+    )
 
 
 def _federation(spec) -> dict[str, Any] | None:

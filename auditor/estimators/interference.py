@@ -37,10 +37,12 @@ INTERFERENCE_RATIO_THRESHOLD = 0.01
 INTERFERENCE_NOISE_TOLERANCE = 0.025
 
 
-def _check_count(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+def _check_counts(num_canaries, dim) -> tuple[int, int]:
+    """``(num_canaries, dim)``, checked: integers, at least 0 and 2."""
+    for value, name, minimum in ((num_canaries, "num_canaries", 0), (dim, "dim", 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return num_canaries, dim
 
 
 def effective_noise_multiplier(
@@ -59,8 +61,7 @@ def effective_noise_multiplier(
     ValueError
         Naming the bad argument.
     """
-    k = _check_count(num_canaries, "num_canaries", 0)
-    d = _check_count(dim, "dim", 2)
+    k, d = _check_counts(num_canaries, dim)
     z = float(noise_multiplier)
     if not (z >= 0 and math.isfinite(z)):
         raise ValueError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier!r}")
@@ -120,8 +121,7 @@ def interference_warning(
     ValueError
         Naming the bad argument.
     """
-    k = _check_count(num_canaries, "num_canaries", 0)
-    d = _check_count(dim, "dim", 2)
+    k, d = _check_counts(num_canaries, dim)
     if not (ratio_threshold > 0 and math.isfinite(ratio_threshold)):
         raise ValueError(f"ratio_threshold must be a finite number > 0, got {ratio_threshold!r}")
     if not (noise_tolerance > 0 and math.isfinite(noise_tolerance)):

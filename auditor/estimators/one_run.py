@@ -22,7 +22,14 @@ from scipy import special
 from ..results import Correction, EpsilonResult, Estimator
 from ._validation import check_confidence, check_delta, check_mask, check_scores
 
-__all__ = ["one_run_lower_bound", "one_run_p_value", "one_run_epsilon", "default_guess_grid"]
+__all__ = [
+    "one_run_lower_bound",
+    "one_run_p_value",
+    "one_run_epsilon",
+    "default_guess_grid",
+    "check_guess_grid",
+    "guess_details",
+]
 
 _EPS_MAX = 50.0
 
@@ -74,6 +81,31 @@ def default_guess_grid(m: int) -> list[tuple[int, int]]:
     return sorted(grid)
 
 
+def check_guess_grid(grid: list[tuple[int, int]] | None, m: int) -> list[tuple[int, int]]:
+    """The ``(k_plus, k_minus)`` guess counts to try over ``m`` canaries: ``grid`` as integers
+    (:func:`default_guess_grid` when None). Raises ValueError when it is empty or a pair
+    guesses more than ``m`` or a negative count."""
+    grid = default_guess_grid(m) if grid is None else [(int(kp), int(km)) for kp, km in grid]
+    if not grid:
+        raise ValueError("grid must not be empty")
+    for kp, km in grid:
+        if kp < 0 or km < 0 or kp + km > m:
+            raise ValueError(f"grid entry ({kp}, {km}) must satisfy 0 <= k+, k- and k+ + k- <= {m}")
+    return grid
+
+
+def guess_details(kp: int, km: int, correct: int, m: int, grid_size: int) -> dict[str, int]:
+    """A one-run bound's ``details``: the best pair's guesses and what they were chosen from."""
+    return {
+        "k_plus": kp,
+        "k_minus": km,
+        "correct": correct,
+        "guesses": kp + km,
+        "m": m,
+        "grid_size": grid_size,
+    }
+
+
 def one_run_lower_bound(
     scores,
     seen_mask,
@@ -108,14 +140,7 @@ def one_run_lower_bound(
     delta = check_delta(delta)
     confidence = check_confidence(confidence)
     m = scores.size
-    if grid is None:
-        grid = default_guess_grid(m)
-    grid = [(int(kp), int(km)) for kp, km in grid]
-    for kp, km in grid:
-        if kp < 0 or km < 0 or kp + km > m:
-            raise ValueError(f"grid entry ({kp}, {km}) must satisfy 0 <= k+, k- and k+ + k- <= {m}")
-    if not grid:
-        raise ValueError("grid must not be empty")
+    grid = check_guess_grid(grid, m)
     beta = (1.0 - confidence) / len(grid)
     order = np.argsort(-scores, kind="stable")
     seen_sorted = seen_mask[order]
@@ -139,12 +164,5 @@ def one_run_lower_bound(
         confidence=confidence,
         method=f"Steinke et al. Thm 3.1 (with the delta*m*alpha term): guess IN for the k+ "
         f"highest and OUT for the k- lowest scores; Bonferroni over {len(grid)} (k+, k-) pairs",
-        details={
-            "k_plus": kp,
-            "k_minus": km,
-            "correct": correct,
-            "guesses": kp + km,
-            "m": m,
-            "grid_size": len(grid),
-        },
+        details=guess_details(kp, km, correct, m, len(grid)),
     )
