@@ -68,6 +68,18 @@ def _row(dp, current, new, updates, c_clip: float) -> tuple[float, float, float,
     )
 
 
+def _adaptive(wrapper, strategy, args):
+    """Flower's server-side adaptive clipping (``wrapper``: the Message API's or the legacy
+    class) around ``strategy``, as the command line sets it."""
+    return wrapper(
+        strategy,
+        noise_multiplier=args.z,
+        num_sampled_clients=args.clients,
+        initial_clipping_norm=args.clip,
+        clipped_count_stddev=args.count_stddev,
+    )
+
+
 def run_message_api(args, rng) -> list[tuple[float, float, float, float]]:
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
     from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping, FedAvg
@@ -76,12 +88,10 @@ def run_message_api(args, rng) -> list[tuple[float, float, float, float]]:
     # what a ServerApp sees inside a run: Messages can then be built outside one
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
     n, d = args.clients, args.dim
-    dp = DifferentialPrivacyServerSideAdaptiveClipping(
+    dp = _adaptive(
+        DifferentialPrivacyServerSideAdaptiveClipping,
         FedAvg(min_train_nodes=n, min_available_nodes=n, fraction_train=1.0, fraction_evaluate=0.0),
-        noise_multiplier=args.z,
-        num_sampled_clients=n,
-        initial_clipping_norm=args.clip,
-        clipped_count_stddev=args.count_stddev,
+        args,
     )
     current = np.zeros(d, dtype=np.float32)
     rows = []
@@ -114,12 +124,10 @@ def run_legacy(args, rng) -> list[tuple[float, float, float, float]]:
     from flwr.server.strategy import DifferentialPrivacyServerSideAdaptiveClipping, FedAvg
 
     n, d = args.clients, args.dim
-    dp = DifferentialPrivacyServerSideAdaptiveClipping(
+    dp = _adaptive(
+        DifferentialPrivacyServerSideAdaptiveClipping,
         FedAvg(min_fit_clients=n, min_available_clients=n),
-        noise_multiplier=args.z,
-        num_sampled_clients=n,
-        initial_clipping_norm=args.clip,
-        clipped_count_stddev=args.count_stddev,
+        args,
     )
     current = np.zeros(d, dtype=np.float32)
     rows = []

@@ -50,6 +50,18 @@ def _check_count(value, name: str) -> int:
     return int(value)
 
 
+def _pld(discretization: float):
+    from dp_accounting.pld import pld_privacy_accountant
+
+    return pld_privacy_accountant.PLDAccountant(value_discretization_interval=discretization)
+
+
+def _composed_epsilon(accountant, event, count: int, delta: float) -> float:
+    """``accountant``'s epsilon at ``delta`` after ``count`` compositions of ``event``."""
+    accountant.compose(event, count)
+    return float(accountant.get_epsilon(delta))
+
+
 def analytic_epsilon(
     noise_multiplier: float,
     sampling_probability: float,
@@ -87,7 +99,6 @@ def analytic_epsilon(
         One per accountant (threat model ``poisson_subsampled``) plus ``known_rounds``.
     """
     import dp_accounting
-    from dp_accounting.pld import pld_privacy_accountant
     from dp_accounting.rdp import rdp_privacy_accountant
 
     z = check_nonnegative(noise_multiplier, "noise_multiplier")
@@ -111,15 +122,11 @@ def analytic_epsilon(
         if z == 0:
             eps = math.inf
         elif name == "rdp":
-            acc = rdp_privacy_accountant.RdpAccountant(orders=_RDP_ORDERS)
-            acc.compose(event)
-            eps = float(acc.get_epsilon(delta))
-        else:
-            acc = pld_privacy_accountant.PLDAccountant(
-                value_discretization_interval=pld_discretization
+            eps = _composed_epsilon(
+                rdp_privacy_accountant.RdpAccountant(orders=_RDP_ORDERS), event, 1, delta
             )
-            acc.compose(event)
-            eps = float(acc.get_epsilon(delta))
+        else:
+            eps = _composed_epsilon(_pld(pld_discretization), event, 1, delta)
         out.append(
             EpsilonResult(
                 epsilon=eps,
@@ -139,11 +146,9 @@ def analytic_epsilon(
         if z == 0:
             eps = math.inf
         else:
-            acc = pld_privacy_accountant.PLDAccountant(
-                value_discretization_interval=pld_discretization
+            eps = _composed_epsilon(
+                _pld(pld_discretization), dp_accounting.GaussianDpEvent(z), participations, delta
             )
-            acc.compose(dp_accounting.GaussianDpEvent(z), participations)
-            eps = float(acc.get_epsilon(delta))
         out.append(
             EpsilonResult(
                 epsilon=eps,
