@@ -34,7 +34,7 @@ from ..auditor.transform import sum_of_squares
 from .evidence_store import save_alarm_statistics
 from .external import round_participants
 from .metrics import ServiceMetrics
-from .store import StaleRound, Store
+from .store import Analysis, StaleRound, Store
 
 __all__ = [
     "IngestError",
@@ -164,6 +164,13 @@ def headline_epsilon(estimates: list[dict]) -> float | None:
                 if value is not None and math.isfinite(value):
                     return value
     return None
+
+
+def _analysis(
+    estimates: list[dict], diagnostics: list[dict], histograms: dict, alerts: list[dict]
+) -> Analysis:
+    """A look's :class:`~.store.Analysis`, with its :func:`headline_epsilon`."""
+    return Analysis(estimates, diagnostics, histograms, alerts, headline_epsilon(estimates))
 
 
 class _CanaryCache:
@@ -486,11 +493,7 @@ class LiveAudits:
                     round_row=row,
                     max_cosines=max_cosines,
                     last_cosines=round_cosines,
-                    estimates=all_estimates,
-                    diagnostics=diagnostics,
-                    histograms=histograms,
-                    alerts=alerts,
-                    headline_epsilon=headline_epsilon(all_estimates),
+                    analysis=_analysis(all_estimates, diagnostics, histograms, alerts),
                     known_rounds=None if known_rounds is None else known_rounds.state(),
                     participants=participants,
                     gap=gap,  # {round, kind, reason}: e.g. trained without canaries
@@ -601,12 +604,8 @@ class LiveAudits:
                     audit_id,
                     final_cosines=final_cosines,
                     final_model_cosines=final_model_cosines,
-                    estimates=all_estimates,
-                    diagnostics=diagnostics,
-                    histograms=histograms,
-                    alerts=alerts,
+                    analysis=_analysis(all_estimates, diagnostics, histograms, alerts),
                     metrics=jsonable(metrics),
-                    headline_epsilon=headline_epsilon(all_estimates),
                 )
             except StaleRound as exc:
                 if self._audit(audit_id).has_final:

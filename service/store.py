@@ -21,7 +21,7 @@ import contextlib
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -49,6 +49,7 @@ from .tables import (
 )
 
 __all__ = [
+    "Analysis",
     "ACTIVE_STATUSES",
     "ENDED_STATUSES",
     "Audit",
@@ -93,6 +94,23 @@ class SecretState:
 
     def __repr__(self) -> str:  # never show the seed
         return f"SecretState(dim={self.dim}, rounds_stored={self.rounds_stored})"
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the analysis of an audit's data so far says, stored with each round and with the
+    final model: the estimates, diagnostics, histograms and alerts (JSON), and the headline
+    epsilon shown in the audit list."""
+
+    estimates: list[dict]
+    diagnostics: list[dict]
+    histograms: dict
+    alerts: list[dict]
+    headline_epsilon: float | None
+
+    def values(self) -> dict[str, Any]:
+        """The audit's columns (for :func:`update_audit_if`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class StaleRound(Exception):
@@ -464,11 +482,7 @@ class Store(LeaseQueries):
         round_row: dict,
         max_cosines: np.ndarray,
         last_cosines: np.ndarray,
-        estimates: list[dict],
-        diagnostics: list[dict],
-        histograms: dict,
-        alerts: list[dict],
-        headline_epsilon: float | None,
+        analysis: Analysis,
         known_rounds: KnownRoundsState | None = None,
         participants: np.ndarray | None = None,
         gap: dict | None = None,
@@ -508,11 +522,7 @@ class Store(LeaseQueries):
                 rounds_stored=t,
                 max_cosines=array_to_bytes(max_cosines),
                 last_cosines=array_to_bytes(last_cosines),
-                estimates=estimates,
-                diagnostics=diagnostics,
-                histograms=histograms,
-                alerts=alerts,
-                headline_epsilon=headline_epsilon,
+                **analysis.values(),
                 updated_at=now,
                 last_round_at=now,
                 last_contact_at=now,
@@ -534,12 +544,8 @@ class Store(LeaseQueries):
         *,
         final_cosines: np.ndarray,
         final_model_cosines: np.ndarray,
-        estimates: list[dict],
-        diagnostics: list[dict],
-        histograms: dict,
-        alerts: list[dict],
+        analysis: Analysis,
         metrics: dict,
-        headline_epsilon: float | None,
     ) -> None:
         now = utcnow()
         with self.session() as s, s.begin():
@@ -551,12 +557,8 @@ class Store(LeaseQueries):
                 has_final=True,
                 final_cosines=array_to_bytes(final_cosines),
                 final_model_cosines=array_to_bytes(final_model_cosines),
-                estimates=estimates,
-                diagnostics=diagnostics,
-                histograms=histograms,
-                alerts=alerts,
+                **analysis.values(),
                 metrics=metrics,
-                headline_epsilon=headline_epsilon,
                 **ended_values("succeeded", None, now),  # the run's token stops working
             ):
                 raise StaleRound("final model already stored or the audit is not running")

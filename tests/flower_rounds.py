@@ -18,14 +18,15 @@ class Grid3:
         return [1, 2, 3]
 
 
-def dp_fedavg(noise_multiplier: float = 0.5, clip_norm: float = 0.5):
+def dp_fedavg(noise_multiplier: float = 0.5, clip_norm: float = 0.5, **options):
     """Flower's ``DifferentialPrivacyServerSideFixedClipping`` around FedAvg, all 3 nodes
-    sampled."""
+    sampled; ``options`` (e.g. ``accountant``) go to the wrapper."""
     return DifferentialPrivacyServerSideFixedClipping(
         FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
         noise_multiplier=noise_multiplier,
         clipping_norm=clip_norm,
         num_sampled_clients=3,
+        **options,
     )
 
 

@@ -11,6 +11,7 @@ import scipy.fft
 from flaudit.auditor import fourstep, transform
 from flaudit.auditor.canaries import OrthogonalCanaries
 from flaudit.auditor.statistics import CosineTracker
+from tests.auditor.test_transform_backends import dense_reference
 
 
 @pytest.fixture
@@ -85,14 +86,7 @@ def test_fused_row_pass_and_a_shared_work_buffer(row_block, tiny_four_step, monk
 def test_canary_transform_on_the_four_step_path_matches_the_dense_definition(dim, tiny_four_step):
     family = OrthogonalCanaries(0x5EED, dim, workers=2)
     v = np.random.default_rng(dim).standard_normal(dim).astype(np.float32)
-    signs = [bits.dense(np.float64) for bits in family._sign_bits]
-    want = v.astype(np.float64) * signs[family._rounds]
-    for r in range(family._rounds, 0, -1):
-        cut = family._split if r % 2 == 1 else family.dim - family._split
-        for part in (slice(0, cut), slice(cut, family.dim)):
-            if part.stop > part.start:
-                want[part] = scipy.fft.idct(want[part], type=2, norm="ortho")
-        want *= signs[r - 1]
+    want = dense_reference(family, v)
     got = family.transpose_apply(v, backend="numpy")
     np.testing.assert_allclose(got, want, atol=2e-6 * np.sqrt(dim), rtol=0)
     np.testing.assert_array_equal(

@@ -40,7 +40,7 @@ def test_dct_back_ends_match_scipy(n, dtype, small_chunks):
         np.testing.assert_allclose(got_torch, want, atol=tol * np.sqrt(n), rtol=0)
 
 
-def _dense_reference(family: OrthogonalCanaries, vector: np.ndarray) -> np.ndarray:
+def dense_reference(family: OrthogonalCanaries, vector: np.ndarray) -> np.ndarray:
     """``R^T v`` in float64 from dense signs and scipy's DCTs (the family's definition)."""
     signs = [bits.dense(np.float64) for bits in family._sign_bits]
     x = vector.astype(np.float64) * signs[family._rounds]
@@ -58,7 +58,7 @@ def _dense_reference(family: OrthogonalCanaries, vector: np.ndarray) -> np.ndarr
 def test_transpose_apply_numpy_and_torch_agree(dim, small_chunks):
     family = OrthogonalCanaries(SEED, dim)
     v = np.random.default_rng(dim).standard_normal(dim).astype(np.float32)
-    want = _dense_reference(family, v)
+    want = dense_reference(family, v)
     got_numpy = family.transpose_apply(v, backend="numpy")
     got_torch = family.transpose_apply(v, backend="torch")
     tensor_in = family.transpose_apply(torch.from_numpy(v), backend="auto")

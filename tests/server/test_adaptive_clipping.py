@@ -31,6 +31,7 @@ from flaudit.server.noise_calibration import (
 )
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries, read_claim
+from tests.flower_rounds import dp_fedavg
 
 SEED, K = 4242, 6
 Z_DELTA = 3**0.5 * 2 / 3  # (1 - 1/4)^(-1/2): z = 1, sigma_b = 1
@@ -194,14 +195,8 @@ def test_each_round_records_the_clip_norm_and_the_norm_flower_noised_for(side, c
 
 
 def test_a_fixed_clip_norm_is_noised_for_itself():
-    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
-    inner = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=1.0,
-        clipping_norm=0.5,
-        num_sampled_clients=3,
-    )
+    inner = dp_fedavg(1.0, 0.5)
     strategy, reporter = _adaptive_audit(inner, rounds=2)
     _drive(strategy, inner, rounds=2, update_norm=2.0, metrics={"num-examples": 5})
     assert all(meta.noise_clip_norm == meta.clip_norm == 0.5 for _, meta in reporter.rounds)
@@ -244,23 +239,16 @@ def test_the_legacy_wrapper_records_the_norms_of_flowers_legacy_adaptive_wrapper
     ``LegacyContext`` + ``DefaultWorkflow`` drive it: every update clipped, so Flower shrinks the
     norm before it adds the noise; each round reports both norms."""
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
-    from flwr.server.client_manager import SimpleClientManager
     from flwr.server.strategy import DifferentialPrivacyServerSideAdaptiveClipping as Legacy
     from flwr.server.strategy import FedAvg as LegacyFedAvg
 
     from flaudit.server.wrapper import LegacyCanaryAuditStrategy
-    from tests.server.test_legacy_wrapper import Proxy
+    from tests.server.test_legacy_wrapper import all_sampled, client_manager
 
     np.random.seed(4)
-    manager = SimpleClientManager()
-    for i in range(3):
-        manager.register(Proxy(str(i)))
-    fedavg = LegacyFedAvg(
-        fraction_fit=1.0,
-        min_fit_clients=3,
-        min_available_clients=3,
-        fraction_evaluate=0.0,
-        initial_parameters=ndarrays_to_parameters([np.zeros(630, np.float32)]),
+    manager = client_manager(3)
+    fedavg = all_sampled(
+        LegacyFedAvg, 3, initial_parameters=ndarrays_to_parameters([np.zeros(630, np.float32)])
     )
     inner = Legacy(
         fedavg,

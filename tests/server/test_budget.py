@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
 from flaudit.server.budget import DEFAULT_ROUND_BUDGET, RoundBudget
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy
 from flaudit.service.metrics import BUDGET_OVERRUN_MARK
+from tests.flower_rounds import dp_fedavg
 
 BUDGET = 0.4
 
@@ -51,12 +51,7 @@ def test_waits_of_one_round_share_its_budget_and_a_new_round_has_it_again():
 def test_the_budget_is_validated_naming_the_argument(seconds):
     with pytest.raises(ValueError, match="round_budget_seconds"):
         RoundBudget(seconds)
-    dp = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=1.0,
-        clipping_norm=0.5,
-        num_sampled_clients=3,
-    )
+    dp = dp_fedavg(1.0, 0.5)
     with pytest.raises(ValueError, match="round_budget_seconds"):
         CanaryAuditStrategy(dp, reporter=LocalRoundReporter(), round_budget_seconds=seconds)
 
@@ -98,12 +93,7 @@ class Grid3:
 @pytest.mark.usefixtures("flower_task_identity")
 def test_a_hung_service_costs_each_round_at_most_its_budget():
     reporter = HungService()
-    dp = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=1.0,
-        clipping_norm=0.5,
-        num_sampled_clients=3,
-    )
+    dp = dp_fedavg(1.0, 0.5)
     strategy = CanaryAuditStrategy(dp, reporter=reporter, num_rounds=5, round_budget_seconds=BUDGET)
     model = np.zeros(630, np.float32)
     arrays = ArrayRecord([model[:600].reshape(20, 30), model[600:]])

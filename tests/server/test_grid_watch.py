@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries
+from tests.flower_rounds import dp_fedavg
 
 pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
@@ -40,12 +40,7 @@ class WatchingReporter(LocalRoundReporter):
 @pytest.mark.parametrize("how, expected", [({}, 7200.0), ({"timeout": 90}, 180.0)])
 def test_start_has_the_reporter_watch_the_grid_with_the_round_timeout(how, expected):
     reporter = WatchingReporter.for_audit(canary_seed=5, num_canaries=4)
-    inner = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.0,
-        clipping_norm=0.5,
-        num_sampled_clients=3,
-    )
+    inner = dp_fedavg(0.0, 0.5)
     canaries = LocalCanaries(5, num_canaries=4, num_rounds=2, clients_per_round=3)
     strategy = CanaryAuditStrategy(inner, reporter=reporter, canaries=canaries, num_rounds=2)
     with pytest.raises(Stop):

@@ -49,6 +49,26 @@ class Proxy(ClientProxy):
         raise NotImplementedError
 
 
+def client_manager(n: int = N) -> SimpleClientManager:
+    """A legacy client manager holding ``n`` :class:`Proxy` clients."""
+    manager = SimpleClientManager()
+    for i in range(n):
+        manager.register(Proxy(str(i)))
+    return manager
+
+
+def all_sampled(strategy_class=FedAvg, n: int = N, **options):
+    """A legacy ``strategy_class`` (FedAvg) that trains all ``n`` clients each round and
+    evaluates none; ``options`` go to it."""
+    return strategy_class(
+        fraction_fit=1.0,
+        min_fit_clients=n,
+        min_available_clients=n,
+        fraction_evaluate=0.0,
+        **options,
+    )
+
+
 class Counting(FedAvg):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -60,15 +80,9 @@ class Counting(FedAvg):
 
 
 def _run(weights, *, secagg, rounds=3):
-    manager = SimpleClientManager()
-    for i in range(N):
-        manager.register(Proxy(str(i)))
-    fedavg = Counting(
-        fraction_fit=1.0,
-        min_fit_clients=N,
-        min_available_clients=N,
-        fraction_evaluate=0.0,
-        initial_parameters=ndarrays_to_parameters([np.zeros((10, 30), np.float32)]),
+    manager = client_manager()
+    fedavg = all_sampled(
+        Counting, initial_parameters=ndarrays_to_parameters([np.zeros((10, 30), np.float32)])
     )
     dp = DifferentialPrivacyClientSideFixedClipping(
         fedavg, noise_multiplier=0.0, clipping_norm=S, num_sampled_clients=N
@@ -200,14 +214,8 @@ def test_legacy_and_message_api_wrappers_report_the_same_numbers_for_the_same_re
         reporter = UpdateRecorder.for_audit(canary_seed=SEED, num_canaries=K)
         canaries = LocalCanaries(SEED, num_canaries=K, num_rounds=rounds, clients_per_round=N)
         if api == "legacy":
-            manager = SimpleClientManager()
-            for i in range(N):
-                manager.register(Proxy(str(i)))
-            fedavg = FedAvg(
-                fraction_fit=1.0,
-                min_fit_clients=N,
-                min_available_clients=N,
-                fraction_evaluate=0.0,
+            manager = client_manager()
+            fedavg = all_sampled(
                 fit_metrics_aggregation_fn=_loss_mean,
                 initial_parameters=ndarrays_to_parameters([start]),
             )

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
 from flaudit.auditor.spec import AuditClaim, AuditSpec
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries
+from tests.flower_rounds import dp_fedavg
 
 SEED, K, S, ROUNDS = 4242, 10, 0.5, 5
 
@@ -43,12 +43,7 @@ class AlarmAfter(LocalRoundReporter):
 
 def _play(stop_on_alarm: bool):
     reporter = AlarmAfter.for_audit(canary_seed=SEED, num_canaries=K)
-    inner = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.0,
-        clipping_norm=S,
-        num_sampled_clients=3,
-    )
+    inner = dp_fedavg(0.0, S)
     strategy = CanaryAuditStrategy(
         inner,
         reporter=reporter,

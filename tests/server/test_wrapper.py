@@ -18,6 +18,7 @@ from flaudit.auditor.canaries import canary_vector, resolve_canary_family, seen_
 from flaudit.auditor.spec import AuditClaim, AuditSpec
 from flaudit.server.reporting import LocalRoundReporter
 from flaudit.server.wrapper import CanaryAuditStrategy, LocalCanaries, read_claim
+from tests.flower_rounds import dp_fedavg
 
 SEED = 77777
 K = 10
@@ -81,6 +82,25 @@ def _dp(noise=0.0, fedavg=None):
         noise_multiplier=noise,
         clipping_norm=S,
         num_sampled_clients=3,
+    )
+
+
+def _rdp_accountant(population_size: int):
+    """Flower's RDP accountant at delta 1e-5, add-or-remove-one, no sampling amplification."""
+    from flwr.supercore.privacy_accounting import (
+        NeighboringRelation,
+        PrivacyConfig,
+        SamplingMethod,
+    )
+    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+    return RdpAccountant(
+        PrivacyConfig(
+            target_delta=1e-5,
+            population_size=population_size,
+            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+            sampling_method=SamplingMethod.NO_AMPLIFICATION,
+        )
     )
 
 
@@ -268,12 +288,6 @@ def test_the_claim_is_read_from_flowers_dp_wrappers_and_completes_the_spec():
 def test_strategies_it_cannot_audit_are_refused_with_what_to_change():
     from flwr.server.strategy import DifferentialPrivacyClientSideFixedClipping as Legacy
     from flwr.server.strategy import FedAvg as LegacyFedAvg
-    from flwr.supercore.privacy_accounting import (
-        NeighboringRelation,
-        PrivacyConfig,
-        SamplingMethod,
-    )
-    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
     reporter = LocalRoundReporter.for_audit(canary_seed=SEED, num_canaries=K)
     legacy = Legacy(LegacyFedAvg(), noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=2)
@@ -283,20 +297,12 @@ def test_strategies_it_cannot_audit_are_refused_with_what_to_change():
         CanaryAuditStrategy(FedAvg(), reporter=reporter)
     with pytest.raises(ValueError, match="clip_norm"):
         CanaryAuditStrategy(_dp(), reporter=reporter, clip_norm=0)
-    accountant = RdpAccountant(
-        PrivacyConfig(
-            target_delta=1e-5,
-            population_size=2,
-            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-            sampling_method=SamplingMethod.NO_AMPLIFICATION,
-        )
-    )
     accounted = DifferentialPrivacyServerSideFixedClipping(
         FedAvg(),
         noise_multiplier=1.0,
         clipping_norm=1.0,
         num_sampled_clients=2,
-        accountant=accountant,
+        accountant=_rdp_accountant(population_size=2),
     )
     CanaryAuditStrategy(accounted, reporter=reporter)  # accountant= is audited (next test)
 
@@ -305,30 +311,10 @@ def test_an_accounted_strategy_is_audited_and_its_accountant_sees_num_sampled_cl
     """Issue #22 item 4: Flower's accountant checks every round's sample against
     num_sampled_clients and requires equal weights; canaries in cohort slots satisfy both, and
     the accountant's epsilon is there to show beside dp-accounting's."""
-    from flwr.supercore.privacy_accounting import (
-        NeighboringRelation,
-        PrivacyConfig,
-        SamplingMethod,
-    )
-    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
-
     from flaudit.server.wrapper import accountant_spent
 
-    accountant = RdpAccountant(
-        PrivacyConfig(
-            target_delta=1e-5,
-            population_size=3,
-            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-            sampling_method=SamplingMethod.NO_AMPLIFICATION,
-        )
-    )
-    inner = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=2.0,
-        clipping_norm=S,
-        num_sampled_clients=3,
-        accountant=accountant,
-    )
+    accountant = _rdp_accountant(population_size=3)
+    inner = dp_fedavg(2.0, S, accountant=accountant)
     reporter = ClaimRecorder.for_audit(canary_seed=SEED, num_canaries=K)
     strategy, canaries = _wrapped(reporter, rounds=2, repeats=1, inner=inner)
     model = np.zeros(630, np.float32)
@@ -409,12 +395,7 @@ def test_canaries_are_fetched_and_rounds_reported_while_the_clients_train():
             return super().round_canaries(server_round, dim)
 
     reporter = SlowService.for_audit(canary_seed=SEED, num_canaries=K)
-    inner = DifferentialPrivacyServerSideFixedClipping(
-        FedAvg(min_train_nodes=3, min_available_nodes=3, fraction_evaluate=0.0),
-        noise_multiplier=0.0,
-        clipping_norm=S,
-        num_sampled_clients=3,
-    )
+    inner = _dp()
     canaries = CountingCanaries(
         SEED, num_canaries=K, num_rounds=4, canary_repeats=2, clients_per_round=3
     )

@@ -10,7 +10,14 @@ import pytest
 
 import flaudit.service.leases as leases_module
 import flaudit.service.store as store_module
-from flaudit.service.store import StaleRound, array_to_bytes, bytes_to_array, hash_token, utcnow
+from flaudit.service.store import (
+    Analysis,
+    StaleRound,
+    array_to_bytes,
+    bytes_to_array,
+    hash_token,
+    utcnow,
+)
 
 SPEC = {"num_rounds": 3, "num_canaries": 4, "delta": 1e-5}
 
@@ -33,11 +40,7 @@ def _store_round(store, audit_id, t, max_c=None):
         round_row=_round(t),
         max_cosines=max_c,
         last_cosines=max_c,
-        estimates=[],
-        diagnostics=[],
-        histograms={},
-        alerts=[],
-        headline_epsilon=None,
+        analysis=Analysis([], [], {}, [], None),
     )
 
 
