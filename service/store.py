@@ -62,8 +62,6 @@ __all__ = [
     "hash_token",
     "array_to_bytes",
     "bytes_to_array",
-    "known_rounds_to_bytes",
-    "known_rounds_from_bytes",
     "owner_is_gone",
 ]
 

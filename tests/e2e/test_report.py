@@ -10,11 +10,10 @@ import httpx
 import pytest
 import uvicorn
 
-import flaudit.service.routers.audits as audits_router
 from flaudit.service.store import Store
 from tests.processes import free_port, wait_for
 from tests.service.conftest import CIPHER, make_client
-from tests.service.gaussian_runs import BASE, gaussian_run
+from tests.service.gaussian_runs import BASE, fix_canary_seeds, gaussian_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -24,9 +23,8 @@ def reports(tmp_path_factory):
     """A refuted and a consistent audit, ended; their API verdicts and report files."""
     path = tmp_path_factory.mktemp("report")
     store = Store(f"sqlite:///{path / 'flaudit.db'}", cipher=CIPHER)
-    seeds = iter(range(0x5EED_2026_1127_0F1A_0D17_C0DE_0001, 2**128))
     mp = pytest.MonkeyPatch()
-    mp.setattr(audits_router, "new_master_seed", lambda: next(seeds))
+    fix_canary_seeds(mp, 0x5EED_2026_1127_0F1A_0D17_C0DE_0001)
     out = {"store": store}
     try:
         with make_client(store) as client:

@@ -18,12 +18,11 @@ import pytest
 import uvicorn
 from playwright.sync_api import expect
 
-import flaudit.service.routers.audits as audits_router
 from flaudit.service.store import Store
 from flaudit.service.vocabulary import VOCABULARY
 from tests.processes import free_port, wait_for
 from tests.service.conftest import CIPHER, make_client
-from tests.service.gaussian_runs import BASE, gaussian_run
+from tests.service.gaussian_runs import BASE, fix_canary_seeds, gaussian_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -45,9 +44,8 @@ def served(tmp_path_factory):
     """The three audits, their API bodies and report files, and the app served by uvicorn."""
     path = tmp_path_factory.mktemp("report-reads")
     store = Store(f"sqlite:///{path / 'flaudit.db'}", cipher=CIPHER)
-    seeds = iter(range(0x5EED_2026_1206_0F1A_0D17_C0DE_0040, 2**128))
     mp = pytest.MonkeyPatch()
-    mp.setattr(audits_router, "new_master_seed", lambda: next(seeds))
+    fix_canary_seeds(mp, 0x5EED_2026_1206_0F1A_0D17_C0DE_0040)
     audits = {}
     try:
         with make_client(store, allow_bug_injection=True) as client:
