@@ -398,37 +398,49 @@ def participation_schedule(
     return Schedule(num_clients=num_clients, num_seen_canaries=num_seen_canaries, cohorts=cohorts)
 
 
-def _poisson(
-    n: int, num_rounds: int, q: float, cap: int | None, rng: np.random.Generator
-) -> list[np.ndarray]:
+def _capped_cohorts(n: int, sizes, cap: int | None, draw_any, draw_eligible) -> list[np.ndarray]:
+    """One cohort per entry of ``sizes``: ``draw_any(size)`` among all ``n`` clients, or with a
+    participation ``cap``, ``draw_eligible(eligible, size)`` among the clients still under it."""
     counts = np.zeros(n, dtype=np.int32) if cap is not None else None
     out = []
-    for _ in range(num_rounds):
+    for size in sizes:
         if counts is None:
-            k = rng.binomial(n, q)
-            chosen = rng.choice(n, size=k, replace=False) if k else np.empty(0, np.int64)
+            chosen = draw_any(size)
         else:
-            eligible = np.flatnonzero(counts < cap)
-            chosen = eligible[rng.random(eligible.size) < q]
+            chosen = draw_eligible(np.flatnonzero(counts < cap), size)
             counts[chosen] += 1
         out.append(np.asarray(chosen, dtype=np.int64))
     return out
+
+
+def _poisson(
+    n: int, num_rounds: int, q: float, cap: int | None, rng: np.random.Generator
+) -> list[np.ndarray]:
+    def draw_any(_) -> np.ndarray:
+        k = rng.binomial(n, q)
+        return rng.choice(n, size=k, replace=False) if k else np.empty(0, np.int64)
+
+    return _capped_cohorts(
+        n,
+        range(num_rounds),
+        cap,
+        draw_any,
+        lambda eligible, _: eligible[rng.random(eligible.size) < q],
+    )
 
 
 def _uniform(
     n: int, slots: np.ndarray, cap: int | None, rng: np.random.Generator
 ) -> list[np.ndarray]:
-    counts = np.zeros(n, dtype=np.int32) if cap is not None else None
-    out = []
-    for size in slots:
-        if counts is None:
-            chosen = rng.choice(n, size=min(int(size), n), replace=False)
-        else:
-            eligible = np.flatnonzero(counts < cap)
-            chosen = rng.choice(eligible, size=min(int(size), eligible.size), replace=False)
-            counts[chosen] += 1
-        out.append(np.asarray(chosen, dtype=np.int64))
-    return out
+    return _capped_cohorts(
+        n,
+        slots,
+        cap,
+        lambda size: rng.choice(n, size=min(int(size), n), replace=False),
+        lambda eligible, size: rng.choice(
+            eligible, size=min(int(size), eligible.size), replace=False
+        ),
+    )
 
 
 def _shuffled(
