@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from ..estimators._validation import check_confidence, check_delta, check_mask, check_scores
 from ..estimators.gdp import (
     GaussianDPResult,
     correction_label,
@@ -27,7 +26,7 @@ from ..estimators.lower_bound import (
     threshold_counts,
 )
 from ..estimators.null import null_logsf
-from ..estimators.one_run import check_guess_grid, guess_details
+from ..estimators.one_run import check_guess_inputs, guess_details
 from ..results import Correction, Estimator, jsonable
 from .curves import EpsilonDeltaCurveClaim, GaussianDPClaim, NoDPClaim, TradeOffClaim
 
@@ -277,12 +276,10 @@ def fdp_one_run_lower_bound(
         ``details``: ``mu``, ``k_plus``, ``k_minus``, ``correct``, ``guesses``, ``m``,
         ``grid_size`` and, with a claim, ``claim_p_value``.
     """
-    scores = check_scores(scores, "scores")
-    seen = check_mask(seen_mask, "seen_mask", scores.size, "scores")
-    delta = check_delta(delta)
-    confidence = check_confidence(confidence)
+    scores, seen, delta, confidence, grid = check_guess_inputs(
+        scores, seen_mask, delta, confidence, grid
+    )
     m = scores.size
-    grid = check_guess_grid(grid, m)
     beta = (1.0 - confidence) / len(grid)
     counts = guess_counts(scores, seen, grid)
     best = (0.0, grid[0][0], grid[0][1], counts[0][2])

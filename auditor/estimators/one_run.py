@@ -27,7 +27,7 @@ __all__ = [
     "one_run_p_value",
     "one_run_epsilon",
     "default_guess_grid",
-    "check_guess_grid",
+    "check_guess_inputs",
     "guess_details",
 ]
 
@@ -81,17 +81,22 @@ def default_guess_grid(m: int) -> list[tuple[int, int]]:
     return sorted(grid)
 
 
-def check_guess_grid(grid: list[tuple[int, int]] | None, m: int) -> list[tuple[int, int]]:
-    """The ``(k_plus, k_minus)`` guess counts to try over ``m`` canaries: ``grid`` as integers
-    (:func:`default_guess_grid` when None). Raises ValueError when it is empty or a pair
-    guesses more than ``m`` or a negative count."""
+def check_guess_inputs(scores, seen_mask, delta: float, confidence: float, grid) -> tuple:
+    """A one-run audit's inputs, checked: ``(scores, seen_mask, delta, confidence, grid)``,
+    ``grid`` the ``(k_plus, k_minus)`` guess counts as integers (:func:`default_guess_grid`
+    when None). Raises ValueError naming the bad argument (a grid that is empty, or a pair
+    that guesses more than the canaries or a negative count)."""
+    scores = check_scores(scores, "scores")
+    seen_mask = check_mask(seen_mask, "seen_mask", scores.size, "scores")
+    delta, confidence = check_delta(delta), check_confidence(confidence)
+    m = scores.size
     grid = default_guess_grid(m) if grid is None else [(int(kp), int(km)) for kp, km in grid]
     if not grid:
         raise ValueError("grid must not be empty")
     for kp, km in grid:
         if kp < 0 or km < 0 or kp + km > m:
             raise ValueError(f"grid entry ({kp}, {km}) must satisfy 0 <= k+, k- and k+ + k- <= {m}")
-    return grid
+    return scores, seen_mask, delta, confidence, grid
 
 
 def guess_details(kp: int, km: int, correct: int, m: int, grid_size: int) -> dict[str, int]:
@@ -135,12 +140,10 @@ def one_run_lower_bound(
     EpsilonResult
         ``details``: ``k_plus``, ``k_minus``, ``correct``, ``guesses``, ``m``, ``grid_size``.
     """
-    scores = check_scores(scores, "scores")
-    seen_mask = check_mask(seen_mask, "seen_mask", scores.size, "scores")
-    delta = check_delta(delta)
-    confidence = check_confidence(confidence)
+    scores, seen_mask, delta, confidence, grid = check_guess_inputs(
+        scores, seen_mask, delta, confidence, grid
+    )
     m = scores.size
-    grid = check_guess_grid(grid, m)
     beta = (1.0 - confidence) / len(grid)
     order = np.argsort(-scores, kind="stable")
     seen_sorted = seen_mask[order]
