@@ -150,6 +150,11 @@ def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store):
         verdict = audit.end()
         bodies += [json.dumps(third), json.dumps(verdict), json.dumps(audit.status())]
         view = audit.status()
+        listed = client.get("/audits", headers=AUTH)
+        bodies.append(listed.text)
+    assert listed.status_code == 200, listed.text
+    mine = next(item for item in listed.json()["items"] if item["id"] == audit.audit_id)
+    assert mine["verdict"]["status"] == view["verdict"]["status"]
     assert view["status"] == "succeeded" and view["progress"]["rounds_reported"] == 3
     assert [c["rounds_trained"] for c in view["clients"]] == [3, 3]
     groups = view["claim"]["groups"]  # each client's claim with its own noise multiplier
