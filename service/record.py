@@ -280,13 +280,25 @@ def _claims(clients_state: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _score(seed: int, spec, dim: int, states: list[dict], totals: list[np.ndarray | None]):
+def _score(
+    seed: int,
+    spec,
+    dim: int,
+    states: list[dict],
+    totals: list[np.ndarray | None],
+    earlier: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+):
     """Every canary's cosine with its client's summed update and its projections in noise
     units (over ``sqrt(sum_r (lr C / B)^2 sum m_t^2)``) and shift units (over
-    ``sum_r (lr C / B) q sum_{planned t} m_t``); NaN for canaries of clients never planned."""
+    ``sum_r (lr C / B) q sum_{planned t} m_t``); NaN for canaries of clients never planned.
+    Clients without a sum in ``totals`` (not in this round: their sums did not change) keep
+    their canaries' entries of ``earlier`` (the last round's arrays)."""
     k = spec.num_canaries
     owner = _owner(spec)
-    scores, noise, shift = (np.full(k, np.nan) for _ in range(3))
+    if earlier is None:
+        scores, noise, shift = (np.full(k, np.nan) for _ in range(3))
+    else:
+        scores, noise, shift = (np.array(a, dtype=np.float64) for a in earlier)
     family = OrthogonalCanaries(seed, dim)
     for i, (state, total) in enumerate(zip(states, totals, strict=True)):
         if total is None or state["shift_scale"] <= 0:
@@ -357,7 +369,20 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
     with store.session() as s:
         for row in s.scalars(select(RecordClient).where(RecordClient.audit_id == audit_id)):
             states[row.client_index] = dict(row.state)
-            totals[row.client_index] = bytes_to_array(row.totals)
+            if row.client_index in indices:  # only this round's sums: O(n d) memory, not O(N d)
+                totals[row.client_index] = bytes_to_array(row.totals)
+        previous = s.scalars(
+            select(RecordRound)
+            .where(RecordRound.audit_id == audit_id)
+            .order_by(RecordRound.round.desc())
+            .limit(1)
+        ).first()
+        earlier = None
+        if previous is not None:
+            earlier = tuple(
+                bytes_to_array(a)
+                for a in (previous.scores, previous.noise_units, previous.shift_units)
+            )
         plans = {
             p.client_index: p
             for p in s.scalars(
@@ -394,17 +419,22 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
         )
     seed = store.canary_seed(audit_id)
     seen = seen_mask(seed, spec.num_canaries)
-    scores, noise, shift = _score(seed, spec, dim, states, totals)
+    scores, noise, shift = _score(seed, spec, dim, states, totals, earlier)
     look_number = state.record.rounds_reported + 1
-    look = record_external_look(
-        scores,
-        seen,
-        _owner(spec),
-        _claims(states),
-        look=look_number,
-        num_looks=spec.num_rounds + 1,
-        delta=spec.delta,
-    )
+    try:
+        look = record_external_look(
+            scores,
+            seen,
+            _owner(spec),
+            _claims(states),
+            look=look_number,
+            num_looks=spec.num_rounds + 1,
+            delta=spec.delta,
+        )
+    except (ValueError, OverflowError, FloatingPointError) as error:
+        raise RecordProblem(
+            422, f"the claim cannot be computed for these DP parameters: {error}"
+        ) from None
     look["round"] = round
     look["claims"] = _claims(states)
     cause = state.record.cause
