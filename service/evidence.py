@@ -29,7 +29,8 @@ from ..auditor.claims.evidence import (
 from ..auditor.spec import AuditSpec, Engine
 from ..auditor.statistics import scale_dof
 from .evidence_store import get_alarm_statistics, get_commitment, sign
-from .record import is_record_audit, record_evidence_body
+from .record import is_record_audit
+from .record_views import record_evidence_body
 from .store import ENDED_STATUSES, Audit, Store
 from .views import audit_verdict_view, gaps_view, iso_utc
 

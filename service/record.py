@@ -46,22 +46,20 @@ from .tables import (
     RecordPlan,
     RecordRound,
     array_to_bytes,
-    as_utc,
     bytes_to_array,
     utcnow,
 )
 
 __all__ = [
     "MAX_PLAN_VALUES",
+    "canary_owner",
+    "client_claims",
     "STEP_STRIDE",
     "RecordProblem",
     "canary_plan",
     "create_record_audit",
     "end_record_audit",
     "is_record_audit",
-    "record_evidence_body",
-    "record_summary",
-    "record_view",
     "report_round",
 ]
 
@@ -143,7 +141,8 @@ def _running(state: _State) -> None:
         raise RecordProblem(409, f"the audit has ended ({state.audit.status})")
 
 
-def _owner(spec: RecordServiceSpec) -> np.ndarray:
+def canary_owner(spec: RecordServiceSpec) -> np.ndarray:
+    """Canary ``j``'s client index: ``j mod num_clients`` (as the built-in engine)."""
     return np.arange(spec.num_canaries) % spec.num_clients
 
 
@@ -197,7 +196,7 @@ def canary_plan(store, audit_id: str, *, client: str, round: int, dimension: int
         index, offset, steps, rate = _plan_slot(store, audit_id, client, round, dimension, dp)
     seed = store.canary_seed(audit_id)
     spec = RecordServiceSpec.model_validate(store.get_audit(audit_id).spec)
-    seen = seen_mask(seed, spec.num_canaries) & (_owner(spec) == index)
+    seen = seen_mask(seed, spec.num_canaries) & (canary_owner(spec) == index)
     source = SeededRecordCanaries(seed, seen, sample_rate=rate)
     start = index * STEP_STRIDE + offset
     rows = np.empty((steps, dimension), dtype="<f4")
@@ -268,7 +267,9 @@ def _fresh_client_state() -> dict[str, Any]:
     }
 
 
-def _claims(clients_state: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def client_claims(clients_state: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each client's claim so far (``noise_multiplier``, ``sample_rate``, ``steps``,
+    ``rounds_trained``) from its stored state."""
     return [
         {
             "noise_multiplier": c["noise_multiplier"],
@@ -294,7 +295,7 @@ def _score(
     Clients without a sum in ``totals`` (not in this round: their sums did not change) keep
     their canaries' entries of ``earlier`` (the last round's arrays)."""
     k = spec.num_canaries
-    owner = _owner(spec)
+    owner = canary_owner(spec)
     if earlier is None:
         scores, noise, shift = (np.full(k, np.nan) for _ in range(3))
     else:
@@ -425,8 +426,8 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
         look = record_external_look(
             scores,
             seen,
-            _owner(spec),
-            _claims(states),
+            canary_owner(spec),
+            client_claims(states),
             look=look_number,
             num_looks=spec.num_rounds + 1,
             delta=spec.delta,
@@ -436,10 +437,10 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
             422, f"the claim cannot be computed for these DP parameters: {error}"
         ) from None
     look["round"] = round
-    look["claims"] = _claims(states)
+    look["claims"] = client_claims(states)
     cause = state.record.cause
     if cause is None and look["status"] == "error":
-        cause = record_external_cause(noise, shift, seen, _owner(spec), look)
+        cause = record_external_cause(noise, shift, seen, canary_owner(spec), look)
     design = state.record.design
     if design is None and round_clients:
         first = round_clients[0]["dp"]
@@ -548,10 +549,10 @@ def end_record_audit(store, audit_id: str) -> dict[str, Any]:
             )
         return _final_answer(state.audit.id, state.record)
     spec = state.spec
-    claims = _claims([row.state for row in sorted(state.clients.values(), key=_by_index)])
+    claims = client_claims([row.state for row in sorted(state.clients.values(), key=_by_index)])
     seed = store.canary_seed(audit_id)
     seen = seen_mask(seed, spec.num_canaries)
-    owner = _owner(spec)
+    owner = canary_owner(spec)
     looks = list(state.record.looks or [])
     cause = state.record.cause
     with store.session() as s:
@@ -633,167 +634,4 @@ def _final_answer(audit_id: str, record: RecordAudit) -> dict[str, Any]:
         "cause": record.cause,
         "claim": record.claim,
         "looks": len(record.looks or []),
-    }
-
-
-def record_view(store, audit) -> dict[str, Any]:
-    """``GET /audits/{id}`` of a record-level audit: level, status, the claim over the run and
-    per round, the design line, the looks, the alarm, the verdict with its cause in words; the
-    seen/unseen split only once ended, the seed never."""
-    with store.session() as s:
-        record = s.get(RecordAudit, audit.id)
-        rows = s.scalars(
-            select(RecordClient)
-            .where(RecordClient.audit_id == audit.id)
-            .order_by(RecordClient.client_index)
-        ).all()
-        clients = [
-            {"client": r.client_key, "index": r.client_index, **_public_state(r.state)}
-            for r in rows
-        ]
-    spec = RecordServiceSpec.model_validate(audit.spec)
-    looks = list(record.looks or []) if record else []
-    claim = (record.claim if record else None) or record_external_claim(
-        _claims(clients), delta=spec.delta
-    )
-    alarm = next((look for look in looks if look["status"] == "error"), None)
-    return jsonable(
-        {
-            "id": audit.id,
-            "name": audit.name,
-            "level": "record",
-            "engine": "external",
-            "status": audit.status,
-            "reason": audit.reason,
-            "spec": audit.spec,
-            "created_at": _iso(audit.created_at),
-            "finished_at": _iso(audit.finished_at),
-            "progress": {
-                "rounds_reported": record.rounds_reported if record else 0,
-                "last_round": record.last_round if record else 0,
-                "num_rounds": spec.num_rounds,
-            },
-            "dim": record.dim if record else None,
-            "claim": claim,
-            "design": record.design if record else None,
-            "looks": [_look_summary(look) for look in looks],
-            "alarm": None if alarm is None else _look_summary(alarm),
-            "cause": record.cause if record else None,
-            "verdict": record.verdict if record else None,
-            "clients": clients,
-            "links": {"self": f"/audits/{audit.id}"},
-        }
-    )
-
-
-def _iso(value) -> str | None:
-    value = as_utc(value)
-    return None if value is None else value.isoformat()
-
-
-def _public_state(state: dict) -> dict:
-    return {
-        "rounds_trained": state.get("rounds_trained", 0),
-        "steps": state.get("steps", 0),
-        "planned_steps": sum(int(r.get("planned_steps", 0)) for r in state.get("rounds", [])),
-        "noise_multiplier": state.get("noise_multiplier"),
-        "sample_rate": state.get("sample_rate"),
-    }
-
-
-def _look_summary(look: dict) -> dict:
-    return {
-        "round": look.get("round"),
-        "look": look["look"],
-        "status": look["status"],
-        "steps": look["steps"],
-        "claim_epsilon": look["claim_epsilon"],
-        "p_value": min((t["p_value"] for t in look["tests"]), default=1.0),
-        "groups": [
-            {
-                k: g[k]
-                for k in ("noise_multiplier", "sample_rate", "steps", "clients", "status")
-                if k in g
-            }
-            for g in look.get("groups", [])
-        ],
-    }
-
-
-def record_evidence_body(store, audit) -> dict[str, Any]:
-    """The evidence bundle of an ended record-level audit, before its signature
-    (:func:`flaudit.auditor.claims.record_evidence.recompute_record` recomputes it): every
-    look's scores and projections with the clients' claims at that look, the seen set (the
-    audit has ended), the design, claim, looks, cause and verdict. The seed stays secret (its
-    commitment is in ``canary_seed``)."""
-    spec = RecordServiceSpec.model_validate(audit.spec)
-    with store.session() as s:
-        record = s.get(RecordAudit, audit.id)
-        rows = s.scalars(
-            select(RecordRound).where(RecordRound.audit_id == audit.id).order_by(RecordRound.round)
-        ).all()
-        rounds = [
-            {
-                "round": r.round,
-                "clients": r.clients,
-                "scores": bytes_to_array(r.scores),
-                "noise_units": bytes_to_array(r.noise_units),
-                "shift_units": bytes_to_array(r.shift_units),
-            }
-            for r in rows
-        ]
-    seed = store.canary_seed(audit.id)
-    return jsonable(
-        {
-            "level": "record",
-            "spec": audit.spec,
-            "statistics": {
-                "seen": seen_mask(seed, spec.num_canaries),
-                "owner": _owner(spec),
-                "dim": record.dim,
-                "rounds": rounds,
-            },
-            "design": record.design,
-            "claim": record.claim,
-            "looks": record.looks or [],
-            "cause": record.cause,
-            "verdict": record.verdict,
-        }
-    )
-
-
-def record_summary(store, audit) -> dict[str, Any]:
-    """A record-level audit as the audit list shows it (``AuditSummary``)."""
-    with store.session() as s:
-        record = s.get(RecordAudit, audit.id)
-    verdict = (record.verdict if record else None) or {
-        "status": "running",
-        "summary": "Record-level audit running: "
-        + (
-            "the alarm fired."
-            if record and any(look["status"] == "error" for look in record.looks or [])
-            else "no alarm so far."
-        ),
-    }
-    claim = record.claim if record else None
-    epsilon = None if not claim else claim.get("epsilon")
-    return {
-        "id": audit.id,
-        "name": audit.name,
-        "status": audit.status,
-        "verdict": {
-            "status": verdict["status"],
-            "summary": verdict["summary"],
-            "claim": None if epsilon is None else {"epsilon": epsilon, "delta": claim["delta"]},
-            "largest_valid_bound": None,
-        },
-        "progress": {
-            "round": record.last_round if record else 0,
-            "num_rounds": int(audit.spec.get("num_rounds", 0)),
-            "fraction": (record.last_round if record else 0) / int(audit.spec["num_rounds"]),
-            "eta_seconds": None,
-            "waiting_for": None,
-        },
-        "headline_epsilon": None,
-        "created_at": _iso(audit.created_at),
     }

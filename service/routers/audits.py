@@ -19,7 +19,8 @@ from ...auditor.spec import AuditSpec, Engine
 from ..auth import read_access, require_api_key
 from ..evidence_store import commit_seed
 from ..external import attach_environment
-from ..record import create_record_audit, is_record_audit, record_summary, record_view
+from ..record import create_record_audit, is_record_audit
+from ..record_views import record_summary, record_view
 from ..schemas import (
     AuditCreated,
     AuditDesignOut,

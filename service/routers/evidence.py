@@ -10,7 +10,8 @@ from ..auth import read_access
 from ..evidence import build_bundle, commitment_view
 from ..evidence_schemas import CommitmentOut, EvidenceOut, KeyList, RecordEvidenceOut
 from ..evidence_store import list_signing_keys
-from ..record import is_record_audit, record_view
+from ..record import is_record_audit
+from ..record_views import record_view
 from ..report import render_record_report, render_report
 from ..store import ENDED_STATUSES, Store
 from ..tradeoff_view import audit_view_with_tradeoff
