@@ -7,6 +7,7 @@ acknowledged round. The training tests run the built-in engine's Opacus DP-SGD
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -137,6 +138,11 @@ def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store):
         second, last = synthetic_round(audit, 2, rng, z={"b": 1.5}, last=last)
         bodies += [json.dumps(first), json.dumps(second), json.dumps(audit.status())]
         plan_again = audit.canary_plan("a", 3, dp=last["a"], dimension=DIM)
+    # the restart machinery of user-level runs leaves it alone: not failed as interrupted, not
+    # ended for silence (the Flower app, not the service, trains)
+    assert audit.audit_id not in store.fail_interrupted()
+    later = datetime.now(UTC) + timedelta(days=30)
+    assert audit.audit_id not in store.end_silent_external(since=later, now=later)
     with make_client(store) as client:  # a restarted service on the same database
         audit = RecordAuditClient(BASE, audit.audit_id, api_key=API_KEY, http_client=client)
         again = audit.report_round(2, {"a": np.ones(DIM), "b": np.ones(DIM)}, last)
