@@ -71,7 +71,9 @@ class FailOpenCanaries:
     def step_canary_sum(self, step: int, dim: int) -> np.ndarray:
         if self.error is None:
             try:
-                total = np.asarray(self.source.step_canary_sum(step, dim), dtype=np.float64)
+                total = np.asarray(self.source.step_canary_sum(step, dim))
+                if total.dtype not in (np.float32, np.float64):  # float32 stays float32
+                    total = total.astype(np.float64)
                 if total.shape != (dim,) or not np.all(np.isfinite(total)):
                     raise ValueError(f"the canary sum has shape {total.shape}, not ({dim},)")
                 return total
@@ -79,7 +81,7 @@ class FailOpenCanaries:
                 self.error = (
                     f"record canaries stopped at step {step}: {type(error).__name__}: {error}"
                 )
-        return np.zeros(dim)
+        return np.zeros(dim, dtype=np.float32)
 
 
 def try_add_record_canaries(

@@ -9,13 +9,24 @@ A Flower + Opacus client adds one line after ``PrivacyEngine.make_private``::
     optimizer = add_record_canaries(optimizer, canaries)   # flaudit
 
 At every DP-SGD step (every ``add_noise`` Opacus makes: skipped accumulation steps do not count)
-it asks ``canaries.step_canary_sum(step, d)`` for ``sum_{j sampled at step} c_j`` (unit
-directions, ``d`` = the optimizer's trainable parameters flattened in ``optimizer.params``
-order) and adds ``max_grad_norm`` times it to the clipped per-example gradient sum
-(``p.summed_grad``) *before* Opacus adds its noise: each sampled canary enters exactly like a
-real example whose clipped gradient has norm exactly ``max_grad_norm`` (Steinke et al. 2023).
-Opacus then adds ``N(0, (z C)^2)`` and divides by ``expected_batch_size`` (``scale_grad``), so
-an inclusion moves ``p.grad`` by ``C c_j / B``.
+it asks ``canaries.step_canary_sum(step, d)`` for ``s = sum_{j sampled at step} c_j`` (``k``
+orthonormal unit directions, so ``||s|| = sqrt(k)``; ``d`` = the optimizer's trainable parameters
+flattened in ``optimizer.params`` order) and sends it through the optimizer's **own** per-example
+clipping *before* Opacus adds its noise: after Opacus has clipped and summed the real batch, the
+canaries go in as one extra per-sample gradient row ``K C s / ||s||`` (pre-clip norm ``K C``,
+``K =`` :data:`CANARY_PRECLIP_FACTOR` ``= 4``) given to ``self.clip_and_accumulate()`` on its own,
+and what the clipping makes of it is added to ``p.summed_grad`` times ``||s||``. Under correct
+flat clipping the row comes out as ``C s / ||s||`` (Opacus's factor ``C / (K C + 1e-6)``, relative
+error ``< 10^-6 / (K C)``), so the step's canaries add ``C s``: each sampled canary enters exactly
+like a real example whose clipped gradient is ``C c_j`` (Steinke et al. 2023). With clipping
+bypassed they add ``K C s``, as ``k`` unclipped examples of norm ``K C`` would, and the audit
+measures a shift of ``K`` and names clipping. Opacus then adds ``N(0, (z C)^2)`` and divides by
+``expected_batch_size`` (``scale_grad``), so an inclusion moves ``p.grad`` by ``C c_j / B``.
+
+One row scaled by ``||s||`` is exact for every per-example clipping whose factor depends only on
+the example's own norm (all ``k`` canaries have the same pre-clip norm ``K C``, so ``k`` rows
+``K C c_j`` would be scaled alike and sum to the same vector); its cost is one clipping of one row
+(``O(d)``), not ``k``. What it catches and what not: docs/record-level.md "Clipping".
 
 ``canaries`` is any object with ``step_canary_sum(step, dim) -> np.ndarray`` (the per-step
 Poisson draw and the seen/unseen split stay with whoever holds the seed;
@@ -36,6 +47,7 @@ from opacus.accountants import RDPAccountant
 from opacus.optimizers import DPOptimizer
 
 __all__ = [
+    "CANARY_PRECLIP_FACTOR",
     "SUPPORTED",
     "RecordCanaryDPOptimizer",
     "RecordCanarySource",
@@ -57,6 +69,12 @@ SUPPORTED = (
 )
 
 
+#: ``K``: a step's canaries enter the optimizer's clipping as one per-sample gradient of norm
+#: ``K * max_grad_norm``; correct clipping brings it back to ``max_grad_norm`` per canary, a
+#: bypassed clipping lets ``K`` times that through (the shift the audit measures).
+CANARY_PRECLIP_FACTOR = 4.0
+
+
 class UnsupportedOptimizerError(TypeError):
     """The optimizer is not one the record canaries' cosine statistic holds for."""
 
@@ -69,19 +87,23 @@ class RecordCanarySource(Protocol):
 
 
 class RecordCanaryDPOptimizer(DPOptimizer):
-    """Opacus's :class:`DPOptimizer` adding the step's canaries to ``summed_grad`` before the
-    noise. Made by :func:`add_record_canaries` (which turns an existing ``DPOptimizer`` into
-    one); ``canary_step`` counts the noised steps so far."""
+    """Opacus's :class:`DPOptimizer` sending the step's canaries through its own
+    ``clip_and_accumulate`` into ``summed_grad`` before the noise. Made by
+    :func:`add_record_canaries` (which turns an existing ``DPOptimizer`` into one);
+    ``canary_step`` counts the noised steps so far, ``canary_preclip_factor`` is ``K``."""
 
     record_canaries: RecordCanarySource
     canary_step: int
+    canary_preclip_factor: float = CANARY_PRECLIP_FACTOR
 
     def canary_dim(self) -> int:
         """``d``: the trainable parameters the canaries span (``optimizer.params`` order)."""
         return sum(p.numel() for p in self.params)
 
     def add_canaries(self) -> None:
-        """Add ``max_grad_norm * step_canary_sum(canary_step, d)`` to every ``summed_grad``."""
+        """Clip ``K C s / ||s||`` (``s = step_canary_sum(canary_step, d)``) with this optimizer's
+        own ``clip_and_accumulate`` and add ``||s||`` times the result to every ``summed_grad``
+        (``C s`` when clipping works; nothing when no canary is sampled)."""
         dim = self.canary_dim()
         total = np.asarray(self.record_canaries.step_canary_sum(self.canary_step, dim))
         if total.shape != (dim,) or not np.all(np.isfinite(total)):
@@ -90,16 +112,29 @@ class RecordCanaryDPOptimizer(DPOptimizer):
             )
         if total.dtype not in (np.float32, np.float64):
             total = total.astype(np.float64)
+        norm = float(np.linalg.norm(total))  # sqrt(k) for k orthonormal canaries
+        if norm == 0.0:
+            return  # no canary at this step
+        scale = float(self.canary_preclip_factor) * float(self.max_grad_norm) / norm
         # no upcast of a float32 sum: each piece is converted once, to its parameter's dtype
         flat = torch.from_numpy(np.ascontiguousarray(total))
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            piece = flat[offset : offset + n].to(
-                device=p.summed_grad.device, dtype=p.summed_grad.dtype
-            )
-            p.summed_grad.add_(piece.view_as(p.summed_grad), alpha=float(self.max_grad_norm))
-            offset += n
+        params = self.params
+        batch = [(p.grad_sample, p.summed_grad) for p in params]
+        try:
+            offset = 0
+            for p in params:
+                n = p.numel()
+                row = flat[offset : offset + n].to(device=p.device, dtype=p.dtype, copy=True)
+                p.grad_sample = row.mul_(scale).view(1, *p.shape)  # one example: the canaries
+                p.summed_grad = None
+                offset += n
+            self.clip_and_accumulate()  # the optimizer's own per-example clipping
+            clipped = [p.summed_grad for p in params]
+        finally:
+            for p, (grad_sample, summed_grad) in zip(params, batch):
+                p.grad_sample, p.summed_grad = grad_sample, summed_grad
+        for p, canary in zip(params, clipped):
+            p.summed_grad.add_(canary.view_as(p.summed_grad), alpha=norm)
 
     def add_noise(self) -> None:
         self.add_canaries()
@@ -128,14 +163,20 @@ def _check_supported(optimizer) -> None:
 
 
 def add_record_canaries(
-    optimizer: DPOptimizer, canaries: RecordCanarySource, *, sample_rate: float | None = None
+    optimizer: DPOptimizer,
+    canaries: RecordCanarySource,
+    *,
+    sample_rate: float | None = None,
+    preclip_factor: float = CANARY_PRECLIP_FACTOR,
 ) -> RecordCanaryDPOptimizer:
     """Make Opacus's ``optimizer`` (from ``PrivacyEngine.make_private``) add record canaries.
 
     The same object is returned, now a :class:`RecordCanaryDPOptimizer` (Opacus's accountant
     hook and the data loader keep working). ``sample_rate``, when given (the DP data loader's
     ``sample_rate``), must equal ``canaries.sample_rate`` where the source has one: a canary is
-    sampled at a real example's rate.
+    sampled at a real example's rate. ``preclip_factor`` is ``K`` (> 1; the default
+    :data:`CANARY_PRECLIP_FACTOR` is what a Flower app gets): the canaries' pre-clip norm in
+    ``max_grad_norm``.
 
     Raises
     ------
@@ -151,9 +192,12 @@ def add_record_canaries(
             f"the canaries are sampled at {own_rate:g}, the examples at "
             f"{sample_rate:g}: they must be equal"
         )
+    if not float(preclip_factor) > 1 or not np.isfinite(preclip_factor):
+        raise ValueError(f"preclip_factor must be a finite number > 1, got {preclip_factor!r}")
     optimizer.__class__ = RecordCanaryDPOptimizer
     optimizer.record_canaries = canaries
     optimizer.canary_step = 0
+    optimizer.canary_preclip_factor = float(preclip_factor)
     return optimizer
 
 

@@ -8,13 +8,16 @@ deliberate bugs (testing only; the claim never knows about them) are made here:
 
 * ``noise_scale=f``: the optimizer is built with ``f * z`` (it adds ``f`` times the claimed noise);
   ``no_noise``: with 0;
-* ``no_clipping=f``: per-example clipping is skipped (the noise still uses ``max_grad_norm``) and a
-  canary example's gradient has norm ``f * max_grad_norm``, as an unclipped large example would.
+* ``no_clipping=f``: per-example clipping is bypassed for real (:class:`ClippingBypassedOptimizer`:
+  its ``clip_and_accumulate`` sums the unclipped per-sample gradients; the noise still uses
+  ``max_grad_norm``), and the canaries, which go through that same ``clip_and_accumulate``, come
+  in at pre-clip norm ``f * max_grad_norm`` (``preclip_factor=f``; a Flower app's is the fixed
+  ``K = 4`` of :data:`flaudit.clients.record_canaries.CANARY_PRECLIP_FACTOR`, the default ``f``),
+  so they reach the update ``f`` times too large, as unclipped large examples would.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,26 +56,15 @@ class OffsetCanaries:
 
 
 class ClippingBypassedOptimizer(RecordCanaryDPOptimizer):
-    """Testing only: per-example clipping skipped, canaries of norm ``bypass_factor * C``; the
-    noise is still ``N(0, (z C)^2)`` (what the claim accounts)."""
-
-    bypass_factor: float = 4.0
+    """Testing only: Opacus's ``DPOptimizer`` with per-example clipping bypassed, as a broken app
+    would have it: ``clip_and_accumulate`` sums the per-sample gradients unclipped (the noise is
+    still ``N(0, (z C)^2)``, what the claim accounts). Nothing here touches the canaries: they
+    pass through this same ``clip_and_accumulate`` (:meth:`RecordCanaryDPOptimizer.add_canaries`)."""
 
     def clip_and_accumulate(self) -> None:
-        claimed = self.max_grad_norm
-        self.max_grad_norm = math.inf  # clip factor min(inf / norm, 1) = 1: nothing clipped
-        try:
-            super().clip_and_accumulate()
-        finally:
-            self.max_grad_norm = claimed
-
-    def add_canaries(self) -> None:
-        claimed = self.max_grad_norm
-        self.max_grad_norm = claimed * self.bypass_factor
-        try:
-            super().add_canaries()
-        finally:
-            self.max_grad_norm = claimed
+        for p in self.params:
+            grad = self._get_flat_grad_sample(p).to(p.dtype).sum(dim=0)
+            p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
 
 
 @dataclass(frozen=True)
@@ -134,10 +126,15 @@ def train_dp_sgd(
         max_grad_norm=max_grad_norm,
         poisson_sampling=True,
     )
-    optimizer = add_record_canaries(optimizer, canaries, sample_rate=loader.sample_rate)
-    if bug is not None and bug.kind is DPBug.no_clipping:
+    bypassed = bug is not None and bug.kind is DPBug.no_clipping
+    optimizer = add_record_canaries(
+        optimizer,
+        canaries,
+        sample_rate=loader.sample_rate,
+        **({"preclip_factor": float(bug.factor)} if bypassed else {}),
+    )
+    if bypassed:
         optimizer.__class__ = ClippingBypassedOptimizer
-        optimizer.bypass_factor = float(bug.factor)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     total, count = 0.0, 0

@@ -23,6 +23,7 @@ from flaudit.auditor.estimators.record_level import (
     record_level_epsilon,
 )
 from flaudit.clients.record_canaries import (
+    CANARY_PRECLIP_FACTOR,
     RecordCanaryDPOptimizer,
     UnsupportedOptimizerError,
     add_record_canaries,
@@ -100,6 +101,127 @@ def test_the_canary_sum_is_added_exactly_before_scaling():
         nonempty += source.sampled(step).size > 0
     assert canaried.canary_step == 6
     assert nonempty >= 2  # the comparison saw canaries, not only empty draws
+
+
+def _unclipped_clip_and_accumulate(self):
+    """A broken app's per-example clipping: the per-sample gradients summed unclipped."""
+    for p in self.params:
+        grad = self._get_flat_grad_sample(p).to(p.dtype).sum(dim=0)
+        p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
+
+
+def _summed(opt) -> np.ndarray:
+    return torch.cat([p.summed_grad.detach().reshape(-1).double() for p in opt.params]).numpy()
+
+
+def _canary_contributions(monkeypatch, *, bypass: bool, z: float):
+    """Per step with canaries: (what the canaries added to summed_grad, to the noised grad, s).
+    Two optimizers on the same batches and the same noise stream, one with canaries."""
+    if bypass:  # the class's method, as a monkeypatched Opacus would have it
+        monkeypatch.setattr(DPOptimizer, "clip_and_accumulate", _unclipped_clip_and_accumulate)
+    model_a, plain, loader = _private(z=z)
+    model_b, canaried, _ = _private(z=z)
+    d = _dim(plain)
+    source = SeededRecordCanaries(SEED, np.ones(40, dtype=bool), sample_rate=0.2)
+    add_record_canaries(canaried, source)
+    x, y = next(iter(DataLoader(loader.dataset, batch_size=7)))
+    x = x * 50.0  # large examples: real per-sample norms well above C
+    out = []
+    for step in range(8):
+        captured = {}
+        for name, model, opt in (("plain", model_a, plain), ("canaried", model_b, canaried)):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            assert opt.pre_step()  # clip, (canaries), noise, scale: what step() does
+            captured[name] = (_summed(opt), _flat_grad(opt))
+        s = source.step_canary_sum(step, d).astype(np.float64)
+        if np.any(s):
+            out.append(
+                (
+                    captured["canaried"][0] - captured["plain"][0],
+                    (captured["canaried"][1] - captured["plain"][1]) * plain.expected_batch_size,
+                    s,
+                )
+            )
+    assert len(out) >= 3  # steps with canaries were compared
+    return out
+
+
+@pytest.mark.parametrize("z", [0.0, 1.0])
+def test_under_correct_clipping_a_canary_adds_exactly_c_times_its_direction(monkeypatch, z):
+    for summed, noised, s in _canary_contributions(monkeypatch, bypass=False, z=z):
+        # Opacus's clip factor C / (K C + 1e-6): relative error < 1e-6 / (K C)
+        np.testing.assert_allclose(summed, C * s, rtol=0, atol=2e-5)
+        np.testing.assert_allclose(noised, C * s, rtol=0, atol=2e-4)
+        assert np.linalg.norm(summed) == pytest.approx(C * np.linalg.norm(s), rel=1e-5)
+
+
+@pytest.mark.parametrize("z", [0.0, 1.0])
+def test_with_clipping_bypassed_the_canaries_reach_the_noised_gradient_k_times(monkeypatch, z):
+    """A DPOptimizer whose clip_and_accumulate sums unclipped per-sample gradients lets the
+    canaries through at their pre-clip norm K C: K C s, not C s, in the noised gradient."""
+    K = CANARY_PRECLIP_FACTOR
+    assert K > 1
+    for summed, noised, s in _canary_contributions(monkeypatch, bypass=True, z=z):
+        np.testing.assert_allclose(summed, K * C * s, rtol=0, atol=1e-4)
+        np.testing.assert_allclose(noised, K * C * s, rtol=0, atol=1e-3)
+
+
+def test_the_canaries_leave_opacus_accounting_and_the_real_batch_alone(monkeypatch):
+    """Opacus's accountant steps once per real step (the canaries' clipping is no step), and the
+    real batch's grad_sample and clipped sum are what they were before the canaries."""
+    results = {}
+    for with_canaries in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(16, 4)
+        data = TensorDataset(torch.randn(60, 16), torch.randint(0, 4, (60,)))
+        engine = PrivacyEngine(accountant="rdp")
+        model, opt, loader = engine.make_private(
+            module=model,
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+            data_loader=DataLoader(data, batch_size=6),
+            noise_multiplier=1.0,
+            max_grad_norm=C,
+            poisson_sampling=True,
+        )
+        if with_canaries:
+            add_record_canaries(opt, SeededRecordCanaries(SEED, np.ones(30, bool), sample_rate=0.5))
+        clips = []
+        original = type(opt).clip_and_accumulate
+
+        def counting(self, original=original, clips=clips):
+            clips.append(1)
+            return original(self)
+
+        monkeypatch.setattr(type(opt), "clip_and_accumulate", counting)
+        _train(model, opt, loader, epochs=2)
+        results[with_canaries] = (list(engine.accountant.history), len(clips))
+        monkeypatch.undo()
+    assert results[True][0] == results[False][0]  # same (z, q, steps) history
+    assert sum(n for _, _, n in results[True][0]) == 2 * len(loader)
+    assert results[False][1] == 2 * len(loader)
+    assert 2 * len(loader) < results[True][1] <= 4 * len(loader)  # + one per step with canaries
+
+    model, opt, loader = _private(z=1.0)
+    add_record_canaries(opt, SeededRecordCanaries(SEED, np.ones(40, bool), sample_rate=1.0))
+    x, y = next(iter(loader))
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.clip_and_accumulate()
+    before = [(p.grad_sample, p.summed_grad.clone()) for p in opt.params]
+    opt.add_canaries()
+    for p, (grad_sample, _) in zip(opt.params, before):
+        assert p.grad_sample is grad_sample  # the real batch's per-sample gradients, untouched
+    assert opt.accumulated_iterations == 1
+
+
+def test_the_preclip_factor_must_exceed_one():
+    _, opt, loader = _private(z=1.0)
+    source = SeededRecordCanaries(SEED, np.ones(4, bool), sample_rate=loader.sample_rate)
+    for bad in (1.0, 0.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="preclip_factor"):
+            add_record_canaries(opt, source, preclip_factor=bad)
+    assert type(opt) is DPOptimizer  # refused before anything changed
 
 
 def test_canaries_are_sampled_at_the_examples_rate():

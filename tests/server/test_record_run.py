@@ -48,6 +48,20 @@ def test_record_level_example_exits_0_correct_and_3_with_half_the_noise(capsys, 
     assert correct["run"]["steps_per_round"] * 3 == correct["looks"][-1]["steps"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_record_level_example_with_clipping_bypassed_exits_3_naming_clipping(capsys, fixed_seed):
+    """no_clipping=4: the clients' DPOptimizer sums unclipped per-sample gradients and the
+    canaries, sent through that same clip_and_accumulate at pre-clip norm 4 C, come out 4 C."""
+    code = cli_main(["run", str(EXAMPLE), "--json", "--inject-bug", "no_clipping=4"])
+    buggy = json.loads(capsys.readouterr().out)
+    assert code == 3 and buggy["verdict"]["status"] == "claim_refuted", buggy["verdict"]
+    assert buggy["cause"]["cause"] == "clipping", buggy["cause"]
+    assert 3.0 < buggy["measured"]["sensitivity_ratio"] < 5.0, buggy["measured"]
+    assert "Cause: clipping" in buggy["verdict"]["summary"]
+
+
 def test_record_level_spec_errors_exit_2_before_training(tmp_path, capsys):
     data = json.loads(EXAMPLE.read_text())
     path = tmp_path / "bad.json"
