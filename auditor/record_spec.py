@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from .bugs import DPBug, InjectedBug
 from .spec import BUILTIN_TASK_NAMES, SpecModel
 
-__all__ = ["RECORD_BUGS", "RecordLevelSpec", "is_record_level"]
+__all__ = ["RECORD_BUGS", "RecordLevelSpec", "RecordServiceSpec", "is_record_level"]
 
 #: Deliberate bugs the record-level engine can inject into its clients' DP-SGD (testing only):
 #: the optimizer adds ``factor`` times the claimed noise (``noise_scale``), none at all
@@ -108,3 +108,47 @@ class RecordLevelSpec(SpecModel):
     def cohort_size(self) -> int:
         """Clients trained per round."""
         return self.num_clients if self.clients_per_round is None else self.clients_per_round
+
+
+class RecordServiceSpec(SpecModel):
+    """A record-level audit in the service (issue #37), fed by the user's own Flower app: the
+    service trains nothing, the app's strategy wrapper asks for each client's canary plan and
+    reports every round's updates with each client's DP parameters (``server/record_http.py``).
+    The claim is composed from what every client reports, client by client."""
+
+    level: Literal["record"] = Field(description='Always "record": a record-level audit.')
+    engine: Literal["external"] = Field(
+        "external",
+        description='Always "external": a Flower app feeds the audit (the built-in record-level '
+        "engine runs in `flaudit run`, not in the service).",
+    )
+    name: str = Field("record-level audit", max_length=200, description="Free-text label.")
+    num_rounds: int = Field(..., ge=1, le=1000, description="Rounds the app trains.")
+    num_clients: int = Field(
+        ...,
+        ge=1,
+        le=1000,
+        description="Clients the app has; the service numbers them 0..num_clients-1 in order of "
+        "first appearance and refuses one more.",
+    )
+    num_canaries: int = Field(
+        1000,
+        ge=2,
+        le=1_000_000,
+        description="Record canaries k (canary j lives in client j mod num_clients); each is "
+        "seen or never included by a fair secret coin. At most the model's dimension.",
+    )
+    delta: float = Field(1e-5, gt=0, lt=1, description="delta for every epsilon reported.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_only(cls, data: object) -> object:
+        if isinstance(data, dict):
+            builtin = sorted(set(data) & {"task", "batch_size", "noise_multiplier", "inject_bug"})
+            if builtin:
+                raise ValueError(
+                    f"{', '.join(builtin)}: the service runs a record-level audit only as "
+                    '"engine": "external" (your Flower app trains and reports its own DP '
+                    "parameters); the built-in record-level engine runs with `flaudit run`"
+                )
+        return data

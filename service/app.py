@@ -32,7 +32,7 @@ from .limits import RequestLimits
 from .live import LiveAudits
 from .metrics import ServiceMetrics
 from .replicas import Ownership
-from .routers import audits, canaries, evidence, health, ingest, metrics, webhooks
+from .routers import audits, canaries, evidence, health, ingest, metrics, record, webhooks
 from .runner import Runner
 from .settings import Settings
 from .store import Store
@@ -314,6 +314,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     app.add_middleware(SecurityHeaders)  # outermost: also on the limits' own 413/408 answers
     app.include_router(audits.router)
     app.include_router(ingest.router)
+    app.include_router(record.router)
     app.include_router(canaries.router)
     app.include_router(health.router)
     app.include_router(evidence.router)

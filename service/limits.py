@@ -5,7 +5,8 @@
 * body size: a request whose ``Content-Length`` exceeds its route's limit is answered 413 without
   reading a byte of the body; a body without ``Content-Length`` (chunked) is counted while it
   streams and the request fails with 413 as soon as it passes the limit. Binary ingest routes
-  (``PUT /audits/{id}/initial-model|rounds/{t}|final-model``) may carry up to
+  (``PUT /audits/{id}/initial-model|rounds/{t}|final-model``, and a record-level audit's
+  ``PUT /audits/{id}/record/rounds/{t}``) may carry up to
   ``Settings.max_body_bytes`` (the route itself then allows only ``4 d`` bytes); every other
   route up to ``Settings.max_json_body_bytes``.
 * body read time: the whole body must arrive within ``Settings.body_timeout_seconds`` of the first
@@ -27,7 +28,9 @@ from fastapi import HTTPException
 
 __all__ = ["RequestLimits", "is_ingest_path"]
 
-_INGEST_PATH = re.compile(r"^/audits/[^/]+/(initial-model|rounds/[^/]+|final-model)/?$")
+_INGEST_PATH = re.compile(
+    r"^/audits/[^/]+/(initial-model|rounds/[^/]+|final-model|record/rounds/[^/]+)/?$"
+)
 
 
 def is_ingest_path(path: str) -> bool:

@@ -37,6 +37,10 @@ from .sealing import NO_SECRET_KEY, SecretKeyError, SeedCipher, is_sealed, open_
 from .tables import (
     Audit,
     AuditRound,
+    RecordAudit,
+    RecordClient,
+    RecordPlan,
+    RecordRound,
     array_to_bytes,
     as_utc,
     bytes_to_array,
@@ -216,6 +220,8 @@ class Store(LeaseQueries):
     def delete_audit(self, audit_id: str) -> bool:
         with self.session() as s, s.begin():
             s.execute(delete(AuditRound).where(AuditRound.audit_id == audit_id))
+            for table in (RecordRound, RecordPlan, RecordClient, RecordAudit):
+                s.execute(delete(table).where(table.audit_id == audit_id))
             result = s.execute(delete(Audit).where(Audit.id == audit_id))
             return result.rowcount > 0
 

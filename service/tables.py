@@ -53,6 +53,10 @@ __all__ = [
     "WebhookDelivery",
     "WEBHOOK_EVENTS",
     "queue_webhook_deliveries",
+    "RecordAudit",
+    "RecordClient",
+    "RecordPlan",
+    "RecordRound",
 ]
 
 #: The events a webhook can subscribe to (docs/operations.md, "Alert webhooks").
@@ -321,3 +325,77 @@ def queue_webhook_deliveries(
                 for i in ids
             ],
         )
+
+
+class RecordAudit(Base):
+    """A record-level audit fed by a Flower app (issue #37; ``service/record.py``): the model's
+    dimension, how many rounds were reported (the optimistic-concurrency counter of a round
+    report), the looks so far, the design, and once ended the claim, cause and verdict."""
+
+    __tablename__ = "flaudit_record_audits"
+
+    audit_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("flaudit_audits.id", ondelete="CASCADE"), primary_key=True
+    )
+    dim: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    rounds_reported: Mapped[int] = mapped_column(Integer, default=0)
+    last_round: Mapped[int] = mapped_column(Integer, default=0)
+    looks: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    design: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    claim: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    cause: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    verdict: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+
+
+class RecordClient(Base):
+    """One client of a record-level audit: its key (the Flower node id), its claim so far and
+    the running sum of its updates (``<f8``, ``d`` values): what scoring after a restart needs,
+    never each raw update."""
+
+    __tablename__ = "flaudit_record_clients"
+    __table_args__ = (UniqueConstraint("audit_id", "client_key"),)
+
+    audit_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("flaudit_audits.id", ondelete="CASCADE"), primary_key=True
+    )
+    client_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    client_key: Mapped[str] = mapped_column(String(200))
+    # rounds_trained, steps, planned_steps, noise_scale_sq, shift_scale, noise_multiplier
+    # (smallest), sample_rate (largest), rounds: [{round, dp, planned_steps}]
+    state: Mapped[dict] = mapped_column(JSON)
+    totals: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))
+
+
+class RecordPlan(Base):
+    """The canary plan given to one client for one round: its steps in the seed's stream of
+    per-step draws (``offset`` from the client's own start), their number and the Poisson rate.
+    The plan itself is regenerated from the seed, never stored."""
+
+    __tablename__ = "flaudit_record_plans"
+
+    audit_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("flaudit_audits.id", ondelete="CASCADE"), primary_key=True
+    )
+    client_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    offset: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[int] = mapped_column(Integer)
+    sample_rate: Mapped[float] = mapped_column(Float)
+
+
+class RecordRound(Base):
+    """One acknowledged round of a record-level audit: the clients with their DP parameters, the
+    look, and every canary's score and projections (``<f8``; NaN: not scored) for the evidence."""
+
+    __tablename__ = "flaudit_record_rounds"
+
+    audit_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("flaudit_audits.id", ondelete="CASCADE"), primary_key=True
+    )
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    clients: Mapped[list] = mapped_column(JSON)
+    look: Mapped[dict] = mapped_column(JSON)
+    scores: Mapped[bytes] = deferred(mapped_column(LargeBinary))
+    noise_units: Mapped[bytes] = deferred(mapped_column(LargeBinary))
+    shift_units: Mapped[bytes] = deferred(mapped_column(LargeBinary))

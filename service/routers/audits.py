@@ -6,17 +6,20 @@ import importlib.util
 import secrets
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response, status
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import Discriminator, Tag
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from ...auditor.canaries import new_master_seed
 from ...auditor.claims import audit_design
 from ...auditor.claims.alerts import design_warning
+from ...auditor.record_spec import RecordServiceSpec, is_record_level
 from ...auditor.spec import AuditSpec, Engine
 from ..auth import read_access, require_api_key
 from ..evidence_store import commit_seed
 from ..external import attach_environment
+from ..record import create_record_audit, is_record_audit, record_view
 from ..schemas import (
     AuditCreated,
     AuditDesignOut,
@@ -43,6 +46,18 @@ _AUTH = {
     401: {"description": "Missing or invalid API key."},
     503: {"description": "No API key configured on the server."},
 }
+
+
+def _spec_kind(data: object) -> str:
+    return "record" if is_record_level(data) else "user"
+
+
+#: ``POST /audits`` takes a user-level spec or, with ``"level": "record"``, a record-level one.
+SubmittedSpec = Annotated[
+    Annotated[AuditSpec, Tag("user")] | Annotated[RecordServiceSpec, Tag("record")],
+    Discriminator(_spec_kind),
+    Body(),
+]
 
 
 def _get_or_404(store: Store, audit_id: str):
@@ -108,7 +123,7 @@ def check_allowed(spec: AuditSpec, settings) -> None:
     responses=_AUTH,
     summary="Submit an audit",
 )
-def create_audit(spec: AuditSpec, request: Request, response: Response) -> AuditCreated:
+def create_audit(spec: SubmittedSpec, request: Request, response: Response) -> AuditCreated:
     """Validate and store the spec, draw the audit's secret canary seed, and queue the run.
 
     Returns 201 with the new audit's id and its design (what it can detect; the same as
@@ -120,8 +135,32 @@ def create_audit(spec: AuditSpec, request: Request, response: Response) -> Audit
     ServerApp, and the response carries, once, the `environment` it needs (audit id, ingest
     URL, run token) for `CanaryAuditStrategy.from_env` (docs/flower.md). The app declares its
     DP claim (noise multiplier, clipping, sampling, rounds) itself.
+
+    With `"level": "record"` (issue #37) the audit is of the DP-SGD inside your Flower app's
+    clients: flaudit trains nothing; your ServerApp asks `POST /audits/{id}/record/plans` for
+    each client's canary plan and reports each round to `PUT /audits/{id}/record/rounds/{t}`
+    (`flaudit.server.record_http.RecordAuditClient`, docs/record-level.md).
     """
     store: Store = request.app.state.store
+    if isinstance(spec, RecordServiceSpec):
+        audit, seed = create_record_audit(store, spec)
+        commitment = commit_seed(store, audit.id, seed)
+        return JSONResponse(
+            status_code=201,
+            headers={"Location": f"/audits/{audit.id}"},
+            content={
+                "id": audit.id,
+                "status": "running",
+                "level": "record",
+                "links": {
+                    "self": f"/audits/{audit.id}",
+                    "plans": f"/audits/{audit.id}/record/plans",
+                    "rounds": f"/audits/{audit.id}/record/rounds/{{round}}",
+                    "end": f"/audits/{audit.id}/record/end",
+                },
+                "seed_commitment": commitment,
+            },
+        )
     design = audit_design(spec)
     warning = design_warning(spec, design)
     shown = {
@@ -254,6 +293,8 @@ async def get_audit(audit_id: AuditId, request: Request) -> Response:
         def load() -> bytes:
             store = request.app.state.store
             audit = _get_or_404(store, audit_id)
+            if is_record_audit(audit):
+                return cache.put(audit_id, record_view(store, audit))
             return cache.put(audit_id, audit_view_with_tradeoff(store, audit, cache=cache))
 
         body = await run_in_threadpool(load)
