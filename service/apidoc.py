@@ -21,8 +21,8 @@ BEGIN, END = "<!-- routes:begin -->", "<!-- routes:end -->"
 def _schema_name(schema: dict) -> str:
     if "$ref" in schema:
         return schema["$ref"].rsplit("/", 1)[-1]
-    if "anyOf" in schema:
-        return " or ".join(_schema_name(s) for s in schema["anyOf"])
+    if "anyOf" in schema or "oneOf" in schema:
+        return " or ".join(_schema_name(s) for s in schema.get("anyOf") or schema["oneOf"])
     kind = schema.get("type", "object")
     if kind == "array":
         return f"list[{_schema_name(schema.get('items', {}))}]"
@@ -48,6 +48,8 @@ def routes_markdown() -> str:
             )
             if op.get("tags") == ["health"]:
                 secured = "open"
+            if op.get("tags") == ["record-level audits"]:
+                secured = "API key"  # every method: a plan derives from the secret seed
             if op.get("tags") == ["webhooks"] and path.startswith("/webhooks"):
                 secured = "API key"  # every method: the subscriptions are the operator's
             lines.append(f"### `{method.upper()} {path}`")

@@ -29,6 +29,7 @@ from ..auditor.claims.evidence import (
 from ..auditor.spec import AuditSpec, Engine
 from ..auditor.statistics import scale_dof
 from .evidence_store import get_alarm_statistics, get_commitment, sign
+from .record import is_record_audit, record_evidence_body
 from .store import ENDED_STATUSES, Audit, Store
 from .views import audit_verdict_view, gaps_view, iso_utc
 
@@ -157,6 +158,25 @@ def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:
     """
     if audit.status not in ENDED_STATUSES:
         raise ValueError(f"audit {audit.id!r} is {audit.status}: evidence exists once it has ended")
+    if is_record_audit(audit):
+        bundle = {
+            "format": BUNDLE_FORMAT,
+            "audit": {
+                "id": audit.id,
+                "name": audit.name,
+                "status": audit.status,
+                "reason": audit.reason,
+            },
+            **record_evidence_body(store, audit),
+            "canary_seed": commitment_view(store, audit, reveal=False),
+            "versions": versions(),
+            "times": {
+                "created_at": iso_utc(audit.created_at),
+                "started_at": iso_utc(audit.started_at),
+                "finished_at": iso_utc(audit.finished_at),
+            },
+        }
+        return _signed(store, jsonable(bundle))
     spec = AuditSpec.model_validate(audit.spec)
     verdict = audit_verdict_view(audit)
     bundle: dict[str, Any] = {
@@ -182,7 +202,11 @@ def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:
             "finished_at": iso_utc(audit.finished_at),
         },
     }
-    bundle = jsonable(bundle)
+    return _signed(store, jsonable(bundle))
+
+
+def _signed(store: Store, bundle: dict[str, Any]) -> dict[str, Any]:
+    """``bundle`` with its Ed25519 signature over its canonical JSON."""
     key_id, public_key, value = sign(store, canonical_json(bundle))
     bundle["signature"] = {
         "algorithm": "Ed25519",

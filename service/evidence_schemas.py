@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,6 +77,29 @@ class EvidenceOut(BaseModel):
         description="flaudit, numpy, scipy, flwr, dp-accounting, cryptography, python."
     )
     times: dict[str, str | None] = Field(description="created_at, started_at, finished_at.")
+    signature: SignatureOut
+
+
+class RecordEvidenceOut(BaseModel):
+    """A signed evidence bundle of a record-level audit fed by a Flower app (``"level":
+    "record"``, issue #37): every look's per-canary scores and projections, the clients' claims
+    at each look, the seen set (the audit has ended), design, claim, looks, cause, verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str
+    level: Literal["record"]
+    audit: dict[str, Any]
+    spec: dict[str, Any]
+    statistics: dict[str, Any]
+    design: dict[str, Any] | None
+    claim: dict[str, Any] | None
+    looks: list[dict[str, Any]]
+    cause: dict[str, Any] | None
+    verdict: dict[str, Any] | None
+    canary_seed: CommitmentOut
+    versions: dict[str, str | None]
+    times: dict[str, str | None]
     signature: SignatureOut
 
 

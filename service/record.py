@@ -59,6 +59,8 @@ __all__ = [
     "create_record_audit",
     "end_record_audit",
     "is_record_audit",
+    "record_evidence_body",
+    "record_summary",
     "record_view",
     "report_round",
 ]
@@ -278,13 +280,25 @@ def _claims(clients_state: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _score(seed: int, spec, dim: int, states: list[dict], totals: list[np.ndarray | None]):
+def _score(
+    seed: int,
+    spec,
+    dim: int,
+    states: list[dict],
+    totals: list[np.ndarray | None],
+    earlier: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+):
     """Every canary's cosine with its client's summed update and its projections in noise
     units (over ``sqrt(sum_r (lr C / B)^2 sum m_t^2)``) and shift units (over
-    ``sum_r (lr C / B) q sum_{planned t} m_t``); NaN for canaries of clients never planned."""
+    ``sum_r (lr C / B) q sum_{planned t} m_t``); NaN for canaries of clients never planned.
+    Clients without a sum in ``totals`` (not in this round: their sums did not change) keep
+    their canaries' entries of ``earlier`` (the last round's arrays)."""
     k = spec.num_canaries
     owner = _owner(spec)
-    scores, noise, shift = (np.full(k, np.nan) for _ in range(3))
+    if earlier is None:
+        scores, noise, shift = (np.full(k, np.nan) for _ in range(3))
+    else:
+        scores, noise, shift = (np.array(a, dtype=np.float64) for a in earlier)
     family = OrthogonalCanaries(seed, dim)
     for i, (state, total) in enumerate(zip(states, totals, strict=True)):
         if total is None or state["shift_scale"] <= 0:
@@ -355,7 +369,20 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
     with store.session() as s:
         for row in s.scalars(select(RecordClient).where(RecordClient.audit_id == audit_id)):
             states[row.client_index] = dict(row.state)
-            totals[row.client_index] = bytes_to_array(row.totals)
+            if row.client_index in indices:  # only this round's sums: O(n d) memory, not O(N d)
+                totals[row.client_index] = bytes_to_array(row.totals)
+        previous = s.scalars(
+            select(RecordRound)
+            .where(RecordRound.audit_id == audit_id)
+            .order_by(RecordRound.round.desc())
+            .limit(1)
+        ).first()
+        earlier = None
+        if previous is not None:
+            earlier = tuple(
+                bytes_to_array(a)
+                for a in (previous.scores, previous.noise_units, previous.shift_units)
+            )
         plans = {
             p.client_index: p
             for p in s.scalars(
@@ -392,18 +419,24 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
         )
     seed = store.canary_seed(audit_id)
     seen = seen_mask(seed, spec.num_canaries)
-    scores, noise, shift = _score(seed, spec, dim, states, totals)
+    scores, noise, shift = _score(seed, spec, dim, states, totals, earlier)
     look_number = state.record.rounds_reported + 1
-    look = record_external_look(
-        scores,
-        seen,
-        _owner(spec),
-        _claims(states),
-        look=look_number,
-        num_looks=spec.num_rounds + 1,
-        delta=spec.delta,
-    )
+    try:
+        look = record_external_look(
+            scores,
+            seen,
+            _owner(spec),
+            _claims(states),
+            look=look_number,
+            num_looks=spec.num_rounds + 1,
+            delta=spec.delta,
+        )
+    except (ValueError, OverflowError, FloatingPointError) as error:
+        raise RecordProblem(
+            422, f"the claim cannot be computed for these DP parameters: {error}"
+        ) from None
     look["round"] = round
+    look["claims"] = _claims(states)
     cause = state.record.cause
     if cause is None and look["status"] == "error":
         cause = record_external_cause(noise, shift, seen, _owner(spec), look)
@@ -478,16 +511,15 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
 def _design(spec: RecordServiceSpec, dp: dict) -> dict[str, Any]:
     """The design line from the first reported client's parameters: its steps per round over
     every round (the first round of each client carries no canaries, so a little optimistic)."""
-    return jsonable(
-        record_design(
-            num_canaries=spec.num_canaries,
-            noise_multiplier=float(dp["noise_multiplier"]),
-            sample_rate=float(dp["sample_rate"]),
-            steps=int(dp["steps"]) * spec.num_rounds,
-            delta=spec.delta,
-            num_looks=spec.num_rounds + 1,
-        )
-    )
+    inputs = {
+        "num_canaries": spec.num_canaries,
+        "noise_multiplier": float(dp["noise_multiplier"]),
+        "sample_rate": float(dp["sample_rate"]),
+        "steps": int(dp["steps"]) * spec.num_rounds,
+        "delta": spec.delta,
+        "num_looks": spec.num_rounds + 1,
+    }
+    return jsonable({**record_design(**inputs), "inputs": inputs})
 
 
 def _round_answer(audit, look: dict, round: int, *, repeated: bool = False) -> dict[str, Any]:
@@ -547,6 +579,7 @@ def end_record_audit(store, audit_id: str) -> dict[str, Any]:
             delta=spec.delta,
         )
         final["round"] = None
+        final["claims"] = claims
         looks.append(final)
         if cause is None and final["status"] == "error":
             cause = record_external_cause(units[1], units[2], seen, owner, final)
@@ -684,4 +717,83 @@ def _look_summary(look: dict) -> dict:
             }
             for g in look.get("groups", [])
         ],
+    }
+
+
+def record_evidence_body(store, audit) -> dict[str, Any]:
+    """The evidence bundle of an ended record-level audit, before its signature
+    (:func:`flaudit.auditor.claims.record_evidence.recompute_record` recomputes it): every
+    look's scores and projections with the clients' claims at that look, the seen set (the
+    audit has ended), the design, claim, looks, cause and verdict. The seed stays secret (its
+    commitment is in ``canary_seed``)."""
+    spec = RecordServiceSpec.model_validate(audit.spec)
+    with store.session() as s:
+        record = s.get(RecordAudit, audit.id)
+        rows = s.scalars(
+            select(RecordRound).where(RecordRound.audit_id == audit.id).order_by(RecordRound.round)
+        ).all()
+        rounds = [
+            {
+                "round": r.round,
+                "clients": r.clients,
+                "scores": bytes_to_array(r.scores),
+                "noise_units": bytes_to_array(r.noise_units),
+                "shift_units": bytes_to_array(r.shift_units),
+            }
+            for r in rows
+        ]
+    seed = store.canary_seed(audit.id)
+    return jsonable(
+        {
+            "level": "record",
+            "spec": audit.spec,
+            "statistics": {
+                "seen": seen_mask(seed, spec.num_canaries),
+                "owner": _owner(spec),
+                "dim": record.dim,
+                "rounds": rounds,
+            },
+            "design": record.design,
+            "claim": record.claim,
+            "looks": record.looks or [],
+            "cause": record.cause,
+            "verdict": record.verdict,
+        }
+    )
+
+
+def record_summary(store, audit) -> dict[str, Any]:
+    """A record-level audit as the audit list shows it (``AuditSummary``)."""
+    with store.session() as s:
+        record = s.get(RecordAudit, audit.id)
+    verdict = (record.verdict if record else None) or {
+        "status": "running",
+        "summary": "Record-level audit running: "
+        + (
+            "the alarm fired."
+            if record and any(look["status"] == "error" for look in record.looks or [])
+            else "no alarm so far."
+        ),
+    }
+    claim = record.claim if record else None
+    epsilon = None if not claim else claim.get("epsilon")
+    return {
+        "id": audit.id,
+        "name": audit.name,
+        "status": audit.status,
+        "verdict": {
+            "status": verdict["status"],
+            "summary": verdict["summary"],
+            "claim": None if epsilon is None else {"epsilon": epsilon, "delta": claim["delta"]},
+            "largest_valid_bound": None,
+        },
+        "progress": {
+            "round": record.last_round if record else 0,
+            "num_rounds": int(audit.spec.get("num_rounds", 0)),
+            "fraction": (record.last_round if record else 0) / int(audit.spec["num_rounds"]),
+            "eta_seconds": None,
+            "waiting_for": None,
+        },
+        "headline_epsilon": None,
+        "created_at": _iso(audit.created_at),
     }

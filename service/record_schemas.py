@@ -19,10 +19,10 @@ class _Strict(BaseModel):
 class ClientDPIn(_Strict):
     """One client's DP-SGD parameters in one round (Opacus's names)."""
 
-    noise_multiplier: float = Field(ge=0, le=1e6, description="Opacus's noise multiplier z.")
+    noise_multiplier: float = Field(ge=0, le=1e3, description="Opacus's noise multiplier z.")
     max_grad_norm: float = Field(gt=0, le=1e6, description="Opacus's flat clip norm C.")
     sample_rate: float = Field(gt=0, le=1, description="Opacus's Poisson rate q.")
-    steps: int = Field(ge=1, le=10_000_000, description="Noised DP-SGD steps this round.")
+    steps: int = Field(ge=1, le=100_000, description="Noised DP-SGD steps this round.")
     lr: float = Field(gt=0, le=1e6, description="The optimizer's learning rate.")
     momentum: float = Field(ge=0, lt=1, description="The SGD momentum (0: plain SGD).")
     expected_batch_size: int = Field(

@@ -528,3 +528,91 @@ on the bundle from GET /audits/{escape(str(view.get("id")))}/evidence: it recomp
 every estimate from the published statistics and checks the signature (docs/evidence.md).</p></section>
 </body></html>
 """
+
+
+def _record_looks_table(looks: list[dict]) -> str:
+    rows = "".join(
+        f"<tr><td class=num>{escape('end' if look.get('round') is None else str(look['round']))}"
+        f"</td><td>{escape(str(look.get('status')))}</td><td class=num>{_fmt(look.get('steps'))}"
+        f"</td><td class=num>{_fmt(look.get('claim_epsilon'))}</td>"
+        f"<td class=num>{_fmt(look.get('p_value'))}</td></tr>"
+        for look in looks
+    )
+    return (
+        "<table id=looks><tr><th>round</th><th>alarm</th><th>steps</th><th>claim epsilon</th>"
+        f"<th>p-value</th></tr>{rows}</table>"
+    )
+
+
+def _record_claim_table(claim: dict) -> str:
+    rows = "".join(
+        f"<tr><td>{escape(', '.join(str(c) for c in g.get('clients', [])))}</td>"
+        f"<td class=num>{_fmt(g.get('noise_multiplier'))}</td>"
+        f"<td class=num>{_fmt(g.get('sample_rate'))}</td><td class=num>{_fmt(g.get('steps'))}"
+        f"</td><td class=num>{_fmt(g.get('epsilon'))}</td>"
+        f"<td class=num>{_fmt(g.get('epsilon_per_round'))}</td></tr>"
+        for g in claim.get("groups", [])
+    )
+    return (
+        "<table id=claim><tr><th>clients</th><th>noise multiplier</th><th>sample rate</th>"
+        "<th>steps</th><th>epsilon over the run</th><th>epsilon per round</th></tr>"
+        f"{rows}</table>"
+    )
+
+
+def render_record_report(view: dict, bundle: dict) -> str:
+    """The report of one ended record-level audit (issue #37): the verdict and its cause, the
+    claim over the run and per round client by client, the design line, every look."""
+    verdict = view.get("verdict") or {}
+    status = str(verdict.get("status") or "")
+    claim = view.get("claim") or {}
+    design = view.get("design") or {}
+    cause = view.get("cause") or {}
+    signature = bundle.get("signature") or {}
+    seed = bundle.get("canary_seed") or {}
+    audit_id = escape(str(view.get("id")))
+    run_sentence = (
+        f"The run's record-level epsilon is {_fmt(claim.get('epsilon'))} at delta = "
+        f"{_fmt(claim.get('delta'))} over every round each client trained; a client that "
+        f"rebuilds its PrivacyEngine every round (as Flower's examples/opacus does) prints the "
+        f"per-round figure, {_fmt(claim.get('epsilon_per_round'))}."
+    )
+    cause_html = (
+        f"<p id=cause><strong>Cause: </strong>{escape(str(cause.get('sentence')))}</p>"
+        if cause
+        else ""
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>flaudit record-level report: {escape(str(view.get("name")))} ({audit_id})</title>
+<style>{_CSS}</style></head><body>
+<header><div class="muted small">flaudit audit report · record-level · audit <code>{audit_id}</code>
+· {escape(str(view.get("status")))}</div><h1>{escape(str(view.get("name")))}</h1></header>
+<section><div id="verdict" class="verdict {escape(status)}"><span class="status">{
+        escape(verdict_title(status))
+    }</span><p>{escape(str(verdict.get("summary") or ""))}</p>{cause_html}</div></section>
+<section><h2>The claim</h2><p>{escape(run_sentence)}</p>{_record_claim_table(claim)}</section>
+<section><h2>Design: what this audit can detect</h2><p id=design>{
+        escape(str(design.get("summary") or "not designed: no round was reported"))
+    }</p></section>
+<section><h2>Looks (the alarm after every round and at the end)</h2>{
+        _record_looks_table(view.get("looks") or [])
+    }</section>
+<section id="evidence"><h2>Evidence</h2><table class=fields>{
+        _rows(
+            [
+                ("evidence hash", signature.get("digest")),
+                ("signing key id", signature.get("key_id")),
+                ("canary seed commitment", seed.get("commitment")),
+                ("created", view.get("created_at")),
+                ("finished", view.get("finished_at")),
+            ],
+            label=lambda k: str(k).capitalize(),
+        )
+    }</table><p class="small muted">Check the numbers with <code>flaudit verify {
+        audit_id
+    }-evidence.json
+--url &lt;service&gt;</code> on the bundle from GET /audits/{audit_id}/evidence.</p></section>
+</body></html>
+"""

@@ -17,9 +17,10 @@ import math
 import numpy as np
 
 from ..estimators.record_level import record_level_epsilon
-from ..record_spec import RecordLevelSpec
+from ..record_spec import RecordLevelSpec, RecordServiceSpec
 from .evidence import BUNDLE_FORMAT, Check, Recomputed, check_field, check_seed
 from .record_alarm import decide_record_alarm, record_cause, record_design, record_verdict
+from .record_external import record_external_cause, record_external_claim, record_external_look
 
 __all__ = ["is_record_bundle", "recompute_record"]
 
@@ -37,6 +38,8 @@ def recompute_record(bundle: dict) -> Recomputed:
     """Recompute every checkable part of a record-level bundle (ValueError: not one)."""
     if bundle.get("format") != BUNDLE_FORMAT or not is_record_bundle(bundle):
         raise ValueError(f"not a record-level evidence bundle of format {BUNDLE_FORMAT!r}")
+    if bundle.get("spec", {}).get("engine") == "external":
+        return _recompute_service(bundle)
     result = Recomputed()
     spec = RecordLevelSpec.model_validate(bundle["spec"])
     stats = bundle["statistics"]
@@ -103,5 +106,74 @@ def recompute_record(bundle: dict) -> Recomputed:
         run_epsilon=run_epsilon,
         delta=spec.delta,
     )
+    check_field(result, "verdict", bundle["verdict"], verdict)
+    return result
+
+
+def _recompute_service(bundle: dict) -> Recomputed:
+    """A record-level audit the service ran for a Flower app (``"engine": "external"``): every
+    look from its stored scores and the clients' claims at that look (each client with its own
+    DP parameters, :mod:`flaudit.auditor.claims.record_external`), the cause at the first
+    alarm, the design from its recorded inputs, the claim over the run and the verdict."""
+    result = Recomputed()
+    spec = RecordServiceSpec.model_validate(bundle["spec"])
+    stats = bundle["statistics"]
+    k = spec.num_canaries
+    seen = np.asarray(stats["seen"], dtype=bool)
+    owner = np.asarray(stats["owner"], dtype=np.int64)
+    if seen.size != k or owner.size != k:
+        raise ValueError(f"statistics.seen and owner must have {k} entries")
+    check_seed(result, bundle, seen, k)
+    if result.commitment_failed:
+        return result
+    recorded_design = bundle.get("design")
+    design = None
+    if recorded_design is not None and "inputs" in recorded_design:
+        inputs = recorded_design["inputs"]
+        design = {**record_design(**inputs), "inputs": inputs}
+        check_field(result, "design", recorded_design, design)
+    by_round = {int(r["round"]): r for r in stats["rounds"]}
+    last = by_round[max(by_round)] if by_round else None
+    looks, cause = [], None
+    for entry in bundle["looks"]:
+        source = last if entry["round"] is None else by_round[int(entry["round"])]
+        claims = entry["claims"]
+        look = record_external_look(
+            _floats(source["scores"]),
+            seen,
+            owner,
+            claims,
+            look=int(entry["look"]),
+            num_looks=spec.num_rounds + 1,
+            delta=spec.delta,
+        )
+        look["round"] = entry["round"]
+        look["claims"] = claims
+        looks.append(look)
+        if cause is None and look["status"] == "error":
+            cause = record_external_cause(
+                _floats(source["noise_units"]), _floats(source["shift_units"]), seen, owner, look
+            )
+    check_field(result, "looks", bundle["looks"], looks)
+    check_field(result, "cause", bundle.get("cause"), cause)
+    final_claims = looks[-1]["claims"] if looks else []
+    claim = record_external_claim(final_claims, delta=spec.delta)
+    check_field(result, "claim", bundle["claim"], claim)
+    z = [c["noise_multiplier"] for c in final_claims if c["noise_multiplier"] is not None]
+    if not z:
+        verdict = {
+            "status": "inconclusive",
+            "summary": "Inconclusive: no round was reported, so there is nothing to test.",
+        }
+    else:
+        epsilon = claim["epsilon"]
+        verdict = record_verdict(
+            noise_multiplier=max(z),
+            looks=looks,
+            cause=cause,
+            design=design,
+            run_epsilon=float(epsilon) if isinstance(epsilon, float | int) else math.inf,
+            delta=spec.delta,
+        )
     check_field(result, "verdict", bundle["verdict"], verdict)
     return result

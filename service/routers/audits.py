@@ -19,7 +19,7 @@ from ...auditor.spec import AuditSpec, Engine
 from ..auth import read_access, require_api_key
 from ..evidence_store import commit_seed
 from ..external import attach_environment
-from ..record import create_record_audit, is_record_audit, record_view
+from ..record import create_record_audit, is_record_audit, record_summary, record_view
 from ..schemas import (
     AuditCreated,
     AuditDesignOut,
@@ -272,7 +272,13 @@ def list_audits(
     audits, total = store.list_audits(
         status=status.value if status else None, limit=limit, offset=offset
     )
-    return {"items": [audit_summary_view(a) for a in audits], "total": total}
+    return {
+        "items": [
+            record_summary(store, a) if is_record_audit(a) else audit_summary_view(a)
+            for a in audits
+        ],
+        "total": total,
+    }
 
 
 @router.get(

@@ -8,9 +8,10 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from ..auth import read_access
 from ..evidence import build_bundle, commitment_view
-from ..evidence_schemas import CommitmentOut, EvidenceOut, KeyList
+from ..evidence_schemas import CommitmentOut, EvidenceOut, KeyList, RecordEvidenceOut
 from ..evidence_store import list_signing_keys
-from ..report import render_report
+from ..record import is_record_audit, record_view
+from ..report import render_record_report, render_report
 from ..store import ENDED_STATUSES, Store
 from ..tradeoff_view import audit_view_with_tradeoff
 from ..views import iso_utc
@@ -47,7 +48,7 @@ def get_evidence(audit_id: AuditId, request: Request) -> JSONResponse:
     verdict and every number from it offline."""
     store: Store = request.app.state.store
     bundle = build_bundle(store, _ended_audit(store, audit_id))
-    EvidenceOut.model_validate(bundle)
+    (RecordEvidenceOut if bundle.get("level") == "record" else EvidenceOut).model_validate(bundle)
     return JSONResponse(
         bundle, headers={"Content-Disposition": f'attachment; filename="{audit_id}-evidence.json"'}
     )
@@ -85,6 +86,11 @@ def get_report(audit_id: AuditId, request: Request) -> HTMLResponse:
     store: Store = request.app.state.store
     audit = _ended_audit(store, audit_id)
     bundle = build_bundle(store, audit)
+    if is_record_audit(audit):
+        return HTMLResponse(
+            render_record_report(record_view(store, audit), bundle),
+            headers={"Content-Disposition": f'attachment; filename="{audit_id}-report.html"'},
+        )
     view = audit_view_with_tradeoff(store, audit)
     html = render_report(view, bundle, [r.estimates or [] for r in store.list_rounds(audit_id)])
     return HTMLResponse(

@@ -229,6 +229,10 @@ export function renderAudit(root, id) {
 
   function update() {
     const a = audit;
+    if (a.level === "record") {
+      fill(root, recordCard(a));
+      return;
+    }
     title.textContent = a.name || a.spec?.name || "Audit";
     document.title = `${title.textContent} · ${VERDICT_STYLE[a.verdict?.status]?.title || a.status} · flaudit`;
     fill(badgeSlot, statusBadge(a.status));
@@ -632,4 +636,43 @@ export function renderAudit(root, id) {
     resize.disconnect();
     for (const c of [picture, boundsChart, densityFinal, densityAll]) c._plot?.destroy();
   };
+}
+
+/** A record-level audit (issue #37): the verdict with its cause, the claim over the run and per
+ * round client by client, the design line and every look, in the API's own words. */
+function recordCard(a) {
+  const v = a.verdict;
+  const claim = a.claim || {};
+  const looks = a.looks || [];
+  const row = (cells, tag = "td") => h("tr", {}, ...cells.map((c) => h(tag, {}, String(c))));
+  return h(
+    "div",
+    { class: "card", id: "record-audit" },
+    h("a", { href: "#/" }, "← All audits"),
+    h("h1", { id: "audit-title" }, a.name || "Record-level audit"),
+    h("p", { class: "muted small" }, `record-level audit · id ${a.id} · ${a.status} · round ${a.progress?.last_round ?? 0} of ${a.progress?.num_rounds ?? "?"}`),
+    h(
+      "div",
+      { id: "verdict", class: "verdict", role: v?.status === "claim_refuted" ? "alert" : "status" },
+      h("p", { class: "verdict-summary", id: "verdict-summary" }, v ? v.summary : a.alarm ? `Alarm at round ${a.alarm.round}: the claim is refuted so far.` : "Running: no alarm so far."),
+      a.cause ? h("p", { id: "cause" }, h("strong", {}, "Cause: "), a.cause.sentence) : null,
+    ),
+    h("h2", {}, "The claim"),
+    h("p", {}, `Record-level epsilon over the run: ${fmtNum(epsValue(claim.epsilon))} at delta = ${claim.delta ?? "?"}; per round (what a per-round PrivacyEngine prints): ${fmtNum(epsValue(claim.epsilon_per_round))}.`),
+    h(
+      "table",
+      { id: "record-claim" },
+      row(["clients", "noise multiplier", "sample rate", "steps", "epsilon (run)", "epsilon (round)"], "th"),
+      ...(claim.groups || []).map((g) => row([g.clients.join(", "), g.noise_multiplier, fmtNum(g.sample_rate), g.steps, fmtNum(epsValue(g.epsilon)), fmtNum(epsValue(g.epsilon_per_round))])),
+    ),
+    h("h2", {}, "Design"),
+    h("p", { id: "record-design" }, a.design?.summary || "Designed once the first round is reported."),
+    h("h2", {}, "Looks"),
+    h(
+      "table",
+      { id: "record-looks" },
+      row(["round", "alarm", "steps", "claim epsilon", "p-value"], "th"),
+      ...looks.map((l) => row([l.round ?? "end", l.status, l.steps, fmtNum(epsValue(l.claim_epsilon)), fmtNum(l.p_value)])),
+    ),
+  );
 }

@@ -33,7 +33,7 @@ SPEC = {
     "task": "digits",
     "task_options": {"hidden": 32},
     "num_rounds": 3,
-    "num_clients": 10,
+    "num_clients": 20,
     "num_canaries": 3400,
     "noise_multiplier": 1.0,
     "max_grad_norm": 1.0,

@@ -150,6 +150,11 @@ def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store):
         verdict = audit.end()
         bodies += [json.dumps(third), json.dumps(verdict), json.dumps(audit.status())]
         view = audit.status()
+        listed = client.get("/audits", headers=AUTH)
+        bodies.append(listed.text)
+    assert listed.status_code == 200, listed.text
+    mine = next(item for item in listed.json()["items"] if item["id"] == audit.audit_id)
+    assert mine["verdict"]["status"] == view["verdict"]["status"]
     assert view["status"] == "succeeded" and view["progress"]["rounds_reported"] == 3
     assert [c["rounds_trained"] for c in view["clients"]] == [3, 3]
     groups = view["claim"]["groups"]  # each client's claim with its own noise multiplier
@@ -162,3 +167,35 @@ def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store):
     text = " ".join(bodies)
     for form in (str(seed), hex(seed)[2:], seed.to_bytes(16, "big").hex()):
         assert form not in text
+
+
+def test_a_client_missing_from_a_round_keeps_its_scores_and_the_bundle_verifies(
+    sqlite_store, tmp_path, capsys
+):
+    from flaudit.commands.cli import main as cli_main
+
+    rng = np.random.default_rng(1)
+    with make_client(sqlite_store) as client:
+        audit = create(client)
+        _, last = synthetic_round(audit, 1, rng, z={"b": 1.5})
+        _, last = synthetic_round(audit, 2, rng, z={"b": 1.5}, last=last)
+        third, _ = synthetic_round(audit, 3, rng, keys=("a",), last=last)  # b not sampled
+        audit.end()
+        bundle = client.get(f"/audits/{audit.audit_id}/evidence").json()
+        keys = client.get("/keys").json()
+    assert third["look"] == 3 and bundle["level"] == "record"
+    rounds = {r["round"]: r for r in bundle["statistics"]["rounds"]}
+    owner = np.asarray(bundle["statistics"]["owner"])
+    b_canaries = np.flatnonzero(owner == 1)
+    assert [rounds[3]["scores"][j] for j in b_canaries] == [
+        rounds[2]["scores"][j] for j in b_canaries
+    ]
+    assert rounds[3]["scores"] != rounds[2]["scores"]  # a's changed
+    assert len(bundle["claim"]["groups"]) == 2  # z = 1.0 (a) and z = 1.5 (b)
+    (tmp_path / "keys.json").write_text(json.dumps(keys))
+    (tmp_path / "bundle.json").write_text(json.dumps(bundle))
+    capsys.readouterr()
+    code = cli_main(
+        ["verify", str(tmp_path / "bundle.json"), "--public-key", str(tmp_path / "keys.json")]
+    )
+    assert code == 0, capsys.readouterr().out
