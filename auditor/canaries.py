@@ -67,6 +67,10 @@ _ORTHOGONAL_STREAM = 2  # orthogonal family: (2, 0..3) signs, (2, 4) permutation
 
 _SIGN_ROUNDS = 4  # sign streams reserved: S1..S4 (a 5-smooth d uses S1..S3)
 _FEISTEL_ROUNDS = 6
+#: Blocks shorter than this take pocketfft's DCT-II directly in :meth:`OrthogonalCanaries.sum_of`
+#: (its buffers, up to ``3 x 4N`` bytes in float32, are at most ~200 MB there); longer ones the
+#: butterfly route of :func:`flaudit.auditor.transform.dct_numpy` (buffers at half length).
+_DIRECT_FORWARD = 1 << 24
 
 
 class CanaryFamily(str, Enum):
@@ -275,7 +279,18 @@ class OrthogonalCanaries:
         """``A`` (``first``) or ``B`` applied along the last axis in place, or their transposes
         (``work``: the four-step transforms' buffer, :func:`flaudit.auditor.fourstep.four_step_work`)."""
         for a, b in self._cuts(first):
-            if x.ndim == 1:
+            if x.ndim == 1 and not inverse and b - a < _DIRECT_FORWARD:
+                # R's forward DCT-II (sum_of): pocketfft's in place, ~30% less time than the
+                # butterfly route below (which keeps pocketfft's buffers at half length, for
+                # long vectors); the same orthonormal transform
+                block = x[a:b]
+                out = scipy.fft.dct(
+                    block, type=2, norm="ortho", workers=self.workers, overwrite_x=True
+                )
+                if not np.shares_memory(out, block):
+                    block[...] = out
+                del out
+            elif x.ndim == 1:
                 dct_numpy(x[a:b], inverse=inverse, workers=self.workers, work=work)
             else:  # rows: scipy copies the strided block
                 x[..., a:b] = (
