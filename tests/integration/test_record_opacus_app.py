@@ -98,7 +98,7 @@ def wait_for_verdict(audit: RecordAuditClient, *, timeout: float) -> dict:
     return wait_for(ended, timeout=timeout, interval=1.0, what="the record-level verdict")
 
 
-@pytest.mark.timeout(900)  # 551 s measured at load 12-14 (docs/flower.md)
+@pytest.mark.timeout(900)  # 551 s at load 12-14, 377 s at load 9-10 (docs/flower.md)
 def test_flower_opacus_example_audited_at_record_level(tmp_path):
     env, address = federation.flower_home(tmp_path)
     bug_file = tmp_path / "planted-bug"
