@@ -59,10 +59,18 @@ def start_service(
 
 
 def start_federation(
-    procs: Processes, env: dict[str, str], address: str, num_nodes: int, *, partitions: bool = True
+    procs: Processes,
+    env: dict[str, str],
+    address: str,
+    num_nodes: int,
+    *,
+    partitions: bool = True,
+    num_partitions: int | None = None,
 ) -> None:
     """The SuperLink at ``address`` and ``num_nodes`` SuperNodes (``supernode{i}``), each with
-    ``partition-id={i} num-partitions={num_nodes}`` as its node config when ``partitions``."""
+    ``partition-id={i} num-partitions={num_partitions}`` (default ``num_nodes``) as its node
+    config when ``partitions``."""
+    num_partitions = num_nodes if num_partitions is None else int(num_partitions)
     procs.start(
         "superlink",
         [
@@ -76,7 +84,9 @@ def start_federation(
     )
     for i in range(num_nodes):
         node_config = (
-            ["--node-config", f"partition-id={i} num-partitions={num_nodes}"] if partitions else []
+            ["--node-config", f"partition-id={i} num-partitions={num_partitions}"]
+            if partitions
+            else []
         )
         procs.start(
             f"supernode{i}",
