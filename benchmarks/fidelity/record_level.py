@@ -34,6 +34,12 @@ Rerun (each part prints its command, runs and wall time)::
     PYTHONPATH=. python -m benchmarks.fidelity.record_level --part shuffle --runs 400
     PYTHONPATH=. python -m benchmarks.fidelity.record_level --part shared --runs 1000
     PYTHONPATH=. python -m benchmarks.fidelity.record_level --part opacus --runs 40
+    PYTHONPATH=. python -m benchmarks.fidelity.record_level --part looks --runs 2000
+    PYTHONPATH=. python -m benchmarks.fidelity.record_level --part shuffle-app --runs 1000
+
+``looks`` and ``shuffle-app`` run the shipped alarm itself
+(:func:`flaudit.auditor.claims.record_alarm.decide_record_alarm`, every look) on the built-in
+engine's shape (:class:`EngineSetting`, :func:`alarm_looks`).
 """
 
 from __future__ import annotations
