@@ -17,20 +17,16 @@ import math
 import sys
 import textwrap
 
-from ..auditor.bugs import InjectedBug
+import numpy as np
+
 from ..auditor.canaries import new_master_seed, seen_mask
 from ..auditor.claims.evidence import BUNDLE_FORMAT, jsonable
-from ..auditor.claims.record_alarm import (
-    RECORD_ALPHA,
-    decide_record_alarm,
-    record_cause,
-    record_design,
-    record_verdict,
-)
+from ..auditor.claims.record_alarm import RECORD_ALPHA, RecordLooks, record_cause, record_design
 from ..auditor.estimators.record_level import record_level_epsilon, record_level_per_round_epsilon
 from ..auditor.record_spec import RecordLevelSpec
 from ..service.evidence import versions
-from ._run_outputs import commit, print_invalid_spec
+from ._run_outputs import commit
+from .run import validated_spec
 
 __all__ = ["main"]
 
@@ -42,30 +38,11 @@ def _wrap(text: str, **kwargs) -> str:
     return textwrap.fill(text, width=100, subsequent_indent="  ", **kwargs)
 
 
-def _spec(data: dict, args) -> RecordLevelSpec:
-    spec = RecordLevelSpec.model_validate(data)
-    changes: dict = {}
-    if args.inject_bug is not None:
-        changes["inject_bug"] = InjectedBug.parse(args.inject_bug)
-    if args.stop_on_alarm:
-        changes["stop_on_alarm"] = True
-    if changes:
-        spec = RecordLevelSpec.model_validate({**spec.model_dump(), **changes})
-    return spec
-
-
 def main(args, data: dict) -> int:
     """Run the record-level audit of ``data`` (the parsed spec file) with ``flaudit run``'s
     ``args``; return the exit status."""
-    from pydantic import ValidationError
-
-    try:
-        spec = _spec(data, args)
-    except ValidationError as error:
-        print_invalid_spec(f"record-level spec {args.spec}", error)
-        return 2
-    except ValueError as error:
-        print(f"flaudit run: --inject-bug: {error}", file=sys.stderr)
+    spec = validated_spec(RecordLevelSpec, data, args, what=f"record-level spec {args.spec}")
+    if spec is None:
         return 2
     if getattr(args, "junit", None) is not None:
         print("flaudit run: --junit is not available for record-level audits yet", file=sys.stderr)
@@ -117,36 +94,37 @@ def main(args, data: dict) -> int:
     commitment = commit(seed)
     print(f"canary seed commitment: {commitment['commitment']}", file=sys.stderr)
     seen = seen_mask(seed, spec.num_canaries)
-    looks: list[dict] = []
+    owners = np.arange(spec.num_canaries) % spec.num_clients  # canary j lives in client j mod N
+    judged = RecordLooks(
+        seen, owners, noise_multiplier=z, sample_rate=q, num_looks=num_looks, delta=spec.delta
+    )
+    looks = judged.looks
     observed: list[dict] = []  # per look: the scores and projections (the evidence)
-    state: dict = {"first_alarm": None, "last": None}
+    state: dict = {"last": None}
 
     def look_at(view, look: int, round_: int | None):
-        """The alarm at ``look`` on ``view``'s scores; the first error keeps its cause."""
-        alarm = decide_record_alarm(
-            view.scores,
-            seen,
-            noise_multiplier=z,
-            sample_rate=view.sample_rate,
+        """The alarm at ``look`` on ``view``'s scores (the first error keeps its cause)."""
+        alarm = judged.add(
+            round_,
+            look,
+            cosines=view.scores,
+            signals=view.signals,
+            dim=view.dim,
             steps=view.steps,
-            look=look,
-            num_looks=num_looks,
-            delta=spec.delta,
+            noise_units=view.noise_units,
+            shift_units=view.shift_units,
         )
-        looks.append({"round": round_, **alarm.to_dict()})
         observed.append(
             {
                 "round": round_,
                 "look": look,
                 "steps": view.steps,
                 "scores": view.scores,
+                "signals": view.signals,
                 "noise_units": view.noise_units,
                 "shift_units": view.shift_units,
             }
         )
-        if alarm.status == "error" and state["first_alarm"] is None:
-            cause = record_cause(view.noise_units, view.shift_units, seen, noise_multiplier=z)
-            state["first_alarm"] = {"round": round_, "alarm": alarm, "cause": cause}
         return alarm
 
     def on_round(view) -> bool:
@@ -166,19 +144,11 @@ def main(args, data: dict) -> int:
     last = state["last"]
     look_at(last, num_looks, None)
     measured = record_cause(last.noise_units, last.shift_units, seen, noise_multiplier=z)
-    first = state["first_alarm"]
     run_eps = min(
         (r["epsilon"] for r in claim_rows if r.get("accountant") != "opacus_rdp"),
         default=math.inf,
     )
-    verdict = record_verdict(
-        noise_multiplier=z,
-        looks=looks,
-        cause=None if first is None else first["cause"].to_dict(),
-        design=design,
-        run_epsilon=run_eps,
-        delta=spec.delta,
-    )
+    verdict = judged.verdict(design=design, run_epsilon=run_eps)
     status, sentence = verdict["status"], verdict["summary"]
     code = EXIT_CODES[status]
     if args.evidence is not None:
@@ -198,7 +168,7 @@ def main(args, data: dict) -> int:
                 "looks": observed,
             },
             "looks": looks,
-            "cause": None if first is None else first["cause"].to_dict(),
+            "cause": judged.cause,
             "verdict": verdict,
             "canary_seed": {
                 **commitment,
@@ -223,7 +193,7 @@ def main(args, data: dict) -> int:
             "claim": claim_rows,
             "looks": looks,
             "measured": measured.to_dict(),
-            "cause": None if first is None else first["cause"].to_dict(),
+            "cause": judged.cause,
             "alarm_guarantee": guarantee,
             "bug_injected": None if spec.inject_bug is None else spec.inject_bug.label,
         }

@@ -316,9 +316,34 @@ class AlarmWatch:
         return summary, estimates, alarm, alerts, verdict
 
 
+def validated_spec(model, data: dict, args: argparse.Namespace, *, what: str):
+    """``data`` validated as ``model`` (:class:`AuditSpec` or the record-level spec) with
+    ``--inject-bug`` and ``--stop-on-alarm`` applied; None, after printing why on stderr (exit
+    status 2), when the spec or the bug is invalid. Shared by both ``flaudit run`` paths."""
+    from pydantic import ValidationError
+
+    try:
+        spec = model.model_validate(data)
+    except ValidationError as error:
+        print_invalid_spec(what, error)
+        return None
+    except ValueError as error:
+        print(f"flaudit run: error: {error}", file=sys.stderr)
+        return None
+    if args.inject_bug is not None:
+        try:
+            bug = InjectedBug.parse(args.inject_bug)
+            spec = model.model_validate({**spec.model_dump(), "inject_bug": bug})
+        except ValueError as error:
+            print(f"flaudit run: --inject-bug: {error}", file=sys.stderr)
+            return None
+    if args.stop_on_alarm:
+        spec = model.model_validate({**spec.model_dump(), "stop_on_alarm": True})
+    return spec
+
+
 def main(args: argparse.Namespace) -> int:
     import numpy as np
-    from pydantic import ValidationError
 
     try:
         data = read_spec_file(args.spec)
@@ -330,25 +355,9 @@ def main(args: argparse.Namespace) -> int:
         from .record_run import main as record_main
 
         return record_main(args, data)
-    try:
-        spec = AuditSpec.model_validate(data)
-    except ValidationError as error:
-        print_invalid_spec(f"spec {args.spec}", error)
+    spec = validated_spec(AuditSpec, data, args, what=f"spec {args.spec}")
+    if spec is None:
         return 2
-    except ValueError as error:
-        print(f"flaudit run: error: {error}", file=sys.stderr)
-        return 2
-
-    if args.inject_bug is not None:
-        try:
-            bug = InjectedBug.parse(args.inject_bug)
-            spec = type(spec).model_validate({**spec.model_dump(), "inject_bug": bug})
-        except ValueError as error:
-            print(f"flaudit run: --inject-bug: {error}", file=sys.stderr)
-            return 2
-
-    if args.stop_on_alarm:
-        spec = type(spec).model_validate({**spec.model_dump(), "stop_on_alarm": True})
 
     design = audit_design(spec)
     print(

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..auditor.canaries import seen_mask
+from ..auditor.claims.record_alarm import record_signals
+from ..auditor.estimators.record_claim import record_step_weights
 from ..auditor.estimators.record_level import SeededRecordCanaries, record_canary_cosines
 from ..auditor.record_spec import RecordLevelSpec
 from ..clients.record_training import (
@@ -46,8 +48,9 @@ STEP_STRIDE = 10**9
 @dataclass
 class RecordRound:
     """The audit's view after one round: every canary's score (NaN while its client has not
-    trained), its projections in noise and shift units (for the cause), and the claim's
-    parameters so far."""
+    trained), its projections in noise and shift units (for the cause), its claimed signal so
+    far (:func:`flaudit.auditor.claims.record_alarm.record_signals`: 0 for unseen or
+    never-included canaries; the alarm's test weights), and the claim's parameters so far."""
 
     round: int
     scores: np.ndarray
@@ -56,6 +59,8 @@ class RecordRound:
     steps: int  # the most DP-SGD steps any client has trained so far
     sample_rate: float
     cohort: list[int] = field(default_factory=list)
+    signals: np.ndarray | None = None
+    dim: int = 0  # the model's dimension (the cosines' studentization)
 
 
 def _shards(spec: RecordLevelSpec):
@@ -135,6 +140,8 @@ def run_record_audit(
     factor_square_sum = np.zeros(spec.num_clients)
     divisor = np.ones(spec.num_clients)  # Opacus's expected batch size (same for every client)
     rounds_trained = np.zeros(spec.num_clients, dtype=np.int64)
+    weight_sums = np.zeros(k)  # per canary: sum of w_t over the steps it was included at
+    weight_square_sums = np.zeros(spec.num_clients)  # per client: sum of ||w_r||^2
     schedule = np.random.default_rng([spec.data_seed, 38])
     stopped_at = None
     steps_per_round = 0
@@ -168,6 +175,12 @@ def run_record_audit(
             delta = parameters_vector(local) - theta
             updates.append(delta)
             totals[i] += delta
+            if result.steps > 0:
+                weights = record_step_weights(result.steps, momentum=spec.momentum)
+                weight_sums += sources[i].included_weight_sums(
+                    i * STEP_STRIDE + int(steps_done[i]), weights
+                )
+                weight_square_sums[i] += float(np.sum(weights**2))
             steps_done[i] += result.steps
             steps_per_round = result.steps
             factor_sum[i] += result.factor_sum
@@ -194,6 +207,17 @@ def run_record_audit(
             steps=int(steps_done.max()),
             sample_rate=sample_rate,
             cohort=cohort,
+            dim=dim,
+            signals=(
+                record_signals(
+                    weight_sums,
+                    weight_square_sums,
+                    owner,
+                    noise_multiplier=spec.noise_multiplier,
+                )
+                if spec.noise_multiplier > 0
+                else np.zeros(k)
+            ),
         )
         if progress is not None:
             progress(server_round, spec.num_rounds)

@@ -3,9 +3,11 @@ record-level spec and what ``flaudit verify`` recomputes from it.
 
 The bundle (``"level": "record"``, format :data:`flaudit.auditor.claims.evidence.BUNDLE_FORMAT`)
 carries the spec, the claim, the design, and per look every canary's score with its projections
-in noise and shift units; the seen set, secret while the audit runs, is in the bundle only once it
-has ended, and the canary seed with its salt only when the spec sets ``reveal_seed`` (then its
-commitment, printed before training, is checked and the seen set recomputed from it).
+in noise and shift units and its claimed signal (the alarm's test weights: the inclusions of the
+seen canaries, hence published only with the seen set); the seen set, secret while the audit
+runs, is in the bundle only once it has ended, and the canary seed with its salt only when the
+spec sets ``reveal_seed`` (then its commitment, printed before training, is checked and the seen
+set recomputed from it).
 :func:`recompute_record` recomputes the design, the claim (dp-accounting; Opacus's accountant is
 reported, not recomputed), every look's alarm, the cause and the verdict.
 """
@@ -19,7 +21,7 @@ import numpy as np
 from ..estimators.record_level import record_level_epsilon
 from ..record_spec import RecordLevelSpec, RecordServiceSpec
 from .evidence import BUNDLE_FORMAT, Check, Recomputed, check_field, check_seed
-from .record_alarm import decide_record_alarm, record_cause, record_design, record_verdict
+from .record_alarm import RecordLooks, record_design, record_verdict
 from .record_external import record_external_cause, record_external_claim, record_external_look
 
 __all__ = ["is_record_bundle", "recompute_record"]
@@ -74,38 +76,29 @@ def recompute_record(bundle: dict) -> Recomputed:
         result.checks.append(
             Check("claim (Opacus's accountant)", None, "reported beside, not recomputed")
         )
-    looks, cause = [], None
-    for entry in stats["looks"]:
-        scores = _floats(entry["scores"])
-        alarm = decide_record_alarm(
-            scores,
-            seen,
-            noise_multiplier=z,
-            sample_rate=q,
-            steps=int(entry["steps"]),
-            look=int(entry["look"]),
-            num_looks=num_looks,
-            delta=spec.delta,
-        )
-        looks.append({"round": entry["round"], **alarm.to_dict()})
-        if alarm.status == "error" and cause is None:
-            cause = record_cause(
-                _floats(entry["noise_units"]),
-                _floats(entry["shift_units"]),
-                seen,
-                noise_multiplier=z,
-            ).to_dict()
-    check_field(result, "looks", bundle["looks"], looks)
-    check_field(result, "cause", bundle.get("cause"), cause)
-    run_epsilon = min((row["epsilon"] for row in claim), default=math.inf)
-    verdict = record_verdict(
+    judged = RecordLooks(
+        seen,
+        np.arange(k) % spec.num_clients,  # canary j lives in client j mod N
         noise_multiplier=z,
-        looks=looks,
-        cause=cause,
-        design=design,
-        run_epsilon=run_epsilon,
+        sample_rate=q,
+        num_looks=num_looks,
         delta=spec.delta,
     )
+    for entry in stats["looks"]:
+        judged.add(
+            entry["round"],
+            int(entry["look"]),
+            cosines=_floats(entry["scores"]),
+            signals=_floats(entry["signals"]),
+            dim=int(stats["dim"]),
+            steps=int(entry["steps"]),
+            noise_units=_floats(entry["noise_units"]),
+            shift_units=_floats(entry["shift_units"]),
+        )
+    check_field(result, "looks", bundle["looks"], judged.looks)
+    check_field(result, "cause", bundle.get("cause"), judged.cause)
+    run_epsilon = min((row["epsilon"] for row in claim), default=math.inf)
+    verdict = judged.verdict(design=design, run_epsilon=run_epsilon)
     check_field(result, "verdict", bundle["verdict"], verdict)
     return result
 

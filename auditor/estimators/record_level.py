@@ -107,6 +107,17 @@ class SeededRecordCanaries:
         draws = np.random.Generator(np.random.Philox(sequence)).random(self._seen.size)
         return self._seen[draws < self.sample_rate]
 
+    def included_weight_sums(self, first_step: int, weights) -> np.ndarray:
+        """``(k,)``: for every canary, the sum of ``weights[t]`` over the steps ``t`` of a round
+        (stream steps ``first_step + t``) it was included at (0 for unseen canaries): the
+        numerator of its claimed signal (:func:`flaudit.auditor.claims.record_alarm.record_signals`,
+        step weights from :func:`flaudit.auditor.estimators.record_claim.record_step_weights`)."""
+        weights = np.asarray(weights, dtype=np.float64).reshape(-1)
+        out = np.zeros(self.num_canaries)
+        for t, w in enumerate(weights):
+            out[self.sampled(int(first_step) + t)] += w
+        return out
+
     def step_canary_sum(self, step: int, dim: int) -> np.ndarray:
         """``sum_{j in sampled(step)} c_j``, float32 of length ``dim`` (zeros if none): the
         parameters' precision, and half the transform's time of float64 (the per-step cost the

@@ -34,6 +34,12 @@ Rerun (each part prints its command, runs and wall time)::
     PYTHONPATH=. python -m benchmarks.fidelity.record_level --part shuffle --runs 400
     PYTHONPATH=. python -m benchmarks.fidelity.record_level --part shared --runs 1000
     PYTHONPATH=. python -m benchmarks.fidelity.record_level --part opacus --runs 40
+    PYTHONPATH=. python -m benchmarks.fidelity.record_level --part looks --runs 2000
+    PYTHONPATH=. python -m benchmarks.fidelity.record_level --part shuffle-app --runs 1000
+
+``looks`` and ``shuffle-app`` run the shipped alarm itself
+(:func:`flaudit.auditor.claims.record_alarm.decide_record_alarm`, every look) on the built-in
+engine's shape (:class:`EngineSetting`, :func:`alarm_looks`).
 """
 
 from __future__ import annotations
@@ -47,6 +53,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import optimize, special
 
+from flaudit.auditor.claims.record_alarm import (
+    RECORD_ALPHA,
+    RecordAlarm,
+    decide_record_alarm,
+    record_signals,
+)
 from flaudit.auditor.claims.record_level import (
     record_level_claim_test,
     record_level_scores,
@@ -61,7 +73,15 @@ from flaudit.auditor.statistics import null_standardized_cosines
 from ._common import binomial_limit, clopper_pearson
 from .peer_gdp import peer_gdp_mu
 
-__all__ = ["FRESH_FAMILY", "Setting", "simulate_release", "simulate_run", "main"]
+__all__ = [
+    "FRESH_FAMILY",
+    "EngineSetting",
+    "Setting",
+    "alarm_looks",
+    "simulate_release",
+    "simulate_run",
+    "main",
+]
 
 #: Each release (client-round) scores its own canary family (an independent seed per release).
 FRESH_FAMILY = True
@@ -198,6 +218,145 @@ def claim_epsilon(setting: Setting) -> float:
 def _fmt_rate(hits: int, runs: int) -> str:
     lo, hi = clopper_pearson(int(hits), runs)
     return f"{hits / runs:.1%} ({lo:.1%}-{hi:.1%})"
+
+
+# -- the shipped alarm over all looks (the built-in engine's shape) ----------------------------
+@dataclass(frozen=True)
+class EngineSetting:
+    """One audit as the built-in engine runs it (``server/record_engine.py``): ``clients``
+    clients each train every round, ``rounds`` rounds of ``steps`` DP-SGD steps; canary ``j``
+    belongs to client ``j mod clients``; the score is ``cos(-U_i, c_j)`` with ``U_i`` the
+    client's summed update; looks after every round and at the end. Default: the shape of
+    ``examples/record-level-audit.json`` (d = 3466, 3400 canaries, 5 clients, 3 rounds, 36
+    steps of q = 1/18, z = 1)."""
+
+    dim: int = 3466
+    canaries: int = 3400
+    clients: int = 5
+    rounds: int = 3
+    steps: int = 36
+    sample_rate: float = 1 / 18
+    noise_multiplier: float = 1.0
+    momentum: float = 0.0
+    delta: float = DELTA
+
+    def label(self) -> str:
+        opt = "SGD" if self.momentum == 0 else f"momentum {self.momentum:g}"
+        return (
+            f"d={self.dim}, k={self.canaries}, {self.clients} clients, {self.rounds} rounds x "
+            f"{self.steps} steps, q={self.sample_rate:.4g}, z={self.noise_multiplier:g}, {opt}"
+        )
+
+
+def alarm_looks(
+    rng, setting: EngineSetting, *, noise_scale: float = 1.0, shuffled: bool = False
+) -> list[RecordAlarm]:
+    """Every look of one simulated audit, decided by the shipped
+    :func:`flaudit.auditor.claims.record_alarm.decide_record_alarm` (its ``record_signals``
+    from the simulated inclusions, as the engine computes them). Each round a client's update
+    along its canaries (units ``lr C / B``) is ``sum_t w_t (inclusions + z s xi_t)``; the other
+    coordinates carry the same noise. ``shuffled``: the seen canaries batched in fixed-size
+    shuffled batches (one step per epoch of ``1/q`` steps) instead of Poisson."""
+    k, n, d = setting.canaries, setting.clients, setting.dim
+    z = setting.noise_multiplier
+    owners = np.arange(k) % n
+    seen = rng.random(k) < 0.5
+    w = record_step_weights(setting.steps, momentum=setting.momentum)
+    w_norm = float(np.linalg.norm(w))
+    totals = np.zeros((n, d))  # client i's canaries at coordinates owners == i
+    weight_sums = np.zeros(k)
+    weight_squares = np.zeros(n)
+    cosines = np.full(k, np.nan)
+    release = Setting(steps=setting.steps, sample_rate=setting.sample_rate)
+    num_looks = setting.rounds + 1
+    looks = []
+    for r in range(1, setting.rounds + 1):
+        for i in range(n):
+            mine = np.flatnonzero(owners == i)
+            inc = np.zeros((mine.size, setting.steps), dtype=bool)
+            inc[seen[mine]] = _inclusions(rng, int(seen[mine].sum()), release, shuffled)
+            footprint = inc @ w
+            totals[i] += (z * noise_scale * w_norm) * rng.standard_normal(d)
+            totals[i, mine] += footprint
+            weight_sums[mine] += footprint
+            weight_squares[i] += w_norm**2
+            cosines[mine] = totals[i, mine] / np.linalg.norm(totals[i])
+        signals = record_signals(weight_sums, weight_squares, owners, noise_multiplier=z)
+        args = dict(
+            signals=signals,
+            owners=owners,
+            dim=d,
+            noise_multiplier=z,
+            sample_rate=setting.sample_rate,
+            steps=setting.steps * r,
+            num_looks=num_looks,
+            delta=setting.delta,
+        )
+        looks.append(decide_record_alarm(cosines, seen, look=r, **args))
+    looks.append(decide_record_alarm(cosines, seen, look=num_looks, **args))
+    return looks
+
+
+LOOKS_SETTINGS = (
+    EngineSetting(),
+    EngineSetting(momentum=0.9),
+    # canaries a twentieth of the coordinates: the cosine's scale holds little of their signal
+    EngineSetting(dim=20000, canaries=1000),
+    EngineSetting(dim=20000, canaries=1000, momentum=0.9),
+)
+
+
+def part_looks(runs: int, seed: int, cells=None) -> None:
+    """Correct runs: how often the shipped alarm fires at any look (per-round looks + final);
+    ``cells``: indices into :data:`LOOKS_SETTINGS` (default all; each cell has its own seed)."""
+    limit = binomial_limit(runs, RECORD_ALPHA, false_fail=1e-3, against=0.08)
+    print(
+        f"# correct runs (noise as claimed) through the shipped decide_record_alarm; alarm at any "
+        f"of the looks (alpha = {RECORD_ALPHA:g} over all looks); limit {limit}"
+    )
+    print(
+        "| setting | looks | alarmed at any look | 95% CI | at the final look only | within limit |"
+    )
+    print("|---|---|---|---|---|---|")
+    for i in range(len(LOOKS_SETTINGS)) if cells is None else cells:
+        setting = LOOKS_SETTINGS[i]
+        rng = np.random.default_rng([seed, 7, i])
+        hits = final = 0
+        for _ in range(runs):
+            looks = alarm_looks(rng, setting)
+            hits += any(look.status == "error" for look in looks)
+            final += looks[-1].status == "error"
+        lo, hi = clopper_pearson(hits, runs)
+        print(
+            f"| {setting.label()} | {setting.rounds + 1} | {hits}/{runs} = {hits / runs:.1%} | "
+            f"{lo:.1%}-{hi:.1%} | {final}/{runs} | {'yes' if limit.passes(hits) else 'NO'} |"
+        )
+
+
+def part_shuffle_app(runs: int, seed: int) -> None:
+    """The example app's shape: the shipped alarm over all looks when the canaries are batched
+    in fixed-size shuffled batches (one step per epoch) against Poisson, and half the noise."""
+    setting = EngineSetting()
+    run_eps = claim_epsilon(
+        Setting(sample_rate=setting.sample_rate, steps=setting.steps * setting.rounds)
+    )
+    print(
+        f"# {setting.label()}: run epsilon {run_eps:.3f} at delta={DELTA:g} (PLD); alarm at any "
+        "look of the shipped decide_record_alarm"
+    )
+    print("| batches of the canaries | noise | alarmed (95% CI) |")
+    print("|---|---|---|")
+    for shuffled, scale in ((False, 1.0), (True, 1.0), (True, 0.5)):
+        rng = np.random.default_rng([seed, 8, int(shuffled), int(scale * 10)])
+        hits = sum(
+            any(
+                look.status == "error"
+                for look in alarm_looks(rng, setting, noise_scale=scale, shuffled=shuffled)
+            )
+            for _ in range(runs)
+        )
+        name = "fixed-size shuffled" if shuffled else "Poisson (as accounted)"
+        print(f"| {name} | x {scale:g} | {_fmt_rate(hits, runs)} |")
 
 
 # -- parts ------------------------------------------------------------------------------------
@@ -396,6 +555,8 @@ PARTS = {
     "steinke": part_steinke,
     "shuffle": part_shuffle,
     "opacus": part_opacus,
+    "looks": part_looks,
+    "shuffle-app": part_shuffle_app,
 }
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from benchmarks.fidelity._common import binomial_limit
+from benchmarks.fidelity.record_level import EngineSetting, alarm_looks
 from flaudit.auditor.claims.record_alarm import (
     RECORD_ALPHA,
     decide_record_alarm,
@@ -14,13 +17,12 @@ from flaudit.auditor.claims.record_alarm import (
     record_claim,
     record_design,
     record_look_level,
+    record_signals,
 )
 from flaudit.auditor.record_spec import RecordLevelSpec, is_record_level
 
-
-def _scores(rng, seen, z_true, q, steps):
-    counts = rng.binomial(steps, q, size=seen.size) * seen
-    return counts / (z_true * math.sqrt(steps)) + rng.standard_normal(seen.size)
+#: A small engine-shaped audit: 3 clients, 3 rounds of 10 steps, 4 looks.
+SMALL = EngineSetting(dim=300, canaries=120, clients=3, rounds=3, steps=10, sample_rate=0.1)
 
 
 def test_look_levels_sum_to_alpha_with_most_at_the_end():
@@ -32,21 +34,68 @@ def test_look_levels_sum_to_alpha_with_most_at_the_end():
         record_look_level(5, 4)
 
 
-def test_the_alarm_fires_on_half_the_noise_and_not_on_the_claimed_noise():
+def test_the_alarm_fires_on_half_the_noise_and_names_the_noise_bound():
     rng = np.random.default_rng(0)
-    seen = rng.random(3000) < 0.5
-    q, steps = 1 / 18, 108
-    args = dict(noise_multiplier=1.0, sample_rate=q, steps=steps, look=4, num_looks=4, delta=1e-5)
-    bug = decide_record_alarm(_scores(rng, seen, 0.5, q, steps), seen, **args)
-    assert bug.status == "error" and bug.rejected[0]["p_value"] <= bug.rejected[0]["level"]
-    correct = decide_record_alarm(_scores(rng, seen, 1.0, q, steps), seen, **args)
-    assert correct.status == "ok", correct.tests
-    # NaN scores (clients not trained yet) are left out, no claim means no alarm
-    scores = np.full(seen.size, np.nan)
-    assert decide_record_alarm(scores, seen, **args).tests[0]["p_value"] == 1.0
-    assert decide_record_alarm(scores, seen, **{**args, "noise_multiplier": 0}).status == (
-        "no_dp_claim"
+    for momentum in (0.0, 0.9):
+        setting = replace(SMALL, momentum=momentum)
+        final = alarm_looks(rng, setting, noise_scale=0.5)[-1]
+        assert final.status == "error"
+        (test,) = final.rejected
+        assert test["test"] == "record_exact" and test["p_value"] <= test["level"]
+        # the upper bound on the noise multiplier the steps carried is below the claimed z = 1
+        assert 0 < test["noise_multiplier_hi"] < 1.0
+
+
+def test_signals_are_the_step_weights_over_the_claimed_noise():
+    # canary 0 (client 0) in steps of weight 1 and 3; client 0: sum ||w||^2 = 16; z = 2
+    lam = record_signals([4.0, 0.0, 1.0], [16.0, 0.0], [0, 1, 0], noise_multiplier=2.0)
+    np.testing.assert_allclose(lam, [4.0 / (2 * 4), 0.0, 1.0 / (2 * 4)])
+
+
+def test_the_alarm_refuses_inconsistent_inputs_and_skips_what_has_no_signal():
+    seen = np.array([True, False, True, False])
+    owners = np.array([0, 1, 0, 1])
+    args = dict(
+        owners=owners,
+        dim=100,
+        noise_multiplier=1.0,
+        sample_rate=0.1,
+        steps=10,
+        look=1,
+        num_looks=2,
+        delta=1e-5,
     )
+    cos = np.array([0.1, np.nan, 0.05, np.nan])  # client 1 not trained yet
+    ok = decide_record_alarm(cos, seen, signals=[0.5, 0, 0.2, 0], **args)
+    assert ok.status == "ok" and "2 included canaries" in ok.tests[0]["method"]
+    none = decide_record_alarm(cos, seen, signals=np.zeros(4), **args)
+    assert none.tests[0]["p_value"] == 1.0 and none.status == "ok"
+    with pytest.raises(ValueError, match="0 for every unseen canary"):
+        decide_record_alarm(cos, seen, signals=[0.5, 0.1, 0.2, 0], **args)
+    with pytest.raises(ValueError, match="no score"):
+        decide_record_alarm(np.full(4, np.nan), seen, signals=[0.5, 0, 0.2, 0], **args)
+    off = decide_record_alarm(cos, seen, signals=np.zeros(4), **{**args, "noise_multiplier": 0})
+    assert off.status == "no_dp_claim"
+
+
+#: 1400 correct runs, alarm at any look: a correct 5% alarm fails the limit with probability
+#: 9.7e-4, one whose true rate over the looks is 8% with probability 0.94 (binomial_limit;
+#: docs/fidelity.md sections 11 and 12).
+LOOK_RUNS = 1400
+
+
+def test_false_alarm_rate_over_every_look_on_the_claim():
+    check = binomial_limit(LOOK_RUNS, RECORD_ALPHA, false_fail=1e-3, against=0.08)
+    assert check.false_fail <= 1e-3 and check.power >= 0.9
+    rng = np.random.default_rng(37)
+    alarms = 0
+    for run in range(LOOK_RUNS):
+        # plain SGD and momentum in turn: the shipped decide_record_alarm at every look
+        setting = replace(SMALL, momentum=0.0 if run % 2 else 0.9)
+        looks = alarm_looks(rng, setting)
+        assert len(looks) == SMALL.rounds + 1
+        alarms += any(look.status == "error" for look in looks)
+    assert check.passes(alarms), f"{alarms} of {LOOK_RUNS} correct runs alarmed ({check})"
 
 
 def test_the_claim_is_the_composed_poisson_subsampled_gaussian():
@@ -93,8 +142,16 @@ def test_the_design_says_whether_the_claim_can_be_refuted():
 
     good = design(3400, 10)
     assert good["refutable"] and good["power"] >= 0.8
-    hopeless = design(4, 2)
-    assert not hopeless["refutable"] and "cannot refute" in hopeless["summary"]
+    hopeless = record_design(
+        num_canaries=2,
+        noise_multiplier=1.0,
+        sample_rate=1e-4,
+        steps=1,
+        delta=1e-5,
+        num_looks=4,
+        runs=10,
+    )
+    assert not hopeless["refutable"] and "cannot tell" in hopeless["summary"]
 
 
 def test_record_level_spec_is_chosen_by_its_level_and_refuses_other_bugs():

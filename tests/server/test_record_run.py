@@ -104,11 +104,15 @@ def test_record_level_evidence_is_recomputed_by_flaudit_verify(tmp_path, capsys,
     assert "ok          looks" in out and "ok          verdict" in out
     assert "ok          statistics.seen" in out
 
-    tampered = json.loads(bundle_path.read_text())
-    tampered["statistics"]["looks"][0]["scores"][0] = 0.5
-    bundle_path.write_text(json.dumps(tampered))
-    assert cli_main(["verify", str(bundle_path), "--allow-unsigned"]) == 3
-    capsys.readouterr()
+    # a score the test weighs (an included seen canary's), then a claimed signal
+    for field in ("scores", "signals"):
+        tampered = json.loads(json.dumps(bundle))
+        first = tampered["statistics"]["looks"][0]
+        j = next(j for j, lam in enumerate(first["signals"]) if lam > 0)
+        first[field][j] = 0.5 * float(first[field][j])
+        bundle_path.write_text(json.dumps(tampered))
+        assert cli_main(["verify", str(bundle_path), "--allow-unsigned"]) == 3, field
+        capsys.readouterr()
     tampered = json.loads(json.dumps(bundle))
     tampered["canary_seed"]["seed"] = "1"
     bundle_path.write_text(json.dumps(tampered))
