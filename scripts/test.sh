@@ -23,7 +23,13 @@ if [ -z "${FLAUDIT_TEST_POSTGRES_URL:-}" ]; then
 fi
 export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1
 export FLWR_HOME="${FLWR_HOME:-$(mktemp -d)}"
+# One BLAS/OpenMP thread per process (tests/conftest.py sets the same before anything imports
+# numpy or torch): a thread per core spin-waits on a busy 2-core machine (3.4x the CPU time).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" \
+  MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 # Two pytest workers (pytest-xdist; the machine's two cores), each test file on one worker
-# (`--dist loadfile`: a file's module fixtures, its service or its SuperLink, stay in one process).
+# (`--dist loadfile`: a file's module fixtures, its service or its SuperLink, stay in one process),
+# handed out in the collection's order, which puts the slowest files first (tests/slow_first.py;
+# xdist's own order, the files with most tests first, left the long one-test files for the end).
 # Pass `-n 0` to run in one process.
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

@@ -10,6 +10,12 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 os.environ.setdefault("FLWR_HOME", tempfile.mkdtemp(prefix="flaudit-flwr-home-"))
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# One BLAS/OpenMP thread per process (and the Flower processes the tests start, which inherit
+# it): torch's and OpenBLAS's default of a thread per core spin-waits for the other core on a
+# busy 2-core machine; the record-level example test used 3.4x the CPU time with it (README
+# "Tests"). As the benchmarks do (benchmarks/fidelity/__init__.py).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
@@ -28,6 +34,12 @@ from tests.skip_policy import (  # noqa: E402, F401  (pytest finds the hooks by 
     pytest_runtest_makereport,
     pytest_terminal_summary,
 )
+from tests.slow_first import slowest_files_first  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slowest test files first, so the two xdist workers finish together (tests/slow_first.py)."""
+    slowest_files_first(items)
 
 
 @pytest.fixture
