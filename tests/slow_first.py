@@ -20,6 +20,7 @@ import pytest
 #: of 2026-12-06), and for the files it does not list the loaded run's `--durations` halved;
 #: the order matters, the values only roughly.
 SECONDS = {
+    "tests/integration/test_record_opacus_app.py": 190,
     "tests/deployment/test_topology.py": 100,
     "tests/integration/test_byo_weighted_app.py": 125,
     "tests/integration/test_service_outage.py": 103,
