@@ -162,32 +162,18 @@ def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:
     if is_record_audit(audit):
         bundle = {
             "format": BUNDLE_FORMAT,
-            "audit": {
-                "id": audit.id,
-                "name": audit.name,
-                "status": audit.status,
-                "reason": audit.reason,
-            },
+            "audit": _audit_fields(audit),
             **record_evidence_body(store, audit),
             "canary_seed": commitment_view(store, audit, reveal=False),
             "versions": versions(),
-            "times": {
-                "created_at": iso_utc(audit.created_at),
-                "started_at": iso_utc(audit.started_at),
-                "finished_at": iso_utc(audit.finished_at),
-            },
+            "times": _times(audit),
         }
         return _signed(store, jsonable(bundle))
     spec = AuditSpec.model_validate(audit.spec)
     verdict = audit_verdict_view(audit)
     bundle: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
-        "audit": {
-            "id": audit.id,
-            "name": audit.name,
-            "status": audit.status,
-            "reason": audit.reason,
-        },
+        "audit": _audit_fields(audit),
         "spec": audit.spec,
         "claim": _claim(spec, verdict),
         "statistics": _statistics(store, audit),
@@ -197,13 +183,23 @@ def build_bundle(store: Store, audit: Audit) -> dict[str, Any]:
         "diagnostics": audit.diagnostics or [],
         "canary_seed": commitment_view(store, audit, reveal=spec.reveal_seed),
         "versions": versions(),
-        "times": {
-            "created_at": iso_utc(audit.created_at),
-            "started_at": iso_utc(audit.started_at),
-            "finished_at": iso_utc(audit.finished_at),
-        },
+        "times": _times(audit),
     }
     return _signed(store, jsonable(bundle))
+
+
+def _audit_fields(audit: Audit) -> dict[str, Any]:
+    """The bundle's ``audit``: which audit, and how it ended."""
+    return {"id": audit.id, "name": audit.name, "status": audit.status, "reason": audit.reason}
+
+
+def _times(audit: Audit) -> dict[str, Any]:
+    """The bundle's ``times`` (ISO 8601, UTC)."""
+    return {
+        "created_at": iso_utc(audit.created_at),
+        "started_at": iso_utc(audit.started_at),
+        "finished_at": iso_utc(audit.finished_at),
+    }
 
 
 def _signed(store: Store, bundle: dict[str, Any]) -> dict[str, Any]:
