@@ -13,7 +13,8 @@ from ..auditor.claims.record_external import record_external_claim
 from ..auditor.record_spec import RecordServiceSpec
 from ..auditor.results import jsonable
 from .record import canary_owner, client_claims
-from .tables import RecordAudit, RecordClient, RecordRound, as_utc, bytes_to_array
+from .tables import RecordAudit, RecordClient, RecordRound, bytes_to_array
+from .views import iso_utc, summary_row
 
 __all__ = ["record_evidence_body", "record_summary", "record_view"]
 
@@ -48,8 +49,8 @@ def record_view(store, audit) -> dict[str, Any]:
             "status": audit.status,
             "reason": audit.reason,
             "spec": audit.spec,
-            "created_at": _iso(audit.created_at),
-            "finished_at": _iso(audit.finished_at),
+            "created_at": iso_utc(audit.created_at),
+            "finished_at": iso_utc(audit.finished_at),
             "progress": {
                 "rounds_reported": record.rounds_reported if record else 0,
                 "last_round": record.last_round if record else 0,
@@ -66,11 +67,6 @@ def record_view(store, audit) -> dict[str, Any]:
             "links": {"self": f"/audits/{audit.id}"},
         }
     )
-
-
-def _iso(value) -> str | None:
-    value = as_utc(value)
-    return None if value is None else value.isoformat()
 
 
 def _public_state(state: dict) -> dict:
@@ -159,23 +155,20 @@ def record_summary(store, audit) -> dict[str, Any]:
     }
     claim = record.claim if record else None
     epsilon = None if not claim else claim.get("epsilon")
-    return {
-        "id": audit.id,
-        "name": audit.name,
-        "status": audit.status,
-        "verdict": {
+    rounds = record.last_round if record else 0
+    return summary_row(
+        audit,
+        {
             "status": verdict["status"],
             "summary": verdict["summary"],
             "claim": None if epsilon is None else {"epsilon": epsilon, "delta": claim["delta"]},
-            "largest_valid_bound": None,
         },
-        "progress": {
-            "round": record.last_round if record else 0,
-            "num_rounds": int(audit.spec.get("num_rounds", 0)),
-            "fraction": (record.last_round if record else 0) / int(audit.spec["num_rounds"]),
+        {
+            "round": rounds,
+            "num_rounds": int(audit.spec["num_rounds"]),
+            "fraction": rounds / int(audit.spec["num_rounds"]),
             "eta_seconds": None,
             "waiting_for": None,
         },
-        "headline_epsilon": None,
-        "created_at": _iso(audit.created_at),
-    }
+        None,
+    )

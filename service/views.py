@@ -322,7 +322,13 @@ def audit_summary_view(audit: Audit) -> dict[str, Any]:
     headline = audit.headline_epsilon
     if headline is not None and not math.isfinite(headline):
         headline = None
-    verdict = audit_verdict_view(audit)
+    return summary_row(audit, audit_verdict_view(audit), progress_view(audit), headline)
+
+
+def summary_row(
+    audit: Audit, verdict: dict[str, Any], progress: dict[str, Any], headline: float | None
+) -> dict[str, Any]:
+    """One row of the audit list (``AuditSummary``), of either level."""
     return {
         "id": audit.id,
         "name": audit.name,
@@ -333,7 +339,7 @@ def audit_summary_view(audit: Audit) -> dict[str, Any]:
             "claim": verdict.get("claim"),
             "largest_valid_bound": verdict.get("largest_valid_bound"),
         },
-        "progress": progress_view(audit),
+        "progress": progress,
         "headline_epsilon": headline,
         "created_at": iso_utc(audit.created_at),
     }
