@@ -11,8 +11,8 @@ What a restart needs is in the database (tables ``flaudit_record_*``): per clien
 ``U_i`` of its updates, its claim so far (smallest noise multiplier, largest sample rate, every
 step), the scale sums of the cause and, per own canary, the sum of the step weights of the steps
 it was included at (the numerator of its claimed signal); per round its look and every canary's
-score, projections and claimed signal (what ``flaudit verify`` recomputes the looks from). A round is
-stored in one transaction guarded by the audit's count of reported rounds: acknowledged means
+score, projections and claimed signal (what ``flaudit verify`` recomputes the looks from). A
+round is stored in one transaction guarded by the audit's count of reported rounds: acknowledged means
 stored, and two reports never both count.
 
 The math is :mod:`flaudit.auditor.claims.record_external` (looks, claim, cause) and
