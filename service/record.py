@@ -36,6 +36,7 @@ from ..auditor.claims.record_external import (
     record_external_cause,
     record_external_claim,
     record_external_look,
+    record_external_noise_multiplier,
     record_external_signals,
 )
 from ..auditor.estimators.record_claim import record_step_weights
@@ -627,7 +628,7 @@ def end_record_audit(store, audit_id: str) -> dict[str, Any]:
     z = [c["noise_multiplier"] for c in claims if c["noise_multiplier"] is not None]
     run_epsilon = claim["epsilon"]
     verdict = record_verdict(
-        noise_multiplier=max(z) if z else 0.0,
+        noise_multiplier=record_external_noise_multiplier(looks, claims),
         looks=looks,
         cause=cause,
         design=design,

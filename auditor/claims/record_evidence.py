@@ -22,7 +22,12 @@ from ..estimators.record_level import record_level_epsilon
 from ..record_spec import RecordLevelSpec, RecordServiceSpec
 from .evidence import BUNDLE_FORMAT, Check, Recomputed, check_field, check_seed
 from .record_alarm import RecordLooks, record_design, record_verdict
-from .record_external import record_external_cause, record_external_claim, record_external_look
+from .record_external import (
+    record_external_cause,
+    record_external_claim,
+    record_external_look,
+    record_external_noise_multiplier,
+)
 
 __all__ = ["is_record_bundle", "recompute_record"]
 
@@ -169,7 +174,7 @@ def _recompute_service(bundle: dict) -> Recomputed:
     else:
         epsilon = claim["epsilon"]
         verdict = record_verdict(
-            noise_multiplier=max(z),
+            noise_multiplier=record_external_noise_multiplier(looks, final_claims),
             looks=looks,
             cause=cause,
             design=design,

@@ -31,6 +31,7 @@ __all__ = [
     "record_external_claim",
     "record_external_cause",
     "record_external_look",
+    "record_external_noise_multiplier",
     "record_external_signals",
     "record_groups",
 ]
@@ -161,6 +162,18 @@ def record_external_look(
             "groups": out_groups,
         }
     )
+
+
+def record_external_noise_multiplier(
+    looks: list[dict[str, Any]], clients: list[dict[str, Any]]
+) -> float:
+    """The noise multiplier the verdict names: that of the first group that rejected (the claim
+    refuted), else the largest claimed (0.0: no claim)."""
+    for look in looks:
+        if look.get("rejected"):
+            return float(look["groups"][look["rejected"][0]["group"]]["noise_multiplier"])
+    z = [float(c["noise_multiplier"]) for c in clients if c.get("noise_multiplier") is not None]
+    return max(z, default=0.0)
 
 
 def record_external_cause(
