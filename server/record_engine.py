@@ -38,7 +38,7 @@ from ..clients.record_training import (
 )
 from ..clients.tasks import load_task
 
-__all__ = ["RecordRound", "record_plan", "run_record_audit", "STEP_STRIDE"]
+__all__ = ["RecordRound", "record_plan", "record_shards", "run_record_audit", "STEP_STRIDE"]
 
 #: Steps reserved per client in the seed's stream of per-step draws (client ``i`` draws its
 #: steps from ``i * STEP_STRIDE`` on).
@@ -63,7 +63,9 @@ class RecordRound:
     dim: int = 0  # the model's dimension (the cosines' studentization)
 
 
-def _shards(spec: RecordLevelSpec):
+def record_shards(spec: RecordLevelSpec):
+    """The spec's task and its training data split evenly over ``num_clients`` (a fixed
+    permutation from ``data_seed``): ``(task, [(x_i, y_i)])``."""
     task = load_task(
         spec.task, num_partitions=1, seed=spec.data_seed, options=dict(spec.task_options)
     )
@@ -82,7 +84,7 @@ def record_plan(spec: RecordLevelSpec) -> dict:
     """Before training: ``examples_per_client``, Opacus's Poisson ``sample_rate``
     (``1 / ceil(n / batch_size)``) and ``steps_per_round`` (``epochs / sample_rate``: Opacus's
     Poisson loader has as many batches as the plain one)."""
-    _, shards = _shards(spec)
+    _, shards = record_shards(spec)
     n = len(shards[0][1])
     batches = math.ceil(n / spec.batch_size)
     return {
@@ -115,7 +117,7 @@ def run_record_audit(
     """
     started = time.monotonic()
     limit = spec.timeout_seconds if timeout is None else float(timeout)
-    task, shards = _shards(spec)
+    task, shards = record_shards(spec)
     model = task.build_model()
     theta = parameters_vector(model)
     dim = int(theta.size)

@@ -9,8 +9,10 @@ seen canaries, client ``i``'s steps numbered from ``i * STEP_STRIDE`` on and nev
 
 What a restart needs is in the database (tables ``flaudit_record_*``): per client the running sum
 ``U_i`` of its updates, its claim so far (smallest noise multiplier, largest sample rate, every
-step) and the scale sums of the cause; per round its look and every canary's score. A round is
-stored in one transaction guarded by the audit's count of reported rounds: acknowledged means
+step), the scale sums of the cause and, per own canary, the sum of the step weights of the steps
+it was included at (the numerator of its claimed signal); per round its look and every canary's
+score, projections and claimed signal (what ``flaudit verify`` recomputes the looks from). A
+round is stored in one transaction guarded by the audit's count of reported rounds: acknowledged means
 stored, and two reports never both count.
 
 The math is :mod:`flaudit.auditor.claims.record_external` (looks, claim, cause) and
@@ -31,11 +33,13 @@ from sqlalchemy import func, select, update
 from ..auditor.canaries import OrthogonalCanaries, new_master_seed, seen_mask
 from ..auditor.claims.record_alarm import record_design, record_verdict
 from ..auditor.claims.record_external import (
-    momentum_factors,
     record_external_cause,
     record_external_claim,
     record_external_look,
+    record_external_noise_multiplier,
+    record_external_signals,
 )
+from ..auditor.estimators.record_claim import record_step_weights
 from ..auditor.estimators.record_level import SeededRecordCanaries
 from ..auditor.record_spec import RecordServiceSpec
 from ..auditor.results import jsonable
@@ -264,7 +268,21 @@ def _fresh_client_state() -> dict[str, Any]:
         "noise_multiplier": None,
         "sample_rate": None,
         "rounds": [],
+        "weight_sums": None,  # per own canary (ascending index): sum of w_t at its inclusions
     }
+
+
+def _signals(spec, states: list[dict[str, Any]]) -> np.ndarray:
+    """Every canary's claimed signal from the clients' stored weight sums and claims
+    (:func:`record_external_signals`; ``noise_scale_sq`` is the client's ``sum ||w_r||^2`` with
+    ``w`` in units of ``lr C / B``)."""
+    owner = canary_owner(spec)
+    sums = np.zeros(spec.num_canaries)
+    for i, state in enumerate(states):
+        if state.get("weight_sums") is not None:
+            sums[owner == i] = np.asarray(state["weight_sums"], dtype=np.float64)
+    squares = np.asarray([float(state["noise_scale_sq"]) for state in states])
+    return record_external_signals(sums, squares, owner, client_claims(states))
 
 
 def client_claims(clients_state: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -287,7 +305,7 @@ def _score(
     dim: int,
     states: list[dict],
     totals: list[np.ndarray | None],
-    earlier: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    earlier: tuple[np.ndarray, ...] | None = None,
 ):
     """Every canary's cosine with its client's summed update and its projections in noise
     units (over ``sqrt(sum_r (lr C / B)^2 sum m_t^2)``) and shift units (over
@@ -390,19 +408,29 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
                 select(RecordPlan).where(RecordPlan.audit_id == audit_id, RecordPlan.round == round)
             )
         }
+    seed = store.canary_seed(audit_id)
+    seen = seen_mask(seed, spec.num_canaries)
+    owner = canary_owner(spec)
     round_clients = []
     for key, index, entry, vector in zip(keys, indices, head.clients, updates, strict=True):
         dp = entry.dp
         plan = plans.get(index)
         planned = 0 if plan is None else int(plan.steps)
         q_plan = 0.0 if plan is None else float(plan.sample_rate)
-        factors = momentum_factors(int(dp.steps), float(dp.momentum))
+        # torch.optim.SGD's step weights of the round (restarted every round), in lr C / B
+        factors = record_step_weights(int(dp.steps), momentum=float(dp.momentum))
         scale = float(dp.lr) * float(dp.max_grad_norm) / float(dp.expected_batch_size)
         c = states[index]
         c["rounds_trained"] += 1
         c["steps"] += int(dp.steps)
         if planned:  # U_i sums the rounds with canaries: the others only add noise to it
             c["noise_scale_sq"] += scale**2 * float(np.sum(factors**2))
+            source = SeededRecordCanaries(seed, seen & (owner == index), sample_rate=q_plan)
+            included = source.included_weight_sums(
+                index * STEP_STRIDE + int(plan.offset), scale * factors[: min(planned, dp.steps)]
+            )[owner == index]
+            before = c.get("weight_sums")
+            c["weight_sums"] = (included + (0.0 if before is None else np.asarray(before))).tolist()
         c["shift_scale"] += scale * q_plan * float(np.sum(factors[: min(planned, dp.steps)]))
         rates = [float(dp.sample_rate)] + ([q_plan] if plan is not None else [])
         c["noise_multiplier"] = (
@@ -418,16 +446,18 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
         round_clients.append(
             {"client": key, "index": index, "planned_steps": planned, "dp": dp.model_dump()}
         )
-    seed = store.canary_seed(audit_id)
-    seen = seen_mask(seed, spec.num_canaries)
     scores, noise, shift = _score(seed, spec, dim, states, totals, earlier)
     look_number = state.record.rounds_reported + 1
     try:
+        signals = _signals(spec, states)
+        signals[np.isnan(scores)] = 0.0  # a client whose sum could not be scored: no weight
         look = record_external_look(
             scores,
             seen,
-            canary_owner(spec),
+            owner,
             client_claims(states),
+            signals=signals,
+            dim=dim,
             look=look_number,
             num_looks=spec.num_rounds + 1,
             delta=spec.delta,
@@ -440,7 +470,7 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
     look["claims"] = client_claims(states)
     cause = state.record.cause
     if cause is None and look["status"] == "error":
-        cause = record_external_cause(noise, shift, seen, canary_owner(spec), look)
+        cause = record_external_cause(noise, shift, seen, owner, look)
     design = state.record.design
     if design is None and round_clients:
         first = round_clients[0]["dp"]
@@ -490,6 +520,7 @@ def _report_round(store, audit_id: str, round: int, head, data: memoryview) -> d
                 scores=array_to_bytes(scores),
                 noise_units=array_to_bytes(noise),
                 shift_units=array_to_bytes(shift),
+                signals=array_to_bytes(signals),
             )
         )
         s.execute(
@@ -568,6 +599,7 @@ def end_record_audit(store, audit_id: str) -> dict[str, Any]:
                 bytes_to_array(last.scores),
                 bytes_to_array(last.noise_units),
                 bytes_to_array(last.shift_units),
+                bytes_to_array(last.signals),
             )
     if units is not None:
         final = record_external_look(
@@ -575,6 +607,8 @@ def end_record_audit(store, audit_id: str) -> dict[str, Any]:
             seen,
             owner,
             claims,
+            signals=np.zeros(spec.num_canaries) if units[3] is None else units[3],
+            dim=int(state.record.dim),
             look=spec.num_rounds + 1,
             num_looks=spec.num_rounds + 1,
             delta=spec.delta,
@@ -594,7 +628,7 @@ def end_record_audit(store, audit_id: str) -> dict[str, Any]:
     z = [c["noise_multiplier"] for c in claims if c["noise_multiplier"] is not None]
     run_epsilon = claim["epsilon"]
     verdict = record_verdict(
-        noise_multiplier=max(z) if z else 0.0,
+        noise_multiplier=record_external_noise_multiplier(looks, claims),
         looks=looks,
         cause=cause,
         design=design,

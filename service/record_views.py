@@ -117,6 +117,7 @@ def record_evidence_body(store, audit) -> dict[str, Any]:
                 "scores": bytes_to_array(r.scores),
                 "noise_units": bytes_to_array(r.noise_units),
                 "shift_units": bytes_to_array(r.shift_units),
+                "signals": bytes_to_array(r.signals),
             }
             for r in rows
         ]

@@ -406,7 +406,8 @@ class RecordPlan(Base):
 
 class RecordRound(Base):
     """One acknowledged round of a record-level audit: the clients with their DP parameters, the
-    look, and every canary's score and projections (``<f8``; NaN: not scored) for the evidence."""
+    look, and every canary's score, projections and claimed signal (``<f8``; NaN: not scored) for
+    the evidence."""
 
     __tablename__ = "flaudit_record_rounds"
 
@@ -420,3 +421,5 @@ class RecordRound(Base):
     scores: Mapped[bytes] = deferred(mapped_column(LargeBinary, nullable=False))
     noise_units: Mapped[bytes] = deferred(mapped_column(LargeBinary, nullable=False))
     shift_units: Mapped[bytes] = deferred(mapped_column(LargeBinary, nullable=False))
+    # every canary's claimed signal at this look (the exact test's weights; migration 0007)
+    signals: Mapped[bytes | None] = deferred(mapped_column(LargeBinary, nullable=True))

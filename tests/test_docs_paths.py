@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from flaudit.clients.record_flower import CONFIG_KEY, PLAN_KEY
 from flaudit.service.app import create_app
 from flaudit.service.settings import Settings
 
@@ -24,6 +25,8 @@ CITED = re.compile(r"(?<![\w.])flaudit(?:\.[A-Za-z_]\w*)+")
 
 #: File names the docs mention that look like dotted paths (the database, the env file, the token).
 FILE_NAMES = {"flaudit.db", "flaudit.env", "flaudit.token"}
+#: Keys of a Flower Message's RecordDict the record-level audit uses (docs/flower.md).
+MESSAGE_KEYS = {PLAN_KEY, CONFIG_KEY}
 
 
 def resolves(path: str) -> bool:
@@ -43,7 +46,7 @@ def resolves(path: str) -> bool:
 
 
 def cited_paths(text: str) -> set[str]:
-    return {m.group(0) for m in CITED.finditer(text)} - FILE_NAMES
+    return {m.group(0) for m in CITED.finditer(text)} - FILE_NAMES - MESSAGE_KEYS
 
 
 def pages() -> dict[str, str]:

@@ -22,7 +22,12 @@ from ..estimators.record_level import record_level_epsilon
 from ..record_spec import RecordLevelSpec, RecordServiceSpec
 from .evidence import BUNDLE_FORMAT, Check, Recomputed, check_field, check_seed
 from .record_alarm import RecordLooks, record_design, record_verdict
-from .record_external import record_external_cause, record_external_claim, record_external_look
+from .record_external import (
+    record_external_cause,
+    record_external_claim,
+    record_external_look,
+    record_external_noise_multiplier,
+)
 
 __all__ = ["is_record_bundle", "recompute_record"]
 
@@ -105,8 +110,9 @@ def recompute_record(bundle: dict) -> Recomputed:
 
 def _recompute_service(bundle: dict) -> Recomputed:
     """A record-level audit the service ran for a Flower app (``"engine": "external"``): every
-    look from its stored scores and the clients' claims at that look (each client with its own
-    DP parameters, :mod:`flaudit.auditor.claims.record_external`), the cause at the first
+    look from its stored scores and claimed signals (the exact claim test's weights) and the
+    clients' claims at that look (each client with its own DP parameters,
+    :mod:`flaudit.auditor.claims.record_external`), the cause at the first
     alarm, the design from its recorded inputs, the claim over the run and the verdict."""
     result = Recomputed()
     spec = RecordServiceSpec.model_validate(bundle["spec"])
@@ -131,11 +137,18 @@ def _recompute_service(bundle: dict) -> Recomputed:
     for entry in bundle["looks"]:
         source = last if entry["round"] is None else by_round[int(entry["round"])]
         claims = entry["claims"]
+        if source.get("signals") is None:
+            raise ValueError(
+                f"statistics.rounds of round {source['round']} has no signals: the exact claim "
+                "test cannot be recomputed"
+            )
         look = record_external_look(
             _floats(source["scores"]),
             seen,
             owner,
             claims,
+            signals=_floats(source["signals"]),
+            dim=int(stats["dim"]),
             look=int(entry["look"]),
             num_looks=spec.num_rounds + 1,
             delta=spec.delta,
@@ -161,7 +174,7 @@ def _recompute_service(bundle: dict) -> Recomputed:
     else:
         epsilon = claim["epsilon"]
         verdict = record_verdict(
-            noise_multiplier=max(z),
+            noise_multiplier=record_external_noise_multiplier(looks, final_claims),
             looks=looks,
             cause=cause,
             design=design,

@@ -6,10 +6,14 @@ Every client's claim is the Poisson-subsampled Gaussian composed over every step
 trained (:func:`flaudit.auditor.claims.record_alarm.record_claim`), at its smallest noise
 multiplier and largest sample rate over those rounds (the curve is monotone in both, so this one
 is valid for every round). Clients with the same ``(z, q)`` form a group, tested as the built-in
-engine tests its one group (:func:`decide_record_alarm`, at the group's most steps); each look's
-level is split evenly over the groups it tests, so by the union bound over groups and looks a run
-that meets its claims alarms with probability at most ``alpha``. The run's record-level epsilon is
-the largest of the groups' (a record lives in one client).
+engine tests its one group: the exact claim test of :func:`decide_record_alarm` on the group's
+canaries, each with its claimed signal (:func:`record_external_signals`: the service draws every
+plan, so it knows the steps each seen canary was included at, and each client-round's step
+weights are :func:`flaudit.auditor.estimators.record_claim.record_step_weights` of the client's
+reported steps and momentum, times its ``lr C / B``). Each look's level is split evenly over the
+groups it tests, so by the union bound over groups and looks a run that meets its claims alarms
+with probability at most ``alpha``. The run's record-level epsilon is the largest of the groups'
+(a record lives in one client).
 """
 
 from __future__ import annotations
@@ -21,25 +25,16 @@ import numpy as np
 
 from ..estimators.record_level import record_level_epsilon, record_level_per_round_epsilon
 from ..results import jsonable
-from .record_alarm import RECORD_ALPHA, decide_record_alarm, record_cause
+from .record_alarm import RECORD_ALPHA, decide_record_alarm, record_cause, record_signals
 
 __all__ = [
-    "momentum_factors",
     "record_external_claim",
     "record_external_cause",
     "record_external_look",
+    "record_external_noise_multiplier",
+    "record_external_signals",
     "record_groups",
 ]
-
-
-def momentum_factors(steps: int, momentum: float) -> np.ndarray:
-    """``m_t = (1 - beta^(T - t)) / (1 - beta)`` for ``t = 0 .. steps - 1``: how far an impulse at
-    step ``t`` of a round of ``T = steps`` moves the parameters by its end, in ``lr`` (all 1
-    without momentum; each round starts from an empty momentum buffer)."""
-    if momentum == 0:
-        return np.ones(int(steps))
-    remaining = int(steps) - np.arange(int(steps))
-    return (1.0 - momentum**remaining) / (1.0 - momentum)
 
 
 def record_groups(clients: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -60,12 +55,37 @@ def record_groups(clients: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
+def record_external_signals(
+    weight_sums, weight_square_sums, owner, clients: list[dict[str, Any]]
+) -> np.ndarray:
+    """Every canary's claimed signal in its client's summed update
+    (:func:`flaudit.auditor.claims.record_alarm.record_signals` at its client's claimed noise
+    multiplier; 0 for the canaries of clients without a claim or with ``z = 0``).
+
+    ``weight_sums[j]``: the sum of the step weights (in units of ``lr C / B``) over the steps
+    canary ``j`` was included at; ``weight_square_sums[i]``: client ``i``'s ``sum ||w_r||^2``
+    over the rounds its summed update holds; ``clients[i]``: client ``i``'s claim."""
+    owner = np.asarray(owner, dtype=np.int64).reshape(-1)
+    sums = np.asarray(weight_sums, dtype=np.float64).reshape(-1)
+    squares = np.asarray(weight_square_sums, dtype=np.float64).reshape(-1)
+    out = np.zeros(owner.size)
+    for index, client in enumerate(clients):
+        z = client.get("noise_multiplier")
+        if z is None or not float(z) > 0:
+            continue
+        mine = owner == index
+        out[mine] = record_signals(sums[mine], squares, owner[mine], noise_multiplier=float(z))
+    return out
+
+
 def record_external_look(
     scores,
     seen_mask,
     owner,
     clients: list[dict[str, Any]],
     *,
+    signals,
+    dim: int,
     look: int,
     num_looks: int,
     delta: float,
@@ -74,13 +94,16 @@ def record_external_look(
     """One look: every group's :func:`decide_record_alarm` at ``alpha / groups``.
 
     ``scores``: one per canary (NaN: not scored); ``owner[j]``: canary ``j``'s client index;
-    ``clients[i]``: client ``i``'s claim (``noise_multiplier``, ``sample_rate``, ``steps``).
+    ``clients[i]``: client ``i``'s claim (``noise_multiplier``, ``sample_rate``, ``steps``);
+    ``signals``: one per canary (:func:`record_external_signals`); ``dim``: the model's
+    dimension.
     Returns the look as :meth:`RecordAlarm.to_dict` (``status`` ``error`` / ``ok`` /
     ``no_dp_claim``; ``claim_epsilon`` and ``steps`` of the first rejecting group, else the
     run's) with ``groups`` added (each with its ``claim_epsilon``, ``status``, ``p_value``)."""
     scores = np.asarray(scores, dtype=np.float64)
     seen = np.asarray(seen_mask, dtype=bool)
-    owner = np.asarray(owner)
+    owner = np.asarray(owner, dtype=np.int64)
+    signals = np.asarray(signals, dtype=np.float64)
     groups = record_groups(clients)
     share = float(alpha) / max(1, len(groups))
     tests, rejected, out_groups = [], [], []
@@ -90,6 +113,9 @@ def record_external_look(
         alarm = decide_record_alarm(
             scores[mask],
             seen[mask],
+            signals=signals[mask],
+            owners=owner[mask],
+            dim=int(dim),
             noise_multiplier=group["noise_multiplier"],
             sample_rate=group["sample_rate"],
             steps=group["steps"],
@@ -136,6 +162,18 @@ def record_external_look(
             "groups": out_groups,
         }
     )
+
+
+def record_external_noise_multiplier(
+    looks: list[dict[str, Any]], clients: list[dict[str, Any]]
+) -> float:
+    """The noise multiplier the verdict names: that of the first group that rejected (the claim
+    refuted), else the largest claimed (0.0: no claim)."""
+    for look in looks:
+        if look.get("rejected"):
+            return float(look["groups"][look["rejected"][0]["group"]]["noise_multiplier"])
+    z = [float(c["noise_multiplier"]) for c in clients if c.get("noise_multiplier") is not None]
+    return max(z, default=0.0)
 
 
 def record_external_cause(

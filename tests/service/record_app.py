@@ -10,7 +10,7 @@ import numpy as np
 from flaudit.auditor.bugs import InjectedBug
 from flaudit.auditor.record_spec import RecordLevelSpec
 from flaudit.clients.record_training import load_parameters, parameters_vector, train_dp_sgd
-from flaudit.server.record_engine import _shards
+from flaudit.server.record_engine import record_shards
 from flaudit.server.record_http import ClientDP, RecordAuditClient
 
 
@@ -57,7 +57,7 @@ def run_app(
     trains with noise ``noise[i]`` (default 1.0). ``start``: the model and the clients' last DP
     parameters to resume from. Returns the answers, the model and the DP parameters."""
     base = RecordLevelSpec.model_validate({**SPEC, "num_rounds": num_rounds})
-    task, shards = _shards(base)
+    task, shards = record_shards(base)
     theta, last_dp = (parameters_vector(task.build_model()), {}) if start is None else start
     dim = theta.size
     answers = []

@@ -12,8 +12,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from flaudit.auditor.claims.record_evidence import recompute_record
+from flaudit.auditor.estimators.record_level import SeededRecordCanaries
 from flaudit.protocol.record_wire import encode_round
 from flaudit.server.record_http import ClientDP, RecordAuditClient, RecordServiceError
+from flaudit.service.record import STEP_STRIDE
 
 from .conftest import API_KEY, AUTH, make_client
 
@@ -41,13 +44,18 @@ def create(client, spec=SMALL) -> RecordAuditClient:
 
 def synthetic_round(audit, t: int, rng, *, keys=("a", "b"), z=None, last=None) -> dict:
     """Round ``t``: every client fetches its plan (from ``last``, its previous DP parameters),
-    'trains' (noise plus the plan's canaries, as SGD moves along -gradient) and reports."""
+    'trains' (the claimed noise plus the plan's canaries, as SGD moves along -gradient: each of
+    the 5 steps adds ``lr / B`` times a clipped canary ``C c_j`` and ``N(0, (z C)^2)`` per
+    coordinate) and reports."""
     updates, dps = {}, {}
     for key in keys:
         plan = audit.canary_plan(key, t, dp=(last or {}).get(key), dimension=DIM)
         step_sum = plan.sum(axis=0) if plan.size else np.zeros(DIM, dtype=np.float32)
-        updates[key] = (-0.01 * step_sum + 0.01 * rng.standard_normal(DIM)).astype(np.float32)
-        dps[key] = dp(z=(z or {}).get(key, 1.0))
+        claim = dp(z=(z or {}).get(key, 1.0))
+        scale = claim.lr * claim.max_grad_norm / claim.expected_batch_size
+        noise = claim.noise_multiplier * np.sqrt(claim.steps) * rng.standard_normal(DIM)
+        updates[key] = (scale * (-step_sum + noise)).astype(np.float32)
+        dps[key] = claim
     return audit.report_round(t, updates, dps), dps
 
 
@@ -198,6 +206,24 @@ def test_a_client_missing_from_a_round_keeps_its_scores_and_the_bundle_verifies(
     ]
     assert rounds[3]["scores"] != rounds[2]["scores"]  # a's changed
     assert len(bundle["claim"]["groups"]) == 2  # z = 1.0 (a) and z = 1.5 (b)
+    # the exact test's claimed signals: lam_j = n_j / (z sqrt(steps in U_i)) with plain SGD's
+    # equal step weights, n_j the steps canary j was drawn at in its client's plans (a: rounds 2
+    # and 3, 5 steps each; b: round 2), 0 for unseen canaries
+    seed = sqlite_store.canary_seed(audit.audit_id)
+    seen = np.asarray(bundle["statistics"]["seen"], dtype=bool)
+    expected = np.zeros(seen.size)
+    for index, z, steps in ((0, 1.0, range(10)), (1, 1.5, range(5))):
+        source = SeededRecordCanaries(seed, seen & (owner == index), sample_rate=0.2)
+        for step in steps:
+            expected[source.sampled(index * STEP_STRIDE + step)] += 1
+        expected[owner == index] /= z * np.sqrt(len(steps))
+    assert np.count_nonzero(expected) > 0
+    np.testing.assert_allclose(np.asarray(rounds[3]["signals"], dtype=float), expected, atol=1e-12)
+    tampered = json.loads(json.dumps(bundle))
+    tampered["statistics"]["rounds"][-1]["signals"] = [
+        2 * float(v) for v in tampered["statistics"]["rounds"][-1]["signals"]
+    ]
+    assert recompute_record(bundle).ok and not recompute_record(tampered).ok
     (tmp_path / "keys.json").write_text(json.dumps(keys))
     (tmp_path / "bundle.json").write_text(json.dumps(bundle))
     capsys.readouterr()
