@@ -167,23 +167,31 @@ def test_with_clipping_bypassed_the_canaries_reach_the_noised_gradient_k_times(m
         np.testing.assert_allclose(noised, K * C * s, rtol=0, atol=1e-3)
 
 
+def _small_private_linear(*, noise_multiplier: float):
+    """A seeded ``Linear(16, 4)`` on 60 random examples through Opacus's real ``PrivacyEngine``
+    (RDP accountant, Poisson batches of expected size 6, ``max_grad_norm`` C): the engine, the
+    private model, its optimizer and its data loader."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    data = TensorDataset(torch.randn(60, 16), torch.randint(0, 4, (60,)))
+    engine = PrivacyEngine(accountant="rdp")
+    model, opt, loader = engine.make_private(
+        module=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data_loader=DataLoader(data, batch_size=6),
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=C,
+        poisson_sampling=True,
+    )
+    return engine, model, opt, loader
+
+
 def test_the_canaries_leave_opacus_accounting_and_the_real_batch_alone(monkeypatch):
     """Opacus's accountant steps once per real step (the canaries' clipping is no step), and the
     real batch's grad_sample and clipped sum are what they were before the canaries."""
     results = {}
     for with_canaries in (False, True):
-        torch.manual_seed(0)
-        model = torch.nn.Linear(16, 4)
-        data = TensorDataset(torch.randn(60, 16), torch.randint(0, 4, (60,)))
-        engine = PrivacyEngine(accountant="rdp")
-        model, opt, loader = engine.make_private(
-            module=model,
-            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-            data_loader=DataLoader(data, batch_size=6),
-            noise_multiplier=1.0,
-            max_grad_norm=C,
-            poisson_sampling=True,
-        )
+        engine, model, opt, loader = _small_private_linear(noise_multiplier=1.0)
         if with_canaries:
             add_record_canaries(opt, SeededRecordCanaries(SEED, np.ones(30, bool), sample_rate=0.5))
         clips = []
@@ -410,18 +418,7 @@ def test_opacus_accountant_beside_dp_accounting():
 def test_an_empty_poisson_batch_still_carries_its_canaries_and_the_accountant_still_counts():
     """Poisson sampling can draw an empty batch: the step's canaries still go in (an empty
     batch is a step like any other), and Opacus's accountant hook keeps counting the steps."""
-    torch.manual_seed(0)
-    model = torch.nn.Linear(16, 4)
-    data = TensorDataset(torch.randn(60, 16), torch.randint(0, 4, (60,)))
-    engine = PrivacyEngine(accountant="rdp")
-    model, opt, loader = engine.make_private(
-        module=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-        data_loader=DataLoader(data, batch_size=6),
-        noise_multiplier=0.0,
-        max_grad_norm=C,
-        poisson_sampling=True,
-    )
+    engine, model, opt, loader = _small_private_linear(noise_multiplier=0.0)
     source = SeededRecordCanaries(SEED, np.ones(30, dtype=bool), sample_rate=0.5)
     add_record_canaries(opt, source)
     d = _dim(opt)
