@@ -196,10 +196,10 @@ def json_safe(value):
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    """FastAPI's 422 body, rendered even when the input held NaN, Infinity or lone surrogates."""
-    return JSONResponse(
-        status_code=422, content={"detail": json_safe(jsonable_encoder(exc.errors()))}
-    )
+    """FastAPI's 422 body, rendered even when the input held NaN, Infinity or lone surrogates;
+    each location names the field as sent (``POST /audits``'s spec kind tag left out)."""
+    errors = [{**error, "loc": audits.untagged(error["loc"])} for error in exc.errors()]
+    return JSONResponse(status_code=422, content={"detail": json_safe(jsonable_encoder(errors))})
 
 
 def _submit_demo(store: Store, path: str) -> None:

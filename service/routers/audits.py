@@ -49,8 +49,21 @@ _AUTH = {
 }
 
 
+#: The tags of ``POST /audits``'s two spec kinds (pydantic puts them into an error's location).
+SPEC_TAGS = ("user", "record")
+
+
 def _spec_kind(data: object) -> str:
     return "record" if is_record_level(data) else "user"
+
+
+def untagged(loc: tuple | list) -> tuple:
+    """An error location without the spec kind's tag: ``("body", "user", "delta")`` is
+    ``("body", "delta")``, the field as the client sent it (no field is named after a tag)."""
+    loc = tuple(loc)
+    if len(loc) > 2 and loc[0] == "body" and loc[1] in SPEC_TAGS:
+        return (loc[0], *loc[2:])
+    return loc
 
 
 #: ``POST /audits`` takes a user-level spec or, with ``"level": "record"``, a record-level one.

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tests.integration.test_byo_flower_app import (
     documented_blocks,
@@ -67,6 +68,8 @@ def test_the_quickstart_behind_adaptive_clipping_records_the_clip_noise_mismatch
     monkeypatch.chdir(tmp_path)  # the quickstart saves final_model.pt
     random.seed(38)
     np.random.seed(38)  # Flower's DP noise and noisy clipped count
+    torch.manual_seed(38)  # the model's start and the batches: the clip norms' path (a fresh
+    # worker and one that ran other torch tests before must see the same run)
     run_config = {
         "num-server-rounds": ROUNDS,
         "fraction-evaluate": 0.0,
