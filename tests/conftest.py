@@ -37,6 +37,11 @@ from tests.skip_policy import (  # noqa: E402, F401  (pytest finds the hooks by 
 from tests.slow_first import slowest_files_first  # noqa: E402
 
 
+def pytest_configure(config):
+    """Every collected test runs once and reports, or the run fails (tests/every_test_runs.py)."""
+    config.pluginmanager.import_plugin("tests.every_test_runs")
+
+
 def pytest_collection_modifyitems(config, items):
     """The slowest test files first, so the two xdist workers finish together (tests/slow_first.py)."""
     slowest_files_first(items)
