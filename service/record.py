@@ -31,13 +31,12 @@ import numpy as np
 from sqlalchemy import func, select, update
 
 from ..auditor.canaries import OrthogonalCanaries, new_master_seed, seen_mask
-from ..auditor.claims.record_alarm import record_design, record_verdict
+from ..auditor.claims.record_alarm import record_design
 from ..auditor.claims.record_external import (
     record_external_cause,
-    record_external_claim,
     record_external_look,
-    record_external_noise_multiplier,
     record_external_signals,
+    record_external_verdict,
 )
 from ..auditor.estimators.record_claim import record_step_weights
 from ..auditor.estimators.record_level import SeededRecordCanaries
@@ -618,28 +617,15 @@ def end_record_audit(store, audit_id: str) -> dict[str, Any]:
         looks.append(final)
         if cause is None and final["status"] == "error":
             cause = record_external_cause(units[1], units[2], seen, owner, final)
-    claim = record_external_claim(claims, delta=spec.delta)
     design = state.record.design or {
         "claim_epsilon": math.inf,
         "refutable": False,
         "power": 0.0,
         "summary": "no round was reported, so nothing could be designed",
     }
-    z = [c["noise_multiplier"] for c in claims if c["noise_multiplier"] is not None]
-    run_epsilon = claim["epsilon"]
-    verdict = record_verdict(
-        noise_multiplier=record_external_noise_multiplier(looks, claims),
-        looks=looks,
-        cause=cause,
-        design=design,
-        run_epsilon=float(run_epsilon) if isinstance(run_epsilon, float | int) else math.inf,
-        delta=spec.delta,
+    claim, verdict = record_external_verdict(
+        looks, claims, cause=cause, design=design, delta=spec.delta
     )
-    if not z:
-        verdict = {
-            "status": "inconclusive",
-            "summary": "Inconclusive: no round was reported, so there is nothing to test.",
-        }
     with store.session() as s, s.begin():
         s.execute(
             update(RecordAudit)

@@ -21,12 +21,11 @@ import numpy as np
 from ..estimators.record_level import record_level_epsilon
 from ..record_spec import RecordLevelSpec, RecordServiceSpec
 from .evidence import BUNDLE_FORMAT, Check, Recomputed, check_field, check_seed
-from .record_alarm import RecordLooks, record_design, record_verdict
+from .record_alarm import RecordLooks, record_design
 from .record_external import (
     record_external_cause,
-    record_external_claim,
     record_external_look,
-    record_external_noise_multiplier,
+    record_external_verdict,
 )
 
 __all__ = ["is_record_bundle", "recompute_record"]
@@ -163,23 +162,9 @@ def _recompute_service(bundle: dict) -> Recomputed:
     check_field(result, "looks", bundle["looks"], looks)
     check_field(result, "cause", bundle.get("cause"), cause)
     final_claims = looks[-1]["claims"] if looks else []
-    claim = record_external_claim(final_claims, delta=spec.delta)
+    claim, verdict = record_external_verdict(
+        looks, final_claims, cause=cause, design=design, delta=spec.delta
+    )
     check_field(result, "claim", bundle["claim"], claim)
-    z = [c["noise_multiplier"] for c in final_claims if c["noise_multiplier"] is not None]
-    if not z:
-        verdict = {
-            "status": "inconclusive",
-            "summary": "Inconclusive: no round was reported, so there is nothing to test.",
-        }
-    else:
-        epsilon = claim["epsilon"]
-        verdict = record_verdict(
-            noise_multiplier=record_external_noise_multiplier(looks, final_claims),
-            looks=looks,
-            cause=cause,
-            design=design,
-            run_epsilon=float(epsilon) if isinstance(epsilon, float | int) else math.inf,
-            delta=spec.delta,
-        )
     check_field(result, "verdict", bundle["verdict"], verdict)
     return result

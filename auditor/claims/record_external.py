@@ -25,7 +25,13 @@ import numpy as np
 
 from ..estimators.record_level import record_level_epsilon, record_level_per_round_epsilon
 from ..results import jsonable
-from .record_alarm import RECORD_ALPHA, decide_record_alarm, record_cause, record_signals
+from .record_alarm import (
+    RECORD_ALPHA,
+    decide_record_alarm,
+    record_cause,
+    record_signals,
+    record_verdict,
+)
 
 __all__ = [
     "record_external_claim",
@@ -33,6 +39,7 @@ __all__ = [
     "record_external_look",
     "record_external_noise_multiplier",
     "record_external_signals",
+    "record_external_verdict",
     "record_groups",
 ]
 
@@ -233,3 +240,33 @@ def record_external_claim(
             "groups": groups,
         }
     )
+
+
+def record_external_verdict(
+    looks: list[dict[str, Any]],
+    clients: list[dict[str, Any]],
+    *,
+    cause: dict[str, Any] | None,
+    design: dict[str, Any],
+    delta: float,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's claim (:func:`record_external_claim` of the final ``clients``) and its verdict
+    from the ``looks``: inconclusive when no client reported a noise multiplier. The service's
+    end of an audit and ``flaudit verify`` both call this, so the two cannot drift apart."""
+    claim = record_external_claim(clients, delta=delta)
+    if not any(c.get("noise_multiplier") is not None for c in clients):
+        verdict = {
+            "status": "inconclusive",
+            "summary": "Inconclusive: no round was reported, so there is nothing to test.",
+        }
+        return claim, verdict
+    epsilon = claim["epsilon"]
+    verdict = record_verdict(
+        noise_multiplier=record_external_noise_multiplier(looks, clients),
+        looks=looks,
+        cause=cause,
+        design=design,
+        run_epsilon=float(epsilon) if isinstance(epsilon, float | int) else math.inf,
+        delta=delta,
+    )
+    return claim, verdict
