@@ -18,6 +18,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -27,92 +29,89 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _service import AUTH, ROOT, running_service  # noqa: E402
 
 
-async def _poller(
-    client: httpx.AsyncClient,
-    path: str,
-    stop: float,
-    interval: float,
-    latencies: list[float],
-    errors: list[str],
-) -> None:
-    while time.perf_counter() < stop:
-        t0 = time.perf_counter()
+@dataclass
+class _Polls:
+    """The pollers' shared clock and results: they poll until ``stop`` (``time.perf_counter()``),
+    pausing ``interval`` s between requests; ``latencies`` in seconds, ``errors`` named."""
+
+    stop: float
+    interval: float
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    async def run(self, request: Callable[[], Awaitable[str | None]]) -> None:
+        """Time ``request()`` (which returns an error's name, or None) back to back until
+        ``stop``; an exception it raises ends the loop."""
+        while time.perf_counter() < self.stop:
+            t0 = time.perf_counter()
+            error = await request()
+            self.latencies.append(time.perf_counter() - t0)
+            if error is not None:
+                self.errors.append(error)
+            if self.interval:
+                await asyncio.sleep(self.interval)
+
+    def milliseconds(self) -> tuple[np.ndarray, list[str]]:
+        return np.array(self.latencies) * 1000.0, self.errors
+
+
+async def _poller(client: httpx.AsyncClient, path: str, polls: _Polls) -> None:
+    async def request() -> str | None:
         try:
             r = await client.get(path)
-            if r.status_code != 200:
-                errors.append(str(r.status_code))
         except httpx.HTTPError as exc:
-            errors.append(type(exc).__name__)
-        latencies.append(time.perf_counter() - t0)
-        if interval:
-            await asyncio.sleep(interval)
+            return type(exc).__name__
+        return str(r.status_code) if r.status_code != 200 else None
+
+    await polls.run(request)
 
 
-async def _raw_poller(
-    host: str,
-    port: int,
-    path: str,
-    stop: float,
-    interval: float,
-    latencies: list[float],
-    errors: list[str],
-) -> None:
+async def _raw_poller(host: str, port: int, path: str, polls: _Polls) -> None:
     """A minimal HTTP/1.1 keep-alive client: the client's own CPU cost stays small, so the
     numbers are about the server (httpx costs ~1 ms of CPU per request on these cores)."""
     reader, writer = await asyncio.open_connection(host, port)
-    request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n\r\n".encode()
+    message = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n\r\n".encode()
+
+    async def request() -> str | None:
+        writer.write(message)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1]
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        await reader.readexactly(length)
+        return status.decode() if status != b"200" else None
+
     try:
-        while time.perf_counter() < stop:
-            t0 = time.perf_counter()
-            writer.write(request)
-            await writer.drain()
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = head.split(b" ", 2)[1]
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            await reader.readexactly(length)
-            latencies.append(time.perf_counter() - t0)
-            if status != b"200":
-                errors.append(status.decode())
-            if interval:
-                await asyncio.sleep(interval)
+        await polls.run(request)
     except (OSError, asyncio.IncompleteReadError) as exc:
-        errors.append(type(exc).__name__)
+        polls.errors.append(type(exc).__name__)
     finally:
         writer.close()
 
 
 async def _poll_raw(url: str, audit_id: str, pollers: int, duration: float, interval: float):
-    latencies: list[float] = []
-    errors: list[str] = []
     parsed = httpx.URL(url)
-    stop = time.perf_counter() + duration
+    polls = _Polls(time.perf_counter() + duration, interval)
     await asyncio.gather(
         *[
-            _raw_poller(
-                parsed.host, parsed.port, f"/audits/{audit_id}", stop, interval, latencies, errors
-            )
+            _raw_poller(parsed.host, parsed.port, f"/audits/{audit_id}", polls)
             for _ in range(pollers)
         ]
     )
-    return np.array(latencies) * 1000.0, errors
+    return polls.milliseconds()
 
 
 async def _poll(url: str, audit_id: str, pollers: int, duration: float, interval: float):
-    latencies: list[float] = []
-    errors: list[str] = []
     limits = httpx.Limits(max_connections=pollers, max_keepalive_connections=pollers)
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
-        stop = time.perf_counter() + duration
+        polls = _Polls(time.perf_counter() + duration, interval)
         await asyncio.gather(
-            *[
-                _poller(client, f"/audits/{audit_id}", stop, interval, latencies, errors)
-                for _ in range(pollers)
-            ]
+            *[_poller(client, f"/audits/{audit_id}", polls) for _ in range(pollers)]
         )
-    return np.array(latencies) * 1000.0, errors
+    return polls.milliseconds()
 
 
 def main() -> int:

@@ -39,6 +39,16 @@ def print_invalid_spec(what: str, error) -> None:
         print(f"  {where}: {item['msg']}", file=sys.stderr)
 
 
+def print_run_error(error: TimeoutError | ValueError) -> int:
+    """Why the engine stopped, on stderr, and ``flaudit run``'s exit status for it: 1 for a
+    timeout, 2 for a bad argument or a spec the engine cannot satisfy."""
+    if isinstance(error, TimeoutError):
+        print(f"flaudit run: {error}", file=sys.stderr)
+        return 1
+    print(f"flaudit run: error: {error}", file=sys.stderr)
+    return 2
+
+
 def commit(seed: int) -> dict:
     """A commitment to a run's seed, made before training (its salt kept for the bundle)."""
     salt = secrets.token_bytes(16)

@@ -25,7 +25,7 @@ from ..auditor.claims.record_alarm import RECORD_ALPHA, RecordLooks, record_caus
 from ..auditor.estimators.record_level import record_level_epsilon, record_level_per_round_epsilon
 from ..auditor.record_spec import RecordLevelSpec
 from ..service.evidence import versions
-from ._run_outputs import commit
+from ._run_outputs import commit, print_run_error
 from .run import validated_spec
 
 __all__ = ["main"]
@@ -134,12 +134,8 @@ def main(args, data: dict) -> int:
 
     try:
         result = run_record_audit(spec, canary_seed=seed, on_round=on_round, timeout=args.timeout)
-    except TimeoutError as error:
-        print(f"flaudit run: {error}", file=sys.stderr)
-        return 1
-    except ValueError as error:
-        print(f"flaudit run: error: {error}", file=sys.stderr)
-        return 2
+    except (TimeoutError, ValueError) as error:
+        return print_run_error(error)
 
     last = state["last"]
     look_at(last, num_looks, None)

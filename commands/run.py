@@ -37,7 +37,7 @@ from ..auditor.estimators import audit_analytic_epsilon
 from ..auditor.record_spec import is_record_level
 from ..auditor.spec import AuditSpec, ThreatModel
 from ._progress import RoundProgress
-from ._run_outputs import commit, junit_xml, print_invalid_spec, run_bundle
+from ._run_outputs import commit, junit_xml, print_invalid_spec, print_run_error, run_bundle
 from ._table import fmt_number, print_table
 
 #: Exit status per verdict (documented in ``--help``), so a CI job can gate on an audit.
@@ -397,12 +397,8 @@ def main(args: argparse.Namespace) -> int:
                 max_supernodes=args.max_supernodes,
                 num_cpus=args.num_cpus,
             )
-    except TimeoutError as error:
-        print(f"flaudit run: {error}", file=sys.stderr)
-        return 1
-    except ValueError as error:
-        print(f"flaudit run: error: {error}", file=sys.stderr)
-        return 2
+    except (TimeoutError, ValueError) as error:
+        return print_run_error(error)
 
     summary, estimates, alarm, alerts, verdict = reporter.evaluate(bootstrap=args.bootstrap)
     tracker = reporter.inner.tracker

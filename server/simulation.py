@@ -58,6 +58,30 @@ class _DropRunSimulationDeprecation(logging.Filter):
         )
 
 
+def _runtime(
+    spec: AuditSpec,
+    canary_seed: int,
+    reporter: RoundReporter,
+    timeout: float | None,
+    progress: Callable[[int, int], None] | None,
+    noise_seed: int | None,
+    **options: Any,
+) -> AuditRuntime:
+    """The main loop's :class:`AuditRuntime` for an audit run in this process, its deadline
+    ``timeout`` seconds from now (``None``: the spec's ``timeout_seconds``)."""
+    if timeout is None:
+        timeout = spec.timeout_seconds
+    return AuditRuntime(
+        spec=spec,
+        canary_seed=canary_seed,
+        reporter=reporter,
+        deadline=time.monotonic() + timeout,
+        progress=progress,
+        noise_seed=noise_seed,
+        **options,
+    )
+
+
 def run_simulation_audit(
     spec: AuditSpec,
     *,
@@ -120,15 +144,15 @@ def run_simulation_audit(
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     num_supernodes = min(spec.num_clients, max_supernodes)
-    runtime = AuditRuntime(
-        spec=spec,
-        canary_seed=canary_seed,
-        reporter=reporter,
-        deadline=time.monotonic() + timeout,
-        progress=progress,
+    runtime = _runtime(
+        spec,
+        canary_seed,
+        reporter,
+        timeout,
+        progress,
+        noise_seed,
         round_timeout=round_timeout,
         min_nodes=num_supernodes,
-        noise_seed=noise_seed,
     )
     init_args = ray_init_args(ray_node_ip, num_cpus=num_cpus)
     backend_config = {
@@ -222,20 +246,11 @@ def run_inprocess_audit(
     """
     from flwr.supercore.task_identity import TaskIdentity
 
-    if timeout is None:
-        timeout = spec.timeout_seconds
     old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
     if old[1] is None:  # messages need a run identity; set a local one if none is active
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
     try:
-        runtime = AuditRuntime(
-            spec=spec,
-            canary_seed=canary_seed,
-            reporter=reporter,
-            deadline=time.monotonic() + timeout,
-            progress=progress,
-            noise_seed=noise_seed,
-        )
+        runtime = _runtime(spec, canary_seed, reporter, timeout, progress, noise_seed)
         return dict(run_audit(InProcessGrid(), runtime))
     finally:
         TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old

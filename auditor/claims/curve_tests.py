@@ -144,11 +144,11 @@ def claim_test(
     -------
     ClaimTestResult
     """
-    seen, unseen, d = check_threshold_inputs(seen, unseen, d, correction)
+    seen, unseen, d, threat_model = check_threshold_inputs(
+        seen, unseen, d, correction, threat_model
+    )
     if not isinstance(claim, (GaussianDPClaim, EpsilonDeltaCurveClaim, NoDPClaim)):
         raise ValueError(f"claim must be a trade-off claim, got {type(claim).__name__}")
-    if threat_model is None:
-        threat_model = "final_model" if unseen is None else "all_iterates"
     method = (
         "exact binomial test of the false negatives against the claimed curve at the exact-null FPR"
         if unseen is None

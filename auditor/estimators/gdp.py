@@ -27,6 +27,7 @@ from .lower_bound import (
     clopper_pearson_upper,
     search_thresholds,
     threshold_bounds,
+    threshold_multiplicity,
 )
 from .two_gaussian import log_gaussian_mechanism_delta
 
@@ -111,10 +112,6 @@ def correction_label(correction: CorrectionStrategy) -> str:
     return f"threshold chosen on a {correction.frac} split, evaluated on the rest"
 
 
-def _multiplicity(correction: CorrectionStrategy) -> int:
-    return correction.num_thresholds if isinstance(correction, Bonferroni) else 1
-
-
 # -- mu_lo ---------------------------------------------------------------------------------------
 
 
@@ -178,12 +175,12 @@ def gdp_lower_bound(
         ``mu``, ``threshold``, ``fpr_upper``, ``fnr_upper``, ``num_thresholds``, ``num_seen``,
         ``num_unseen``, ``fpr`` and ``rate_bounds``.
     """
-    seen, unseen, d = check_threshold_inputs(seen, unseen, d, correction)
+    seen, unseen, d, threat_model = check_threshold_inputs(
+        seen, unseen, d, correction, threat_model
+    )
     delta = check_delta(delta)
     confidence = check_confidence(confidence)
     alpha = 1.0 - confidence
-    if threat_model is None:
-        threat_model = "final_model" if unseen is None else "all_iterates"
 
     def evaluate(s_, u_, thresholds, multiplicity):
         return _mu_bounds(s_, u_, d, thresholds, alpha / multiplicity)[0]
@@ -201,7 +198,7 @@ def gdp_lower_bound(
             choice.unseen,
             d,
             choice.thresholds[[choice.index]],
-            alpha / _multiplicity(correction),
+            alpha / threshold_multiplicity(correction),
         )
         fpr, fnr = float(fpr_a[0]), float(fnr_a[0])
     mu_lo = float(choice.value)

@@ -290,9 +290,11 @@ def search_thresholds(
     return ThresholdChoice(float(values[i]), i, float(thresholds[i]), thresholds, seen, unseen)
 
 
-def check_threshold_inputs(seen, unseen, d, correction):
-    """Validated ``(seen, unseen, d)`` for a threshold-test bound; ``d`` is required without
-    ``unseen`` (exact null FPR). Raises ``ValueError`` naming the argument."""
+def check_threshold_inputs(seen, unseen, d, correction, threat_model=None):
+    """Validated ``(seen, unseen, d, threat_model)`` for a threshold-test bound; ``d`` is
+    required without ``unseen`` (exact null FPR). ``threat_model`` labels the result: default
+    ``final_model`` with the exact null, else ``all_iterates``. Raises ``ValueError`` naming the
+    argument."""
     seen = check_scores(seen, "seen")
     if unseen is None:
         if d is None:
@@ -306,7 +308,14 @@ def check_threshold_inputs(seen, unseen, d, correction):
         raise ValueError(
             f"correction must be NoCorrection(), Bonferroni() or Split(), got {correction!r}"
         )
-    return seen, unseen, d
+    if threat_model is None:
+        threat_model = "final_model" if unseen is None else "all_iterates"
+    return seen, unseen, d, threat_model
+
+
+def threshold_multiplicity(correction: CorrectionStrategy) -> int:
+    """How many thresholds the level is shared by: ``num_thresholds`` under Bonferroni, else 1."""
+    return correction.num_thresholds if isinstance(correction, Bonferroni) else 1
 
 
 def epsilon_lower_bound(
@@ -345,12 +354,12 @@ def epsilon_lower_bound(
         ``details``: ``threshold``, ``fpr_upper``, ``fnr_upper``, ``num_thresholds``,
         ``num_seen``, ``num_unseen`` and ``fpr`` ("exact null" or "jeffreys").
     """
-    seen, unseen, d = check_threshold_inputs(seen, unseen, d, correction)
+    seen, unseen, d, threat_model = check_threshold_inputs(
+        seen, unseen, d, correction, threat_model
+    )
     delta = check_delta(delta)
     confidence = check_confidence(confidence)
     alpha = 1.0 - confidence
-    if threat_model is None:
-        threat_model = "final_model" if unseen is None else "all_iterates"
     details: dict = {}
     paper_exact = isinstance(correction, NoCorrection) and correction.paper_exact
 
@@ -369,13 +378,12 @@ def epsilon_lower_bound(
     if choice.note:
         details["note"] = choice.note
     else:
-        multiplicity = correction.num_thresholds if isinstance(correction, Bonferroni) else 1
         log_fpr, log_fnr = threshold_bounds(
             used_seen,
             used_unseen,
             d,
             thresholds[[choice.index]],
-            alpha / multiplicity,
+            alpha / threshold_multiplicity(correction),
             paper_exact=paper_exact,
         )
         fpr, fnr = float(np.exp(log_fpr[0])), float(np.exp(log_fnr[0]))

@@ -1,13 +1,16 @@
 """Small helpers shared by the fidelity benchmarks and tests (binomial intervals, Monte-Carlo
-limits from the binomial, JSON output)."""
+limits from the binomial, the looks of a simulated run, JSON output)."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from scipy import stats
+
+from flaudit.auditor.claims import AuditLook, AuditSummary, summarize
 
 
 def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -113,6 +116,37 @@ def rate_consistent_with(
             f"(power {check.power:.2f} < {min_power}); use at least {need} runs"
         )
     return check.passes(successes)
+
+
+def end_statistics(result) -> dict:
+    """A simulated run's statistics at the end (a
+    :class:`~flaudit.server.simulated_audit.FedAvgAuditResult`), as :class:`AuditLook` fields: the
+    max-over-rounds and final-model cosines, the known-rounds scores and their per-round sums."""
+    return dict(
+        max_cosines=result.max_cosines,
+        final_cosines=result.final_cosines,
+        known_rounds_scores=result.known_rounds_scores,
+        known_rounds_rounds=result.known_rounds_rounds,
+    )
+
+
+def look_summaries(
+    result,
+    delta: float,
+    num_rounds: int,
+    at_round: Callable[[int], dict],
+    at_end: dict,
+    **every_look,
+) -> Iterator[tuple[int, AuditSummary]]:
+    """``(look, summary)`` at each of a simulated run's ``T + 1`` looks, as the service makes
+    them: after round ``t = 1..T`` on the fields ``at_round(t)``, then (look ``T + 1``) at the end
+    on ``at_end``; ``every_look`` fields go to every look. Lazy: a caller that stops at the first
+    alarm summarizes no further."""
+    for t in range(1, num_rounds + 1):
+        look = AuditLook(seen=result.seen, dim=result.dim, delta=delta, **at_round(t), **every_look)
+        yield t, summarize(look)
+    end = AuditLook(seen=result.seen, dim=result.dim, delta=delta, **at_end, **every_look)
+    yield num_rounds + 1, summarize(end)
 
 
 def fmt(x: float, digits: int = 2) -> str:

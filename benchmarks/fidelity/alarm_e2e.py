@@ -15,16 +15,11 @@ Rerun (the default sizes take a few minutes on one core; ``--runs 1000`` for the
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from flaudit.auditor.claims import decide_alarm  # noqa: E402
-from flaudit.auditor.claims.summary import AuditLook, summarize  # noqa: E402
+from flaudit.auditor.claims import decide_alarm
 from flaudit.server.simulated_audit import (
     DPBug,
     FedAvgSimulation,
@@ -32,7 +27,7 @@ from flaudit.server.simulated_audit import (
     simulation_claims,
 )
 
-from ._common import clopper_pearson  # noqa: E402
+from ._common import clopper_pearson, look_summaries
 
 #: Small enough to run here: d = 1000, k = 400 orthogonal canaries, 200 clients, cohort 20,
 #: T = 10, z = 1, one known round per seen canary (about 1 CPU s per run with the alarm at
@@ -68,45 +63,34 @@ def first_alarm(config: FedAvgSimulation, claims, seed: int) -> tuple[int | None
     """(first look at which the alarm fires, the refuting test's tier) or (None, None)."""
     result = simulate_dpfedavg_audit(config, seed=seed)
     looks = config.num_rounds + 1
-    seen, d, delta = result.seen, result.dim, config.delta
-    for t in range(1, config.num_rounds + 1):
-        summary = summarize(
-            AuditLook(
-                seen=seen,
-                dim=d,
-                delta=delta,
-                threat_models=(),
-                known_rounds_scores=result.known_rounds_history[t - 1],
-                known_rounds_participations=result.known_rounds_counts_history[t - 1],
-                known_rounds_rounds=result.rounds_at(t),
-                scale_dof=result.scale_dof,
-                canary_repeats=config.canary_repeats,
-                claims=claims,
-            )
-        )
-        alarm = decide_alarm(
-            summary.claim_tests, look=t, num_looks=looks, claims=claims, delta=delta
-        )
-        if alarm.status == "error":
-            return t, alarm.refuted_by["tier"]
-    final = summarize(
-        AuditLook(
-            seen=seen,
-            dim=d,
-            delta=delta,
+    delta = config.delta
+    summaries = look_summaries(
+        result,
+        delta,
+        config.num_rounds,
+        at_round=lambda t: dict(
+            threat_models=(),
+            known_rounds_scores=result.known_rounds_history[t - 1],
+            known_rounds_participations=result.known_rounds_counts_history[t - 1],
+            known_rounds_rounds=result.rounds_at(t),
+        ),
+        at_end=dict(
             threat_models=("final_model",),
             final_cosines=result.final_cosines,
             known_rounds_scores=result.known_rounds_scores,
             known_rounds_participations=result.known_rounds_counts_history[-1],
             known_rounds_rounds=result.known_rounds_rounds,
-            scale_dof=result.scale_dof,
-            canary_repeats=config.canary_repeats,
-            claims=claims,
-        )
+        ),
+        scale_dof=result.scale_dof,
+        canary_repeats=config.canary_repeats,
+        claims=claims,
     )
-    alarm = decide_alarm(final.claim_tests, look=looks, num_looks=looks, claims=claims, delta=delta)
-    if alarm.status == "error":
-        return looks, alarm.refuted_by["tier"]
+    for look, summary in summaries:
+        alarm = decide_alarm(
+            summary.claim_tests, look=look, num_looks=looks, claims=claims, delta=delta
+        )
+        if alarm.status == "error":
+            return look, alarm.refuted_by["tier"]
     return None, None
 
 

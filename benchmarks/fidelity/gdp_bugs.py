@@ -36,8 +36,12 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import math  # noqa: E402
 import time  # noqa: E402
 
-from benchmarks.fidelity._common import clopper_pearson  # noqa: E402
-from flaudit.auditor.claims import AuditLook, decide_alarm, summarize
+from benchmarks.fidelity._common import (  # noqa: E402
+    clopper_pearson,
+    end_statistics,
+    look_summaries,
+)
+from flaudit.auditor.claims import decide_alarm  # noqa: E402
 from flaudit.auditor.estimators import SequentialDPTest  # noqa: E402
 from flaudit.server.simulated_audit import (
     DPBug,
@@ -89,44 +93,31 @@ def one_run(config: FedAvgSimulation, claims, eps_claim: float, seed: int) -> di
     result = simulate_dpfedavg_audit(config, seed=seed)
     looks = config.num_rounds + 1
     seen, d, delta = result.seen, result.dim, config.delta
-    statuses, with_poisson = [], []
-    for t in range(1, config.num_rounds + 1):
-        summary = summarize(
-            AuditLook(
-                seen=seen,
-                dim=d,
-                delta=delta,
+    summaries = list(
+        look_summaries(
+            result,
+            delta,
+            config.num_rounds,
+            at_round=lambda t: dict(
                 threat_models=("all_iterates",),
                 max_cosines=result.max_cosines_history[t - 1],
                 known_rounds_scores=result.known_rounds_history[t - 1],
                 known_rounds_rounds=result.rounds_at(t),
-                scale_dof=result.scale_dof,
-                claims=claims,
-            )
-        )
-        statuses.append(decide_alarm(summary.claim_tests, look=t, num_looks=looks).status)
-        with_poisson.append(
-            decide_alarm(summary.claim_tests, look=t, num_looks=looks, poisson_warning=True).status
-        )
-    final = summarize(
-        AuditLook(
-            seen=seen,
-            dim=d,
-            delta=delta,
-            max_cosines=result.max_cosines,
-            final_cosines=result.final_cosines,
-            known_rounds_scores=result.known_rounds_scores,
-            known_rounds_rounds=result.known_rounds_rounds,
+            ),
+            at_end=dict(end_statistics(result), one_run=True),
             scale_dof=result.scale_dof,
             claims=claims,
-            one_run=True,
         )
     )
-    final_status = decide_alarm(final.claim_tests, look=looks, num_looks=looks).status
-    statuses.append(final_status)
-    with_poisson.append(
-        decide_alarm(final.claim_tests, look=looks, num_looks=looks, poisson_warning=True).status
-    )
+    statuses = [
+        decide_alarm(summary.claim_tests, look=t, num_looks=looks).status
+        for t, summary in summaries
+    ]
+    with_poisson = [
+        decide_alarm(summary.claim_tests, look=t, num_looks=looks, poisson_warning=True).status
+        for t, summary in summaries
+    ]
+    final, final_status = summaries[-1][1], statuses[-1]
     est = {(e.threat_model, e.estimator.value, e.correction.value): e for e in final.estimates}
     mu_claim = claims[0].mu
     valid_eps_lo = [

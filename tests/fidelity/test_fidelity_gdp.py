@@ -7,27 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.fidelity._common import end_statistics
+from benchmarks.fidelity.gdp_bugs import BASE
 from flaudit.auditor.claims import AuditLook, decide_alarm, summarize
 from flaudit.auditor.claims.curve_tests import claim_test
 from flaudit.server.simulated_audit import (
     DPBug,
-    FedAvgSimulation,
     simulate_dpfedavg_audit,
     simulation_claims,
 )
 
-SMALL = FedAvgSimulation(
-    dim=5000,
-    num_clients=500,
-    clients_per_round=50,
-    num_rounds=5,
-    num_canaries=1000,
-    canary_repeats=1,
-    noise_multiplier=1.0,
-    momentum=0.9,
-    client_signal=0.1,
-    delta=1e-6,
-)
+#: benchmarks/fidelity/gdp_bugs.py's run (k = 1000, z = 1, momentum 0.9, claim mu = 1), smaller.
+SMALL = BASE.with_(dim=5000, num_clients=500, clients_per_round=50, num_rounds=5)
 
 
 def _known(result):
@@ -61,10 +52,7 @@ def test_halved_noise_is_an_error_alarm_at_k_1000():
             seen=result.seen,
             dim=result.dim,
             delta=1e-6,
-            max_cosines=result.max_cosines,
-            final_cosines=result.final_cosines,
-            known_rounds_scores=result.known_rounds_scores,
-            known_rounds_rounds=result.known_rounds_rounds,
+            **end_statistics(result),
             scale_dof=result.scale_dof,
             claims=claims,
         )

@@ -6,6 +6,8 @@ both views (FedAvg is linear)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -18,6 +20,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 from flwr.serverapp.strategy import FedAvg as MessageFedAvg
 
 from flaudit.auditor.canaries import canary_vector, resolve_canary_family
+from flaudit.server.reporting import RoundMetadata
 from flaudit.server.wrapper import (
     CanaryAuditStrategy,
     LegacyCanaryAuditStrategy,
@@ -30,6 +33,11 @@ SEED = 4242
 K = 12
 S = 0.5
 N = 4  # clients, all sampled each round
+#: The round metadata every engine reports (clip norm, cohort, canaries inserted, failures,
+#: clipped fraction, noise std): the legacy and message APIs must report them identically.
+REQUIRED_ROUND_FIELDS = tuple(
+    f.name for f in dataclasses.fields(RoundMetadata) if f.default is dataclasses.MISSING
+)
 
 
 class Proxy(ClientProxy):
@@ -279,14 +287,7 @@ def test_legacy_and_message_api_wrappers_report_the_same_numbers_for_the_same_re
     for (_, a), (_, b), ua, ub in zip(
         legacy.rounds, message.rounds, legacy.updates, message.updates
     ):
-        for name in (
-            "clip_norm",
-            "cohort_size",
-            "num_canaries_inserted",
-            "num_failures",
-            "clipped_fraction",
-            "noise_stddev",
-        ):
+        for name in REQUIRED_ROUND_FIELDS:
             assert getattr(a, name) == getattr(b, name), name
         assert a.weight_factor == pytest.approx(b.weight_factor)
         assert a.train_loss == pytest.approx(b.train_loss)
