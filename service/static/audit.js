@@ -27,6 +27,7 @@ import {
   fmtPercent,
   fmtTime,
   humanText,
+  lookAlarm,
   threatLabel,
   VOCABULARY,
 } from "./format.js";
@@ -639,7 +640,8 @@ export function renderAudit(root, id) {
 }
 
 /** A record-level audit (issue #37): the verdict with its cause, the claim over the run and per
- * round client by client, the design line and every look, in the API's own words. */
+ * round client by client, the design line and every look (its alarm in words: "no alarm" /
+ * "alarm"); the verdict's and the cause's sentences are the API's own. */
 function recordCard(a) {
   const v = a.verdict;
   const claim = a.claim || {};
@@ -672,7 +674,7 @@ function recordCard(a) {
       "table",
       { id: "record-looks" },
       row(["round", "alarm", "steps", "claim epsilon", "p-value"], "th"),
-      ...looks.map((l) => row([l.round ?? "end", l.status, l.steps, fmtNum(epsValue(l.claim_epsilon)), fmtNum(l.p_value)])),
+      ...looks.map((l) => row([l.round ?? "end", lookAlarm(l.status), l.steps, fmtNum(epsValue(l.claim_epsilon)), fmtNum(l.p_value)])),
     ),
   );
 }

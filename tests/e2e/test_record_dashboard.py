@@ -6,6 +6,7 @@ group, the design line and every look, with no console error."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from playwright.sync_api import expect
@@ -99,6 +100,11 @@ def test_a_record_level_audit_shows_its_verdict_cause_claim_and_looks(static_url
     expect(page.locator("#cause")).to_contain_text(CAUSE)
     expect(page.locator("#record-claim tr")).to_have_count(3)  # header + two noise groups
     expect(page.locator("#record-looks tr")).to_have_count(4)
+    # the alarm column in words, as the user-level page says it; never the API's ok / error
+    expect(page.locator("#record-looks td:nth-child(2)")).to_have_text(
+        ["no alarm", "alarm", "alarm"]
+    )
+    expect(page.locator("#record-looks")).not_to_contain_text(re.compile(r"\b(ok|error)\b"))
     expect(page.locator("#record-looks")).to_contain_text("end")
     expect(page.locator("#record-design")).to_contain_text("catches 0.5")
     assert tab.console_errors == []
