@@ -21,8 +21,9 @@ __all__ = ["record_evidence_body", "record_summary", "record_view"]
 
 def record_view(store, audit) -> dict[str, Any]:
     """``GET /audits/{id}`` of a record-level audit: level, status, the claim over the run and
-    per round, the design line, the looks, the alarm, the verdict with its cause in words; the
-    seen/unseen split only once ended, the seed never."""
+    per round (each group's ``clients`` are the service's client indices, its ``client_keys``
+    the same clients' Flower node ids), the design line, the looks, the alarm, the verdict with
+    its cause in words; the seen/unseen split only once ended, the seed never."""
     with store.session() as s:
         record = s.get(RecordAudit, audit.id)
         rows = s.scalars(
@@ -39,6 +40,7 @@ def record_view(store, audit) -> dict[str, Any]:
     claim = (record.claim if record else None) or record_external_claim(
         client_claims(clients), delta=spec.delta
     )
+    claim = _with_client_keys(claim, {c["index"]: c["client"] for c in clients})
     alarm = next((look for look in looks if look["status"] == "error"), None)
     return jsonable(
         {
@@ -67,6 +69,16 @@ def record_view(store, audit) -> dict[str, Any]:
             "links": {"self": f"/audits/{audit.id}"},
         }
     )
+
+
+def _with_client_keys(claim: dict, keys: dict[int, str]) -> dict:
+    """The claim with each group's clients also by their Flower node ids (``client_keys``, in
+    the order of ``clients``): the page shows the id the operator knows, not the index."""
+    groups = [
+        {**g, "client_keys": [keys.get(int(i), str(i)) for i in g.get("clients", [])]}
+        for g in claim.get("groups", [])
+    ]
+    return {**claim, "groups": groups} if "groups" in claim else claim
 
 
 def _public_state(state: dict) -> dict:

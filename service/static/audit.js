@@ -27,6 +27,7 @@ import {
   fmtPercent,
   fmtTime,
   humanText,
+  lookAlarm,
   threatLabel,
   VOCABULARY,
 } from "./format.js";
@@ -639,7 +640,9 @@ export function renderAudit(root, id) {
 }
 
 /** A record-level audit (issue #37): the verdict with its cause, the claim over the run and per
- * round client by client, the design line and every look, in the API's own words. */
+ * round client by client (each client by its Flower node id, the API's `client_keys`), the
+ * design line and every look (its alarm in words: "no alarm" / "alarm"); the verdict's and the
+ * cause's sentences are the API's own. */
 function recordCard(a) {
   const v = a.verdict;
   const claim = a.claim || {};
@@ -662,8 +665,8 @@ function recordCard(a) {
     h(
       "table",
       { id: "record-claim" },
-      row(["clients", "noise multiplier", "sample rate", "steps", "epsilon (run)", "epsilon (round)"], "th"),
-      ...(claim.groups || []).map((g) => row([g.clients.join(", "), g.noise_multiplier, fmtNum(g.sample_rate), g.steps, fmtNum(epsValue(g.epsilon)), fmtNum(epsValue(g.epsilon_per_round))])),
+      row(["clients (Flower node id)", "noise multiplier", "sample rate", "steps", "epsilon (run)", "epsilon (round)"], "th"),
+      ...(claim.groups || []).map((g) => row([(g.client_keys || g.clients).join(", "), g.noise_multiplier, fmtNum(g.sample_rate), g.steps, fmtNum(epsValue(g.epsilon)), fmtNum(epsValue(g.epsilon_per_round))])),
     ),
     h("h2", {}, "Design"),
     h("p", { id: "record-design" }, a.design?.summary || "Designed once the first round is reported."),
@@ -672,7 +675,7 @@ function recordCard(a) {
       "table",
       { id: "record-looks" },
       row(["round", "alarm", "steps", "claim epsilon", "p-value"], "th"),
-      ...looks.map((l) => row([l.round ?? "end", l.status, l.steps, fmtNum(epsValue(l.claim_epsilon)), fmtNum(l.p_value)])),
+      ...looks.map((l) => row([l.round ?? "end", lookAlarm(l.status), l.steps, fmtNum(epsValue(l.claim_epsilon)), fmtNum(l.p_value)])),
     ),
   );
 }

@@ -66,6 +66,12 @@ export function fmtTime(iso) {
  * to say (a green "succeeded" beside "Claim refuted" reads as a contradiction). */
 export const STATUS_WORD = VOCABULARY.statuses;
 
+/** A record-level look's `status` (`ok`, `error`, `no_dp_claim`) as the page says it: "no alarm",
+ * "alarm", "no DP claim" (the user-level page's "Alarm" and "No alarm has fired"). */
+export function lookAlarm(status) {
+  return VOCABULARY.look_alarms[status] ?? String(status ?? "–").replace(/_/g, " ");
+}
+
 export const STATUS_ICON = {
   queued: "◷",
   running: "▶",

@@ -6,6 +6,7 @@ group, the design line and every look, with no console error."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from playwright.sync_api import expect
@@ -17,6 +18,8 @@ SUMMARY = (
     "record-level epsilon = 7.94 over 30 DP-SGD steps allows (p = 7e-05 <= level 0.005)."
 )
 CAUSE = "noise: the unseen canaries meet 0.53 (+/- 0.01) times the claimed noise z*C (z = 1)"
+# the Flower node ids the app reported (client keys), numbered 0 and 1 by the service
+NODES = ["5012944712734329771", "9182736450192837465"]
 
 VIEW = {
     "id": "rec",
@@ -39,6 +42,7 @@ VIEW = {
                 "sample_rate": 0.2,
                 "steps": 30,
                 "clients": [0],
+                "client_keys": [NODES[0]],
                 "epsilon": 7.93,
                 "epsilon_per_round": 4.98,
             },
@@ -47,6 +51,7 @@ VIEW = {
                 "sample_rate": 0.2,
                 "steps": 30,
                 "clients": [1],
+                "client_keys": [NODES[1]],
                 "epsilon": 3.1,
                 "epsilon_per_round": 2.0,
             },
@@ -75,7 +80,7 @@ VIEW = {
     "alarm": {"round": 3, "look": 3, "status": "error"},
     "cause": {"cause": "noise", "sentence": CAUSE},
     "verdict": {"status": "claim_refuted", "summary": SUMMARY},
-    "clients": [],
+    "clients": [{"client": key, "index": i} for i, key in enumerate(NODES)],
     "links": {"self": "/audits/rec"},
 }
 
@@ -98,7 +103,15 @@ def test_a_record_level_audit_shows_its_verdict_cause_claim_and_looks(static_url
     expect(page.locator("#verdict-summary")).to_have_text(SUMMARY)
     expect(page.locator("#cause")).to_contain_text(CAUSE)
     expect(page.locator("#record-claim tr")).to_have_count(3)  # header + two noise groups
+    # each group's clients by the Flower node id the operator knows, not the service's index
+    expect(page.locator("#record-claim th").first).to_have_text("clients (Flower node id)")
+    expect(page.locator("#record-claim td:first-child")).to_have_text(NODES)
     expect(page.locator("#record-looks tr")).to_have_count(4)
+    # the alarm column in words, as the user-level page says it; never the API's ok / error
+    expect(page.locator("#record-looks td:nth-child(2)")).to_have_text(
+        ["no alarm", "alarm", "alarm"]
+    )
+    expect(page.locator("#record-looks")).not_to_contain_text(re.compile(r"\b(ok|error)\b"))
     expect(page.locator("#record-looks")).to_contain_text("end")
     expect(page.locator("#record-design")).to_contain_text("catches 0.5")
     assert tab.console_errors == []

@@ -63,6 +63,12 @@ def test_a_correct_app_is_not_refuted(sqlite_store, tmp_path, capsys):
     assert bundle["level"] == "record" and view["design"]["refutable"]
     claim = view["claim"]
     assert claim["epsilon"] > claim["epsilon_per_round"] > 0  # the run's beside the round's
+    # one noise group of every client, named by its Flower node id beside the service's index
+    nodes = [f"node-{i}" for i in range(AUDIT["num_clients"])]
+    assert [(g["client_keys"], g["clients"]) for g in claim["groups"]] == [
+        (nodes, list(range(AUDIT["num_clients"])))
+    ]
+    assert {look["status"] for look in view["looks"]} == {"ok"}  # the API's identifier
 
 
 def test_half_the_noise_is_refuted_with_the_cause_noise(sqlite_store, tmp_path, capsys):
@@ -70,3 +76,5 @@ def test_half_the_noise_is_refuted_with_the_cause_noise(sqlite_store, tmp_path, 
     assert verdict["status"] == "claim_refuted", verdict
     assert verdict["cause"]["cause"] == "noise" and "less noise" in verdict["summary"]
     assert view["alarm"]["status"] == "error" and bundle["cause"]["cause"] == "noise"
+    assert "error" in {look["status"] for look in view["looks"]}  # words only on the page
+    assert "client_keys" not in json.dumps(bundle)  # the signed bundle keeps its indices

@@ -144,7 +144,8 @@ def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store):
         bodies.append(json.dumps(audit.created))
         first, last = synthetic_round(audit, 1, rng, z={"b": 1.5})
         second, last = synthetic_round(audit, 2, rng, z={"b": 1.5}, last=last)
-        bodies += [json.dumps(first), json.dumps(second), json.dumps(audit.status())]
+        running = audit.status()
+        bodies += [json.dumps(first), json.dumps(second), json.dumps(running)]
         plan_again = audit.canary_plan("a", 3, dp=last["a"], dimension=DIM)
     # the restart machinery of user-level runs leaves it alone: not failed as interrupted, not
     # ended for silence (the Flower app, not the service, trains)
@@ -176,6 +177,16 @@ def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store):
     eps = {g["noise_multiplier"]: g["epsilon"] for g in groups}
     assert eps[1.0] > eps[1.5] and view["claim"]["epsilon"] == eps[1.0]
     assert all(g["steps"] == 15 for g in groups)  # 3 rounds of 5 steps, the first unplanned
+    # each group names its clients by the Flower node id the app sent ("a", "b"), beside the
+    # service's index (0, 1): running (the claim recomputed) and ended (the claim stored)
+    assert [(c["client"], c["index"]) for c in view["clients"]] == [("a", 0), ("b", 1)]
+    for v in (running, view):
+        by_z = {
+            g["noise_multiplier"]: (g["client_keys"], g["clients"]) for g in v["claim"]["groups"]
+        }
+        assert by_z == {1.0: (["a"], [0]), 1.5: (["b"], [1])}, v["claim"]
+    # the looks keep the API's identifiers (the page puts them into words)
+    assert {look["status"] for look in view["looks"]} <= {"ok", "error"}
     assert view["verdict"]["status"] in {"consistent", "inconclusive"}
     seed = store.canary_seed(audit.audit_id)
     text = " ".join(bodies)
