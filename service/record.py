@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import func, select, update
 
-from ..auditor.canaries import OrthogonalCanaries, new_master_seed, seen_mask
+from ..auditor.canaries import OrthogonalCanaries, seen_mask
 from ..auditor.claims.record_alarm import record_design
 from ..auditor.claims.record_external import (
     record_external_cause,
@@ -94,13 +94,13 @@ def is_record_audit(audit) -> bool:
     return (audit.spec or {}).get("level") == "record"
 
 
-def create_record_audit(store, spec: RecordServiceSpec) -> tuple[Audit, int]:
-    """A running record-level audit (its fresh secret seed returned for the commitment only).
+def create_record_audit(store, spec: RecordServiceSpec, seed: int) -> Audit:
+    """A running record-level audit with the secret canary ``seed`` (drawn by the router, where
+    every audit's seed is drawn).
 
     It is stored as an external audit whose run token is already cleared: the user-level
     attach, silence and lease machinery (which needs a token or an owner) leaves it alone, and
     a restart never fails it (the app, not the service, trains)."""
-    seed = new_master_seed()
     audit = store.create_audit(
         name=spec.name,
         spec=spec.model_dump(mode="json"),
@@ -111,7 +111,7 @@ def create_record_audit(store, spec: RecordServiceSpec) -> tuple[Audit, int]:
     with store.session() as s, s.begin():
         s.add(RecordAudit(audit_id=audit.id, rounds_reported=0, last_round=0, looks=[]))
         s.execute(update(Audit).where(Audit.id == audit.id).values(alerts=[]))
-    return audit, seed
+    return audit
 
 
 @dataclass

@@ -530,10 +530,15 @@ every estimate from the published statistics and checks the signature (docs/evid
 """
 
 
+def _look_alarm(status: Any) -> str:
+    """A look's status in words (the dashboard's ``lookAlarm``): "no alarm", "alarm"."""
+    return VOCABULARY["look_alarms"].get(status, str(status or "-").replace("_", " "))
+
+
 def _record_looks_table(looks: list[dict]) -> str:
     rows = "".join(
         f"<tr><td class=num>{escape('end' if look.get('round') is None else str(look['round']))}"
-        f"</td><td>{escape(str(look.get('status')))}</td><td class=num>{_fmt(look.get('steps'))}"
+        f"</td><td>{escape(_look_alarm(look.get('status')))}</td><td class=num>{_fmt(look.get('steps'))}"
         f"</td><td class=num>{_fmt(look.get('claim_epsilon'))}</td>"
         f"<td class=num>{_fmt(look.get('p_value'))}</td></tr>"
         for look in looks
@@ -546,7 +551,8 @@ def _record_looks_table(looks: list[dict]) -> str:
 
 def _record_claim_table(claim: dict) -> str:
     rows = "".join(
-        f"<tr><td>{escape(', '.join(str(c) for c in g.get('clients', [])))}</td>"
+        f"<tr><td>{escape(', '.join(str(c) for c in g.get('client_keys', g.get('clients', []))))}"
+        "</td>"
         f"<td class=num>{_fmt(g.get('noise_multiplier'))}</td>"
         f"<td class=num>{_fmt(g.get('sample_rate'))}</td><td class=num>{_fmt(g.get('steps'))}"
         f"</td><td class=num>{_fmt(g.get('epsilon'))}</td>"
@@ -554,7 +560,7 @@ def _record_claim_table(claim: dict) -> str:
         for g in claim.get("groups", [])
     )
     return (
-        "<table id=claim><tr><th>clients</th><th>noise multiplier</th><th>sample rate</th>"
+        "<table id=claim><tr><th>clients (Flower node id)</th><th>noise multiplier</th><th>sample rate</th>"
         "<th>steps</th><th>epsilon over the run</th><th>epsilon per round</th></tr>"
         f"{rows}</table>"
     )

@@ -157,7 +157,8 @@ def create_audit(spec: SubmittedSpec, request: Request, response: Response) -> A
     """
     store: Store = request.app.state.store
     if isinstance(spec, RecordServiceSpec):
-        audit, seed = create_record_audit(store, spec)
+        seed = new_master_seed()
+        audit = create_record_audit(store, spec, seed)
         commitment = commit_seed(store, audit.id, seed)
         return JSONResponse(
             status_code=201,

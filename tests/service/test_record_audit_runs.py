@@ -16,6 +16,7 @@ from flaudit.commands.cli import main as cli_main
 from flaudit.server.record_http import RecordAuditClient
 
 from .conftest import API_KEY, make_client
+from .gaussian_runs import fix_canary_seeds
 from .record_app import SPEC, run_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -28,7 +29,11 @@ AUDIT = {
 }
 
 
-def _run(store, tmp_path, capsys, bug=None, *, tamper=False) -> tuple[dict, dict, dict]:
+def _run(
+    store, tmp_path, capsys, monkeypatch, bug=None, *, tamper=False
+) -> tuple[dict, dict, dict]:
+    # the service's canary seed fixed: the verdict is the same every time (issue #39)
+    fix_canary_seeds(monkeypatch, 0x5EED_2026_1206_0F1A_0D17_C0DE_0038)
     with make_client(store) as client:
         audit = RecordAuditClient.create(
             "http://testserver", AUDIT, api_key=API_KEY, http_client=client
@@ -42,6 +47,12 @@ def _run(store, tmp_path, capsys, bug=None, *, tamper=False) -> tuple[dict, dict
     assert [a["look"] for a in answers] == [1, 2, 3]
     assert answers[0]["p_value"] == 1.0  # round 1: no client has a plan yet
     assert page.status_code == 200 and escape(verdict["summary"]) in page.text
+    # the printable report words it as the page does: Flower node ids, "no alarm" / "alarm"
+    assert "clients (Flower node id)" in page.text and "node-0, node-1" in page.text
+    statuses = [look["status"] for look in view["looks"]]
+    assert page.text.count("<td>no alarm</td>") == statuses.count("ok") >= 1
+    assert page.text.count("<td>alarm</td>") == statuses.count("error")
+    assert "<td>ok</td>" not in page.text and "<td>error</td>" not in page.text
     keys_file = tmp_path / "keys.json"
     keys_file.write_text(json.dumps(keys))
     path = tmp_path / "bundle.json"
@@ -56,8 +67,8 @@ def _run(store, tmp_path, capsys, bug=None, *, tamper=False) -> tuple[dict, dict
     return verdict, view, bundle
 
 
-def test_a_correct_app_is_not_refuted(sqlite_store, tmp_path, capsys):
-    verdict, view, bundle = _run(sqlite_store, tmp_path, capsys)
+def test_a_correct_app_is_not_refuted(sqlite_store, tmp_path, capsys, monkeypatch):
+    verdict, view, bundle = _run(sqlite_store, tmp_path, capsys, monkeypatch)
     assert verdict["status"] == "consistent", verdict
     assert view["verdict"] == bundle["verdict"] and view["alarm"] is None
     assert bundle["level"] == "record" and view["design"]["refutable"]
@@ -71,8 +82,12 @@ def test_a_correct_app_is_not_refuted(sqlite_store, tmp_path, capsys):
     assert {look["status"] for look in view["looks"]} == {"ok"}  # the API's identifier
 
 
-def test_half_the_noise_is_refuted_with_the_cause_noise(sqlite_store, tmp_path, capsys):
-    verdict, view, bundle = _run(sqlite_store, tmp_path, capsys, bug="noise_scale=0.5", tamper=True)
+def test_half_the_noise_is_refuted_with_the_cause_noise(
+    sqlite_store, tmp_path, capsys, monkeypatch
+):
+    verdict, view, bundle = _run(
+        sqlite_store, tmp_path, capsys, monkeypatch, bug="noise_scale=0.5", tamper=True
+    )
     assert verdict["status"] == "claim_refuted", verdict
     assert verdict["cause"]["cause"] == "noise" and "less noise" in verdict["summary"]
     assert view["alarm"]["status"] == "error" and bundle["cause"]["cause"] == "noise"

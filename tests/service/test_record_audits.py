@@ -19,6 +19,11 @@ from flaudit.server.record_http import ClientDP, RecordAuditClient, RecordServic
 from flaudit.service.record import STEP_STRIDE
 
 from .conftest import API_KEY, AUTH, make_client
+from .gaussian_runs import fix_canary_seeds
+
+#: The canary seeds of the audits below (tests/service/gaussian_runs.py ``fix_canary_seeds``): a
+#: correct run's verdict is then the same every time, not a false alarm 1 run in 20 (issue #39).
+RECORD_SEEDS = 0x5EED_2026_1206_0F1A_0D17_C0DE_0037
 
 BASE = "http://testserver"
 SMALL = {"num_rounds": 3, "num_clients": 2, "num_canaries": 20}
@@ -136,7 +141,8 @@ def test_validation_errors_name_the_problem_and_store_nothing(client):
     assert view["looks"] == [] and view["dim"] is None
 
 
-def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store):
+def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store, monkeypatch):
+    fix_canary_seeds(monkeypatch, RECORD_SEEDS)
     rng = np.random.default_rng(0)
     bodies = []
     with make_client(store) as client:
@@ -187,7 +193,8 @@ def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store):
         assert by_z == {1.0: (["a"], [0]), 1.5: (["b"], [1])}, v["claim"]
     # the looks keep the API's identifiers (the page puts them into words)
     assert {look["status"] for look in view["looks"]} <= {"ok", "error"}
-    assert view["verdict"]["status"] in {"consistent", "inconclusive"}
+    # correct noise (seeded canaries: the same run every time, no chance false alarm)
+    assert view["verdict"]["status"] == "consistent", view["verdict"]
     seed = store.canary_seed(audit.audit_id)
     text = " ".join(bodies)
     for form in (str(seed), hex(seed)[2:], seed.to_bytes(16, "big").hex()):
@@ -195,10 +202,11 @@ def test_seed_never_leaves_and_restart_keeps_acknowledged_rounds(store):
 
 
 def test_a_client_missing_from_a_round_keeps_its_scores_and_the_bundle_verifies(
-    sqlite_store, tmp_path, capsys
+    sqlite_store, monkeypatch, tmp_path, capsys
 ):
     from flaudit.commands.cli import main as cli_main
 
+    fix_canary_seeds(monkeypatch, RECORD_SEEDS)
     rng = np.random.default_rng(1)
     with make_client(sqlite_store) as client:
         audit = create(client)
