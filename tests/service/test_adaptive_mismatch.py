@@ -23,6 +23,7 @@ from flaudit.server.wrapper import CanaryAuditStrategy
 from tests.server.test_wrapper import CountingFedAvg, LoopGrid
 
 from .conftest import AUTH
+from .gaussian_runs import fix_canary_seeds
 
 K, ROUNDS, DIM = 10, 8, 1000
 NODES = (11, 12, 13)
@@ -37,8 +38,14 @@ EXTERNAL = {
 
 pytestmark = pytest.mark.usefixtures("flower_task_identity")  # tests/conftest.py
 
+#: The audit's canary seed (issue #39): with a drawn one the canary alarm also fired in 2 of 60
+#: runs (the noise is short), and the verdict named the cause "noise", not "noise_calibration".
+CANARY_SEED = 0x5EED_2026_1206_0F1A_0D17_C0DE_0039
 
-def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client):
+
+def test_a_round_noised_for_a_smaller_clip_norm_is_a_finding(client, monkeypatch):
+    # one outcome: no canary alarm, so the recorded norms alone refute the claim
+    fix_canary_seeds(monkeypatch, CANARY_SEED)
     body = client.post("/audits", json=EXTERNAL, headers=AUTH).json()
     audit_id = body["environment"]["FLAUDIT_AUDIT_ID"]
     token = body["environment"]["FLAUDIT_RUN_TOKEN"]
