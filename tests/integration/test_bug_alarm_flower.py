@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-import flaudit.auditor.canaries
+import flaudit.commands.run
 import flaudit.server.simulation
 from flaudit.auditor.canaries import seen_mask
 from flaudit.commands.cli import main as cli_main
@@ -47,7 +47,12 @@ CANARY_SEED = 0x5EED_0BAD_CAFE_1234_5678_9ABC_DEF0
 @pytest.fixture
 def fixed_seeds(monkeypatch):
     assert 160 <= int(seen_mask(CANARY_SEED, 400).sum()) <= 240
-    monkeypatch.setattr(flaudit.auditor.canaries, "new_master_seed", lambda: CANARY_SEED)
+    # where `flaudit run` draws it: commands/run.py holds its own name for new_master_seed, so
+    # patching flaudit.auditor.canaries fixed nothing once another test had imported it (issue #39)
+    drawn = []
+    monkeypatch.setattr(
+        flaudit.commands.run, "new_master_seed", lambda: drawn.append(CANARY_SEED) or CANARY_SEED
+    )
     real = flaudit.server.simulation.run_simulation_audit
 
     def with_noise_seed(spec, **kwargs):  # the real Flower simulation, reproducible noise
@@ -56,6 +61,7 @@ def fixed_seeds(monkeypatch):
         return real(spec, **kwargs)
 
     monkeypatch.setattr(flaudit.server.simulation, "run_simulation_audit", with_noise_seed)
+    return drawn
 
 
 def _run(path, capsys, *extra, code):
@@ -88,3 +94,4 @@ def test_flaudit_run_alarms_on_halved_noise_and_not_on_the_correct_run(
     assert correct["alarm"]["status"] == "ok" and correct["alarm"]["rejected"] == []
     assert not [a for a in correct["alerts"] if a["level"] in ("error", "warning")]
     assert correct["alarm_guarantee"] == buggy["alarm_guarantee"]
+    assert fixed_seeds == [CANARY_SEED] * 2  # both runs had the fixed seed, not a drawn one
