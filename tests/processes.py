@@ -25,6 +25,32 @@ TEST_SECRET_KEY = "nVH1c9oe4asChAQaFR-G63pk5txEHOG3WAKT9r9j5O8="
 BIN = Path(sys.executable).parent
 
 
+def run_pytest(
+    tmp_path: Path, *args: str, env: dict[str, str | None] | None = None, timeout: float = 150
+) -> subprocess.CompletedProcess:
+    """pytest in a subprocess on the test files in ``tmp_path`` (no project config: ``-c
+    /dev/null``), with this repository importable, ``FLAUDIT_REQUIRE_ALL`` unset and ``env``'s
+    changes (None removes a variable); for tests of our own pytest plugins."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    environ.pop("FLAUDIT_REQUIRE_ALL", None)
+    for name, value in (env or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "--rootdir", str(tmp_path), "-c", os.devnull]
+        + [str(tmp_path)],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def free_port() -> int:
     """A loopback TCP port that was free a moment ago (nothing listens on it)."""
     with socket.socket() as s:

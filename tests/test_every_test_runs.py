@@ -3,14 +3,11 @@ a collected test never reports fails naming it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.processes import run_pytest
 
 # Three API operations, so three cases from one @schema.parametrize() function, and a test that
 # is skipped and one expected to fail (both report, so neither counts as "never ran").
@@ -76,20 +73,8 @@ def _pytest(tmp_path: Path, *args: str, conftest: str | None = None):
     (tmp_path / "test_module.py").write_text(MODULE)
     if conftest is not None:
         (tmp_path / "conftest.py").write_text(conftest)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("FLAUDIT_REQUIRE_ALL", None)
-    command = [sys.executable, "-m", "pytest", "-p", "tests.every_test_runs"]
-    command += ["-p", "no:cacheprovider", "-rA", "--rootdir", str(tmp_path), "-c", os.devnull]
-    return subprocess.run(
-        [*command, *args, str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    plugins = ("-p", "tests.every_test_runs", "-p", "no:cacheprovider", "-rA")
+    return run_pytest(tmp_path, *plugins, *args)
 
 
 @pytest.mark.timeout(180)

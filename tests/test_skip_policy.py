@@ -3,14 +3,12 @@ the reason; without it skips stay skips and the summary counts them by reason.""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.processes import run_pytest
 
 SKIPPING = """
 import pytest
@@ -60,40 +58,9 @@ def _pytest(
     tmp_path: Path, *, require_all: str | None, module: str = SKIPPING
 ) -> subprocess.CompletedProcess:
     (tmp_path / "test_module.py").write_text(module)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("FLAUDIT_REQUIRE_ALL", None)
-    if require_all is not None:
-        env["FLAUDIT_REQUIRE_ALL"] = require_all
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "tests.skip_policy",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:schemathesis",
-            "-p",
-            "no:hypothesispytest",
-            "-p",
-            "no:anyio",
-            "-rA",
-            "--rootdir",
-            str(tmp_path),
-            "-c",
-            os.devnull,
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    plugins = ["tests.skip_policy", "no:cacheprovider", "no:schemathesis", "no:hypothesispytest"]
+    args = [arg for plugin in [*plugins, "no:anyio"] for arg in ("-p", plugin)]
+    return run_pytest(tmp_path, *args, "-rA", env={"FLAUDIT_REQUIRE_ALL": require_all}, timeout=120)
 
 
 @pytest.mark.timeout(180)
