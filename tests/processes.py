@@ -26,18 +26,13 @@ BIN = Path(sys.executable).parent
 
 
 def run_pytest(
-    tmp_path: Path, *args: str, env: dict[str, str | None] | None = None, timeout: float = 150
+    tmp_path: Path, *args: str, require_all: str | None = None, timeout: float = 150
 ) -> subprocess.CompletedProcess:
     """pytest in a subprocess on the test files in ``tmp_path`` (no project config: ``-c
-    /dev/null``), with this repository importable, ``FLAUDIT_REQUIRE_ALL`` unset and ``env``'s
-    changes (None removes a variable); for tests of our own pytest plugins."""
-    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
-    environ.pop("FLAUDIT_REQUIRE_ALL", None)
-    for name, value in (env or {}).items():
-        if value is None:
-            environ.pop(name, None)
-        else:
-            environ[name] = value
+    /dev/null``), with this repository importable and ``FLAUDIT_REQUIRE_ALL`` set to
+    ``require_all`` (None: unset); for tests of our own pytest plugins."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "FLAUDIT_REQUIRE_ALL": require_all}
+    environ = {name: value for name, value in environ.items() if value is not None}
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args, "--rootdir", str(tmp_path), "-c", os.devnull]
         + [str(tmp_path)],

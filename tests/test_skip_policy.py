@@ -60,7 +60,7 @@ def _pytest(
     (tmp_path / "test_module.py").write_text(module)
     plugins = ["tests.skip_policy", "no:cacheprovider", "no:schemathesis", "no:hypothesispytest"]
     args = [arg for plugin in [*plugins, "no:anyio"] for arg in ("-p", plugin)]
-    return run_pytest(tmp_path, *args, "-rA", env={"FLAUDIT_REQUIRE_ALL": require_all}, timeout=120)
+    return run_pytest(tmp_path, *args, "-rA", require_all=require_all, timeout=120)
 
 
 @pytest.mark.timeout(180)
